@@ -1,0 +1,27 @@
+# Two commands on a fresh machine with Python 3.11+:  make demo   and   make test
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# CPU build of torch first, so sentence-transformers does not pull multi-GB CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+	  || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m sim demo $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+clean:
+	rm -rf $(VENV) out

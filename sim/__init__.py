@@ -1,0 +1,1 @@
+"""PromptEdge sim package."""
