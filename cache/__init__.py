@@ -1,1 +1,18 @@
-"""PromptEdge cache package."""
+"""PromptEdge response cache: exact (and semantic) answers from Redis, scoped per tenant,
+model and context. The router talks to ``ResponseCache``; everything else is internal."""
+
+from cache.keys import canonical_request, exact_key
+from cache.service import CacheUnavailable, ResponseCache
+from cache.settings import CacheSettings
+from cache.types import CacheControl, CacheHit, CacheRequest
+
+__all__ = [
+    "CacheControl",
+    "CacheHit",
+    "CacheRequest",
+    "CacheSettings",
+    "CacheUnavailable",
+    "ResponseCache",
+    "canonical_request",
+    "exact_key",
+]

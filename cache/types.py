@@ -1,0 +1,60 @@
+"""Typed data at the cache's boundary: what the router asks and what the cache answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+Endpoint = Literal["chat.completions", "completions"]
+HitKind = Literal["exact", "semantic"]
+Outcome = Literal["exact", "semantic", "miss"]
+
+
+@dataclass(frozen=True)
+class CacheControl:
+    """Per-request cache controls, parsed from request headers by the router.
+
+    no_cache: skip lookup (``Cache-Control: no-cache``); the response may still be stored.
+    no_store: skip storing (``Cache-Control: no-store``).
+    ttl_s: per-request TTL in seconds, clamped to the settings' bounds; None = default.
+    threshold: semantic similarity threshold override in [0, 1]; None = default, 0 means 0.
+    """
+
+    no_cache: bool = False
+    no_store: bool = False
+    ttl_s: int | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """One OpenAI request as the cache sees it.
+
+    endpoint: which OpenAI API the body belongs to.
+    body: the parsed request JSON, already validated by the router (model, messages or prompt).
+    tenant: the tenant the API key maps to; entries never cross tenants.
+    """
+
+    endpoint: Endpoint
+    body: Mapping[str, Any]
+    tenant: str = "default"
+    control: CacheControl = field(default_factory=CacheControl)
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    """A response served from the cache.
+
+    response: OpenAI non-stream response JSON (``chat.completion`` or ``text_completion``).
+    similarity: cosine similarity of a semantic hit, None for an exact hit.
+    key: the Redis key of the entry that was served.
+    """
+
+    kind: HitKind
+    response: dict[str, Any]
+    similarity: float | None
+    key: str

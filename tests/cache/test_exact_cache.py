@@ -1,0 +1,102 @@
+"""ResponseCache against a real Redis: hits, misses, TTL, refusals, stats and Redis down."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+
+
+def chat_response(text: str = "Redis is a data store.", finish: str | None = "stop") -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9},
+    }
+
+
+def request(content: str = "What is Redis?", tenant: str = "t1", **control: object) -> CacheRequest:
+    body = {"model": "m", "messages": [{"role": "user", "content": content}]}
+    return CacheRequest("chat.completions", body, tenant, CacheControl(**control))  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+async def cache(redis_url: str):
+    client = aioredis.Redis.from_url(redis_url)
+    yield ResponseCache(client, CacheSettings(redis_timeout_s=1.0))
+    await client.aclose()
+
+
+async def test_identical_repeat_hits_exactly_and_counts(cache: ResponseCache) -> None:
+    assert await cache.lookup(request()) is None
+    assert await cache.store(request(), chat_response())
+    hit = await cache.lookup(request())
+    assert hit is not None and hit.kind == "exact" and hit.similarity is None
+    assert hit.response["choices"][0]["message"]["content"] == "Redis is a data store."
+    stats = await cache.stats()
+    assert (stats["requests"], stats["exact_hits"], stats["misses"]) == (2, 1, 1)
+    assert stats["hit_ratio"] == 0.5
+    assert stats["per_model"]["m"]["exact_hits"] == 1
+
+
+async def test_tenants_do_not_see_each_other(cache: ResponseCache) -> None:
+    await cache.store(request(tenant="a"), chat_response())
+    assert await cache.lookup(request(tenant="b")) is None
+
+
+async def test_errors_and_partials_are_never_stored(cache: ResponseCache) -> None:
+    assert not await cache.store(request(), {"error": {"message": "boom"}})
+    assert not await cache.store(request(), chat_response(finish=None))
+    assert not await cache.store(request(no_store=True), chat_response())
+    assert await cache.lookup(request()) is None
+
+
+async def test_no_cache_skips_lookup_but_stores(cache: ResponseCache) -> None:
+    await cache.store(request(), chat_response())
+    assert await cache.lookup(request(no_cache=True)) is None
+    assert await cache.lookup(request()) is not None
+
+
+async def test_entry_expires_at_fixed_ttl_even_when_popular(cache: ResponseCache) -> None:
+    await cache.store(request(ttl_s=1), chat_response())
+    deadline = time.monotonic() + 0.9
+    while time.monotonic() < deadline:  # popular: read over and over
+        assert await cache.lookup(request()) is not None
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.4)
+    assert await cache.lookup(request()) is None
+
+
+async def test_ttl_override_is_clamped(cache: ResponseCache) -> None:
+    assert cache.ttl_for(request(ttl_s=10**9)) == cache.settings.max_ttl_s
+    assert cache.ttl_for(request(ttl_s=0)) == cache.settings.min_ttl_s
+    assert cache.ttl_for(request()) == cache.settings.ttl_s
+
+
+async def test_corrupt_entry_is_skipped_and_counted(cache: ResponseCache, redis_url: str) -> None:
+    await cache.store(request(), chat_response())
+    client = aioredis.Redis.from_url(redis_url)
+    [key] = await client.keys("promptedge:cache:exact:*")
+    await client.set(key, b"{not json")
+    await client.aclose()
+    assert await cache.lookup(request()) is None
+    assert cache._exact.corrupt == 1
+
+
+async def test_redis_down_gives_up_within_bound_and_reports_unhealthy() -> None:
+    # Port 1 on loopback: nothing listens, connect fails at once or hangs; either way bounded.
+    client = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=5)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=0.05))
+    started = time.monotonic()
+    assert await cache.lookup(request()) is None
+    assert not await cache.store(request(), chat_response())
+    assert time.monotonic() - started < 1.0
+    assert cache.healthy is False
+    await client.aclose()
