@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU build of torch first, so sentence-transformers does not pull multi-GB CUDA wheels.
-	$(PY) -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+	$(PY) -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu --retries 1 \
 	  || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
