@@ -1,0 +1,164 @@
+"""FastAPI app of one simulated vLLM replica (OpenAI API + vLLM /metrics + fault knobs)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim import responses as r
+from sim.engine import Engine, Handle
+from sim.latency import ModelLimitError, Profile
+from sim.profiles import get_profile
+from sim.schemas import ChatRequest, CompletionRequest, error_body, validation_error_body
+from sim.settings import SimSettings
+from sim.tokens import estimate_chat_tokens, estimate_text_tokens, filler
+
+
+class Faults(BaseModel):
+    """Fault knobs, settable at run time with POST /sim/faults (for router tests)."""
+
+    model_config = ConfigDict(extra="forbid")
+    fail_rate: float = Field(default=0.0, ge=0, le=1)
+    hang: bool = False
+
+
+@dataclass
+class Replica:
+    settings: SimSettings
+    profile: Profile
+    engine: Engine
+    faults: Faults
+    rng: random.Random
+
+
+def _error(message: str, err_type: str, param: str | None, status: int) -> JSONResponse:
+    return JSONResponse(error_body(message, err_type, param, status), status_code=status)
+
+
+def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI:
+    """App for one replica. ``profile`` overrides ``settings.profile`` (tests use tiny ones)."""
+    prof = profile or get_profile(settings.profile)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = Engine(prof, settings.model, settings.warmup_s)
+        faults = Faults(fail_rate=settings.fail_rate, hang=settings.hang)
+        app.state.replica = Replica(settings, prof, engine, faults, random.Random(settings.seed))
+        engine.start()
+        yield
+        await engine.stop()
+
+    app = FastAPI(title=f"PromptEdge sim replica ({prof.name})", lifespan=lifespan)
+
+    @app.get("/health")
+    async def health(request: Request) -> JSONResponse:
+        rep: Replica = request.app.state.replica
+        if not rep.engine.ready:
+            return JSONResponse({"status": "warming_up"}, status_code=503)
+        return JSONResponse({"status": "ok", "model": rep.settings.model, "profile": rep.profile.name})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        rep: Replica = request.app.state.replica
+        return JSONResponse(r.models_body(rep.settings.model, rep.profile.max_model_len))
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        rep: Replica = request.app.state.replica
+        return Response(rep.engine.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/sim/faults")
+    async def set_faults(request: Request) -> JSONResponse:
+        rep: Replica = request.app.state.replica
+        try:
+            rep.faults = Faults.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return JSONResponse(validation_error_body(exc), status_code=400)
+        return JSONResponse(rep.faults.model_dump())
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await _complete(request, "chat")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await _complete(request, "text")
+
+    return app
+
+
+async def _complete(request: Request, kind: r.Kind) -> Response:
+    rep: Replica = request.app.state.replica
+    schema = ChatRequest if kind == "chat" else CompletionRequest
+    try:
+        req = schema.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return JSONResponse(validation_error_body(exc), status_code=400)
+    if req.model != rep.settings.model:
+        return _error(f"The model `{req.model}` does not exist.", "NotFoundError", "model", 404)
+    if isinstance(req, CompletionRequest):
+        if isinstance(req.prompt, list) and len(req.prompt) > 1:
+            return _error("prompt: batched prompts are not supported by the sim", "BadRequestError", "prompt", 400)
+        prompt_tokens = estimate_text_tokens(req.prompt_text())
+    else:
+        prompt_tokens = estimate_chat_tokens(m.text() for m in req.messages)
+    if not rep.engine.ready:
+        return _error("replica is warming up", "ServiceUnavailableError", None, 503)
+    if rep.faults.hang:
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.5)
+        return Response(status_code=499)
+    if rep.rng.random() < rep.faults.fail_rate:
+        return _error("simulated replica failure", "InternalServerError", None, 500)
+    max_tokens = req.output_tokens()
+    try:
+        handle = rep.engine.submit(prompt_tokens, max_tokens)
+    except ModelLimitError as exc:
+        return _error(str(exc), "BadRequestError", "max_tokens", 400)
+    req_id = r.new_id(kind)
+    if req.stream:
+        events = _stream(rep, handle, kind, req_id, req.model, req.include_usage)
+        return StreamingResponse(events, media_type="text/event-stream")
+    try:
+        await handle.done.wait()
+    finally:
+        rep.engine.abort(handle)
+    body = r.completion_body(kind, req_id, req.model, filler(0, max_tokens), prompt_tokens, max_tokens)
+    return JSONResponse(body)
+
+
+async def _stream(
+    rep: Replica, handle: Handle, kind: r.Kind, req_id: str, model: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """SSE events: role chunk, content chunks (tokens batched per stream interval), a finish
+    chunk, an optional usage chunk, then ``data: [DONE]``. Aborts the request on disconnect."""
+    interval = rep.settings.stream_interval_s
+    try:
+        if kind == "chat":
+            yield r.sse(r.chunk(kind, req_id, model, "", first=True, include_usage=include_usage))
+        await handle.first_token.wait()
+        sent = 0
+        while sent < handle.max_tokens:
+            upto = handle.generated
+            if upto > sent:
+                yield r.sse(r.chunk(kind, req_id, model, filler(sent, upto - sent), include_usage=include_usage))
+                sent = upto
+            if sent < handle.max_tokens:
+                try:
+                    await asyncio.wait_for(handle.done.wait(), interval)
+                except TimeoutError:
+                    pass
+        yield r.sse(r.chunk(kind, req_id, model, None if kind == "chat" else "", finish=True,
+                            include_usage=include_usage))
+        if include_usage:
+            yield r.sse(r.usage_chunk(kind, req_id, model, handle.prompt_tokens, handle.max_tokens))
+        yield r.sse("[DONE]")
+    finally:
+        rep.engine.abort(handle)

@@ -1,0 +1,110 @@
+"""Asyncio engine of one simulated replica: one scheduler loop drives the pure BatchModel.
+
+The loop asks the model for a step, sleeps for the step's duration, then publishes what the
+step produced (first tokens, token counts, finished requests) to per-request handles and to
+the Prometheus metrics. When the model is idle the loop blocks on an event, so an idle replica
+costs no CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+
+from sim.latency import BatchModel, Profile
+from sim.metrics import ReplicaMetrics
+
+
+@dataclass
+class Handle:
+    """A request's view of its progress. ``generated``: tokens produced so far (published)."""
+
+    req_id: int
+    prompt_tokens: int
+    max_tokens: int
+    arrived: float
+    generated: int = 0
+    first_token: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Engine:
+    """Scheduler loop of one replica. Create inside a running event loop; call ``start``.
+
+    ``warmup_s``: seconds after ``start`` before ``ready`` turns true (a real replica loads
+    its weights for minutes before it can serve).
+    """
+
+    def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0) -> None:
+        self.model = BatchModel(profile)
+        self.metrics = ReplicaMetrics(
+            model_name,
+            running=lambda: len(self.model.running),
+            waiting=lambda: len(self.model.waiting),
+            kv_usage=lambda: self.model.kv_usage,
+        )
+        self.warmup_s = warmup_s
+        self._handles: dict[int, Handle] = {}
+        self._ids = itertools.count()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._started_at = 0.0
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._started_at = loop.time()
+        self._task = loop.create_task(self._run(), name="sim-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def ready(self) -> bool:
+        """True once the warm-up delay has passed."""
+        return asyncio.get_running_loop().time() - self._started_at >= self.warmup_s
+
+    def submit(self, prompt_tokens: int, max_tokens: int) -> Handle:
+        """Queue a request; raises latency.ModelLimitError if it can never fit."""
+        req_id = next(self._ids)
+        self.model.submit(req_id, prompt_tokens, max_tokens)
+        handle = Handle(req_id, prompt_tokens, max_tokens, asyncio.get_running_loop().time())
+        self._handles[req_id] = handle
+        self._wake.set()
+        return handle
+
+    def abort(self, handle: Handle) -> None:
+        """Drop an unfinished request (client disconnected); no-op when it already finished."""
+        if self._handles.pop(handle.req_id, None) is not None:
+            self.model.abort(handle.req_id)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.model.idle:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            out = self.model.step()
+            await asyncio.sleep(out.duration_s)
+            now = loop.time()
+            self.metrics.prompt_tokens.inc(out.prompt_tokens)
+            self.metrics.generation_tokens.inc(out.generated_tokens)
+            for req_id in out.first_token:
+                handle = self._handles.get(req_id)
+                if handle is not None:
+                    self.metrics.ttft.observe(now - handle.arrived)
+                    handle.first_token.set()
+            for req_id, seq in self.model.running.items():
+                handle = self._handles.get(req_id)
+                if handle is not None:
+                    handle.generated = seq.generated
+            for req_id in out.finished:
+                handle = self._handles.pop(req_id, None)
+                if handle is not None:
+                    handle.generated = handle.max_tokens
+                    self.metrics.e2e.observe(now - handle.arrived)
+                    handle.first_token.set()
+                    handle.done.set()

@@ -1,0 +1,229 @@
+"""Pure latency model of one vLLM-like replica: continuous batching over a KV cache.
+
+No clock, no I/O: :class:`BatchModel` advances one engine step at a time and says how long that
+step takes; the asyncio engine (``sim.engine``) sleeps for it. The model follows vLLM V1's
+scheduler in shape (decode first, then chunked prefill under a per-step token budget) with one
+documented simplification: a request is admitted only when its whole footprint
+(prompt + max_tokens) fits in the free KV cache, so there is never a preemption.
+
+Step time (seconds)::
+
+    step = decode_base_s
+         + decode_per_seq_s   * sequences in the step
+         + kv_read_s_per_token * KV tokens in use
+         + prefill_s_per_token * prompt tokens prefilled in the step
+
+Every sequence that finished its prefill gets one token per step; the step that completes a
+prompt's prefill also yields its first token (as in vLLM, where the prefill step samples one).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+class ModelLimitError(ValueError):
+    """The request can never run on this replica (prompt + max_tokens > max_model_len)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Speed and capacity of one simulated GPU replica.
+
+    Units: tokens and seconds. ``kv_capacity_tokens`` is the KV cache size in tokens;
+    ``max_model_len`` caps prompt + max_tokens of one request (vLLM's ``--max-model-len``).
+    """
+
+    name: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_capacity_tokens: int
+    max_model_len: int
+    prefill_s_per_token: float
+    decode_base_s: float
+    decode_per_seq_s: float
+    kv_read_s_per_token: float
+
+    def __post_init__(self) -> None:
+        if self.max_model_len > self.kv_capacity_tokens:
+            raise ValueError("max_model_len must fit in the KV cache")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("need max_num_seqs >= 1 and a token budget of at least one per sequence")
+
+
+@dataclass
+class Sequence:
+    """One request inside the model. Token counts only; text lives in the API layer."""
+
+    req_id: int
+    prompt_tokens: int
+    max_tokens: int
+    prefilled: int = 0
+    generated: int = 0
+
+    @property
+    def footprint(self) -> int:
+        """KV tokens reserved at admission: the whole prompt plus every token it may generate."""
+        return self.prompt_tokens + self.max_tokens
+
+    @property
+    def kv_in_use(self) -> int:
+        return self.prefilled + self.generated
+
+
+@dataclass
+class StepOutcome:
+    """What one engine step did. ``duration_s`` is 0 when there was nothing to run."""
+
+    duration_s: float
+    admitted: list[int] = field(default_factory=list)
+    first_token: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+
+
+class BatchModel:
+    """Continuous batching of one replica, advanced step by step (no clock inside).
+
+    ``submit`` queues a request (FIFO waiting queue), ``step`` runs one engine iteration and
+    returns a :class:`StepOutcome`, ``abort`` drops a request wherever it is.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.waiting: deque[Sequence] = deque()
+        self.running: dict[int, Sequence] = {}
+        self._reserved = 0
+
+    def submit(self, req_id: int, prompt_tokens: int, max_tokens: int) -> None:
+        """Queue a request. Raises ModelLimitError when it can never fit this replica."""
+        if prompt_tokens < 1 or max_tokens < 1:
+            raise ValueError("prompt_tokens and max_tokens must be >= 1")
+        if prompt_tokens + max_tokens > self.profile.max_model_len:
+            raise ModelLimitError(
+                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
+                f"max_model_len {self.profile.max_model_len}"
+            )
+        self.waiting.append(Sequence(req_id, prompt_tokens, max_tokens))
+
+    def abort(self, req_id: int) -> None:
+        """Forget a request (client went away); frees its KV reservation."""
+        seq = self.running.pop(req_id, None)
+        if seq is not None:
+            self._reserved -= seq.footprint
+            return
+        self.waiting = deque(s for s in self.waiting if s.req_id != req_id)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    @property
+    def kv_tokens_in_use(self) -> int:
+        return sum(s.kv_in_use for s in self.running.values())
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction 0..1 of the KV cache holding tokens (vLLM's kv_cache_usage_perc)."""
+        return self.kv_tokens_in_use / self.profile.kv_capacity_tokens
+
+    def _admit(self) -> list[int]:
+        admitted = []
+        p = self.profile
+        # FIFO without skipping: a big request at the head blocks smaller ones behind it, as in vLLM.
+        while self.waiting and len(self.running) < p.max_num_seqs:
+            head = self.waiting[0]
+            if self._reserved + head.footprint > p.kv_capacity_tokens:
+                break
+            self.waiting.popleft()
+            self.running[head.req_id] = head
+            self._reserved += head.footprint
+            admitted.append(head.req_id)
+        return admitted
+
+    def step(self) -> StepOutcome:
+        """Run one engine iteration; see the module docstring for the step-time formula."""
+        p = self.profile
+        admitted = self._admit()
+        if not self.running:
+            return StepOutcome(0.0, admitted)
+        kv_before = self.kv_tokens_in_use
+        budget = p.max_num_batched_tokens
+        decoding = [s for s in self.running.values() if s.prefilled == s.prompt_tokens]
+        budget -= len(decoding)
+        chunks: list[tuple[Sequence, int]] = []
+        for seq in self.running.values():
+            if budget <= 0:
+                break
+            if seq.prefilled < seq.prompt_tokens:
+                chunk = min(seq.prompt_tokens - seq.prefilled, budget)
+                chunks.append((seq, chunk))
+                budget -= chunk
+        prefill_tokens = sum(c for _, c in chunks)
+        duration = (
+            p.decode_base_s
+            + p.decode_per_seq_s * (len(decoding) + len(chunks))
+            + p.kv_read_s_per_token * kv_before
+            + p.prefill_s_per_token * prefill_tokens
+        )
+        out = StepOutcome(duration, admitted, prompt_tokens=prefill_tokens)
+        for seq in decoding:
+            seq.generated += 1
+        for seq, chunk in chunks:
+            seq.prefilled += chunk
+            if seq.prefilled == seq.prompt_tokens:
+                seq.generated = 1
+                out.first_token.append(seq.req_id)
+        out.generated_tokens = len(decoding) + len(out.first_token)
+        for seq in decoding + [s for s, _ in chunks]:
+            if seq.generated >= seq.max_tokens:
+                del self.running[seq.req_id]
+                self._reserved -= seq.footprint
+                out.finished.append(seq.req_id)
+        return out
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Virtual-time timings of one request from :func:`simulate` (seconds from its arrival)."""
+
+    ttft_s: float
+    e2e_s: float
+    queued_s: float
+
+
+def simulate(profile: Profile, arrivals: list[tuple[float, int, int]]) -> dict[int, SimResult]:
+    """Run the model in virtual time. ``arrivals``: (arrival_s, prompt_tokens, max_tokens).
+
+    Returns request index -> SimResult. A request arriving during a step waits for the next
+    step boundary, as in the real engine loop. Pure and deterministic; used by tests and docs.
+    """
+    model = BatchModel(profile)
+    order = sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
+    pending = deque(order)
+    now = 0.0
+    admitted_at: dict[int, float] = {}
+    first: dict[int, float] = {}
+    results: dict[int, SimResult] = {}
+    while pending or not model.idle:
+        while pending and arrivals[pending[0]][0] <= now:
+            i = pending.popleft()
+            model.submit(i, arrivals[i][1], arrivals[i][2])
+        if model.idle:
+            now = arrivals[pending[0]][0]
+            continue
+        out = model.step()
+        if out.duration_s == 0.0:
+            # Nothing admissible runs: cannot happen with max_model_len <= capacity and FIFO.
+            raise RuntimeError("model stalled with waiting requests")
+        for i in out.admitted:
+            admitted_at[i] = now
+        now += out.duration_s
+        for i in out.first_token:
+            first[i] = now
+        for i in out.finished:
+            t0 = arrivals[i][0]
+            results[i] = SimResult(first[i] - t0, now - t0, admitted_at[i] - t0)
+    return results

@@ -1,0 +1,63 @@
+"""Prometheus metrics of a simulated replica, under vLLM's names.
+
+Names, label names (``model_name``, ``engine``), meanings and histogram buckets follow vLLM's
+V1 engine logger ``vllm/v1/metrics/loggers.py`` (PrometheusStatLogger) as of vLLM 0.11/0.12,
+where ``vllm:kv_cache_usage_perc`` (0..1) replaced the deprecated ``vllm:gpu_cache_usage_perc``.
+Counters are declared without ``_total``; prometheus_client appends it, as in vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)
+LABELS = ("model_name", "engine")
+
+
+class ReplicaMetrics:
+    """One replica's registry. Gauges are read from the engine at scrape time (no staleness)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        running: Callable[[], float],
+        waiting: Callable[[], float],
+        kv_usage: Callable[[], float],
+    ) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"model_name": model_name, "engine": "0"}
+
+        def gauge(name: str, doc: str, fn: Callable[[], float]) -> None:
+            Gauge(name, doc, LABELS, registry=self.registry).labels(**labels).set_function(fn)
+
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv_usage)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=self.registry
+        ).labels(**labels)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", LABELS,
+            registry=self.registry,
+        ).labels(**labels)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            LABELS, buckets=TTFT_BUCKETS, registry=self.registry,
+        ).labels(**labels)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+            LABELS, buckets=E2E_BUCKETS, registry=self.registry,
+        ).labels(**labels)
+
+    def render(self) -> bytes:
+        """Prometheus text exposition of this replica's metrics."""
+        return generate_latest(self.registry)
