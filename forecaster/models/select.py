@@ -1,0 +1,134 @@
+"""Per-series model choice by rolling-origin backtest, within a time budget.
+
+Each candidate is fitted once on the history before the first origin, then applied
+(``forward``) at every origin of the recent backtest span; its score is the MAE at the
+lead-time horizon (the step the planner acts on). A model must beat last value by a margin to
+be chosen: selection falls back rather than loses. The chosen model's backtest residuals (log1p
+space, per step ahead) also calibrate its upper quantile, unless too few exist, in which case
+the model's own interval stays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from forecaster.models.base import Forecast, Model, clean
+from forecaster.models.baselines import LastValue, SeasonalNaive
+from forecaster.models.ets import HoltWinters
+
+# A candidate must be this much better than last value at the lead-time horizon to be chosen.
+MARGIN = 0.02
+MIN_FIT = 10
+MIN_ORIGINS = 8
+MIN_CALIBRATION = 10
+
+
+def build_candidates(names: list[str], season: int, step: float, level: float) -> list[Model]:
+    """Candidate models by name ("last_value", "seasonal_naive", "holt_winters", "prophet"),
+    cheapest first; last value is always included (it is the fallback)."""
+    makers: dict[str, Callable[[], Model]] = {
+        "last_value": LastValue,
+        "seasonal_naive": lambda: SeasonalNaive(season),
+        "holt_winters": lambda: HoltWinters(season),
+    }
+    if "prophet" in names:
+        from forecaster.models.prophet_adapter import ProphetModel
+
+        makers["prophet"] = lambda: ProphetModel(step, level)
+    order = ["last_value", "seasonal_naive", "holt_winters", "prophet"]
+    wanted = {"last_value", *names}
+    return [makers[name]() for name in order if name in wanted and name in makers]
+
+
+@dataclass
+class Selection:
+    """Outcome of model selection on one series.
+
+    model: the chosen model, fitted on the full history. scores: backtest MAE at the lead-time
+    horizon per model tried (same unit as the series). log_q: per step ahead (index k-1), the
+    upper-quantile offset in log1p space from backtest residuals, or None to keep the model's
+    own band. note: why this model (goes into the decision's reason).
+    """
+
+    model: Model
+    scores: dict[str, float] = field(default_factory=dict)
+    log_q: np.ndarray | None = None
+    note: str = ""
+
+    def calibrate(self, forecast: Forecast) -> Forecast:
+        """Replace the model's upper band with the backtest-residual quantile when available."""
+        if self.log_q is None:
+            return forecast
+        k = min(self.log_q.size, forecast.mean.size)
+        upper = forecast.upper.copy()
+        upper[:k] = np.expm1(np.log1p(forecast.mean[:k]) + np.maximum(self.log_q[:k], 0.0))
+        if forecast.mean.size > k:  # beyond the calibrated steps keep the last step's offset
+            upper[k:] = np.expm1(np.log1p(forecast.mean[k:]) + max(self.log_q[-1], 0.0))
+        return Forecast(forecast.mean, np.maximum(upper, forecast.mean))
+
+
+def select(
+    y: np.ndarray,
+    horizon: int,
+    lead_steps: int,
+    candidates: list[Model],
+    level: float = 0.9,
+    budget_s: float = 5.0,
+    max_origins: int = 48,
+) -> Selection:
+    """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
+
+    horizon: steps forecast (>= lead_steps >= 1). Short history (too little for MIN_ORIGINS
+    backtest origins) gives last value with a note saying so. Candidates after the budget is
+    spent are skipped (and named in the note).
+    """
+    started = time.monotonic()
+    y_clean = clean(y)
+    n = y_clean.size
+    last = n - lead_steps
+    first = max(MIN_FIT, last - max_origins + 1)
+    if last - first + 1 < MIN_ORIGINS:
+        need = MIN_FIT + MIN_ORIGINS + lead_steps - 1
+        return Selection(
+            LastValue().fit(y_clean),
+            note=f"short history ({n} buckets, a backtest needs {need}): last-value baseline",
+        )
+    origins = np.arange(first, last + 1)
+    scores: dict[str, float] = {}
+    residuals: dict[str, list[list[float]]] = {}
+    skipped: list[str] = []
+    for model in candidates:
+        if model.name != "last_value" and time.monotonic() - started > budget_s:
+            skipped.append(model.name)
+            continue
+        model.fit(y_clean[: origins[0]])
+        per_step: list[list[float]] = [[] for _ in range(horizon)]
+        errors = []
+        for o in origins:
+            fc = model.forward(y_clean[:o], horizon, level)
+            steps = min(horizon, n - o)
+            actual = y_clean[o : o + steps]
+            for k in range(steps):
+                per_step[k].append(float(np.log1p(actual[k]) - np.log1p(fc.mean[k])))
+            errors.append(abs(actual[lead_steps - 1] - fc.mean[lead_steps - 1]))
+        scores[model.name] = float(np.mean(errors))
+        residuals[model.name] = per_step
+    best = min(scores, key=lambda name: scores[name])
+    if scores[best] > (1 - MARGIN) * scores["last_value"]:
+        best = "last_value"
+    chosen = next(m for m in candidates if m.name == best)
+    chosen.fit(y_clean)
+    per_step = residuals[best]
+    log_q = None
+    if len(per_step[0]) >= MIN_CALIBRATION:
+        usable = [np.asarray(r) for r in per_step if len(r) >= MIN_CALIBRATION]
+        log_q = np.array([np.quantile(r, level) for r in usable])
+    ratio = scores[best] / scores["last_value"] if scores["last_value"] > 0 else 1.0
+    note = f"{best} chosen by backtest over {origins.size} origins (MAE {ratio:.2f}x last value)"
+    if skipped:
+        note += f"; time budget skipped {', '.join(skipped)}"
+    return Selection(chosen, scores, log_q, note)

@@ -1,0 +1,191 @@
+"""Pure planner: forecast of demand -> desired replicas, with a reason for every decision.
+
+No I/O here: the runner hands in the forecast, the last observed demand and the persisted
+state (last decision, last scale times); the planner returns the plan over the horizon and
+one Decision. Units: demand and capacity in the same unit (requests/s or tokens/s of cache
+misses); times in Unix s.
+
+Rules (issue 5):
+- replicas(x) = ceil(x / capacity_per_replica * (1 + headroom)), clipped to [min, max];
+- predictive target = replicas(upper forecast at the lead-time step), where the lead-time step
+  is the first bucket that starts after replicas ordered now are ready;
+- reactive floor = replicas(current demand): a forecast only adds capacity, never removes it;
+- no scale-down while a rise above the target is forecast within the warm-up window;
+- cooldowns: no scale-up within ``up_cooldown_s`` of the last scale-up, no scale-down within
+  ``down_cooldown_s`` of the last change; at most ``max_step`` replicas per decision;
+- missing or stale data: hold the last decision, never scale down on missing data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """capacity_per_replica: demand one replica serves at target latency (> 0, demand unit);
+    headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; cooldowns in s."""
+
+    capacity_per_replica: float
+    headroom: float = 0.2
+    min_replicas: int = 1
+    max_replicas: int = 10
+    lead_time_s: float = 300.0
+    up_cooldown_s: float = 300.0
+    down_cooldown_s: float = 900.0
+    max_step: int = 4
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    """What the planner remembers between runs (persisted in Redis by ``state``).
+
+    replicas: the last decided replica count; at: when it was decided (Unix s);
+    last_up_at / last_down_at: when replicas last went up / down (Unix s), None if never.
+    """
+
+    replicas: int
+    at: float
+    last_up_at: float | None = None
+    last_down_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One replica decision. replicas: desired count; reason: why, in one line for logs and
+    annotations; action: "up", "down", "keep", "set" (first decision) or "hold" (data missing); at: Unix s;
+    current: replica count the decision started from (None when unknown)."""
+
+    replicas: int
+    reason: str
+    action: str = "keep"
+    at: float = 0.0
+    current: int | None = None
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """Bucket ``k`` steps ahead: starts at ``start`` (Unix s); forecast and upper in the demand
+    unit; replicas needed for the upper forecast."""
+
+    k: int
+    start: float
+    forecast: float
+    upper: float
+    replicas: int
+
+
+def replicas_for(demand: float, config: PlannerConfig) -> int:
+    """ceil(demand / capacity * (1 + headroom)) within [min, max]; NaN demand gives min."""
+    if not math.isfinite(demand):
+        return config.min_replicas
+    raw = math.ceil(demand / config.capacity_per_replica * (1 + config.headroom) - 1e-9)
+    return max(config.min_replicas, min(config.max_replicas, raw))
+
+
+def lead_steps(lead_time_s: float, step_s: float) -> int:
+    """Steps ahead of the first bucket that starts once a replica ordered now is ready."""
+    return int(math.floor(lead_time_s / step_s)) + 1
+
+
+def plan_steps(
+    mean: np.ndarray, upper: np.ndarray, start: float, step_s: float, config: PlannerConfig
+) -> list[PlanStep]:
+    """The plan over the horizon: one PlanStep per forecast bucket, first one starting at
+    ``start`` (the end of the last observed bucket)."""
+    return [
+        PlanStep(k + 1, start + k * step_s, float(m), float(u), replicas_for(float(u), config))
+        for k, (m, u) in enumerate(zip(mean, upper))
+    ]
+
+
+def hold(
+    state: PlannerState | None,
+    now: float,
+    why: str,
+    config: PlannerConfig,
+    current: int | None = None,
+) -> Decision:
+    """Fail-safe decision: keep the last decided count (never scale down on missing data).
+    Without a remembered decision keep the observed count ``current``; with neither there is
+    nothing to hold and the decision is min replicas, said so in the reason."""
+    if state is None and current is not None:
+        return Decision(current, f"hold: {why}; keeping current {current}", "hold", now, current)
+    if state is None:
+        return Decision(
+            config.min_replicas, f"hold: {why}; no previous decision, min replicas", "hold", now
+        )
+    return Decision(
+        state.replicas, f"hold: {why}; keeping last decision {state.replicas}", "hold", now,
+        state.replicas,
+    )
+
+
+def decide(
+    steps: list[PlanStep],
+    current_demand: float,
+    now: float,
+    step_s: float,
+    config: PlannerConfig,
+    state: PlannerState | None,
+    current: int | None = None,
+) -> Decision:
+    """The decision for ``now``.
+
+    steps: plan from ``plan_steps``; current_demand: demand in the last observed bucket (NaN
+    -> hold); current: observed replica count (defaults to the last decision).
+    """
+    if not steps or not math.isfinite(current_demand):
+        return hold(state, now, "no current demand (last bucket missing)", config, current)
+    if current is None and state is not None:
+        current = state.replicas
+    k_lead = min(lead_steps(config.lead_time_s, step_s), len(steps))
+    at_lead = steps[k_lead - 1]
+    floor = replicas_for(current_demand, config)
+    target = max(floor, at_lead.replicas)
+    why = (
+        f"upper forecast {at_lead.upper:.3g} at +{(k_lead - 1) * step_s / 60:g} min needs "
+        f"{at_lead.replicas}, current demand {current_demand:.3g} needs {floor}"
+    )
+    if current is None:
+        return Decision(target, f"{why}; first decision", "set", now, None)
+    if target < current:
+        window_peak = max(s.replicas for s in steps[:k_lead])
+        if window_peak > target:
+            target = min(current, window_peak)
+            why += f"; rise to {window_peak} forecast within warm-up window"
+    if target > current:
+        since = None if state is None or state.last_up_at is None else now - state.last_up_at
+        if since is not None and since < config.up_cooldown_s:
+            return Decision(current, f"{why}; scale-up cooldown ({since:.0f} s)", "keep", now, current)
+        new = min(target, current + config.max_step)
+        capped = f"; capped by max step {config.max_step}" if new < target else ""
+        return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current)
+    if target < current:
+        last_change = None
+        if state is not None:
+            changes = [t for t in (state.last_up_at, state.last_down_at) if t is not None]
+            last_change = max(changes) if changes else None
+        since = None if last_change is None else now - last_change
+        if since is not None and since < config.down_cooldown_s:
+            return Decision(
+                current, f"{why}; scale-down cooldown ({since:.0f} s)", "keep", now, current
+            )
+        new = max(target, current - config.max_step)
+        capped = f"; capped by max step {config.max_step}" if new > target else ""
+        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current)
+    return Decision(current, f"{why}; keep {current}", "keep", now, current)
+
+
+def advance(state: PlannerState | None, decision: Decision) -> PlannerState:
+    """State after ``decision`` (what the state store persists)."""
+    up = state.last_up_at if state else None
+    down = state.last_down_at if state else None
+    if decision.action == "up" and decision.current is not None and decision.replicas > decision.current:
+        up = decision.at
+    if decision.action == "down":
+        down = decision.at
+    return PlannerState(decision.replicas, decision.at, up, down)

@@ -1,0 +1,161 @@
+"""One planning run: source -> demand -> model selection -> forecast -> planner -> state.
+
+The I/O shell around the pure planner. Fail-safe: when the source cannot answer, returns
+nothing or its latest bucket is missing, the decision holds the last persisted one (never a
+scale-down on missing data), a warning is logged and ``promptedge_forecaster_holds_total``
+counts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client import Counter, Gauge
+
+from forecaster.errors import SourceUnavailable
+from forecaster.models.select import build_candidates, select
+from forecaster.plan import Decision, PlannerConfig, PlannerState, PlanStep, advance, decide, hold, plan_steps
+from forecaster.series import Traffic, demand
+from forecaster.settings import ForecasterSettings
+from forecaster.sources import Source
+from forecaster.state import RedisStateStore
+
+log = logging.getLogger("forecaster")
+
+HOLDS = Counter("promptedge_forecaster_holds", "Runs that held the last decision", ["cause"])
+DESIRED = Gauge("promptedge_forecaster_desired_replicas", "Replicas decided by the last run")
+
+
+@dataclass
+class RunResult:
+    """What one run saw and decided; ``to_json`` is the CLI's --json document."""
+
+    decision: Decision
+    now: float
+    model: str = "none"
+    note: str = ""
+    steps: list[PlanStep] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    series: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """JSON document: model, series, plan [{minute, forecast, upper, replicas}], decision."""
+        return {
+            "model": self.model,
+            "model_note": self.note,
+            "now": self.now,
+            "series": self.series,
+            "scores_mae_at_lead": self.scores,
+            "plan": [
+                {
+                    "minute": int(s.start // 60),
+                    "minutes_ahead": round((s.start - self.now) / 60, 2),
+                    "forecast": round(s.forecast, 4),
+                    "upper": round(s.upper, 4),
+                    "replicas": s.replicas,
+                }
+                for s in self.steps
+            ],
+            "decision": {
+                "replicas": self.decision.replicas,
+                "reason": self.decision.reason,
+                "action": self.decision.action,
+                "current": self.decision.current,
+                "at": self.decision.at,
+            },
+        }
+
+
+def _describe(traffic: Traffic, y: np.ndarray, unit: str) -> dict[str, object]:
+    return {
+        "name": traffic.name,
+        "demand_unit": f"{unit}/s",
+        "step_s": traffic.step,
+        "start": traffic.start,
+        "end": traffic.end,
+        "buckets": len(traffic),
+        "missing_buckets": int(np.isnan(y).sum()),
+    }
+
+
+def run_once(
+    settings: ForecasterSettings,
+    source: Source,
+    now: float | None = None,
+    store: RedisStateStore | None = None,
+    current: int | None = None,
+) -> RunResult:
+    """Plan once. now: Unix s (None: the source's present, i.e. wall clock or end of trace);
+    store: where the planner state lives (None: stateless what-if run); current: observed
+    replica count when the caller knows it. Never raises for source trouble: it holds."""
+    config = settings.planner()
+    state = _load(store)
+    try:
+        traffic = source.fetch(now)
+    except SourceUnavailable as exc:
+        at = time.time() if now is None else now
+        decision = _hold(state, at, f"source unavailable ({exc})", config, "source", current)
+        return _finish(RunResult(decision, at), store, state)
+    at = traffic.end if now is None else now
+    y = demand(traffic, settings.demand_unit)
+    series = _describe(traffic, y, settings.demand_unit)
+    if y.size == 0 or np.isnan(y).all():
+        decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
+        return _finish(RunResult(decision, at, series=series), store, state)
+    horizon = max(1, math.ceil(settings.horizon_s / traffic.step))
+    lead = min(horizon, math.floor(settings.warmup_s / traffic.step) + 1)
+    season = max(1, round(settings.season_s / traffic.step))
+    candidates = build_candidates(settings.models, season, traffic.step, settings.level)
+    chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s)
+    forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level))
+    steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
+    if np.isnan(y[-1]):
+        HOLDS.labels("stale").inc()
+        log.warning("hold: last bucket of %s is missing", source.name)
+    decision = decide(steps, float(y[-1]), at, traffic.step, config, state, current)
+    if decision.action != "hold" and chosen.note.startswith("short history"):
+        decision = Decision(
+            decision.replicas, f"{decision.reason}; {chosen.note}", decision.action,
+            decision.at, decision.current,
+        )
+    result = RunResult(decision, at, chosen.model.name, chosen.note, steps, chosen.scores, series)
+    return _finish(result, store, state)
+
+
+def _hold(
+    state: PlannerState | None,
+    at: float,
+    why: str,
+    config: PlannerConfig,
+    cause: str,
+    current: int | None,
+) -> Decision:
+    HOLDS.labels(cause).inc()
+    log.warning("hold: %s", why)
+    return hold(state, at, why, config, current)
+
+
+def _load(store: RedisStateStore | None) -> PlannerState | None:
+    if store is None:
+        return None
+    try:
+        return store.load()
+    except SourceUnavailable as exc:
+        log.warning("%s; planning without the last decision", exc)
+        return None
+
+
+def _finish(
+    result: RunResult, store: RedisStateStore | None, state: PlannerState | None
+) -> RunResult:
+    DESIRED.set(result.decision.replicas)
+    if store is not None and result.decision.action != "hold":  # a hold changes nothing
+        try:
+            store.save(advance(state, result.decision))
+        except SourceUnavailable as exc:
+            log.warning("%s", exc)
+    return result

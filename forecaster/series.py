@@ -1,0 +1,144 @@
+"""Traffic on a fixed time grid, with missing data kept as NaN.
+
+Every source (Redis counters, Prometheus, trace files) returns a ``Traffic``: one bucket per
+``step`` seconds starting at ``start`` (Unix s, UTC). Values are rates per second averaged over
+the bucket. NaN means "no data" (an outage, a gap in the file, before the first counted minute);
+it is never silently turned into zero, so the planner can refuse to scale down on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+
+from forecaster.errors import ConfigError
+
+DemandUnit = Literal["requests", "tokens"]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Demand on a fixed grid.
+
+    start: Unix s of the first bucket's start; step: bucket length in s (> 0).
+    requests: requests/s per bucket, shape (n,), NaN = missing.
+    misses: cache misses/s per bucket (what reached the GPUs) or None when no cache counted.
+    tokens: prompt + completion tokens/s per bucket or None when the source has no token counts.
+    name: what the series is (model name, file name), for reports.
+    """
+
+    start: float
+    step: float
+    requests: np.ndarray
+    misses: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+    name: str = ""
+
+    def __len__(self) -> int:
+        return int(self.requests.shape[0])
+
+    @property
+    def end(self) -> float:
+        """Unix s just after the last bucket."""
+        return self.start + len(self) * self.step
+
+    def times(self) -> np.ndarray:
+        """Bucket start times, Unix s, shape (n,)."""
+        return self.start + self.step * np.arange(len(self))
+
+    def window(self, lo: int, hi: int) -> Traffic:
+        """Buckets [lo, hi) as a new Traffic (same step)."""
+        cut = slice(lo, hi)
+        return replace(
+            self,
+            start=self.start + max(lo, 0) * self.step,
+            requests=self.requests[cut],
+            misses=None if self.misses is None else self.misses[cut],
+            tokens=None if self.tokens is None else self.tokens[cut],
+        )
+
+
+def demand(traffic: Traffic, unit: DemandUnit) -> np.ndarray:
+    """What reaches the GPUs, per bucket, NaN kept.
+
+    "requests": cache misses/s when the source counts them, else requests/s.
+    "tokens": tokens/s scaled by the bucket's miss ratio (misses / requests; 1 when no cache
+    counted; buckets with no requests have no tokens either). Raises ConfigError when tokens are
+    asked for and the source has no token counts.
+    """
+    if unit == "requests":
+        return traffic.requests if traffic.misses is None else traffic.misses
+    if traffic.tokens is None:
+        raise ConfigError(
+            f"demand unit 'tokens' but source {traffic.name!r} has no token counts; "
+            "set PROMPTEDGE_FORECASTER_DEMAND_UNIT=requests"
+        )
+    if traffic.misses is None:
+        return traffic.tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(traffic.requests > 0, traffic.misses / traffic.requests, 0.0)
+    return traffic.tokens * ratio
+
+
+def bucket_events(
+    times: np.ndarray,
+    weights: dict[str, np.ndarray],
+    step: float,
+    start: float | None = None,
+    end: float | None = None,
+) -> tuple[float, dict[str, np.ndarray]]:
+    """Count events into buckets of ``step`` s; returns (grid start, per-second rate per key).
+
+    times: event times, Unix s (any order). weights: per-event amounts per key (e.g. tokens);
+    the key "requests" is added as 1 per event. The grid starts at ``start`` (default: the first
+    event rounded up to the step) and covers up to ``end`` (default: last event). Every bucket inside
+    the covered span is observed, so a bucket without events is 0, not missing. Without
+    ``start``/``end`` the buckets holding the first and last events are left out when the trace
+    begins or ends inside them (they would read as a dip).
+    """
+    if times.size == 0:
+        raise ValueError("no events")
+    lo = math.ceil(times.min() / step) * step if start is None else start
+    hi = times.max() if end is None else end
+    n = max(1, math.floor((hi - lo) / step))
+    idx = np.floor((times - lo) / step).astype(np.int64)
+    keep = (idx >= 0) & (idx < n)
+    out: dict[str, np.ndarray] = {}
+    for key, w in {"requests": np.ones_like(times, dtype=float), **weights}.items():
+        out[key] = np.bincount(idx[keep], weights=w[keep], minlength=n)[:n] / step
+    return float(lo), out
+
+
+def resample_levels(
+    times: np.ndarray, values: np.ndarray, step: float | None = None
+) -> tuple[float, float, np.ndarray]:
+    """Average sampled levels (rates) into buckets; returns (grid start, step, rates).
+
+    times: sample times, Unix s; values: the rate over [t, t + native interval), where the native
+    interval is the median spacing of the samples. step: bucket length in s (default: the native
+    interval). A bucket with no sample covering it is NaN (missing, not zero). Used for
+    Prometheus samples, ServeGen windows and timestamp,value CSVs.
+    """
+    if times.size == 0:
+        raise ValueError("no samples")
+    order = np.argsort(times, kind="stable")
+    times, values = times[order], values[order]
+    native = float(np.median(np.diff(times))) if times.size > 1 else 60.0
+    native = native if native > 0 else 60.0
+    step = native if step is None else float(step)
+    repeat = max(1, round(native / step))
+    if repeat > 1:  # a coarse sample holds for its whole interval on a finer grid
+        times = (times[:, None] + step * np.arange(repeat)[None, :]).ravel()
+        values = np.repeat(values, repeat)
+    lo = math.floor(times.min() / step) * step
+    n = math.floor((times.max() - lo) / step) + 1
+    idx = np.floor((times - lo) / step).astype(np.int64)
+    keep = ~np.isnan(values)
+    sums = np.bincount(idx[keep], weights=values[keep], minlength=n)
+    counts = np.bincount(idx[keep], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return float(lo), step, out

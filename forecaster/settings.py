@@ -1,0 +1,76 @@
+"""Forecaster settings (pydantic-settings).
+
+Environment: ``PROMPTEDGE_REDIS_URL`` (shared with the router) and ``PROMPTEDGE_FORECASTER_*``
+for everything else, e.g. ``PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA=2.5``. Lists are JSON
+(``PROMPTEDGE_FORECASTER_MODELS='["last_value","holt_winters","prophet"]'``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from forecaster.plan import PlannerConfig
+
+
+class ForecasterSettings(BaseSettings):
+    """All forecaster knobs; units in the field names (``_s`` seconds)."""
+
+    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore")
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("PROMPTEDGE_REDIS_URL", "PROMPTEDGE_FORECASTER_REDIS_URL"),
+    )
+    # Source of demand: the router's Redis counters or a Prometheus query_range.
+    source: Literal["redis", "prometheus"] = "redis"
+    model_name: str | None = None  # the router's model/pool; None = sum over all models
+    prometheus_url: str = "http://127.0.0.1:9090"
+    # Requests/s that reach the GPUs; vLLM >= 0.10 counts finished requests in this counter.
+    prometheus_query: str = "sum(rate(vllm:request_success_total[1m]))"
+    source_timeout_s: PositiveFloat = 5.0  # bound on every source call
+    trace_tz: str = "UTC"  # time zone of naive timestamps in trace files
+
+    step_s: PositiveFloat = 60.0
+    history_s: PositiveFloat = 14 * 86400.0
+    horizon_s: PositiveFloat = 1800.0
+    level: float = Field(0.9, gt=0.5, lt=1.0)  # upper quantile of the forecast band
+    models: list[str] = ["last_value", "seasonal_naive", "holt_winters"]
+    time_budget_s: PositiveFloat = 5.0  # model selection budget per run
+    season_s: PositiveFloat = 86400.0
+
+    demand_unit: Literal["requests", "tokens"] = "requests"
+    capacity_per_replica: PositiveFloat = 2.0  # in the demand unit per second
+    headroom: float = Field(0.2, ge=0.0)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: PositiveInt = 10
+    warmup_s: float = Field(300.0, ge=0.0)  # lead time: replica warm-up
+    up_cooldown_s: float = Field(300.0, ge=0.0)
+    down_cooldown_s: float = Field(900.0, ge=0.0)
+    max_step: PositiveInt = 4
+
+    # Actuation (forecaster.actuate): what to scale and how.
+    actuation: Literal["dry-run", "kubernetes", "keda"] = "dry-run"
+    namespace: str = "default"
+    deployment: str = "vllm"
+    daemon_interval_s: PositiveFloat = 60.0
+
+    def planner(self) -> PlannerConfig:
+        """The planner's view of these settings."""
+        return PlannerConfig(
+            capacity_per_replica=self.capacity_per_replica,
+            headroom=self.headroom,
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            lead_time_s=self.warmup_s,
+            up_cooldown_s=self.up_cooldown_s,
+            down_cooldown_s=self.down_cooldown_s,
+            max_step=self.max_step,
+        )
+
+    @property
+    def state_key(self) -> str:
+        """Redis key of the persisted planner state for the scaled target."""
+        return f"promptedge:forecaster:state:{self.namespace}/{self.deployment}"

@@ -1,0 +1,46 @@
+"""Demand sources behind one interface: ``fetch(now) -> Traffic``.
+
+- RedisCounterSource: the router's per-minute counters;
+- PrometheusSource: a PromQL ``query_range`` over httpx;
+- TraceSource: a trace file or folder (Azure, Mooncake, ServeGen, BurstGPT, generic CSV).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Protocol
+
+from forecaster.series import Traffic
+from forecaster.sources.redis_counters import RedisCounterSource
+from forecaster.sources.traces import read_trace
+
+
+class Source(Protocol):
+    """A demand source. ``fetch(now)`` returns the Traffic observed before ``now`` (Unix s;
+    None = the source's own present) and raises SourceUnavailable when it cannot answer in time."""
+
+    name: str
+
+    def fetch(self, now: float | None = None) -> Traffic: ...
+
+
+class TraceSource:
+    """A trace file read once; ``fetch(now)`` keeps the buckets that end by ``now`` (default:
+    the whole trace). Raises TraceFormatError on a bad file."""
+
+    def __init__(
+        self, path: Path, step: float | None = None, tz: str = "UTC", fmt: str = "auto"
+    ) -> None:
+        self._traffic = read_trace(path, step, tz, fmt)
+        self.name = f"trace:{self._traffic.name}"
+
+    def fetch(self, now: float | None = None) -> Traffic:
+        traffic = self._traffic
+        if now is None:
+            return traffic
+        keep = math.floor((now - traffic.start) / traffic.step)
+        return traffic.window(0, max(0, min(len(traffic), keep)))
+
+
+__all__ = ["RedisCounterSource", "Source", "TraceSource", "read_trace"]

@@ -1,0 +1,102 @@
+"""The router's per-minute traffic counters in Redis, as Traffic.
+
+Layout (owned by the router, see the top-level README): hash ``promptedge:traffic:{model}:{day}``
+with ``day`` = Unix minute // 1440 and fields ``{minute}:requests``, ``{minute}:misses``,
+``{minute}:prompt_tokens``, ``{minute}:completion_tokens``; set ``promptedge:traffic:models``.
+
+Minutes between the first and the last counted minute without a field had no traffic (0).
+Minutes before the first and after the last counted minute are missing (NaN): the router may
+have been down, and the planner must not read an outage as a quiet period. The minute that
+contains ``now`` is still being counted and is left out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import redis
+
+from forecaster.errors import SourceUnavailable
+from forecaster.series import Traffic
+
+KEY_PREFIX = "promptedge:traffic"
+MODELS_KEY = f"{KEY_PREFIX}:models"
+FIELDS = ("requests", "misses", "prompt_tokens", "completion_tokens")
+
+
+class RedisCounterSource:
+    """Reads ``history_s`` seconds of 1-minute counters before ``now`` for one model (or the sum
+    over all models when ``model`` is None). Every Redis call is bounded by ``timeout_s``;
+    connection and timeout errors raise SourceUnavailable."""
+
+    step = 60.0
+
+    def __init__(
+        self, url: str, model: str | None, history_s: float, timeout_s: float = 2.0
+    ) -> None:
+        self._client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, decode_responses=True
+        )
+        self._model = model
+        self._history_s = history_s
+        self.name = f"redis:{model or 'all models'}"
+
+    def fetch(self, now: float | None = None) -> Traffic:
+        """Counters for minutes [now - history, now) as rates per second (Traffic, step 60 s)."""
+        now = time.time() if now is None else now
+        last = math.floor(now / 60) - 1  # the current minute is incomplete
+        first = last - math.ceil(self._history_s / 60) + 1
+        try:
+            models = [self._model] if self._model else sorted(self._client.smembers(MODELS_KEY))
+            pipe = self._client.pipeline(transaction=False)
+            for model in models:
+                for day in range(first // 1440, last // 1440 + 1):
+                    pipe.hgetall(f"{KEY_PREFIX}:{model}:{day}")
+            hashes = pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise SourceUnavailable(f"Redis counters unreachable: {exc}") from None
+        n = last - first + 1
+        sums = {field: np.zeros(n) for field in FIELDS}
+        seen = np.zeros(n, dtype=bool)
+        present: set[str] = set()
+        for fields in hashes:
+            for key, value in fields.items():
+                minute_s, _, field = key.partition(":")
+                if field not in sums or not minute_s.isdigit():
+                    continue
+                idx = int(minute_s) - first
+                if 0 <= idx < n:
+                    sums[field][idx] += float(value)
+                    seen[idx] = True
+                    present.add(field)
+        return _to_traffic(first, sums, seen, present, self.name)
+
+
+def _to_traffic(
+    first: int, sums: dict[str, np.ndarray], seen: np.ndarray, present: set[str], name: str
+) -> Traffic:
+    """Rates per second; a counter the router never wrote (e.g. no cache in front) is None."""
+    rates = {field: values / 60.0 for field, values in sums.items()}
+    if seen.any():
+        lo = int(np.argmax(seen))
+        hi = len(seen) - int(np.argmax(seen[::-1]))
+        outside = np.ones(len(seen), dtype=bool)
+        outside[lo:hi] = False
+    else:
+        outside = np.ones(len(seen), dtype=bool)
+    for values in rates.values():
+        values[outside] = np.nan
+    return Traffic(
+        start=first * 60.0,
+        step=60.0,
+        requests=rates["requests"],
+        misses=rates["misses"] if "misses" in present else None,
+        tokens=(
+            rates["prompt_tokens"] + rates["completion_tokens"]
+            if present & {"prompt_tokens", "completion_tokens"}
+            else None
+        ),
+        name=name,
+    )
