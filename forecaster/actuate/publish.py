@@ -1,0 +1,165 @@
+"""Desired replicas for KEDA or an HPA: a Redis record and the small HTTP endpoint that serves it.
+
+The forecaster (cron or daemon) writes its latest decision to Redis; the endpoint reads it on
+every poll, so the two can be separate processes. The endpoint keeps serving the last value when
+the forecaster goes quiet (hold, never drop to a minimum) and says how old it is.
+
+Redis key ``promptedge:forecaster:desired:{namespace}:{deployment}`` (hash: ``replicas``,
+``reason``, ``decided_at`` = Unix seconds), no TTL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import redis
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from forecaster.actuate.errors import PublishUnavailable
+from forecaster.actuate.settings import ActuatorSettings
+
+KEY_PREFIX = "promptedge:forecaster:desired"
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published decision: ``replicas``, its ``reason``, ``decided_at`` (Unix seconds, UTC)."""
+
+    replicas: int
+    reason: str
+    decided_at: float
+
+
+class DesiredStore:
+    """The Redis record of one Deployment's published desired replicas; raises PublishUnavailable."""
+
+    def __init__(self, client: redis.Redis, namespace: str, deployment: str) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.deployment = deployment
+        self.key = f"{KEY_PREFIX}:{namespace}:{deployment}"
+
+    @classmethod
+    def from_settings(cls, settings: ActuatorSettings) -> DesiredStore:
+        """Store on ``settings.redis_url`` with bounded socket timeouts (``request_timeout_s``)."""
+        client = redis.Redis.from_url(
+            settings.redis_url,
+            socket_timeout=settings.request_timeout_s,
+            socket_connect_timeout=settings.request_timeout_s,
+        )
+        return cls(client, settings.namespace, settings.deployment or "-")
+
+    def publish(self, replicas: int, reason: str, decided_at: datetime) -> None:
+        """Overwrite the record with a new decision."""
+        mapping = {"replicas": replicas, "reason": reason, "decided_at": decided_at.timestamp()}
+        try:
+            self._client.hset(self.key, mapping=mapping)
+        except redis.RedisError as exc:
+            raise PublishUnavailable(f"cannot publish desired replicas to Redis key {self.key}: {exc}") from None
+
+    def read(self) -> Published | None:
+        """The last published decision, or None when nothing was ever published."""
+        try:
+            fields = self._client.hgetall(self.key)
+        except redis.RedisError as exc:
+            raise PublishUnavailable(f"cannot read Redis key {self.key}: {exc}") from None
+        if not fields:
+            return None
+        return Published(
+            replicas=int(fields[b"replicas"]),
+            reason=fields[b"reason"].decode(),
+            decided_at=float(fields[b"decided_at"]),
+        )
+
+
+class _DesiredCollector(Collector):
+    """Prometheus gauges read from the store at scrape time (absent until something is published)."""
+
+    def __init__(self, store: DesiredStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        published = self._store.read()
+        if published is None:
+            return
+        labels = ["namespace", "deployment"]
+        values = [self._store.namespace, self._store.deployment]
+        replicas = GaugeMetricFamily(
+            "promptedge_desired_replicas", "Replicas the forecaster wants (for an HPA external metric)", labels=labels
+        )
+        replicas.add_metric(values, published.replicas)
+        age = GaugeMetricFamily(
+            "promptedge_desired_age_seconds", "Seconds since the forecaster last published a decision", labels=labels
+        )
+        age.add_metric(values, max(0.0, time.time() - published.decided_at))
+        yield replicas
+        yield age
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": "service_unavailable", "param": None, "code": code}},
+        status_code=status,
+    )
+
+
+def create_app(settings: ActuatorSettings | None = None, store: DesiredStore | None = None) -> FastAPI:
+    """The endpoint: ``GET /desired`` (JSON for KEDA's metrics-api scaler, ``valueLocation: desiredReplicas``),
+    ``GET /metrics`` (Prometheus gauges), ``GET /health``.
+
+    ``/desired`` answers 503 with an error JSON when nothing was published yet or Redis is
+    unreachable, so KEDA counts a scaler failure (and applies its ``fallback``) instead of reading 0.
+    """
+    settings = settings or ActuatorSettings()
+    store = store or DesiredStore.from_settings(settings)
+    registry = CollectorRegistry()
+    registry.register(_DesiredCollector(store))
+    app = FastAPI(title="PromptEdge desired replicas")
+
+    @app.get("/desired")
+    def desired() -> Response:
+        try:
+            published = store.read()
+        except PublishUnavailable as exc:
+            return _error(503, str(exc), "store_unavailable")
+        if published is None:
+            return _error(503, f"no decision published yet for {store.namespace}/{store.deployment}", "not_published")
+        age = max(0.0, time.time() - published.decided_at)
+        return JSONResponse(
+            {
+                "desiredReplicas": published.replicas,
+                "reason": published.reason,
+                "decidedAt": datetime.fromtimestamp(published.decided_at, timezone.utc).isoformat(),
+                "ageSeconds": round(age, 3),
+                "stale": age > settings.stale_after_s,
+                "target": f"{store.namespace}/{store.deployment}",
+            }
+        )
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        try:
+            body = generate_latest(registry)
+        except PublishUnavailable as exc:
+            return _error(503, str(exc), "store_unavailable")
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def serve_desired(settings: ActuatorSettings | None = None) -> None:
+    """Run the endpoint on ``publish_host:publish_port`` until interrupted (blocking)."""
+    settings = settings or ActuatorSettings()
+    uvicorn.run(create_app(settings), host=settings.publish_host, port=settings.publish_port, log_level="info")
