@@ -64,13 +64,15 @@ def build_scheduler(job: Callable[[], None], interval_s: float) -> BlockingSched
     scheduler = BlockingScheduler(
         timezone=timezone.utc,
         executors={"default": ThreadPoolExecutor(max_workers=1)},
-        job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None},
     )
     scheduler.add_job(
         guarded(job),
         IntervalTrigger(seconds=interval_s, timezone=timezone.utc),
         id="forecaster-run",
         name="forecaster run",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=None,  # a run delayed by a long previous run still happens (once)
         next_run_time=datetime.now(timezone.utc),
     )
     return scheduler

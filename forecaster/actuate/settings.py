@@ -24,7 +24,7 @@ class ActuatorSettings(BaseSettings):
     Times are seconds.
     """
 
-    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ACTUATOR_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ACTUATOR_", extra="ignore", populate_by_name=True)
 
     mode: Mode = "dry-run"
     namespace: str = "default"

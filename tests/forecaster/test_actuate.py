@@ -212,3 +212,9 @@ def test_missing_kubeconfig_is_a_config_error(tmp_path: object) -> None:
 def test_scale_api_reports_pod_selector(fake: FakeKubeServer) -> None:
     api = KubeScaleAPI(fake.client(), NS, NAME, 5.0)
     assert api.read_scale().selector == "app=vllm"
+
+
+def test_redis_url_from_shared_variable_or_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://shared:6379/1")
+    assert ActuatorSettings().redis_url == "redis://shared:6379/1"
+    assert ActuatorSettings(redis_url="redis://kw:6379/2").redis_url == "redis://kw:6379/2"
