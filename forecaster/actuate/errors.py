@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forecaster.errors import ForecasterError
+
 
 @dataclass(frozen=True)
 class KubeResource:
@@ -30,8 +32,12 @@ class KubeResource:
         return f"{self.rbac_resource}{group} {self.namespace}/{self.name}"
 
 
-class ActuationError(Exception):
-    """Base class: the decision could not be carried out (nothing or only part was written)."""
+class ActuationError(ForecasterError):
+    """Base class: the decision could not be carried out (nothing or only part was written).
+
+    Part of the forecaster's one error tree; callers that map errors to exit codes must test
+    for ActuationError before ForecasterError.
+    """
 
 
 class ActuationConfigError(ActuationError):
