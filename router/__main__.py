@@ -1,0 +1,49 @@
+"""``python -m router serve [--host H] [--port P]``: run the router with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+import uvicorn
+from pydantic import ValidationError
+
+from router.app import create_app
+from router.settings import RouterSettings
+
+cli = typer.Typer(help="PromptEdge edge router: OpenAI-compatible, cache first, GPU-load-aware dispatch.",
+                  no_args_is_help=True, add_completion=False)
+
+
+@cli.callback()
+def main() -> None:
+    """PromptEdge router. Settings come from PROMPTEDGE_* environment variables (router/README.md)."""
+
+
+@cli.command()
+def serve(
+    host: str = typer.Option(None, help="Bind address (default PROMPTEDGE_ROUTER_HOST or 127.0.0.1)."),
+    port: int = typer.Option(None, help="Port (default PROMPTEDGE_ROUTER_PORT or 8000)."),
+    log_level: str = typer.Option("info", help="uvicorn and router log level."),
+) -> None:
+    """Serve the OpenAI API on HOST:PORT (uvicorn with uvloop and httptools)."""
+    try:
+        settings = RouterSettings()
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            field = ".".join(str(p) for p in error["loc"])
+            typer.echo(f"error: setting PROMPTEDGE_ROUTER_{field.split('.')[0].upper()} ({field}): {error['msg']}",
+                       err=True)
+        raise typer.Exit(2) from None
+    if not settings.replicas:
+        typer.echo("error: no replicas: set PROMPTEDGE_ROUTER_REPLICAS to a JSON list of "
+                   '{"url", "model"} objects', err=True)
+        raise typer.Exit(2)
+    logging.basicConfig(level=log_level.upper(), format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
+    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
+                loop="uvloop", http="httptools", log_level=log_level, access_log=False)
+
+
+if __name__ == "__main__":
+    cli()

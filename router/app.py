@@ -1,0 +1,79 @@
+"""The FastAPI app factory and its lifespan (creates and closes every long-lived client)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse
+
+from cache import CacheSettings, ResponseCache
+from router.api import api
+from router.counters import SimClock, TrafficCounters
+from router.dispatch import Weights
+from router.errors import APIError
+from router.health import HealthConfig
+from router.metrics import RouterMetrics
+from router.ops import ops
+from router.replicas import Pools
+from router.scraper import Scraper
+from router.settings import RouterSettings
+from router.state import RouterState
+from router.upstream import make_client
+
+log = logging.getLogger("router")
+
+
+def create_app(settings: RouterSettings | None = None) -> FastAPI:
+    """A router app for ``settings`` (default: read from the environment)."""
+    settings = settings or RouterSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        redis = aioredis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout_s,
+                                  socket_connect_timeout=settings.redis_timeout_s)
+        client = make_client(settings.upstream_transport, settings.max_connections, settings.connect_timeout_s)
+        probe_client = httpx.AsyncClient(timeout=settings.scrape_timeout_s)
+        cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
+        pools = Pools(settings.replicas, HealthConfig(rise=settings.health_rise, fall=settings.health_fall))
+        weights = Weights(stale_after_s=settings.stale_after_s)
+        scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
+        counters = TrafficCounters(redis, SimClock(settings.clock_origin, settings.clock_scale),
+                                   settings.counters_flush_s)
+        app.state.router = RouterState(
+            settings=settings, redis=redis, client=client, cache=ResponseCache(redis, cache_settings),
+            pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
+            weights=weights)
+        await scraper.start()
+        counters.start()
+        try:
+            yield
+        finally:
+            await scraper.stop()
+            await counters.stop()
+            await client.aclose()
+            await probe_client.aclose()
+            await redis.aclose()
+
+    app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.include_router(api)
+    app.include_router(ops)
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(Exception, _internal_error)
+    return app
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, APIError)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    # The top-level handler: log the trace for operators, never show it to the client.
+    log.exception("unhandled error on %s", request.url.path)
+    body = APIError("internal router error", code="internal_error").body()
+    return JSONResponse(body, status_code=500)

@@ -1,0 +1,78 @@
+"""Pure reading of request metadata from headers: cache controls, priority, session, tenant.
+
+Header names (router/README.md): ``Cache-Control: no-cache | no-store``, ``X-Cache-TTL``
+(seconds), ``X-Cache-Threshold`` (semantic similarity 0..1; 0 means 0), ``X-Priority``
+(P0 | P1 | P2, default P1), ``X-Session-ID``, ``X-Model`` (pool override).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from cache import CacheControl
+from router.errors import BadRequest
+
+PRIORITIES = ("P0", "P1", "P2")
+
+
+def cache_control(headers: Mapping[str, str]) -> CacheControl:
+    """The cache controls of a request; raises BadRequest for a malformed TTL/threshold header."""
+    directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+    ttl = _number(headers, "x-cache-ttl", int)
+    threshold = _number(headers, "x-cache-threshold", float)
+    if ttl is not None and ttl < 0:
+        raise BadRequest("X-Cache-TTL must be >= 0 seconds", param="X-Cache-TTL", code="invalid_header")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise BadRequest("X-Cache-Threshold must be within 0..1", param="X-Cache-Threshold", code="invalid_header")
+    if not ("no-cache" in directives or "no-store" in directives or ttl is not None or threshold is not None):
+        return _DEFAULT
+    return CacheControl(no_cache="no-cache" in directives, no_store="no-store" in directives,
+                        ttl_s=ttl, threshold=threshold)
+
+
+_DEFAULT = CacheControl()
+
+
+def _number(headers: Mapping[str, str], name: str, kind: type[int] | type[float]) -> int | float | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise BadRequest(f"header {name} must be a number, got {value!r}", param=name, code="invalid_header") from None
+
+
+def priority(headers: Mapping[str, str]) -> str:
+    """The request's priority class P0 (most important) .. P2; raises BadRequest if unknown."""
+    value = headers.get("x-priority")
+    if value is None:
+        return "P1"
+    value = value.strip().upper()
+    if value not in PRIORITIES:
+        raise BadRequest("X-Priority must be P0, P1 or P2", param="X-Priority", code="invalid_header")
+    return value
+
+
+def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
+    """Prompt size in tokens without a tokenizer: ceil(chars / 4) (OpenAI's rule of thumb of
+    ~4 characters per token) plus 3 per chat message and 3 for reply priming (OpenAI cookbook,
+    "How to count tokens with tiktoken"); a pre-tokenised prompt counts its token ids."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        chars = 0
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                chars += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+        return -(-chars // 4) + 3 * len(messages) + 3
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return -(-len(prompt) // 4)
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        return len(prompt)
+    if isinstance(prompt, list):
+        return sum(len(p) if isinstance(p, list) else -(-len(str(p)) // 4) for p in prompt)
+    return 0

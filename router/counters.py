@@ -1,0 +1,112 @@
+"""Per-minute traffic counters in Redis, read by the forecaster (layout: README.md, CONTRACTS.md).
+
+Requests add to an in-process tally (no I/O on the request path); a background task flushes
+the tally every ``flush_s`` in one pipelined round trip. If Redis is down the tally is kept
+and merged into the next flush, so minutes are late, not lost (bounded: beyond
+``max_pending`` keys the oldest minutes are dropped and counted in ``dropped``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger("router.counters")
+
+KEY = "promptedge:traffic:{model}:{day}"
+MODELS_KEY = "promptedge:traffic:models"
+EXPIRE_S = 15 * 86400
+
+
+class SimClock:
+    """The router's (possibly time-compressed) clock: origin + (time.time() - origin) * scale.
+
+    origin: Unix seconds (default: when the clock was made); scale: speed-up factor
+    (1.0 = real time, then the clock is exactly time.time()).
+    """
+
+    def __init__(self, origin: float | None, scale: float) -> None:
+        self.origin = time.time() if origin is None else origin
+        self.scale = scale
+
+    def now(self) -> float:
+        """Current simulated Unix time in seconds."""
+        real = time.time()
+        return real if self.scale == 1.0 else self.origin + (real - self.origin) * self.scale
+
+
+class TrafficCounters:
+    """Counts requests, misses and tokens per model and (simulated) Unix minute."""
+
+    def __init__(self, redis: aioredis.Redis, clock: SimClock, flush_s: float, max_pending: int = 100_000) -> None:
+        self.redis = redis
+        self.clock = clock
+        self.flush_s = flush_s
+        self.max_pending = max_pending
+        self.dropped = 0
+        self._tally: Counter[tuple[str, int, str]] = Counter()
+        self._task: asyncio.Task[None] | None = None
+
+    def count(self, model: str, *, miss: bool, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add one request (and its token usage) to the current minute of ``model``."""
+        minute = int(self.clock.now() // 60)
+        tally = self._tally
+        tally[(model, minute, "requests")] += 1
+        if miss:
+            tally[(model, minute, "misses")] += 1
+        if prompt_tokens:
+            tally[(model, minute, "prompt_tokens")] += prompt_tokens
+        if completion_tokens:
+            tally[(model, minute, "completion_tokens")] += completion_tokens
+
+    async def flush(self) -> bool:
+        """Write the tally to Redis in one pipeline; returns False (tally kept) if Redis failed."""
+        if not self._tally:
+            return True
+        tally, self._tally = self._tally, Counter()
+        pipe = self.redis.pipeline(transaction=False)
+        keys, models = set(), set()
+        for (model, minute, field), value in tally.items():
+            key = KEY.format(model=model, day=minute // 1440)
+            pipe.hincrby(key, f"{minute}:{field}", value)
+            keys.add(key)
+            models.add(model)
+        for key in keys:
+            pipe.expire(key, EXPIRE_S)
+        pipe.sadd(MODELS_KEY, *models)
+        try:
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.warning("traffic counters not written (kept for the next flush): %r", exc)
+            tally.update(self._tally)
+            self._tally = tally
+            self._trim()
+            return False
+        return True
+
+    def _trim(self) -> None:
+        if len(self._tally) <= self.max_pending:
+            return
+        for key in sorted(self._tally, key=lambda k: k[1])[: len(self._tally) - self.max_pending]:
+            self.dropped += self._tally.pop(key)
+
+    def start(self) -> None:
+        """Start flushing every ``flush_s`` in the background."""
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        """Stop the background task and flush what is left (once)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.flush()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_s)
+            await self.flush()

@@ -1,0 +1,194 @@
+"""Replica choice: pure scoring and policies over snapshots of replica state (no I/O).
+
+Score (``gpu_load``, lower is better; unit: "equivalent running requests")::
+
+    est      = max(inflight, waiting + running + (inflight - inflight_at_scrape))   # fresh scrape
+             = inflight                                                           # stale / none
+    score    = est + W_queue * waiting + W_kv * kv_usage + W_mem * mem_used**2
+               + W_temp * max(0, temp_c - 75)
+
+``inflight`` is the router's own count of open requests to the replica (exact: it is kept on
+every path), ``inflight_at_scrape`` that count when the metrics were scraped, so requests
+sent or finished since the scrape are neither missed nor counted twice. A snapshot older
+than ``stale_after_s`` is distrusted entirely and the score falls back to ``inflight``.
+A replica that is hot (KV cache or GPU memory over 85 %, utilisation over 90 %) is avoided
+while any other candidate is not. The memory penalty is squared so that it is negligible at
+moderate use and dominant near exhaustion (where a new long prompt would preempt others).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from router.signals import Signals
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """What dispatch knows about one eligible replica at decision time.
+
+    key: replica URL; inflight: router's open requests to it; signals: last scrape (None if
+    never scraped); inflight_at_scrape: ``inflight`` when that scrape was taken;
+    age_s: seconds since that scrape (None if never).
+    """
+
+    key: str
+    inflight: int = 0
+    signals: Signals | None = None
+    inflight_at_scrape: int = 0
+    age_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Scoring weights and thresholds (see module docstring for the formula)."""
+
+    queue: float = 2.0
+    kv: float = 4.0
+    mem: float = 4.0
+    temp_per_c: float = 0.5
+    temp_threshold_c: float = 75.0
+    hot_kv: float = 0.85
+    hot_mem: float = 0.85
+    hot_util: float = 0.90
+    stale_after_s: float = 1.0
+    affinity_load_factor: float = 1.25
+
+
+@dataclass(slots=True)
+class Context:
+    """Per-decision inputs besides the replicas.
+
+    ticket: a counter that grows by one per decision (round robin, tie-breaking);
+    rng: random source for ``power_of_two``; session: ``X-Session-ID`` or None;
+    preferred: replica that served this request's prompt prefix recently, or None.
+    """
+
+    ticket: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+    session: str | None = None
+    preferred: str | None = None
+
+
+def fresh(view: ReplicaView, weights: Weights) -> bool:
+    """True if the view has a scrape younger than ``weights.stale_after_s``."""
+    return view.signals is not None and view.age_s is not None and view.age_s <= weights.stale_after_s
+
+
+def estimated_requests(view: ReplicaView, weights: Weights) -> float:
+    """Requests open on the replica now (running + waiting), from the scrape and own counts."""
+    if not fresh(view, weights):
+        return float(view.inflight)
+    sig = view.signals
+    assert sig is not None
+    scraped = (sig.waiting or 0.0) + (sig.running or 0.0)
+    return max(float(view.inflight), scraped + view.inflight - view.inflight_at_scrape)
+
+
+def score(view: ReplicaView, weights: Weights) -> float:
+    """The ``gpu_load`` score of one replica (lower is better)."""
+    est = estimated_requests(view, weights)
+    if not fresh(view, weights):
+        return est
+    sig = view.signals
+    assert sig is not None
+    total = est + weights.queue * (sig.waiting or 0.0) + weights.kv * (sig.kv_usage or 0.0)
+    if sig.mem_used is not None:
+        total += weights.mem * sig.mem_used**2
+    if sig.temp_c is not None and sig.temp_c > weights.temp_threshold_c:
+        total += weights.temp_per_c * (sig.temp_c - weights.temp_threshold_c)
+    return total
+
+
+def hot(view: ReplicaView, weights: Weights) -> bool:
+    """True if a fresh scrape shows KV/memory or utilisation over the avoid thresholds."""
+    if not fresh(view, weights):
+        return False
+    sig = view.signals
+    assert sig is not None
+    return (
+        (sig.kv_usage or 0.0) > weights.hot_kv
+        or (sig.mem_used or 0.0) > weights.hot_mem
+        or (sig.gpu_util or 0.0) > weights.hot_util
+    )
+
+
+def _argmin(views: Sequence[ReplicaView], values: Sequence[float], ticket: int) -> ReplicaView:
+    # Ties are broken by rotating with the ticket so an idle pool is filled evenly.
+    n = len(views)
+    best = min(range(n), key=lambda i: (values[i], (i - ticket) % n))
+    return views[best]
+
+
+def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weights = Weights()) -> ReplicaView:
+    """Choose one replica from ``views`` (the eligible ones, non-empty) under ``policy``.
+
+    policy: round_robin | least_request | gpu_load | power_of_two. With ``ctx.session`` the
+    choice is sticky by consistent hashing, with ``ctx.preferred`` by prompt prefix; both are
+    bounded by load (a replica above ``affinity_load_factor`` x the mean open requests is skipped).
+    Raises ValueError for an empty ``views`` or an unknown policy.
+    """
+    if not views:
+        raise ValueError("no replica to pick from")
+    if policy == "round_robin":
+        return views[ctx.ticket % len(views)]
+    if policy == "least_request":
+        return _argmin(views, [float(v.inflight) for v in views], ctx.ticket)
+    if policy not in ("gpu_load", "power_of_two"):
+        raise ValueError(f"unknown dispatch policy {policy!r}")
+    cool = [v for v in views if not hot(v, weights)] or list(views)
+    scores = [score(v, weights) for v in cool]
+    if ctx.session is not None or ctx.preferred is not None:
+        sticky = _affine(cool, [estimated_requests(v, weights) for v in cool], ctx, weights)
+        if sticky is not None:
+            return sticky
+    if policy == "power_of_two" and len(cool) > 2:
+        a, b = ctx.rng.sample(range(len(cool)), 2)
+        return cool[a] if scores[a] <= scores[b] else cool[b]
+    return _argmin(cool, scores, ctx.ticket)
+
+
+def _affine(views: list[ReplicaView], loads: list[float], ctx: Context, weights: Weights) -> ReplicaView | None:
+    # Bounded load (Mirrokni, Thorup, Zadimoghaddam 2018): a replica may take a sticky request
+    # only while its open requests stay within ceil(c x the mean after adding this request).
+    bound = math.ceil(weights.affinity_load_factor * (sum(loads) + 1.0) / len(loads))
+    by_key = {v.key: (v, s) for v, s in zip(views, loads, strict=True)}
+    if ctx.preferred is not None and ctx.preferred in by_key:
+        view, load = by_key[ctx.preferred]
+        if load + 1.0 <= bound:
+            return view
+    if ctx.session is None:
+        return None
+    for key in ring_walk(tuple(sorted(by_key)), ctx.session):
+        view, load = by_key[key]
+        if load + 1.0 <= bound:
+            return view
+    return None
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+@lru_cache(maxsize=64)
+def _ring(keys: tuple[str, ...], vnodes: int = 64) -> tuple[list[int], list[str]]:
+    points = sorted((_hash(f"{key}#{i}"), key) for key in keys for i in range(vnodes))
+    return [p for p, _ in points], [k for _, k in points]
+
+
+def ring_walk(keys: tuple[str, ...], session: str) -> list[str]:
+    """Replica keys in consistent-hash ring order starting at ``session``'s point (each once)."""
+    hashes, owners = _ring(keys)
+    start = bisect.bisect(hashes, _hash(session))
+    seen: dict[str, None] = {}
+    for i in range(len(owners)):
+        seen.setdefault(owners[(start + i) % len(owners)], None)
+        if len(seen) == len(keys):
+            break
+    return list(seen)

@@ -1,0 +1,66 @@
+"""Prometheus metrics of one router app (own registry, so several apps can share a process).
+
+Per-request series are updated on the request path (a dict lookup and an add each); replica
+gauges (score, in-flight, scrape age, up) are computed only when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from router.dispatch import Weights, score
+from router.replicas import Pools
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class RouterMetrics:
+    """The router's Prometheus series; ``render()`` gives the text exposition."""
+
+    def __init__(self, pools: Pools, weights: Weights, clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "promptedge_router_requests", "Requests answered, by pool, replica, HTTP status and cache outcome",
+            ["pool", "replica", "status", "cache"], registry=self.registry)
+        self.latency = Histogram(
+            "promptedge_router_request_seconds", "Time from request received to response end",
+            ["pool", "cache"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.ttft = Histogram(
+            "promptedge_router_ttft_seconds", "Time from request received to the replica's first byte",
+            ["pool"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.retries = Counter(
+            "promptedge_router_retries", "Requests re-sent to another replica before the first byte",
+            ["pool"], registry=self.registry)
+        self.registry.register(_ReplicaCollector(pools, weights, clock))
+
+    def render(self) -> bytes:
+        """Prometheus text exposition of all series."""
+        return generate_latest(self.registry)
+
+
+class _ReplicaCollector(Collector):
+    def __init__(self, pools: Pools, weights: Weights, clock: Callable[[], float]) -> None:
+        self.pools, self.weights, self.clock = pools, weights, clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self.clock()
+        labels = ["pool", "replica"]
+        score_g = GaugeMetricFamily("promptedge_router_replica_score", "gpu_load score (lower is better)",
+                                    labels=labels)
+        inflight = GaugeMetricFamily("promptedge_router_replica_inflight", "Router's open requests", labels=labels)
+        age = GaugeMetricFamily("promptedge_router_scrape_age_seconds", "Age of the last metrics scrape", labels=labels)
+        up = GaugeMetricFamily("promptedge_router_replica_up", "1 if the replica admits requests", labels=labels)
+        for pool, replicas in self.pools.by_model.items():
+            for replica in replicas:
+                view = replica.view(now)
+                values = [pool, replica.url]
+                score_g.add_metric(values, score(view, self.weights))
+                inflight.add_metric(values, replica.inflight)
+                age.add_metric(values, -1.0 if view.age_s is None else view.age_s)
+                up.add_metric(values, 1.0 if replica.health.admits(now) else 0.0)
+        yield from (score_g, inflight, age, up)

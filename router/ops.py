@@ -1,0 +1,68 @@
+"""Operational routes: /health, /v1/models, /metrics, /cache/stats."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from redis.exceptions import RedisError
+from starlette.responses import JSONResponse, Response
+
+from cache import CacheUnavailable
+from router.deps import StateDep
+from router.errors import APIError
+
+ops = APIRouter()
+
+
+class CacheStatsUnavailable(APIError):
+    """503: the cache statistics live in Redis, which does not answer."""
+
+    status = 503
+    type = "service_unavailable"
+
+
+@ops.get("/health")
+async def health(state: StateDep) -> dict[str, Any]:
+    """200 with ``status`` ok | degraded (Redis down, or a pool without a ready replica)."""
+    try:
+        redis_ok = bool(await state.redis.ping())
+    except (RedisError, OSError):
+        redis_ok = False
+    now = time.monotonic()
+    pools = {
+        model: {"replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
+        for model, replicas in state.pools.by_model.items()
+    }
+    ok = redis_ok and all(p["ready"] > 0 for p in pools.values())
+    return {"status": "ok" if ok else "degraded", "redis": redis_ok, "cache": redis_ok and state.cache.healthy,
+            "pools": pools}
+
+
+@ops.get("/v1/models")
+async def models(state: StateDep) -> dict[str, Any]:
+    """OpenAI model list: one entry per pool, with its replica counts."""
+    now = time.monotonic()
+    data = [
+        {"id": model, "object": "model", "created": 0, "owned_by": "promptedge",
+         "replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
+        for model, replicas in state.pools.by_model.items()
+    ]
+    return {"object": "list", "data": data}
+
+
+@ops.get("/metrics")
+async def metrics(state: StateDep) -> Response:
+    """Prometheus text exposition of the router's series."""
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@ops.get("/cache/stats")
+async def cache_stats(state: StateDep) -> JSONResponse:
+    """The cache's counters (requests, exact/semantic hits, misses, hit ratio, per model)."""
+    try:
+        return JSONResponse(await state.cache.stats())
+    except CacheUnavailable:
+        raise CacheStatsUnavailable("cache statistics unavailable: Redis does not answer",
+                                    code="redis_unavailable") from None

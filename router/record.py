@@ -1,0 +1,53 @@
+"""What is known about one request as it passes, and its accounting when it ends: Prometheus
+series and one JSON log line (logger ``router.access``, INFO; built only when enabled)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from router.metrics import RouterMetrics
+
+log = logging.getLogger("router.access")
+
+
+@dataclass(slots=True)
+class Record:
+    """One request. Times are ``time.perf_counter()`` seconds; ``cache`` is exact | semantic |
+    miss | none (refused before the cache was asked); ``status`` the HTTP status sent (499 if
+    the client left)."""
+
+    request_id: str
+    started: float
+    pool: str = ""
+    priority: str = "P1"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    replica: str = ""
+    profile: str = ""
+    cache: str = "none"
+    status: int = 200
+    forwarded_at: float | None = None
+    first_byte_at: float | None = None
+    retries: int = 0
+    deferred: bool = False  # accounted for when the body has been sent (streams, misses)
+
+    def finish(self, metrics: RouterMetrics) -> None:
+        """Count the request in the metrics and write its log line (call exactly once)."""
+        end = time.perf_counter()
+        metrics.requests.labels(self.pool, self.replica, str(self.status), self.cache).inc()
+        metrics.latency.labels(self.pool, self.cache).observe(end - self.started)
+        if self.first_byte_at is not None:
+            metrics.ttft.labels(self.pool).observe(self.first_byte_at - self.started)
+        if log.isEnabledFor(logging.INFO):
+            forwarded = self.forwarded_at or end
+            log.info(json.dumps({
+                "request_id": self.request_id, "model": self.pool, "priority": self.priority,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "replica": self.replica, "profile": self.profile, "cache": self.cache, "status": self.status,
+                "retries": self.retries, "queue_time": round(forwarded - self.started, 6),
+                "inference_time": round(end - forwarded, 6),
+                "ttft": None if self.first_byte_at is None else round(self.first_byte_at - self.started, 6),
+            }))

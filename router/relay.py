@@ -1,0 +1,109 @@
+"""Relaying a replica's SSE stream to the client, byte for byte, while assembling it.
+
+Timeouts: the first chunk must come within ``ttfb_timeout_s``, each next one within
+``stream_idle_timeout_s``. A failure after the headers went out cannot change the status, so
+the client gets one clean error event (``data: {"error": ...}``) and ``data: [DONE]``; the
+partial answer is never cached. However the stream ends (done, failed, client gone), the
+lease is released once, the upstream connection is closed (so the replica aborts), and the
+request is accounted for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from cache import CacheRequest
+from router.errors import APIError, UpstreamError, UpstreamTimeout
+from router.record import Record
+from router.replicas import Lease
+from router.sse import DONE, StreamAssembler
+from router.state import RouterState
+from router.upstream import iter_body
+
+
+class RelayResponse(StreamingResponse):
+    """A streamed response whose ``on_close`` runs exactly once however the stream ends
+    (finished, failed, client disconnected, or never started)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # A disconnect cancels this task; the clean-up must not be cancelled half-way.
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                await self._on_close()
+
+
+def relay_stream(state: RouterState, rec: Record, creq: CacheRequest, upstream: httpx.Response,
+                 lease: Lease) -> RelayResponse:
+    """The client response for an open upstream SSE response."""
+    assembler = StreamAssembler()
+    url = lease.replica.url
+    rec.deferred = True
+    failed: list[APIError] = []
+    settings = state.settings
+
+    async def relay() -> AsyncIterator[bytes]:
+        chunks = iter_body(upstream, url).__aiter__()
+        timeout = settings.ttfb_timeout_s
+        try:
+            while True:
+                try:
+                    with anyio.fail_after(timeout):
+                        chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise UpstreamTimeout(f"replica {url} sent nothing for {timeout} s",
+                                          code="replica_timeout") from None
+                if rec.first_byte_at is None:
+                    rec.first_byte_at = time.perf_counter()
+                    timeout = settings.stream_idle_timeout_s
+                assembler.feed(chunk)
+                yield chunk
+            if not assembler.done:
+                raise UpstreamError(f"replica {url} ended its stream without [DONE]", code="replica_error")
+        except APIError as exc:
+            failed.append(exc)
+            yield exc.sse_event()
+            yield DONE
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def on_close() -> None:
+        lease.release()
+        await upstream.aclose()
+        result = assembler.result()
+        now = time.monotonic()
+        if failed:
+            rec.status = failed[0].status
+            lease.replica.health.on_failure(now)
+        elif result is None:
+            rec.status = 499  # the client left before the end
+        else:
+            ttft = None if rec.first_byte_at is None else rec.first_byte_at - rec.started
+            lease.replica.health.on_success(now, ttft)
+        usage = assembler.usage or {}
+        rec.completion_tokens = usage.get("completion_tokens") or 0
+        rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
+        state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
+                             completion_tokens=rec.completion_tokens)
+        rec.finish(state.metrics)
+        if result is not None:
+            await state.cache.store(creq, result)
+
+    return RelayResponse(relay(), on_close, media_type="text/event-stream",
+                         headers={"x-cache": "miss", "x-promptedge-replica": url})

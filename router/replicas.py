@@ -1,0 +1,87 @@
+"""Runtime state of replicas and pools: in-flight counts, last scrape, health.
+
+One :class:`Replica` per upstream server, grouped into pools by model. Dispatch reads
+immutable :class:`~router.dispatch.ReplicaView` snapshots made here; the scraper and the
+request path write. Single event loop, so plain attributes need no locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from router.dispatch import ReplicaView
+from router.health import HealthConfig, HealthState
+from router.settings import ReplicaSpec
+from router.signals import Signals
+
+
+class Replica:
+    """One upstream server: its spec, the router's open requests to it, signals and health."""
+
+    def __init__(self, spec: ReplicaSpec, health: HealthConfig) -> None:
+        self.spec = spec
+        self.url = spec.url
+        self.inflight = 0
+        self.signals: Signals | None = None
+        self.scraped_at: float | None = None  # monotonic seconds
+        self.inflight_at_scrape = 0
+        self.health = HealthState(health)
+
+    def observe(self, signals: Signals, now: float) -> None:
+        """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time."""
+        self.signals = signals
+        self.scraped_at = now
+        self.inflight_at_scrape = self.inflight
+
+    def view(self, now: float) -> ReplicaView:
+        """An immutable snapshot for dispatch."""
+        age = None if self.scraped_at is None else now - self.scraped_at
+        return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age)
+
+    def lease(self) -> Lease:
+        """Count one request as open on this replica until the lease is released."""
+        self.inflight += 1
+        self.health.on_dispatch(time.monotonic())
+        return Lease(self)
+
+
+class Lease:
+    """An open request on a replica; :meth:`release` is idempotent so every exit path may call it."""
+
+    __slots__ = ("replica", "_open")
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self._open = True
+
+    def release(self) -> None:
+        """Close the request (decrements the replica's in-flight count once)."""
+        if self._open:
+            self._open = False
+            self.replica.inflight -= 1
+
+
+class Pools:
+    """Replicas grouped by the model they serve (pool name = model name)."""
+
+    def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig) -> None:
+        self.by_model: dict[str, list[Replica]] = {}
+        for spec in specs:
+            self.by_model.setdefault(spec.model, []).append(Replica(spec, health))
+
+    def __contains__(self, model: str) -> bool:
+        return model in self.by_model
+
+    def all(self) -> list[Replica]:
+        """Every replica of every pool."""
+        return [r for pool in self.by_model.values() for r in pool]
+
+    def eligible(self, model: str, now: float, exclude: frozenset[str] = frozenset()) -> list[Replica]:
+        """Replicas of ``model``'s pool that may take a request now, minus ``exclude`` URLs.
+
+        Latency-outlier ejection never empties a pool: if it would, ejected replicas count.
+        """
+        pool = [r for r in self.by_model.get(model, ()) if r.url not in exclude]
+        ready = [r for r in pool if r.health.admits(now)]
+        return ready or [r for r in pool if r.health.admits(now, ignore_ejection=True)]

@@ -1,0 +1,86 @@
+"""Background polling of replicas: ``/metrics`` (load signals) and ``/health`` (probes).
+
+Runs as two asyncio tasks in the app's lifespan. A failed scrape leaves the last snapshot in
+place; its age then grows until dispatch distrusts it (``stale_after_s``). The first round of
+both runs before the router takes traffic, so ready replicas are known at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+
+from router.replicas import Pools, Replica
+from router.signals import Signals, parse_metrics
+
+log = logging.getLogger("router.scraper")
+
+
+class Scraper:
+    """Polls every replica's metrics every ``scrape_interval_s`` and health every ``health_interval_s``."""
+
+    def __init__(self, pools: Pools, client: httpx.AsyncClient, scrape_interval_s: float,
+                 health_interval_s: float) -> None:
+        self.pools = pools
+        self.client = client
+        self.scrape_interval_s = scrape_interval_s
+        self.health_interval_s = health_interval_s
+        self.scrapes = 0
+        self.scrape_errors = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Run one round of probes and scrapes, then keep polling in the background."""
+        await self.probe_all()
+        await self.scrape_all()
+        self._tasks = [
+            asyncio.create_task(self._every(self.scrape_interval_s, self.scrape_all)),
+            asyncio.create_task(self._every(self.health_interval_s, self.probe_all)),
+        ]
+
+    async def stop(self) -> None:
+        """Cancel the polling tasks and wait for them."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _every(self, interval: float, job) -> None:  # type: ignore[no-untyped-def]
+        while True:
+            await asyncio.sleep(interval)
+            await job()
+
+    async def scrape_all(self) -> None:
+        """Scrape every replica once, concurrently."""
+        await asyncio.gather(*(self._scrape(r) for r in self.pools.all()))
+
+    async def probe_all(self) -> None:
+        """Probe every replica's ``/health`` once, concurrently."""
+        await asyncio.gather(*(self._probe(r) for r in self.pools.all()))
+
+    async def _scrape(self, replica: Replica) -> None:
+        try:
+            signals = await self._fetch(replica.url + "/metrics")
+            if replica.spec.gpu_metrics_url:
+                signals = signals.merged(await self._fetch(replica.spec.gpu_metrics_url))
+        except (httpx.HTTPError, ValueError) as exc:
+            self.scrape_errors += 1
+            log.debug("scrape of %s failed: %r", replica.url, exc)
+            return
+        self.scrapes += 1
+        replica.observe(signals, time.monotonic())
+
+    async def _fetch(self, url: str) -> Signals:
+        response = await self.client.get(url)
+        response.raise_for_status()
+        return parse_metrics(response.content)
+
+    async def _probe(self, replica: Replica) -> None:
+        try:
+            response = await self.client.get(replica.url + "/health")
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        replica.health.probe(ok)

@@ -1,0 +1,195 @@
+"""The request path of one completion: validate, cache, dispatch, forward, relay, store, count.
+
+Forwarded bodies are the client's bytes, never re-serialised. Work the client does not wait
+for (parsing a forwarded answer for usage, storing it) runs after the response is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from cache import CacheRequest
+from router import classify
+from router.disconnect import CancelOnDisconnect
+from router.errors import APIError, ModelNotFound, NoReplica, UpstreamError
+from router.record import Record
+from router.relay import relay_stream
+from router.replicas import Lease
+from router.schemas import Endpoint, parse_request
+from router.sse import replay
+from router.state import RouterState
+from router.upstream import ConnectFailed, RetryableStatus, open_response, read_body
+
+_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
+_FORWARD_HEADERS = ("authorization", "x-request-id")
+_JSON = "application/json"
+_SSE = "text/event-stream"
+MAX_ATTEMPTS = 3
+
+
+async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Response:
+    """Answer one OpenAI completion request (stream or not). Raises APIError subclasses
+    (after accounting for them); a streamed answer is accounted for when its stream ends."""
+    rec = Record(request.headers.get("x-request-id") or uuid.uuid4().hex, time.perf_counter())
+    try:
+        response = await _handle(state, request, endpoint, rec)
+    except APIError as exc:
+        rec.status = exc.status
+        rec.finish(state.metrics)
+        raise
+    response.headers["x-request-id"] = rec.request_id
+    if not rec.deferred:
+        rec.finish(state.metrics)
+    return response
+
+
+async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec: Record) -> Response:
+    raw = await request.body()
+    body = parse_request(raw, endpoint)
+    headers = request.headers
+    pool = headers.get("x-model") or body["model"]
+    if pool not in state.pools:
+        raise ModelNotFound(f"The model `{pool}` does not exist.", param="model", code="model_not_found")
+    rec.pool = pool
+    rec.priority = classify.priority(headers)
+    rec.prompt_tokens = classify.estimate_prompt_tokens(body)
+    creq = CacheRequest(endpoint=endpoint, body=body, control=classify.cache_control(headers))
+    stream = body.get("stream") is True
+    hit = await state.cache.lookup(creq)
+    if hit is not None:
+        rec.cache = hit.kind
+        return _serve_hit(state, rec, hit.response, stream)
+    rec.cache = "miss"
+    async with CancelOnDisconnect(request.receive):
+        upstream, lease = await _open(state, rec, endpoint, raw, headers)
+        if upstream.status_code >= 400:
+            return await _upstream_failed(rec, upstream, lease)
+        if stream:
+            return relay_stream(state, rec, creq, upstream, lease)
+        content = await _read(upstream, lease)
+    rec.first_byte_at = time.perf_counter()
+    lease.replica.health.on_success(time.monotonic(), rec.first_byte_at - rec.started)
+    rec.deferred = True
+    return Response(content, media_type=_JSON, headers=_miss_headers(lease),
+                    background=BackgroundTask(_after_miss, state, rec, creq, content))
+
+
+def _miss_headers(lease: Lease) -> dict[str, str]:
+    return {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
+
+
+def _serve_hit(state: RouterState, rec: Record, response: dict[str, Any], stream: bool) -> Response:
+    usage = response.get("usage") or {}
+    rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
+    rec.completion_tokens = usage.get("completion_tokens") or 0
+    state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
+                         completion_tokens=rec.completion_tokens)
+    headers = {"x-cache": "hit"}
+    if stream:
+        return StreamingResponse(_aiter(replay(response)), media_type=_SSE, headers=headers)
+    return Response(json.dumps(response, separators=(",", ":")), media_type=_JSON, headers=headers)
+
+
+async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield event
+
+
+async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
+                headers: Any) -> tuple[httpx.Response, Lease]:
+    """Send to a replica; on a connect error, 429 or 503 (nothing reached the client yet)
+    retry on a different replica, at most MAX_ATTEMPTS in all. Raises NoReplica (503) when
+    the pool has no eligible replica, else the last replica error."""
+    tried: set[str] = set()
+    last: APIError | None = None
+    forward = {"content-type": _JSON}
+    for name in _FORWARD_HEADERS:
+        if name in headers:
+            forward[name] = headers[name]
+    for attempt in range(MAX_ATTEMPTS):
+        now = time.monotonic()
+        candidates = state.pools.eligible(rec.pool, now, exclude=frozenset(tried))
+        if not candidates:
+            break
+        replica = state.choose(candidates, now, session=headers.get("x-session-id"))
+        rec.replica, rec.profile = replica.url, replica.spec.profile or ""
+        rec.forwarded_at = time.perf_counter()
+        lease = replica.lease()
+        opened = False
+        try:
+            response = await open_response(state.client, replica.url + _PATHS[endpoint], raw, forward,
+                                           state.settings.ttfb_timeout_s)
+            opened = True
+        except (ConnectFailed, RetryableStatus) as exc:
+            replica.health.on_failure(time.monotonic())
+            tried.add(replica.url)
+            last = exc
+            if attempt + 1 < MAX_ATTEMPTS:
+                rec.retries += 1
+                state.metrics.retries.labels(rec.pool).inc()
+            continue
+        except APIError:
+            replica.health.on_failure(time.monotonic())
+            raise
+        finally:
+            if not opened:  # also on cancellation (client gone while connecting)
+                lease.release()
+        return response, lease
+    if last is not None:
+        raise last
+    raise NoReplica(f"no replica of pool `{rec.pool}` is available (all down, warming up or ejected)",
+                    code="no_replica")
+
+
+async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
+    try:
+        return await read_body(upstream, lease.replica.url)
+    except APIError:
+        lease.replica.health.on_failure(time.monotonic())
+        raise
+    finally:
+        lease.release()
+
+
+async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease) -> Response:
+    """A replica answered >= 400: a client error (4xx) is relayed as is, a 5xx becomes 502.
+    Neither is cached."""
+    status = upstream.status_code
+    try:
+        content = await read_body(upstream, lease.replica.url)
+    finally:
+        lease.release()
+    if status < 500:
+        lease.replica.health.on_success(time.monotonic())
+        rec.status = status
+        return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
+                        headers=_miss_headers(lease))
+    lease.replica.health.on_failure(time.monotonic())
+    detail = content[:300].decode(errors="replace")
+    raise UpstreamError(f"replica {lease.replica.url} answered {status}: {detail}", code="replica_error",
+                        headers={"x-promptedge-replica": lease.replica.url})
+
+
+async def _after_miss(state: RouterState, rec: Record, creq: CacheRequest, content: bytes) -> None:
+    try:
+        response = json.loads(content)
+    except ValueError:
+        response = None
+    usage = response.get("usage") if isinstance(response, dict) else None
+    if isinstance(usage, dict):
+        rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
+        rec.completion_tokens = usage.get("completion_tokens") or 0
+    state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
+                         completion_tokens=rec.completion_tokens)
+    rec.finish(state.metrics)
+    if isinstance(response, dict):
+        await state.cache.store(creq, response)

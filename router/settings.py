@@ -1,0 +1,74 @@
+"""Router settings (pydantic-settings, env prefix ``PROMPTEDGE_``).
+
+Replica list and clock settings are fixed by CONTRACTS.md; everything else has a documented
+default. Durations are seconds, fractions are 0..1.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two"]
+Transport = Literal["aiohttp", "httpx"]
+
+
+class ReplicaSpec(BaseModel):
+    """One upstream OpenAI-compatible server.
+
+    url: base URL without /v1 (e.g. http://127.0.0.1:8001); model: the pool it serves;
+    profile: free label for logs (e.g. "a100"); gpu_metrics_url: optional GPU exporter
+    (DCGM) /metrics URL for this replica.
+    """
+
+    url: str
+    model: str
+    profile: str | None = None
+    gpu_metrics_url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("replica url must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class RouterSettings(BaseSettings):
+    """All router settings; env names are ``PROMPTEDGE_`` + field name upper-cased.
+
+    ``redis_url`` is shared with cache and forecaster (PROMPTEDGE_REDIS_URL); the rest use the
+    ``ROUTER_`` infix (PROMPTEDGE_ROUTER_REPLICAS, ...), see CONTRACTS.md.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ROUTER_", extra="ignore", populate_by_name=True)
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", validation_alias="PROMPTEDGE_REDIS_URL"
+    )
+    redis_timeout_s: float = 0.25
+    replicas: list[ReplicaSpec] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
+    clock_origin: float | None = None
+    clock_scale: float = Field(1.0, gt=0)
+
+    policy: Policy = "gpu_load"
+    scrape_interval_s: float = Field(0.25, gt=0)
+    health_interval_s: float = Field(1.0, gt=0)
+    scrape_timeout_s: float = Field(0.5, gt=0)
+    stale_after_s: float = Field(1.0, gt=0)
+    health_rise: int = Field(1, ge=1)
+    health_fall: int = Field(2, ge=1)
+
+    upstream_transport: Transport = "aiohttp"
+    connect_timeout_s: float = Field(2.0, gt=0)
+    ttfb_timeout_s: float = Field(120.0, gt=0)
+    stream_idle_timeout_s: float = Field(60.0, gt=0)
+    max_connections: int = Field(1000, ge=1)
+
+    counters_flush_s: float = Field(1.0, gt=0)
+    log_requests: bool = True

@@ -1,0 +1,43 @@
+"""Everything the request path needs, created once by the app's lifespan."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import httpx
+import redis.asyncio as aioredis
+
+from cache import ResponseCache
+from router.counters import TrafficCounters
+from router.dispatch import Context, ReplicaView, Weights, pick
+from router.metrics import RouterMetrics
+from router.replicas import Pools, Replica
+from router.scraper import Scraper
+from router.settings import RouterSettings
+
+
+@dataclass
+class RouterState:
+    """The router's long-lived objects (one per app). ``choose`` is the only mutating helper."""
+
+    settings: RouterSettings
+    redis: aioredis.Redis
+    client: httpx.AsyncClient
+    cache: ResponseCache
+    pools: Pools
+    scraper: Scraper
+    counters: TrafficCounters
+    metrics: RouterMetrics
+    weights: Weights
+    ticket: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def choose(self, replicas: list[Replica], now: float, session: str | None = None,
+               preferred: str | None = None) -> Replica:
+        """Pick one of ``replicas`` (non-empty) with the configured policy."""
+        self.ticket += 1
+        views: list[ReplicaView] = [r.view(now) for r in replicas]
+        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=preferred)
+        chosen = pick(views, self.settings.policy, ctx, self.weights)
+        return next(r for r in replicas if r.url == chosen.key)

@@ -1,0 +1,101 @@
+"""Router test fixtures: simulated replicas and routers served in-process by uvicorn on ephemeral
+ports, a real Redis (``redis_url`` from tests/conftest.py), real HTTP between all of them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from router import ReplicaSpec, RouterSettings, create_app
+from sim import Profile, SimSettings
+from sim import create_app as create_replica
+
+# A tiny, fast replica: 5 ms per decode step, 2 concurrent sequences, small KV cache.
+FAST = Profile(
+    name="fast", max_num_seqs=2, max_num_batched_tokens=256, kv_capacity_tokens=4000, max_model_len=1000,
+    prefill_s_per_token=0.0, decode_base_s=0.005, decode_per_seq_s=0.0, kv_read_s_per_token=0.0,
+)
+MODEL = "sim-llama-8b"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "What is a KV cache?"}], "max_tokens": 8}
+
+
+class Served:
+    """One in-process uvicorn server; ``url`` is its base URL."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                                    lifespan="on", loop="asyncio"))
+        self.task: asyncio.Task[None] | None = None
+        self.url = ""
+
+    async def start(self) -> Served:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()
+                raise RuntimeError("server exited during start-up")
+            await asyncio.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+@pytest.fixture()
+async def servers() -> AsyncIterator[list[Served]]:
+    """Every server started by a test; all are stopped at its end."""
+    running: list[Served] = []
+    yield running
+    for served in reversed(running):
+        await served.stop()
+
+
+@pytest.fixture()
+def start_replica(servers: list[Served]) -> Callable[..., Awaitable[Served]]:
+    """``replica = await start_replica(profile=FAST, model=MODEL, warmup_s=0, ...)``."""
+
+    async def start(profile: Profile = FAST, **settings: Any) -> Served:
+        settings.setdefault("model", MODEL)
+        served = await Served(create_replica(SimSettings(**settings), profile)).start()
+        servers.append(served)
+        return served
+
+    return start
+
+
+@pytest.fixture()
+def start_router(servers: list[Served], redis_url: str) -> Callable[..., Awaitable[Served]]:
+    """``router = await start_router([replica urls], model=MODEL, **settings)`` on the test Redis."""
+
+    async def start(urls: list[str], model: str = MODEL, **settings: Any) -> Served:
+        settings.setdefault("redis_url", redis_url)
+        settings.setdefault("counters_flush_s", 0.05)
+        replicas = [ReplicaSpec(url=url, model=model) for url in urls]
+        served = await Served(create_app(RouterSettings(replicas=replicas, **settings))).start()
+        servers.append(served)
+        return served
+
+    return start
+
+
+@pytest.fixture()
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """A plain HTTP client for talking to the servers under test."""
+    async with httpx.AsyncClient(timeout=10) as c:
+        yield c
+
+
+def sse_data(text: str) -> list[str]:
+    """The ``data:`` payloads of an SSE body, in order."""
+    return [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]

@@ -1,0 +1,153 @@
+"""The router through its HTTP API: cache, stream relay and replay, bad input, faults, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import redis
+
+from tests.router.conftest import CHAT, MODEL, sse_data
+
+
+async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    first = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    assert first.status_code == 200
+    assert first.headers["x-cache"] == "miss"
+    assert first.headers["x-promptedge-replica"] == replica.url
+    assert first.json()["object"] == "chat.completion"
+    # temperature 1.0 is the OpenAI default: the same request as one without it.
+    second = await client.post(router.url + "/v1/chat/completions", json={**CHAT, "temperature": 1.0})
+    assert second.headers["x-cache"] == "hit"
+    assert second.json()["choices"] == first.json()["choices"]
+    other = await client.post(router.url + "/v1/chat/completions", json={**CHAT, "temperature": 0.2})
+    assert other.headers["x-cache"] == "miss"
+    stats = (await client.get(router.url + "/cache/stats")).json()
+    assert (stats["requests"], stats["exact_hits"], stats["misses"]) == (3, 1, 2)
+    assert stats["per_model"][MODEL]["exact_hits"] == 1
+
+
+async def test_completions_endpoint_and_cache_control(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    body = {"model": MODEL, "prompt": "Say hi", "max_tokens": 5}
+    first = await client.post(router.url + "/v1/completions", json=body, headers={"cache-control": "no-store"})
+    assert first.status_code == 200 and first.json()["object"] == "text_completion"
+    assert len(first.json()["choices"][0]["text"].split()) == 5
+    second = await client.post(router.url + "/v1/completions", json=body)
+    assert second.headers["x-cache"] == "miss"  # the first was not stored
+    third = await client.post(router.url + "/v1/completions", json=body)
+    assert third.headers["x-cache"] == "hit"
+    fourth = await client.post(router.url + "/v1/completions", json=body, headers={"cache-control": "no-cache"})
+    assert fourth.headers["x-cache"] == "miss"
+
+
+async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    relayed = await client.post(router.url + "/v1/chat/completions", json=body)
+    assert relayed.headers["x-cache"] == "miss"
+    assert relayed.headers["content-type"].startswith("text/event-stream")
+    events = sse_data(relayed.text)
+    assert events[-1] == "[DONE]"
+    relayed_text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                           for e in events[:-1] if json.loads(e)["choices"])
+    assert len(relayed_text.split()) == 8
+    await asyncio.sleep(0.1)  # the assembled stream is stored when the response has ended
+
+    replayed = await client.post(router.url + "/v1/chat/completions", json=body)
+    assert replayed.headers["x-cache"] == "hit"
+    chunks = [json.loads(e) for e in sse_data(replayed.text)[:-1]]
+    assert sse_data(replayed.text)[-1] == "[DONE]"
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == relayed_text
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
+    # The assembled stream is the non-stream answer too.
+    plain = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    assert plain.headers["x-cache"] == "hit"
+    assert plain.json()["choices"][0]["message"]["content"] == relayed_text
+
+
+async def test_bad_input_gets_openai_error_json_naming_the_field(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    url = router.url + "/v1/chat/completions"
+    cases = [
+        (b"{not json", 400, None),
+        (json.dumps({"model": MODEL}).encode(), 400, "messages"),
+        (json.dumps({**CHAT, "temperature": "hot"}).encode(), 400, "temperature"),
+        (json.dumps({**CHAT, "messages": [{"role": "user", "content": 5}]}).encode(), 400, "messages.0.content"),
+        (json.dumps({**CHAT, "max_tokens": 0}).encode(), 400, "max_tokens"),
+        (json.dumps({**CHAT, "model": "no-such-model"}).encode(), 404, "model"),
+    ]
+    for raw, status, param in cases:
+        response = await client.post(url, content=raw, headers={"content-type": "application/json"})
+        assert response.status_code == status, raw
+        error = response.json()["error"]
+        assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
+    missing_prompt = await client.post(router.url + "/v1/completions", json={"model": MODEL})
+    assert missing_prompt.status_code == 400 and missing_prompt.json()["error"]["param"] == "prompt"
+    stats = (await client.get(router.url + "/cache/stats")).json()
+    assert stats["requests"] == 0  # refused requests never reach the cache
+
+
+async def test_replica_error_is_502_and_never_cached(start_replica, start_router, client) -> None:
+    replica = await start_replica(fail_rate=1.0)
+    router = await start_router([replica.url])
+    for _ in range(2):
+        response = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+        assert response.status_code == 502
+        assert response.json()["error"]["type"] == "upstream_error"
+    await client.post(replica.url + "/sim/faults", json={"fail_rate": 0.0})
+    response = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+
+
+async def test_redis_down_serves_uncached_and_health_is_degraded(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url], redis_url="redis://127.0.0.1:1/0")
+    for _ in range(2):
+        response = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+    health = await client.get(router.url + "/health")
+    assert health.status_code == 200
+    assert health.json()["status"] == "degraded" and health.json()["redis"] is False
+    assert (await client.get(router.url + "/cache/stats")).status_code == 503
+
+
+async def test_health_models_and_metrics(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    health = (await client.get(router.url + "/health")).json()
+    assert health["status"] == "ok" and health["pools"][MODEL] == {"replicas": 1, "ready": 1}
+    models = (await client.get(router.url + "/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    text = (await client.get(router.url + "/metrics")).text
+    series = f'promptedge_router_requests_total{{cache="miss",pool="{MODEL}",replica="{replica.url}",status="200"}}'
+    assert f"{series} 1.0" in text
+    assert "promptedge_router_scrape_age_seconds" in text
+
+
+async def test_traffic_counters_per_minute_in_redis(start_replica, start_router, client, redis_url) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    for _ in range(3):
+        await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    await asyncio.sleep(0.2)  # flushed every 50 ms in tests
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert r.smembers("promptedge:traffic:models") == {MODEL}
+    (key,) = r.keys(f"promptedge:traffic:{MODEL}:*")
+    fields = r.hgetall(key)
+    totals: dict[str, int] = {}
+    for name, value in fields.items():
+        minute, kind = name.split(":")
+        assert int(key.rsplit(":", 1)[1]) == int(minute) // 1440
+        totals[kind] = totals.get(kind, 0) + int(value)
+    assert totals["requests"] == 3 and totals["misses"] == 1
+    assert totals["completion_tokens"] == 3 * 8 and totals["prompt_tokens"] > 0
+    assert 14 * 86400 < r.ttl(key) <= 15 * 86400

@@ -1,0 +1,104 @@
+"""Unit tests of metric parsing (vLLM old and new, SGLang, llama.cpp, DCGM) and health state."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.counters import SimClock
+from router.health import HealthConfig, HealthState
+from router.signals import parse_metrics
+
+VLLM_NEW = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.01",model_name="m"} 7.0
+"""
+VLLM_OLD = b"""vllm:num_requests_running{model_name="m"} 1.0
+vllm:num_requests_waiting{model_name="m"} 0.0
+vllm:gpu_cache_usage_perc{model_name="m"} 0.75
+"""
+SGLANG = b"""sglang:num_running_reqs{model_name="m"} 8.0
+sglang:num_queue_reqs{model_name="m"} 2.0
+sglang:token_usage{model_name="m"} 0.4
+"""
+LLAMACPP = b"""# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 1
+llamacpp:requests_deferred 3
+"""
+DCGM = b"""DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-1"} 60000
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-1"} 20000
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 93
+DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 81
+"""
+
+
+def test_parses_every_supported_server() -> None:
+    new = parse_metrics(VLLM_NEW)
+    assert (new.running, new.waiting, new.kv_usage) == (5.0, 4.0, 0.5)
+    old = parse_metrics(VLLM_OLD)
+    assert (old.running, old.waiting, old.kv_usage) == (1.0, 0.0, 0.75)
+    sg = parse_metrics(SGLANG)
+    assert (sg.running, sg.waiting, sg.kv_usage) == (8.0, 2.0, 0.4)
+    lc = parse_metrics(LLAMACPP)
+    assert (lc.running, lc.waiting, lc.kv_usage) == (1.0, 3.0, None)
+    gpu = parse_metrics(DCGM)
+    assert gpu.mem_used == pytest.approx(0.75) and gpu.gpu_util == pytest.approx(0.93) and gpu.temp_c == 81
+    merged = new.merged(gpu)
+    assert (merged.running, merged.mem_used, merged.temp_c) == (5.0, gpu.mem_used, 81)
+
+
+def test_malformed_metric_line_raises() -> None:
+    with pytest.raises(ValueError):
+        parse_metrics(b"vllm:num_requests_running{model_name=\"m\" 3\n")
+
+
+def test_probes_rise_and_fall_and_start_down() -> None:
+    state = HealthState(HealthConfig(rise=2, fall=2))
+    assert not state.admits(0.0)  # warming up until proven healthy
+    state.probe(True)
+    assert not state.up
+    state.probe(True)
+    assert state.admits(0.0)
+    state.probe(False)
+    assert state.up
+    state.probe(False)
+    assert not state.admits(0.0)
+
+
+def test_circuit_opens_then_half_open_lets_one_trial_through() -> None:
+    state = HealthState(HealthConfig(failures=3, open_s=5.0))
+    state.probe(True)
+    for _ in range(3):
+        state.on_failure(10.0)
+    assert state.circuit(10.0) == "open" and not state.admits(14.9)
+    assert state.circuit(15.0) == "half_open" and state.admits(15.0)
+    state.on_dispatch(15.0)
+    assert not state.admits(15.1)  # only one trial at a time
+    state.on_failure(15.2)
+    assert not state.admits(16.0) and state.admits(20.2)
+    state.on_dispatch(20.2)
+    state.on_success(20.3)
+    assert state.circuit(20.3) == "closed" and state.admits(20.3)
+
+
+def test_latency_outlier_is_ejected_for_a_while() -> None:
+    config = HealthConfig(outlier_p99_s=2.0, min_samples=10, eject_s=10.0)
+    state = HealthState(config)
+    state.probe(True)
+    for _ in range(9):
+        state.on_success(1.0, ttft_s=0.1)
+    state.on_success(1.0, ttft_s=5.0)
+    assert not state.admits(2.0) and state.admits(2.0, ignore_ejection=True)
+    assert state.admits(11.0)
+
+
+def test_sim_clock_is_identity_at_scale_1_and_compresses_time_otherwise() -> None:
+    import time
+
+    assert abs(SimClock(None, 1.0).now() - time.time()) < 1.0
+    clock = SimClock(time.time() - 10.0, 60.0)
+    assert 590.0 < clock.now() - clock.origin < 700.0

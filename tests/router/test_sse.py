@@ -1,0 +1,82 @@
+"""Unit tests of SSE replay and stream assembly (no I/O)."""
+
+from __future__ import annotations
+
+import json
+
+from router.sse import StreamAssembler, replay
+
+CHAT = {
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * 40 + "end"},
+                 "logprobs": None, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 41, "total_tokens": 50},
+}
+TEXT = {
+    "id": "cmpl-1", "object": "text_completion", "created": 1700000000, "model": "m",
+    "choices": [{"index": 0, "text": "hello there", "logprobs": None, "finish_reason": "length"}],
+    "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4},
+}
+
+
+def events(stream: bytes) -> list[str]:
+    return [line[6:] for line in stream.decode().split("\n") if line.startswith("data: ")]
+
+
+def test_chat_replay_has_role_content_finish_usage_and_done() -> None:
+    out = events(b"".join(replay(CHAT)))
+    assert out[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in out[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == "chatcmpl-1" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks[1:-2]]
+    assert len(contents) > 1 and "".join(contents) == CHAT["choices"][0]["message"]["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == CHAT["usage"]
+
+
+def test_replay_then_assembly_gives_back_the_response() -> None:
+    for response in (CHAT, TEXT):
+        assembler = StreamAssembler()
+        for event in replay(response):
+            assembler.feed(event)
+        assert assembler.result() == response
+
+
+def test_assembly_across_arbitrary_byte_splits_and_tool_calls() -> None:
+    chunks = [
+        {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
+                                            "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                            "function": {"name": "get_", "arguments": ""}}]},
+                      "finish_reason": None}]},
+        {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "weather",
+                                                                                      "arguments": "{\"c\":1}"}}]},
+                      "finish_reason": "tool_calls"}]},
+    ]
+    raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    assembler = StreamAssembler()
+    for i in range(0, len(raw), 7):
+        assembler.feed(raw[i:i + 7])
+    result = assembler.result()
+    assert result is not None
+    call = result["choices"][0]["message"]["tool_calls"][0]
+    assert call == {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"c\":1}"}}
+    assert result["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_incomplete_or_failed_streams_are_not_assembled() -> None:
+    events_ = list(replay(CHAT))
+    cut = StreamAssembler()
+    for event in events_[:-1]:  # no [DONE]
+        cut.feed(event)
+    assert cut.result() is None
+    no_finish = StreamAssembler()
+    for event in events_[:2] + events_[-1:]:  # [DONE] but no finish_reason
+        no_finish.feed(event)
+    assert no_finish.result() is None
+    error = StreamAssembler()
+    for event in events_[:3] + [b'data: {"error": {"message": "boom"}}\n\n'] + events_[3:]:
+        error.feed(event)
+    assert error.result() is None
