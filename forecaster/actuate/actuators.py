@@ -25,6 +25,8 @@ from forecaster.actuate.reconcile import (
     annotation_patch,
     decision_annotations,
     desired_replicas,
+    hold_floor,
+    is_hold,
     needs_scale,
     scale_patch,
 )
@@ -101,7 +103,11 @@ class Actuator(ABC):
 
     @abstractmethod
     def apply(self, decision: DecisionLike, current: int | None) -> ActuationResult:
-        """Carry out ``decision`` (``replicas`` >= 0, ``reason``); ``current`` is the caller's observed replicas or None."""
+        """Carry out ``decision`` (``replicas`` >= 0, ``reason``); ``current`` is the caller's observed replicas or None.
+
+        Fail-safe: a decision with ``action == "hold"`` (inputs missing) never lowers the
+        observed count; it can only keep or raise it.
+        """
 
     def _result(
         self, desired: int, observed: int | None, action: Action, reason: str, attempts: int = 1, annotated: bool = False
@@ -117,8 +123,8 @@ class DryRunActuator(Actuator):
     mode: Mode = "dry-run"
 
     def apply(self, decision: DecisionLike, current: int | None) -> ActuationResult:
-        desired = desired_replicas(decision)
         observed = self.read_current() if self._settings.deployment else current
+        desired = hold_floor(desired_replicas(decision), observed, is_hold(decision))
         action: Action = "none" if observed == desired else "would-scale"
         return self._result(desired, observed, action, decision.reason)
 
@@ -144,15 +150,18 @@ class KubernetesActuator(Actuator):
         )
 
     def apply(self, decision: DecisionLike, current: int | None) -> ActuationResult:
-        desired = desired_replicas(decision)
+        decided, holding = desired_replicas(decision), is_hold(decision)
         api = self._kube()
-        observed, written, attempts = None, None, 0
+        observed, written, attempts, desired = None, None, 0, decided
         for attempt in self._retrying():
             with attempt:
                 attempts += 1
                 observed = api.read_scale()
+                desired = hold_floor(decided, observed.replicas, holding)
                 written = api.patch_scale(scale_patch(observed, desired)) if needs_scale(observed, desired) else None
         assert observed is not None
+        if desired != decided:
+            log.warning("%s: hold on missing data, not scaling down from %d to %d", self._settings.target, observed.replicas, decided)
         if current is not None and current != observed.replicas:
             log.info("%s: scale moved from %d to %d since planning", self._settings.target, current, observed.replicas)
         if written is None:
@@ -199,7 +208,7 @@ class KedaActuator(Actuator):
         self._store = store or DesiredStore.from_settings(settings)
 
     def apply(self, decision: DecisionLike, current: int | None) -> ActuationResult:
-        desired = desired_replicas(decision)
+        desired = hold_floor(desired_replicas(decision), current, is_hold(decision))
         self._store.publish(desired, decision.reason, datetime.now(timezone.utc))
         return self._result(desired, current, "published", decision.reason)
 

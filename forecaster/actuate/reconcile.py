@@ -46,6 +46,18 @@ def desired_replicas(decision: DecisionLike) -> int:
     return replicas
 
 
+def is_hold(decision: DecisionLike) -> bool:
+    """True for a fail-safe hold (``forecaster.plan.Decision.action == "hold"``: inputs were missing)."""
+    return getattr(decision, "action", None) == "hold"
+
+
+def hold_floor(desired: int, observed: int | None, holding: bool) -> int:
+    """Replicas to write: on a hold never fewer than observed (no scale-down on missing data), else ``desired``."""
+    if holding and observed is not None and observed > desired:
+        return observed
+    return desired
+
+
 def needs_scale(observed: Scale, desired: int) -> bool:
     """True when the scale must be written; equal counts mean nothing to do (and nothing is written)."""
     return observed.replicas != desired

@@ -218,3 +218,25 @@ def test_redis_url_from_shared_variable_or_keyword(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://shared:6379/1")
     assert ActuatorSettings().redis_url == "redis://shared:6379/1"
     assert ActuatorSettings(redis_url="redis://kw:6379/2").redis_url == "redis://kw:6379/2"
+
+
+@dataclass(frozen=True)
+class PlannerDecision:
+    """Shape of forecaster.plan.Decision as far as the actuator looks."""
+
+    replicas: int
+    reason: str
+    action: str
+
+
+def test_hold_never_scales_down_but_a_real_decision_does(fake: FakeKubeServer) -> None:
+    fake.cluster.deployments[(NS, NAME)].replicas = 5
+    actuator = build_actuator(settings(), api_client=fake.client())
+
+    held = actuator.apply(PlannerDecision(3, "hold: source unavailable; keeping last decision 3", "hold"), 5)
+    assert (held.action, held.desired) == ("none", 5)
+    assert fake.cluster.writes == []
+
+    assert actuator.apply(PlannerDecision(6, "hold: but more is fine", "hold"), 5).action == "scaled"
+    assert actuator.apply(PlannerDecision(3, "forecast falls", "down"), 6).action == "scaled"
+    assert fake.cluster.deployments[(NS, NAME)].replicas == 3

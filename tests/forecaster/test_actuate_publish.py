@@ -114,3 +114,16 @@ def test_publish_writes_the_documented_key(redis_url: str, keda_settings: Actuat
     build_actuator(keda_settings).apply(Decision(2, "r"), None)
     fields = redis.Redis.from_url(redis_url).hgetall("promptedge:forecaster:desired:llm:vllm")
     assert fields[b"replicas"] == b"2" and fields[b"reason"] == b"r"
+
+
+@dataclass(frozen=True)
+class PlannerDecision:
+    replicas: int
+    reason: str
+    action: str
+
+
+def test_hold_publishes_no_less_than_what_runs(redis_url: str, keda_settings: ActuatorSettings) -> None:
+    result = build_actuator(keda_settings).apply(PlannerDecision(2, "hold: no data", "hold"), 5)
+    assert result.desired == 5
+    assert DesiredStore.from_settings(keda_settings).read().replicas == 5  # type: ignore[union-attr]
