@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -47,3 +48,54 @@ def serve(
         raise typer.BadParameter(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
                                  param_hint="--profile")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def replay(
+    target: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible endpoint.")],
+    trace: Annotated[Optional[Path], typer.Option(help="Azure CSV or Mooncake JSONL trace (default: synthetic sample).")] = None,
+    questions: Annotated[Optional[Path], typer.Option(help="Question pairs: QQP .tar.gz or .json (default: synthetic sample).")] = None,
+    speedup: Annotated[float, typer.Option(help="Time compression: trace seconds per wall second.")] = 60.0,
+    duration: Annotated[Optional[float], typer.Option(help="Wall seconds of arrivals to replay (default: whole trace).")] = None,
+    model: Annotated[str, typer.Option(help="Model name sent in requests.")] = "sim-llama-8b",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Most requests in flight.")] = 256,
+    sample_fraction: Annotated[float, typer.Option(help="Keep each trace request with this probability.")] = 1.0,
+    pad_context: Annotated[bool, typer.Option("--pad-context", help="Pad prompts to the trace's context tokens.")] = False,
+    no_stream: Annotated[bool, typer.Option("--no-stream", help="Non-stream requests (no TTFT).")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the prompt mix and sampling.")] = 0,
+) -> None:
+    """Replay a trace against an OpenAI-compatible endpoint and report latency, TTFT, hits."""
+    from sim.questions import MixConfig, QuestionsFormatError
+    from sim.replay import ReplayConfig
+    from sim.report import render
+    from sim.traces import TraceFormatError
+    from sim.workload import build_plan, replay_report, write_json
+
+    try:
+        cfg = ReplayConfig(target=target, model=model, speedup=speedup, duration_s=duration,
+                           concurrency=concurrency, sample_fraction=sample_fraction,
+                           pad_context=pad_context, stream=not no_stream, seed=seed)
+        plan = build_plan(trace, questions, cfg, MixConfig(seed=seed))
+    except (TraceFormatError, QuestionsFormatError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    report = replay_report(plan, cfg)
+    typer.echo(render(report))
+    if json_path:
+        write_json(report, json_path)
+
+
+@app.command()
+def sample(
+    dest: Annotated[Optional[Path], typer.Option(help="Folder (default: the package's sim/samples).")] = None,
+) -> None:
+    """Regenerate the synthetic sample trace and question pairs (not real traffic)."""
+    from sim.sample import SAMPLES_DIR, write_samples
+
+    for path in write_samples(dest or SAMPLES_DIR):
+        typer.echo(f"wrote {path}")

@@ -1,0 +1,189 @@
+"""Load generator: replays a trace against any OpenAI-compatible endpoint.
+
+Arrivals keep the trace's gaps divided by ``speedup`` (60 -> one trace minute per wall
+second); ``max_tokens`` is the trace's generated-token count (at least 1). Prompts come from a
+:class:`~sim.questions.QuestionMix`. The trace's context tokens are not sent by default: the
+prompt is the question alone, so equal questions give equal requests and a cache can see
+them. With ``pad_context`` a system message of filler pads each question to its first
+appearance's context size (capped), so replicas do realistic prefill work while repeats stay
+byte-identical; a semantic cache that scopes by system prompt will then not match paraphrases.
+
+Every request is sent with ``stream: true`` (TTFT is measured at the first content chunk)
+unless ``stream`` is off. ``X-Cache`` and ``X-PromptEdge-Replica`` response headers are
+recorded per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from tqdm import tqdm
+
+from sim.questions import Kind, QuestionMix
+from sim.traces import TraceRequest
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """How to replay. ``duration_s``: wall seconds of arrivals to send (None = whole trace);
+    ``sample_fraction``: keep each trace request with this probability (seeded), to thin a
+    trace that is too heavy for the machine; ``concurrency``: most requests in flight."""
+
+    target: str
+    model: str = "sim-llama-8b"
+    speedup: float = 60.0
+    duration_s: float | None = None
+    concurrency: int = 256
+    stream: bool = True
+    pad_context: bool = False
+    max_context_tokens: int = 6000
+    sample_fraction: float = 1.0
+    seed: int = 0
+    timeout_s: float = 300.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.speedup <= 0 or not 0 < self.sample_fraction <= 1 or self.concurrency < 1:
+            raise ValueError("need speedup > 0, 0 < sample_fraction <= 1 and concurrency >= 1")
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    at_s: float
+    kind: Kind
+    max_tokens: int
+    body: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    """What happened to one request. Times in seconds; ``cache``: X-Cache header value."""
+
+    kind: Kind
+    ok: bool
+    error: str | None
+    latency_s: float
+    ttft_s: float | None
+    cache: str | None
+    replica: str | None
+    lag_s: float
+
+
+def _padding(tokens: int) -> str:
+    # ~4 characters per token, the same estimate the sim uses for prompts.
+    return ("context " * (tokens // 2 + 1))[: 4 * tokens]
+
+
+def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig) -> list[PlannedRequest]:
+    """Deterministic request plan: arrival (wall s from start), kind, max_tokens, body."""
+    rng = random.Random(cfg.seed)
+    pad_for: dict[str, int] = {}
+    plan = []
+    for row in trace:
+        at = row.offset_s / cfg.speedup
+        if cfg.duration_s is not None and at >= cfg.duration_s:
+            break
+        if cfg.sample_fraction < 1 and rng.random() >= cfg.sample_fraction:
+            continue
+        prompt = mix.next()
+        messages = [{"role": "user", "content": prompt.text}]
+        if cfg.pad_context:
+            wanted = min(row.context_tokens, cfg.max_context_tokens) - len(prompt.text) // 4
+            pad = pad_for.setdefault(prompt.text, max(0, wanted))
+            if pad:
+                messages.insert(0, {"role": "system", "content": _padding(pad)})
+        max_tokens = max(1, row.generated_tokens)
+        body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": 0}
+        if cfg.stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        plan.append(PlannedRequest(at, prompt.kind, max_tokens, body))
+    return plan
+
+
+def _has_content(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or choice.get("text"):
+            return True
+    return False
+
+
+async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> Outcome:
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    headers: httpx.Headers = httpx.Headers()
+
+    def done(ok: bool, error: str | None) -> Outcome:
+        return Outcome(req.kind, ok, error, time.perf_counter() - t0, ttft,
+                       headers.get("x-cache"), headers.get("x-promptedge-replica"), lag)
+
+    try:
+        if req.body.get("stream"):
+            async with client.stream("POST", "/v1/chat/completions", json=req.body) as resp:
+                headers = resp.headers
+                if resp.status_code != 200:
+                    await resp.aread()
+                    return done(False, f"HTTP {resp.status_code}")
+                finished = False
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:]
+                    if data == "[DONE]":
+                        finished = True
+                        break
+                    if ttft is None and _has_content(json.loads(data)):
+                        ttft = time.perf_counter() - t0
+                if not finished or ttft is None:
+                    return done(False, "malformed stream")
+                return done(True, None)
+        resp = await client.post("/v1/chat/completions", json=req.body)
+        headers = resp.headers
+        if resp.status_code != 200:
+            return done(False, f"HTTP {resp.status_code}")
+        content = resp.json()["choices"][0]["message"]["content"]
+        return done(isinstance(content, str), None if isinstance(content, str) else "malformed body")
+    except httpx.HTTPError as exc:
+        return done(False, type(exc).__name__)
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        return done(False, "malformed body")
+
+
+async def run_plan(
+    plan: list[PlannedRequest], cfg: ReplayConfig, transport: httpx.AsyncBaseTransport | None = None
+) -> tuple[list[Outcome], float]:
+    """Send the plan on its schedule; returns (outcomes in plan order, wall seconds)."""
+    limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
+    timeout = httpx.Timeout(cfg.timeout_s, connect=10.0)
+    sem = asyncio.Semaphore(cfg.concurrency)
+    outcomes: list[Outcome | None] = [None] * len(plan)
+    bar = tqdm(total=len(plan), unit="req", disable=not cfg.progress, desc="replay", mininterval=0.5)
+    async with httpx.AsyncClient(base_url=cfg.target, limits=limits, timeout=timeout, transport=transport) as client:
+
+        async def worker(i: int, req: PlannedRequest, lag: float) -> None:
+            try:
+                outcomes[i] = await _send(client, req, lag)
+            finally:
+                sem.release()
+                bar.update()
+
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        tasks = []
+        for i, req in enumerate(plan):
+            delay = start + req.at_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sem.acquire()
+            tasks.append(asyncio.create_task(worker(i, req, max(0.0, loop.time() - start - req.at_s))))
+        await asyncio.gather(*tasks)
+        wall = loop.time() - start
+    bar.close()
+    return [o for o in outcomes if o is not None], wall

@@ -1,0 +1,100 @@
+"""Replay and demo reports: summary numbers from request outcomes, and a printed table."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from sim.questions import KINDS
+from sim.replay import Outcome
+
+EXACT_VALUES = {"hit", "exact"}  # X-Cache: "hit" (issue 2 router), "exact" (issue 3 onwards)
+SEMANTIC_VALUES = {"semantic"}
+
+
+def percentiles_ms(values_s: list[float]) -> dict[str, float | None]:
+    """p50/p95/p99 in milliseconds (linear interpolation); None each when there is no value."""
+    if not values_s:
+        return {"p50": None, "p95": None, "p99": None}
+    p = np.percentile(np.asarray(values_s) * 1000.0, [50, 95, 99])
+    return {"p50": round(float(p[0]), 1), "p95": round(float(p[1]), 1), "p99": round(float(p[2]), 1)}
+
+
+def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
+    """Report dict: requests, ok, failed, errors, exact_hits, semantic_hits, hit_ratio
+    (hits / requests), latency_ms and ttft_ms (p50/p95/p99 over ok requests), replica_share
+    (replica -> fraction of forwarded requests, i.e. ok responses naming a replica), by_kind
+    (prompt kind -> requests and hits), wall_s, lag_ms (how late requests started)."""
+    ok = [o for o in outcomes if o.ok]
+    exact = sum(1 for o in ok if o.cache in EXACT_VALUES)
+    semantic = sum(1 for o in ok if o.cache in SEMANTIC_VALUES)
+    replicas = Counter(o.replica for o in ok if o.replica)
+    forwarded = sum(replicas.values())
+    by_kind = {}
+    for kind in KINDS:
+        of_kind = [o for o in outcomes if o.kind == kind]
+        by_kind[kind] = {
+            "requests": len(of_kind),
+            "exact_hits": sum(1 for o in of_kind if o.ok and o.cache in EXACT_VALUES),
+            "semantic_hits": sum(1 for o in of_kind if o.ok and o.cache in SEMANTIC_VALUES),
+        }
+    return {
+        "requests": len(outcomes),
+        "ok": len(ok),
+        "failed": len(outcomes) - len(ok),
+        "errors": dict(Counter(o.error for o in outcomes if o.error)),
+        "exact_hits": exact,
+        "semantic_hits": semantic,
+        "hit_ratio": round((exact + semantic) / len(outcomes), 4) if outcomes else 0.0,
+        "latency_ms": percentiles_ms([o.latency_s for o in ok]),
+        "ttft_ms": percentiles_ms([o.ttft_s for o in ok if o.ttft_s is not None]),
+        "replica_share": {r: round(n / forwarded, 4) for r, n in sorted(replicas.items())},
+        "by_kind": by_kind,
+        "wall_s": round(wall_s, 1),
+        "lag_ms": percentiles_ms([o.lag_s for o in outcomes]),
+    }
+
+
+def _pcts(d: dict[str, float | None]) -> str:
+    return " / ".join("-" if d[k] is None else f"{d[k]:.0f}" for k in ("p50", "p95", "p99"))
+
+
+def _cell(value: object, width: int) -> str:
+    text = f"{value:.1f}" if isinstance(value, float) else ("-" if value is None else str(value))
+    return f"{text:>{width}}"
+
+
+def render(report: dict[str, Any]) -> str:
+    """Readable table of a report (replay keys, plus forecast_plan when present)."""
+    rows = [
+        ("requests", report["requests"]),
+        ("ok / failed", f"{report['ok']} / {report['failed']}"),
+        ("errors", ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "-"),
+        ("exact / semantic hits", f"{report['exact_hits']} / {report['semantic_hits']}"),
+        ("hit ratio", f"{report['hit_ratio']:.1%}"),
+        ("latency ms p50/p95/p99", _pcts(report["latency_ms"])),
+        ("TTFT ms p50/p95/p99", _pcts(report["ttft_ms"])),
+        ("start lag ms p50/p95/p99", _pcts(report["lag_ms"])),
+        ("wall seconds", report["wall_s"]),
+    ]
+    for replica, share in report["replica_share"].items():
+        rows.append((f"share {replica}", f"{share:.1%}"))
+    for kind, k in report["by_kind"].items():
+        rows.append((f"prompts {kind}", f"{k['requests']} (exact hits {k['exact_hits']}, semantic {k['semantic_hits']})"))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    if "forecast_plan" in report:
+        lines.append("")
+        plan = report["forecast_plan"]
+        if plan is None:
+            lines.append(f"forecast: not available ({report.get('forecast_error', 'no result')})")
+        else:
+            lines.append(f"forecast plan ({report.get('forecast_model', '?')}): "
+                         f"{report.get('forecast_decision', {}).get('reason', '')}")
+            lines.append(f"{'minute':>12}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
+            for step in plan:
+                cells = (_cell(step.get(k), w) for k, w in (("minute", 12), ("forecast", 9), ("upper", 9), ("replicas", 8)))
+                lines.append("  ".join(cells))
+    return "\n".join(lines)
