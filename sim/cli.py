@@ -99,3 +99,38 @@ def sample(
 
     for path in write_samples(dest or SAMPLES_DIR):
         typer.echo(f"wrote {path}")
+
+
+@app.command()
+def demo(
+    trace: Annotated[Optional[Path], typer.Option(help="Azure CSV or Mooncake JSONL trace (default: synthetic sample).")] = None,
+    questions: Annotated[Optional[Path], typer.Option(help="Question pairs: QQP .tar.gz or .json (default: synthetic sample).")] = None,
+    speedup: Annotated[float, typer.Option(help="Time compression: trace seconds per wall second.")] = 60.0,
+    duration: Annotated[float, typer.Option(help="Wall seconds of trace arrivals to replay.")] = 60.0,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    sample_fraction: Annotated[float, typer.Option(help="Keep each trace request with this probability.")] = 1.0,
+    log_dir: Annotated[Path, typer.Option(help="Folder for the processes' logs.")] = Path("out/demo-logs"),
+) -> None:
+    """Start Redis, three simulated replicas and the router; replay; forecast; stop; report."""
+    from sim.demo import DemoConfig, run_demo
+    from sim.questions import QuestionsFormatError
+    from sim.report import render
+    from sim.stack import StackError
+    from sim.traces import TraceFormatError
+    from sim.workload import write_json
+
+    cfg = DemoConfig(trace=trace, questions=questions, speedup=speedup, duration_s=duration,
+                     sample_fraction=sample_fraction, log_dir=log_dir)
+    try:
+        report = run_demo(cfg)
+    except (TraceFormatError, QuestionsFormatError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    except StackError as exc:
+        raise _fail(f"{exc}\n(logs in {log_dir})") from None
+    except KeyboardInterrupt:
+        typer.secho("interrupted: all demo processes stopped", fg="yellow", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(render(report))
+    if json_path:
+        write_json(report, json_path)
+        typer.echo(f"report written to {json_path}")

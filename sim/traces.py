@@ -109,7 +109,7 @@ def read_mooncake_jsonl(path: Path | str) -> list[TraceRequest]:
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
+                obj = json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, line, str(exc.colno), f"invalid JSON: {exc.msg}") from None
             if not isinstance(obj, dict):

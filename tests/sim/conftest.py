@@ -26,6 +26,12 @@ FAST = Profile(
 ServeFn = Callable[..., Awaitable[str]]
 
 
+@pytest.fixture()
+def fast_profile() -> Profile:
+    """A replica profile that decodes a token every 5 ms, two sequences at a time."""
+    return FAST
+
+
 async def _serve(app: FastAPI) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())

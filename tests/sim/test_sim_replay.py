@@ -1,0 +1,68 @@
+"""Replay over real HTTP against in-process sim replicas, and the report it produces."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from sim.questions import MixConfig, QuestionMix, load_pairs
+from sim.replay import ReplayConfig, plan_requests, run_plan
+from sim.report import render, summarize
+from sim.sample import QUESTIONS_FILE, TRACE_FILE
+from sim.traces import read_trace
+
+
+def test_plan_keeps_trace_timing_and_token_counts(data_dir: Path) -> None:
+    trace = read_trace(data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv")
+    cfg = ReplayConfig(target="http://x", speedup=60, duration_s=5)
+    plan = plan_requests(trace, QuestionMix(load_pairs(QUESTIONS_FILE)), cfg)
+    expected = [r for r in trace if r.offset_s / 60 < 5]
+    assert len(plan) == len(expected) > 1000
+    assert [p.max_tokens for p in plan] == [r.generated_tokens for r in expected]
+    assert [p.at_s for p in plan] == [r.offset_s / 60 for r in expected]
+    assert all(p.body["stream"] and len(p.body["messages"]) == 1 for p in plan)
+
+
+def test_padding_reaches_context_size_and_keeps_repeats_identical() -> None:
+    trace = read_trace(TRACE_FILE)[:400]
+    cfg = ReplayConfig(target="http://x", pad_context=True, max_context_tokens=1000)
+    plan = plan_requests(trace, QuestionMix(load_pairs(QUESTIONS_FILE), MixConfig(seed=1)), cfg)
+    first: dict[str, list] = {}
+    for p, row in zip(plan, trace):
+        question = p.body["messages"][-1]["content"]
+        chars = sum(len(m["content"]) for m in p.body["messages"])
+        first.setdefault(question, p.body["messages"])
+        assert p.body["messages"] == first[question]
+        if p.kind == "new":
+            assert abs(chars / 4 - min(row.context_tokens, 1000)) <= 2 or chars / 4 > row.context_tokens
+    assert any(p.kind == "repeat" for p in plan)
+
+
+async def test_replay_against_a_replica_reports_every_request(serve_replica, fast_profile) -> None:
+    url = await serve_replica(replace(fast_profile, max_num_seqs=64))
+    cfg = ReplayConfig(target=url, speedup=600, duration_s=0.5, progress=False)
+    plan = plan_requests(read_trace(TRACE_FILE), QuestionMix(load_pairs(QUESTIONS_FILE)), cfg)
+    for p in plan:  # keep the test short: the test replica decodes 200 tokens/s per sequence
+        p.body["max_tokens"] = min(p.max_tokens, 8)
+    outcomes, wall = await run_plan(plan, cfg)
+    report = summarize(outcomes, wall)
+    assert report["requests"] == len(plan) > 20
+    assert report["ok"] == report["requests"] and report["failed"] == 0
+    assert report["exact_hits"] == 0  # a bare replica has no cache
+    assert report["replica_share"] == {}  # and no X-PromptEdge-Replica header
+    for key in ("latency_ms", "ttft_ms"):
+        p = report[key]
+        assert 0 < p["p50"] <= p["p95"] <= p["p99"]
+    assert report["ttft_ms"]["p50"] <= report["latency_ms"]["p50"]
+    assert "TTFT ms p50/p95/p99" in render(report)
+
+
+async def test_failures_are_counted_by_reason(serve_replica) -> None:
+    url = await serve_replica(fail_rate=1.0)
+    cfg = ReplayConfig(target=url, speedup=600, duration_s=0.3, progress=False)
+    plan = plan_requests(read_trace(TRACE_FILE), QuestionMix(load_pairs(QUESTIONS_FILE)), cfg)
+    outcomes, wall = await run_plan(plan, cfg)
+    report = summarize(outcomes, wall)
+    assert report["failed"] == report["requests"] > 0
+    assert report["errors"] == {"HTTP 500": report["requests"]}
+    assert report["latency_ms"]["p50"] is None
