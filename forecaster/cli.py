@@ -17,8 +17,9 @@ import typer
 
 from forecaster.errors import ForecasterError
 from forecaster.run import RunResult, run_once
+from forecaster.series import demand
 from forecaster.settings import ForecasterSettings
-from forecaster.sources import RedisCounterSource, Source, TraceSource
+from forecaster.sources import Source, TraceSource, open_source
 from forecaster.state import RedisStateStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -82,9 +83,7 @@ def run(
         if trace is not None:
             source = TraceSource(trace, step, settings.trace_tz, trace_format)
         else:
-            source = RedisCounterSource(
-                settings.redis_url, settings.model_name, settings.history_s, settings.source_timeout_s
-            )
+            source = open_source(settings)
             store = RedisStateStore(settings.redis_url, settings.state_key, settings.source_timeout_s)
         result = run_once(settings, source, now, store)
     except ForecasterError as exc:
@@ -98,6 +97,72 @@ def run(
         json_path.write_text(json.dumps(result.to_json(), indent=2))
     if result.decision.action == "hold" and "source unavailable" in result.decision.reason:
         raise typer.Exit(EXIT_HELD_SOURCE)
+
+
+def _policy_table(report: dict) -> None:
+    typer.echo(f"{'policy':14}  {'under-prov. time':>16}  {'under-prov. min':>15}  {'req. share':>10}  {'replica-min':>12}  {'vs oracle':>9}")
+    for name, p in report["policies"].items():
+        typer.echo(
+            f"{name:14}  {p['under_provisioned_frac']:>16.3%}  {p['under_provisioned_minutes']:>15.0f}  "
+            f"{p['under_provisioned_request_share']:>10.3%}  {p['replica_minutes']:>12.0f}  "
+            f"{p['replica_minutes_vs_oracle']:>9.3f}"
+        )
+
+
+def _forecast_table(report: dict) -> None:
+    typer.echo(f"{'horizon':>8}  {'MAE':>10}  {'MAE last value':>14}  {'MASE':>6}  {'sMAPE':>6}  {'P90 cover':>9}  {'pinball P90':>11}")
+    for key in ("forecast", "forecast_30min"):
+        f = report[key]
+        typer.echo(
+            f"{f['horizon_min']:>6g} m  {f['mae']:>10.4g}  {f['mae_last_value']:>14.4g}  {f['mase']:>6.3f}  "
+            f"{f['smape']:>6.3f}  {f['p90_coverage']:>9.3f}  {f['pinball_p90']:>11.4g}"
+        )
+
+
+@app.command()
+def backtest(
+    trace: Annotated[Path, typer.Option(help="Trace file or ServeGen folder.")],
+    warmup: Annotated[float, typer.Option(help="Replica warm-up (lead time), s.")] = 300.0,
+    capacity: Annotated[float, typer.Option(help="Demand one replica serves, per s.")] = 2.0,
+    headroom: Annotated[float, typer.Option(help="Extra capacity fraction.")] = 0.2,
+    trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
+    step: Annotated[Optional[float], typer.Option(help="Bucket length in s (default: the trace's).")] = None,
+    tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
+    test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
+    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,holt_winters",
+    budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
+    demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG plot here.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Replay a trace: predictive vs HPA-like, KEDA-like and perfect-foresight scaling."""
+    from forecaster.backtest.run import BacktestConfig, run_backtest
+
+    try:
+        source = TraceSource(trace, step, tz, trace_format)
+        traffic = source.fetch()
+        y = demand(traffic, demand_unit)  # type: ignore[arg-type]
+        cfg = BacktestConfig(
+            warmup_s=warmup, capacity=capacity, headroom=headroom, test_fraction=test_fraction,
+            models=[m.strip() for m in models.split(",") if m.strip()], budget_s=budget,
+        )
+        result = run_backtest(traffic, y, cfg, progress)
+    except ForecasterError as exc:
+        raise _fail(str(exc)) from None
+    report = result.report
+    typer.echo(f"{report['trace']}: {report['test']['buckets']} test buckets of {report['step_s']:g} s, "
+               f"warm-up {warmup:g} s, capacity {capacity:g}/s per replica, headroom {headroom:g}")
+    _policy_table(report)
+    _forecast_table(report)
+    typer.echo(f"models chosen (origins): {report['models_chosen']}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2))
+    if plot is not None:
+        from forecaster.backtest.plot import plot_backtest
+
+        plot_backtest(result, plot)
 
 
 def main() -> None:

@@ -7,8 +7,9 @@ misses); times in Unix s.
 
 Rules (issue 5):
 - replicas(x) = ceil(x / capacity_per_replica * (1 + headroom)), clipped to [min, max];
-- predictive target = replicas(upper forecast at the lead-time step), where the lead-time step
-  is the first bucket that starts after replicas ordered now are ready;
+- predictive target = replicas(upper forecast at t + lead time): the most replicas needed in
+  the buckets that replicas ordered now will serve before the next decision's replicas are
+  ready (decisions once per step): the buckets overlapping [now + lead, now + lead + step);
 - reactive floor = replicas(current demand): a forecast only adds capacity, never removes it;
 - no scale-down while a rise above the target is forecast within the warm-up window;
 - cooldowns: no scale-up within ``up_cooldown_s`` of the last scale-up, no scale-down within
@@ -87,8 +88,15 @@ def replicas_for(demand: float, config: PlannerConfig) -> int:
 
 
 def lead_steps(lead_time_s: float, step_s: float) -> int:
-    """Steps ahead of the first bucket that starts once a replica ordered now is ready."""
+    """Steps ahead (1 = the bucket starting now) of the bucket in which a replica ordered now
+    becomes ready: the lead-time horizon."""
     return int(math.floor(lead_time_s / step_s)) + 1
+
+
+def cover_steps(lead_time_s: float, step_s: float) -> tuple[int, int]:
+    """First and last step ahead (inclusive) that replicas ordered now must cover: the buckets
+    overlapping [now + lead, now + lead + step), when the next decision comes one step later."""
+    return lead_steps(lead_time_s, step_s), max(1, math.ceil((lead_time_s + step_s) / step_s))
 
 
 def plan_steps(
@@ -142,18 +150,19 @@ def decide(
         return hold(state, now, "no current demand (last bucket missing)", config, current)
     if current is None and state is not None:
         current = state.replicas
-    k_lead = min(lead_steps(config.lead_time_s, step_s), len(steps))
-    at_lead = steps[k_lead - 1]
+    first, last = cover_steps(config.lead_time_s, step_s)
+    first, last = min(first, len(steps)), min(last, len(steps))
+    at_lead = max(steps[first - 1 : last], key=lambda s: (s.replicas, s.upper))
     floor = replicas_for(current_demand, config)
     target = max(floor, at_lead.replicas)
     why = (
-        f"upper forecast {at_lead.upper:.3g} at +{(k_lead - 1) * step_s / 60:g} min needs "
+        f"upper forecast {at_lead.upper:.3g} at +{(at_lead.k - 1) * step_s / 60:g} min needs "
         f"{at_lead.replicas}, current demand {current_demand:.3g} needs {floor}"
     )
     if current is None:
         return Decision(target, f"{why}; first decision", "set", now, None)
     if target < current:
-        window_peak = max(s.replicas for s in steps[:k_lead])
+        window_peak = max(s.replicas for s in steps[:last])
         if window_peak > target:
             target = min(current, window_peak)
             why += f"; rise to {window_peak} forecast within warm-up window"

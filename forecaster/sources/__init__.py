@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from forecaster.series import Traffic
+from forecaster.settings import ForecasterSettings
+from forecaster.sources.prometheus import PrometheusSource
 from forecaster.sources.redis_counters import RedisCounterSource
 from forecaster.sources.traces import read_trace
 
@@ -43,4 +45,26 @@ class TraceSource:
         return traffic.window(0, max(0, min(len(traffic), keep)))
 
 
-__all__ = ["RedisCounterSource", "Source", "TraceSource", "read_trace"]
+def open_source(settings: ForecasterSettings) -> Source:
+    """The live source named by ``settings.source`` (redis counters or prometheus)."""
+    if settings.source == "prometheus":
+        return PrometheusSource(
+            settings.prometheus_url,
+            settings.prometheus_query,
+            settings.step_s,
+            settings.history_s,
+            settings.source_timeout_s,
+        )
+    return RedisCounterSource(
+        settings.redis_url, settings.model_name, settings.history_s, settings.source_timeout_s
+    )
+
+
+__all__ = [
+    "PrometheusSource",
+    "RedisCounterSource",
+    "Source",
+    "TraceSource",
+    "open_source",
+    "read_trace",
+]

@@ -1,0 +1,107 @@
+"""Rolling-origin forecasts over a test period, and their error at one horizon.
+
+At every origin o of the test period the forecaster sees y[:o] only. The model is chosen again
+(``select``) every ``refit_every`` origins, exactly as ``run --once`` would, and applied with
+``forward`` in between, so the backtest measures what production would have forecast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from forecaster.models.select import Selection, build_candidates, select
+
+
+@dataclass(frozen=True)
+class RollingForecasts:
+    """origins: bucket indices (forecast made knowing y[:o]), shape (n,); mean, upper: shape
+    (n, horizon), column k-1 = k steps ahead (k = 1 is bucket o); models: chosen model name per
+    origin."""
+
+    origins: np.ndarray
+    mean: np.ndarray
+    upper: np.ndarray
+    models: list[str]
+
+
+def rolling_forecasts(
+    y: np.ndarray,
+    first_origin: int,
+    horizon: int,
+    lead: int,
+    season: int,
+    step: float,
+    model_names: list[str],
+    level: float = 0.9,
+    budget_s: float = 5.0,
+    refit_every: int = 144,
+    max_origins: int = 96,
+    progress: bool = True,
+) -> RollingForecasts:
+    """Forecasts at every origin in [first_origin, len(y)]; y: rates per step with NaN gaps."""
+    origins = np.arange(first_origin, y.size + 1)
+    mean = np.full((origins.size, horizon), np.nan)
+    upper = np.full((origins.size, horizon), np.nan)
+    models: list[str] = []
+    chosen: Selection | None = None
+    iterator: Iterable[tuple[int, int]] = enumerate(origins)
+    if progress:
+        iterator = tqdm(iterator, total=origins.size, desc="forecasting", unit="origin")
+    for i, o in iterator:
+        history = y[:o]
+        if np.isnan(history).all():
+            models.append("none")
+            continue
+        if chosen is None or i % refit_every == 0:
+            candidates = build_candidates(model_names, season, step, level)
+            chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins)
+            fc = chosen.model.predict(horizon, level)
+        else:
+            fc = chosen.model.forward(history, horizon, level)
+        fc = chosen.calibrate(fc)
+        mean[i], upper[i] = fc.mean, fc.upper
+        models.append(chosen.model.name)
+    return RollingForecasts(origins, mean, upper, models)
+
+
+def forecast_errors(y: np.ndarray, fc: RollingForecasts, k: int, level: float = 0.9) -> dict[str, float]:
+    """Errors of the k-steps-ahead forecast against the last-value forecast at the same horizon.
+
+    mae, mae_last_value; smape (0-2, 0 when forecast and actual are both 0); mase = mae /
+    mae_last_value; p90_coverage = share of actuals <= upper; pinball_p90 = quantile loss of the
+    upper forecast at ``level``. Targets that are missing (NaN) or beyond the series are skipped.
+    """
+    targets = fc.origins + k - 1
+    inside = targets < y.size
+    actual = np.full(targets.size, np.nan)
+    actual[inside] = y[targets[inside]]
+    last = np.array([_last_seen(y, o) for o in fc.origins])
+    f, u = fc.mean[:, k - 1], fc.upper[:, k - 1]
+    ok = ~np.isnan(actual) & ~np.isnan(f) & ~np.isnan(last)
+    a, f, u, last = actual[ok], f[ok], u[ok], last[ok]
+    mae = float(np.mean(np.abs(a - f)))
+    mae_lv = float(np.mean(np.abs(a - last)))
+    denom = np.abs(a) + np.abs(f)
+    smape = float(np.mean(np.where(denom > 0, 2 * np.abs(a - f) / np.maximum(denom, 1e-12), 0.0)))
+    diff = a - u
+    pinball = float(np.mean(np.maximum(level * diff, (level - 1) * diff)))
+    return {
+        "horizon_steps": k,
+        "n": int(ok.sum()),
+        "mae": mae,
+        "mae_last_value": mae_lv,
+        "smape": smape,
+        "mase": mae / mae_lv if mae_lv > 0 else float("nan"),
+        "p90_coverage": float(np.mean(a <= u)),
+        "pinball_p90": pinball,
+    }
+
+
+def _last_seen(y: np.ndarray, o: int) -> float:
+    """The last observed value before bucket o (what last value would forecast)."""
+    seen = np.flatnonzero(~np.isnan(y[:o]))
+    return float(y[seen[-1]]) if seen.size else float("nan")

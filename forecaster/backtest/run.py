@@ -1,0 +1,115 @@
+"""The backtest: rolling forecasts on the test part of a trace, four policies simulated on it,
+one JSON report (keys as in issue 5: ``policies`` and ``forecast``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from forecaster.backtest.forecasts import RollingForecasts, forecast_errors, rolling_forecasts
+from forecaster.backtest.simulate import (
+    PolicyRun,
+    SimConfig,
+    hpa_decider,
+    keda_decider,
+    oracle_run,
+    predictive_decider,
+    score,
+    simulate,
+)
+from forecaster.errors import ConfigError
+from forecaster.plan import PlannerConfig, cover_steps
+from forecaster.series import Traffic
+
+
+@dataclass(frozen=True)
+class BacktestConfig:
+    """warmup_s: replica warm-up (= lead time); capacity: demand per replica; test_fraction:
+    trailing share of the trace that is scored (the rest is history only); refit_every_s: how
+    often the model is chosen again; the remaining fields as in the planner and ``select``."""
+
+    warmup_s: float
+    capacity: float
+    headroom: float = 0.2
+    test_fraction: float = 0.5
+    horizon_s: float = 1800.0
+    season_s: float = 86400.0
+    level: float = 0.9
+    models: list[str] = field(default_factory=lambda: ["last_value", "seasonal_naive", "holt_winters"])
+    budget_s: float = 5.0
+    refit_every_s: float = 86400.0
+    max_origins: int = 96
+    up_cooldown_s: float = 300.0
+    down_cooldown_s: float = 900.0
+    max_step: int = 100_000
+
+
+@dataclass
+class BacktestResult:
+    """report: the JSON document; the arrays feed the plot (ticks of ``tick_s`` from
+    ``start``)."""
+
+    report: dict[str, object]
+    y: np.ndarray
+    first: int
+    forecasts: RollingForecasts
+    runs: dict[str, PolicyRun]
+    tick_demand: np.ndarray
+    tick_s: float
+
+
+def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, progress: bool = True) -> BacktestResult:
+    """Backtest ``demand`` (rates per bucket of ``traffic.step``, NaN gaps) under ``cfg``."""
+    step = traffic.step
+    tick_s = math.gcd(int(step), 15) if step >= 1 else step
+    if step % tick_s:
+        raise ConfigError(f"step {step} s is not a whole number of seconds")
+    n = demand.size
+    first = int(n * (1 - cfg.test_fraction))
+    if first < 2 or n - first < 2:
+        raise ConfigError(f"trace too short to backtest: {n} buckets of {step:g} s")
+    horizon = max(1, math.ceil(cfg.horizon_s / step))
+    lead, _ = cover_steps(cfg.warmup_s, step)
+    lead = min(lead, horizon)
+    season = max(1, round(cfg.season_s / step))
+    fc = rolling_forecasts(
+        demand, first, horizon, lead, season, step, cfg.models, cfg.level, cfg.budget_s,
+        max(1, round(cfg.refit_every_s / step)), cfg.max_origins, progress,
+    )
+    per_step = round(step / tick_s)
+    ticks = np.repeat(demand[first:], per_step)
+    sim = SimConfig(cfg.capacity, cfg.headroom, cfg.warmup_s, tick_s=float(tick_s))
+    planner = PlannerConfig(
+        capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=sim.min_replicas,
+        max_replicas=sim.max_replicas, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
+        down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
+    )
+    fc_test = RollingForecasts(fc.origins[:-1], fc.mean[:-1], fc.upper[:-1], fc.models[:-1])
+    oracle = oracle_run(ticks, sim)
+    runs = {
+        "predictive": simulate("predictive", ticks, predictive_decider(fc_test, demand, step, sim, planner), sim),
+        "reactive_hpa": simulate("reactive_hpa", ticks, hpa_decider(sim), sim),
+        "keda_queue": simulate("keda_queue", ticks, keda_decider(sim), sim),
+        "oracle": oracle,
+    }
+    oracle_minutes = float(oracle.provisioned.sum() * tick_s / 60.0)
+    policies = {name: score(run, ticks, sim, oracle_minutes) for name, run in runs.items()}
+    k30 = min(horizon, max(1, round(1800 / step)))
+    chosen = {name: fc.models.count(name) for name in sorted(set(fc.models))}
+    report: dict[str, object] = {
+        "trace": traffic.name,
+        "step_s": step,
+        "warmup_s": cfg.warmup_s,
+        "capacity": cfg.capacity,
+        "config": asdict(cfg),
+        "test": {"first_bucket": first, "buckets": n - first, "start": traffic.start + first * step,
+                 "end": traffic.end, "missing_buckets": int(np.isnan(demand[first:]).sum())},
+        "lead_steps": lead,
+        "policies": policies,
+        "forecast": {**forecast_errors(demand, fc_test, lead, cfg.level), "horizon_min": lead * step / 60},
+        "forecast_30min": {**forecast_errors(demand, fc_test, k30, cfg.level), "horizon_min": k30 * step / 60},
+        "models_chosen": chosen,
+    }
+    return BacktestResult(report, demand, first, fc_test, runs, ticks, float(tick_s))
