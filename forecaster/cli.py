@@ -1,7 +1,8 @@
-"""``python -m forecaster``: run (once, for cron), backtest.
+"""``python -m forecaster``: run --once (cron), daemon, backtest.
 
-Exit codes: 0 a decision was made (including a hold on a stale last bucket); 2 bad input
-(trace file, flags, settings); 3 the source could not be read and the last decision was held.
+Exit codes of ``run --once`` (forecaster.scheduler.ExitCode): 0 decided and carried out; 1 held
+the last decision (source unreachable, empty, or its last bucket missing); 2 bad input (flags,
+settings, a trace row: the message names file, line and column); 3 actuation failed.
 """
 
 from __future__ import annotations
@@ -15,22 +16,22 @@ from typing import Annotated, Optional
 
 import typer
 
+from pydantic import ValidationError
+
+from forecaster.actuate import build_actuator, load_actuator_settings
 from forecaster.errors import ForecasterError
+from forecaster.live import cycle, daemon_job
 from forecaster.run import RunResult, run_once
+from forecaster.scheduler import ExitCode, run_daemon
 from forecaster.series import demand
 from forecaster.settings import ForecasterSettings
-from forecaster.sources import Source, TraceSource, open_source
-from forecaster.state import RedisStateStore
+from forecaster.sources import TraceSource, open_source
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
-EXIT_BAD_INPUT = 2
-EXIT_HELD_SOURCE = 3
-
-
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
+    return typer.Exit(int(ExitCode.BAD_INPUT))
 
 
 def _clock(ts: float) -> str:
@@ -66,37 +67,55 @@ def _group() -> None:
 @app.command()
 def run(
     once: Annotated[bool, typer.Option("--once", help="Plan once and exit (for cron).")] = False,
-    trace: Annotated[Optional[Path], typer.Option(help="Read demand from a trace file/folder.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(help="Read demand from a trace file/folder (what-if: nothing is scaled or saved).")] = None,
     trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
     model_name: Annotated[Optional[str], typer.Option(help="Router model/pool to plan for.")] = None,
     now: Annotated[Optional[float], typer.Option(help="Unix s to treat as now (simulated clock).")] = None,
-    step: Annotated[Optional[float], typer.Option(help="Bucket length in s (default: setting).")] = None,
+    step: Annotated[Optional[float], typer.Option(help="Bucket length in s (trace only; default: the trace's).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the plan as JSON here.")] = None,
 ) -> None:
-    """Forecast the next 30 minutes and decide replicas (dry-run until actuation is set)."""
+    """Forecast the next 30 minutes, decide replicas and carry the decision out
+    (PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda)."""
     if not once:
-        raise _fail("only --once is supported by 'run'; use 'daemon' for a schedule")
+        raise _fail("'run' needs --once; use 'daemon' for a schedule")
     try:
         settings = ForecasterSettings(**({"model_name": model_name} if model_name else {}))
-        source: Source
-        store = None
         if trace is not None:
             source = TraceSource(trace, step, settings.trace_tz, trace_format)
+            result = run_once(settings, source, now)
+            code = ExitCode.HOLD if result.decision.action == "hold" else ExitCode.OK
+            actuation = "what-if on a trace: nothing scaled, no state saved"
         else:
-            source = open_source(settings)
-            store = RedisStateStore(settings.redis_url, settings.state_key, settings.source_timeout_s)
-        result = run_once(settings, source, now, store)
+            actuator_settings = load_actuator_settings()
+            outcome = cycle(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings), now)
+            result, code = outcome.result, outcome.code
+            actuation = outcome.actuation.summary() if outcome.actuation else "FAILED (see log)"
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
-    except ValueError as exc:  # pydantic settings validation
+    except ValidationError as exc:
         raise _fail(f"settings: {exc}") from None
     print_plan(result)
-    typer.echo(f"actuation: {settings.actuation} (dry-run: nothing was scaled)")
+    typer.echo(f"actuation: {actuation}")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result.to_json(), indent=2))
-    if result.decision.action == "hold" and "source unavailable" in result.decision.reason:
-        raise typer.Exit(EXIT_HELD_SOURCE)
+    raise typer.Exit(int(code))
+
+
+@app.command()
+def daemon(
+    interval: Annotated[Optional[float], typer.Option(help="Seconds between runs (default: setting).")] = None,
+) -> None:
+    """Plan and act every interval (UTC, no overlapping runs, a failed run is logged)."""
+    try:
+        settings = ForecasterSettings()
+        actuator_settings = load_actuator_settings()
+        job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings))
+    except ForecasterError as exc:
+        raise _fail(str(exc)) from None
+    except ValidationError as exc:
+        raise _fail(f"settings: {exc}") from None
+    run_daemon(job, interval or settings.daemon_interval_s)
 
 
 def _policy_table(report: dict) -> None:

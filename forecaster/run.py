@@ -18,7 +18,7 @@ from prometheus_client import Counter, Gauge
 
 from forecaster.errors import SourceUnavailable
 from forecaster.models.select import build_candidates, select
-from forecaster.plan import Decision, PlannerConfig, PlannerState, PlanStep, advance, decide, hold, plan_steps
+from forecaster.plan import Decision, PlannerConfig, PlannerState, PlanStep, advance, decide, hold, lead_steps, plan_steps
 from forecaster.series import Traffic, demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source
@@ -88,11 +88,13 @@ def run_once(
     now: float | None = None,
     store: RedisStateStore | None = None,
     current: int | None = None,
+    lead_time_s: float | None = None,
 ) -> RunResult:
     """Plan once. now: Unix s (None: the source's present, i.e. wall clock or end of trace);
     store: where the planner state lives (None: stateless what-if run); current: observed
-    replica count when the caller knows it. Never raises for source trouble: it holds."""
-    config = settings.planner()
+    replica count when the caller knows it; lead_time_s: warm-up measured from pods (default
+    the ``warmup_s`` setting). Never raises for source trouble: it holds."""
+    config = settings.planner(lead_time_s)
     state = _load(store)
     try:
         traffic = source.fetch(now)
@@ -107,7 +109,7 @@ def run_once(
         decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
         return _finish(RunResult(decision, at, series=series), store, state)
     horizon = max(1, math.ceil(settings.horizon_s / traffic.step))
-    lead = min(horizon, math.floor(settings.warmup_s / traffic.step) + 1)
+    lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
     candidates = build_candidates(settings.models, season, traffic.step, settings.level)
     chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s)

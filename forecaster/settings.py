@@ -46,31 +46,24 @@ class ForecasterSettings(BaseSettings):
     headroom: float = Field(0.2, ge=0.0)
     min_replicas: int = Field(1, ge=0)
     max_replicas: PositiveInt = 10
-    warmup_s: float = Field(300.0, ge=0.0)  # lead time: replica warm-up
+    warmup_s: float = Field(300.0, ge=0.0)  # lead time when none is measured from pods
     up_cooldown_s: float = Field(300.0, ge=0.0)
     down_cooldown_s: float = Field(900.0, ge=0.0)
     max_step: PositiveInt = 4
 
-    # Actuation (forecaster.actuate): what to scale and how.
-    actuation: Literal["dry-run", "kubernetes", "keda"] = "dry-run"
-    namespace: str = "default"
-    deployment: str = "vllm"
+    # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
     daemon_interval_s: PositiveFloat = 60.0
 
-    def planner(self) -> PlannerConfig:
-        """The planner's view of these settings."""
+    def planner(self, lead_time_s: float | None = None) -> PlannerConfig:
+        """The planner's view of these settings; ``lead_time_s`` overrides ``warmup_s`` (e.g.
+        the warm-up measured from the Deployment's pods)."""
         return PlannerConfig(
             capacity_per_replica=self.capacity_per_replica,
             headroom=self.headroom,
             min_replicas=self.min_replicas,
             max_replicas=self.max_replicas,
-            lead_time_s=self.warmup_s,
+            lead_time_s=self.warmup_s if lead_time_s is None else lead_time_s,
             up_cooldown_s=self.up_cooldown_s,
             down_cooldown_s=self.down_cooldown_s,
             max_step=self.max_step,
         )
-
-    @property
-    def state_key(self) -> str:
-        """Redis key of the persisted planner state for the scaled target."""
-        return f"promptedge:forecaster:state:{self.namespace}/{self.deployment}"
