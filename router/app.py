@@ -43,7 +43,7 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
         weights = Weights(stale_after_s=settings.stale_after_s)
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         counters = TrafficCounters(redis, SimClock(settings.clock_origin, settings.clock_scale),
-                                   settings.counters_flush_s)
+                                   settings.counters_flush_s, sorted({r.model for r in settings.replicas}))
         app.state.router = RouterState(
             settings=settings, redis=redis, client=client, cache=ResponseCache(redis, cache_settings),
             pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),

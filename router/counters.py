@@ -1,7 +1,10 @@
 """Per-minute traffic counters in Redis, read by the forecaster (layout: README.md, CONTRACTS.md).
 
 Requests add to an in-process tally (no I/O on the request path); a background task flushes
-the tally every ``flush_s`` in one pipelined round trip. If Redis is down the tally is kept
+the tally every ``flush_s`` in one pipelined round trip. Each flush also marks every minute
+since the last successful flush with ``HINCRBY {minute}:requests 0`` for every model the router
+serves: a field that exists, even at 0, means "the router was up and counted"; a minute without
+fields means nobody counted (router down), which the forecaster keeps as missing, not zero. If Redis is down the tally is kept
 and merged into the next flush, so minutes are late, not lost (bounded: beyond
 ``max_pending`` keys the oldest minutes are dropped and counted in ``dropped``).
 """
@@ -43,14 +46,18 @@ class SimClock:
 class TrafficCounters:
     """Counts requests, misses and tokens per model and (simulated) Unix minute."""
 
-    def __init__(self, redis: aioredis.Redis, clock: SimClock, flush_s: float, max_pending: int = 100_000) -> None:
+    def __init__(self, redis: aioredis.Redis, clock: SimClock, flush_s: float, models: list[str],
+                 max_pending: int = 100_000) -> None:
         self.redis = redis
+        self.models = models
         self.clock = clock
         self.flush_s = flush_s
         self.max_pending = max_pending
         self.dropped = 0
         self._tally: Counter[tuple[str, int, str]] = Counter()
         self._task: asyncio.Task[None] | None = None
+        # Minutes up to this one are marked as counted; a restarted router starts at its first minute.
+        self._marked = int(clock.now() // 60) - 1
 
     def count(self, model: str, *, miss: bool, prompt_tokens: int, completion_tokens: int) -> None:
         """Add one request (and its token usage) to the current minute of ``model``."""
@@ -66,11 +73,19 @@ class TrafficCounters:
 
     async def flush(self) -> bool:
         """Write the tally to Redis in one pipeline; returns False (tally kept) if Redis failed."""
-        if not self._tally:
+        current = int(self.clock.now() // 60)
+        # Bounded so a long Redis outage cannot turn into one huge pipeline.
+        heartbeat = range(max(self._marked + 1, current - 1440), current + 1)
+        if not self._tally and not heartbeat:
             return True
         tally, self._tally = self._tally, Counter()
         pipe = self.redis.pipeline(transaction=False)
-        keys, models = set(), set()
+        keys, models = set(), set(self.models)
+        for model in self.models:
+            for minute in heartbeat:
+                key = KEY.format(model=model, day=minute // 1440)
+                pipe.hincrby(key, f"{minute}:requests", 0)
+                keys.add(key)
         for (model, minute, field), value in tally.items():
             key = KEY.format(model=model, day=minute // 1440)
             pipe.hincrby(key, f"{minute}:{field}", value)
@@ -78,7 +93,8 @@ class TrafficCounters:
             models.add(model)
         for key in keys:
             pipe.expire(key, EXPIRE_S)
-        pipe.sadd(MODELS_KEY, *models)
+        if models:
+            pipe.sadd(MODELS_KEY, *models)
         try:
             await pipe.execute()
         except (RedisError, OSError) as exc:
@@ -87,6 +103,7 @@ class TrafficCounters:
             self._tally = tally
             self._trim()
             return False
+        self._marked = current
         return True
 
     def _trim(self) -> None:

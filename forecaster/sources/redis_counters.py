@@ -4,10 +4,10 @@ Layout (owned by the router, see the top-level README): hash ``promptedge:traffi
 with ``day`` = Unix minute // 1440 and fields ``{minute}:requests``, ``{minute}:misses``,
 ``{minute}:prompt_tokens``, ``{minute}:completion_tokens``; set ``promptedge:traffic:models``.
 
-Minutes between the first and the last counted minute without a field had no traffic (0).
-Minutes before the first and after the last counted minute are missing (NaN): the router may
-have been down, and the planner must not read an outage as a quiet period. The minute that
-contains ``now`` is still being counted and is left out.
+The router marks every minute it is up with a ``{minute}:requests`` field, 0 when it saw no
+request. So a minute with a field is counted (possibly 0); a minute without any field is
+missing (NaN): the router was down, and the planner must not read an outage as a quiet period.
+The minute that contains ``now`` is still being counted and is left out.
 """
 
 from __future__ import annotations
@@ -79,15 +79,8 @@ def _to_traffic(
 ) -> Traffic:
     """Rates per second; a counter the router never wrote (e.g. no cache in front) is None."""
     rates = {field: values / 60.0 for field, values in sums.items()}
-    if seen.any():
-        lo = int(np.argmax(seen))
-        hi = len(seen) - int(np.argmax(seen[::-1]))
-        outside = np.ones(len(seen), dtype=bool)
-        outside[lo:hi] = False
-    else:
-        outside = np.ones(len(seen), dtype=bool)
     for values in rates.values():
-        values[outside] = np.nan
+        values[~seen] = np.nan
     return Traffic(
         start=first * 60.0,
         step=60.0,

@@ -32,14 +32,17 @@ def settings(url: str, **kw: object) -> ForecasterSettings:
     return ForecasterSettings(redis_url=url, capacity_per_replica=1.0, headroom=0.0, **kw)
 
 
-def test_redis_counters_span_is_zero_filled_and_edges_missing(redis_url: str) -> None:
+def test_redis_counters_zero_only_where_counted_missing_where_nobody_counted(redis_url: str) -> None:
     base = 28_000_000  # a Unix minute
-    write_counters(redis_url, "m", {base: 60, base + 2: 120})  # base+1 silent inside the span
+    # The router marks a quiet minute it was up for with requests=0 (router.counters heartbeat);
+    # base+3 has no field at all: the router was down.
+    write_counters(redis_url, "m", {base: 60, base + 1: 0, base + 2: 120, base + 4: 60})
     traffic = RedisCounterSource(redis_url, "m", history_s=600).fetch(now=(base + 5) * 60 + 10)
     by_minute = dict(zip((traffic.times() // 60).astype(int), traffic.requests))
     assert by_minute[base] == 1.0 and by_minute[base + 1] == 0.0 and by_minute[base + 2] == 2.0
     assert np.isnan(by_minute[base - 1])  # before the first counted minute: unknown
-    assert np.isnan(by_minute[base + 3])  # after the last counted minute: unknown, not quiet
+    assert np.isnan(by_minute[base + 3])  # an outage inside the span: unknown, not quiet
+    assert by_minute[base + 4] == 1.0
     assert base + 5 not in by_minute  # the current minute is still being counted
 
 
