@@ -61,20 +61,29 @@ def measure_warmup(settings: ActuatorSettings, api_client: k8s.ApiClient | None 
     if not settings.deployment:
         return Warmup(fallback, "setting", 0, "no deployment configured")
     try:
-        api = KubeScaleAPI(
-            api_client or new_api_client(settings),
-            settings.namespace,
-            settings.deployment,
-            settings.request_timeout_s,
-        )
-        selector = api.read_scale().selector
-        if not selector:
-            return Warmup(fallback, "setting", 0, f"{settings.target} reports no pod selector")
-        measured = warmup_from_pods(api.list_pod_times(selector), settings.warmup_quantile)
+        if api_client is not None:
+            pods = _ready_times(api_client, settings)
+        else:  # our own client: closed again, so a daemon calling this every run leaks no pools
+            with new_api_client(settings) as own_client:
+                pods = _ready_times(own_client, settings)
     except KubeApiError as exc:
         log.warning("warm-up not measured, using PROMPTEDGE_ACTUATOR_WARMUP_S=%s: %s", fallback, exc)
         return Warmup(fallback, "setting", 0, f"pods unreadable: {exc}")
+    if isinstance(pods, str):
+        return Warmup(fallback, "setting", 0, pods)
+    selector, times = pods
+    measured = warmup_from_pods(times, settings.warmup_quantile)
     if measured is None:
         return Warmup(fallback, "setting", 0, f"no Ready pod without restarts under {selector}")
     seconds, used = measured
     return Warmup(seconds, "pods", used, f"P{settings.warmup_quantile * 100:g} of {used} pods under {selector}")
+
+
+def _ready_times(api_client: k8s.ApiClient, settings: ActuatorSettings) -> tuple[str, list[PodTimes]] | str:
+    """(pod selector, pod times) of the configured Deployment, or why there are none."""
+    assert settings.deployment, "measure_warmup checks settings.deployment first"
+    api = KubeScaleAPI(api_client, settings.namespace, settings.deployment, settings.request_timeout_s)
+    selector = api.read_scale().selector
+    if not selector:
+        return f"{settings.target} reports no pod selector"
+    return selector, api.list_pod_times(selector)

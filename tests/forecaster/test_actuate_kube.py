@@ -9,10 +9,12 @@ when the tool scripts (or openssl/curl they need) are absent; a failed build or 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -246,3 +249,46 @@ def test_warmup_measured_from_pod_ready_times(kubeconfig: Path) -> None:
     warmup = measure_warmup(limited(kubeconfig, warmup_quantile=0.5))
     print(warmup)
     assert (warmup.source, warmup.samples, warmup.seconds) == ("pods", 3, 150)
+
+
+def _seed_counters(redis_url: str, now: float) -> None:
+    """Three hours of router counters (router's Redis layout) rising from 1 to 10 requests/s."""
+    client = redis.Redis.from_url(redis_url)
+    last = int(now // 60) - 1
+    for i, minute in enumerate(range(last - 179, last + 1)):
+        per_minute = 60 + 540 * i // 179
+        key = f"promptedge:traffic:sim-llama-8b:{minute // 1440}"
+        client.hset(key, mapping={f"{minute}:requests": per_minute, f"{minute}:misses": per_minute})
+    client.sadd("promptedge:traffic:models", "sim-llama-8b")
+
+
+def test_run_once_cli_scales_the_real_deployment_then_is_a_no_op(
+    kubeconfig: Path, redis_url: str, tmp_path: Path
+) -> None:
+    """`python -m forecaster run --once` end to end: Redis counters -> plan -> scale, as the limited user."""
+    k8s.AppsV1Api(_admin(kubeconfig)).patch_namespaced_deployment_scale(
+        NAME, NS, {"spec": {"replicas": 2}}, _content_type="application/merge-patch+json"
+    )
+    now = 1_795_000_000.0
+    _seed_counters(redis_url, now)
+    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ACTUATOR_MODE": "kubernetes",
+           "PROMPTEDGE_ACTUATOR_NAMESPACE": NS, "PROMPTEDGE_ACTUATOR_DEPLOYMENT": NAME,
+           "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_ACTUATOR_CONTEXT": "limited",
+           "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "2", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
+           "PROMPTEDGE_FORECASTER_HISTORY_S": "10800"}
+    command = [sys.executable, "-m", "forecaster", "run", "--once", "--now", str(now), "--json", str(tmp_path / "plan.json")]
+
+    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    print(first.stdout, first.stderr)
+    assert first.returncode == 0, first.stderr
+    decided = json.loads((tmp_path / "plan.json").read_text())["decision"]["replicas"]
+    assert decided > 2 and "actuation: kubernetes llm/vllm: scaled 2 -> " in first.stdout
+    deployment = _read(kubeconfig)
+    assert deployment.spec.replicas == decided
+    assert deployment.metadata.annotations["promptedge.io/desired-replicas"] == str(decided)
+
+    second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    print(second.stdout, second.stderr)
+    assert second.returncode == 0, second.stderr
+    assert f"unchanged at {decided}" in second.stdout
+    assert _read(kubeconfig).metadata.resource_version == deployment.metadata.resource_version
