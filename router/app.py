@@ -23,7 +23,7 @@ from router.replicas import Pools
 from router.scraper import Scraper
 from router.settings import RouterSettings
 from router.state import RouterState
-from router.upstream import make_client
+from router.upstream import Upstream
 
 log = logging.getLogger("router")
 
@@ -36,7 +36,7 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = aioredis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout_s,
                                   socket_connect_timeout=settings.redis_timeout_s)
-        client = make_client(settings.upstream_transport, settings.max_connections, settings.connect_timeout_s)
+        upstream = Upstream(settings.upstream_transport, settings.max_connections, settings.connect_timeout_s)
         probe_client = httpx.AsyncClient(timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
         pools = Pools(settings.replicas, HealthConfig(rise=settings.health_rise, fall=settings.health_fall))
@@ -45,7 +45,7 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
         counters = TrafficCounters(redis, SimClock(settings.clock_origin, settings.clock_scale),
                                    settings.counters_flush_s, sorted({r.model for r in settings.replicas}))
         app.state.router = RouterState(
-            settings=settings, redis=redis, client=client, cache=ResponseCache(redis, cache_settings),
+            settings=settings, redis=redis, upstream=upstream, cache=ResponseCache(redis, cache_settings),
             pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
             weights=weights)
         await scraper.start()
@@ -55,7 +55,7 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
         finally:
             await scraper.stop()
             await counters.stop()
-            await client.aclose()
+            await upstream.aclose()
             await probe_client.aclose()
             await redis.aclose()
 

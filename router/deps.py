@@ -9,8 +9,9 @@ from fastapi import Depends, Request
 from router.state import RouterState
 
 
-def get_state(request: Request) -> RouterState:
-    """The app's :class:`RouterState` (set by the lifespan before any request)."""
+async def get_state(request: Request) -> RouterState:
+    """The app's :class:`RouterState` (set by the lifespan before any request). Async on purpose:
+    FastAPI runs a sync dependency in a worker thread, which costs a thread hand-off per request."""
     return request.app.state.router
 
 

@@ -27,7 +27,7 @@ from router.replicas import Lease
 from router.schemas import Endpoint, parse_request
 from router.sse import replay
 from router.state import RouterState
-from router.upstream import ConnectFailed, RetryableStatus, open_response, read_body
+from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
 _FORWARD_HEADERS = ("authorization", "x-request-id")
@@ -126,8 +126,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
         lease = replica.lease()
         opened = False
         try:
-            response = await open_response(state.client, replica.url + _PATHS[endpoint], raw, forward,
-                                           state.settings.ttfb_timeout_s)
+            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, forward,
+                                                 state.settings.ttfb_timeout_s)
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:
             replica.health.on_failure(time.monotonic())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-import httpx
 import redis.asyncio as aioredis
 
 from cache import ResponseCache
@@ -15,6 +14,7 @@ from router.metrics import RouterMetrics
 from router.replicas import Pools, Replica
 from router.scraper import Scraper
 from router.settings import RouterSettings
+from router.upstream import Upstream
 
 
 @dataclass
@@ -23,7 +23,7 @@ class RouterState:
 
     settings: RouterSettings
     redis: aioredis.Redis
-    client: httpx.AsyncClient
+    upstream: Upstream
     cache: ResponseCache
     pools: Pools
     scraper: Scraper

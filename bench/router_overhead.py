@@ -1,0 +1,313 @@
+"""Router overhead: added latency and max throughput of proxies in front of one fast backend.
+
+    python bench/router_overhead.py [--json PATH] [--duration S] [--systems a,b,...]
+
+Every system runs as its own process in front of the same minimal OpenAI-compatible backend
+(an asyncio + httptools server answering a fixed chat.completion in microseconds), loaded by
+wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
+
+- ``direct``: wrk -> backend (the baseline every "added" number is relative to);
+- ``promptedge``: the router, proxy path (every request a cache miss: unique bodies), exact
+  cache lookup + store and load-aware dispatch on, httpx on the aiohttp transport;
+- ``promptedge_httpx_transport``: the same with httpx's own transport;
+- ``promptedge_no_cache``: the proxy path with the cache switched off (diagnosis);
+- ``promptedge_hit_path``: the router answering one cached request from Redis;
+- ``nginx``: Debian's nginx as a plain reverse proxy (1 worker, upstream keep-alive);
+- ``aiohttp_passthrough``: FastAPI on uvicorn (uvloop, httptools) forwarding with one
+  aiohttp ClientSession, nothing else;
+- ``litellm``: LiteLLM's proxy (``litellm --config``), if ``--litellm BIN`` exists.
+
+Added latency = system p50/p99 minus direct p50/p99 at the same concurrency (wrk's HdrHistogram,
+microsecond resolution). Needs ``wrk`` and ``nginx`` on PATH and a Redis (``--redis-url``).
+Writes one JSON object per system: added_p50_ms, added_p99_ms, max_rps, and the raw runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from contextlib import asynccontextmanager
+
+import aiohttp
+import httpx
+import typer
+import uvicorn
+from fastapi import FastAPI, Request, Response
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+MODEL = "bench-model"
+app = typer.Typer(add_completion=False, no_args_is_help=False)
+
+ANSWER = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": MODEL,
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris is the capital of France."},
+                 "logprobs": None, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+}).encode()
+METRICS = (b'vllm:num_requests_running{model_name="bench-model"} 0.0\n'
+           b'vllm:num_requests_waiting{model_name="bench-model"} 0.0\n'
+           b'vllm:kv_cache_usage_perc{model_name="bench-model"} 0.0\n')
+
+# wrk script: unique bodies (cache misses) unless HIT is set; prints percentiles as JSON.
+WRK_LUA = """
+local counter = 0
+local tid = tostring(math.random(1, 1e9))
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local hit = os.getenv("BENCH_HIT") == "1"
+request = function()
+  counter = counter + 1
+  local q = hit and "What is the capital of France?" or ("What is the capital of France? #" .. tid .. "-" .. counter)
+  return wrk.format(nil, nil, nil,
+    '{"model":"bench-model","messages":[{"role":"user","content":"' .. q .. '"}],"max_tokens":16}')
+end
+done = function(summary, latency, requests)
+  io.write(string.format('\\nRESULT {"p50_us":%d,"p99_us":%d,"requests":%d,"duration_us":%d,'
+    .. '"errors":%d,"non2xx":%d}\\n', latency:percentile(50), latency:percentile(99), summary.requests,
+    summary.duration, summary.errors.connect + summary.errors.read + summary.errors.write
+    + summary.errors.timeout, summary.errors.status))
+end
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- the backend and the baseline
+
+class _Backend(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        import httptools
+
+        self.transport = transport  # type: ignore[assignment]
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
+    def on_message_complete(self) -> None:
+        if self.url.startswith(b"/metrics"):
+            body, kind = METRICS, b"text/plain"
+        elif self.url.startswith(b"/health"):
+            body, kind = b'{"status":"ok"}', b"application/json"
+        elif self.url.startswith(b"/v1/models"):
+            body, kind = b'{"object":"list","data":[{"id":"bench-model","object":"model"}]}', b"application/json"
+        else:
+            body, kind = ANSWER, b"application/json"
+        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"  # type: ignore
+                             % (kind, len(body), body))
+
+
+@app.command(hidden=True)
+def backend(port: int) -> None:
+    """Serve the minimal OpenAI-compatible backend on PORT."""
+    import uvloop
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_Backend, "127.0.0.1", port, backlog=1024)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+@app.command(hidden=True)
+def passthrough(port: int, upstream: str) -> None:
+    """Serve a FastAPI pass-through with one aiohttp ClientSession on PORT."""
+    @asynccontextmanager
+    async def lifespan(application: FastAPI):  # type: ignore[no-untyped-def]
+        application.state.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000))
+        yield
+        await application.state.session.close()
+
+    web = FastAPI(lifespan=lifespan)
+
+    @web.post("/v1/chat/completions")
+    async def forward(request: Request) -> Response:
+        async with request.app.state.session.post(upstream + "/v1/chat/completions", data=await request.body(),
+                                                  headers={"content-type": "application/json"}) as r:
+            return Response(await r.read(), status_code=r.status, media_type="application/json")
+
+    @web.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    uvicorn.run(web, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning",
+                access_log=False)
+
+
+# ---------------------------------------------------------------- systems under test
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready after {timeout_s} s")
+
+
+def start_system(name: str, backend_url: str, tmp: Path, redis_url: str,
+                 litellm: str) -> tuple[str, list[subprocess.Popen[bytes]]]:
+    """Start a system; returns its base URL and processes."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": open(tmp / f"{name}.log", "wb")}
+    if name.startswith("promptedge"):
+        env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url,
+               "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": backend_url, "model": MODEL}]),
+               "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": "httpx" if name.endswith("httpx_transport") else "aiohttp",
+               "PROMPTEDGE_CACHE_KEY_PREFIX": f"promptedge:bench:{os.getpid()}",
+               "PROMPTEDGE_CACHE_ENABLED": "false" if name.endswith("no_cache") else "true"}
+        proc = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning"],
+                                cwd=ROOT, env=env, **quiet)  # type: ignore[call-overload]
+        _wait_ready(url + "/health", proc)
+        return url, [proc]
+    if name == "aiohttp_passthrough":
+        proc = subprocess.Popen([PY, __file__, "passthrough", str(port), backend_url], **quiet)  # type: ignore
+        _wait_ready(url + "/health", proc)
+        return url, [proc]
+    if name == "nginx":
+        conf = tmp / "nginx.conf"
+        conf.write_text(f"""
+worker_processes 1; daemon off; pid {tmp}/nginx.pid; error_log {tmp}/nginx-error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; client_body_temp_path {tmp}; proxy_temp_path {tmp};
+  fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
+  upstream backend {{ server {backend_url.removeprefix('http://')}; keepalive 128; }}
+  server {{ listen 127.0.0.1:{port};
+    location / {{ proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }} }}
+}}""")
+        proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(tmp)], **quiet)  # type: ignore
+        _wait_ready(url + "/health", proc)
+        return url, [proc]
+    if name == "litellm":
+        conf = tmp / "litellm.yaml"
+        conf.write_text(f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
+                        f"      api_base: {backend_url}/v1\n      api_key: none\n")
+        env = {**os.environ, "LITELLM_LOG": "ERROR"}
+        proc = subprocess.Popen([litellm, "--config", str(conf), "--port", str(port), "--host", "127.0.0.1"],
+                                env=env, **quiet)  # type: ignore[call-overload]
+        _wait_ready(url + "/health/liveliness", proc, timeout_s=180)
+        return url, [proc]
+    raise typer.BadParameter(f"unknown system {name!r}")
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool) -> dict[str, float]:
+    env = {**os.environ, "BENCH_HIT": "1" if hit else "0"}
+    out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", "10s", "-s", str(lua),
+                          url + "/v1/chat/completions"], capture_output=True, text=True, env=env, check=True).stdout
+    result = json.loads(out.split("RESULT ", 1)[1])
+    return {"p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
+            "rps": result["requests"] / (result["duration_us"] / 1e6),
+            "errors": result["errors"] + result["non2xx"]}
+
+
+@app.command()
+def main(
+    json_path: Path = typer.Option(None, "--json", help="Write the results here."),
+    duration: int = typer.Option(5, help="Seconds per wrk run (after a 1 s warm-up run)."),
+    systems: str = typer.Option("promptedge,promptedge_hit_path,promptedge_httpx_transport,nginx,"
+                                "aiohttp_passthrough,litellm", help="Comma-separated systems besides direct."),
+    redis_url: str = typer.Option("redis://127.0.0.1:6379/14", help="Redis for the router's cache."),
+    litellm: str = typer.Option("/work/litellm-venv/bin/litellm", help="LiteLLM proxy binary (skipped if absent)."),
+) -> None:
+    """Measure every system at concurrency 1 and 32; print a table, write JSON."""
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            raise typer.BadParameter(f"{tool} not found on PATH (apt-get install -y {tool})")
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmpdir:
+        tmp = Path(tmpdir)
+        lua = tmp / "bench.lua"
+        lua.write_text(WRK_LUA)
+        port = free_port()
+        backend_proc = subprocess.Popen([PY, __file__, "backend", str(port)])
+        backend_url = f"http://127.0.0.1:{port}"
+        results: dict[str, dict[str, object]] = {}
+        try:
+            _wait_ready(backend_url + "/health", backend_proc)
+            names = ["direct"] + [s for s in systems.split(",") if s]
+            for name in names:
+                if name == "litellm" and not Path(litellm).exists():
+                    print(f"skipping litellm: {litellm} not found", file=sys.stderr)
+                    continue
+                url, procs = (backend_url, []) if name == "direct" else start_system(
+                    name, backend_url, tmp, redis_url, litellm)
+                try:
+                    hit = name == "promptedge_hit_path"
+                    runs = {}
+                    for c in (1, 32):
+                        run_wrk(url, c, 1, lua, hit)  # warm-up: connections, caches, JIT-free but lazy imports
+                        runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit)
+                        print(f"{name:28s} c={c:<3d} p50 {runs[f'c{c}']['p50_ms']:8.3f} ms  "
+                              f"p99 {runs[f'c{c}']['p99_ms']:8.3f} ms  {runs[f'c{c}']['rps']:9.0f} req/s  "
+                              f"errors {runs[f'c{c}']['errors']}", file=sys.stderr)
+                    results[name] = {"runs": runs}
+                finally:
+                    stop(procs)
+        finally:
+            stop([backend_proc])
+    base = results["direct"]["runs"]
+    for name, entry in results.items():
+        runs = entry["runs"]  # type: ignore[assignment]
+        entry["added_p50_ms"] = round(runs["c1"]["p50_ms"] - base["c1"]["p50_ms"], 3)  # type: ignore[index]
+        entry["added_p99_ms"] = round(runs["c1"]["p99_ms"] - base["c1"]["p99_ms"], 3)  # type: ignore[index]
+        entry["added_p50_ms_c32"] = round(runs["c32"]["p50_ms"] - base["c32"]["p50_ms"], 3)  # type: ignore[index]
+        entry["max_rps"] = round(max(runs["c1"]["rps"], runs["c32"]["rps"]))  # type: ignore[index]
+    print_table(results)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(results, indent=2))
+
+
+def print_table(results: dict[str, dict[str, object]]) -> None:
+    header = (f"| {'system':27s} | added p50 c=1 (ms) | added p99 c=1 (ms) | req/s c=1 | added p50 c=32 (ms) "
+              f"| req/s c=32 | errors |")
+    print(header)
+    print("|" + "|".join("-" * (len(part)) for part in header.split("|")[1:-1]) + "|")
+    for name, entry in results.items():
+        runs = entry["runs"]  # type: ignore[assignment]
+        errors = runs["c1"]["errors"] + runs["c32"]["errors"]  # type: ignore[index]
+        print(f"| {name:27s} | {entry['added_p50_ms']:18.3f} | {entry['added_p99_ms']:18.3f} "
+              f"| {runs['c1']['rps']:9.0f} | {entry['added_p50_ms_c32']:19.3f} | {runs['c32']['rps']:10.0f} "  # type: ignore
+              f"| {errors:6d} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in ("backend", "passthrough"):
+        app()
+    else:
+        typer.run(main)
