@@ -34,9 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
-
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -281,7 +280,7 @@ def main(
         finally:
             stop([backend_proc])
     base = results["direct"]["runs"]
-    for name, entry in results.items():
+    for entry in results.values():
         runs = entry["runs"]  # type: ignore[assignment]
         entry["added_p50_ms"] = round(runs["c1"]["p50_ms"] - base["c1"]["p50_ms"], 3)  # type: ignore[index]
         entry["added_p99_ms"] = round(runs["c1"]["p99_ms"] - base["c1"]["p99_ms"], 3)  # type: ignore[index]

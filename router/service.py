@@ -77,7 +77,8 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
             return relay_stream(state, rec, creq, upstream, lease)
         content = await _read(upstream, lease)
     rec.first_byte_at = time.perf_counter()
-    lease.replica.health.on_success(time.monotonic(), rec.first_byte_at - rec.started)
+    # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
+    lease.replica.health.on_success(time.monotonic())
     rec.deferred = True
     return Response(content, media_type=_JSON, headers=_miss_headers(lease),
                     background=BackgroundTask(_after_miss, state, rec, creq, content))
