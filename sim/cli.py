@@ -75,13 +75,13 @@ def replay(
     from sim.replay import ReplayConfig
     from sim.report import render
     from sim.traces import TraceFormatError
-    from sim.workload import build_plan, replay_report, write_json
+    from sim.workload import build_plan, load_inputs, replay_report, write_json
 
     try:
         cfg = ReplayConfig(target=target, model=model, speedup=speedup, duration_s=duration,
                            concurrency=concurrency, sample_fraction=sample_fraction,
                            pad_context=pad_context, stream=not no_stream, seed=seed)
-        plan = build_plan(trace, questions, cfg, MixConfig(seed=seed))
+        plan = build_plan(*load_inputs(trace, questions), cfg, MixConfig(seed=seed))
     except (TraceFormatError, QuestionsFormatError, ValueError) as exc:
         raise _fail(str(exc)) from None
     report = replay_report(plan, cfg)
@@ -108,8 +108,9 @@ def demo(
     speedup: Annotated[float, typer.Option(help="Time compression: trace seconds per wall second.")] = 60.0,
     duration: Annotated[float, typer.Option(help="Wall seconds of trace arrivals to replay.")] = 60.0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
-    sample_fraction: Annotated[float, typer.Option(help="Keep each trace request with this probability.")] = 1.0,
+    max_rate: Annotated[float, typer.Option(help="Thin the trace to at most this many requests per wall second (0: no limit).")] = 40.0,
     log_dir: Annotated[Path, typer.Option(help="Folder for the processes' logs.")] = Path("out/demo-logs"),
+    replica_capacity: Annotated[float, typer.Option(help="Requests per wall second one replica serves (forecaster capacity).")] = 15.0,
 ) -> None:
     """Start Redis, three simulated replicas and the router; replay; forecast; stop; report."""
     from sim.demo import DemoConfig, run_demo
@@ -120,7 +121,7 @@ def demo(
     from sim.workload import write_json
 
     cfg = DemoConfig(trace=trace, questions=questions, speedup=speedup, duration_s=duration,
-                     sample_fraction=sample_fraction, log_dir=log_dir)
+                     max_rate=max_rate, log_dir=log_dir, replica_capacity_rps=replica_capacity)
     try:
         report = run_demo(cfg)
     except (TraceFormatError, QuestionsFormatError, ValueError) as exc:

