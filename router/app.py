@@ -36,7 +36,7 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         redis = aioredis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout_s,
                                   socket_connect_timeout=settings.redis_timeout_s)
-        upstream = Upstream(settings.upstream_transport, settings.max_connections, settings.connect_timeout_s)
+        upstream = Upstream(settings.upstream_transport, settings.max_connections)
         probe_client = httpx.AsyncClient(timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
         pools = Pools(settings.replicas, HealthConfig(rise=settings.health_rise, fall=settings.health_fall))

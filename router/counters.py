@@ -4,9 +4,9 @@ Requests add to an in-process tally (no I/O on the request path); a background t
 the tally every ``flush_s`` in one pipelined round trip. Each flush also marks every minute
 since the last successful flush with ``HINCRBY {minute}:requests 0`` for every model the router
 serves: a field that exists, even at 0, means "the router was up and counted"; a minute without
-fields means nobody counted (router down), which the forecaster keeps as missing, not zero. If Redis is down the tally is kept
-and merged into the next flush, so minutes are late, not lost (bounded: beyond
-``max_pending`` keys the oldest minutes are dropped and counted in ``dropped``).
+fields means nobody counted (router down), which the forecaster keeps as missing, not zero. If
+Redis is down the tally is kept and merged into the next flush, so minutes are late, not lost
+(bounded: beyond ``max_pending`` keys the oldest minutes are dropped and counted in ``dropped``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Relaying a replica's SSE stream to the client, byte for byte, while assembling it.
 
-Timeouts: the first chunk must come within ``ttfb_timeout_s``, each next one within
-``stream_idle_timeout_s``. A failure after the headers went out cannot change the status, so
+Timeouts (per priority, ``RouterSettings.timeouts``): the first chunk must come within
+``ttfb_s``, each next one within ``idle_s``. A failure after the headers went out cannot change the status, so
 the client gets one clean error event (``data: {"error": ...}``) and ``data: [DONE]``; the
 partial answer is never cached. However the stream ends (done, failed, client gone), the
 lease is released once, the upstream connection is closed (so the replica aborts), and the
@@ -54,11 +54,11 @@ def relay_stream(state: RouterState, rec: Record, creq: CacheRequest, upstream: 
     url = lease.replica.url
     rec.deferred = True
     failed: list[APIError] = []
-    settings = state.settings
+    timeouts = state.settings.timeouts[rec.priority]
 
     async def relay() -> AsyncIterator[bytes]:
         chunks = iter_body(upstream, url).__aiter__()
-        timeout = settings.ttfb_timeout_s
+        timeout = timeouts.ttfb_s
         try:
             while True:
                 try:
@@ -71,7 +71,7 @@ def relay_stream(state: RouterState, rec: Record, creq: CacheRequest, upstream: 
                                           code="replica_timeout") from None
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.perf_counter()
-                    timeout = settings.stream_idle_timeout_s
+                    timeout = timeouts.idle_s
                 assembler.feed(chunk)
                 yield chunk
             if not assembler.done:

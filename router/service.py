@@ -112,6 +112,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
     the pool has no eligible replica, else the last replica error."""
     tried: set[str] = set()
     last: APIError | None = None
+    timeouts = state.settings.timeouts[rec.priority]
     forward = {"content-type": _JSON}
     for name in _FORWARD_HEADERS:
         if name in headers:
@@ -128,7 +129,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
         opened = False
         try:
             response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, forward,
-                                                 state.settings.ttfb_timeout_s)
+                                                 timeouts.connect_s, timeouts.ttfb_s)
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:
             replica.health.on_failure(time.monotonic())

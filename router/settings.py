@@ -36,6 +36,22 @@ class ReplicaSpec(BaseModel):
         return value.rstrip("/")
 
 
+class Timeouts(BaseModel):
+    """Upstream timeouts of one priority class, seconds: connect, time to the first byte
+    (for a non-stream request: the whole generation), idle gap between stream chunks."""
+
+    connect_s: float = Field(2.0, gt=0)
+    ttfb_s: float = Field(120.0, gt=0)
+    idle_s: float = Field(60.0, gt=0)
+
+
+DEFAULT_TIMEOUTS = {
+    "P0": Timeouts(connect_s=2.0, ttfb_s=300.0, idle_s=120.0),
+    "P1": Timeouts(connect_s=2.0, ttfb_s=120.0, idle_s=60.0),
+    "P2": Timeouts(connect_s=1.0, ttfb_s=60.0, idle_s=30.0),
+}
+
+
 class RouterSettings(BaseSettings):
     """All router settings; env names are ``PROMPTEDGE_`` + field name upper-cased.
 
@@ -65,10 +81,13 @@ class RouterSettings(BaseSettings):
     health_fall: int = Field(2, ge=1)
 
     upstream_transport: Transport = "aiohttp"
-    connect_timeout_s: float = Field(2.0, gt=0)
-    ttfb_timeout_s: float = Field(120.0, gt=0)
-    stream_idle_timeout_s: float = Field(60.0, gt=0)
+    timeouts: dict[Literal["P0", "P1", "P2"], Timeouts] = Field(default_factory=dict)
     max_connections: int = Field(1000, ge=1)
 
     counters_flush_s: float = Field(1.0, gt=0)
+
+    @field_validator("timeouts")
+    @classmethod
+    def _all_priorities(cls, value: dict[str, Timeouts]) -> dict[str, Timeouts]:
+        return {**DEFAULT_TIMEOUTS, **value}
     log_requests: bool = True

@@ -33,30 +33,29 @@ class Upstream:
     hooks) has nothing to do for a proxy and costs a measurable share of a request.
     """
 
-    def __init__(self, transport: str, max_connections: int, connect_timeout_s: float) -> None:
+    def __init__(self, transport: str, max_connections: int) -> None:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self.transport: httpx.AsyncBaseTransport = (
             AiohttpTransport(limits=limits) if transport == "aiohttp" else httpx.AsyncHTTPTransport(limits=limits)
         )
-        self.connect_timeout_s = connect_timeout_s
         self._urls: dict[str, httpx.URL] = {}
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
         await self.transport.aclose()
 
-    async def open(self, url: str, body: bytes, headers: dict[str, str], ttfb_timeout_s: float) -> httpx.Response:
+    async def open(self, url: str, body: bytes, headers: dict[str, str], connect_timeout_s: float,
+                   ttfb_timeout_s: float) -> httpx.Response:
         """POST ``body`` to ``url`` and return the response with its body not yet read.
 
-        Raises ConnectFailed (unreachable), RetryableStatus (429/503), UpstreamTimeout (no
+        Timeouts in seconds. Raises ConnectFailed (unreachable), RetryableStatus (429/503), UpstreamTimeout (no
         response headers within ``ttfb_timeout_s``), UpstreamError (other transport errors).
         The caller must close the returned response.
         """
         parsed = self._urls.get(url)
         if parsed is None:
             parsed = self._urls[url] = httpx.URL(url)
-        timeout = {"connect": self.connect_timeout_s, "read": ttfb_timeout_s, "write": self.connect_timeout_s,
-                   "pool": None}
+        timeout = {"connect": connect_timeout_s, "read": ttfb_timeout_s, "write": connect_timeout_s, "pool": None}
         request = httpx.Request("POST", parsed, content=body, headers=headers, extensions={"timeout": timeout})
         try:
             response = await self.transport.handle_async_request(request)
