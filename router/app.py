@@ -19,6 +19,7 @@ from router.errors import APIError
 from router.health import HealthConfig
 from router.metrics import RouterMetrics
 from router.ops import ops
+from router.ratelimit import RateLimiter
 from router.replicas import Pools
 from router.scraper import Scraper
 from router.settings import RouterSettings
@@ -47,7 +48,7 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=ResponseCache(redis, cache_settings),
             pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
-            weights=weights)
+            weights=weights, limiter=RateLimiter(redis, settings.rate_limits))
         await scraper.start()
         counters.start()
         try:

@@ -1,4 +1,4 @@
-"""Pure reading of request metadata from headers: cache controls, priority, session, tenant.
+"""Pure reading of request metadata: cache controls, priority, API key, token estimates.
 
 Header names (router/README.md): ``Cache-Control: no-cache | no-store``, ``X-Cache-TTL``
 (seconds), ``X-Cache-Threshold`` (semantic similarity 0..1; 0 means 0), ``X-Priority``
@@ -41,6 +41,21 @@ def _number(headers: Mapping[str, str], name: str, kind: type[int] | type[float]
         return kind(value)
     except ValueError:
         raise BadRequest(f"header {name} must be a number, got {value!r}", param=name, code="invalid_header") from None
+
+
+def api_key(headers: Mapping[str, str]) -> str:
+    """The bearer token of ``Authorization`` ("" when there is none)."""
+    value = headers.get("authorization", "")
+    return value[7:].strip() if value[:7].lower() == "bearer " else ""
+
+
+def max_output_tokens(body: Mapping[str, object]) -> int:
+    """The output tokens a request may use: max_completion_tokens, else max_tokens, else 0."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
 
 
 def priority(headers: Mapping[str, str]) -> str:

@@ -22,6 +22,7 @@ class Record:
     request_id: str
     started: float
     pool: str = ""
+    target: str = ""  # the pool that serves it: ``pool`` or its fallback
     priority: str = "P1"
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -46,7 +47,8 @@ class Record:
             log.info(json.dumps({
                 "request_id": self.request_id, "model": self.pool, "priority": self.priority,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "replica": self.replica, "profile": self.profile, "cache": self.cache, "status": self.status,
+                "pool": self.target, "replica": self.replica, "profile": self.profile, "cache": self.cache,
+                "status": self.status,
                 "retries": self.retries, "queue_time": round(forwarded - self.started, 6),
                 "inference_time": round(end - forwarded, 6),
                 "ttft": None if self.first_byte_at is None else round(self.first_byte_at - self.started, 6),

@@ -47,9 +47,10 @@ class RelayResponse(StreamingResponse):
                 await self._on_close()
 
 
-def relay_stream(state: RouterState, rec: Record, creq: CacheRequest, upstream: httpx.Response,
-                 lease: Lease) -> RelayResponse:
-    """The client response for an open upstream SSE response."""
+def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
+                 lease: Lease, headers: dict[str, str]) -> RelayResponse:
+    """The client response for an open upstream SSE response; a complete stream is stored in
+    the cache under ``store`` (None: not stored)."""
     assembler = StreamAssembler()
     url = lease.replica.url
     rec.deferred = True
@@ -102,8 +103,7 @@ def relay_stream(state: RouterState, rec: Record, creq: CacheRequest, upstream: 
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
         rec.finish(state.metrics)
-        if result is not None:
-            await state.cache.store(creq, result)
+        if result is not None and store is not None:
+            await state.cache.store(store, result)
 
-    return RelayResponse(relay(), on_close, media_type="text/event-stream",
-                         headers={"x-cache": "miss", "x-promptedge-replica": url})
+    return RelayResponse(relay(), on_close, media_type="text/event-stream", headers=headers)

@@ -7,6 +7,7 @@ for (parsing a forwarded answer for usage, storing it) runs after the response i
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,8 +20,9 @@ from starlette.responses import Response, StreamingResponse
 
 from cache import CacheRequest
 from router import classify
+from router.admission import pool_pressure, sheds
 from router.disconnect import CancelOnDisconnect
-from router.errors import APIError, ModelNotFound, NoReplica, UpstreamError
+from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError
 from router.record import Record
 from router.relay import relay_stream
 from router.replicas import Lease
@@ -59,33 +61,75 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     pool = headers.get("x-model") or body["model"]
     if pool not in state.pools:
         raise ModelNotFound(f"The model `{pool}` does not exist.", param="model", code="model_not_found")
-    rec.pool = pool
+    rec.pool = rec.target = pool
     rec.priority = classify.priority(headers)
     rec.prompt_tokens = classify.estimate_prompt_tokens(body)
-    creq = CacheRequest(endpoint=endpoint, body=body, control=classify.cache_control(headers))
+    api_key = classify.api_key(headers)
+    await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
+    creq = CacheRequest(endpoint=endpoint, body=body, tenant=state.settings.api_keys.get(api_key, "default"),
+                        control=classify.cache_control(headers))
     stream = body.get("stream") is True
     hit = await state.cache.lookup(creq)
     if hit is not None:
         rec.cache = hit.kind
         return _serve_hit(state, rec, hit.response, stream)
     rec.cache = "miss"
+    raw = _admit(state, rec, body, raw)
+    store = creq if rec.target == rec.pool else None  # another model's answer is not this one's
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await _open(state, rec, endpoint, raw, headers)
         if upstream.status_code >= 400:
             return await _upstream_failed(rec, upstream, lease)
         if stream:
-            return relay_stream(state, rec, creq, upstream, lease)
+            return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease))
         content = await _read(upstream, lease)
     rec.first_byte_at = time.perf_counter()
     # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
     lease.replica.health.on_success(time.monotonic())
     rec.deferred = True
-    return Response(content, media_type=_JSON, headers=_miss_headers(lease),
-                    background=BackgroundTask(_after_miss, state, rec, creq, content))
+    return Response(content, media_type=_JSON, headers=_miss_headers(rec, lease),
+                    background=BackgroundTask(_after_miss, state, rec, store, content))
 
 
-def _miss_headers(lease: Lease) -> dict[str, str]:
-    return {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
+async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
+    if not state.settings.rate_limits:
+        return
+    wait = await state.limiter.wait_s(api_key, tokens)
+    if wait > 0:
+        raise RateLimited(f"rate limit of this API key reached; retry in {wait:.1f} s", code="rate_limited",
+                          headers={"retry-after": str(max(1, math.ceil(wait)))})
+
+
+def _admit(state: RouterState, rec: Record, body: dict[str, Any], raw: bytes) -> bytes:
+    """Shed by priority when the pool is saturated, or send to its fallback pool (returns the
+    bytes to forward: the body with the fallback's model name in that case)."""
+    settings, now = state.settings, time.monotonic()
+    if _has_room(state, rec.pool, rec.priority, now):
+        return raw
+    fallback = settings.fallback.get(rec.pool)
+    if fallback is not None and fallback in state.pools and _has_room(state, fallback, rec.priority, now):
+        rec.target = fallback
+        return json.dumps({**body, "model": fallback}).encode()
+    if state.pools.eligible(rec.pool, now):
+        raise RateLimited(f"pool `{rec.pool}` is saturated: {rec.priority} requests are shed for now",
+                          code="pool_saturated", headers={"retry-after": "1"})
+    return raw  # no replica at all: _open answers 503
+
+
+def _has_room(state: RouterState, pool: str, priority: str, now: float) -> bool:
+    views = [r.view(now) for r in state.pools.eligible(pool, now)]
+    if not views:
+        return False
+    settings = state.settings
+    return not sheds(priority, pool_pressure(views, settings.queue_limit, settings.max_inflight_per_replica,
+                                             state.weights))
+
+
+def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
+    headers = {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
+    if rec.target != rec.pool:
+        headers["x-promptedge-fallback"] = rec.target
+    return headers
 
 
 def _serve_hit(state: RouterState, rec: Record, response: dict[str, Any], stream: bool) -> Response:
@@ -119,7 +163,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
             forward[name] = headers[name]
     for attempt in range(MAX_ATTEMPTS):
         now = time.monotonic()
-        candidates = state.pools.eligible(rec.pool, now, exclude=frozenset(tried))
+        candidates = state.pools.eligible(rec.target, now, exclude=frozenset(tried))
         if not candidates:
             break
         replica = state.choose(candidates, now, session=headers.get("x-session-id"))
@@ -148,7 +192,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
         return response, lease
     if last is not None:
         raise last
-    raise NoReplica(f"no replica of pool `{rec.pool}` is available (all down, warming up or ejected)",
+    raise NoReplica(f"no replica of pool `{rec.target}` is available (all down, warming up or ejected)",
                     code="no_replica")
 
 
@@ -174,14 +218,14 @@ async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease) 
         lease.replica.health.on_success(time.monotonic())
         rec.status = status
         return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
-                        headers=_miss_headers(lease))
+                        headers=_miss_headers(rec, lease))
     lease.replica.health.on_failure(time.monotonic())
     detail = content[:300].decode(errors="replace")
     raise UpstreamError(f"replica {lease.replica.url} answered {status}: {detail}", code="replica_error",
                         headers={"x-promptedge-replica": lease.replica.url})
 
 
-async def _after_miss(state: RouterState, rec: Record, creq: CacheRequest, content: bytes) -> None:
+async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | None, content: bytes) -> None:
     try:
         response = json.loads(content)
     except ValueError:
@@ -193,5 +237,5 @@ async def _after_miss(state: RouterState, rec: Record, creq: CacheRequest, conte
     state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     rec.finish(state.metrics)
-    if isinstance(response, dict):
-        await state.cache.store(creq, response)
+    if store is not None and isinstance(response, dict):
+        await state.cache.store(store, response)

@@ -45,6 +45,15 @@ class Timeouts(BaseModel):
     idle_s: float = Field(60.0, gt=0)
 
 
+class RateLimit(BaseModel):
+    """Token buckets of one API key: ``requests_per_s`` with ``burst`` capacity (default
+    ceil(requests_per_s)), and ``tokens_per_min`` (prompt estimate + max_tokens per request)."""
+
+    requests_per_s: float | None = Field(None, gt=0)
+    burst: int | None = Field(None, ge=1)
+    tokens_per_min: int | None = Field(None, ge=1)
+
+
 DEFAULT_TIMEOUTS = {
     "P0": Timeouts(connect_s=2.0, ttfb_s=300.0, idle_s=120.0),
     "P1": Timeouts(connect_s=2.0, ttfb_s=120.0, idle_s=60.0),
@@ -85,6 +94,12 @@ class RouterSettings(BaseSettings):
     max_connections: int = Field(1000, ge=1)
 
     counters_flush_s: float = Field(1.0, gt=0)
+
+    api_keys: dict[str, str] = Field(default_factory=dict)  # API key -> tenant (cache scope)
+    rate_limits: dict[str, RateLimit] = Field(default_factory=dict)  # API key or "*" -> buckets
+    queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
+    max_inflight_per_replica: int | None = Field(None, ge=1)
+    fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
 
     @field_validator("timeouts")
     @classmethod

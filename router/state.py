@@ -11,6 +11,7 @@ from cache import ResponseCache
 from router.counters import TrafficCounters
 from router.dispatch import Context, ReplicaView, Weights, pick
 from router.metrics import RouterMetrics
+from router.ratelimit import RateLimiter
 from router.replicas import Pools, Replica
 from router.scraper import Scraper
 from router.settings import RouterSettings
@@ -30,6 +31,7 @@ class RouterState:
     counters: TrafficCounters
     metrics: RouterMetrics
     weights: Weights
+    limiter: RateLimiter
     ticket: int = 0
     rng: random.Random = field(default_factory=random.Random)
 

@@ -1,0 +1,85 @@
+"""Per-API-key token buckets in Redis (requests per second and tokens per minute).
+
+One Lua script checks and takes from both buckets of a key atomically, in one round trip,
+with Redis's clock (so several router processes share the buckets). A bucket refills
+continuously at its rate up to its capacity. API keys are stored hashed. If Redis does not
+answer, requests are admitted (fail open: an outage of the limiter must not become an outage
+of the service) and Redis is skipped for 1 s; ``unavailable`` counts those admissions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from router.settings import RateLimit
+
+log = logging.getLogger("router.ratelimit")
+
+_BUCKETS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local wait = 0
+local level = {}
+for i = 1, #KEYS do
+  local rate, cap, cost = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
+  local b = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+  local tokens = tonumber(b[1]) or cap
+  local ts = tonumber(b[2]) or now
+  tokens = math.min(cap, tokens + math.max(0, now - ts) * rate)
+  if tokens < cost then wait = math.max(wait, (cost - tokens) / rate) end
+  level[i] = tokens
+end
+for i = 1, #KEYS do
+  local rate, cap, cost = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
+  local left = level[i]
+  if wait == 0 then left = left - cost end
+  redis.call('HSET', KEYS[i], 'tokens', tostring(left), 'ts', tostring(now))
+  redis.call('PEXPIRE', KEYS[i], math.ceil(cap / rate * 1000) + 1000)
+end
+return tostring(wait)
+"""
+_RETRY_AFTER_S = 1.0
+
+
+class RateLimiter:
+    """Token buckets per API key; limits by key, ``"*"`` for any other key (and no key)."""
+
+    def __init__(self, redis: aioredis.Redis, limits: dict[str, RateLimit]) -> None:
+        self.redis = redis
+        self.limits = limits
+        self.unavailable = 0
+        self._script = redis.register_script(_BUCKETS)
+        self._down_until = 0.0
+
+    async def wait_s(self, api_key: str, tokens: int) -> float:
+        """Seconds until this request would fit its key's buckets; 0.0 = admitted (and taken).
+
+        tokens: the request's token cost (prompt estimate + max_tokens). A cost larger than a
+        bucket's capacity can never fit: it is charged the full capacity instead.
+        """
+        limit = self.limits.get(api_key) or self.limits.get("*")
+        if limit is None or time.monotonic() < self._down_until:
+            return 0.0
+        digest = hashlib.sha256(api_key.encode()).hexdigest()[:24]
+        keys, args = [], []
+        if limit.requests_per_s is not None:
+            keys.append(f"promptedge:ratelimit:{digest}:requests")
+            args += [limit.requests_per_s, limit.burst or max(1, math.ceil(limit.requests_per_s)), 1]
+        if limit.tokens_per_min is not None:
+            keys.append(f"promptedge:ratelimit:{digest}:tokens")
+            args += [limit.tokens_per_min / 60.0, limit.tokens_per_min, min(tokens, limit.tokens_per_min)]
+        if not keys:
+            return 0.0
+        try:
+            return float(await self._script(keys=keys, args=args))
+        except (RedisError, OSError) as exc:
+            self.unavailable += 1
+            self._down_until = time.monotonic() + _RETRY_AFTER_S
+            log.warning("rate limiter unavailable, admitting: %r", exc)
+            return 0.0
