@@ -108,7 +108,7 @@ def demo(
     speedup: Annotated[float, typer.Option(help="Time compression: trace seconds per wall second.")] = 60.0,
     duration: Annotated[float, typer.Option(help="Wall seconds of trace arrivals to replay.")] = 60.0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
-    max_rate: Annotated[float, typer.Option(help="Thin the trace to at most this many requests per wall second (0: no limit).")] = 40.0,
+    max_token_rate: Annotated[float, typer.Option(help="Thin the trace to at most this many generated tokens per wall second (0: no limit).")] = 4500.0,
     log_dir: Annotated[Path, typer.Option(help="Folder for the processes' logs.")] = Path("out/demo-logs"),
     replica_capacity: Annotated[float, typer.Option(help="Requests per wall second one replica serves (forecaster capacity).")] = 15.0,
 ) -> None:
@@ -121,7 +121,7 @@ def demo(
     from sim.workload import write_json
 
     cfg = DemoConfig(trace=trace, questions=questions, speedup=speedup, duration_s=duration,
-                     max_rate=max_rate, log_dir=log_dir, replica_capacity_rps=replica_capacity)
+                     max_token_rate=max_token_rate, log_dir=log_dir, replica_capacity_rps=replica_capacity)
     try:
         report = run_demo(cfg)
     except (TraceFormatError, QuestionsFormatError, ValueError) as exc:

@@ -36,8 +36,9 @@ FORECAST_TIMEOUT_S = 180.0
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """``duration_s``: wall seconds of trace arrivals to replay; ``max_rate``: the trace is
-    thinned (seeded) to at most this many requests per wall second, 0 = no limit; ``warmup_s``: replicas'
+    """``duration_s``: wall seconds of trace arrivals to replay; ``max_token_rate``: the trace
+    is thinned (seeded) to at most this many generated tokens per wall second on average,
+    0 = no limit; ``warmup_s``: replicas'
     simulated warm-up before /health turns 200; ``replica_capacity_rps``: requests per wall
     second one simulated replica is assumed to serve, handed to the forecaster in simulated
     time (divided by speedup) unless PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA is set."""
@@ -47,7 +48,7 @@ class DemoConfig:
     speedup: float = 60.0
     duration_s: float = 60.0
     model: str = "sim-llama-8b"
-    max_rate: float = 40.0
+    max_token_rate: float = 4500.0
     warmup_s: float = 2.0
     replica_capacity_rps: float = 15.0
     log_dir: Path = Path("out/demo-logs")
@@ -92,7 +93,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     StackError when a process does not come up.
     """
     rows, pairs = load_inputs(cfg.trace, cfg.questions)
-    fraction = thinning_fraction(rows, cfg.speedup, cfg.duration_s, cfg.max_rate)
+    fraction = thinning_fraction(rows, cfg.speedup, cfg.duration_s, cfg.max_token_rate)
     replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s,
                               sample_fraction=fraction, progress=cfg.progress)
     plan = build_plan(rows, pairs, replay_cfg, MixConfig())

@@ -22,14 +22,20 @@ def load_inputs(trace: Path | None, questions: Path | None) -> tuple[list[TraceR
     return read_trace(trace or TRACE_FILE), load_pairs(questions or QUESTIONS_FILE)
 
 
-def thinning_fraction(rows: list[TraceRequest], speedup: float, duration_s: float | None, max_rate: float) -> float:
-    """Fraction of requests to keep so the mean wall-clock rate stays at most ``max_rate``
-    requests/s (1.0 when it already does, or when max_rate <= 0 means no limit)."""
+def thinning_fraction(
+    rows: list[TraceRequest], speedup: float, duration_s: float | None, max_token_rate: float
+) -> float:
+    """Fraction of requests to keep so the generated tokens per wall second average at most
+    ``max_token_rate`` (1.0 when they already do, or when max_token_rate <= 0: no limit).
+
+    Tokens, not requests, because the cost of the local stack (SSE chunks through replica,
+    router and load generator) grows with the tokens streamed."""
     window = [r for r in rows if duration_s is None or r.offset_s / speedup < duration_s]
-    if max_rate <= 0 or len(window) < 2:
+    if max_token_rate <= 0 or len(window) < 2:
         return 1.0
     wall = max(window[-1].offset_s / speedup, 1e-9)
-    return min(1.0, max_rate * wall / len(window))
+    tokens = sum(max(1, r.generated_tokens) for r in window)
+    return min(1.0, max_token_rate * wall / tokens)
 
 
 def build_plan(

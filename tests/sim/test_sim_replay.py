@@ -87,13 +87,13 @@ async def test_failures_are_counted_by_reason(serve_replica) -> None:
     assert report["latency_ms"]["p50"] is None
 
 
-def test_thinning_keeps_the_mean_rate_under_the_limit(data_dir: Path) -> None:
+def test_thinning_keeps_the_mean_token_rate_under_the_limit(data_dir: Path) -> None:
     trace = read_trace(data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv")
-    fraction = thinning_fraction(trace, speedup=60, duration_s=10, max_rate=40)
-    in_window = sum(1 for r in trace if r.offset_s / 60 < 10)
-    assert in_window * fraction / 10 == pytest.approx(40, rel=0.05)
-    assert thinning_fraction(trace, 60, 10, max_rate=0) == 1.0
-    assert thinning_fraction(read_trace(TRACE_FILE), 60, 60, max_rate=40) == 1.0  # the sample is lighter
-    cfg = ReplayConfig(target="http://x", speedup=60, duration_s=10, sample_fraction=fraction)
+    fraction = thinning_fraction(trace, speedup=60, duration_s=60, max_token_rate=4500)
+    tokens = sum(r.generated_tokens for r in trace)
+    assert tokens * fraction / (trace[-1].offset_s / 60) == pytest.approx(4500, rel=1e-6)
+    assert thinning_fraction(trace, 60, 10, max_token_rate=0) == 1.0
+    assert thinning_fraction(read_trace(TRACE_FILE), 60, 60, max_token_rate=4500) == 1.0  # the sample is lighter
+    cfg = ReplayConfig(target="http://x", speedup=60, duration_s=60, sample_fraction=fraction)
     plan = plan_requests(trace, QuestionMix(load_pairs(QUESTIONS_FILE)), cfg)
-    assert len(plan) == pytest.approx(400, rel=0.1)
+    assert len(plan) == pytest.approx(fraction * len(trace), rel=0.1)
