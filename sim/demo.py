@@ -55,8 +55,9 @@ class DemoConfig:
     progress: bool = True
 
 
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def _sigterm_as_sigint(signum: int, frame: FrameType | None) -> None:
+    # Ctrl-C's path: asyncio.run cancels the replay cleanly, elsewhere KeyboardInterrupt.
+    signal.raise_signal(signal.SIGINT)
 
 
 def forecaster_command(sim_now: float, out: Path) -> list[str]:
@@ -97,7 +98,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s,
                               sample_fraction=fraction, progress=cfg.progress)
     plan = build_plan(rows, pairs, replay_cfg, MixConfig())
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    # SIGINT may arrive ignored (a shell's background job); the demo must still stop cleanly.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, _sigterm_as_sigint)
     try:
         with Stack(cfg.log_dir) as stack:
             external_redis = os.environ.get("PROMPTEDGE_REDIS_URL")
@@ -144,7 +147,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             report["logs"] = str(cfg.log_dir)
             return report
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _cache_stats(router: str) -> dict[str, Any] | None:

@@ -3,6 +3,10 @@ processes, replaying the first minutes of the real Azure conv trace with QQP que
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -45,3 +49,28 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
     assert all(step["replicas"] >= 1 for step in plan)
     # Every process the demo started is gone (the embedded Redis: see test_sim_demo.py).
     assert not [c for c in psutil.Process().children(recursive=True) if pid_alive(c.pid)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_demo_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: int) -> None:
+    monkeypatch.delenv("PROMPTEDGE_REDIS_URL", raising=False)
+    demo = subprocess.Popen([sys.executable, "-m", "sim", "demo", "--duration", "30", "--log-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    started: list[psutil.Process] = []
+    deadline = time.monotonic() + 60
+    while len(started) < 4 and time.monotonic() < deadline:  # three replicas and the router
+        started = [c for c in psutil.Process(demo.pid).children() if "serve" in c.cmdline()]
+        time.sleep(0.2)
+    assert len(started) == 4, demo.stdout.read().decode() if demo.poll() is not None else "no children"
+    router = next(c for c in started if "router" in c.cmdline())
+    socket_path = router.environ()["PROMPTEDGE_REDIS_URL"].removeprefix("unix://").split("?")[0]
+    redis_server = [p for p in psutil.process_iter(["cmdline"]) if socket_path in " ".join(p.info["cmdline"] or [])]
+    assert len(redis_server) == 1
+    time.sleep(1.0)
+    demo.send_signal(sig)
+    output = demo.communicate(timeout=30)[0].decode()
+    assert demo.returncode == 130, output
+    assert "interrupted: all demo processes stopped" in output
+    assert "Traceback" not in output
+    assert not [p.pid for p in started + redis_server if pid_alive(p.pid)]
