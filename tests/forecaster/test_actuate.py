@@ -240,3 +240,26 @@ def test_hold_never_scales_down_but_a_real_decision_does(fake: FakeKubeServer) -
     assert actuator.apply(PlannerDecision(6, "hold: but more is fine", "hold"), 5).action == "scaled"
     assert actuator.apply(PlannerDecision(3, "forecast falls", "down"), 6).action == "scaled"
     assert fake.cluster.deployments[(NS, NAME)].replicas == 3
+
+
+def test_in_cluster_without_service_account_token_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ActuationConfigError, match="in-cluster"):
+        build_actuator(settings()).read_current()
+
+
+def test_reconcile_core_does_no_io() -> None:
+    """The pure core imports no client library (kubernetes, redis, httpx, urllib3)."""
+    import ast
+    from pathlib import Path
+
+    import forecaster.actuate.reconcile as core
+
+    tree = ast.parse(Path(core.__file__).read_text())
+    imported = {
+        (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0]
+        for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert imported <= {"__future__", "dataclasses", "datetime", "typing", "forecaster"}
