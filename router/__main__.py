@@ -9,6 +9,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from router.app import create_app
+from router.discovery import DiscoveryError, build_source
 from router.settings import RouterSettings
 
 cli = typer.Typer(help="PromptEdge edge router: OpenAI-compatible, cache first, GPU-load-aware dispatch.",
@@ -35,13 +36,14 @@ def serve(
             typer.echo(f"error: setting PROMPTEDGE_ROUTER_{field.split('.')[0].upper()} ({field}): {error['msg']}",
                        err=True)
         raise typer.Exit(2) from None
-    if not settings.replicas:
-        typer.echo("error: no replicas: set PROMPTEDGE_ROUTER_REPLICAS to a JSON list of "
-                   '{"url", "model"} objects', err=True)
-        raise typer.Exit(2)
+    try:
+        source = build_source(settings)
+    except DiscoveryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
-    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
+    uvicorn.run(create_app(settings, source), host=host or settings.host, port=port or settings.port,
                 loop="uvloop", http="httptools", log_level=log_level, access_log=False)
 
 

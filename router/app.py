@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from cache import CacheSettings, ResponseCache
 from router.api import api
 from router.counters import SimClock, TrafficCounters
+from router.discovery import DiscoveredReplica, ReplicaSource, apply, build_source
 from router.dispatch import Weights
 from router.errors import APIError
 from router.health import HealthConfig
@@ -29,8 +30,9 @@ from router.upstream import Upstream
 log = logging.getLogger("router")
 
 
-def create_app(settings: RouterSettings | None = None) -> FastAPI:
-    """A router app for ``settings`` (default: read from the environment)."""
+def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource | None = None) -> FastAPI:
+    """A router app for ``settings`` (default: read from the environment); its replicas come
+    from ``discovery`` (default: ``build_source(settings)``, see router/discovery.py)."""
     settings = settings or RouterSettings()
 
     @asynccontextmanager
@@ -40,20 +42,31 @@ def create_app(settings: RouterSettings | None = None) -> FastAPI:
         upstream = Upstream(settings.upstream_transport, settings.max_connections)
         probe_client = httpx.AsyncClient(timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
-        pools = Pools(settings.replicas, HealthConfig(rise=settings.health_rise, fall=settings.health_fall))
+        pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall))
         weights = Weights(stale_after_s=settings.stale_after_s)
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         counters = TrafficCounters(redis, SimClock(settings.clock_origin, settings.clock_scale),
-                                   settings.counters_flush_s, sorted({r.model for r in settings.replicas}))
+                                   settings.counters_flush_s, [])
+        source = discovery or build_source(settings)
+
+        def on_replicas(snapshot: list[DiscoveredReplica]) -> None:
+            changes = apply(pools, snapshot)
+            counters.models = sorted(pools.by_model)
+            if changes:
+                log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
+                         changes.draining)
+
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=ResponseCache(redis, cache_settings),
             pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits))
+        await source.start(on_replicas)
         await scraper.start()
         counters.start()
         try:
             yield
         finally:
+            await source.stop()
             await scraper.stop()
             await counters.stop()
             await upstream.aclose()

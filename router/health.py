@@ -46,6 +46,7 @@ class HealthState:
         self._trial_out = False
         self._ttfts: deque[float] = deque(maxlen=config.window)
         self.ejected_until = 0.0
+        self.draining = False  # set by discovery: open requests finish, nothing new is admitted
 
     def probe(self, ok: bool) -> None:
         """Record one active ``/health`` probe result."""
@@ -62,8 +63,8 @@ class HealthState:
         return "open" if now < self._open_until else "half_open"
 
     def admits(self, now: float, *, ignore_ejection: bool = False) -> bool:
-        """True if a request may be sent now (probe up, circuit not open, not ejected)."""
-        if not self.up or (now < self.ejected_until and not ignore_ejection):
+        """True if a request may be sent now (probe up, not draining, circuit not open, not ejected)."""
+        if not self.up or self.draining or (now < self.ejected_until and not ignore_ejection):
             return False
         if self._open_until is None:
             return True

@@ -66,6 +66,7 @@ class Pools:
     """Replicas grouped by the model they serve (pool name = model name)."""
 
     def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig) -> None:
+        self.health = health  # for replicas added later by discovery (router/discovery.py)
         self.by_model: dict[str, list[Replica]] = {}
         for spec in specs:
             self.by_model.setdefault(spec.model, []).append(Replica(spec, health))

@@ -6,6 +6,7 @@ default. Durations are seconds, fractions are 0..1.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -13,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two"]
 Transport = Literal["aiohttp", "httpx"]
+Discovery = Literal["static", "kubernetes"]
 
 
 class ReplicaSpec(BaseModel):
@@ -75,6 +77,8 @@ class RouterSettings(BaseSettings):
     )
     redis_timeout_s: float = 0.25
     replicas: list[ReplicaSpec] = Field(default_factory=list)
+    replicas_file: Path | None = None  # YAML replica list (router/discovery_file.py)
+    discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery_kube.py)
     host: str = "127.0.0.1"
     port: int = 8000
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)

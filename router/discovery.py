@@ -1,0 +1,130 @@
+"""Replica discovery: one interface over a static list and Kubernetes EndpointSlices.
+
+A :class:`ReplicaSource` publishes *full* snapshots of the wanted replica set (never deltas),
+so a lost or repeated snapshot cannot leave the pools wrong. :func:`apply` reconciles the
+router's :class:`~router.replicas.Pools` with a snapshot on the event loop: replicas that stay
+keep their :class:`~router.replicas.Replica` object (in-flight count, signals, health), new
+ones are added (down until their first ``/health`` probe), gone ones are dropped (their open
+requests still finish and release their leases), and draining ones stay but admit nothing.
+
+Sources: :class:`StaticSource` (``PROMPTEDGE_ROUTER_REPLICAS`` JSON or the YAML file
+``PROMPTEDGE_ROUTER_REPLICAS_FILE``, see ``router.discovery_file``) and
+``router.discovery_kube.KubeSource`` (``PROMPTEDGE_ROUTER_DISCOVERY=kubernetes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from router.replicas import Pools, Replica
+from router.settings import ReplicaSpec, RouterSettings
+
+
+class DiscoveryError(Exception):
+    """Discovery cannot start: bad replica file, bad Kubernetes settings or configuration."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredReplica:
+    """One wanted replica. ``draining``: keep it if the router knows it (its open requests
+    finish) but send it nothing new; a draining replica the router does not know is not added."""
+
+    spec: ReplicaSpec
+    draining: bool = False
+
+
+Publish = Callable[[list[DiscoveredReplica]], None]
+
+
+class ReplicaSource(Protocol):
+    """Where the replica set comes from. ``publish`` is always called on the event loop."""
+
+    async def start(self, publish: Publish) -> None:
+        """Publish the first snapshot (or give up after the source's start timeout), then keep
+        publishing changes in the background."""
+
+    async def stop(self) -> None:
+        """Stop publishing and release clients and threads."""
+
+
+class StaticSource:
+    """A fixed replica list (from settings or the YAML file): one snapshot at start."""
+
+    def __init__(self, specs: Iterable[ReplicaSpec]) -> None:
+        self.specs = list(specs)
+
+    async def start(self, publish: Publish) -> None:
+        publish([DiscoveredReplica(spec) for spec in self.specs])
+
+    async def stop(self) -> None:
+        return None
+
+
+@dataclass
+class Changes:
+    """What :func:`apply` did, as replica URLs."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    draining: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.draining)
+
+
+def apply(pools: Pools, snapshot: Iterable[DiscoveredReplica]) -> Changes:
+    """Make ``pools`` match ``snapshot`` (call on the event loop; no await inside, so the
+    request path never sees a half-applied set).
+
+    A replica is identified by URL and pool; one that changes pool is a new replica. Pools
+    once known stay (possibly empty), so their requests get 503 ``no_replica``, not 404.
+    ``Changes.draining`` lists replicas that started draining with this snapshot.
+    """
+    wanted = {d.spec.url: d for d in snapshot}
+    changes = Changes()
+    by_model: dict[str, list[Replica]] = {model: [] for model in pools.by_model}
+    kept: set[str] = set()
+    for replica in pools.all():
+        want = wanted.get(replica.url)
+        if want is None or want.spec.model != replica.spec.model:
+            changes.removed.append(replica.url)
+            continue
+        if want.draining and not replica.health.draining:
+            changes.draining.append(replica.url)
+        replica.spec = want.spec
+        replica.health.draining = want.draining
+        by_model[replica.spec.model].append(replica)
+        kept.add(replica.url)
+    for url, want in wanted.items():
+        if url in kept or want.draining:
+            continue
+        by_model.setdefault(want.spec.model, []).append(Replica(want.spec, pools.health))
+        changes.added.append(url)
+    pools.by_model = by_model
+    return changes
+
+
+def build_source(settings: RouterSettings) -> ReplicaSource:
+    """The source ``settings`` ask for; raises DiscoveryError (naming the setting, file, line
+    and field) when the replica list or the Kubernetes settings are unusable."""
+    if settings.discovery == "kubernetes":
+        if settings.replicas or settings.replicas_file is not None:
+            raise DiscoveryError("PROMPTEDGE_ROUTER_DISCOVERY=kubernetes takes no static replicas: unset "
+                                 "PROMPTEDGE_ROUTER_REPLICAS and PROMPTEDGE_ROUTER_REPLICAS_FILE")
+        # Imported here: the kubernetes client is a slow import a static router does not need.
+        from router.discovery_kube import KubeSource, load_kube_settings
+
+        return KubeSource.from_settings(load_kube_settings())
+    if settings.replicas_file is not None:
+        if settings.replicas:
+            raise DiscoveryError("set PROMPTEDGE_ROUTER_REPLICAS or PROMPTEDGE_ROUTER_REPLICAS_FILE, not both")
+        from router.discovery_file import load_replicas_file
+
+        return StaticSource(load_replicas_file(settings.replicas_file))
+    if not settings.replicas:
+        raise DiscoveryError("no replicas: set PROMPTEDGE_ROUTER_REPLICAS to a JSON list of {\"url\", \"model\"} "
+                             "objects, PROMPTEDGE_ROUTER_REPLICAS_FILE to a YAML file, or "
+                             "PROMPTEDGE_ROUTER_DISCOVERY=kubernetes")
+    return StaticSource(settings.replicas)

@@ -1,0 +1,107 @@
+"""Pure mapping from ``discovery.k8s.io/v1`` EndpointSlice JSON to wanted replicas.
+
+Input is the API's JSON (camelCase dicts, as listed or as a watch event's object). Condition
+semantics are the API's own (k8s.io/api/discovery/v1 ``EndpointConditions``): ``ready`` nil
+means ready; ``serving`` nil defers to ``ready``; ``terminating`` nil means not terminating.
+
+- ready and not terminating -> a replica that takes requests;
+- terminating (serving or not) -> draining: its open requests finish, nothing new is sent;
+- not ready, not terminating (e.g. failing its readiness probe) -> draining as well, so a
+  replica the router already knows keeps its in-flight count but gets no traffic, and one it
+  does not know is never added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from router.discovery import DiscoveredReplica
+from router.settings import ReplicaSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRules:
+    """How a slice becomes replicas.
+
+    port_name: the slice port to use (None: the slice must have exactly one port);
+    model_label: slice label holding the pool (model) name; model: the pool when the label is
+    unset or missing; profile_label: slice label copied to ``ReplicaSpec.profile``;
+    scheme: ``http`` or ``https``.
+    """
+
+    port_name: str | None = None
+    model_label: str | None = None
+    model: str | None = None
+    profile_label: str | None = None
+    scheme: str = "http"
+
+
+def slice_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a slice object."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def replicas_of(obj: Mapping[str, Any], rules: SliceRules) -> tuple[list[DiscoveredReplica], str | None]:
+    """The replicas of one EndpointSlice and, when the slice is skipped, why (for a log line).
+
+    Endpoints without addresses are skipped; of several addresses the first is used (the API
+    says they are fungible). FQDN slices are used as host names.
+    """
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    model = labels.get(rules.model_label) if rules.model_label else None
+    model = model or rules.model
+    if not model:
+        return [], f"slice {slice_key(obj)} has no label {rules.model_label!r} and no default model is set"
+    port, problem = _port(obj.get("ports") or [], rules.port_name)
+    if port is None:
+        return [], f"slice {slice_key(obj)}: {problem}"
+    ipv6 = obj.get("addressType") == "IPv6"
+    profile = labels.get(rules.profile_label) if rules.profile_label else None
+    found: list[DiscoveredReplica] = []
+    for endpoint in obj.get("endpoints") or []:
+        addresses = endpoint.get("addresses") or []
+        if not addresses:
+            continue
+        host = f"[{addresses[0]}]" if ipv6 else addresses[0]
+        try:
+            spec = ReplicaSpec(url=f"{rules.scheme}://{host}:{port}", model=model, profile=profile)
+        except ValidationError as exc:
+            return [], f"slice {slice_key(obj)}: endpoint {addresses[0]!r}: {exc.errors()[0]['msg']}"
+        found.append(DiscoveredReplica(spec, draining=not _takes_requests(endpoint.get("conditions") or {})))
+    return found, None
+
+
+def merge(per_slice: Iterable[list[DiscoveredReplica]]) -> list[DiscoveredReplica]:
+    """One snapshot from all slices; a URL in several slices (the endpoints controller moves
+    endpoints between slices) takes requests if any slice says so. Sorted by URL."""
+    merged: dict[str, DiscoveredReplica] = {}
+    for replicas in per_slice:
+        for replica in replicas:
+            known = merged.get(replica.spec.url)
+            if known is None or (known.draining and not replica.draining):
+                merged[replica.spec.url] = replica
+    return [merged[url] for url in sorted(merged)]
+
+
+def _takes_requests(conditions: Mapping[str, Any]) -> bool:
+    return conditions.get("ready") is not False and conditions.get("terminating") is not True
+
+
+def _port(ports: list[Mapping[str, Any]], name: str | None) -> tuple[int | None, str]:
+    if name is not None:
+        match = [p for p in ports if p.get("name") == name]
+        if not match:
+            return None, f"no port named {name!r} (ports: {[p.get('name') for p in ports]})"
+        port = match[0].get("port")
+    elif len(ports) == 1:
+        port = ports[0].get("port")
+    else:
+        return None, f"{len(ports)} ports and no port name set (PROMPTEDGE_ROUTER_K8S_PORT_NAME)"
+    if not isinstance(port, int):
+        return None, "the port has no number"
+    return port, ""
