@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio
 import uvicorn
 from fastapi import FastAPI
 
@@ -99,3 +100,16 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 def sse_data(text: str) -> list[str]:
     """The ``data:`` payloads of an SSE body, in order."""
     return [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+
+
+async def cache_entries(redis_url: str, n: int) -> None:
+    """Wait until the exact cache holds ``n`` entries (answers are stored after they are sent)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        for _ in range(200):
+            if len(await client.keys("promptedge:cache:exact:*")) >= n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the cache never held {n} entries")
+    finally:
+        await client.aclose()

@@ -7,10 +7,11 @@ import json
 
 import redis
 
-from tests.router.conftest import CHAT, MODEL, sse_data
+from tests.router.conftest import CHAT, MODEL, cache_entries, sse_data
 
 
-async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica, start_router, client) -> None:
+async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica, start_router, client,
+                                                                  redis_url) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
     first = await client.post(router.url + "/v1/chat/completions", json=CHAT)
@@ -18,6 +19,7 @@ async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica,
     assert first.headers["x-cache"] == "miss"
     assert first.headers["x-promptedge-replica"] == replica.url
     assert first.json()["object"] == "chat.completion"
+    await cache_entries(redis_url, 1)
     # temperature 1.0 is the OpenAI default: the same request as one without it.
     second = await client.post(router.url + "/v1/chat/completions", json={**CHAT, "temperature": 1.0})
     assert second.headers["x-cache"] == "hit"
@@ -29,7 +31,7 @@ async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica,
     assert stats["per_model"][MODEL]["exact_hits"] == 1
 
 
-async def test_completions_endpoint_and_cache_control(start_replica, start_router, client) -> None:
+async def test_completions_endpoint_and_cache_control(start_replica, start_router, client, redis_url) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
     body = {"model": MODEL, "prompt": "Say hi", "max_tokens": 5}
@@ -38,13 +40,15 @@ async def test_completions_endpoint_and_cache_control(start_replica, start_route
     assert len(first.json()["choices"][0]["text"].split()) == 5
     second = await client.post(router.url + "/v1/completions", json=body)
     assert second.headers["x-cache"] == "miss"  # the first was not stored
+    await cache_entries(redis_url, 1)
     third = await client.post(router.url + "/v1/completions", json=body)
     assert third.headers["x-cache"] == "hit"
     fourth = await client.post(router.url + "/v1/completions", json=body, headers={"cache-control": "no-cache"})
     assert fourth.headers["x-cache"] == "miss"
 
 
-async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, start_router, client) -> None:
+async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, start_router, client,
+                                                              redis_url) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
@@ -56,7 +60,7 @@ async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, sta
     relayed_text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
                            for e in events[:-1] if json.loads(e)["choices"])
     assert len(relayed_text.split()) == 8
-    await asyncio.sleep(0.1)  # the assembled stream is stored when the response has ended
+    await cache_entries(redis_url, 1)  # the assembled stream is stored when the response has ended
 
     replayed = await client.post(router.url + "/v1/chat/completions", json=body)
     assert replayed.headers["x-cache"] == "hit"
@@ -136,18 +140,23 @@ async def test_health_models_and_metrics(start_replica, start_router, client) ->
 async def test_traffic_counters_per_minute_in_redis(start_replica, start_router, client, redis_url) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
-    for _ in range(3):
+    await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    await cache_entries(redis_url, 1)
+    for _ in range(2):
         await client.post(router.url + "/v1/chat/completions", json=CHAT)
-    await asyncio.sleep(0.2)  # flushed every 50 ms in tests
     r = redis.Redis.from_url(redis_url, decode_responses=True)
-    assert r.smembers("promptedge:traffic:models") == {MODEL}
-    (key,) = r.keys(f"promptedge:traffic:{MODEL}:*")
-    fields = r.hgetall(key)
     totals: dict[str, int] = {}
-    for name, value in fields.items():
-        minute, kind = name.split(":")
-        assert int(key.rsplit(":", 1)[1]) == int(minute) // 1440
-        totals[kind] = totals.get(kind, 0) + int(value)
+    for _ in range(200):  # flushed every 50 ms in tests
+        totals = {}
+        for key in r.keys(f"promptedge:traffic:{MODEL}:*"):
+            for name, value in r.hgetall(key).items():
+                minute, kind = name.split(":")
+                assert int(key.rsplit(":", 1)[1]) == int(minute) // 1440
+                totals[kind] = totals.get(kind, 0) + int(value)
+        if totals.get("requests") == 3 and "completion_tokens" in totals:
+            break
+        await asyncio.sleep(0.01)
+    assert r.smembers("promptedge:traffic:models") == {MODEL}
     assert totals["requests"] == 3 and totals["misses"] == 1
     assert totals["completion_tokens"] == 3 * 8 and totals["prompt_tokens"] > 0
-    assert 14 * 86400 < r.ttl(key) <= 15 * 86400
+    assert all(14 * 86400 < r.ttl(key) <= 15 * 86400 for key in r.keys(f"promptedge:traffic:{MODEL}:*"))
