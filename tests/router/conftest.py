@@ -53,6 +53,13 @@ class Served:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
+@pytest.fixture(autouse=True)
+def patient_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's 50 ms Redis bound is for production; on a loaded 2-core test machine a slow
+    round trip would turn a hit into a miss at random. (Redis-down tests fail fast anyway.)"""
+    monkeypatch.setenv("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "2.0")
+
+
 @pytest.fixture()
 async def servers() -> AsyncIterator[list[Served]]:
     """Every server started by a test; all are stopped at its end."""
