@@ -248,18 +248,3 @@ def test_in_cluster_without_service_account_token_is_a_config_error(monkeypatch:
     with pytest.raises(ActuationConfigError, match="in-cluster"):
         build_actuator(settings()).read_current()
 
-
-def test_reconcile_core_does_no_io() -> None:
-    """The pure core imports no client library (kubernetes, redis, httpx, urllib3)."""
-    import ast
-    from pathlib import Path
-
-    import forecaster.actuate.reconcile as core
-
-    tree = ast.parse(Path(core.__file__).read_text())
-    imported = {
-        (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0]
-        for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in node.names
-    }
-    assert imported <= {"__future__", "dataclasses", "datetime", "typing", "forecaster"}
