@@ -9,7 +9,8 @@ import uvicorn
 from pydantic import ValidationError
 
 from router.app import create_app
-from router.discovery import DiscoveryError, build_source
+from router.discovery import DiscoveryError
+from router.discovery_config import build_source
 from router.settings import RouterSettings
 
 cli = typer.Typer(help="PromptEdge edge router: OpenAI-compatible, cache first, GPU-load-aware dispatch.",

@@ -14,7 +14,8 @@ from starlette.responses import JSONResponse
 from cache import CacheSettings, ResponseCache
 from router.api import api
 from router.counters import SimClock, TrafficCounters
-from router.discovery import DiscoveredReplica, ReplicaSource, apply, build_source
+from router.discovery import DiscoveredReplica, ReplicaSource, apply
+from router.discovery_config import build_source
 from router.dispatch import Weights
 from router.errors import APIError
 from router.health import HealthConfig
@@ -32,7 +33,7 @@ log = logging.getLogger("router")
 
 def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource | None = None) -> FastAPI:
     """A router app for ``settings`` (default: read from the environment); its replicas come
-    from ``discovery`` (default: ``build_source(settings)``, see router/discovery.py)."""
+    from ``discovery`` (default: ``build_source(settings)``, router/discovery_config.py)."""
     settings = settings or RouterSettings()
 
     @asynccontextmanager

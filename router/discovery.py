@@ -9,7 +9,8 @@ requests still finish and release their leases), and draining ones stay but admi
 
 Sources: :class:`StaticSource` (``PROMPTEDGE_ROUTER_REPLICAS`` JSON or the YAML file
 ``PROMPTEDGE_ROUTER_REPLICAS_FILE``, see ``router.discovery_file``) and
-``router.discovery_kube.KubeSource`` (``PROMPTEDGE_ROUTER_DISCOVERY=kubernetes``).
+``router.discovery_kube.KubeSource`` (``PROMPTEDGE_ROUTER_DISCOVERY=kubernetes``); the settings
+pick one in ``router.discovery_config.build_source``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from router.replicas import Pools, Replica
-from router.settings import ReplicaSpec, RouterSettings
+from router.settings import ReplicaSpec
 
 
 class DiscoveryError(Exception):
@@ -104,27 +105,3 @@ def apply(pools: Pools, snapshot: Iterable[DiscoveredReplica]) -> Changes:
         changes.added.append(url)
     pools.by_model = by_model
     return changes
-
-
-def build_source(settings: RouterSettings) -> ReplicaSource:
-    """The source ``settings`` ask for; raises DiscoveryError (naming the setting, file, line
-    and field) when the replica list or the Kubernetes settings are unusable."""
-    if settings.discovery == "kubernetes":
-        if settings.replicas or settings.replicas_file is not None:
-            raise DiscoveryError("PROMPTEDGE_ROUTER_DISCOVERY=kubernetes takes no static replicas: unset "
-                                 "PROMPTEDGE_ROUTER_REPLICAS and PROMPTEDGE_ROUTER_REPLICAS_FILE")
-        # Imported here: the kubernetes client is a slow import a static router does not need.
-        from router.discovery_kube import KubeSource, load_kube_settings
-
-        return KubeSource.from_settings(load_kube_settings())
-    if settings.replicas_file is not None:
-        if settings.replicas:
-            raise DiscoveryError("set PROMPTEDGE_ROUTER_REPLICAS or PROMPTEDGE_ROUTER_REPLICAS_FILE, not both")
-        from router.discovery_file import load_replicas_file
-
-        return StaticSource(load_replicas_file(settings.replicas_file))
-    if not settings.replicas:
-        raise DiscoveryError("no replicas: set PROMPTEDGE_ROUTER_REPLICAS to a JSON list of {\"url\", \"model\"} "
-                             "objects, PROMPTEDGE_ROUTER_REPLICAS_FILE to a YAML file, or "
-                             "PROMPTEDGE_ROUTER_DISCOVERY=kubernetes")
-    return StaticSource(settings.replicas)

@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from router.__main__ import cli
-from router.discovery import DiscoveredReplica, DiscoveryError, StaticSource, apply, build_source
+from router.discovery import DiscoveredReplica, DiscoveryError, StaticSource, apply
+from router.discovery_config import build_source
 from router.discovery_file import ReplicasFileError, load_replicas_file
 from router.discovery_slices import SliceRules, merge, replicas_of
 from router.health import HealthConfig
