@@ -148,7 +148,7 @@ def backtest(
     step: Annotated[Optional[float], typer.Option(help="Bucket length in s (default: the trace's).")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
     test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
-    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,holt_winters",
+    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,ets_level,holt_winters",
     budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
     demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,

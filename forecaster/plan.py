@@ -9,7 +9,7 @@ Rules (issue 5):
 - replicas(x) = ceil(x / capacity_per_replica * (1 + headroom)), clipped to [min, max];
 - predictive target = replicas(upper forecast at t + lead time): the most replicas needed in
   the buckets that replicas ordered now will serve before the next decision's replicas are
-  ready (decisions once per step): the buckets overlapping [now + lead, now + lead + step);
+  ready: the buckets overlapping [now + lead, now + lead + decision interval);
 - reactive floor = replicas(current demand): a forecast only adds capacity, never removes it;
 - no scale-down while a rise above the target is forecast within the warm-up window;
 - cooldowns: no scale-up within ``up_cooldown_s`` of the last scale-up, no scale-down within
@@ -28,7 +28,8 @@ import numpy as np
 @dataclass(frozen=True)
 class PlannerConfig:
     """capacity_per_replica: demand one replica serves at target latency (> 0, demand unit);
-    headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; cooldowns in s."""
+    headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; cooldowns in s;
+    decision_interval_s: time until the next decision (cron or daemon interval)."""
 
     capacity_per_replica: float
     headroom: float = 0.2
@@ -38,6 +39,7 @@ class PlannerConfig:
     up_cooldown_s: float = 300.0
     down_cooldown_s: float = 900.0
     max_step: int = 4
+    decision_interval_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,14 @@ def lead_steps(lead_time_s: float, step_s: float) -> int:
     return int(math.floor(lead_time_s / step_s)) + 1
 
 
-def cover_steps(lead_time_s: float, step_s: float) -> tuple[int, int]:
-    """First and last step ahead (inclusive) that replicas ordered now must cover: the buckets
-    overlapping [now + lead, now + lead + step), when the next decision comes one step later."""
-    return lead_steps(lead_time_s, step_s), max(1, math.ceil((lead_time_s + step_s) / step_s))
+def covered(steps: list[PlanStep], now: float, step_s: float, config: PlannerConfig) -> list[PlanStep]:
+    """The buckets that replicas ordered at ``now`` serve before the next decision's replicas
+    are ready: those overlapping [now + lead, now + lead + decision interval). Past the horizon,
+    the last bucket."""
+    lo = now + config.lead_time_s
+    hi = lo + config.decision_interval_s
+    inside = [s for s in steps if s.start < hi and s.start + step_s > lo]
+    return inside or steps[-1:]
 
 
 def plan_steps(
@@ -150,19 +156,18 @@ def decide(
         return hold(state, now, "no current demand (last bucket missing)", config, current)
     if current is None and state is not None:
         current = state.replicas
-    first, last = cover_steps(config.lead_time_s, step_s)
-    first, last = min(first, len(steps)), min(last, len(steps))
-    at_lead = max(steps[first - 1 : last], key=lambda s: (s.replicas, s.upper))
+    at_lead = max(covered(steps, now, step_s, config), key=lambda s: (s.replicas, s.upper))
     floor = replicas_for(current_demand, config)
     target = max(floor, at_lead.replicas)
     why = (
-        f"upper forecast {at_lead.upper:.3g} at +{(at_lead.k - 1) * step_s / 60:g} min needs "
+        f"upper forecast {at_lead.upper:.3g} at +{(at_lead.start - now) / 60:.0f} min needs "
         f"{at_lead.replicas}, current demand {current_demand:.3g} needs {floor}"
     )
     if current is None:
         return Decision(target, f"{why}; first decision", "set", now, None)
     if target < current:
-        window_peak = max(s.replicas for s in steps[:last])
+        horizon_end = now + config.lead_time_s + config.decision_interval_s
+        window_peak = max(s.replicas for s in steps if s.start < horizon_end)
         if window_peak > target:
             target = min(current, window_peak)
             why += f"; rise to {window_peak} forecast within warm-up window"

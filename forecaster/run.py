@@ -18,7 +18,17 @@ from prometheus_client import Counter, Gauge
 
 from forecaster.errors import SourceUnavailable
 from forecaster.models.select import build_candidates, select
-from forecaster.plan import Decision, PlannerConfig, PlannerState, PlanStep, advance, decide, hold, lead_steps, plan_steps
+from forecaster.plan import (
+    Decision,
+    PlannerConfig,
+    PlannerState,
+    PlanStep,
+    advance,
+    decide,
+    hold,
+    lead_steps,
+    plan_steps,
+)
 from forecaster.series import Traffic, demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source

@@ -37,7 +37,7 @@ class ForecasterSettings(BaseSettings):
     history_s: PositiveFloat = 14 * 86400.0
     horizon_s: PositiveFloat = 1800.0
     level: float = Field(0.9, gt=0.5, lt=1.0)  # upper quantile of the forecast band
-    models: list[str] = ["last_value", "seasonal_naive", "holt_winters"]
+    models: list[str] = ["last_value", "seasonal_naive", "ets_level", "holt_winters"]
     time_budget_s: PositiveFloat = 5.0  # model selection budget per run
     season_s: PositiveFloat = 86400.0
 
@@ -52,7 +52,7 @@ class ForecasterSettings(BaseSettings):
     max_step: PositiveInt = 4
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
-    daemon_interval_s: PositiveFloat = 60.0
+    daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes
 
     def planner(self, lead_time_s: float | None = None) -> PlannerConfig:
         """The planner's view of these settings; ``lead_time_s`` overrides ``warmup_s`` (e.g.
@@ -66,4 +66,5 @@ class ForecasterSettings(BaseSettings):
             up_cooldown_s=self.up_cooldown_s,
             down_cooldown_s=self.down_cooldown_s,
             max_step=self.max_step,
+            decision_interval_s=self.daemon_interval_s,
         )

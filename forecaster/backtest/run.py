@@ -20,7 +20,7 @@ from forecaster.backtest.simulate import (
     simulate,
 )
 from forecaster.errors import ConfigError
-from forecaster.plan import PlannerConfig, cover_steps
+from forecaster.plan import PlannerConfig, lead_steps
 from forecaster.series import Traffic
 
 
@@ -28,7 +28,9 @@ from forecaster.series import Traffic
 class BacktestConfig:
     """warmup_s: replica warm-up (= lead time); capacity: demand per replica; test_fraction:
     trailing share of the trace that is scored (the rest is history only); refit_every_s: how
-    often the model is chosen again; the remaining fields as in the planner and ``select``."""
+    often the model is chosen again; decision_interval_s: how often the predictive policy
+    decides (a cron tick), on the forecast made at the last bucket boundary; the remaining
+    fields as in the planner and ``select``."""
 
     warmup_s: float
     capacity: float
@@ -37,13 +39,14 @@ class BacktestConfig:
     horizon_s: float = 1800.0
     season_s: float = 86400.0
     level: float = 0.9
-    models: list[str] = field(default_factory=lambda: ["last_value", "seasonal_naive", "holt_winters"])
+    models: list[str] = field(default_factory=lambda: ["last_value", "seasonal_naive", "ets_level", "holt_winters"])
     budget_s: float = 5.0
     refit_every_s: float = 86400.0
     max_origins: int = 96
     up_cooldown_s: float = 300.0
     down_cooldown_s: float = 900.0
     max_step: int = 100_000
+    decision_interval_s: float = 60.0
 
 
 @dataclass
@@ -71,8 +74,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     if first < 2 or n - first < 2:
         raise ConfigError(f"trace too short to backtest: {n} buckets of {step:g} s")
     horizon = max(1, math.ceil(cfg.horizon_s / step))
-    lead, _ = cover_steps(cfg.warmup_s, step)
-    lead = min(lead, horizon)
+    lead = min(lead_steps(cfg.warmup_s, step), horizon)
     season = max(1, round(cfg.season_s / step))
     fc = rolling_forecasts(
         demand, first, horizon, lead, season, step, cfg.models, cfg.level, cfg.budget_s,
@@ -85,6 +87,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
         capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=sim.min_replicas,
         max_replicas=sim.max_replicas, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
         down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
+        decision_interval_s=cfg.decision_interval_s,
     )
     fc_test = RollingForecasts(fc.origins[:-1], fc.mean[:-1], fc.upper[:-1], fc.models[:-1])
     oracle = oracle_run(ticks, sim)

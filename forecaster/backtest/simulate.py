@@ -7,7 +7,8 @@ scale-down is immediate (warming replicas are cancelled first). A tick is under-
 when ready capacity is below demand; the request share is the demand above ready capacity.
 
 Policies:
-- predictive: the PromptEdge planner at every bucket boundary, on rolling forecasts;
+- predictive: the PromptEdge planner every decision interval (a cron tick), on the forecast
+  made at the last bucket boundary;
 - reactive_hpa: HPA's algorithm on utilisation (target 1 / (1 + headroom)), every 15 s, 10 %
   tolerance, scale-up at once, scale-down to the highest recommendation of the last 300 s
   (Kubernetes docs, "Horizontal Pod Autoscaling", algorithm details and stabilization window);
@@ -159,20 +160,22 @@ def keda_decider(cfg: SimConfig) -> Decider:
 def predictive_decider(
     fc: RollingForecasts, y: np.ndarray, step: float, cfg: SimConfig, planner: PlannerConfig
 ) -> Decider:
-    """The PromptEdge planner on the rolling forecasts, once per bucket boundary."""
+    """The PromptEdge planner every ``planner.decision_interval_s``, on the forecast made at the
+    last bucket boundary (data only changes when a bucket completes)."""
     per_step = round(step / cfg.tick_s)
+    every = max(1, round(planner.decision_interval_s / cfg.tick_s))
     state: PlannerState | None = None
 
     def decide_predictive(tick: int, observed: float, cluster: Cluster) -> int | None:
         nonlocal state
-        if tick % per_step:
+        if tick % every:
             return None
         i = tick // per_step
         o = int(fc.origins[i])
-        now = o * step
         if np.isnan(fc.mean[i]).any():
             return None
-        steps = plan_steps(fc.mean[i], fc.upper[i], now, step, planner)
+        now = o * step + (tick % per_step) * cfg.tick_s
+        steps = plan_steps(fc.mean[i], fc.upper[i], o * step, step, planner)
         current_demand = float(y[o - 1]) if o > 0 else float("nan")
         decision = decide(steps, current_demand, now, step, planner, state, cluster.provisioned)
         state = advance(state, decision)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from statistics import NormalDist
+
 import numpy as np
-from scipy.stats import norm
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def z_of(level: float) -> float:
     """Standard normal quantile at ``level``; raises ValueError outside (0.5, 1)."""
     if not 0.5 < level < 1.0:
         raise ValueError(f"level must be in (0.5, 1), got {level}")
-    return float(norm.ppf(level))
+    return NormalDist().inv_cdf(level)
 
 
 def log_band(mean: np.ndarray, sigma_log: float, level: float) -> Forecast:

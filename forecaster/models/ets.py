@@ -1,10 +1,12 @@
 """statsmodels Holt-Winters (ExponentialSmoothing) on log1p of the rate.
 
-Additive damped trend; an additive season of ``season`` steps only when at least two seasons of
-history exist (and the season is short enough to fit in time), non-seasonal otherwise, so a
-short history never crashes it. The log transform keeps forecasts positive and makes the
+Two variants: "holt_winters" with an additive damped trend, and "ets_level" with a level only
+(simple exponential smoothing, which smooths noise without chasing it). Both add an additive
+season of ``season`` steps only when at least two seasons of history exist (and the season is
+short enough to fit in time), non-seasonal otherwise, so a short history never crashes them. The log transform keeps forecasts positive and makes the
 seasonal swing proportional to the level. Upper quantile: the fitted one-step residuals' spread
-in log space, widened by sqrt(k) for step k.
+in log space, widened by sqrt(k) for step k. ``forward`` runs the ETS recursions on from the
+fitted state (checked against statsmodels' own filter), so a backtest pays for one fit per refit.
 """
 
 from __future__ import annotations
@@ -27,22 +29,25 @@ MIN_HISTORY = 10
 
 
 class HoltWinters:
-    """ETS(A, Ad, A|N) on log1p(y) via statsmodels; see the module docstring."""
+    """ETS(A, Ad|N, A|N) on log1p(y) via statsmodels; ``trend`` False gives "ets_level"."""
 
-    def __init__(self, season: int) -> None:
+    def __init__(self, season: int, trend: bool = True) -> None:
         self.season = season
-        self.name = "holt_winters"
-        self._params: dict[str, float] = {}
+        self.trend = trend
+        self.name = "holt_winters" if trend else "ets_level"
+        self._n = 0
         self._seasonal = False
-        self._fitted: object | None = None
+        self._alpha = self._beta = self._gamma = self._phi = 0.0
+        self._level = self._slope = 0.0
+        self._seasons = np.zeros(0)
         self._sigma = 0.0
         self._fallback: LastValue | None = None
 
     def _model(self, logs: np.ndarray, seasonal: bool) -> ExponentialSmoothing:
         return ExponentialSmoothing(
             logs,
-            trend="add",
-            damped_trend=True,
+            trend="add" if self.trend else None,
+            damped_trend=self.trend,
             seasonal="add" if seasonal else None,
             seasonal_periods=self.season if seasonal else None,
             initialization_method="estimated" if not seasonal else "heuristic",
@@ -50,6 +55,7 @@ class HoltWinters:
 
     def fit(self, y: np.ndarray) -> HoltWinters:
         y = clean(y)
+        self._n = y.size
         if y.size < MIN_HISTORY:
             self._fallback = LastValue().fit(y)
             return self
@@ -61,48 +67,45 @@ class HoltWinters:
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
             result = self._model(logs, self._seasonal).fit()
-        self._fitted = result
-        self._params = {
-            key: float(result.params[key])
-            for key in ("smoothing_level", "smoothing_trend", "smoothing_seasonal", "damping_trend")
-            if result.params.get(key) is not None and np.isfinite(result.params[key])
-        }
+        params = result.params
+        self._alpha = float(params["smoothing_level"])
+        self._beta = float(params["smoothing_trend"]) if self.trend else 0.0
+        self._phi = float(params["damping_trend"]) if self.trend else 0.0
+        self._gamma = float(params["smoothing_seasonal"]) if self._seasonal else 0.0
+        self._level = float(result.level[-1])
+        self._slope = float(result.trend[-1]) if self.trend else 0.0
+        self._seasons = np.asarray(result.season[-self.season :], dtype=float) if self._seasonal else np.zeros(0)
         resid = np.asarray(result.resid)[self.season if self._seasonal else 1 :]
         self._sigma = float(np.std(resid)) if resid.size > 1 else 0.0
         return self
 
+    def _forecast(self, level: float, slope: float, seasons: np.ndarray, h: int) -> np.ndarray:
+        damp = np.cumsum(self._phi ** np.arange(1, h + 1)) if self.trend else np.zeros(h)
+        seasonal = seasons[np.arange(h) % seasons.size] if seasons.size else np.zeros(h)
+        return level + damp * slope + seasonal
+
     def predict(self, h: int, level: float = 0.9) -> Forecast:
         if self._fallback is not None:
             return self._fallback.predict(h, level)
-        mean = np.expm1(np.asarray(self._fitted.forecast(h)))  # type: ignore[attr-defined]
+        mean = np.expm1(self._forecast(self._level, self._slope, self._seasons, h))
         return log_band(mean, self._sigma, level)
 
     def forward(self, y: np.ndarray, h: int, level: float = 0.9) -> Forecast:
-        """Fitted smoothing parameters applied to the most recent part of ``y``: the state is
-        re-run over at least four seasons (or 200 buckets), starting from the first season's
-        mean level and shape (or the first 12 buckets' mean) with a flat trend."""
-        if self._fallback is not None or not self._params:
-            return HoltWinters(self.season).fit(y).predict(h, level)
+        """The fitted state carried on over the buckets of ``y`` after the fitted ones (the
+        ETS recursions with the fitted smoothing parameters; the first ``n`` buckets of ``y``
+        must be the fitted history). Refits when ``y`` is shorter than that history."""
         y = clean(y)
-        window = max(4 * self.season, 200) if self._seasonal else 200
-        logs = np.log1p(y[-window:])
-        if logs.size < (2 * self.season if self._seasonal else MIN_HISTORY):
-            return LastValue().fit(y).predict(h, level)
-        head = logs[: self.season] if self._seasonal else logs[:12]
-        known: dict[str, object] = {"initial_level": float(head.mean()), "initial_trend": 0.0}
-        if self._seasonal:
-            known["initial_seasonal"] = head - head.mean()
-        model = ExponentialSmoothing(
-            logs,
-            trend="add",
-            damped_trend=True,
-            seasonal="add" if self._seasonal else None,
-            seasonal_periods=self.season if self._seasonal else None,
-            initialization_method="known",
-            **known,
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = model.fit(optimized=False, **self._params)
-        mean = np.expm1(np.asarray(result.forecast(h)))
-        return log_band(mean, self._sigma, level)
+        if self._fallback is not None or y.size < self._n:
+            return HoltWinters(self.season, self.trend).fit(y).predict(h, level)
+        a, b, g, phi = self._alpha, self._beta, self._gamma, self._phi
+        lvl, slope = self._level, self._slope
+        seasons = list(self._seasons)
+        for obs in np.log1p(y[self._n :]):
+            past = seasons[-self.season] if self._seasonal else 0.0
+            new_level = a * (obs - past) + (1 - a) * (lvl + phi * slope)
+            if self._seasonal:
+                seasons.append(g * (obs - lvl - phi * slope) + (1 - g) * past)
+            slope = b * (new_level - lvl) + (1 - b) * phi * slope if self.trend else 0.0
+            lvl = new_level
+        tail = np.asarray(seasons[-self.season :]) if self._seasonal else np.zeros(0)
+        return log_band(np.expm1(self._forecast(lvl, slope, tail, h)), self._sigma, level)

@@ -8,6 +8,7 @@ Upper quantile: Prophet's own ``yhat_upper`` at ``interval_width = level``.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -46,20 +47,25 @@ class ProphetModel:
         y = clean(y)[-int(FIT_WINDOW_S // self.step) :]
         frame = self._frame(y.size)
         frame["y"] = np.log1p(y)
-        self._model = Prophet(
+        model = Prophet(
             interval_width=self._level,
             daily_seasonality=y.size * self.step >= 2 * 86400,
             weekly_seasonality=y.size * self.step >= 14 * 86400,
             yearly_seasonality=False,
             uncertainty_samples=200,
-        ).fit(frame)
+        )
+        with warnings.catch_warnings():  # pandas deprecations inside prophet, not ours to fix
+            warnings.simplefilter("ignore")
+            self._model = model.fit(frame)
         self._n = y.size
         return self
 
     def predict(self, h: int, level: float = 0.9) -> Forecast:
         if level != self._level:  # the interval width is fixed at fit time in Prophet
             raise ConfigError(f"prophet was fitted for level {self._level}, asked {level}")
-        out = self._model.predict(self._frame(h, self._n))  # type: ignore[attr-defined]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = self._model.predict(self._frame(h, self._n))  # type: ignore[attr-defined]
         mean = np.maximum(np.expm1(out["yhat"].to_numpy()), 0.0)
         upper = np.maximum(np.expm1(out["yhat_upper"].to_numpy()), mean)
         return Forecast(mean, upper)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from forecaster.errors import ConfigError
 from forecaster.models.base import Forecast, Model, clean
 from forecaster.models.baselines import LastValue, SeasonalNaive
 from forecaster.models.ets import HoltWinters
@@ -25,21 +26,28 @@ MARGIN = 0.02
 MIN_FIT = 10
 MIN_ORIGINS = 8
 MIN_CALIBRATION = 10
+# Prophet needs seconds per fit and one fit per backtest origin; below this budget it is skipped.
+PROPHET_MIN_BUDGET_S = 30.0
 
 
 def build_candidates(names: list[str], season: int, step: float, level: float) -> list[Model]:
-    """Candidate models by name ("last_value", "seasonal_naive", "holt_winters", "prophet"),
-    cheapest first; last value is always included (it is the fallback)."""
+    """Candidate models by name ("last_value", "seasonal_naive", "ets_level", "holt_winters",
+    "prophet"), cheapest first; last value is always included (it is the fallback). Raises
+    ConfigError naming an unknown model."""
     makers: dict[str, Callable[[], Model]] = {
         "last_value": LastValue,
         "seasonal_naive": lambda: SeasonalNaive(season),
+        "ets_level": lambda: HoltWinters(season, trend=False),
         "holt_winters": lambda: HoltWinters(season),
     }
     if "prophet" in names:
         from forecaster.models.prophet_adapter import ProphetModel
 
         makers["prophet"] = lambda: ProphetModel(step, level)
-    order = ["last_value", "seasonal_naive", "holt_winters", "prophet"]
+    unknown = set(names) - set(makers) - {"prophet"}
+    if unknown:
+        raise ConfigError(f"unknown model(s) {sorted(unknown)}; known: {sorted([*makers, 'prophet'])}")
+    order = ["last_value", "seasonal_naive", "ets_level", "holt_winters", "prophet"]
     wanted = {"last_value", *names}
     return [makers[name]() for name in order if name in wanted and name in makers]
 
@@ -78,7 +86,7 @@ def select(
     candidates: list[Model],
     level: float = 0.9,
     budget_s: float = 5.0,
-    max_origins: int = 48,
+    max_origins: int = 96,
 ) -> Selection:
     """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
 
@@ -102,7 +110,8 @@ def select(
     residuals: dict[str, list[list[float]]] = {}
     skipped: list[str] = []
     for model in candidates:
-        if model.name != "last_value" and time.monotonic() - started > budget_s:
+        over = time.monotonic() - started > budget_s
+        if model.name != "last_value" and (over or (model.name == "prophet" and budget_s < PROPHET_MIN_BUDGET_S)):
             skipped.append(model.name)
             continue
         model.fit(y_clean[: origins[0]])

@@ -20,8 +20,8 @@ line and column.
 
 from __future__ import annotations
 
+import csv
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -76,12 +76,18 @@ def _detect(path: Path) -> str:
 
 
 def _read_csv(path: Path, **kwargs: object) -> pd.DataFrame:
+    """pandas.read_csv after checking that every row has as many fields as the first one
+    (pandas would silently turn an extra field into an index)."""
+    with path.open(encoding="utf-8", errors="replace", newline="") as fh:
+        width = None
+        for line_no, row in enumerate(csv.reader(fh), start=1):
+            if not row:
+                continue
+            width = len(row) if width is None else width
+            if len(row) != width:
+                raise TraceFormatError(path, line_no, "-", f"expected {width} fields, got {len(row)}")
     try:
-        return pd.read_csv(path, **kwargs)  # type: ignore[call-overload]
-    except pd.errors.ParserError as exc:
-        match = re.search(r"line (\d+)", str(exc))
-        line = int(match.group(1)) if match else 0
-        raise TraceFormatError(path, line, "-", f"wrong number of fields ({exc})") from None
+        return pd.read_csv(path, index_col=False, **kwargs)  # type: ignore[call-overload]
     except pd.errors.EmptyDataError:
         raise TraceFormatError(path, 1, "-", "file is empty") from None
 

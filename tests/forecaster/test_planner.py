@@ -1,0 +1,95 @@
+"""The pure planner: reactive floor, cooldowns, max step, no scale-down before a forecast rise,
+hold on missing data, and a reason on every decision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from forecaster.plan import (
+    PlannerConfig,
+    PlannerState,
+    advance,
+    covered,
+    decide,
+    hold,
+    plan_steps,
+    replicas_for,
+)
+
+CFG = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
+                    lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4)
+NOW = 1_000_000.0
+
+
+def steps_for(upper: list[float], step: float = 60.0):
+    arr = np.asarray(upper, dtype=float)
+    return plan_steps(arr, arr, NOW, step, CFG)
+
+
+def test_replicas_formula_and_bounds() -> None:
+    cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, min_replicas=2, max_replicas=5)
+    assert replicas_for(25.0, cfg) == 3  # ceil(25 / 10 * 1.2) = ceil(3.0)
+    assert replicas_for(0.0, cfg) == 2 and replicas_for(1e9, cfg) == 5
+
+
+def test_replicas_ordered_now_cover_the_bucket_they_will_be_ready_for() -> None:
+    minute = plan_steps(np.arange(30.0), np.arange(30.0), NOW, 60.0, CFG)
+    assert [s.k for s in covered(minute, NOW, 60.0, CFG)] == [6]  # ready at +5 min, next decision +1 min
+    ten = plan_steps(np.arange(3.0), np.arange(3.0), NOW, 600.0, CFG)
+    assert [s.k for s in covered(ten, NOW, 600.0, CFG)] == [1]  # ready 5 min into the current bucket
+    assert [s.k for s in covered(ten, NOW + 300, 600.0, CFG)] == [2]  # cron 5 min later: the next one
+    assert [s.k for s in covered(ten, NOW + 3600, 600.0, CFG)] == [3]  # past the horizon: the last
+
+
+def test_forecast_lower_than_current_need_keeps_the_reactive_floor() -> None:
+    state = PlannerState(replicas=8, at=NOW - 3600)
+    d = decide(steps_for([5.0] * 30), current_demand=75.0, now=NOW, step_s=60.0, config=CFG, state=state)
+    assert d.replicas == 8  # current demand 75 needs 8; the forecast (5) must not remove any
+    assert "needs 8" in d.reason
+
+
+def test_scale_up_before_the_peak_by_the_lead_time() -> None:
+    upper = [10.0] * 5 + [95.0] * 25  # the rise is 5 minutes ahead: exactly the warm-up
+    state = PlannerState(replicas=1, at=NOW - 3600)
+    d = decide(steps_for(upper), 10.0, NOW, 60.0, CFG, state)
+    assert d.action == "up" and d.replicas == 5  # 10 wanted, capped by max step 4
+    assert "capped by max step" in d.reason
+
+
+def test_no_scale_down_while_a_rise_within_warmup_is_forecast() -> None:
+    upper = [10.0, 10.0, 60.0, 10.0, 10.0, 10.0] + [10.0] * 24
+    state = PlannerState(replicas=6, at=NOW - 3600)
+    d = decide(steps_for(upper), 10.0, NOW, 60.0, CFG, state)
+    assert d.replicas == 6 and "rise to 6 forecast within warm-up window" in d.reason
+
+
+def test_cooldowns() -> None:
+    up_recently = PlannerState(replicas=2, at=NOW - 60, last_up_at=NOW - 60)
+    d = decide(steps_for([80.0] * 30), 20.0, NOW, 60.0, CFG, up_recently)
+    assert d.replicas == 2 and "scale-up cooldown" in d.reason
+    changed_recently = PlannerState(replicas=8, at=NOW - 600, last_up_at=NOW - 600)
+    d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, changed_recently)
+    assert d.replicas == 8 and "scale-down cooldown" in d.reason
+    long_ago = PlannerState(replicas=8, at=NOW - 1000, last_up_at=NOW - 1000)
+    d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, long_ago)
+    assert d.action == "down" and d.replicas == 4  # 8 -> 1 wanted, max step 4
+
+
+@pytest.mark.parametrize("demand", [float("nan")])
+def test_missing_current_demand_holds_never_scales_down(demand: float) -> None:
+    state = PlannerState(replicas=7, at=NOW - 3600)
+    d = decide(steps_for([1.0] * 30), demand, NOW, 60.0, CFG, state)
+    assert (d.replicas, d.action) == (7, "hold") and d.reason.startswith("hold:")
+
+
+def test_hold_without_state_keeps_observed_count() -> None:
+    assert hold(None, NOW, "source empty", CFG, current=5).replicas == 5
+    assert hold(None, NOW, "source empty", CFG).replicas == CFG.min_replicas
+
+
+def test_advance_records_scale_times() -> None:
+    state = PlannerState(replicas=2, at=NOW - 3600)
+    d = decide(steps_for([80.0] * 30), 20.0, NOW, 60.0, CFG, state)
+    after = advance(state, d)
+    assert after.replicas == d.replicas and after.last_up_at == NOW and after.last_down_at is None
