@@ -39,7 +39,7 @@ def rolling_forecasts(
     level: float = 0.9,
     budget_s: float = 5.0,
     refit_every: int = 144,
-    max_origins: int = 96,
+    max_origins: int = 144,
     progress: bool = True,
 ) -> RollingForecasts:
     """Forecasts at every origin in [first_origin, len(y)]; y: rates per step with NaN gaps."""

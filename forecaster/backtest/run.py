@@ -42,7 +42,7 @@ class BacktestConfig:
     models: list[str] = field(default_factory=lambda: ["last_value", "seasonal_naive", "ets_level", "holt_winters"])
     budget_s: float = 5.0
     refit_every_s: float = 86400.0
-    max_origins: int = 96
+    max_origins: int = 144
     up_cooldown_s: float = 300.0
     down_cooldown_s: float = 900.0
     max_step: int = 100_000

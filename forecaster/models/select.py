@@ -22,7 +22,7 @@ from forecaster.models.baselines import LastValue, SeasonalNaive
 from forecaster.models.ets import HoltWinters
 
 # A candidate must be this much better than last value at the lead-time horizon to be chosen.
-MARGIN = 0.02
+MARGIN = 0.05
 MIN_FIT = 10
 MIN_ORIGINS = 8
 MIN_CALIBRATION = 10
@@ -86,7 +86,7 @@ def select(
     candidates: list[Model],
     level: float = 0.9,
     budget_s: float = 5.0,
-    max_origins: int = 96,
+    max_origins: int = 144,
 ) -> Selection:
     """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
 
