@@ -41,8 +41,10 @@ from router.discovery_slices import SliceRules, merge, replicas_of, slice_key
 
 log = logging.getLogger("router.discovery")
 
-# Errors after which the loop backs off and re-lists; anything else is a bug and ends the thread loudly.
-_TRANSIENT = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+# Errors after which the loop backs off and re-lists: API and connection errors, and answers
+# that are not the JSON or the shape the API documents (ValueError, KeyError, TypeError), so a
+# bad answer never ends discovery for good.
+_TRANSIENT = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError)
 
 
 class KubeDiscoverySettings(BaseSettings):

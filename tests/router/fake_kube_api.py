@@ -142,7 +142,7 @@ class FakeKubeAPI:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.rv = 100
-        self.compacted = 0  # a watch from a resourceVersion below this gets 410
+        self.compacted = self.rv  # a watch from a resourceVersion below this gets 410 (no older history)
         self.history: list[_Event] = []
         self.lists = self.watches = self.expired = 0
         self._failures: list[int] = []

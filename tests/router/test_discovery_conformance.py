@@ -1,0 +1,180 @@
+"""The fake API server and the real kube-apiserver answer one list/watch scenario the same way.
+
+The real server (``../shared/tools/kube``, v1.20.2 + etcd) serves EndpointSlices only as
+``discovery.k8s.io/v1beta1``; the fake serves ``v1``. What discovery relies on is the same
+in both versions and is what this compares: list resourceVersion, the watch event stream from
+it (types, order, resourceVersions, ``endpoints: null``), and an object leaving and re-entering
+the label selector (DELETED / ADDED). The 410 ``Expired`` ERROR event for a too-old
+resourceVersion is checked on the fake only (see :func:`expired`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.router.fake_kube_api import TOKEN, FakeKubeAPI, endpoint, endpoint_slice
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("PROMPTEDGE_KUBE_TOOLS", ROOT.parent / "shared" / "tools" / "kube"))
+VLLM = {"kubernetes.io/service-name": "vllm"}
+OTHER = {"kubernetes.io/service-name": "postgres"}
+# (type, name, addresses) of each event a watcher of service vllm sees, in order.
+EXPECTED = [
+    ("MODIFIED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),
+    ("DELETED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),   # relabelled away: leaves the selector
+    ("ADDED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),     # relabelled back
+    ("MODIFIED", "vllm-a", None),                      # no endpoints: `endpoints: null`
+    ("DELETED", "vllm-a", None),
+]
+
+
+@dataclass
+class Target:
+    """One API server: where its EndpointSlices live, and how to write them."""
+
+    base: str                                   # .../namespaces/{ns}/endpointslices
+    version: str                                # discovery.k8s.io/v1 or v1beta1
+    headers: dict[str, str]
+    verify: ssl.SSLContext | bool = True
+    fake: FakeKubeAPI | None = None
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        obj = {**obj, "apiVersion": self.version}
+        if self.fake is not None:
+            self.fake.apply(obj)
+            return
+        name = obj["metadata"]["name"]
+        with httpx.Client(headers=self.headers, verify=self.verify) as client:
+            exists = client.get(f"{self.base}/{name}").status_code == 200
+            answer = client.put(f"{self.base}/{name}", json=obj) if exists else client.post(self.base, json=obj)
+            answer.raise_for_status()
+
+    def delete(self, name: str) -> None:
+        if self.fake is not None:
+            self.fake.delete(name)
+            return
+        httpx.delete(f"{self.base}/{name}", headers=self.headers, verify=self.verify).raise_for_status()
+
+    def get(self, **params: str) -> httpx.Response:
+        return httpx.get(self.base, params=params, headers=self.headers, verify=self.verify, timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture()
+def fake_target() -> Iterator[Target]:
+    server = FakeKubeAPI().start()
+    yield Target(f"{server.url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "discovery.k8s.io/v1",
+                 {"Authorization": f"Bearer {TOKEN}"}, fake=server)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def real_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    if not (TOOLS / "start.sh").is_file():
+        pytest.skip(f"no kube-apiserver tools at {TOOLS} (set PROMPTEDGE_KUBE_TOOLS)")
+    if shutil.which("openssl") is None or shutil.which("curl") is None:
+        pytest.skip("kube-apiserver tools need openssl and curl")
+    build = subprocess.run([str(TOOLS / "build.sh")], capture_output=True, text=True, timeout=1800)
+    if build.returncode != 0:
+        pytest.fail(f"{TOOLS}/build.sh failed: {build.stderr[-2000:]}")
+    run = tmp_path_factory.mktemp("kube-discovery")
+    etcd = _free_port()
+    while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):
+        etcd = _free_port()
+    env = {**os.environ, "RUN": str(run), "API_PORT": str(_free_port()), "ETCD_PORT": str(etcd)}
+    try:
+        start = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=240)
+        if start.returncode != 0:
+            pytest.fail(f"start.sh failed: {start.stderr[-2000:]}")
+        config = yaml.safe_load(Path(start.stdout.strip().splitlines()[-1]).read_text())
+        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+        target = Target(f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/disco/endpointslices",
+                        "discovery.k8s.io/v1beta1", {"Authorization": f"Bearer {user['token']}"},
+                        verify=ssl.create_default_context(cafile=cluster["certificate-authority"]))
+        httpx.post(f"{cluster['server']}/api/v1/namespaces", json={"metadata": {"name": "disco"}},
+                   headers=target.headers, verify=target.verify).raise_for_status()
+        yield target
+    finally:
+        subprocess.run([str(TOOLS / "stop.sh"), "--wipe"], env=env, capture_output=True, timeout=60)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def scenario(target: Target) -> None:
+    a = endpoint_slice("vllm-a", [endpoint("10.0.0.1")], 8000, VLLM)
+    target.apply(a)
+    target.apply(endpoint_slice("postgres-a", [endpoint("10.0.1.1")], 5432, OTHER))
+    listed = target.get(labelSelector="kubernetes.io/service-name=vllm").json()
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["vllm-a"]
+    start = listed["metadata"]["resourceVersion"]
+
+    two = endpoint_slice("vllm-a", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], 8000, VLLM)
+    target.apply(two)
+    target.apply({**two, "metadata": {**two["metadata"], "labels": OTHER}})
+    target.apply(two)
+    target.apply(endpoint_slice("vllm-a", None, 8000, VLLM))
+    target.delete("vllm-a")
+
+    watched = target.get(labelSelector="kubernetes.io/service-name=vllm", watch="true", resourceVersion=start,
+                         timeoutSeconds="1")
+    events = [json.loads(line) for line in watched.text.splitlines() if line]
+    trace = [(e["type"], e["object"]["metadata"]["name"],
+              None if e["object"]["endpoints"] is None else [ep["addresses"][0] for ep in e["object"]["endpoints"]])
+             for e in events]
+    assert trace == EXPECTED
+    versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert versions == sorted(versions) and versions[0] > int(start)
+    relisted = target.get(labelSelector="kubernetes.io/service-name=vllm").json()
+    assert relisted["items"] == [] and int(relisted["metadata"]["resourceVersion"]) >= versions[-1]
+
+
+
+def expired(target: Target) -> None:
+    """Only on the fake: a fresh real apiserver keeps every event since start-up in its watch
+    cache, and grows that cache while events are fresh, so no resourceVersion is too old there.
+    The event's shape is the apiserver's (k8s.io/apiserver storage/cacher watch_cache.go:
+    ``NewResourceExpired("too old resource version: %d (%d)")``, sent as an ERROR event)."""
+    gone = target.get(watch="true", resourceVersion="1", timeoutSeconds="1")
+    assert gone.status_code == 200
+    (error,) = [json.loads(line) for line in gone.text.splitlines() if line]
+    assert error["type"] == "ERROR"
+    status = error["object"]
+    assert (status["kind"], status["status"], status["code"], status["reason"]) == ("Status", "Failure", 410, "Expired")
+    assert re.fullmatch(r"too old resource version: 1 \(\d+\)", status["message"])
+
+
+def test_fake_answers_the_scenario(fake_target: Target) -> None:
+    scenario(fake_target)
+    expired(fake_target)
+
+
+@pytest.mark.kube
+@pytest.mark.slow
+def test_real_kube_apiserver_answers_the_scenario_the_same_way(real_target: Target) -> None:
+    scenario(real_target)
