@@ -35,12 +35,13 @@ def test_conditions_map_to_taking_requests_or_draining() -> None:
         endpoint("10.0.0.3", ready=None),                                     # unknown: ready
         endpoint("10.0.0.4", ready=False, serving=True, terminating=True),    # shutting down
         endpoint("10.0.0.5", ready=False, serving=False, terminating=True),
+        endpoint("10.0.0.6", ready=None, terminating=True),                   # unknown ready, terminating
     ], 8000, LABELS)
     replicas, problem = replicas_of(obj, RULES)
     assert problem is None
     assert [(r.spec.url, r.draining) for r in replicas] == [
         ("http://10.0.0.1:8000", False), ("http://10.0.0.2:8000", True), ("http://10.0.0.3:8000", False),
-        ("http://10.0.0.4:8000", True), ("http://10.0.0.5:8000", True)]
+        ("http://10.0.0.4:8000", True), ("http://10.0.0.5:8000", True), ("http://10.0.0.6:8000", True)]
     assert {r.spec.model for r in replicas} == {"llama"}
 
 
