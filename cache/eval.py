@@ -1,0 +1,235 @@
+"""Evaluation of the semantic match decision on labelled question pairs.
+
+Two kinds of input (``load_pairs``):
+
+- labelled pairs, a JSON list of ``{"text_a", "text_b", "label"}`` (label 1 = same meaning),
+  as a file or inside a tar archive (the QQP set as shipped by GPTCache). Scored pair by pair: a
+  pair is a hit when cosine similarity >= threshold and verification accepts it.
+- positives only, a JSON list of ``{"origin", "similar"}`` (GPTCache's 999 paraphrases). Scored as
+  a cache: every origin is stored in one scope, every similar text is looked up; a hit is correct
+  when the entry served is its own origin, wrong otherwise (GPTCache's published counting).
+
+For each threshold of a sweep: precision, recall, F1 and hit rate, with and without the
+verification stage; plus the default operating point and embedding throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tarfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cache.index import ScopedIndex
+from cache.verify import verify
+
+SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))
+
+
+class PairsFormatError(ValueError):
+    """The pairs file cannot be read; the message names the file, item and field."""
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Loaded evaluation pairs; labels is None for a positives-only (origin/similar) set."""
+
+    text_a: list[str]
+    text_b: list[str]
+    labels: list[int] | None
+
+
+@dataclass(frozen=True)
+class Point:
+    """Quality at one threshold. precision is None when there was no hit to judge."""
+
+    threshold: float
+    precision: float | None
+    recall: float
+    f1: float
+    hit_rate: float
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        if tarfile.is_tarfile(path):
+            with tarfile.open(path) as archive:
+                members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith(".json")]
+                if not members:
+                    raise PairsFormatError(f"{path}: no .json file inside the archive")
+                handle = archive.extractfile(members[0])
+                assert handle is not None  # a regular file member always has a handle
+                return json.load(handle)
+        with path.open(encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise PairsFormatError(f"{path}: line {exc.lineno}: not JSON: {exc.msg}") from exc
+    except (OSError, tarfile.TarError, UnicodeDecodeError) as exc:
+        raise PairsFormatError(f"{path}: cannot read: {exc}") from exc
+
+
+def load_pairs(path: Path, sample: int | None = None, seed: int = 0) -> Pairs:
+    """Read pairs (see module doc); ``sample`` keeps that many pairs drawn with ``seed``.
+
+    Raises PairsFormatError naming the file, the item index and the field at fault.
+    """
+    data = _read_json(path)
+    if not isinstance(data, list) or not data:
+        raise PairsFormatError(f"{path}: expected a non-empty JSON list of pairs")
+    labelled = isinstance(data[0], dict) and "text_a" in data[0]
+    fields = ("text_a", "text_b", "label") if labelled else ("origin", "similar")
+    if sample is not None and sample < len(data):
+        picked = sorted(random.Random(seed).sample(range(len(data)), sample))
+    else:
+        picked = list(range(len(data)))
+    a: list[str] = []
+    b: list[str] = []
+    labels: list[int] = []
+    for i in picked:
+        item = data[i]
+        if not isinstance(item, dict):
+            raise PairsFormatError(f"{path}: item {i}: expected an object with {', '.join(fields)}")
+        for field in fields[:2]:
+            if not isinstance(item.get(field), str):
+                raise PairsFormatError(f"{path}: item {i}: field {field!r} must be a string")
+        a.append(item[fields[0]])
+        b.append(item[fields[1]])
+        if labelled:
+            label = item.get("label")
+            if label not in (0, 1) or isinstance(label, bool):
+                raise PairsFormatError(f"{path}: item {i}: field 'label' must be 0 or 1")
+            labels.append(int(label))
+    return Pairs(a, b, labels if labelled else None)
+
+
+def _point(threshold: float, tp: int, fp: int, positives: int, total: int) -> Point:
+    hits = tp + fp
+    precision = tp / hits if hits else None
+    recall = tp / positives if positives else 0.0
+    p = precision or 0.0
+    f1 = 2 * p * recall / (p + recall) if p + recall else 0.0
+    return Point(threshold, _r(precision), round(recall, 4), round(f1, 4), round(hits / total, 4))
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def score_labelled(sims: np.ndarray, accepted: Sequence[bool], labels: Sequence[int],
+                   thresholds: Sequence[float]) -> list[Point]:
+    """Pairwise points: a hit is sim >= threshold (0 means 0) and accepted[i]."""
+    lab = np.asarray(labels, dtype=bool)
+    ok = np.asarray(accepted, dtype=bool)
+    points = []
+    for t in thresholds:
+        hit = (sims >= t) & ok
+        points.append(_point(t, int((hit & lab).sum()), int((hit & ~lab).sum()), int(lab.sum()), len(lab)))
+    return points
+
+
+def score_retrieval(origins: np.ndarray, queries: np.ndarray, texts_a: Sequence[str],
+                    texts_b: Sequence[str], thresholds: Sequence[float], verified: bool,
+                    candidates: int = 4) -> list[tuple[Point, Counter[str]]]:
+    """Cache-style points for positives-only pairs: origins indexed in one scope; query i's
+    first candidate above the threshold (that verification accepts, when ``verified``) is
+    served; correct when it is origin i. Returns each point with counts correct/wrong/miss."""
+    index = ScopedIndex(dim=origins.shape[1], max_entries=len(origins) + 1)
+    for i, vector in enumerate(origins):
+        index.add(str(i), "eval", vector, expires_at=float("inf"))
+    neighbours = [index.search("eval", q, k=candidates) for q in queries]
+    results = []
+    for t in thresholds:
+        counts: Counter[str] = Counter(correct=0, wrong=0, miss=0)
+        for i, found in enumerate(neighbours):
+            served = next((n for n in found if n.similarity >= t and (
+                not verified or verify(texts_b[i], texts_a[int(n.entry_id)]).ok)), None)
+            counts["miss" if served is None else "correct" if served.entry_id == str(i) else "wrong"] += 1
+        n = len(queries)
+        results.append((_point(t, counts["correct"], counts["wrong"], n, n), counts))
+    return results
+
+
+def best_recall_at(points: Sequence[Point], min_precision: float) -> Point | None:
+    """The point with the highest recall whose precision is >= min_precision."""
+    good = [p for p in points if p.precision is not None and p.precision >= min_precision]
+    return max(good, key=lambda p: (p.recall, p.threshold)) if good else None
+
+
+def run_eval(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], default_threshold: float,
+             extra_threshold: float | None = None, batch_size: int = 64) -> dict[str, Any]:
+    """Encode both sides in batches and score the sweep; returns the report as plain data
+    (keys: sweep, sweep_without_verification, default, best_at_precision_0_90,
+    embeddings_per_s, ...)."""
+    texts = pairs.text_a + pairs.text_b
+    started = time.perf_counter()
+    vectors = np.concatenate([encode(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)])
+    seconds = time.perf_counter() - started
+    n = len(pairs.text_a)
+    va, vb = vectors[:n], vectors[n:]
+    thresholds = sorted({*SWEEP, default_threshold, *(() if extra_threshold is None else (extra_threshold,))})
+    report: dict[str, Any] = {"pairs": n, "embeddings_per_s": round(len(texts) / seconds, 1)}
+    if pairs.labels is not None:
+        sims = (va * vb).sum(axis=1)
+        verdicts = [verify(a, b) for a, b in zip(pairs.text_a, pairs.text_b, strict=True)]
+        accepted = [v.ok for v in verdicts]
+        with_v = score_labelled(sims, accepted, pairs.labels, thresholds)
+        without = score_labelled(sims, [True] * n, pairs.labels, thresholds)
+        report["kind"] = "labelled"
+        report["positives"] = sum(pairs.labels)
+        report["rejected_by_rule"] = dict(Counter(
+            v.reason for v, s in zip(verdicts, sims, strict=True) if not v.ok and s >= default_threshold))
+        counts: dict[float, Counter[str]] = {}
+    else:
+        scored = score_retrieval(va, vb, pairs.text_a, pairs.text_b, thresholds, verified=True)
+        with_v = [p for p, _ in scored]
+        counts = {p.threshold: c for p, c in scored}
+        without = [p for p, _ in score_retrieval(va, vb, pairs.text_a, pairs.text_b, thresholds, verified=False)]
+        report["kind"] = "positives-only"
+    report["sweep"] = [asdict(p) | _counts(counts, p.threshold) for p in with_v]
+    report["sweep_without_verification"] = [asdict(p) for p in without]
+    default = next(p for p in with_v if p.threshold == default_threshold)
+    report["default"] = asdict(default) | _counts(counts, default_threshold)
+    if extra_threshold is not None:
+        report["requested"] = asdict(next(p for p in with_v if p.threshold == extra_threshold))
+    best = best_recall_at(with_v, 0.90)
+    best_raw = best_recall_at(without, 0.90)
+    report["best_at_precision_0_90"] = asdict(best) if best else None
+    report["best_at_precision_0_90_without_verification"] = asdict(best_raw) if best_raw else None
+    return report
+
+
+def _counts(counts: dict[float, Counter[str]], threshold: float) -> dict[str, int]:
+    return dict(counts[threshold]) if threshold in counts else {}
+
+
+def format_report(report: dict[str, Any], source: str) -> str:
+    """The sweep as an aligned text table (verified and raw side by side)."""
+    lines = [f"{source}: {report['pairs']} pairs ({report['kind']}), "
+             f"embeddings/s {report['embeddings_per_s']}",
+             f"{'thr':>5} | {'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6} | "
+             f"{'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6}  (verified | similarity only)"]
+    for p, q in zip(report["sweep"], report["sweep_without_verification"], strict=True):
+        lines.append(f"{p['threshold']:>5.2f} | {_f(p['precision'])} {p['recall']:>6.3f} {p['f1']:>6.3f} "
+                     f"{p['hit_rate']:>6.3f} | {_f(q['precision'])} {q['recall']:>6.3f} {q['f1']:>6.3f} "
+                     f"{q['hit_rate']:>6.3f}")
+    d = report["default"]
+    lines.append(f"default threshold {d['threshold']:.2f}: precision {_f(d['precision']).strip()} "
+                 f"recall {d['recall']:.3f} f1 {d['f1']:.3f} hit rate {d['hit_rate']:.3f}")
+    for key, label in (("best_at_precision_0_90", "verified"),
+                       ("best_at_precision_0_90_without_verification", "similarity only")):
+        best = report[key]
+        lines.append(f"highest recall at precision >= 0.90 ({label}): " + (
+            f"threshold {best['threshold']:.2f} precision {best['precision']:.3f} recall {best['recall']:.3f}"
+            if best else "none"))
+    return "\n".join(lines)
+
+
+def _f(value: float | None) -> str:
+    return f"{'-':>6}" if value is None else f"{value:>6.3f}"

@@ -1,0 +1,261 @@
+"""Redis side of the semantic cache: entries, the expiry-ordered set and the change stream.
+
+Redis is the source of truth; the in-process ScopedIndex of every router worker is a derived
+copy, rebuilt from here at start and kept in sync by following one Redis Stream of inserts and
+deletes.
+
+Key layout (prefix ``promptedge:cache:sem:``):
+
+| key | type | content | TTL |
+|---|---|---|---|
+| ``entry:{id}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens`` | fixed, = entry TTL |
+| ``expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
+| ``events`` | stream | ``op`` = ``add`` (``id``, ``scope``, ``exp``, ``vec``, ``origin``) or ``del`` (``id``, ``origin``); trimmed to about ``stream_maxlen`` | none |
+
+Eviction: when more than ``max_entries`` ids are live, the ones expiring soonest are deleted and a
+``del`` event is published, so all workers drop the same entries.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aioredis
+
+PREFIX = "promptedge:cache:sem:"
+EXPIRY_KEY = PREFIX + "expiry"
+EVENTS_KEY = PREFIX + "events"
+
+_ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
+                 "prompt_tokens", "completion_tokens")
+
+
+def entry_key(entry_id: str) -> str:
+    return f"{PREFIX}entry:{entry_id}"
+
+
+class CorruptEntry(ValueError):
+    """A semantic entry in Redis that cannot be decoded; it is skipped, counted and deleted."""
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One decoded semantic entry (see the module's key layout)."""
+
+    entry_id: str
+    scope: str
+    text: str
+    tenant: str
+    model: str
+    response: dict[str, Any]
+    embedding: np.ndarray
+    expires_at: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class IndexEvent:
+    """A change read from the stream: op "add" carries scope, vector and expiry; "del" only the id."""
+
+    stream_id: str
+    op: str
+    entry_id: str
+    origin: str
+    scope: str = ""
+    vector: np.ndarray | None = None
+    expires_at: float = 0.0
+
+
+def _s(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _vector(value: bytes | str | None) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(_s(value), validate=True), dtype=np.float32)
+
+
+def encode_vector(vector: np.ndarray) -> str:
+    """float32 vector -> base64 text as stored in entries and events."""
+    return base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes()).decode()
+
+
+def decode_entry(entry_id: str, raw: Sequence[bytes | None], dim: int) -> StoredEntry | None:
+    """Decode HMGET values in ``_ENTRY_FIELDS`` order; None when the key is gone; raises
+    CorruptEntry when present but malformed."""
+    if all(value is None for value in raw):
+        return None
+    values = dict(zip(_ENTRY_FIELDS, raw, strict=True))
+    try:
+        response = json.loads(_s(values["response"]))
+        vector = _vector(values["embedding"])
+        if not isinstance(response, dict) or vector.shape != (dim,):
+            raise CorruptEntry(f"entry {entry_id}: bad response or embedding shape")
+        return StoredEntry(
+            entry_id=entry_id,
+            scope=_s(values["scope"]),
+            text=_s(values["text"]),
+            tenant=_s(values["tenant"]),
+            model=_s(values["model"]),
+            response=response,
+            embedding=vector,
+            expires_at=float(_s(values["expires_at"])),
+            prompt_tokens=int(_s(values["prompt_tokens"]) or 0),
+            completion_tokens=int(_s(values["completion_tokens"]) or 0),
+        )
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error) as exc:
+        raise CorruptEntry(f"entry {entry_id}: {exc}") from exc
+
+
+class SemanticStore:
+    """Reads and writes semantic entries and their change events in Redis.
+
+    Redis errors propagate (redis.RedisError); callers bound them with their timeout.
+    """
+
+    def __init__(self, redis: aioredis.Redis, *, dim: int, max_entries: int, stream_maxlen: int,
+                 origin: str) -> None:
+        self._redis = redis
+        self.dim = dim
+        self.max_entries = max_entries
+        self.stream_maxlen = stream_maxlen
+        self.origin = origin
+
+    async def put(self, entry_id: str, *, scope: str, text: str, tenant: str, model: str,
+                  response: dict[str, Any], vector: np.ndarray, ttl_s: float,
+                  prompt_tokens: int, completion_tokens: int, now: float | None = None) -> list[str]:
+        """Write one entry with a fixed TTL and publish its ``add`` event; evicts the soonest
+        expiring entries beyond max_entries and returns their ids."""
+        now = time.time() if now is None else now
+        expires_at = now + ttl_s
+        vec = encode_vector(vector)
+        pipe = self._redis.pipeline(transaction=True)
+        key = entry_key(entry_id)
+        pipe.delete(key)
+        pipe.hset(key, mapping={
+            "response": json.dumps(response, separators=(",", ":")),
+            "embedding": vec, "scope": scope, "text": text, "tenant": tenant, "model": model,
+            "created_at": repr(now), "expires_at": repr(expires_at),
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+        })
+        pipe.pexpireat(key, int(expires_at * 1000))
+        pipe.zremrangebyscore(EXPIRY_KEY, "-inf", now)
+        pipe.zadd(EXPIRY_KEY, {entry_id: expires_at})
+        pipe.xadd(EVENTS_KEY, {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at),
+                               "vec": vec, "origin": self.origin},
+                  maxlen=self.stream_maxlen, approximate=True)
+        pipe.zcard(EXPIRY_KEY)
+        results = await pipe.execute()
+        overflow = int(results[-1]) - self.max_entries
+        if overflow <= 0:
+            return []
+        popped = await self._redis.zpopmin(EXPIRY_KEY, overflow)
+        evicted = [_s(member) for member, _ in popped]
+        await self.delete_ids(evicted)
+        return evicted
+
+    async def get_many(self, entry_ids: Sequence[str]) -> list[StoredEntry | None | CorruptEntry]:
+        """Re-read entries; per id: the entry, None (gone/expired) or the CorruptEntry error."""
+        pipe = self._redis.pipeline(transaction=False)
+        for entry_id in entry_ids:
+            pipe.hmget(entry_key(entry_id), list(_ENTRY_FIELDS))
+        rows = await pipe.execute()
+        out: list[StoredEntry | None | CorruptEntry] = []
+        for entry_id, raw in zip(entry_ids, rows, strict=True):
+            try:
+                out.append(decode_entry(entry_id, raw, self.dim))
+            except CorruptEntry as exc:
+                out.append(exc)
+        return out
+
+    async def delete_ids(self, entry_ids: Iterable[str]) -> int:
+        """Delete entries and publish ``del`` events; returns how many keys existed."""
+        ids = list(entry_ids)
+        if not ids:
+            return 0
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(*(entry_key(i) for i in ids))
+        pipe.zrem(EXPIRY_KEY, *ids)
+        for entry_id in ids:
+            pipe.xadd(EVENTS_KEY, {"op": "del", "id": entry_id, "origin": self.origin},
+                      maxlen=self.stream_maxlen, approximate=True)
+        results = await pipe.execute()
+        return int(results[0])
+
+    async def delete_where(self, tenant: str | None = None, model: str | None = None) -> int:
+        """Delete every entry of a tenant and/or model (None = any); returns the count deleted."""
+        ids = [_s(m) for m in await self._redis.zrange(EXPIRY_KEY, 0, -1)]
+        matched: list[str] = []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            pipe = self._redis.pipeline(transaction=False)
+            for entry_id in chunk:
+                pipe.hmget(entry_key(entry_id), ["tenant", "model"])
+            for entry_id, (t, m) in zip(chunk, await pipe.execute(), strict=True):
+                if (tenant is None or _s(t) == tenant) and (model is None or _s(m) == model):
+                    matched.append(entry_id)
+        for start in range(0, len(matched), 500):
+            await self.delete_ids(matched[start : start + 500])
+        return len(matched)
+
+    async def stream_tail(self) -> str:
+        """Id of the newest event ("0-0" when the stream is empty): follow from here after a scan."""
+        last = await self._redis.xrevrange(EVENTS_KEY, count=1)
+        return _s(last[0][0]) if last else "0-0"
+
+    async def scan_live(self, now: float | None = None) -> list[tuple[str, str, np.ndarray, float]]:
+        """All unexpired entries as (id, scope, vector, expires_at), for an index rebuild;
+        corrupt ones are left out (they are skipped again at lookup)."""
+        now = time.time() if now is None else now
+        ids = [_s(m) for m in await self._redis.zrangebyscore(EXPIRY_KEY, now, "+inf")]
+        out: list[tuple[str, str, np.ndarray, float]] = []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            pipe = self._redis.pipeline(transaction=False)
+            for entry_id in chunk:
+                pipe.hmget(entry_key(entry_id), ["scope", "embedding", "expires_at"])
+            for entry_id, (scope, vec, exp) in zip(chunk, await pipe.execute(), strict=True):
+                if scope is None or vec is None or exp is None:
+                    continue
+                try:
+                    vector = _vector(vec)
+                except (ValueError, binascii.Error):
+                    continue
+                if vector.shape == (self.dim,):
+                    out.append((entry_id, _s(scope), vector, float(_s(exp))))
+        return out
+
+    async def read_events(self, after: str, block_ms: int, count: int = 512) -> list[IndexEvent]:
+        """Events newer than stream id ``after``; waits up to block_ms for the first one."""
+        reply = await self._redis.xread({EVENTS_KEY: after}, count=count, block=block_ms)
+        events: list[IndexEvent] = []
+        for _stream, items in reply or []:
+            for stream_id, fields in items:
+                f = {_s(k): v for k, v in fields.items()}
+                op = _s(f.get("op"))
+                vector = None
+                if op == "add":
+                    try:
+                        vector = _vector(f.get("vec"))
+                    except (ValueError, binascii.Error):
+                        continue
+                events.append(IndexEvent(
+                    stream_id=_s(stream_id), op=op, entry_id=_s(f.get("id")),
+                    origin=_s(f.get("origin")), scope=_s(f.get("scope")), vector=vector,
+                    expires_at=float(_s(f.get("exp")) or 0.0),
+                ))
+        return events
+
+    async def stream_head(self) -> str:
+        """Id of the oldest event still in the (trimmed) stream, "0-0" when empty."""
+        first = await self._redis.xrange(EVENTS_KEY, count=1)
+        return _s(first[0][0]) if first else "0-0"
