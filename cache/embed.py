@@ -96,7 +96,9 @@ def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransfor
         raise
     except (OSError, ValueError, RuntimeError, ImportError) as exc:
         raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
-    dim = loaded.get_sentence_embedding_dimension()
+    # renamed in sentence-transformers 5.x; older releases only have the long name
+    dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
+    dim = dimension()
     if dim is None:
         raise EmbeddingError(f"model {model} does not report an embedding dimension")
     return SentenceTransformerEncoder(loaded, int(dim))

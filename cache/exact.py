@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -31,13 +32,18 @@ def is_complete_response(response: Any) -> bool:
 class ExactStore:
     """Exact-cache entries: ``key -> JSON`` with ``SET .. EX ttl`` (never refreshed on read).
 
+    Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
+    ``[tenant, model, key]`` scored by its expiry time (Unix s), so entries can be deleted by
+    tenant and/or model; members past their expiry are pruned on every write.
+
     Errors: redis exceptions propagate; the caller (ResponseCache) bounds and absorbs them.
     A corrupt entry (not JSON, or not a complete response) is counted in ``corrupt`` and
     treated as a miss.
     """
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
+        self._owners = f"{prefix}:exact-owners"
         self.corrupt = 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
@@ -54,5 +60,27 @@ class ExactStore:
             return None
         return response
 
-    async def set(self, key: str, response: dict[str, Any], ttl_s: int) -> None:
-        await self._redis.set(key, json.dumps(response, separators=(",", ":")), ex=ttl_s)
+    async def set(self, key: str, response: dict[str, Any], ttl_s: int, tenant: str, model: str) -> None:
+        now = time.time()
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(key, json.dumps(response, separators=(",", ":")), ex=ttl_s)
+        pipe.zremrangebyscore(self._owners, "-inf", now)
+        pipe.zadd(self._owners, {json.dumps([tenant, model, key]): now + ttl_s})
+        await pipe.execute()
+
+    async def delete_where(self, tenant: str | None, model: str | None) -> int:
+        """Delete the entries of a tenant and/or model (None = any); returns how many existed."""
+        members = await self._redis.zrange(self._owners, 0, -1)
+        doomed: list[tuple[bytes | str, str]] = []
+        for member in members:
+            owner_tenant, owner_model, key = json.loads(member)
+            if (tenant is None or owner_tenant == tenant) and (model is None or owner_model == model):
+                doomed.append((member, key))
+        deleted = 0
+        for start in range(0, len(doomed), 500):
+            chunk = doomed[start : start + 500]
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.delete(*(key for _, key in chunk))
+            pipe.zrem(self._owners, *(member for member, _ in chunk))
+            deleted += int((await pipe.execute())[0])
+        return deleted

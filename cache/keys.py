@@ -110,6 +110,11 @@ def _params(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, A
     return params
 
 
+def canonical_params(endpoint: Endpoint, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Every output-affecting parameter of a request, OpenAI defaults filled in (pure)."""
+    return _params(body, _CHAT_DEFAULTS if endpoint == "chat.completions" else _COMPLETION_DEFAULTS)
+
+
 def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str) -> dict[str, Any]:
     """The canonical, JSON-serialisable form of a request for exact matching.
 
@@ -118,10 +123,9 @@ def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str) 
     """
     if endpoint == "chat.completions":
         payload: dict[str, Any] = {"messages": canonical_messages(body.get("messages"))}
-        params = _params(body, _CHAT_DEFAULTS)
     else:
         payload = {"prompt": body.get("prompt")}
-        params = _params(body, _COMPLETION_DEFAULTS)
+    params = canonical_params(endpoint, body)
     return {
         "v": KEY_VERSION,
         "tenant": tenant,

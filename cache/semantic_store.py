@@ -4,7 +4,7 @@ Redis is the source of truth; the in-process ScopedIndex of every router worker 
 copy, rebuilt from here at start and kept in sync by following one Redis Stream of inserts and
 deletes.
 
-Key layout (prefix ``promptedge:cache:sem:``):
+Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``; all under ``{prefix}:sem:``):
 
 | key | type | content | TTL |
 |---|---|---|---|
@@ -29,16 +29,13 @@ from typing import Any
 import numpy as np
 import redis.asyncio as aioredis
 
-PREFIX = "promptedge:cache:sem:"
-EXPIRY_KEY = PREFIX + "expiry"
-EVENTS_KEY = PREFIX + "events"
-
 _ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
                  "prompt_tokens", "completion_tokens")
 
 
-def entry_key(entry_id: str) -> str:
-    return f"{PREFIX}entry:{entry_id}"
+def entry_key(prefix: str, entry_id: str) -> str:
+    """Redis key of one semantic entry."""
+    return f"{prefix}:sem:entry:{entry_id}"
 
 
 class CorruptEntry(ValueError):
@@ -122,9 +119,12 @@ class SemanticStore:
     Redis errors propagate (redis.RedisError); callers bound them with their timeout.
     """
 
-    def __init__(self, redis: aioredis.Redis, *, dim: int, max_entries: int, stream_maxlen: int,
-                 origin: str) -> None:
+    def __init__(self, redis: aioredis.Redis, *, prefix: str, dim: int, max_entries: int,
+                 stream_maxlen: int, origin: str) -> None:
         self._redis = redis
+        self.prefix = prefix
+        self._expiry = f"{prefix}:sem:expiry"
+        self._events = f"{prefix}:sem:events"
         self.dim = dim
         self.max_entries = max_entries
         self.stream_maxlen = stream_maxlen
@@ -139,7 +139,7 @@ class SemanticStore:
         expires_at = now + ttl_s
         vec = encode_vector(vector)
         pipe = self._redis.pipeline(transaction=True)
-        key = entry_key(entry_id)
+        key = entry_key(self.prefix, entry_id)
         pipe.delete(key)
         pipe.hset(key, mapping={
             "response": json.dumps(response, separators=(",", ":")),
@@ -148,17 +148,17 @@ class SemanticStore:
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
         })
         pipe.pexpireat(key, int(expires_at * 1000))
-        pipe.zremrangebyscore(EXPIRY_KEY, "-inf", now)
-        pipe.zadd(EXPIRY_KEY, {entry_id: expires_at})
-        pipe.xadd(EVENTS_KEY, {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at),
+        pipe.zremrangebyscore(self._expiry, "-inf", now)
+        pipe.zadd(self._expiry, {entry_id: expires_at})
+        pipe.xadd(self._events, {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at),
                                "vec": vec, "origin": self.origin},
                   maxlen=self.stream_maxlen, approximate=True)
-        pipe.zcard(EXPIRY_KEY)
+        pipe.zcard(self._expiry)
         results = await pipe.execute()
         overflow = int(results[-1]) - self.max_entries
         if overflow <= 0:
             return []
-        popped = await self._redis.zpopmin(EXPIRY_KEY, overflow)
+        popped = await self._redis.zpopmin(self._expiry, overflow)
         evicted = [_s(member) for member, _ in popped]
         await self.delete_ids(evicted)
         return evicted
@@ -167,7 +167,7 @@ class SemanticStore:
         """Re-read entries; per id: the entry, None (gone/expired) or the CorruptEntry error."""
         pipe = self._redis.pipeline(transaction=False)
         for entry_id in entry_ids:
-            pipe.hmget(entry_key(entry_id), list(_ENTRY_FIELDS))
+            pipe.hmget(entry_key(self.prefix, entry_id), list(_ENTRY_FIELDS))
         rows = await pipe.execute()
         out: list[StoredEntry | None | CorruptEntry] = []
         for entry_id, raw in zip(entry_ids, rows, strict=True):
@@ -183,46 +183,46 @@ class SemanticStore:
         if not ids:
             return 0
         pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(*(entry_key(i) for i in ids))
-        pipe.zrem(EXPIRY_KEY, *ids)
+        pipe.delete(*(entry_key(self.prefix, i) for i in ids))
+        pipe.zrem(self._expiry, *ids)
         for entry_id in ids:
-            pipe.xadd(EVENTS_KEY, {"op": "del", "id": entry_id, "origin": self.origin},
+            pipe.xadd(self._events, {"op": "del", "id": entry_id, "origin": self.origin},
                       maxlen=self.stream_maxlen, approximate=True)
         results = await pipe.execute()
         return int(results[0])
 
-    async def delete_where(self, tenant: str | None = None, model: str | None = None) -> int:
-        """Delete every entry of a tenant and/or model (None = any); returns the count deleted."""
-        ids = [_s(m) for m in await self._redis.zrange(EXPIRY_KEY, 0, -1)]
+    async def delete_where(self, tenant: str | None = None, model: str | None = None) -> list[str]:
+        """Delete every entry of a tenant and/or model (None = any); returns the ids deleted."""
+        ids = [_s(m) for m in await self._redis.zrange(self._expiry, 0, -1)]
         matched: list[str] = []
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             pipe = self._redis.pipeline(transaction=False)
             for entry_id in chunk:
-                pipe.hmget(entry_key(entry_id), ["tenant", "model"])
+                pipe.hmget(entry_key(self.prefix, entry_id), ["tenant", "model"])
             for entry_id, (t, m) in zip(chunk, await pipe.execute(), strict=True):
                 if (tenant is None or _s(t) == tenant) and (model is None or _s(m) == model):
                     matched.append(entry_id)
         for start in range(0, len(matched), 500):
             await self.delete_ids(matched[start : start + 500])
-        return len(matched)
+        return matched
 
     async def stream_tail(self) -> str:
         """Id of the newest event ("0-0" when the stream is empty): follow from here after a scan."""
-        last = await self._redis.xrevrange(EVENTS_KEY, count=1)
+        last = await self._redis.xrevrange(self._events, count=1)
         return _s(last[0][0]) if last else "0-0"
 
     async def scan_live(self, now: float | None = None) -> list[tuple[str, str, np.ndarray, float]]:
         """All unexpired entries as (id, scope, vector, expires_at), for an index rebuild;
         corrupt ones are left out (they are skipped again at lookup)."""
         now = time.time() if now is None else now
-        ids = [_s(m) for m in await self._redis.zrangebyscore(EXPIRY_KEY, now, "+inf")]
+        ids = [_s(m) for m in await self._redis.zrangebyscore(self._expiry, now, "+inf")]
         out: list[tuple[str, str, np.ndarray, float]] = []
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             pipe = self._redis.pipeline(transaction=False)
             for entry_id in chunk:
-                pipe.hmget(entry_key(entry_id), ["scope", "embedding", "expires_at"])
+                pipe.hmget(entry_key(self.prefix, entry_id), ["scope", "embedding", "expires_at"])
             for entry_id, (scope, vec, exp) in zip(chunk, await pipe.execute(), strict=True):
                 if scope is None or vec is None or exp is None:
                     continue
@@ -236,7 +236,7 @@ class SemanticStore:
 
     async def read_events(self, after: str, block_ms: int, count: int = 512) -> list[IndexEvent]:
         """Events newer than stream id ``after``; waits up to block_ms for the first one."""
-        reply = await self._redis.xread({EVENTS_KEY: after}, count=count, block=block_ms)
+        reply = await self._redis.xread({self._events: after}, count=count, block=block_ms)
         events: list[IndexEvent] = []
         for _stream, items in reply or []:
             for stream_id, fields in items:
@@ -257,5 +257,5 @@ class SemanticStore:
 
     async def stream_head(self) -> str:
         """Id of the oldest event still in the (trimmed) stream, "0-0" when empty."""
-        first = await self._redis.xrange(EVENTS_KEY, count=1)
+        first = await self._redis.xrange(self._events, count=1)
         return _s(first[0][0]) if first else "0-0"

@@ -1,19 +1,24 @@
-"""ResponseCache: the one object the router talks to (lookup, store, stats)."""
+"""ResponseCache: the one object the router talks to (lookup, store, delete, stats)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import Counter
 from typing import Any, Awaitable, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from cache import metrics
+from cache.embed import Encoder
 from cache.exact import ExactStore, is_complete_response
 from cache.keys import exact_key
+from cache.scope import Skip, semantic_query
+from cache.semantic import SemanticCache
 from cache.settings import CacheSettings
-from cache.stats import StatsStore
+from cache.stats import LookupEvent, StatsStore
 from cache.types import CacheHit, CacheRequest, Outcome
 
 log = logging.getLogger(__name__)
@@ -21,6 +26,7 @@ T = TypeVar("T")
 
 # After a Redis failure, requests skip the cache for this long instead of each paying the timeout.
 _RETRY_AFTER_S = 1.0
+_ADMIN_TIMEOUT_S = 30.0
 
 
 class CacheUnavailable(Exception):
@@ -28,57 +34,117 @@ class CacheUnavailable(Exception):
 
 
 class ResponseCache:
-    """Exact response cache over Redis (semantic stage: issue 3).
+    """Exact, then semantic, response cache over Redis.
 
     lookup() and store() never raise for Redis trouble: each round trip is bounded by
     ``settings.redis_timeout_s``; on failure the request is served uncached, ``healthy`` turns
-    False (the router's /health reports degraded) and Redis is tried again after 1 s.
+    False (the router's /health reports degraded) and Redis is tried again after 1 s. The
+    semantic stage loads its model at ``start()`` (or lazily on the first lookup); if the model
+    cannot be loaded the exact stage keeps working and ``healthy`` stays False.
+
+    encoder: an already loaded Encoder to share (tests, benchmarks); None loads the configured
+    model.
     """
 
-    def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None) -> None:
+    def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
+                 encoder: Encoder | None = None) -> None:
         self.settings = settings or CacheSettings()
-        self._exact = ExactStore(redis)
+        self._exact = ExactStore(redis, self.settings.key_prefix)
         self._stats = StatsStore(redis, self.settings.key_prefix)
-        self.healthy = True
+        self.semantic = SemanticCache(redis, self.settings, encoder) if self.settings.semantic_enabled else None
+        self._redis_ok = True
         self._down_until = 0.0
 
-    async def _bounded(self, op: Awaitable[T]) -> T:
+    @property
+    def healthy(self) -> bool:
+        """False while Redis is failing or when the embedding model could not be loaded."""
+        return self._redis_ok and (self.semantic is None or self.semantic.state != "failed")
+
+    async def start(self) -> None:
+        """Load the embedding model and rebuild the semantic index (call from the app's lifespan)."""
+        if self.semantic is not None:
+            await self.semantic.start()
+
+    async def aclose(self) -> None:
+        """Stop background work (index follower, encoder thread)."""
+        if self.semantic is not None:
+            await self.semantic.close()
+
+    async def _bounded(self, op: Awaitable[T], timeout_s: float | None = None) -> T:
         if time.monotonic() < self._down_until:
             if asyncio.iscoroutine(op):
                 op.close()
             raise CacheUnavailable("redis marked down")
         try:
-            result = await asyncio.wait_for(op, self.settings.redis_timeout_s)
+            result = await asyncio.wait_for(op, timeout_s or self.settings.redis_timeout_s)
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
-            self.healthy = False
+            self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S
             log.warning("cache unavailable: %s", exc.__class__.__name__)
             raise CacheUnavailable(str(exc)) from exc
-        self.healthy = True
+        self._redis_ok = True
         return result
 
     def _key(self, req: CacheRequest) -> str:
         return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant)
 
+    def _saved(self, response: dict[str, Any]) -> tuple[int, float]:
+        usage = response.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        s = self.settings
+        return prompt + completion, prompt / s.prefill_tokens_per_s + completion / s.decode_tokens_per_s
+
     async def lookup(self, req: CacheRequest) -> CacheHit | None:
         """The cached response for req, or None (miss, no-cache, disabled or Redis unavailable).
 
-        Counts the outcome per model in Redis (``no-cache`` lookups count as misses).
+        Exact first; on an exact miss, the semantic stage (same scope, similarity >= the
+        threshold for the model or the request's override, verified). Counts the outcome per
+        model and tenant in Redis (``no-cache`` lookups count as misses).
         """
         if not self.settings.enabled:
             return None
+        started = time.perf_counter()
         hit: CacheHit | None = None
+        skipped: str | None = None
+        rejected: Counter[str] = Counter()
         try:
             if not req.control.no_cache:
                 key = self._key(req)
                 response = await self._bounded(self._exact.get(key))
                 if response is not None:
                     hit = CacheHit(kind="exact", response=response, similarity=None, key=key)
-            outcome: Outcome = hit.kind if hit else "miss"
-            await self._bounded(self._stats.record(req.model, outcome))
+                elif self.semantic is not None:
+                    hit, skipped = await self._semantic_lookup(req, rejected)
+        except CacheUnavailable:
+            hit = None
+        outcome: Outcome = hit.kind if hit else "miss"
+        tokens, replica_s = self._saved(hit.response) if hit else (0, 0.0)
+        event = LookupEvent(req.model, req.tenant, outcome, hit.similarity if hit else None,
+                            tokens, replica_s, skipped, rejected)
+        metrics.observe(event, time.perf_counter() - started)
+        try:
+            await self._bounded(self._stats.record(event))
         except CacheUnavailable:
             pass
         return hit
+
+    async def _semantic_lookup(self, req: CacheRequest, rejected: Counter[str]) -> tuple[CacheHit | None, str | None]:
+        assert self.semantic is not None
+        self.semantic.ensure_started()
+        query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars)
+        if isinstance(query, Skip):
+            return None, query.reason
+        if not self.semantic.ready:
+            return None, f"model_{self.semantic.state}"
+        threshold = self.settings.threshold_for(req.model, req.control.threshold)
+        report = await self.semantic.lookup(query, threshold, self._bounded)
+        rejected.update(report.rejected)
+        if report.match is None:
+            return None, report.skipped
+        match = report.match
+        return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key), None
 
     def ttl_for(self, req: CacheRequest) -> int:
         """TTL in seconds: the per-request override clamped to the bounds, else the default."""
@@ -88,18 +154,47 @@ class ResponseCache:
         return max(s.min_ttl_s, min(s.max_ttl_s, req.control.ttl_s))
 
     async def store(self, req: CacheRequest, response: dict[str, Any]) -> bool:
-        """Store a complete, successful response; True when it was written.
+        """Store a complete, successful response (exact, and semantic when eligible); True when
+        the exact entry was written.
 
         Refuses (False) errors, partial responses, ``no-store`` requests and Redis failures.
         """
         if not self.settings.enabled or req.control.no_store or not is_complete_response(response):
             return False
+        ttl_s = self.ttl_for(req)
         try:
-            await self._bounded(self._exact.set(self._key(req), response, self.ttl_for(req)))
+            await self._bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model))
         except CacheUnavailable:
             return False
+        if self.semantic is not None and self.semantic.ready:
+            query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars)
+            if not isinstance(query, Skip):
+                try:
+                    await self.semantic.store_entry(query, tenant=req.tenant, model=req.model,
+                                                    response=response, ttl_s=ttl_s, bounded=self._bounded)
+                except CacheUnavailable:
+                    pass
         return True
 
+    async def delete(self, tenant: str | None = None, model: str | None = None) -> dict[str, int]:
+        """Delete the entries (exact and semantic) of a tenant and/or model; None matches any.
+
+        Returns {"exact": n, "semantic": n}. Raises CacheUnavailable (bounded by 30 s).
+        """
+        exact = await self._bounded(self._exact.delete_where(tenant, model), _ADMIN_TIMEOUT_S)
+        semantic = 0
+        if self.semantic is not None:
+            semantic = await self._bounded(self.semantic.delete(tenant, model), _ADMIN_TIMEOUT_S)
+        return {"exact": exact, "semantic": semantic}
+
     async def stats(self) -> dict[str, Any]:
-        """The ``/cache/stats`` JSON (see StatsStore.read); raises CacheUnavailable."""
-        return await self._bounded(self._stats.read())
+        """The ``/cache/stats`` JSON (see StatsStore.read) plus ``semantic`` {state, error,
+        entries indexed here}; raises CacheUnavailable."""
+        out = await self._bounded(self._stats.read(), max(self.settings.redis_timeout_s, 1.0))
+        sem = self.semantic
+        out["semantic"] = {
+            "state": "disabled" if sem is None else sem.state,
+            "error": None if sem is None else sem.error,
+            "indexed": 0 if sem is None or sem.index is None else len(sem.index),
+        }
+        return out

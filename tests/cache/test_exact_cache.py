@@ -30,7 +30,8 @@ def request(content: str = "What is Redis?", tenant: str = "t1", **control: obje
 @pytest.fixture()
 async def cache(redis_url: str):
     client = aioredis.Redis.from_url(redis_url)
-    yield ResponseCache(client, CacheSettings(redis_timeout_s=1.0))
+    # the exact core alone; tests/cache/test_semantic_cache.py covers the semantic stage
+    yield ResponseCache(client, CacheSettings(redis_timeout_s=1.0, semantic_enabled=False))
     await client.aclose()
 
 
@@ -93,7 +94,7 @@ async def test_corrupt_entry_is_skipped_and_counted(cache: ResponseCache, redis_
 async def test_redis_down_gives_up_within_bound_and_reports_unhealthy() -> None:
     # Port 1 on loopback: nothing listens, connect fails at once or hangs; either way bounded.
     client = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=5)
-    cache = ResponseCache(client, CacheSettings(redis_timeout_s=0.05))
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=0.05, semantic_enabled=False))
     started = time.monotonic()
     assert await cache.lookup(request()) is None
     assert not await cache.store(request(), chat_response())

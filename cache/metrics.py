@@ -1,0 +1,57 @@
+"""Prometheus metrics of the cache (default registry; the router's /metrics exposes them).
+
+Per process, so sum them across workers in PromQL; the Redis counters (cache/stats.py) are the
+cross-worker truth behind /cache/stats.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+from cache.stats import LookupEvent
+
+LOOKUPS = Counter(
+    "promptedge_cache_lookups_total", "Cache lookups by outcome (exact, semantic, miss).",
+    ["model", "tenant", "outcome"],
+)
+SIMILARITY = Histogram(
+    "promptedge_cache_semantic_similarity", "Cosine similarity of served semantic hits.",
+    ["model"], buckets=(0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0),
+)
+TOKENS_SAVED = Counter(
+    "promptedge_cache_tokens_saved_total", "Prompt + completion tokens served from cache.",
+    ["model", "tenant"],
+)
+REPLICA_SECONDS_SAVED = Counter(
+    "promptedge_cache_replica_seconds_saved_total",
+    "Estimated replica service time saved by cache hits (s).", ["model", "tenant"],
+)
+SEMANTIC_SKIPPED = Counter(
+    "promptedge_cache_semantic_skipped_total",
+    "Requests the semantic stage did not judge, by reason (non_text, tools, too_long, ...).",
+    ["reason"],
+)
+SEMANTIC_REJECTED = Counter(
+    "promptedge_cache_semantic_rejected_total",
+    "Semantic candidates above the threshold not served, by reason (verification rule, stale, corrupt).",
+    ["reason"],
+)
+LOOKUP_SECONDS = Histogram(
+    "promptedge_cache_lookup_seconds", "Cache lookup latency by outcome (s).", ["outcome"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5),
+)
+
+
+def observe(event: LookupEvent, seconds: float) -> None:
+    """Add one counted lookup to the process's metrics."""
+    LOOKUPS.labels(event.model, event.tenant, event.outcome).inc()
+    LOOKUP_SECONDS.labels(event.outcome).observe(seconds)
+    if event.outcome != "miss":
+        TOKENS_SAVED.labels(event.model, event.tenant).inc(event.tokens_saved)
+        REPLICA_SECONDS_SAVED.labels(event.model, event.tenant).inc(event.replica_s_saved)
+    if event.similarity is not None:
+        SIMILARITY.labels(event.model).observe(event.similarity)
+    if event.skipped:
+        SEMANTIC_SKIPPED.labels(event.skipped).inc()
+    for reason, n in event.rejected.items():
+        SEMANTIC_REJECTED.labels(reason).inc(n)

@@ -1,0 +1,282 @@
+"""The semantic stage of the response cache: embed, search the local index, re-check in Redis,
+verify, serve.
+
+One SemanticCache per router worker. Its index is a derived copy of Redis: rebuilt at start,
+then kept in sync by a follower task reading the change stream (inserts and deletes of every
+worker). A candidate found in the index is served only after it was re-read from Redis and is
+still there, unexpired, in the same scope, decodable, similar enough by its stored embedding
+and accepted by verification; so a stale index can cost a hit but never serve a deleted or
+expired entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from cache.embed import BatchingEmbedder, EmbeddingError, Encoder, load_encoder
+from cache.exact import is_complete_response
+from cache.index import ScopedIndex
+from cache.keys import digest
+from cache.scope import SemanticQuery
+from cache.semantic_store import CorruptEntry, IndexEvent, SemanticStore, entry_key
+from cache.settings import CacheSettings
+from cache.verify import verify
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Bounded = Callable[[Awaitable[T]], Awaitable[T]]
+
+_FOLLOW_BLOCK_MS = 1000
+_HEAD_CHECK_S = 30.0
+
+
+@dataclass(frozen=True)
+class SemanticMatch:
+    """A served semantic hit: the entry's response, its similarity and its Redis key."""
+
+    response: dict[str, Any]
+    similarity: float
+    key: str
+
+
+@dataclass
+class LookupReport:
+    """What one semantic lookup saw, for the counters: the match (or None), why candidates
+    above the threshold were not served (verification rule names, ``stale``, ``corrupt``) and
+    why the search did not run (``skipped``: ``model_loading``, ``embed_timeout``)."""
+
+    match: SemanticMatch | None = None
+    rejected: Counter[str] = field(default_factory=Counter)
+    skipped: str | None = None
+
+
+def _stream_id(value: str) -> tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class SemanticCache:
+    """Semantic entries of one worker: encoder, local index, Redis store and the stream follower.
+
+    state: "idle" -> "loading" -> "ready", or "failed" (``error`` says why; the exact cache keeps
+    working and the router's /health reports degraded). encoder: inject one to share a loaded
+    model (tests, benchmarks); None loads ``settings.embedding_model`` in a thread at start.
+    """
+
+    def __init__(self, redis: aioredis.Redis, settings: CacheSettings, encoder: Encoder | None = None) -> None:
+        self.settings = settings
+        self._redis = redis
+        self._encoder = encoder
+        self.origin = uuid.uuid4().hex[:12]
+        self.state = "idle"
+        self.error: str | None = None
+        self.embedder: BatchingEmbedder | None = None
+        self.index: ScopedIndex | None = None
+        self.store: SemanticStore | None = None
+        self._start: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._follow_client: aioredis.Redis | None = None
+        self._last_id = "0-0"
+        self.rebuilds = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def ensure_started(self) -> None:
+        """Start loading in the background if nobody did (lookups before that skip semantics)."""
+        if self._start is None:
+            self._start = asyncio.create_task(self.start())
+
+    async def start(self) -> None:
+        """Load the encoder, rebuild the index from Redis and follow the change stream.
+
+        Never raises: a model that cannot be loaded sets state "failed"; a Redis failure during
+        the rebuild is retried by the follower.
+        """
+        if self.state != "idle":
+            return
+        self.state = "loading"
+        s = self.settings
+        try:
+            encoder = self._encoder or await asyncio.to_thread(load_encoder, s.embedding_model, s.embedding_threads)
+        except EmbeddingError as exc:
+            self.state, self.error = "failed", str(exc)
+            log.error("semantic cache disabled: %s", exc)
+            return
+        self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch)
+        self.index = ScopedIndex(encoder.dim, max_entries=s.max_entries)
+        self.store = SemanticStore(self._redis, prefix=s.key_prefix, dim=encoder.dim,
+                                   max_entries=s.max_entries, stream_maxlen=s.stream_maxlen,
+                                   origin=self.origin)
+        pool = self._redis.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        kwargs["socket_timeout"] = _FOLLOW_BLOCK_MS / 1000 + 5  # XREAD BLOCK outlives short timeouts
+        self._follow_client = aioredis.Redis(
+            connection_pool=aioredis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+        try:
+            await self._rebuild()
+        except (RedisError, OSError) as exc:
+            log.warning("semantic index rebuild failed (%s); the follower retries", exc.__class__.__name__)
+            self._last_id = ""
+        self.state = "ready"
+        self._follower = asyncio.create_task(self._follow())
+
+    async def _rebuild(self) -> None:
+        assert self.store is not None and self.index is not None
+        tail = await self.store.stream_tail()  # before the scan: replaying overlap is idempotent
+        live = await self.store.scan_live()
+        self.index.clear()
+        for entry_id, scope, vector, expires_at in live:
+            self.index.add(entry_id, scope, vector, expires_at)
+        self._last_id = tail
+        self.rebuilds += 1
+
+    async def _follow(self) -> None:
+        assert self._follow_client is not None and self.index is not None
+        reader = SemanticStore(self._follow_client, prefix=self.settings.key_prefix, dim=self.index.dim,
+                               max_entries=self.settings.max_entries,
+                               stream_maxlen=self.settings.stream_maxlen, origin=self.origin)
+        backoff = 0.5
+        next_head_check = time.monotonic() + _HEAD_CHECK_S
+        while True:
+            try:
+                if not self._last_id:
+                    await self._rebuild()
+                if time.monotonic() >= next_head_check:
+                    next_head_check = time.monotonic() + _HEAD_CHECK_S
+                    head = await reader.stream_head()
+                    if self._last_id != "0-0" and _stream_id(head) > _stream_id(self._last_id):
+                        log.warning("semantic index fell behind the trimmed stream; rebuilding")
+                        await self._rebuild()
+                for event in await reader.read_events(self._last_id, _FOLLOW_BLOCK_MS):
+                    self._apply(event)
+                    self._last_id = event.stream_id
+                self.index.drop_expired(time.time())
+                backoff = 0.5
+            except (RedisError, OSError) as exc:
+                log.warning("semantic index follower: %s; retrying in %.1f s", exc.__class__.__name__, backoff)
+                self._last_id = ""  # events may be lost while down: rebuild on reconnect
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _apply(self, event: IndexEvent) -> None:
+        assert self.index is not None
+        if event.origin == self.origin:
+            return  # applied locally when it happened
+        if event.op == "add" and event.vector is not None and event.vector.shape == (self.index.dim,):
+            if event.expires_at > time.time():
+                self.index.add(event.entry_id, event.scope, event.vector, event.expires_at)
+        elif event.op == "del":
+            self.index.remove(event.entry_id)
+
+    async def _embed(self, text: str) -> np.ndarray | None:
+        assert self.embedder is not None
+        try:
+            return await asyncio.wait_for(self.embedder.embed(text), self.settings.embed_timeout_s)
+        except (EmbeddingError, asyncio.TimeoutError) as exc:
+            log.warning("embedding skipped: %s", exc.__class__.__name__)
+            return None
+
+    async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded) -> LookupReport:
+        """Find a served-safe entry of query.scope with similarity >= threshold.
+
+        bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
+        """
+        report = LookupReport()
+        if not self.ready:
+            report.skipped = f"model_{self.state}"
+            return report
+        assert self.index is not None and self.store is not None
+        vector = await self._embed(query.text)
+        if vector is None:
+            report.skipped = "embed_timeout"
+            return report
+        found = [n for n in self.index.search(query.scope, vector, self.settings.semantic_candidates)
+                 if n.similarity >= threshold]
+        if not found:
+            return report
+        entries = await bounded(self.store.get_many([n.entry_id for n in found]))
+        now = time.time()
+        for neighbour, entry in zip(found, entries, strict=True):
+            if isinstance(entry, CorruptEntry) or (
+                entry is not None and not is_complete_response(entry.response)
+            ):
+                report.rejected["corrupt"] += 1
+                self.index.remove(neighbour.entry_id)
+                log.warning("skipping corrupt semantic entry %s", neighbour.entry_id)
+                await bounded(self.store.delete_ids([neighbour.entry_id]))
+                continue
+            if entry is None or entry.expires_at <= now or entry.scope != query.scope:
+                report.rejected["stale"] += 1
+                self.index.remove(neighbour.entry_id)
+                continue
+            similarity = float(entry.embedding @ vector)  # Redis's vector, not the index copy
+            if similarity < threshold:
+                continue
+            verdict = verify(query.text, entry.text)
+            if not verdict.ok:
+                report.rejected[verdict.reason] += 1
+                continue
+            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, neighbour.entry_id))
+            return report
+        return report
+
+    async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,
+                          response: dict[str, Any], ttl_s: int, bounded: Bounded) -> bool:
+        """Write one entry (fixed TTL) and index it here; False when not ready or not embeddable."""
+        if not self.ready:
+            return False
+        assert self.index is not None and self.store is not None
+        vector = await self._embed(query.text)
+        if vector is None:
+            return False
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        entry_id = digest([query.scope, query.text])[:32]
+        now = time.time()
+        evicted = await bounded(self.store.put(
+            entry_id, scope=query.scope, text=query.text, tenant=tenant, model=model,
+            response=response, vector=vector, ttl_s=ttl_s, now=now,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        ))
+        for victim in [*evicted, *self.index.add(entry_id, query.scope, vector, now + ttl_s)]:
+            self.index.remove(victim)
+        return True
+
+    async def delete(self, tenant: str | None, model: str | None) -> int:
+        """Delete the entries of a tenant and/or model from Redis and this index (others follow
+        the stream). Works without the model loaded. Raises redis errors."""
+        store = self.store or SemanticStore(self._redis, prefix=self.settings.key_prefix, dim=0,
+                                            max_entries=self.settings.max_entries,
+                                            stream_maxlen=self.settings.stream_maxlen, origin=self.origin)
+        deleted = await store.delete_where(tenant, model)
+        if self.index is not None:
+            for entry_id in deleted:
+                self.index.remove(entry_id)
+        return len(deleted)
+
+    async def close(self) -> None:
+        """Stop the follower and the encoder thread."""
+        for task in (self._start, self._follower):
+            if task is not None and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        if self.embedder is not None:
+            self.embedder.close()
+        if self._follow_client is not None:
+            await self._follow_client.aclose()

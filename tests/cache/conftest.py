@@ -1,0 +1,13 @@
+"""Fixtures of the cache tests: one real embedding model per test session (loading is slow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cache.embed import SentenceTransformerEncoder, load_encoder
+
+
+@pytest.fixture(scope="session")
+def encoder() -> SentenceTransformerEncoder:
+    """The bundled all-MiniLM-L6-v2, loaded offline once and shared by every test."""
+    return load_encoder()

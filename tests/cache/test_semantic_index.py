@@ -1,0 +1,96 @@
+"""ScopedIndex (pure) and BatchingEmbedder with a stand-in encoder (no model needed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from cache.embed import BatchingEmbedder, EmbeddingError
+from cache.index import ScopedIndex
+
+
+def unit(seed: int, dim: int = 8) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_search_never_crosses_scopes() -> None:
+    index = ScopedIndex(dim=8, max_entries=10)
+    index.add("a", "scope-1", unit(1), expires_at=100)
+    index.add("b", "scope-2", unit(1), expires_at=100)
+    [hit] = index.search("scope-1", unit(1), k=5)
+    assert hit.entry_id == "a" and hit.similarity == pytest.approx(1.0, abs=1e-5)
+    assert index.search("scope-3", unit(1)) == []
+
+
+def test_full_index_evicts_the_entry_that_expires_soonest() -> None:
+    index = ScopedIndex(dim=8, max_entries=3)
+    for i, expires_at in enumerate([50, 10, 30]):
+        assert index.add(f"e{i}", "s", unit(i), expires_at) == []
+    assert index.add("e3", "s", unit(3), expires_at=40) == ["e1"]
+    assert "e1" not in index and len(index) == 3
+
+
+def test_remove_and_expiry_drop_entries() -> None:
+    index = ScopedIndex(dim=8, max_entries=10)
+    index.add("old", "s", unit(1), expires_at=10)
+    index.add("new", "s", unit(2), expires_at=20)
+    assert index.drop_expired(now=15) == ["old"]
+    assert index.remove("new") and not index.remove("new")
+    assert len(index) == 0 and index.search("s", unit(2)) == []
+
+
+def test_large_scope_moves_to_hnsw_and_still_finds_neighbours() -> None:
+    index = ScopedIndex(dim=8, max_entries=1000, hnsw_min_entries=16)
+    for i in range(200):
+        index.add(f"e{i}", "s", unit(i), expires_at=100)
+    for i in (0, 57, 199):
+        assert index.search("s", unit(i), k=1)[0].entry_id == f"e{i}"
+    index.remove("e57")
+    assert index.search("s", unit(57), k=1)[0].entry_id != "e57"
+    index.add("e57", "s", unit(57), expires_at=100)  # slot reuse after a delete
+    assert index.search("s", unit(57), k=1)[0].entry_id == "e57"
+
+
+class CountingEncoder:
+    dim = 4
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[int] = []
+        self.fail = fail
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("model exploded")
+        self.calls.append(len(texts))
+        return np.array([[len(t), 1, 0, 0] for t in texts], dtype=np.float32)
+
+
+async def test_concurrent_requests_share_one_forward_pass() -> None:
+    encoder = CountingEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.002, max_batch=32)
+    texts = [f"question {i}" * (i + 1) for i in range(20)] + ["question 0"]  # one duplicate
+    vectors = await asyncio.gather(*(embedder.embed(t) for t in texts))
+    assert encoder.calls == [20]
+    assert [v[0] for v in vectors] == [len(t) for t in texts]
+    await embedder.embed("question 0")  # served from the recent-text cache
+    assert encoder.calls == [20]
+    embedder.close()
+
+
+async def test_batches_are_bounded() -> None:
+    encoder = CountingEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=8)
+    await asyncio.gather(*(embedder.embed(str(i)) for i in range(20)))
+    assert encoder.calls == [8, 8, 4]
+    embedder.close()
+
+
+async def test_encoder_failure_reaches_every_waiter() -> None:
+    embedder = BatchingEmbedder(CountingEncoder(fail=True), window_s=0.0)
+    results = await asyncio.gather(embedder.embed("a"), embedder.embed("b"), return_exceptions=True)
+    assert all(isinstance(r, EmbeddingError) for r in results)
+    embedder.close()
