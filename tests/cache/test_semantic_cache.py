@@ -1,0 +1,284 @@
+"""ResponseCache with the semantic stage, on a real Redis and the real all-MiniLM-L6-v2.
+
+Each test states the right answer for a kind of request the well-known semantic caches get
+wrong (issue 3's regression list), plus the faults: Redis down, model missing, corrupt entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache.embed import Encoder
+
+pytestmark = pytest.mark.slow
+
+KITCHEN = "How do I turn on the lights in the kitchen?"
+KITCHEN_PARAPHRASE = "How can I turn on the kitchen lights?"
+
+
+def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+    }
+
+
+def ask(text: str, *, tenant: str = "t1", system: str | None = None, history: tuple[str, ...] = (),
+        params: dict[str, Any] | None = None, **control: Any) -> CacheRequest:
+    messages = [{"role": "system", "content": system}] if system else []
+    for i, turn in enumerate(history):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": turn})
+    messages.append({"role": "user", "content": text})
+    body = {"model": "m", "messages": messages, **(params or {})}
+    return CacheRequest("chat.completions", body, tenant, CacheControl(**control))
+
+
+Factory = Callable[..., Awaitable[ResponseCache]]
+
+
+@pytest.fixture()
+async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]:
+    """Builds started caches (one per simulated router worker) sharing the loaded model."""
+    made: list[tuple[ResponseCache, aioredis.Redis]] = []
+
+    async def factory(**overrides: Any) -> ResponseCache:
+        client = aioredis.Redis.from_url(redis_url)
+        cache = ResponseCache(client, CacheSettings(**{"redis_timeout_s": 1.0, **overrides}), encoder=encoder)
+        await cache.start()
+        made.append((cache, client))
+        return cache
+
+    yield factory
+    for cache, client in made:
+        await cache.aclose()
+        await client.aclose()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 5.0) -> bool:
+    """Poll until check() is true (cross-worker sync is asynchronous by design)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_paraphrase_hits_semantically_and_identical_repeat_hits_exactly(make_cache: Factory) -> None:
+    cache = await make_cache()
+    assert await cache.lookup(ask(KITCHEN)) is None
+    assert await cache.store(ask(KITCHEN), answer())
+    exact = await cache.lookup(ask(KITCHEN))
+    assert exact is not None and exact.kind == "exact"
+    hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
+    assert hit is not None and hit.kind == "semantic"
+    assert hit.similarity is not None and 0.95 <= hit.similarity <= 1.0
+    assert hit.response["choices"][0]["message"]["content"] == "Flip the switch by the door."
+    stats = await cache.stats()
+    assert (stats["exact_hits"], stats["semantic_hits"], stats["misses"]) == (1, 1, 1)
+    assert stats["per_tenant"]["t1"]["semantic_hits"] == 1
+    assert stats["tokens_saved"] == 40 and stats["replica_seconds_saved"] > 0
+    assert sum(stats["windows"]["1m"]["similarity_histogram"].values()) == 1
+
+
+async def test_follow_up_questions_in_different_conversations_do_not_share(make_cache: Factory) -> None:
+    cache = await make_cache()
+    obama = ("Who is Barack Obama?", "The 44th president of the United States.")
+    biden = ("Who is Joe Biden?", "The 46th president of the United States.")
+    await cache.store(ask("How old is he?", history=obama), answer("He was born in 1961."))
+    assert await cache.lookup(ask("How old is he?", history=biden)) is None
+    assert await cache.lookup(ask("What is his age?", history=biden, threshold=0.0)) is None
+    hit = await cache.lookup(ask("What is his age?", history=obama, threshold=0.5))
+    assert hit is not None and hit.kind == "semantic"
+
+
+async def test_same_question_under_another_system_prompt_does_not_share(make_cache: Factory) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN, system="Answer in English."), answer())
+    assert await cache.lookup(ask(KITCHEN, system="Answer in French.")) is None
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE, system="Answer in French.", threshold=0.0)) is None
+
+
+@pytest.mark.parametrize(("stored", "asked"), [
+    ("Turn on the lights in the living room", "Turn off the lights in the living room"),
+    ("Allow guests to access the admin panel", "Deny guests access to the admin panel"),
+])
+async def test_opposite_instructions_do_not_share(make_cache: Factory, stored: str, asked: str) -> None:
+    cache = await make_cache()
+    await cache.store(ask(stored), answer())
+    assert await cache.lookup(ask(asked, threshold=0.5)) is None
+    stats = await cache.stats()
+    assert stats["semantic_rejected"].get("opposite") == 1
+
+
+async def test_tenants_never_see_each_others_entries(make_cache: Factory) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN, tenant="a"), answer())
+    assert await cache.lookup(ask(KITCHEN, tenant="b")) is None
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE, tenant="b", threshold=0.0)) is None
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE, tenant="a")) is not None
+
+
+@pytest.mark.parametrize("change", [
+    {"temperature": 0.2}, {"max_tokens": 50}, {"seed": 1}, {"response_format": {"type": "json_object"}},
+    {"tools": [{"type": "function", "function": {"name": "lights", "parameters": {}}}]},
+])
+async def test_output_affecting_parameters_do_not_share(make_cache: Factory, change: dict[str, Any]) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN), answer())
+    assert await cache.lookup(ask(KITCHEN, params=change)) is None
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE, params=change, threshold=0.0)) is None
+
+
+async def test_missing_temperature_equals_explicit_one(make_cache: Factory) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN), answer())
+    exact = await cache.lookup(ask(KITCHEN, params={"temperature": 1.0}))
+    assert exact is not None and exact.kind == "exact"
+    semantic = await cache.lookup(ask(KITCHEN_PARAPHRASE, params={"temperature": 1}))
+    assert semantic is not None and semantic.kind == "semantic"
+
+
+async def test_threshold_zero_means_zero_and_per_model_setting_applies(make_cache: Factory) -> None:
+    cache = await make_cache(model_thresholds={"m": 0.999})
+    await cache.store(ask("What is a good recipe for pancakes?"), answer("Flour, eggs, milk."))
+    assert await cache.lookup(ask("What is a good pancake recipe?")) is None  # the model's 0.999
+    hit = await cache.lookup(ask("How do I make a quick breakfast?", threshold=0.0))
+    assert hit is not None and hit.similarity is not None and hit.similarity < 0.9
+
+
+async def test_deleted_or_expired_entry_is_never_served_even_if_indexed(make_cache: Factory, redis_url: str) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN), answer())
+    raw = aioredis.Redis.from_url(redis_url)
+    [key] = await raw.keys("promptedge:cache:sem:entry:*")
+    await raw.delete(key)  # behind the index's back: no stream event
+    await raw.aclose()
+    assert cache.semantic is not None and cache.semantic.index is not None and len(cache.semantic.index) == 1
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+    assert (await cache.stats())["semantic_rejected"]["stale"] == 1
+
+    await cache.store(ask("What is Redis?", ttl_s=1), answer())
+    assert await cache.lookup(ask("What is Redis exactly?")) is not None
+    await asyncio.sleep(1.2)
+    assert await cache.lookup(ask("What is Redis exactly?")) is None
+
+
+async def test_popular_entry_still_expires_at_its_ttl(make_cache: Factory) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN, ttl_s=2), answer())
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is not None
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(0.8)
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+
+
+async def test_two_workers_insert_and_look_up_concurrently_and_agree(make_cache: Factory) -> None:
+    a, b = await make_cache(), await make_cache()
+    questions = [f"What is the population of city number {i}?" for i in range(6)]
+    await asyncio.gather(*(
+        (a if i % 2 else b).store(ask(q), answer(f"answer {i}")) for i, q in enumerate(questions)))
+
+    async def both_serve_all() -> bool:
+        for worker in (a, b):
+            for i, q in enumerate(questions):
+                hit = await worker.lookup(ask(q.replace("What is", "Tell me"), threshold=0.9))
+                if hit is None or hit.response["choices"][0]["message"]["content"] != f"answer {i}":
+                    return False
+        return True
+
+    assert await eventually(both_serve_all)
+    assert a.semantic is not None and b.semantic is not None
+    assert len(a.semantic.index) == len(b.semantic.index) == 6  # type: ignore[arg-type]
+    deleted = await a.delete(tenant="t1")
+    assert deleted["semantic"] == 6 and deleted["exact"] == 6
+    # b's index may still hold the ids for a moment; Redis says no, so nothing is served
+    assert await b.lookup(ask("Tell me the population of city number 3?", threshold=0.9)) is None
+    assert await eventually(lambda: asyncio.sleep(0, len(b.semantic.index) == 0))  # type: ignore[arg-type, union-attr]
+    stats_a, stats_b = await a.stats(), await b.stats()
+    assert stats_a["requests"] == stats_b["requests"] > 0
+
+
+async def test_a_new_worker_rebuilds_its_index_from_redis(make_cache: Factory) -> None:
+    first = await make_cache()
+    await first.store(ask(KITCHEN), answer())
+    late = await make_cache()
+    hit = await late.lookup(ask(KITCHEN_PARAPHRASE))
+    assert hit is not None and hit.kind == "semantic"
+
+
+async def test_entry_count_is_bounded_and_evicts_soonest_expiring(make_cache: Factory, redis_url: str) -> None:
+    cache = await make_cache(max_entries=3)
+    topics = ["volcanoes", "glaciers", "deserts", "rainforests"]
+    for ttl, topic in zip([50, 10, 30, 40], topics):
+        await cache.store(ask(f"Tell me about {topic}", ttl_s=ttl), answer(topic))
+    raw = aioredis.Redis.from_url(redis_url)
+    assert await raw.zcard("promptedge:cache:sem:expiry") == 3
+    assert len(await raw.keys("promptedge:cache:sem:entry:*")) == 3
+    await raw.aclose()
+    assert cache.semantic is not None and len(cache.semantic.index) == 3  # type: ignore[arg-type]
+    assert await cache.lookup(ask("Tell me something about glaciers", threshold=0.8)) is None
+    assert await cache.lookup(ask("Tell me something about volcanoes", threshold=0.8)) is not None
+
+
+async def test_corrupt_entry_is_skipped_counted_and_never_served(make_cache: Factory, redis_url: str) -> None:
+    cache = await make_cache()
+    await cache.store(ask(KITCHEN), answer())
+    raw = aioredis.Redis.from_url(redis_url)
+    [key] = await raw.keys("promptedge:cache:sem:entry:*")
+    await raw.hset(key, "response", "{not json")
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+    assert (await cache.stats())["semantic_rejected"]["corrupt"] == 1
+    assert not await raw.exists(key)
+    await raw.aclose()
+
+
+async def test_multimodal_and_tool_requests_are_cached_exactly_and_counted(make_cache: Factory) -> None:
+    cache = await make_cache()
+    parts = [{"type": "text", "text": "What is in this picture?"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    request = CacheRequest("chat.completions", {"model": "m", "messages": [{"role": "user", "content": parts}]}, "t1")
+    assert await cache.lookup(request) is None
+    assert await cache.store(request, answer("A cat."))
+    hit = await cache.lookup(request)
+    assert hit is not None and hit.kind == "exact"
+    assert (await cache.stats())["semantic_skipped"] == {"non_text": 1}
+
+
+async def test_embedding_model_that_fails_to_load_leaves_exact_cache_working(redis_url: str) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embedding_model="/nonexistent/model"))
+    await cache.start()
+    assert cache.semantic is not None and cache.semantic.state == "failed"
+    assert cache.healthy is False
+    await cache.store(ask(KITCHEN), answer())
+    hit = await cache.lookup(ask(KITCHEN))
+    assert hit is not None and hit.kind == "exact"
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+    assert (await cache.stats())["semantic_skipped"] == {"model_failed": 1}
+    await cache.aclose()
+    await client.aclose()
+
+
+async def test_redis_down_lookups_give_up_within_the_bound(encoder: Encoder) -> None:
+    client = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=5)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=0.05), encoder=encoder)
+    await cache.start()  # rebuild fails; the follower keeps retrying in the background
+    started = time.monotonic()
+    assert await cache.lookup(ask(KITCHEN)) is None
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+    assert not await cache.store(ask(KITCHEN), answer())
+    assert time.monotonic() - started < 1.0
+    assert cache.healthy is False
+    await cache.aclose()
+    await client.aclose()
