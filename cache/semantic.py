@@ -39,6 +39,7 @@ Bounded = Callable[[Awaitable[T]], Awaitable[T]]
 
 _FOLLOW_BLOCK_MS = 1000
 _HEAD_CHECK_S = 30.0
+_STORE_EMBED_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,10 @@ class SemanticCache:
         elif event.op == "del":
             self.index.remove(event.entry_id)
 
-    async def _embed(self, text: str) -> np.ndarray | None:
+    async def _embed(self, text: str, timeout_s: float) -> np.ndarray | None:
         assert self.embedder is not None
         try:
-            return await asyncio.wait_for(self.embedder.embed(text), self.settings.embed_timeout_s)
+            return await asyncio.wait_for(self.embedder.embed(text), timeout_s)
         except (EmbeddingError, asyncio.TimeoutError) as exc:
             log.warning("embedding skipped: %s", exc.__class__.__name__)
             return None
@@ -199,7 +200,7 @@ class SemanticCache:
             report.skipped = f"model_{self.state}"
             return report
         assert self.index is not None and self.store is not None
-        vector = await self._embed(query.text)
+        vector = await self._embed(query.text, self.settings.embed_timeout_s)
         if vector is None:
             report.skipped = "embed_timeout"
             return report
@@ -239,7 +240,8 @@ class SemanticCache:
         if not self.ready:
             return False
         assert self.index is not None and self.store is not None
-        vector = await self._embed(query.text)
+        # a store is off the client's critical path: it may wait longer than a lookup
+        vector = await self._embed(query.text, max(self.settings.embed_timeout_s, _STORE_EMBED_TIMEOUT_S))
         if vector is None:
             return False
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}

@@ -51,7 +51,9 @@ async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]
 
     async def factory(**overrides: Any) -> ResponseCache:
         client = aioredis.Redis.from_url(redis_url)
-        cache = ResponseCache(client, CacheSettings(**{"redis_timeout_s": 1.0, **overrides}), encoder=encoder)
+        # generous bounds: CI machines are shared; the bounds themselves are tested separately
+        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, **overrides})
+        cache = ResponseCache(client, settings, encoder=encoder)
         await cache.start()
         made.append((cache, client))
         return cache
