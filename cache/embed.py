@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -102,6 +103,20 @@ def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransfor
     if dim is None:
         raise EmbeddingError(f"model {model} does not report an embedding dimension")
     return SentenceTransformerEncoder(loaded, int(dim))
+
+
+_LOADED: dict[tuple[str | None, int], SentenceTransformerEncoder] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def shared_encoder(model: str | None = None, threads: int = 1) -> SentenceTransformerEncoder:
+    """load_encoder once per process and model: every cache (router app, worker) in a process
+    shares the weights, and a second app start costs nothing. Raises EmbeddingError."""
+    with _LOAD_LOCK:
+        key = (model, threads)
+        if key not in _LOADED:
+            _LOADED[key] = load_encoder(model, threads)
+        return _LOADED[key]
 
 
 class BatchingEmbedder:

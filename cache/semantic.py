@@ -24,7 +24,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from cache.embed import BatchingEmbedder, EmbeddingError, Encoder, load_encoder
+from cache.embed import BatchingEmbedder, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
 from cache.index import ScopedIndex
 from cache.keys import digest
@@ -71,8 +71,9 @@ class SemanticCache:
     """Semantic entries of one worker: encoder, local index, Redis store and the stream follower.
 
     state: "idle" -> "loading" -> "ready", or "failed" (``error`` says why; the exact cache keeps
-    working and the router's /health reports degraded). encoder: inject one to share a loaded
-    model (tests, benchmarks); None loads ``settings.embedding_model`` in a thread at start.
+    working and the router's /health reports degraded). encoder: inject one (tests, benchmarks);
+    None uses the process-wide ``shared_encoder`` of ``settings.embedding_model``, loaded in a
+    thread at start.
     """
 
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings, encoder: Encoder | None = None) -> None:
@@ -98,20 +99,24 @@ class SemanticCache:
     def ensure_started(self) -> None:
         """Start loading in the background if nobody did (lookups before that skip semantics)."""
         if self._start is None:
-            self._start = asyncio.create_task(self.start())
+            self._start = asyncio.create_task(self._start_once())
 
     async def start(self) -> None:
-        """Load the encoder, rebuild the index from Redis and follow the change stream.
+        """Load the encoder, rebuild the index from Redis and follow the change stream; returns
+        when done (the same work however often it is called).
 
         Never raises: a model that cannot be loaded sets state "failed"; a Redis failure during
         the rebuild is retried by the follower.
         """
-        if self.state != "idle":
-            return
+        self.ensure_started()
+        assert self._start is not None
+        await asyncio.shield(self._start)
+
+    async def _start_once(self) -> None:
         self.state = "loading"
         s = self.settings
         try:
-            encoder = self._encoder or await asyncio.to_thread(load_encoder, s.embedding_model, s.embedding_threads)
+            encoder = self._encoder or await asyncio.to_thread(shared_encoder, s.embedding_model, s.embedding_threads)
         except EmbeddingError as exc:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)

@@ -60,10 +60,18 @@ class ResponseCache:
         """False while Redis is failing or when the embedding model could not be loaded."""
         return self._redis_ok and (self.semantic is None or self.semantic.state != "failed")
 
-    async def start(self) -> None:
-        """Load the embedding model and rebuild the semantic index (call from the app's lifespan)."""
-        if self.semantic is not None:
+    async def start(self, wait: bool = True) -> None:
+        """Load the embedding model and rebuild the semantic index (call from the app's lifespan).
+
+        wait=False returns at once and loads in the background: until ready, lookups are
+        exact-only and counted as skipped (``model_loading``).
+        """
+        if self.semantic is None:
+            return
+        if wait:
             await self.semantic.start()
+        else:
+            self.semantic.ensure_started()
 
     async def aclose(self) -> None:
         """Stop background work (index follower, encoder thread)."""

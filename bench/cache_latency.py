@@ -1,0 +1,163 @@
+"""Cache lookup latency: exact hit, semantic hit and miss at concurrency 1, 8 and 32, with the
+micro-batching embedder against a naive per-request encode, in one run.
+
+    python bench/cache_latency.py [--json PATH] [--redis-url URL] [--lookups N]
+
+Data: GPTCache's 999 paraphrase pairs (``../shared/data/cache-eval/gptcache-paraphrases``, MIT):
+the first half of the origins are stored; an exact hit asks a stored origin again, a semantic
+hit asks the paraphrase of a stored origin that the cache serves (checked in a warm-up pass),
+a miss asks the paraphrase of an origin that was not stored. Every lookup in a cell asks a
+different text, and the embedder's recent-text cache is off, so every semantic lookup encodes.
+
+The naive baseline encodes each request on its own (one ``encode([text])`` per lookup in the
+default thread pool), as a cache without batching does. Keys live under a private prefix that
+is deleted at the end; no database is flushed. Targets (issue 3): semantic lookup p50 <= 15 ms
+at concurrency 1 and batched throughput >= 3x naive at concurrency 32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cache import CacheRequest, CacheSettings, ResponseCache  # noqa: E402
+from cache.embed import BatchingEmbedder, Encoder, load_encoder  # noqa: E402
+
+DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
+PAIRS = DATA / "cache-eval" / "gptcache-paraphrases" / "mock_data.json"
+CONCURRENCY = (1, 8, 32)
+
+
+class NaiveEmbedder:
+    """One forward pass per request, each on a pool thread: the baseline."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder = encoder
+        self.dim = encoder.dim
+
+    async def embed(self, text: str) -> np.ndarray:
+        vectors = await asyncio.get_running_loop().run_in_executor(None, self.encoder.encode, [text])
+        return vectors[0]
+
+    def close(self) -> None:
+        pass
+
+
+def request(text: str) -> CacheRequest:
+    return CacheRequest("chat.completions", {"model": "bench", "messages": [{"role": "user", "content": text}]}, "bench")
+
+
+def response(i: int) -> dict[str, Any]:
+    return {"id": f"b{i}", "object": "chat.completion", "created": 0, "model": "bench",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer {i}"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 50, "total_tokens": 70}}
+
+
+async def run_cell(cache: ResponseCache, texts: list[str], concurrency: int) -> dict[str, Any]:
+    """Lookups of texts by `concurrency` workers; latency per lookup and throughput."""
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    queue = list(reversed(texts))
+
+    async def worker() -> None:
+        while queue:
+            text = queue.pop()
+            started = time.perf_counter()
+            hit = await cache.lookup(request(text))
+            latencies.append(time.perf_counter() - started)
+            kind = hit.kind if hit else "miss"
+            outcomes[kind] = outcomes.get(kind, 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+    ms = sorted(x * 1000 for x in latencies)
+    return {"lookups": len(ms), "p50_ms": round(statistics.median(ms), 2),
+            "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 2),
+            "lookups_per_s": round(len(ms) / wall, 1), "outcomes": outcomes}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    pairs = json.loads(PAIRS.read_text())
+    half = len(pairs) // 2
+    encoder = load_encoder()
+    client = aioredis.Redis.from_url(args.redis_url)
+    prefix = f"promptedge:bench:{uuid.uuid4().hex[:8]}"
+    settings = CacheSettings(key_prefix=prefix, redis_timeout_s=1.0, embed_timeout_s=30.0)
+    cache = ResponseCache(client, settings, encoder=encoder)
+    await cache.start()
+    assert cache.semantic is not None and cache.semantic.embedder is not None
+    batched = BatchingEmbedder(encoder, window_s=settings.embed_window_s, max_batch=settings.embed_max_batch,
+                               cache_size=0)
+    cache.semantic.embedder = batched
+    try:
+        for start in range(0, half, 32):  # 32 at a time: within the Redis connection pool
+            await asyncio.gather(*(cache.store(request(p["origin"]), response(start + i))
+                                   for i, p in enumerate(pairs[start : min(half, start + 32)])))
+        # keep only paraphrases the cache serves (the others would be misses in the hit cell)
+        semantic = [p["similar"] for p in pairs[:half]]
+        outcomes = [await cache.lookup(request(t)) for t in semantic]
+        semantic = [t for t, h in zip(semantic, outcomes, strict=True) if h is not None and h.kind == "semantic"]
+        misses = [p["similar"] for p in pairs[half:]]
+        exact = [p["origin"] for p in pairs[:half]]
+        await run_cell(cache, misses[-50:], 8)  # warm-up: allocator, connection pool, torch
+        results: dict[str, Any] = {}
+        for mode, embedder in (("batched", batched), ("naive", NaiveEmbedder(encoder))):
+            cache.semantic.embedder = embedder  # type: ignore[assignment]
+            for kind, texts in (("exact", exact), ("semantic", semantic), ("miss", misses)):
+                for c in CONCURRENCY:
+                    n = min(len(texts), args.lookups * (1 if c == 1 else 2))
+                    cell = await run_cell(cache, texts[:n], c)
+                    results[f"{mode}/{kind}/{c}"] = cell
+                    print(f"  {mode:7} {kind:8} c={c:<2} p50 {cell['p50_ms']:7.2f} ms  p99 {cell['p99_ms']:7.2f} ms  "
+                          f"{cell['lookups_per_s']:7.1f}/s  {cell['outcomes']}", file=sys.stderr)
+        return {"results": results, "stored": half, "semantic_queries": len(semantic),
+                "forward_passes_batched": batched.batches, "cpu_count": os.cpu_count(),
+                "loadavg_1m": os.getloadavg()[0]}
+    finally:
+        await cache.aclose()
+        keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for i in range(0, len(keys), 500):
+            await client.delete(*keys[i : i + 500])
+        await client.aclose()
+
+
+def table(report: dict[str, Any]) -> str:
+    r = report["results"]
+    lines = [f"{'lookup':9} {'conc':>4} | {'batched p50':>11} {'p99':>8} {'/s':>7} | "
+             f"{'naive p50':>9} {'p99':>8} {'/s':>7} | {'speed-up':>8}"]
+    for kind in ("exact", "semantic", "miss"):
+        for c in CONCURRENCY:
+            b, n = r[f"batched/{kind}/{c}"], r[f"naive/{kind}/{c}"]
+            lines.append(f"{kind:9} {c:>4} | {b['p50_ms']:>11.2f} {b['p99_ms']:>8.2f} {b['lookups_per_s']:>7.1f} | "
+                         f"{n['p50_ms']:>9.2f} {n['p99_ms']:>8.2f} {n['lookups_per_s']:>7.1f} | "
+                         f"{b['lookups_per_s'] / n['lookups_per_s']:>7.2f}x")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--redis-url", default=os.environ.get("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--lookups", type=int, default=100, help="lookups per cell at concurrency 1 (x2 above)")
+    arguments = parser.parse_args()
+    report = asyncio.run(main(arguments))
+    print(table(report))
+    if arguments.json:
+        arguments.json.parent.mkdir(parents=True, exist_ok=True)
+        arguments.json.write_text(json.dumps(report, indent=2))
