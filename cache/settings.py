@@ -49,7 +49,7 @@ class CacheSettings(BaseSettings):
     embed_window_s: float = Field(0.003, ge=0)
     embed_max_batch: int = Field(32, ge=1)
     embed_timeout_s: float = Field(0.5, gt=0)
-    threshold: float = Field(0.95, ge=0, le=1)
+    threshold: float = Field(0.96, ge=0, le=1)
     model_thresholds: dict[str, float] = Field(default_factory=dict)
     semantic_candidates: int = Field(4, ge=1)
     max_entries: int = Field(100_000, ge=1)

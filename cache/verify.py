@@ -66,6 +66,7 @@ _ANTONYMS = [
     ("push", "pull"), ("read", "write"), ("show", "hide"), ("visible", "hidden"),
     ("public", "private"), ("online", "offline"), ("asc", "desc"), ("ascending", "descending"),
     ("plus", "minus"), ("sum", "difference"), ("day", "night"), ("summer", "winter"),
+    ("right", "wrong"), ("correct", "incorrect"), ("success", "failure"),
 ]
 _OPPOSITE: dict[str, frozenset[str]] = {}
 for _a, _b in _ANTONYMS:
