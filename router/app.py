@@ -57,8 +57,12 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
                          changes.draining)
 
+        cache = ResponseCache(redis, cache_settings)
+        # load the embedding model before serving: importing it in the background would stall the
+        # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
+        await cache.start()
         app.state.router = RouterState(
-            settings=settings, redis=redis, upstream=upstream, cache=ResponseCache(redis, cache_settings),
+            settings=settings, redis=redis, upstream=upstream, cache=cache,
             pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits))
         await source.start(on_replicas)
@@ -70,6 +74,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             await source.stop()
             await scraper.stop()
             await counters.stop()
+            await cache.aclose()
             await upstream.aclose()
             await probe_client.aclose()
             await redis.aclose()

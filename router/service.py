@@ -18,7 +18,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cache import CacheRequest
+from cache import CacheHit, CacheRequest
 from router import classify
 from router.admission import pool_pressure, sheds
 from router.disconnect import CancelOnDisconnect
@@ -72,7 +72,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     hit = await state.cache.lookup(creq)
     if hit is not None:
         rec.cache = hit.kind
-        return _serve_hit(state, rec, hit.response, stream)
+        return _serve_hit(state, rec, hit, stream)
     rec.cache = "miss"
     raw = _admit(state, rec, body, raw)
     store = creq if rec.target == rec.pool else None  # another model's answer is not this one's
@@ -132,13 +132,16 @@ def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
     return headers
 
 
-def _serve_hit(state: RouterState, rec: Record, response: dict[str, Any], stream: bool) -> Response:
+def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> Response:
+    response = hit.response
     usage = response.get("usage") or {}
     rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
     rec.completion_tokens = usage.get("completion_tokens") or 0
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
-    headers = {"x-cache": "hit"}
+    headers = {"x-cache": hit.kind}  # exact | semantic
+    if hit.similarity is not None:
+        headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
         return StreamingResponse(_aiter(replay(response)), media_type=_SSE, headers=headers)
     return Response(json.dumps(response, separators=(",", ":")), media_type=_JSON, headers=headers)

@@ -22,7 +22,7 @@ async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica,
     await cache_entries(redis_url, 1)
     # temperature 1.0 is the OpenAI default: the same request as one without it.
     second = await client.post(router.url + "/v1/chat/completions", json={**CHAT, "temperature": 1.0})
-    assert second.headers["x-cache"] == "hit"
+    assert second.headers["x-cache"] == "exact"
     assert second.json()["choices"] == first.json()["choices"]
     other = await client.post(router.url + "/v1/chat/completions", json={**CHAT, "temperature": 0.2})
     assert other.headers["x-cache"] == "miss"
@@ -42,7 +42,7 @@ async def test_completions_endpoint_and_cache_control(start_replica, start_route
     assert second.headers["x-cache"] == "miss"  # the first was not stored
     await cache_entries(redis_url, 1)
     third = await client.post(router.url + "/v1/completions", json=body)
-    assert third.headers["x-cache"] == "hit"
+    assert third.headers["x-cache"] == "exact"
     fourth = await client.post(router.url + "/v1/completions", json=body, headers={"cache-control": "no-cache"})
     assert fourth.headers["x-cache"] == "miss"
 
@@ -63,7 +63,7 @@ async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, sta
     await cache_entries(redis_url, 1)  # the assembled stream is stored when the response has ended
 
     replayed = await client.post(router.url + "/v1/chat/completions", json=body)
-    assert replayed.headers["x-cache"] == "hit"
+    assert replayed.headers["x-cache"] == "exact"
     chunks = [json.loads(e) for e in sse_data(replayed.text)[:-1]]
     assert sse_data(replayed.text)[-1] == "[DONE]"
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -72,7 +72,7 @@ async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, sta
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
     # The assembled stream is the non-stream answer too.
     plain = await client.post(router.url + "/v1/chat/completions", json=CHAT)
-    assert plain.headers["x-cache"] == "hit"
+    assert plain.headers["x-cache"] == "exact"
     assert plain.json()["choices"][0]["message"]["content"] == relayed_text
 
 
