@@ -2,6 +2,7 @@
 model and context. The router talks to ``ResponseCache``; everything else is internal."""
 
 from cache.keys import canonical_request, exact_key
+from cache.metrics import metrics_text
 from cache.service import CacheUnavailable, ResponseCache
 from cache.settings import CacheSettings
 from cache.types import CacheControl, CacheHit, CacheRequest
@@ -15,4 +16,5 @@ __all__ = [
     "ResponseCache",
     "canonical_request",
     "exact_key",
+    "metrics_text",
 ]

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the cache (default registry; the router's /metrics exposes them).
+"""Prometheus metrics of the cache, in the cache's own registry (``metrics_text()``; the
+router's /metrics appends it to its own series).
 
 Per process, so sum them across workers in PromQL; the Redis counters (cache/stats.py) are the
 cross-worker truth behind /cache/stats.
@@ -6,39 +7,41 @@ cross-worker truth behind /cache/stats.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from cache.stats import LookupEvent
 
+REGISTRY = CollectorRegistry()
+
 LOOKUPS = Counter(
     "promptedge_cache_lookups_total", "Cache lookups by outcome (exact, semantic, miss).",
-    ["model", "tenant", "outcome"],
+    ["model", "tenant", "outcome"], registry=REGISTRY,
 )
 SIMILARITY = Histogram(
     "promptedge_cache_semantic_similarity", "Cosine similarity of served semantic hits.",
-    ["model"], buckets=(0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0),
+    ["model"], buckets=(0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0), registry=REGISTRY,
 )
 TOKENS_SAVED = Counter(
     "promptedge_cache_tokens_saved_total", "Prompt + completion tokens served from cache.",
-    ["model", "tenant"],
+    ["model", "tenant"], registry=REGISTRY,
 )
 REPLICA_SECONDS_SAVED = Counter(
     "promptedge_cache_replica_seconds_saved_total",
-    "Estimated replica service time saved by cache hits (s).", ["model", "tenant"],
+    "Estimated replica service time saved by cache hits (s).", ["model", "tenant"], registry=REGISTRY,
 )
 SEMANTIC_SKIPPED = Counter(
     "promptedge_cache_semantic_skipped_total",
     "Requests the semantic stage did not judge, by reason (non_text, tools, too_long, ...).",
-    ["reason"],
+    ["reason"], registry=REGISTRY,
 )
 SEMANTIC_REJECTED = Counter(
     "promptedge_cache_semantic_rejected_total",
     "Semantic candidates above the threshold not served, by reason (verification rule, stale, corrupt).",
-    ["reason"],
+    ["reason"], registry=REGISTRY,
 )
 LOOKUP_SECONDS = Histogram(
     "promptedge_cache_lookup_seconds", "Cache lookup latency by outcome (s).", ["outcome"],
-    buckets=(0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5),
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5), registry=REGISTRY,
 )
 
 
@@ -55,3 +58,8 @@ def observe(event: LookupEvent, seconds: float) -> None:
         SEMANTIC_SKIPPED.labels(event.skipped).inc()
     for reason, n in event.rejected.items():
         SEMANTIC_REJECTED.labels(reason).inc(n)
+
+
+def metrics_text() -> bytes:
+    """Prometheus text exposition of the cache's series."""
+    return generate_latest(REGISTRY)

@@ -57,6 +57,20 @@ class BadRequest(APIError):
     type = "invalid_request_error"
 
 
+class Unauthorized(APIError):
+    """401: a key is required and the one given is missing or wrong."""
+
+    status = 401
+    type = "invalid_request_error"
+
+
+class Forbidden(APIError):
+    """403: the operation is switched off on this router."""
+
+    status = 403
+    type = "invalid_request_error"
+
+
 class ModelNotFound(APIError):
     """404: no pool serves the requested model."""
 

@@ -1,23 +1,25 @@
-"""Operational routes: /health, /v1/models, /metrics, /cache/stats."""
+"""Operational routes: /health, /v1/models, /metrics, /cache/stats, DELETE /cache."""
 
 from __future__ import annotations
 
+import hmac
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from redis.exceptions import RedisError
 from starlette.responses import JSONResponse, Response
 
-from cache import CacheUnavailable
+from cache import CacheUnavailable, metrics_text
+from router.classify import api_key
 from router.deps import StateDep
-from router.errors import APIError
+from router.errors import APIError, BadRequest, Forbidden, Unauthorized
 
 ops = APIRouter()
 
 
 class CacheStatsUnavailable(APIError):
-    """503: the cache statistics live in Redis, which does not answer."""
+    """503: the cache (statistics, entries) lives in Redis, which does not answer."""
 
     status = 503
     type = "service_unavailable"
@@ -54,8 +56,8 @@ async def models(state: StateDep) -> dict[str, Any]:
 
 @ops.get("/metrics")
 async def metrics(state: StateDep) -> Response:
-    """Prometheus text exposition of the router's series."""
-    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    """Prometheus text exposition of the router's and the cache's series."""
+    return Response(state.metrics.render() + metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @ops.get("/cache/stats")
@@ -66,3 +68,25 @@ async def cache_stats(state: StateDep) -> JSONResponse:
     except CacheUnavailable:
         raise CacheStatsUnavailable("cache statistics unavailable: Redis does not answer",
                                     code="redis_unavailable") from None
+
+
+@ops.delete("/cache")
+async def delete_cache(state: StateDep, request: Request, tenant: str | None = None,
+                       model: str | None = None, all: bool = False) -> dict[str, Any]:
+    """Delete cache entries (exact and semantic) of a tenant and/or model, or ``all=true``.
+
+    Needs ``Authorization: Bearer <PROMPTEDGE_ROUTER_ADMIN_KEY>`` (403 when no admin key is set,
+    401 for a wrong one). Returns {"deleted": {"exact": n, "semantic": n}, "tenant", "model"}.
+    """
+    admin_key = state.settings.admin_key
+    if admin_key is None:
+        raise Forbidden("cache deletion is switched off: set PROMPTEDGE_ROUTER_ADMIN_KEY", code="admin_disabled")
+    if not hmac.compare_digest(api_key(request.headers).encode(), admin_key.encode()):
+        raise Unauthorized("DELETE /cache needs the admin key as a bearer token", code="invalid_api_key")
+    if tenant is None and model is None and not all:
+        raise BadRequest("give tenant and/or model, or all=true", param="tenant", code="missing_filter")
+    try:
+        deleted = await state.cache.delete(tenant, model)
+    except CacheUnavailable:
+        raise CacheStatsUnavailable("cache unavailable: Redis does not answer", code="redis_unavailable") from None
+    return {"deleted": deleted, "tenant": tenant, "model": model}

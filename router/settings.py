@@ -82,6 +82,7 @@ class RouterSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
+    admin_key: str | None = None  # bearer key for DELETE /cache; None switches the route off
     clock_origin: float | None = None
     clock_scale: float = Field(1.0, gt=0)
 
