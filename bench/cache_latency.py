@@ -49,7 +49,7 @@ class NaiveEmbedder:
         self.encoder = encoder
         self.dim = encoder.dim
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, timeout_s: float = 60.0) -> np.ndarray:
         vectors = await asyncio.get_running_loop().run_in_executor(None, self.encoder.encode, [text])
         return vectors[0]
 

@@ -31,6 +31,10 @@ class EmbeddingError(RuntimeError):
     """The embedding model could not be loaded or failed to encode; the exact cache still works."""
 
 
+class EmbedderBusy(TimeoutError):
+    """The embedder's queue would not be served within the caller's timeout: skip, do not wait."""
+
+
 class Encoder(Protocol):
     """Turns texts into L2-normalised float32 vectors of shape (len(texts), dim)."""
 
@@ -105,6 +109,14 @@ def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransfor
     return SentenceTransformerEncoder(loaded, int(dim))
 
 
+def _lower_priority(nice: int) -> None:
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except (OSError, AttributeError):  # not Linux, or not allowed: run at the same priority
+        pass
+
+
 _LOADED: dict[tuple[str | None, int], SentenceTransformerEncoder] = {}
 _LOAD_LOCK = threading.Lock()
 
@@ -122,11 +134,18 @@ def shared_encoder(model: str | None = None, threads: int = 1) -> SentenceTransf
 class BatchingEmbedder:
     """Async, micro-batching front of an Encoder with a small LRU of recent texts.
 
-    ``await embed(text)`` returns the (dim,) float32 unit vector. The first request of an idle
-    embedder waits ``window_s`` seconds so that concurrent requests join its batch; requests that
-    arrive while a batch is encoding form the next batch at once. Identical texts in flight share
-    one encode. The LRU (``cache_size`` texts) lets ``store`` reuse the vector its ``lookup``
-    computed. Raises EmbeddingError when the encoder fails.
+    ``await embed(text, timeout_s)`` returns the (dim,) float32 unit vector. The first request of
+    an idle embedder waits ``window_s`` seconds so that concurrent requests join its batch;
+    requests that arrive while a batch is encoding form the next batch at once. Identical texts in
+    flight share one encode. The LRU (``cache_size`` texts) lets ``store`` reuse the vector its
+    ``lookup`` computed. Raises EmbeddingError when the encoder fails, TimeoutError past
+    timeout_s, and EmbedderBusy at once when the work queued ahead (estimated from recent batch
+    times) would not finish within timeout_s. A text whose every caller has given up is dropped
+    before it is encoded. So an overloaded embedder sheds work instead of queueing it, and an
+    idle one always accepts (which is how it notices that it has recovered).
+
+    The encoder thread runs ``nice`` steps below the process's CPU priority (Linux: threads have
+    their own), so on a busy machine the event loop that proxies requests wins over encoding.
     """
 
     def __init__(
@@ -136,6 +155,7 @@ class BatchingEmbedder:
         window_s: float = 0.003,
         max_batch: int = 32,
         cache_size: int = 4096,
+        nice: int = 5,
     ) -> None:
         self.encoder = encoder
         self.dim = encoder.dim
@@ -143,32 +163,52 @@ class BatchingEmbedder:
         self._max_batch = max_batch
         self._cache_size = cache_size
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._pending: dict[str, asyncio.Future[np.ndarray]] = {}
+        self._pending: dict[str, tuple[asyncio.Future[np.ndarray], float]] = {}  # text -> (result, deadline)
         self._runner: asyncio.Task[None] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed",
+                                        initializer=_lower_priority, initargs=(nice,))
         self.batches = 0  # forward passes run, for tests and the benchmark
+        self.dropped = 0  # texts dropped because every caller had given up
+        self.refused = 0  # requests refused as EmbedderBusy
+        self._batch_s: float | None = None  # moving average of one forward pass (s)
+        self._batch_started: float | None = None  # loop time of the running pass
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, timeout_s: float = 60.0) -> np.ndarray:
         cached = self._recent.get(text)
         if cached is not None:
             self._recent.move_to_end(text)
             return cached
-        future = self._pending.get(text)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        future, known = self._pending.get(text, (None, 0.0))
+        if future is None and self._expected_wait(loop.time()) > timeout_s:
+            self.refused += 1
+            raise EmbedderBusy(f"embedding queue would take longer than {timeout_s} s")
         if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._pending[text] = future
+            future = loop.create_future()
             if self._runner is None or self._runner.done():
                 self._runner = asyncio.create_task(self._run())
-        # shield: one cancelled caller must not cancel the result other callers share
-        return await asyncio.shield(future)
+        self._pending[text] = (future, max(deadline, known))
+        # shield: one caller giving up must not cancel the result other callers share
+        return await asyncio.wait_for(asyncio.shield(future), timeout_s)
 
     async def _run(self) -> None:
         await asyncio.sleep(self._window_s)
         loop = asyncio.get_running_loop()
         while self._pending:
+            now = loop.time()
+            for text, (future, deadline) in list(self._pending.items()):
+                if deadline <= now:  # its callers have timed out: encoding it helps nobody
+                    del self._pending[text]
+                    future.set_exception(TimeoutError("embedding not started before its deadline"))
+                    future.exception()  # mark retrieved: nobody may be waiting any more
+                    self.dropped += 1
             texts = list(self._pending)[: self._max_batch]
-            futures = [self._pending.pop(text) for text in texts]
+            if not texts:
+                break
+            futures = [self._pending.pop(text)[0] for text in texts]
             self.batches += 1
+            self._batch_started = loop.time()
             try:
                 vectors = await loop.run_in_executor(self._pool, self.encoder.encode, texts)
             except Exception as exc:  # noqa: BLE001 - third-party model code; waiters must be told
@@ -177,10 +217,29 @@ class BatchingEmbedder:
                     if not future.done():
                         future.set_exception(error)
                 continue
+            finally:
+                took = loop.time() - self._batch_started
+                self._batch_s = took if self._batch_s is None else 0.7 * self._batch_s + 0.3 * took
+                self._batch_started = None
             for text, future, vector in zip(texts, futures, vectors, strict=True):
                 self._remember(text, vector)
                 if not future.done():
                     future.set_result(vector)
+
+    def _expected_wait(self, now: float) -> float:
+        """Seconds until a new text would be encoded: the rest of the running pass plus the
+        passes queued before it (0 when idle or before the first pass)."""
+        if self._batch_s is None or (self._batch_started is None and not self._pending):
+            return 0.0
+        running = 0.0 if self._batch_started is None else max(0.0, self._batch_s - (now - self._batch_started))
+        queued = len(self._pending) // self._max_batch + 1
+        return running + queued * self._batch_s
+
+    async def warm_up(self) -> None:
+        """Run one forward pass of every batch size up to max_batch's order, on the encoder thread."""
+        loop = asyncio.get_running_loop()
+        for size in (1, self._max_batch):
+            await loop.run_in_executor(self._pool, self.encoder.encode, ["warm-up"] * size)
 
     def _remember(self, text: str, vector: np.ndarray) -> None:
         self._recent[text] = vector
@@ -192,7 +251,7 @@ class BatchingEmbedder:
         """Stop the encoder thread (pending work is finished first)."""
         if self._runner is not None and not self._runner.done():
             self._runner.cancel()
-        for future in self._pending.values():
+        for future, _ in self._pending.values():
             future.cancel()
         self._pending.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)

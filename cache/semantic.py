@@ -24,7 +24,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from cache.embed import BatchingEmbedder, EmbeddingError, Encoder, shared_encoder
+from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
 from cache.index import ScopedIndex
 from cache.keys import digest
@@ -55,7 +55,8 @@ class SemanticMatch:
 class LookupReport:
     """What one semantic lookup saw, for the counters: the match (or None), why candidates
     above the threshold were not served (verification rule names, ``stale``, ``corrupt``) and
-    why the search did not run (``skipped``: ``model_loading``, ``embed_timeout``)."""
+    why the search did not run (``skipped``: ``model_loading``, ``embed_busy``,
+    ``embed_timeout``, ``embed_error``)."""
 
     match: SemanticMatch | None = None
     rejected: Counter[str] = field(default_factory=Counter)
@@ -122,6 +123,8 @@ class SemanticCache:
             log.error("semantic cache disabled: %s", exc)
             return
         self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch)
+        # the first forward pass allocates and is many times slower: pay it here, not in a lookup
+        await self.embedder.warm_up()
         self.index = ScopedIndex(encoder.dim, max_entries=s.max_entries)
         self.store = SemanticStore(self._redis, prefix=s.key_prefix, dim=encoder.dim,
                                    max_entries=s.max_entries, stream_maxlen=s.stream_maxlen,
@@ -187,13 +190,19 @@ class SemanticCache:
         elif event.op == "del":
             self.index.remove(event.entry_id)
 
-    async def _embed(self, text: str, timeout_s: float) -> np.ndarray | None:
+    async def _embed(self, text: str, timeout_s: float) -> np.ndarray | str:
+        """The text's vector, or why there is none: ``embed_busy``, ``embed_timeout``, ``embed_error``."""
         assert self.embedder is not None
         try:
-            return await asyncio.wait_for(self.embedder.embed(text), timeout_s)
-        except (EmbeddingError, asyncio.TimeoutError) as exc:
-            log.warning("embedding skipped: %s", exc.__class__.__name__)
-            return None
+            return await self.embedder.embed(text, timeout_s)
+        except EmbedderBusy:
+            return "embed_busy"  # expected under overload: counted, not logged per request
+        except asyncio.TimeoutError:
+            log.warning("embedding took longer than %.2f s", timeout_s)
+            return "embed_timeout"
+        except EmbeddingError as exc:
+            log.warning("embedding failed: %s", exc)
+            return "embed_error"
 
     async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded) -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold.
@@ -206,8 +215,8 @@ class SemanticCache:
             return report
         assert self.index is not None and self.store is not None
         vector = await self._embed(query.text, self.settings.embed_timeout_s)
-        if vector is None:
-            report.skipped = "embed_timeout"
+        if isinstance(vector, str):
+            report.skipped = vector
             return report
         found = [n for n in self.index.search(query.scope, vector, self.settings.semantic_candidates)
                  if n.similarity >= threshold]
@@ -247,7 +256,7 @@ class SemanticCache:
         assert self.index is not None and self.store is not None
         # a store is off the client's critical path: it may wait longer than a lookup
         vector = await self._embed(query.text, max(self.settings.embed_timeout_s, _STORE_EMBED_TIMEOUT_S))
-        if vector is None:
+        if isinstance(vector, str):
             return False
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         entry_id = digest([query.scope, query.text])[:32]

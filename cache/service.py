@@ -88,7 +88,7 @@ class ResponseCache:
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S
-            log.warning("cache unavailable: %s", exc.__class__.__name__)
+            log.warning("cache unavailable: %s in %s", exc.__class__.__name__, getattr(op, "__qualname__", "redis call"))
             raise CacheUnavailable(str(exc)) from exc
         self._redis_ok = True
         return result

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from cache.embed import BatchingEmbedder, EmbeddingError
+from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError
 from cache.index import ScopedIndex
 
 
@@ -93,4 +93,40 @@ async def test_encoder_failure_reaches_every_waiter() -> None:
     embedder = BatchingEmbedder(CountingEncoder(fail=True), window_s=0.0)
     results = await asyncio.gather(embedder.embed("a"), embedder.embed("b"), return_exceptions=True)
     assert all(isinstance(r, EmbeddingError) for r in results)
+    embedder.close()
+
+
+class SlowEncoder(CountingEncoder):
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import time
+
+        time.sleep(0.2)  # a busy machine
+        return super().encode(texts)
+
+
+async def test_texts_whose_callers_gave_up_are_not_encoded() -> None:
+    encoder = SlowEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=1)
+    first = asyncio.create_task(embedder.embed("first", timeout_s=5.0))
+    await asyncio.sleep(0.01)  # "first" is encoding; the next two queue behind it
+    results = await asyncio.gather(embedder.embed("late", timeout_s=0.05), embedder.embed("later", timeout_s=0.05),
+                                   return_exceptions=True)
+    assert all(isinstance(r, TimeoutError) for r in results)
+    assert (await first)[0] == len("first")
+    await asyncio.sleep(0.05)
+    assert encoder.calls == [1] and embedder.dropped == 2
+    embedder.close()
+
+
+async def test_a_busy_embedder_refuses_at_once_and_an_idle_one_accepts() -> None:
+    encoder = SlowEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=4)
+    await embedder.embed("learn the pass time")  # one pass measured: ~0.2 s
+    running = asyncio.create_task(embedder.embed("busy now", timeout_s=5.0))
+    await asyncio.sleep(0.01)
+    with pytest.raises(EmbedderBusy):
+        await embedder.embed("cannot wait", timeout_s=0.05)
+    assert embedder.refused == 1
+    await running
+    assert (await embedder.embed("idle again", timeout_s=0.05 + 0.5))[0] == len("idle again")
     embedder.close()
