@@ -165,10 +165,30 @@ def _between(words: tuple[str, ...], i: int, j: int) -> frozenset[str]:
     return frozenset(words[lo + 1 : hi])
 
 
+def _neighbours(words: tuple[str, ...]) -> set[tuple[str, str, str]]:
+    """(x, connector, y) for each directional word with the nearest content words around it."""
+    found = set()
+    content = [(i, w) for i, w in enumerate(words) if w not in _STOPWORDS]
+    for i, word in enumerate(words):
+        if word in _ASYMMETRIC:
+            before = [w for j, w in content if j < i]
+            after = [w for j, w in content if j > i]
+            if before and after:
+                found.add((before[-1], word, after[0]))
+    return found
+
+
 def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """Two shared content words in opposite order, joined in both texts by a directional word
-    ("PDF to HTML" / "HTML to PDF", "Indians find annoying about foreigners" / the reverse) and
-    not by a symmetric one ("between A and B" / "between B and A" means the same)."""
+    """The same relation with its two sides swapped: "x to y" / "y to x" around one
+    directional word ("PDF to HTML" / "HTML to PDF"); or, when two short texts use the same
+    content words, two of them in opposite order with a directional word between them in both
+    ("Indians find annoying about Americans" / the reverse). A symmetric word between them
+    ("between A and B", "A or B") means the order does not matter."""
+    if any((y, c, x) in _neighbours(b) for x, c, y in _neighbours(a) if x != y):
+        return True
+    content_a, content_b = set(_content(a)), set(_content(b))
+    if content_a != content_b or len(content_a) > 6:
+        return False  # reworded or long: reordering is style there, not meaning
     pos_a = {w: i for i, w in reversed(list(enumerate(a))) if w not in _STOPWORDS}
     pos_b = {w: i for i, w in reversed(list(enumerate(b))) if w not in _STOPWORDS}
     shared = [w for w in pos_a if w in pos_b and w not in NEGATIONS]

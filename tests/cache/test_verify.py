@@ -43,3 +43,14 @@ def test_rejects_a_different_request(a: str, b: str, reason: str) -> None:
 def test_accepts_a_paraphrase(a: str, b: str) -> None:
     assert verify(a, b).ok, verify(a, b)
     assert verify(b, a).ok
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    # reworded statements (GPTCache's paraphrase set): reordering there is style
+    ("Serialized datasets can be saved to cloud storage using `Dataset.save_to_disk()`.",
+     "`Dataset.save_to_disk()` can be used to store serialized datasets in cloud storage."),
+    ("One can check the hash of any Python object using the fingerprint.Hasher.",
+     "The fingerprint.Hasher can be used to generate the hash of any Python object."),
+])
+def test_accepts_a_reworded_statement(a: str, b: str) -> None:
+    assert verify(a, b).ok, verify(a, b)
