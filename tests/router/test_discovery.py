@@ -202,3 +202,13 @@ def test_serve_reports_a_bad_replica_file_without_a_trace(tmp_path: Path, monkey
     assert result.exit_code == 2
     assert f"{path}:2: replicas.0.model: Field required" in result.output
     assert "Traceback" not in result.output
+
+
+def test_in_cluster_without_a_service_account_token_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from router.discovery_kube import load_kube_settings, new_api_client
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    settings = load_kube_settings(label_selector="kubernetes.io/service-name=vllm", model="llama")
+    with pytest.raises(DiscoveryError, match="in-cluster"):
+        new_api_client(settings)
