@@ -12,6 +12,7 @@ from router.app import create_app
 from router.discovery import DiscoveryError
 from router.discovery_config import build_source
 from router.settings import RouterSettings
+from router.tracing import TracingError, check_exporter
 
 cli = typer.Typer(help="PromptEdge edge router: OpenAI-compatible, cache first, GPU-load-aware dispatch.",
                   no_args_is_help=True, add_completion=False)
@@ -38,8 +39,9 @@ def serve(
                        err=True)
         raise typer.Exit(2) from None
     try:
+        check_exporter(settings.otel_exporter)
         source = build_source(settings)
-    except DiscoveryError as exc:
+    except (DiscoveryError, TracingError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(message)s")

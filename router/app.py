@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
 from cache import CacheSettings, ResponseCache
+from router.affinity import PrefixMap
 from router.api import api
 from router.counters import SimClock, TrafficCounters
 from router.discovery import DiscoveredReplica, ReplicaSource, apply
@@ -26,6 +27,7 @@ from router.replicas import Pools
 from router.scraper import Scraper
 from router.settings import RouterSettings
 from router.state import RouterState
+from router.tracing import make_tracer
 from router.upstream import Upstream
 
 log = logging.getLogger("router")
@@ -61,10 +63,12 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # load the embedding model before serving: importing it in the background would stall the
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
+        tracer, tracer_provider = make_tracer(settings.otel_exporter, settings.otel_endpoint)
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=cache,
             pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
-            weights=weights, limiter=RateLimiter(redis, settings.rate_limits))
+            weights=weights, limiter=RateLimiter(redis, settings.rate_limits),
+            tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s))
         await source.start(on_replicas)
         await scraper.start()
         counters.start()
@@ -78,6 +82,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             await upstream.aclose()
             await probe_client.aclose()
             await redis.aclose()
+            if tracer_provider is not None:
+                tracer_provider.shutdown()
 
     app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.include_router(api)

@@ -91,3 +91,10 @@ def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
     if isinstance(prompt, list):
         return sum(len(p) if isinstance(p, list) else -(-len(str(p)) // 4) for p in prompt)
     return 0
+
+
+def size_class(prompt_tokens: int, thresholds: tuple[int, int]) -> str:
+    """``short`` (< thresholds[0] tokens), ``medium`` or ``long`` (>= thresholds[1])."""
+    if prompt_tokens < thresholds[0]:
+        return "short"
+    return "long" if prompt_tokens >= thresholds[1] else "medium"

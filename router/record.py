@@ -8,7 +8,10 @@ import logging
 import time
 from dataclasses import dataclass
 
+from opentelemetry.trace import Tracer
+
 from router.metrics import RouterMetrics
+from router.tracing import record_spans
 
 log = logging.getLogger("router.access")
 
@@ -24,6 +27,7 @@ class Record:
     pool: str = ""
     target: str = ""  # the pool that serves it: ``pool`` or its fallback
     priority: str = "P1"
+    size: str = ""  # prompt size class: short | medium | long
     prompt_tokens: int = 0
     completion_tokens: int = 0
     replica: str = ""
@@ -35,9 +39,13 @@ class Record:
     retries: int = 0
     deferred: bool = False  # accounted for when the body has been sent (streams, misses)
 
-    def finish(self, metrics: RouterMetrics) -> None:
-        """Count the request in the metrics and write its log line (call exactly once)."""
+    def finish(self, metrics: RouterMetrics, tracer: Tracer | None = None) -> None:
+        """Count the request in the metrics, write its log line and spans (call exactly once)."""
         end = time.perf_counter()
+        if tracer is not None:
+            record_spans(tracer, {"request_id": self.request_id, "pool": self.target, "replica": self.replica,
+                                  "cache": self.cache, "status": self.status}, self.started, self.forwarded_at,
+                         self.first_byte_at, end)
         metrics.requests.labels(self.pool, self.replica, str(self.status), self.cache).inc()
         metrics.latency.labels(self.pool, self.cache).observe(end - self.started)
         if self.first_byte_at is not None:
@@ -45,7 +53,7 @@ class Record:
         if log.isEnabledFor(logging.INFO):
             forwarded = self.forwarded_at or end
             log.info(json.dumps({
-                "request_id": self.request_id, "model": self.pool, "priority": self.priority,
+                "request_id": self.request_id, "model": self.pool, "priority": self.priority, "size": self.size,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "pool": self.target, "replica": self.replica, "profile": self.profile, "cache": self.cache,
                 "status": self.status,

@@ -102,7 +102,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
-        rec.finish(state.metrics)
+        rec.finish(state.metrics, state.tracer)
         if result is not None and store is not None:
             await state.cache.store(store, result)
 

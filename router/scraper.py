@@ -61,8 +61,10 @@ class Scraper:
         await asyncio.gather(*(self._probe(r) for r in self.pools.all()))
 
     async def _scrape(self, replica: Replica) -> None:
+        if replica.spec.metrics_path is None:
+            return
         try:
-            signals = await self._fetch(replica.url + "/metrics")
+            signals = await self._fetch(replica.url + replica.spec.metrics_path)
             if replica.spec.gpu_metrics_url:
                 signals = signals.merged(await self._fetch(replica.spec.gpu_metrics_url))
         except (httpx.HTTPError, ValueError) as exc:
@@ -79,7 +81,7 @@ class Scraper:
 
     async def _probe(self, replica: Replica) -> None:
         try:
-            response = await self.client.get(replica.url + "/health")
+            response = await self.client.get(replica.url + replica.spec.health_path)
             ok = response.status_code == 200
         except httpx.HTTPError:
             ok = False

@@ -21,6 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from cache import CacheHit, CacheRequest
 from router import classify
 from router.admission import pool_pressure, sheds
+from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError
 from router.record import Record
@@ -46,11 +47,11 @@ async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Re
         response = await _handle(state, request, endpoint, rec)
     except APIError as exc:
         rec.status = exc.status
-        rec.finish(state.metrics)
+        rec.finish(state.metrics, state.tracer)
         raise
     response.headers["x-request-id"] = rec.request_id
     if not rec.deferred:
-        rec.finish(state.metrics)
+        rec.finish(state.metrics, state.tracer)
     return response
 
 
@@ -64,6 +65,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     rec.pool = rec.target = pool
     rec.priority = classify.priority(headers)
     rec.prompt_tokens = classify.estimate_prompt_tokens(body)
+    rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     api_key = classify.api_key(headers)
     await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
     creq = CacheRequest(endpoint=endpoint, body=body, tenant=state.settings.api_keys.get(api_key, "default"),
@@ -77,7 +79,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     raw = _admit(state, rec, body, raw)
     store = creq if rec.target == rec.pool else None  # another model's answer is not this one's
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await _open(state, rec, endpoint, raw, headers)
+        upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
         if upstream.status_code >= 400:
             return await _upstream_failed(rec, upstream, lease)
         if stream:
@@ -152,7 +154,7 @@ async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield event
 
 
-async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
+async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[str, Any], raw: bytes,
                 headers: Any) -> tuple[httpx.Response, Lease]:
     """Send to a replica; on a connect error, 429 or 503 (nothing reached the client yet)
     retry on a different replica, at most MAX_ATTEMPTS in all. Raises NoReplica (503) when
@@ -160,6 +162,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
     tried: set[str] = set()
     last: APIError | None = None
     timeouts = state.settings.timeouts[rec.priority]
+    prefix = prefix_key(body, state.settings.prefix_chars) if state.settings.prefix_affinity else None
     forward = {"content-type": _JSON}
     for name in _FORWARD_HEADERS:
         if name in headers:
@@ -169,7 +172,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, raw: bytes,
         candidates = state.pools.eligible(rec.target, now, exclude=frozenset(tried))
         if not candidates:
             break
-        replica = state.choose(candidates, now, session=headers.get("x-session-id"))
+        replica = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix)
         rec.replica, rec.profile = replica.url, replica.spec.profile or ""
         rec.forwarded_at = time.perf_counter()
         lease = replica.lease()
@@ -239,6 +242,6 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
         rec.completion_tokens = usage.get("completion_tokens") or 0
     state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
-    rec.finish(state.metrics)
+    rec.finish(state.metrics, state.tracer)
     if store is not None and isinstance(response, dict):
         await state.cache.store(store, response)

@@ -22,13 +22,18 @@ class ReplicaSpec(BaseModel):
 
     url: base URL without /v1 (e.g. http://127.0.0.1:8001); model: the pool it serves;
     profile: free label for logs (e.g. "a100"); gpu_metrics_url: optional GPU exporter
-    (DCGM) /metrics URL for this replica.
+    (DCGM) /metrics URL for this replica; health_path: probed for readiness (200 = ready;
+    vLLM, SGLang and llama.cpp's llama-server serve /health, llama-cpp-python does not:
+    use /v1/models there); metrics_path: Prometheus text, None when the server has none
+    (dispatch then uses the router's in-flight counts only).
     """
 
     url: str
     model: str
     profile: str | None = None
     gpu_metrics_url: str | None = None
+    health_path: str = "/health"
+    metrics_path: str | None = "/metrics"
 
     @field_validator("url")
     @classmethod
@@ -105,6 +110,13 @@ class RouterSettings(BaseSettings):
     queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
     max_inflight_per_replica: int | None = Field(None, ge=1)
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
+
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
+    otel_endpoint: str | None = None  # OTLP/HTTP traces endpoint (default: the exporter's own)
+    prefix_affinity: bool = True
+    prefix_chars: int = Field(2048, ge=64)  # characters of prompt that make its prefix key
+    prefix_ttl_s: float = Field(120.0, gt=0)  # how long a prefix remembers its replica
+    size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
 
     @field_validator("timeouts")
     @classmethod

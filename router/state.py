@@ -6,8 +6,10 @@ import random
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
+from opentelemetry.trace import Tracer
 
 from cache import ResponseCache
+from router.affinity import PrefixMap
 from router.counters import TrafficCounters
 from router.dispatch import Context, ReplicaView, Weights, pick
 from router.metrics import RouterMetrics
@@ -32,14 +34,18 @@ class RouterState:
     metrics: RouterMetrics
     weights: Weights
     limiter: RateLimiter
+    tracer: Tracer | None = None
+    prefixes: PrefixMap = field(default_factory=lambda: PrefixMap(120.0))
     ticket: int = 0
     rng: random.Random = field(default_factory=random.Random)
 
     def choose(self, replicas: list[Replica], now: float, session: str | None = None,
-               preferred: str | None = None) -> Replica:
-        """Pick one of ``replicas`` (non-empty) with the configured policy."""
+               prefix: int | None = None) -> Replica:
+        """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
+        ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds."""
         self.ticket += 1
         views: list[ReplicaView] = [r.view(now) for r in replicas]
-        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=preferred)
+        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=self.prefixes.get(prefix, now))
         chosen = pick(views, self.settings.policy, ctx, self.weights)
+        self.prefixes.put(prefix, chosen.key, now)
         return next(r for r in replicas if r.url == chosen.key)
