@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from cache.embed import load_encoder  # noqa: E402
 from cache.eval import load_pairs  # noqa: E402
 from cache.index import ScopedIndex  # noqa: E402
-from cache.verify import verify  # noqa: E402
+from cache.verify import select  # noqa: E402
 
 OURS = (0.80, 0.85, 0.90, 0.93, 0.95, 0.96, 0.97, 0.98)
 GPTCACHE = (0.70, 0.80, 0.90, 0.95, 0.975, 0.98, 0.99)
@@ -54,10 +54,12 @@ def ours(stored: list[str], queries: list[str], vec: dict[str, np.ndarray], thre
         index.add(str(i), "eval", vec[text], expires_at=float("inf"))
     served: list[str | None] = []
     for query in queries:
-        found = [n for n in index.search("eval", vec[query], k=4 if verified else 1) if n.similarity >= threshold]
-        pick = next((stored[int(n.entry_id)] for n in found
-                     if not verified or verify(query, stored[int(n.entry_id)]).ok), None)
-        served.append(pick)
+        found = index.search("eval", vec[query], k=4 if verified else 1)
+        if verified:
+            chosen, _ = select(query, [(stored[int(n.entry_id)], n.similarity) for n in found], threshold)
+        else:
+            chosen = 0 if found and found[0].similarity >= threshold else None
+        served.append(None if chosen is None else stored[int(found[chosen].entry_id)])
     return served
 
 

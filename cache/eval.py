@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from cache.index import ScopedIndex
-from cache.verify import verify
+from cache.verify import select, verify
 
 SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))
 
@@ -136,10 +136,11 @@ def score_labelled(sims: np.ndarray, accepted: Sequence[bool], labels: Sequence[
 
 def score_retrieval(origins: np.ndarray, queries: np.ndarray, texts_a: Sequence[str],
                     texts_b: Sequence[str], thresholds: Sequence[float], verified: bool,
-                    candidates: int = 4) -> list[tuple[Point, Counter[str]]]:
-    """Cache-style points for positives-only pairs: origins indexed in one scope; query i's
-    first candidate above the threshold (that verification accepts, when ``verified``) is
-    served; correct when it is origin i. Returns each point with counts correct/wrong/miss."""
+                    candidates: int = 4, margin: float = 0.02) -> list[tuple[Point, Counter[str]]]:
+    """Cache-style points for positives-only pairs: origins indexed in one scope; query i is
+    served what the cache would serve (``select`` over its nearest candidates; without
+    verification, the nearest one above the threshold); correct when it is origin i. Returns
+    each point with counts correct/wrong/miss."""
     index = ScopedIndex(dim=origins.shape[1], max_entries=len(origins) + 1)
     for i, vector in enumerate(origins):
         index.add(str(i), "eval", vector, expires_at=float("inf"))
@@ -148,9 +149,12 @@ def score_retrieval(origins: np.ndarray, queries: np.ndarray, texts_a: Sequence[
     for t in thresholds:
         counts: Counter[str] = Counter(correct=0, wrong=0, miss=0)
         for i, found in enumerate(neighbours):
-            served = next((n for n in found if n.similarity >= t and (
-                not verified or verify(texts_b[i], texts_a[int(n.entry_id)]).ok)), None)
-            counts["miss" if served is None else "correct" if served.entry_id == str(i) else "wrong"] += 1
+            if verified:
+                chosen, _ = select(texts_b[i], [(texts_a[int(n.entry_id)], n.similarity) for n in found], t, margin)
+            else:
+                chosen = 0 if found and found[0].similarity >= t else None
+            served = None if chosen is None else found[chosen].entry_id
+            counts["miss" if served is None else "correct" if served == str(i) else "wrong"] += 1
         n = len(queries)
         results.append((_point(t, counts["correct"], counts["wrong"], n, n), counts))
     return results

@@ -29,9 +29,9 @@ from cache.exact import is_complete_response
 from cache.index import ScopedIndex
 from cache.keys import digest
 from cache.scope import SemanticQuery
-from cache.semantic_store import CorruptEntry, IndexEvent, SemanticStore, entry_key
+from cache.semantic_store import CorruptEntry, IndexEvent, SemanticStore, StoredEntry, entry_key
 from cache.settings import CacheSettings
-from cache.verify import verify
+from cache.verify import select
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -224,6 +224,7 @@ class SemanticCache:
             return report
         entries = await bounded(self.store.get_many([n.entry_id for n in found]))
         now = time.time()
+        valid: list[tuple[str, float, StoredEntry]] = []
         for neighbour, entry in zip(found, entries, strict=True):
             if isinstance(entry, CorruptEntry) or (
                 entry is not None and not is_complete_response(entry.response)
@@ -237,15 +238,15 @@ class SemanticCache:
                 report.rejected["stale"] += 1
                 self.index.remove(neighbour.entry_id)
                 continue
-            similarity = float(entry.embedding @ vector)  # Redis's vector, not the index copy
-            if similarity < threshold:
-                continue
-            verdict = verify(query.text, entry.text)
-            if not verdict.ok:
-                report.rejected[verdict.reason] += 1
-                continue
-            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, neighbour.entry_id))
-            return report
+            # Redis's vector, not the index copy, decides
+            valid.append((neighbour.entry_id, float(entry.embedding @ vector), entry))
+        valid.sort(key=lambda item: -item[1])
+        chosen, rejected = select(query.text, [(e.text, sim) for _, sim, e in valid], threshold,
+                                  self.settings.candidate_margin)
+        report.rejected.update(rejected)
+        if chosen is not None:
+            entry_id, similarity, entry = valid[chosen]
+            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id))
         return report
 
     async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,

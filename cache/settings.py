@@ -24,7 +24,8 @@ class CacheSettings(BaseSettings):
     threshold: default cosine similarity a candidate needs (then verification); chosen on QQP for
       precision >= 0.90. model_thresholds: per-model override, JSON object
       (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both.
-    semantic_candidates: nearest neighbours checked per lookup.
+    semantic_candidates: nearest neighbours checked per lookup. candidate_margin: a candidate
+      after a rejected one is served only within this similarity of the best one.
     max_entries: semantic entries kept (Redis and every index); beyond it the entries that expire
       soonest are evicted. stream_maxlen: events kept in the index change stream.
     max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
@@ -52,6 +53,7 @@ class CacheSettings(BaseSettings):
     threshold: float = Field(0.96, ge=0, le=1)
     model_thresholds: dict[str, float] = Field(default_factory=dict)
     semantic_candidates: int = Field(4, ge=1)
+    candidate_margin: float = Field(0.02, ge=0, le=2)
     max_entries: int = Field(100_000, ge=1)
     stream_maxlen: int = Field(100_000, ge=100)
     max_semantic_chars: int = Field(1000, ge=1)

@@ -19,6 +19,8 @@ cache/README.md for the measured effect).
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -224,3 +226,25 @@ def verify(query: str, candidate: str) -> Verdict:
     if (pa.capitals - stems_b) and (pb.capitals - stems_a):
         return Verdict(False, "entity")
     return Verdict(True)
+
+
+def select(query: str, candidates: Sequence[tuple[str, float]], threshold: float,
+           margin: float = 0.02) -> tuple[int | None, Counter[str]]:
+    """Which candidate may answer ``query``: candidates are (text, cosine similarity), most
+    similar first. The first one with similarity >= threshold that verification accepts, if
+    it is within ``margin`` of the most similar candidate (a much less similar text is a
+    different question, not a better answer). Returns its index (or None) and the rejected
+    candidates counted by rule.
+    """
+    rejected: Counter[str] = Counter()
+    if not candidates:
+        return None, rejected
+    best = candidates[0][1]
+    for i, (text, similarity) in enumerate(candidates):
+        if similarity < threshold or similarity < best - margin:
+            break
+        verdict = verify(query, text)
+        if verdict.ok:
+            return i, rejected
+        rejected[verdict.reason] += 1
+    return None, rejected
