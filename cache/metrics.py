@@ -34,9 +34,9 @@ SEMANTIC_SKIPPED = Counter(
     "Requests the semantic stage did not judge, by reason (non_text, tools, too_long, ...).",
     ["reason"], registry=REGISTRY,
 )
-SEMANTIC_REJECTED = Counter(
-    "promptedge_cache_semantic_rejected_total",
-    "Semantic candidates above the threshold not served, by reason (verification rule, stale, corrupt).",
+REJECTED = Counter(
+    "promptedge_cache_rejected_total",
+    "Cached entries found but not served, by reason (verification rule, stale, corrupt).",
     ["reason"], registry=REGISTRY,
 )
 LOOKUP_SECONDS = Histogram(
@@ -57,7 +57,7 @@ def observe(event: LookupEvent, seconds: float) -> None:
     if event.skipped:
         SEMANTIC_SKIPPED.labels(event.skipped).inc()
     for reason, n in event.rejected.items():
-        SEMANTIC_REJECTED.labels(reason).inc(n)
+        REJECTED.labels(reason).inc(n)
 
 
 def metrics_text() -> bytes:

@@ -120,7 +120,10 @@ class ResponseCache:
         try:
             if not req.control.no_cache:
                 key = self._key(req)
+                corrupt_before = self._exact.corrupt
                 response = await self._bounded(self._exact.get(key))
+                if self._exact.corrupt > corrupt_before:
+                    rejected["corrupt"] += 1  # skipped like a miss; counted with the semantic ones
                 if response is not None:
                     hit = CacheHit(kind="exact", response=response, similarity=None, key=key)
                 elif self.semantic is not None:

@@ -12,7 +12,7 @@ counters ``requests``, ``exact_hits``, ``semantic_hits``, ``misses``, ``tokens_s
 completion tokens of the responses served from cache), ``replica_s_saved`` (float, see
 CacheSettings), ``sim:{x.xx}`` (semantic hits with similarity in [x.xx, x.xx + 0.01)); group
 ``*`` also has ``skip:{reason}`` (requests the semantic stage could not judge) and
-``reject:{reason}`` (candidates above the threshold that were not served). Windows of 1 min,
+``reject:{reason}`` (entries found but not served: a verification rule, ``stale``, ``corrupt``). Windows of 1 min,
 5 min and 1 h sum the newest 6, 30 and 360 buckets.
 """
 
@@ -71,7 +71,7 @@ def _text(value: bytes | str) -> str:
 
 def report(fields: dict[str, float]) -> dict[str, Any]:
     """Flat ``{group}|{counter}`` fields -> the totals, ``per_model``, ``per_tenant``,
-    ``semantic_skipped`` and ``semantic_rejected``."""
+    ``semantic_skipped`` and ``rejected``."""
     groups: dict[str, dict[str, float]] = {}
     for name, value in fields.items():
         group, _, counter = name.rpartition("|")
@@ -81,7 +81,7 @@ def report(fields: dict[str, float]) -> dict[str, Any]:
     out["per_model"] = {g[2:]: summarise(c) for g, c in sorted(groups.items()) if g.startswith("m=")}
     out["per_tenant"] = {g[2:]: summarise(c) for g, c in sorted(groups.items()) if g.startswith("t=")}
     out["semantic_skipped"] = {k[5:]: int(v) for k, v in sorted(total.items()) if k.startswith("skip:")}
-    out["semantic_rejected"] = {k[7:]: int(v) for k, v in sorted(total.items()) if k.startswith("reject:")}
+    out["rejected"] = {k[7:]: int(v) for k, v in sorted(total.items()) if k.startswith("reject:")}
     return out
 
 
@@ -142,7 +142,7 @@ class StatsStore:
     async def read(self, now: float | None = None) -> dict[str, Any]:
         """The ``/cache/stats`` JSON: all-time totals at the top level (requests, exact_hits,
         semantic_hits, misses, hit_ratio, tokens_saved, replica_seconds_saved,
-        similarity_histogram, per_model, per_tenant, semantic_skipped, semantic_rejected) and
+        similarity_histogram, per_model, per_tenant, semantic_skipped, rejected) and
         ``windows`` {"1m", "5m", "1h", "all"}, each of the same shape."""
         now = time.time() if now is None else now
         newest = int(now // BUCKET_S)

@@ -89,6 +89,7 @@ async def test_corrupt_entry_is_skipped_and_counted(cache: ResponseCache, redis_
     await client.aclose()
     assert await cache.lookup(request()) is None
     assert cache._exact.corrupt == 1
+    assert (await cache.stats())["rejected"] == {"corrupt": 1}
 
 
 async def test_redis_down_gives_up_within_bound_and_reports_unhealthy() -> None:

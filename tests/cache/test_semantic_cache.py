@@ -118,7 +118,7 @@ async def test_opposite_instructions_do_not_share(make_cache: Factory, stored: s
     await cache.store(ask(stored), answer())
     assert await cache.lookup(ask(asked, threshold=0.5)) is None
     stats = await cache.stats()
-    assert stats["semantic_rejected"].get("opposite") == 1
+    assert stats["rejected"].get("opposite") == 1
 
 
 async def test_tenants_never_see_each_others_entries(make_cache: Factory) -> None:
@@ -166,7 +166,7 @@ async def test_deleted_or_expired_entry_is_never_served_even_if_indexed(make_cac
     await raw.aclose()
     assert cache.semantic is not None and cache.semantic.index is not None and len(cache.semantic.index) == 1
     assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
-    assert (await cache.stats())["semantic_rejected"]["stale"] == 1
+    assert (await cache.stats())["rejected"]["stale"] == 1
 
     await cache.store(ask("What is Redis?", ttl_s=1), answer())
     assert await cache.lookup(ask("What is Redis exactly?")) is not None
@@ -240,7 +240,7 @@ async def test_corrupt_entry_is_skipped_counted_and_never_served(make_cache: Fac
     [key] = await raw.keys("promptedge:cache:sem:entry:*")
     await raw.hset(key, "response", "{not json")
     assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
-    assert (await cache.stats())["semantic_rejected"]["corrupt"] == 1
+    assert (await cache.stats())["rejected"]["corrupt"] == 1
     assert not await raw.exists(key)
     await raw.aclose()
 
