@@ -25,12 +25,13 @@ MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 
 
 class TraceFormatError(ValueError):
-    """A trace file that cannot be read. ``line`` is 1-based; ``column`` is a column/field
-    name (and position where known)."""
+    """A trace file that cannot be read. ``line`` is 1-based (0: the file as a whole);
+    ``column`` is a column/field name (and position where known)."""
 
     def __init__(self, path: Path | str, line: int, column: str, message: str) -> None:
         self.path, self.line, self.column, self.message = str(path), line, column, message
-        super().__init__(f"{path}:{line}: column {column}: {message}")
+        where = f"{path}:{line}: column {column}" if line else str(path)  # line 0: the whole file
+        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,16 @@ class TraceRequest:
 
 
 def read_trace(path: Path | str) -> list[TraceRequest]:
-    """Read an Azure CSV (``.csv``) or Mooncake JSONL (``.jsonl``) trace, sorted by arrival."""
+    """Read an Azure CSV (``.csv``) or Mooncake JSONL (``.jsonl``) trace, sorted by arrival.
+    Raises TraceFormatError for a bad row, an unknown format or an unreadable file."""
     path = Path(path)
-    if path.suffix == ".csv":
-        return read_azure_csv(path)
-    if path.suffix == ".jsonl":
-        return read_mooncake_jsonl(path)
-    raise TraceFormatError(path, 0, "-", "unknown trace format: expected .csv (Azure) or .jsonl (Mooncake)")
+    readers = {".csv": read_azure_csv, ".jsonl": read_mooncake_jsonl}
+    if path.suffix not in readers:
+        raise TraceFormatError(path, 0, "-", "unknown trace format: expected .csv (Azure) or .jsonl (Mooncake)")
+    try:
+        return readers[path.suffix](path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(path, 0, "-", f"cannot read the file: {exc}") from None
 
 
 def _tokens(path: Path, line: int, column: str, raw: object, minimum: int) -> int:

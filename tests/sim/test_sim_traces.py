@@ -80,9 +80,11 @@ def test_mooncake_bad_row_names_file_line_and_column(tmp_path: Path, text: str, 
     assert (info.value.line, info.value.column) == (line, column)
 
 
-def test_unknown_trace_format_is_refused(tmp_path: Path) -> None:
+def test_unknown_or_missing_trace_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="unknown trace format"):
         read_trace(write(tmp_path, "t.txt", "x"))
+    with pytest.raises(TraceFormatError, match="cannot read the file"):
+        read_trace(tmp_path / "missing.csv")
 
 
 def test_cli_prints_bad_row_without_traceback(tmp_path: Path) -> None:
