@@ -132,6 +132,9 @@ def _forecast_table(report: dict) -> None:
     typer.echo(f"{'horizon':>8}  {'MAE':>10}  {'MAE last value':>14}  {'MASE':>6}  {'sMAPE':>6}  {'P90 cover':>9}  {'pinball P90':>11}")
     for key in ("forecast", "forecast_30min"):
         f = report[key]
+        if f["n"] == 0:
+            typer.echo(f"{f['horizon_min']:>6g} m  (test period shorter than the horizon)")
+            continue
         typer.echo(
             f"{f['horizon_min']:>6g} m  {f['mae']:>10.4g}  {f['mae_last_value']:>14.4g}  {f['mase']:>6.3f}  "
             f"{f['smape']:>6.3f}  {f['p90_coverage']:>9.3f}  {f['pinball_p90']:>11.4g}"

@@ -83,6 +83,9 @@ def forecast_errors(y: np.ndarray, fc: RollingForecasts, k: int, level: float = 
     f, u = fc.mean[:, k - 1], fc.upper[:, k - 1]
     ok = ~np.isnan(actual) & ~np.isnan(f) & ~np.isnan(last)
     a, f, u, last = actual[ok], f[ok], u[ok], last[ok]
+    if a.size == 0:  # test period shorter than the horizon: nothing to score
+        keys = ("mae", "mae_last_value", "smape", "mase", "p90_coverage", "pinball_p90")
+        return {"horizon_steps": k, "n": 0, **{key: None for key in keys}}  # type: ignore[dict-item]
     mae = float(np.mean(np.abs(a - f)))
     mae_lv = float(np.mean(np.abs(a - last)))
     denom = np.abs(a) + np.abs(f)

@@ -4,26 +4,22 @@ the simulation's invariants (perfect foresight is never short; warm-up delays ev
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from typer.testing import CliRunner
 
+from forecaster.cli import app
 from forecaster.backtest.simulate import SimConfig, hpa_decider, oracle_run, score, simulate
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_backtest_cli_json_and_plot(data_dir: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "bt.json", tmp_path / "bt.png"
-    proc = subprocess.run(
-        [sys.executable, "-m", "forecaster", "backtest", "--trace",
-         str(data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"),
-         "--warmup", "300", "--capacity", "1", "--json", str(out), "--plot", str(png)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = CliRunner().invoke(app, [
+        "backtest", "--trace", str(data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"),
+        "--warmup", "300", "--capacity", "1", "--json", str(out), "--plot", str(png),
+    ])
+    assert proc.exit_code == 0, proc.output
     report = json.loads(out.read_text())
     assert set(report["policies"]) == {"predictive", "reactive_hpa", "keda_queue", "oracle"}
     for policy in report["policies"].values():

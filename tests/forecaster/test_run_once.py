@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import redis
 
+from typer.testing import CliRunner
+
+from forecaster.cli import app
 from forecaster import ForecasterSettings, RedisCounterSource, RedisStateStore, TraceSource, run_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,32 +72,32 @@ def test_short_history_from_redis_falls_back_and_says_so(redis_url: str) -> None
 def test_cli_json_on_real_azure_trace(data_dir: Path, tmp_path: Path) -> None:
     trace = data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
     out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "forecaster", "run", "--once", "--trace", str(trace), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    result = CliRunner().invoke(app, ["run", "--once", "--trace", str(trace), "--json", str(out)])
+    assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert doc["model"] in {"last_value", "seasonal_naive", "holt_winters"}
+    assert doc["model"] in {"last_value", "seasonal_naive", "ets_level", "holt_winters"}
     assert len(doc["plan"]) == 30
     for row in doc["plan"]:
         assert set(row) >= {"minute", "forecast", "upper", "replicas"}
         assert row["upper"] >= row["forecast"] >= 0
     assert doc["decision"]["replicas"] >= 1 and doc["decision"]["reason"]
-    assert "forecast" in proc.stdout and "decision:" in proc.stdout
+    assert "forecast" in result.stdout and "decision:" in result.stdout
 
 
 def test_cli_bad_row_names_file_line_column(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
                    "2023-11-16 18:15:50.99,many,109\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "forecaster", "run", "--once", "--trace", str(bad)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2
-    assert f"{bad}: line 3, column 'ContextTokens'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    result = CliRunner().invoke(app, ["run", "--once", "--trace", str(bad)])
+    assert result.exit_code == 2
+    assert f"{bad}: line 3, column 'ContextTokens'" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_module_entry_point_help() -> None:
+    proc = subprocess.run([sys.executable, "-m", "forecaster", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and all(cmd in proc.stdout for cmd in ("run", "daemon", "backtest"))
 
 
 def test_mooncake_trace_plans(data_dir: Path) -> None:
