@@ -20,7 +20,14 @@ from forecaster.plan import (
 from forecaster.run import RunResult, run_once
 from forecaster.series import Traffic, demand
 from forecaster.settings import ForecasterSettings
-from forecaster.sources import RedisCounterSource, Source, TraceSource, read_trace
+from forecaster.sources import (
+    PrometheusSource,
+    RedisCounterSource,
+    Source,
+    TraceSource,
+    open_source,
+    read_trace,
+)
 from forecaster.state import RedisStateStore
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "PlanStep",
     "PlannerConfig",
     "PlannerState",
+    "PrometheusSource",
     "RedisCounterSource",
     "RedisStateStore",
     "RunResult",
@@ -47,6 +55,7 @@ __all__ = [
     "decide",
     "demand",
     "hold",
+    "open_source",
     "plan_steps",
     "read_trace",
     "replicas_for",

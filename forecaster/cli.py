@@ -48,11 +48,11 @@ def print_plan(result: RunResult) -> None:
     )
     typer.echo(f"model  {result.model}: {result.note}")
     if result.steps:
-        typer.echo(f"{'ahead':>7}  {'bucket (UTC)':16}  {'forecast':>10}  {'upper':>10}  {'replicas':>8}")
+        typer.echo(f"{'ahead':>7}  {'bucket start (UTC)':18}  {'forecast':>10}  {'upper':>10}  {'replicas':>8}")
         for step in result.steps:
-            ahead = (step.start - result.now) / 60
+            ahead = (step.start - result.steps[0].start) / 60
             typer.echo(
-                f"{ahead:>5.0f} m  {_clock(step.start):16}  {step.forecast:>10.3f}  "
+                f"{ahead:>5.0f} m  {_clock(step.start):18}  {step.forecast:>10.3f}  "
                 f"{step.upper:>10.3f}  {step.replicas:>8d}"
             )
     d = result.decision

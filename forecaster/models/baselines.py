@@ -16,9 +16,13 @@ _ERROR_WINDOW = 4032
 
 
 def _upper(mean: np.ndarray, log_errors: list[np.ndarray], level: float) -> Forecast:
-    """mean scaled in log1p space by the ``level`` quantile of each step's errors (0 if none)."""
+    """mean scaled in log1p space by the ``level`` quantile of each step's errors; a step
+    without errors (history shorter than the step) keeps the widest band seen so far, so the
+    band never narrows with the horizon."""
     mean = np.maximum(mean, 0.0)
-    q = np.array([np.quantile(e, level) if e.size else 0.0 for e in log_errors])
+    q = np.maximum.accumulate(
+        np.array([max(np.quantile(e, level), 0.0) if e.size else 0.0 for e in log_errors])
+    )
     upper = np.expm1(np.log1p(mean) + np.maximum(q, 0.0))
     return Forecast(mean, np.maximum(upper, mean))
 

@@ -135,7 +135,8 @@ def select(
     log_q = None
     if len(per_step[0]) >= MIN_CALIBRATION:
         usable = [np.asarray(r) for r in per_step if len(r) >= MIN_CALIBRATION]
-        log_q = np.array([np.quantile(r, level) for r in usable])
+        # per-step quantiles from a few origins are noisy: never let the band narrow with the horizon
+        log_q = np.maximum.accumulate(np.array([np.quantile(r, level) for r in usable]))
     ratio = scores[best] / scores["last_value"] if scores["last_value"] > 0 else 1.0
     note = f"{best} chosen by backtest over {origins.size} origins (MAE {ratio:.2f}x last value)"
     if skipped:
