@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
 from pydantic import ValidationError
 
 from forecaster.actuate import build_actuator, load_actuator_settings
@@ -28,6 +27,7 @@ from forecaster.settings import ForecasterSettings
 from forecaster.sources import TraceSource, open_source
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
 
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
@@ -161,6 +161,8 @@ def backtest(
     """Replay a trace: predictive vs HPA-like, KEDA-like and perfect-foresight scaling."""
     from forecaster.backtest.run import BacktestConfig, run_backtest
 
+    if demand_unit not in ("requests", "tokens"):
+        raise _fail(f"--demand-unit must be requests or tokens, got {demand_unit!r}")
     try:
         source = TraceSource(trace, step, tz, trace_format)
         traffic = source.fetch()

@@ -95,6 +95,13 @@ def lead_steps(lead_time_s: float, step_s: float) -> int:
     return int(math.floor(lead_time_s / step_s)) + 1
 
 
+def horizon_steps(horizon_s: float, step_s: float, config: PlannerConfig) -> int:
+    """Steps to forecast: the horizon setting, but at least up to the last bucket a decision
+    taken anywhere inside the current bucket must cover (now + lead + decision interval)."""
+    reach = step_s + config.lead_time_s + config.decision_interval_s
+    return max(1, math.ceil(horizon_s / step_s), math.ceil(reach / step_s))
+
+
 def covered(steps: list[PlanStep], now: float, step_s: float, config: PlannerConfig) -> list[PlanStep]:
     """The buckets that replicas ordered at ``now`` serve before the next decision's replicas
     are ready: those overlapping [now + lead, now + lead + decision interval). Past the horizon,

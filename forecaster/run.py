@@ -9,7 +9,6 @@ counts it.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from forecaster.plan import (
     advance,
     decide,
     hold,
+    horizon_steps,
     lead_steps,
     plan_steps,
 )
@@ -118,7 +118,7 @@ def run_once(
     if y.size == 0 or np.isnan(y).all():
         decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
         return _finish(RunResult(decision, at, series=series), store, state)
-    horizon = max(1, math.ceil(settings.horizon_s / traffic.step))
+    horizon = horizon_steps(settings.horizon_s, traffic.step, config)
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
     candidates = build_candidates(settings.models, season, traffic.step, settings.level)

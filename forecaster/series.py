@@ -84,26 +84,20 @@ def demand(traffic: Traffic, unit: DemandUnit) -> np.ndarray:
 
 
 def bucket_events(
-    times: np.ndarray,
-    weights: dict[str, np.ndarray],
-    step: float,
-    start: float | None = None,
-    end: float | None = None,
+    times: np.ndarray, weights: dict[str, np.ndarray], step: float
 ) -> tuple[float, dict[str, np.ndarray]]:
     """Count events into buckets of ``step`` s; returns (grid start, per-second rate per key).
 
     times: event times, Unix s (any order). weights: per-event amounts per key (e.g. tokens);
-    the key "requests" is added as 1 per event. The grid starts at ``start`` (default: the first
-    event rounded up to the step) and covers up to ``end`` (default: last event). Every bucket inside
-    the covered span is observed, so a bucket without events is 0, not missing. Without
-    ``start``/``end`` the buckets holding the first and last events are left out when the trace
-    begins or ends inside them (they would read as a dip).
+    the key "requests" is added as 1 per event. Every bucket inside the covered span is
+    observed, so a bucket without events is 0, not missing. The buckets holding the first and
+    last events are left out when the trace begins or ends inside them (they would read as a
+    dip); a trace shorter than a bucket gives one bucket.
     """
     if times.size == 0:
         raise ValueError("no events")
-    lo = math.ceil(times.min() / step) * step if start is None else start
-    hi = times.max() if end is None else end
-    n = max(1, math.floor((hi - lo) / step))
+    lo = math.ceil(times.min() / step) * step
+    n = max(1, math.floor((times.max() - lo) / step))
     idx = np.floor((times - lo) / step).astype(np.int64)
     keep = (idx >= 0) & (idx < n)
     out: dict[str, np.ndarray] = {}

@@ -20,7 +20,7 @@ from forecaster.backtest.simulate import (
     simulate,
 )
 from forecaster.errors import ConfigError
-from forecaster.plan import PlannerConfig, lead_steps
+from forecaster.plan import PlannerConfig, horizon_steps, lead_steps
 from forecaster.series import Traffic
 
 
@@ -66,6 +66,8 @@ class BacktestResult:
 def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, progress: bool = True) -> BacktestResult:
     """Backtest ``demand`` (rates per bucket of ``traffic.step``, NaN gaps) under ``cfg``."""
     step = traffic.step
+    if not 0.0 < cfg.test_fraction < 1.0:
+        raise ConfigError(f"test fraction must be between 0 and 1, got {cfg.test_fraction}")
     tick_s = math.gcd(int(step), 15) if step >= 1 else step
     if step % tick_s:
         raise ConfigError(f"step {step} s is not a whole number of seconds")
@@ -73,7 +75,13 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     first = int(n * (1 - cfg.test_fraction))
     if first < 2 or n - first < 2:
         raise ConfigError(f"trace too short to backtest: {n} buckets of {step:g} s")
-    horizon = max(1, math.ceil(cfg.horizon_s / step))
+    planner = PlannerConfig(
+        capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=1,
+        max_replicas=100_000, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
+        down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
+        decision_interval_s=cfg.decision_interval_s,
+    )
+    horizon = horizon_steps(cfg.horizon_s, step, planner)
     lead = min(lead_steps(cfg.warmup_s, step), horizon)
     season = max(1, round(cfg.season_s / step))
     fc = rolling_forecasts(
@@ -82,13 +90,8 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     )
     per_step = round(step / tick_s)
     ticks = np.repeat(demand[first:], per_step)
-    sim = SimConfig(cfg.capacity, cfg.headroom, cfg.warmup_s, tick_s=float(tick_s))
-    planner = PlannerConfig(
-        capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=sim.min_replicas,
-        max_replicas=sim.max_replicas, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
-        down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
-        decision_interval_s=cfg.decision_interval_s,
-    )
+    sim = SimConfig(cfg.capacity, cfg.headroom, cfg.warmup_s, tick_s=float(tick_s),
+                    min_replicas=planner.min_replicas, max_replicas=planner.max_replicas)
     fc_test = RollingForecasts(fc.origins[:-1], fc.mean[:-1], fc.upper[:-1], fc.models[:-1])
     oracle = oracle_run(ticks, sim)
     runs = {

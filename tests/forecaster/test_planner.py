@@ -11,6 +11,7 @@ from forecaster.plan import (
     PlannerState,
     advance,
     covered,
+    horizon_steps,
     decide,
     hold,
     plan_steps,
@@ -40,6 +41,17 @@ def test_replicas_ordered_now_cover_the_bucket_they_will_be_ready_for() -> None:
     assert [s.k for s in covered(ten, NOW, 600.0, CFG)] == [1]  # ready 5 min into the current bucket
     assert [s.k for s in covered(ten, NOW + 300, 600.0, CFG)] == [2]  # cron 5 min later: the next one
     assert [s.k for s in covered(ten, NOW + 3600, 600.0, CFG)] == [3]  # past the horizon: the last
+
+
+def test_horizon_reaches_the_bucket_after_next_when_the_step_is_long() -> None:
+    """30-minute buckets, 5-minute warm-up: a decision 25 minutes into a bucket orders for the
+    next one, so the forecast must reach it even though the horizon setting is one bucket."""
+    assert horizon_steps(1800, 1800.0, CFG) == 2
+    assert horizon_steps(1800, 60.0, CFG) == 30
+    steps = plan_steps(np.array([10.0, 95.0]), np.array([10.0, 95.0]), NOW, 1800.0, CFG)
+    late = NOW + 1800 - 300
+    d = decide(steps, 10.0, late, 1800.0, CFG, PlannerState(1, NOW - 3600))
+    assert d.replicas == 5 and "+5 min" in d.reason  # 10 needed next bucket, max step 4
 
 
 def test_forecast_lower_than_current_need_keeps_the_reactive_floor() -> None:
