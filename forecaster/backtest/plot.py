@@ -28,7 +28,7 @@ def plot_backtest(result: BacktestResult, path: Path) -> None:
     top.plot(hours, result.y[result.first :], color="black", lw=0.8, label="demand")
     top.plot(target_hours, fc.mean[:, lead - 1], color="tab:blue", lw=0.8, label=f"forecast +{lead * step / 60:g} min")
     top.fill_between(target_hours, fc.mean[:, lead - 1], fc.upper[:, lead - 1], color="tab:blue", alpha=0.25, label="upper band")
-    top.set_ylabel("demand / s")
+    top.set_ylabel("demand (trace unit)")
     top.legend(loc="upper right")
     top.set_title(f"{rep['trace']}: warm-up {float(rep['warmup_s']) / 60:g} min")  # type: ignore[arg-type]
     tick_hours = np.arange(result.tick_demand.size) * result.tick_s / 3600
@@ -37,7 +37,7 @@ def plot_backtest(result: BacktestResult, path: Path) -> None:
     for name, run in result.runs.items():
         bottom.step(tick_hours, run.ready * capacity, where="post", lw=0.8, color=colors.get(name), label=f"{name} ready capacity")
     bottom.set_xlabel("hours into the test period")
-    bottom.set_ylabel("capacity / s")
+    bottom.set_ylabel("ready capacity (trace unit)")
     bottom.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
