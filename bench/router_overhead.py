@@ -8,7 +8,9 @@ wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
 
 - ``direct``: wrk -> backend (the baseline every "added" number is relative to);
 - ``promptedge``: the router, proxy path (every request a cache miss: unique bodies), exact
-  cache lookup + store and load-aware dispatch on, httpx on the aiohttp transport;
+  cache lookup + store and load-aware dispatch on, httpx on the aiohttp transport, semantic
+  cache off;
+- ``promptedge_semantic``: the same with the semantic cache on (an embedding per miss);
 - ``promptedge_httpx_transport``: the same with httpx's own transport;
 - ``promptedge_no_cache``: the proxy path with the cache switched off (diagnosis);
 - ``promptedge_hit_path``: the router answering one cached request from Redis;
@@ -18,7 +20,9 @@ wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
 - ``litellm``: LiteLLM's proxy (``litellm --config``), if ``--litellm BIN`` exists.
 
 Added latency = system p50/p99 minus direct p50/p99 at the same concurrency (wrk's HdrHistogram,
-microsecond resolution). Needs ``wrk`` and ``nginx`` on PATH and a Redis (``--redis-url``).
+microsecond resolution). CPU ms/request = user + system CPU time the system's processes (and
+their children) spent during the run, per request: unlike latency it barely depends on how
+busy the rest of the machine is. Needs ``wrk`` and ``nginx`` on PATH and a Redis (``--redis-url``).
 Writes one JSON object per system: added_p50_ms, added_p99_ms, max_rps, and the raw runs.
 """
 
@@ -46,6 +50,7 @@ from fastapi import FastAPI, Request, Response
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MODEL = "bench-model"
+BENCH_KEY = "sk-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's proxy refuses to start without one
 app = typer.Typer(add_completion=False, no_args_is_help=False)
 
 ANSWER = json.dumps({
@@ -64,6 +69,7 @@ local counter = 0
 local tid = tostring(math.random(1, 1e9))
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench-0123456789abcdef0123456789abcdef"
 local hit = os.getenv("BENCH_HIT") == "1"
 request = function()
   counter = counter + 1
@@ -179,7 +185,8 @@ def start_system(name: str, backend_url: str, tmp: Path, redis_url: str,
                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": backend_url, "model": MODEL}]),
                "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": "httpx" if name.endswith("httpx_transport") else "aiohttp",
                "PROMPTEDGE_CACHE_KEY_PREFIX": f"promptedge:bench:{os.getpid()}",
-               "PROMPTEDGE_CACHE_ENABLED": "false" if name.endswith("no_cache") else "true"}
+               "PROMPTEDGE_CACHE_ENABLED": "false" if name.endswith("no_cache") else "true",
+               "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "true" if name.endswith("semantic") else "false"}
         proc = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning"],
                                 cwd=ROOT, env=env, **quiet)  # type: ignore[call-overload]
         _wait_ready(url + "/health", proc)
@@ -207,7 +214,7 @@ http {{
         conf = tmp / "litellm.yaml"
         conf.write_text(f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
                         f"      api_base: {backend_url}/v1\n      api_key: none\n")
-        env = {**os.environ, "LITELLM_LOG": "ERROR"}
+        env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": BENCH_KEY}
         proc = subprocess.Popen([litellm, "--config", str(conf), "--port", str(port), "--host", "127.0.0.1"],
                                 env=env, **quiet)  # type: ignore[call-overload]
         _wait_ready(url + "/health/liveliness", proc, timeout_s=180)
@@ -225,22 +232,48 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
-def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool) -> dict[str, float]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes and their children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))  # ppid, utime + stime
+    tree, frontier = set(pids), list(pids)
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(stats[pid][1] for pid in tree if pid in stats) / tick
+
+
+def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool,
+            pids: list[int] | None = None) -> dict[str, float]:
+    """One wrk run; with ``pids``, also the CPU milliseconds those processes spent per request."""
     env = {**os.environ, "BENCH_HIT": "1" if hit else "0"}
+    cpu_before = cpu_seconds(pids) if pids else 0.0
     out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", "10s", "-s", str(lua),
                           url + "/v1/chat/completions"], capture_output=True, text=True, env=env, check=True).stdout
     result = json.loads(out.split("RESULT ", 1)[1])
-    return {"p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
-            "rps": result["requests"] / (result["duration_us"] / 1e6),
-            "errors": result["errors"] + result["non2xx"]}
+    run = {"p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
+           "rps": result["requests"] / (result["duration_us"] / 1e6),
+           "errors": result["errors"] + result["non2xx"]}
+    if pids:
+        run["cpu_ms_per_request"] = round((cpu_seconds(pids) - cpu_before) * 1000 / max(1, result["requests"]), 3)
+    return run
 
 
 @app.command()
 def main(
     json_path: Path = typer.Option(None, "--json", help="Write the results here."),
     duration: int = typer.Option(5, help="Seconds per wrk run (after a 1 s warm-up run)."),
-    systems: str = typer.Option("promptedge,promptedge_hit_path,promptedge_httpx_transport,nginx,"
-                                "aiohttp_passthrough,litellm", help="Comma-separated systems besides direct."),
+    systems: str = typer.Option("promptedge,promptedge_hit_path,promptedge_httpx_transport,promptedge_semantic,"
+                                "nginx,aiohttp_passthrough,litellm", help="Comma-separated systems besides direct."),
     redis_url: str = typer.Option("redis://127.0.0.1:6379/14", help="Redis for the router's cache."),
     litellm: str = typer.Option("/work/litellm-venv/bin/litellm", help="LiteLLM proxy binary (skipped if absent)."),
 ) -> None:
@@ -263,17 +296,24 @@ def main(
                 if name == "litellm" and not Path(litellm).exists():
                     print(f"skipping litellm: {litellm} not found", file=sys.stderr)
                     continue
-                url, procs = (backend_url, []) if name == "direct" else start_system(
-                    name, backend_url, tmp, redis_url, litellm)
+                try:
+                    url, procs = (backend_url, []) if name == "direct" else start_system(
+                        name, backend_url, tmp, redis_url, litellm)
+                except RuntimeError as exc:
+                    print(f"skipping {name}: {exc} (log: {tmp / (name + '.log')})", file=sys.stderr)
+                    print((tmp / f"{name}.log").read_text()[-2000:], file=sys.stderr)
+                    continue
                 try:
                     hit = name == "promptedge_hit_path"
                     runs = {}
                     for c in (1, 32):
                         run_wrk(url, c, 1, lua, hit)  # warm-up: connections, caches, JIT-free but lazy imports
-                        runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit)
+                        pids = [p.pid for p in procs] or [backend_proc.pid]
+                        runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids)
                         print(f"{name:28s} c={c:<3d} p50 {runs[f'c{c}']['p50_ms']:8.3f} ms  "
                               f"p99 {runs[f'c{c}']['p99_ms']:8.3f} ms  {runs[f'c{c}']['rps']:9.0f} req/s  "
-                              f"errors {runs[f'c{c}']['errors']}", file=sys.stderr)
+                              f"errors {runs[f'c{c}']['errors']}  cpu {runs[f'c{c}'].get('cpu_ms_per_request')} ms/req",
+                              file=sys.stderr)
                     results[name] = {"runs": runs}
                 finally:
                     stop(procs)
@@ -286,6 +326,7 @@ def main(
         entry["added_p99_ms"] = round(runs["c1"]["p99_ms"] - base["c1"]["p99_ms"], 3)  # type: ignore[index]
         entry["added_p50_ms_c32"] = round(runs["c32"]["p50_ms"] - base["c32"]["p50_ms"], 3)  # type: ignore[index]
         entry["max_rps"] = round(max(runs["c1"]["rps"], runs["c32"]["rps"]))  # type: ignore[index]
+        entry["cpu_ms_per_request_c32"] = runs["c32"].get("cpu_ms_per_request")  # type: ignore[index]
     print_table(results)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -294,7 +335,7 @@ def main(
 
 def print_table(results: dict[str, dict[str, object]]) -> None:
     header = (f"| {'system':27s} | added p50 c=1 (ms) | added p99 c=1 (ms) | req/s c=1 | added p50 c=32 (ms) "
-              f"| req/s c=32 | errors |")
+              f"| req/s c=32 | CPU ms/req c=32 | errors |")
     print(header)
     print("|" + "|".join("-" * (len(part)) for part in header.split("|")[1:-1]) + "|")
     for name, entry in results.items():
@@ -302,7 +343,7 @@ def print_table(results: dict[str, dict[str, object]]) -> None:
         errors = runs["c1"]["errors"] + runs["c32"]["errors"]  # type: ignore[index]
         print(f"| {name:27s} | {entry['added_p50_ms']:18.3f} | {entry['added_p99_ms']:18.3f} "
               f"| {runs['c1']['rps']:9.0f} | {entry['added_p50_ms_c32']:19.3f} | {runs['c32']['rps']:10.0f} "  # type: ignore
-              f"| {errors:6d} |")
+              f"| {entry['cpu_ms_per_request_c32'] or 0:15.3f} | {errors:6d} |")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 
 from cache import CacheSettings, ResponseCache
 from router.affinity import PrefixMap
-from router.api import api
+from router.api import add_completion_routes
 from router.counters import SimClock, TrafficCounters
 from router.discovery import DiscoveredReplica, ReplicaSource, apply
 from router.discovery_config import build_source
@@ -86,7 +86,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                 tracer_provider.shutdown()
 
     app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.include_router(api)
+    add_completion_routes(app)
     app.include_router(ops)
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(Exception, _internal_error)
