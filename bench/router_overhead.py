@@ -1,6 +1,7 @@
 """Router overhead: added latency and max throughput of proxies in front of one fast backend.
 
     python bench/router_overhead.py [--json PATH] [--duration S] [--systems a,b,...]
+    python bench/router_overhead.py scrape-cost [--replicas 4] [--seconds 20]   # CPU of /metrics polling
 
 Every system runs as its own process in front of the same minimal OpenAI-compatible backend
 (an asyncio + httptools server answering a fixed chat.completion in microseconds), loaded by
@@ -333,6 +334,43 @@ def main(
         json_path.write_text(json.dumps(results, indent=2))
 
 
+@app.command(hidden=True)
+def scrape_cost(replicas: int = 4, seconds: float = 20.0, interval_s: float = 0.25) -> None:
+    """CPU the router spends polling ``replicas`` idle sim replicas (vLLM-shaped /metrics with
+    histograms) every ``interval_s``, per replica: router CPU with scraping minus without."""
+    ports = [free_port() for _ in range(replicas)]
+    sims = [subprocess.Popen([PY, "-m", "sim", "serve", "--port", str(p), "--model", MODEL], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+    try:
+        for port, proc in zip(ports, sims, strict=True):
+            _wait_ready(f"http://127.0.0.1:{port}/health", proc)
+        size = len(httpx.get(f"http://127.0.0.1:{ports[0]}/metrics").content)
+        cpu = {}
+        for label, interval in (("scraping", interval_s), ("idle", 3600.0)):
+            port = free_port()
+            env = {**os.environ, "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(
+                [{"url": f"http://127.0.0.1:{p}", "model": MODEL} for p in ports]),
+                "PROMPTEDGE_ROUTER_SCRAPE_INTERVAL_S": str(interval), "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "3600",
+                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"}
+            router = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning"],
+                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                _wait_ready(f"http://127.0.0.1:{port}/health", router)
+                time.sleep(2.0)
+                before = cpu_seconds([router.pid])
+                time.sleep(seconds)
+                cpu[label] = (cpu_seconds([router.pid]) - before) / seconds
+            finally:
+                stop([router])
+        per_replica = (cpu["scraping"] - cpu["idle"]) / replicas
+        print(f"/metrics page {size} bytes; router CPU {cpu['scraping'] * 100:.2f} % scraping "
+              f"{replicas} replicas every {interval_s} s, {cpu['idle'] * 100:.2f} % without; "
+              f"per replica {per_replica * 100:.3f} % of a core "
+              f"({per_replica / (1 / interval_s) * 1000:.2f} ms CPU per scrape)")
+    finally:
+        stop(sims)
+
+
 def print_table(results: dict[str, dict[str, object]]) -> None:
     header = (f"| {'system':27s} | added p50 c=1 (ms) | added p99 c=1 (ms) | req/s c=1 | added p50 c=32 (ms) "
               f"| req/s c=32 | CPU ms/req c=32 | errors |")
@@ -347,7 +385,7 @@ def print_table(results: dict[str, dict[str, object]]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] in ("backend", "passthrough"):
+    if len(sys.argv) > 1 and sys.argv[1] in ("backend", "passthrough", "scrape-cost"):
         app()
     else:
         typer.run(main)

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import httpx
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
+from httpx_aiohttp import AiohttpTransport
 from starlette.responses import JSONResponse
 
 from cache import CacheSettings, ResponseCache
@@ -43,7 +44,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         redis = aioredis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout_s,
                                   socket_connect_timeout=settings.redis_timeout_s)
         upstream = Upstream(settings.upstream_transport, settings.max_connections)
-        probe_client = httpx.AsyncClient(timeout=settings.scrape_timeout_s)
+        # aiohttp transport: measured 0.7 ms CPU per scrape against 1.5 ms on httpx's own (router/README.md).
+        probe_client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
         pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall))
         weights = Weights(stale_after_s=settings.stale_after_s)
