@@ -70,7 +70,8 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
     proc, match = _spawn(
         [str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", "0", "--metrics",
-         "--ctx-size", "2048", "--parallel", "2", "--threads", "2", "--no-webui"],
+         "--alias", "SmolLM2-135M-Instruct", "--ctx-size", "2048", "--parallel", "2", "--threads", "1",
+         "--no-webui"],
         log, r"listening on (http://127\.0\.0\.1:\d+)", timeout_s=180)
     yield match.group(1)
     _stop(proc)
@@ -186,18 +187,35 @@ def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: 
     assert stats["per_model"][model]["exact_hits"] >= 2
 
 
+def _replica_gauge(client: httpx.Client, router: str, name: str, model: str, llama: str) -> float:
+    text = client.get(router + "/metrics").text
+    labels = re.escape(f'pool="{model}",replica="{llama}"')
+    return float(re.search(rf"^promptedge_router_{name}\{{{labels}\}} (\S+)$", text, re.M).group(1))
+
+
 def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, llama: str, model: str) -> None:
     served = client.get(llama + "/metrics").content
     signals = parse_metrics(served)
     print(f"\nllama-server /metrics -> {signals}")
     assert b"llamacpp:requests_processing" in served and b"llamacpp:requests_deferred" in served
-    assert signals.running is not None and signals.waiting is not None
+    assert signals.running == 0 and signals.waiting == 0
     time.sleep(0.5)  # two scrape intervals
-    text = client.get(router + "/metrics").text
-    labels = f'pool="{model}",replica="{llama}"'
-    age = float(re.search(rf"^promptedge_router_scrape_age_seconds\{{{re.escape(labels)}\}} (\S+)$",
-                          text, re.M).group(1))
-    up = re.search(rf"^promptedge_router_replica_up\{{{re.escape(labels)}\}} (\S+)$", text, re.M).group(1)
-    print(f"router: scrape age {age:.3f} s, replica up {up}")
+    age = _replica_gauge(client, router, "scrape_age_seconds", model, llama)
+    up = _replica_gauge(client, router, "replica_up", model, llama)
+    idle = _replica_gauge(client, router, "replica_score", model, llama)
+    print(f"router: scrape age {age:.3f} s, replica up {up}, idle score {idle}")
     assert 0 <= age < 1.0  # a fresh scrape (default stale_after_s is 1 s); -1 would mean never scraped
-    assert float(up) == 1.0
+    assert up == 1.0 and idle == 0.0
+
+    # Load the server behind the router's back: only llamacpp:requests_processing can show it.
+    busy = _chat(model, "Tell me a long story about a lighthouse.", max_tokens=256, stream=True)
+    with client.stream("POST", llama + "/v1/chat/completions", json=busy) as generating:
+        next(generating.iter_lines())  # the server is generating
+        scores = []
+        for _ in range(40):
+            scores.append(_replica_gauge(client, router, "replica_score", model, llama))
+            if scores[-1] >= 1.0:
+                break
+            time.sleep(0.1)
+    print(f"router: score while the server generates for another client: {scores[-1]} (after {len(scores)} reads)")
+    assert scores[-1] >= 1.0
