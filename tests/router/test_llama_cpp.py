@@ -24,10 +24,12 @@ import httpx
 import pytest
 import redis
 
+from cache import CacheSettings, exact_key
 from router.signals import parse_metrics
 from tests.tools.build_llama import llama_files
 
 ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 
@@ -85,20 +87,25 @@ def model(llama: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def router(llama: str, model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of ``python -m router serve`` in front of the llama-server, on a flushed test Redis."""
-    redis_url = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-    store = redis.Redis.from_url(redis_url, socket_connect_timeout=1)
-    store.flushdb()
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_PORT": "0",
+def store() -> Iterator[redis.Redis]:
+    """The test Redis (``PROMPTEDGE_TEST_REDIS_URL``), flushed before and after this module."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def router(llama: str, model: str, store: redis.Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of ``python -m router serve`` in front of the llama-server, on the test Redis."""
+    env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_PORT": "0",
            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": llama, "model": model, "profile": "cpu"}])}
     proc, match = _spawn([sys.executable, "-m", "router", "serve"],
                          tmp_path_factory.mktemp("router") / "router.log",
                          r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout_s=120, env=env)
     yield match.group(1)
     _stop(proc)
-    store.flushdb()
-    store.close()
 
 
 @pytest.fixture()
@@ -120,6 +127,17 @@ def _sse(text: str) -> tuple[list[dict[str, Any]], str]:
 
 def _assembled(chunks: list[dict[str, Any]]) -> str:
     return "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices"))
+
+
+def _wait_cached(store: redis.Redis, body: dict[str, Any]) -> None:
+    """Wait until the router has stored the answer to ``body``: it writes the cache after the
+    response has gone out (off the client's path), so a repeat sent at once could still miss."""
+    key = exact_key(CacheSettings().key_prefix, "chat.completions", body, "default")
+    for _ in range(100):
+        if store.exists(key):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the router did not cache the answer ({key})")
 
 
 def _predicted_tokens(client: httpx.Client, llama: str) -> float:
@@ -146,9 +164,10 @@ def test_chat_completion_through_the_router(client: httpx.Client, router: str, l
     assert 0 < body["usage"]["completion_tokens"] <= 16
 
 
-def test_streamed_chat_completion(client: httpx.Client, router: str, llama: str, model: str) -> None:
-    answer = client.post(router + "/v1/chat/completions",
-                         json=_chat(model, "Name three colours.", stream=True))
+def test_streamed_chat_completion(client: httpx.Client, router: str, llama: str, model: str,
+                                  store: redis.Redis) -> None:
+    body = _chat(model, "Name three colours.")
+    answer = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
     chunks, last = _sse(answer.text)
     content = _assembled(chunks)
     print(f"\n{answer.status_code} x-cache={answer.headers['x-cache']} {len(chunks)} chunks, "
@@ -162,15 +181,18 @@ def test_streamed_chat_completion(client: httpx.Client, router: str, llama: str,
     assert [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")][-1] in ("length", "stop")
 
     # The router assembled the stream and cached it: the same question, not streamed, is a hit.
-    again = client.post(router + "/v1/chat/completions", json=_chat(model, "Name three colours."))
+    _wait_cached(store, body)
+    again = client.post(router + "/v1/chat/completions", json=body)
     print(f"repeat (non-stream): x-cache={again.headers['x-cache']} {again.json()['choices'][0]['message']!r}")
-    assert again.headers["x-cache"] == "hit"
+    assert again.headers["x-cache"] == "exact"
     assert again.json()["choices"][0]["message"]["content"] == content
 
 
-def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: str, model: str) -> None:
+def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: str, model: str,
+                                      store: redis.Redis) -> None:
     body = _chat(model, "Write one sentence about the sea.")
     first = client.post(router + "/v1/chat/completions", json=body)
+    _wait_cached(store, body)
     predicted = _predicted_tokens(client, llama)
     second = client.post(router + "/v1/chat/completions", json=body)
     replayed = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
@@ -179,7 +201,7 @@ def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: 
     print(f"\nfirst: x-cache={first.headers['x-cache']} {content!r}\n"
           f"second: x-cache={second.headers['x-cache']} {second.json()['choices'][0]['message']['content']!r}\n"
           f"stream: x-cache={replayed.headers['x-cache']} {_assembled(chunks)!r} last={last!r}")
-    assert [r.headers["x-cache"] for r in (first, second, replayed)] == ["miss", "hit", "hit"]
+    assert [r.headers["x-cache"] for r in (first, second, replayed)] == ["miss", "exact", "exact"]
     assert second.json()["choices"] == first.json()["choices"]
     assert _assembled(chunks) == content and last == "[DONE]"
     assert _predicted_tokens(client, llama) == predicted  # the server generated nothing for the hits
