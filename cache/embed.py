@@ -109,14 +109,6 @@ def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransfor
     return SentenceTransformerEncoder(loaded, int(dim))
 
 
-def _lower_priority(nice: int) -> None:
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-    except (OSError, AttributeError):  # not Linux, or not allowed: run at the same priority
-        pass
-
-
 _LOADED: dict[tuple[str | None, int], SentenceTransformerEncoder] = {}
 _LOAD_LOCK = threading.Lock()
 
@@ -143,9 +135,6 @@ class BatchingEmbedder:
     times) would not finish within timeout_s. A text whose every caller has given up is dropped
     before it is encoded. So an overloaded embedder sheds work instead of queueing it, and an
     idle one always accepts (which is how it notices that it has recovered).
-
-    The encoder thread runs ``nice`` steps below the process's CPU priority (Linux: threads have
-    their own), so on a busy machine the event loop that proxies requests wins over encoding.
     """
 
     def __init__(
@@ -155,7 +144,6 @@ class BatchingEmbedder:
         window_s: float = 0.003,
         max_batch: int = 32,
         cache_size: int = 4096,
-        nice: int = 5,
     ) -> None:
         self.encoder = encoder
         self.dim = encoder.dim
@@ -165,8 +153,7 @@ class BatchingEmbedder:
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pending: dict[str, tuple[asyncio.Future[np.ndarray], float]] = {}  # text -> (result, deadline)
         self._runner: asyncio.Task[None] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed",
-                                        initializer=_lower_priority, initargs=(nice,))
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-embed")
         self.batches = 0  # forward passes run, for tests and the benchmark
         self.dropped = 0  # texts dropped because every caller had given up
         self.refused = 0  # requests refused as EmbedderBusy

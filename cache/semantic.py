@@ -123,8 +123,13 @@ class SemanticCache:
             log.error("semantic cache disabled: %s", exc)
             return
         self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch)
-        # the first forward pass allocates and is many times slower: pay it here, not in a lookup
-        await self.embedder.warm_up()
+        try:
+            # the first forward pass allocates and is many times slower: pay it here, not in a lookup
+            await self.embedder.warm_up()
+        except (RuntimeError, ValueError, OSError) as exc:
+            self.state, self.error = "failed", f"embedding model fails to encode: {exc}"
+            log.error("semantic cache disabled: %s", self.error)
+            return
         self.index = ScopedIndex(encoder.dim, max_entries=s.max_entries)
         self.store = SemanticStore(self._redis, prefix=s.key_prefix, dim=encoder.dim,
                                    max_entries=s.max_entries, stream_maxlen=s.stream_maxlen,
