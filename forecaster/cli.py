@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from prometheus_client import start_http_server
 from pydantic import ValidationError
 
 from forecaster.actuate import build_actuator, load_actuator_settings
@@ -106,7 +107,8 @@ def run(
 def daemon(
     interval: Annotated[Optional[float], typer.Option(help="Seconds between runs (default: setting).")] = None,
 ) -> None:
-    """Plan and act every interval (UTC, no overlapping runs, a failed run is logged)."""
+    """Plan and act every interval (UTC, no overlapping runs, a failed run is logged); serves
+    Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464)."""
     try:
         settings = ForecasterSettings()
         actuator_settings = load_actuator_settings()
@@ -115,6 +117,8 @@ def daemon(
         raise _fail(str(exc)) from None
     except ValidationError as exc:
         raise _fail(f"settings: {exc}") from None
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port)
     run_daemon(job, interval or settings.daemon_interval_s)
 
 

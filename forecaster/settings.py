@@ -53,6 +53,8 @@ class ForecasterSettings(BaseSettings):
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
     daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes
+    # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
+    metrics_port: int = Field(9464, ge=0, le=65535)
 
     def planner(self, lead_time_s: float | None = None) -> PlannerConfig:
         """The planner's view of these settings; ``lead_time_s`` overrides ``warmup_s`` (e.g.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from forecaster import (
     ForecasterSettings,
@@ -93,10 +94,13 @@ def test_empty_source_holds_the_persisted_decision_not_min(redis_url: str) -> No
     assert store.load().replicas == 7  # a hold writes nothing
 
 
-def test_unreachable_source_holds() -> None:
+def test_unreachable_source_holds_and_counts_it() -> None:
+    holds = ("promptedge_forecaster_holds_total", {"cause": "source"})
+    before = REGISTRY.get_sample_value(*holds) or 0.0
     state = PlannerState(replicas=4, at=0.0)
     result = run_once(settings(), Fixed(error=SourceUnavailable("timeout")), now=1.0, store=_Memory(state))
     assert (result.decision.action, result.decision.replicas) == ("hold", 4)
+    assert REGISTRY.get_sample_value(*holds) == before + 1
 
 
 def test_daylight_saving_change_in_local_time_input(data_dir: Path) -> None:
