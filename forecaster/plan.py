@@ -12,7 +12,8 @@ Rules (issue 5):
   ready: the buckets overlapping [now + lead, now + lead + decision interval);
 - reactive floor = replicas(current demand): a forecast only adds capacity, never removes it;
 - no scale-down while a rise above the target is forecast within the warm-up window;
-- cooldowns: no scale-up within ``up_cooldown_s`` of the last scale-up, no scale-down within
+- cooldowns: no forecast-driven scale-up within ``up_cooldown_s`` of the last scale-up (growth
+  to the reactive floor is never delayed), no scale-down within
   ``down_cooldown_s`` of the last change; at most ``max_step`` replicas per decision;
 - missing or stale data: hold the last decision, never scale down on missing data.
 """
@@ -181,7 +182,11 @@ def decide(
     if target > current:
         since = None if state is None or state.last_up_at is None else now - state.last_up_at
         if since is not None and since < config.up_cooldown_s:
-            return Decision(current, f"{why}; scale-up cooldown ({since:.0f} s)", "keep", now, current)
+            if floor <= current:
+                return Decision(current, f"{why}; scale-up cooldown ({since:.0f} s)", "keep", now, current)
+            # The cooldown delays forecast-driven growth only: load that is already here is served.
+            target = floor
+            why += f"; scale-up cooldown ({since:.0f} s): only up to the reactive floor"
         new = min(target, current + config.max_step)
         capped = f"; capped by max step {config.max_step}" if new < target else ""
         return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current)

@@ -80,6 +80,9 @@ def test_cooldowns() -> None:
     up_recently = PlannerState(replicas=2, at=NOW - 60, last_up_at=NOW - 60)
     d = decide(steps_for([80.0] * 30), 20.0, NOW, 60.0, CFG, up_recently)
     assert d.replicas == 2 and "scale-up cooldown" in d.reason
+    # Regression: current demand above what the pool serves is not kept waiting by the cooldown.
+    d = decide(steps_for([80.0] * 30), 50.0, NOW, 60.0, CFG, up_recently)
+    assert (d.replicas, d.action) == (5, "up") and "only up to the reactive floor" in d.reason
     changed_recently = PlannerState(replicas=8, at=NOW - 600, last_up_at=NOW - 600)
     d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, changed_recently)
     assert d.replicas == 8 and "scale-down cooldown" in d.reason
