@@ -78,7 +78,9 @@ def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, 
                               timeout=FORECAST_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"forecast_plan": None, "forecast_error": f"forecaster timed out after {FORECAST_TIMEOUT_S:.0f} s"}
-    if done.returncode != 0:
+    # Exit 1 is the forecaster's "hold" (forecaster/README: exit codes): its JSON still carries
+    # the plan and a decision whose reason says why it held.
+    if done.returncode not in (0, 1):
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
         return {"forecast_plan": None, "forecast_error": f"forecaster exited {done.returncode}: {tail}"}
     try:

@@ -79,3 +79,14 @@ def test_missing_forecast_is_reported_not_raised(tmp_path: Path, script: str, er
     merged = run_forecaster({}, [sys.executable, "-c", f"OUT = {str(out)!r}\n{script}"], out)
     assert merged["forecast_plan"] is None
     assert error in merged["forecast_error"]
+
+
+def test_forecaster_hold_still_reports_its_plan_and_reason(tmp_path: Path) -> None:
+    # Regression: exit 1 is the forecaster's documented "hold"; its JSON is written and must show.
+    out = tmp_path / "f.json"
+    result = {"model": "last_value", "plan": [{"minute": 1, "forecast": 1.0, "upper": 1.5, "replicas": 3}],
+              "decision": {"replicas": 3, "reason": "hold: last bucket missing"}}
+    script = f"import json, sys; open({str(out)!r}, 'w').write(json.dumps({result!r})); sys.exit(1)"
+    merged = run_forecaster({}, [sys.executable, "-c", script], out)
+    assert merged["forecast_plan"] == [{"minute": 1, "forecast": 1.0, "upper": 1.5, "replicas": 3}]
+    assert merged["forecast_decision"]["reason"].startswith("hold:")
