@@ -27,7 +27,8 @@ class CacheStatsUnavailable(APIError):
 
 @ops.get("/health")
 async def health(state: StateDep) -> dict[str, Any]:
-    """200 with ``status`` ok | degraded (Redis down, or a pool without a ready replica)."""
+    """200 with ``status`` ok | degraded (Redis down, the cache's embedding model failed to
+    load, or a pool without a ready replica); ``semantic``: the semantic stage's state."""
     try:
         redis_ok = bool(await state.redis.ping())
     except (RedisError, OSError):
@@ -37,9 +38,11 @@ async def health(state: StateDep) -> dict[str, Any]:
         model: {"replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
         for model, replicas in state.pools.by_model.items()
     }
-    ok = redis_ok and all(p["ready"] > 0 for p in pools.values())
-    return {"status": "ok" if ok else "degraded", "redis": redis_ok, "cache": redis_ok and state.cache.healthy,
-            "pools": pools}
+    cache_ok = redis_ok and state.cache.healthy  # False too when the embedding model failed
+    ok = cache_ok and all(p["ready"] > 0 for p in pools.values())
+    semantic = state.cache.semantic
+    return {"status": "ok" if ok else "degraded", "redis": redis_ok, "cache": cache_ok,
+            "semantic": "disabled" if semantic is None else semantic.state, "pools": pools}
 
 
 @ops.get("/v1/models")

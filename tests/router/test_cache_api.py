@@ -93,3 +93,15 @@ async def test_delete_cache_needs_the_admin_key(start_replica, start_router, cli
     for text in (QUESTION, PARAPHRASE):
         response = await client.post(url, json=chat(text), headers={"cache-control": "no-store"})
         assert response.headers["x-cache"] == "miss"
+
+
+async def test_embedding_model_failure_degrades_health_but_exact_cache_serves(
+        start_replica, start_router, client, monkeypatch) -> None:
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBEDDING_MODEL", "/nonexistent/model")
+    router = await start_router([(await start_replica()).url])
+    health = (await client.get(router.url + "/health")).json()
+    assert health["status"] == "degraded" and health["cache"] is False and health["semantic"] == "failed"
+    url = router.url + "/v1/chat/completions"
+    await post_until_stored(client, url, chat(QUESTION))
+    assert (await client.post(url, json=chat(QUESTION))).headers["x-cache"] == "exact"
+    assert (await client.post(url, json=chat(PARAPHRASE), headers={"cache-control": "no-store"})).headers["x-cache"] == "miss"
