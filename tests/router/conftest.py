@@ -86,10 +86,11 @@ def start_replica(servers: list[Served]) -> Callable[..., Awaitable[Served]]:
 def start_router(servers: list[Served], redis_url: str) -> Callable[..., Awaitable[Served]]:
     """``router = await start_router([replica urls], model=MODEL, **settings)`` on the test Redis."""
 
-    async def start(urls: list[str], model: str = MODEL, **settings: Any) -> Served:
+    async def start(urls: list[str], model: str = MODEL, specs: list[ReplicaSpec] | None = None,
+                    **settings: Any) -> Served:
         settings.setdefault("redis_url", redis_url)
         settings.setdefault("counters_flush_s", 0.05)
-        replicas = [ReplicaSpec(url=url, model=model) for url in urls]
+        replicas = specs if specs is not None else [ReplicaSpec(url=url, model=model) for url in urls]
         served = await Served(create_app(RouterSettings(replicas=replicas, **settings))).start()
         servers.append(served)
         return served
