@@ -94,7 +94,7 @@ class RouterSettings(BaseSettings):
     policy: Policy = "gpu_load"
     scrape_interval_s: float = Field(0.25, gt=0)
     health_interval_s: float = Field(1.0, gt=0)
-    scrape_timeout_s: float = Field(0.5, gt=0)
+    scrape_timeout_s: float = Field(1.0, gt=0)  # a replica busy generating may answer /metrics late
     stale_after_s: float = Field(1.0, gt=0)
     health_rise: int = Field(1, ge=1)
     health_fall: int = Field(2, ge=1)
