@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -95,15 +96,19 @@ def _run(step: str, cmd: list[str], log: Path, deadline: float, env: dict[str, s
         out.write(f"\n$ {' '.join(cmd)}\n")
         out.flush()
         try:
-            done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=remaining,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"step `{step}` ran out of time; rerun to resume") from None
+            # Own process group, so a timeout also stops the compilers ninja started.
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except FileNotFoundError:
             raise BuildError(f"`{cmd[0]}` not found") from None
-    if done.returncode != 0:
+        try:
+            returncode = proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise BuildError(f"step `{step}` ran out of time; rerun to resume") from None
+    if returncode != 0:
         tail = log.read_text().splitlines()[-15:]
-        raise BuildError(f"step `{step}` exited {done.returncode}; log {log}:\n" + "\n".join(tail))
+        raise BuildError(f"step `{step}` exited {returncode}; log {log}:\n" + "\n".join(tail))
 
 
 def _fetch_model(files: LlamaFiles, deadline: float, env: dict[str, str]) -> None:
@@ -119,7 +124,7 @@ def _build_server(files: LlamaFiles, jobs: int, deadline: float, env: dict[str, 
     if not (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
         src.mkdir(parents=True, exist_ok=True)
         _run(f"pip download llama-cpp-python=={LLAMA_CPP_PYTHON}",
-             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(src),
+             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python", "-d", str(src),
               f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], files.log, deadline, env)
         with tarfile.open(src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as sdist:
             sdist.extractall(src, filter="data")
