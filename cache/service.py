@@ -84,7 +84,7 @@ class ResponseCache:
                 op.close()
             raise CacheUnavailable("redis marked down")
         try:
-            result = await asyncio.wait_for(op, timeout_s or self.settings.redis_timeout_s)
+            result = await asyncio.wait_for(op, self.settings.redis_timeout_s if timeout_s is None else timeout_s)
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S

@@ -105,7 +105,7 @@ def run(
 
 @app.command()
 def daemon(
-    interval: Annotated[Optional[float], typer.Option(help="Seconds between runs (default: setting).")] = None,
+    interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Seconds between runs (default: setting).")] = None,
 ) -> None:
     """Plan and act every interval (UTC, no overlapping runs, a failed run is logged); serves
     Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464)."""
@@ -119,7 +119,7 @@ def daemon(
         raise _fail(f"settings: {exc}") from None
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
-    run_daemon(job, interval or settings.daemon_interval_s)
+    run_daemon(job, settings.daemon_interval_s if interval is None else interval)
 
 
 def _policy_table(report: dict) -> None:

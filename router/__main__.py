@@ -46,7 +46,8 @@ def serve(
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
-    uvicorn.run(create_app(settings, source), host=host or settings.host, port=port or settings.port,
+    uvicorn.run(create_app(settings, source), host=settings.host if host is None else host,
+                port=settings.port if port is None else port,
                 loop="uvloop", http="httptools", log_level=log_level, access_log=False)
 
 

@@ -1,0 +1,39 @@
+"""``python -m router serve`` as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def test_port_zero_flag_binds_an_ephemeral_port_not_the_default(tmp_path: Path) -> None:
+    # Regression: ``--port 0`` fell back to the setting (8000) because 0 is falsy.
+    env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_PORT": "8000",
+           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}])}
+    log = tmp_path / "router.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", "0"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        match = None
+        while match is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
+        assert match is not None, log.read_text()
+        port = int(match.group(1))
+        assert port not in (0, 8000)
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
+        assert "status" in health.json()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
