@@ -10,6 +10,8 @@ from typing import Optional
 
 import redis.asyncio as aioredis
 import typer
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from cache.service import CacheUnavailable, ResponseCache
 from cache.settings import CacheSettings
@@ -19,6 +21,15 @@ app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_c
 
 def _redis_url() -> str:
     return os.environ.get("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _settings(**overrides: float) -> CacheSettings:
+    """CacheSettings from the environment; a bad setting exits 2 with its message, no traceback."""
+    try:
+        return CacheSettings(**overrides)
+    except (ValidationError, SettingsError) as exc:
+        typer.echo(f"error: cache settings (PROMPTEDGE_CACHE_*): {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.callback()
@@ -33,7 +44,7 @@ def stats() -> None:
     async def run() -> dict:
         client = aioredis.Redis.from_url(_redis_url(), socket_connect_timeout=2)
         try:
-            settings = CacheSettings(redis_timeout_s=5)
+            settings = _settings(redis_timeout_s=5)
             return await ResponseCache(client, settings).stats()
         finally:
             await client.aclose()
@@ -60,7 +71,7 @@ def delete(
     async def run() -> dict[str, int]:
         client = aioredis.Redis.from_url(_redis_url(), socket_connect_timeout=2)
         try:
-            return await ResponseCache(client, CacheSettings(redis_timeout_s=5)).delete(tenant, model)
+            return await ResponseCache(client, _settings(redis_timeout_s=5)).delete(tenant, model)
         finally:
             await client.aclose()
 
@@ -87,7 +98,7 @@ def evaluate(
     from cache.embed import EmbeddingError, load_encoder
     from cache.eval import PairsFormatError, format_report, load_pairs, run_eval
 
-    settings = CacheSettings()
+    settings = _settings()
     try:
         loaded = load_pairs(pairs, sample=sample, seed=seed)
         encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads)

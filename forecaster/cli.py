@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 from prometheus_client import start_http_server
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from forecaster.actuate import build_actuator, load_actuator_settings
 from forecaster.errors import ForecasterError
@@ -93,7 +94,7 @@ def run(
             actuation = outcome.actuation.summary() if outcome.actuation else "FAILED (see log)"
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         raise _fail(f"settings: {exc}") from None
     print_plan(result)
     typer.echo(f"actuation: {actuation}")
@@ -115,7 +116,7 @@ def daemon(
         job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings))
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         raise _fail(f"settings: {exc}") from None
     if settings.metrics_port:
         start_http_server(settings.metrics_port)

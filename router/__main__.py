@@ -7,6 +7,7 @@ import logging
 import typer
 import uvicorn
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from router.app import create_app
 from router.discovery import DiscoveryError
@@ -37,6 +38,9 @@ def serve(
             field = ".".join(str(p) for p in error["loc"])
             typer.echo(f"error: setting PROMPTEDGE_ROUTER_{field.split('.')[0].upper()} ({field}): {error['msg']}",
                        err=True)
+        raise typer.Exit(2) from None
+    except SettingsError as exc:  # a list/dict setting that is not valid JSON
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         check_exporter(settings.otel_exporter)
