@@ -230,11 +230,13 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
     assert up == 1.0 and idle == 0.0
 
     # Load the server behind the router's back: only llamacpp:requests_processing can show it.
-    busy = _chat(model, "Tell me a long story about a lighthouse.", max_tokens=256, stream=True)
+    busy = _chat(model, "Tell me a long story about a lighthouse.", max_tokens=900, stream=True)  # within the 1,024-token slot
     with client.stream("POST", llama + "/v1/chat/completions", json=busy) as generating:
         next(generating.iter_lines())  # the server is generating
         scores = []
-        for _ in range(40):
+        # Up to 15 s: on a loaded machine a scrape can time out and the score falls back to the
+        # router's own in-flight count (0 here) until the next fresh scrape.
+        for _ in range(150):
             scores.append(_replica_gauge(client, router, "replica_score", model, llama))
             if scores[-1] >= 1.0:
                 break
