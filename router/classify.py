@@ -7,6 +7,8 @@ Header names (router/README.md): ``Cache-Control: no-cache | no-store``, ``X-Cac
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Mapping
 
 from cache import CacheControl
@@ -47,6 +49,18 @@ def api_key(headers: Mapping[str, str]) -> str:
     """The bearer token of ``Authorization`` ("" when there is none)."""
     value = headers.get("authorization", "")
     return value[7:].strip() if value[:7].lower() == "bearer " else ""
+
+
+def tenant(key: str, mapping: Mapping[str, str]) -> str:
+    """Cache tenant of an API key: the mapped name, else one tenant per key (``key:`` + the
+    first 16 hex digits of its SHA-256, so the key itself never reaches Redis), ``default``
+    for requests without a key. Two different keys never share cache entries unless mapped
+    to the same tenant."""
+    if key in mapping:
+        return mapping[key]
+    if not key:
+        return "default"
+    return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def max_output_tokens(body: Mapping[str, object]) -> int:

@@ -68,7 +68,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     api_key = classify.api_key(headers)
     await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
-    creq = CacheRequest(endpoint=endpoint, body=body, tenant=state.settings.api_keys.get(api_key, "default"),
+    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, state.settings.api_keys),
                         control=classify.cache_control(headers))
     stream = body.get("stream") is True
     hit = await state.cache.lookup(creq)

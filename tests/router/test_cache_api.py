@@ -67,6 +67,18 @@ async def test_api_keys_are_tenants_that_never_share(start_replica, start_router
         assert response.headers["x-cache"] == "miss"
 
 
+async def test_unlisted_api_keys_are_separate_tenants(start_replica, start_router, client) -> None:
+    # Regression: every unlisted key used to share the tenant "default", so one customer's
+    # answer could reach another customer whose key was simply not in the mapping.
+    router = await start_router([(await start_replica()).url])
+    url = router.url + "/v1/chat/completions"
+    await post_until_stored(client, url, chat(QUESTION), {"authorization": "Bearer key-x"})
+    other = await client.post(url, json=chat(QUESTION), headers={"authorization": "Bearer key-y", "cache-control": "no-store"})
+    assert other.headers["x-cache"] == "miss"
+    again = await client.post(url, json=chat(QUESTION), headers={"authorization": "Bearer key-x"})
+    assert again.headers["x-cache"] == "exact"
+
+
 async def test_ttl_header_bounds_the_entry(start_replica, start_router, client) -> None:
     router = await start_router([(await start_replica()).url])
     url = router.url + "/v1/chat/completions"
