@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from collections import Counter
 from typing import Any
 
@@ -95,8 +97,14 @@ def render(report: dict[str, Any]) -> str:
         else:
             lines.append(f"forecast plan ({report.get('forecast_model', '?')}): "
                          f"{report.get('forecast_decision', {}).get('reason', '')}")
-            lines.append(f"{'minute':>12}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
+            # The forecaster plans on the router's simulated clock, in demand reaching the GPUs.
+            lines.append("(minute: Unix minute on the router's simulated clock, shown as UTC; forecast and "
+                         "upper (P90): cache misses per simulated second)")
+            lines.append(f"{'minute (UTC)':>16}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
             for step in plan:
-                cells = (_cell(step.get(k), w) for k, w in (("minute", 12), ("forecast", 9), ("upper", 9), ("replicas", 8)))
-                lines.append("  ".join(cells))
+                minute = step.get("minute")
+                when = (time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60))
+                        if isinstance(minute, int) else str(minute))
+                cells = (_cell(step.get(k), w) for k, w in (("forecast", 9), ("upper", 9), ("replicas", 8)))
+                lines.append("  ".join([f"{when:>16}", *cells]))
     return "\n".join(lines)
