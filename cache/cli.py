@@ -101,8 +101,12 @@ def evaluate(
     settings = _settings()
     try:
         loaded = load_pairs(pairs, sample=sample, seed=seed)
+    except PairsFormatError as exc:  # bad input: exit 2, as the other CLIs
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
         encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads)
-    except (PairsFormatError, EmbeddingError) as exc:
+    except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     report = run_eval(loaded, encoder.encode, settings.threshold, threshold)

@@ -98,4 +98,4 @@ def test_cli_writes_the_report(tmp_path: Path, encoder: object) -> None:
     assert set(report["sweep"][0]) >= {"threshold", "precision", "recall", "f1", "hit_rate"}
     assert report["requested"]["threshold"] == 0.0
     bad = CliRunner().invoke(app, ["eval", "--pairs", str(tmp_path / "missing.json")])
-    assert bad.exit_code == 1 and "missing.json" in bad.output
+    assert bad.exit_code == 2 and "missing.json" in bad.output  # bad input exits 2 like every CLI
