@@ -99,7 +99,10 @@ def store() -> Iterator[redis.Redis]:
 @pytest.fixture(scope="module")
 def router(llama: str, model: str, store: redis.Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of ``python -m router serve`` in front of the llama-server, on the test Redis."""
+    # llama-server shares these two cores with the suite and answers /metrics between decode
+    # steps; a longer scrape timeout and staleness bound keep its load signal from timing out.
     env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_PORT": "0",
+           "PROMPTEDGE_ROUTER_SCRAPE_TIMEOUT_S": "5", "PROMPTEDGE_ROUTER_STALE_AFTER_S": "6",
            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": llama, "model": model, "profile": "cpu"}])}
     proc, match = _spawn([sys.executable, "-m", "router", "serve"],
                          tmp_path_factory.mktemp("router") / "router.log",
