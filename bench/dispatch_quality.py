@@ -163,7 +163,8 @@ def load(data_dir: Path, trace: str, n: int, speedup: float) -> list[tuple[float
 
 def main(
     json_path: Path = typer.Option(None, "--json", help="Write {trace: {policy: {...}}} here."),
-    data_dir: Path = typer.Option(ROOT.parent / "shared" / "data", help="The shared real-data folder."),
+    data_dir: Path = typer.Option(ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR",
+                                  help="The shared real-data folder."),
     requests: int = typer.Option(2000, help="Requests replayed from the start of each trace."),
     azure_speedup: float = typer.Option(1.0, help="Time compression of the Azure conv trace."),
     mooncake_speedup: float = typer.Option(0.5, help="Time compression of the Mooncake trace."),
