@@ -65,6 +65,7 @@ class KubeDiscoverySettings(BaseSettings):
     model_label: str | None = None
     model: str | None = None
     profile_label: str | None = None
+    role_label: str | None = None  # slice label: "long" reserves its replicas for long prompts
     scheme: Literal["http", "https"] = "http"
     kubeconfig: Path | None = None
     context: str | None = None
@@ -83,7 +84,8 @@ class KubeDiscoverySettings(BaseSettings):
     def rules(self) -> SliceRules:
         """The pure slice-to-replica rules of these settings."""
         return SliceRules(port_name=self.port_name, model_label=self.model_label, model=self.model,
-                          profile_label=self.profile_label, scheme=self.scheme)
+                          profile_label=self.profile_label, role_label=self.role_label,
+                          scheme=self.scheme)
 
 
 def load_kube_settings(**overrides: Any) -> KubeDiscoverySettings:

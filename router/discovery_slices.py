@@ -30,13 +30,15 @@ class SliceRules:
     port_name: the slice port to use (None: the slice must have exactly one port);
     model_label: slice label holding the pool (model) name; model: the pool when the label is
     unset or missing; profile_label: slice label copied to ``ReplicaSpec.profile``;
-    scheme: ``http`` or ``https``.
+    role_label: slice label holding ``ReplicaSpec.role`` (``long`` reserves the slice's
+    replicas for long prompts; missing: ``normal``); scheme: ``http`` or ``https``.
     """
 
     port_name: str | None = None
     model_label: str | None = None
     model: str | None = None
     profile_label: str | None = None
+    role_label: str | None = None
     scheme: str = "http"
 
 
@@ -62,6 +64,9 @@ def replicas_of(obj: Mapping[str, Any], rules: SliceRules) -> tuple[list[Discove
         return [], f"slice {slice_key(obj)}: {problem}"
     ipv6 = obj.get("addressType") == "IPv6"
     profile = labels.get(rules.profile_label) if rules.profile_label else None
+    role = (labels.get(rules.role_label) if rules.role_label else None) or "normal"
+    if role not in ("normal", "long"):
+        return [], f"slice {slice_key(obj)}: label {rules.role_label}={role!r} is not 'long' or 'normal'"
     found: list[DiscoveredReplica] = []
     for endpoint in obj.get("endpoints") or []:
         addresses = endpoint.get("addresses") or []
@@ -69,7 +74,7 @@ def replicas_of(obj: Mapping[str, Any], rules: SliceRules) -> tuple[list[Discove
             continue
         host = f"[{addresses[0]}]" if ipv6 else addresses[0]
         try:
-            spec = ReplicaSpec(url=f"{rules.scheme}://{host}:{port}", model=model, profile=profile)
+            spec = ReplicaSpec(url=f"{rules.scheme}://{host}:{port}", model=model, profile=profile, role=role)
         except ValidationError as exc:
             return [], f"slice {slice_key(obj)}: endpoint {addresses[0]!r}: {exc.errors()[0]['msg']}"
         found.append(DiscoveredReplica(spec, draining=not _takes_requests(endpoint.get("conditions") or {})))

@@ -28,6 +28,7 @@ class Record:
     target: str = ""  # the pool that serves it: ``pool`` or its fallback
     priority: str = "P1"
     size: str = ""  # prompt size class: short | medium | long
+    lane: str = ""  # normal | long in a pool with replicas reserved for long prompts, else ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     replica: str = ""
@@ -43,7 +44,7 @@ class Record:
         """Count the request in the metrics, write its log line and spans (call exactly once)."""
         end = time.perf_counter()
         if tracer is not None:
-            record_spans(tracer, {"request_id": self.request_id, "pool": self.target, "replica": self.replica,
+            record_spans(tracer, {"request_id": self.request_id, "pool": self.target, "lane": self.lane, "replica": self.replica,
                                   "cache": self.cache, "status": self.status}, self.started, self.forwarded_at,
                          self.first_byte_at, end)
         metrics.requests.labels(self.pool, self.replica, str(self.status), self.cache).inc()
@@ -55,7 +56,7 @@ class Record:
             log.info(json.dumps({
                 "request_id": self.request_id, "model": self.pool, "priority": self.priority, "size": self.size,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "pool": self.target, "replica": self.replica, "profile": self.profile, "cache": self.cache,
+                "pool": self.target, "lane": self.lane, "replica": self.replica, "profile": self.profile, "cache": self.cache,
                 "status": self.status,
                 "retries": self.retries, "queue_time": round(forwarded - self.started, 6),
                 "inference_time": round(end - forwarded, 6),

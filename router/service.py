@@ -19,14 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from cache import CacheHit, CacheRequest
-from router import classify
-from router.admission import pool_pressure, sheds
+from router import classify, lanes
+from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError
 from router.record import Record
 from router.relay import relay_stream
-from router.replicas import Lease
+from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
 from router.sse import replay
 from router.state import RouterState
@@ -106,10 +106,10 @@ def _admit(state: RouterState, rec: Record, body: dict[str, Any], raw: bytes) ->
     """Shed by priority when the pool is saturated, or send to its fallback pool (returns the
     bytes to forward: the body with the fallback's model name in that case)."""
     settings, now = state.settings, time.monotonic()
-    if _has_room(state, rec.pool, rec.priority, now):
+    if _has_room(state, rec.pool, rec, now):
         return raw
     fallback = settings.fallback.get(rec.pool)
-    if fallback is not None and fallback in state.pools and _has_room(state, fallback, rec.priority, now):
+    if fallback is not None and fallback in state.pools and _has_room(state, fallback, rec, now):
         rec.target = fallback
         return json.dumps({**body, "model": fallback}).encode()
     if state.pools.eligible(rec.pool, now):
@@ -118,19 +118,30 @@ def _admit(state: RouterState, rec: Record, body: dict[str, Any], raw: bytes) ->
     return raw  # no replica at all: _open answers 503
 
 
-def _has_room(state: RouterState, pool: str, priority: str, now: float) -> bool:
-    views = [r.view(now) for r in state.pools.eligible(pool, now)]
-    if not views:
-        return False
+def _has_room(state: RouterState, pool: str, rec: Record, now: float) -> bool:
+    lane = _lane(state, state.pools.eligible(pool, now), rec.size, now)
+    return lane is not None and not sheds(rec.priority, lane.pressure)
+
+
+def _lane(state: RouterState, replicas: list[Replica], size: str, now: float) -> lanes.Lane | None:
+    """The lane (router/lanes.py) of ``replicas`` a request of prompt ``size`` goes to, with the
+    pressure admission sheds by; None for no replica. One lane unless some replica is ``long``."""
     settings = state.settings
-    return not sheds(priority, pool_pressure(views, settings.queue_limit, settings.max_inflight_per_replica,
-                                             state.weights))
+    pressures: dict[str, list[int]] = {}
+    for replica in replicas:
+        pressures.setdefault(replica.spec.role, []).append(replica_pressure(
+            replica.view(now), settings.queue_limit, settings.max_inflight_per_replica, state.weights))
+    return lanes.choose(lanes.own_lane(size), pressures)
 
 
 def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
     headers = {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
     if rec.target != rec.pool:
         headers["x-promptedge-fallback"] = rec.target
+    if rec.lane:  # only in a pool with replicas reserved for long prompts
+        headers["x-promptedge-lane"] = rec.lane
+        if rec.lane != lanes.own_lane(rec.size):
+            headers["x-promptedge-spilled-from"] = lanes.own_lane(rec.size)
     return headers
 
 
@@ -167,11 +178,19 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
     for name in _FORWARD_HEADERS:
         if name in headers:
             forward[name] = headers[name]
+    # A pool with replicas reserved for long prompts (router/lanes.py); even when they are down,
+    # so that the answer says the request left its lane.
+    reserved = any(r.spec.role != lanes.NORMAL for r in state.pools.by_model.get(rec.target, ()))
     for attempt in range(MAX_ATTEMPTS):
         now = time.monotonic()
         candidates = state.pools.eligible(rec.target, now, exclude=frozenset(tried))
         if not candidates:
             break
+        if reserved:
+            lane = _lane(state, candidates, rec.size, now)
+            assert lane is not None  # candidates is not empty
+            rec.lane = lane.name
+            candidates = [r for r in candidates if r.spec.role == lane.name]
         replica = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix)
         rec.replica, rec.profile = replica.url, replica.spec.profile or ""
         rec.forwarded_at = time.perf_counter()

@@ -25,7 +25,8 @@ class ReplicaSpec(BaseModel):
     (DCGM) /metrics URL for this replica; health_path: probed for readiness (200 = ready;
     vLLM, SGLang and llama.cpp's llama-server serve /health, llama-cpp-python does not:
     use /v1/models there); metrics_path: Prometheus text, None when the server has none
-    (dispatch then uses the router's in-flight counts only).
+    (dispatch then uses the router's in-flight counts only); role: ``long`` reserves the
+    replica for long prompts, ``normal`` (default) takes the rest (router/lanes.py).
     """
 
     url: str
@@ -34,6 +35,7 @@ class ReplicaSpec(BaseModel):
     gpu_metrics_url: str | None = None
     health_path: str = "/health"
     metrics_path: str | None = "/metrics"
+    role: Literal["normal", "long"] = "normal"
 
     @field_validator("url")
     @classmethod
