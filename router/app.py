@@ -18,6 +18,7 @@ from router.api import add_completion_routes
 from router.counters import SimClock, TrafficCounters
 from router.discovery import DiscoveredReplica, ReplicaSource, apply
 from router.discovery_config import build_source
+from router.discovery_metrics import DiscoveryCollector
 from router.dispatch import Weights
 from router.errors import APIError
 from router.health import HealthConfig
@@ -66,9 +67,11 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
         tracer, tracer_provider = make_tracer(settings.otel_exporter, settings.otel_endpoint)
+        metrics = RouterMetrics(pools, weights)
+        metrics.registry.register(DiscoveryCollector(pools, source))
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=cache,
-            pools=pools, scraper=scraper, counters=counters, metrics=RouterMetrics(pools, weights),
+            pools=pools, scraper=scraper, counters=counters, metrics=metrics,
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits),
             tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s))
         await source.start(on_replicas)

@@ -15,6 +15,7 @@ pick one in ``router.discovery_config.build_source``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,6 +40,26 @@ class DiscoveredReplica:
 Publish = Callable[[list[DiscoveredReplica]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class SourceStats:
+    """What a source has done so far, for ``/metrics`` (router/discovery_metrics.py).
+
+    source: ``static`` | ``kubernetes``; lists: successful full lists; watches: watch requests
+    opened; gone / broken / errors: re-lists after a 410 Gone, after a watch stream broke, and
+    after an API or connection error (with backoff); synced_at: ``time.monotonic()`` of the
+    last sign that the source's view is current (a list, a watch event or bookmark, a watch the
+    server ended cleanly), None before the first.
+    """
+
+    source: str
+    lists: int = 0
+    watches: int = 0
+    gone: int = 0
+    broken: int = 0
+    errors: int = 0
+    synced_at: float | None = None
+
+
 class ReplicaSource(Protocol):
     """Where the replica set comes from. ``publish`` is always called on the event loop."""
 
@@ -49,18 +70,28 @@ class ReplicaSource(Protocol):
     async def stop(self) -> None:
         """Stop publishing and release clients and threads."""
 
+    def stats(self) -> SourceStats:
+        """Counters so far (cheap: read when ``/metrics`` is scraped)."""
+
 
 class StaticSource:
     """A fixed replica list (from settings or the YAML file): one snapshot at start."""
 
     def __init__(self, specs: Iterable[ReplicaSpec]) -> None:
         self.specs = list(specs)
+        self._started_at: float | None = None
 
     async def start(self, publish: Publish) -> None:
         publish([DiscoveredReplica(spec) for spec in self.specs])
+        self._started_at = time.monotonic()
 
     async def stop(self) -> None:
         return None
+
+    def stats(self) -> SourceStats:
+        """One list (the snapshot at start), synced at start."""
+        started = self._started_at is not None
+        return SourceStats("static", lists=int(started), synced_at=self._started_at)
 
 
 @dataclass

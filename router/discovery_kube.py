@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from router.discovery import DiscoveredReplica, DiscoveryError, Publish
+from router.discovery import DiscoveredReplica, DiscoveryError, Publish, SourceStats
 from router.discovery_slices import SliceRules, merge, replicas_of, slice_key
 
 log = logging.getLogger("router.discovery")
@@ -123,9 +123,11 @@ class _Gone(Exception):
 class KubeSource:
     """EndpointSlice discovery (a :class:`~router.discovery.ReplicaSource`).
 
-    ``api_client`` is injected so tests can point it at a fake API server. Counters for tests
-    and logs: ``lists`` (successful lists), ``watches`` (watch requests opened), ``gone``
-    (410s seen), ``errors`` (failed cycles, each followed by a backoff).
+    ``api_client`` is injected so tests can point it at a fake API server. Counters (written by
+    the watch thread, read by :meth:`stats` for ``/metrics``): ``lists`` (successful lists),
+    ``watches`` (watch requests opened), ``gone`` (410s seen), ``broken`` (watch streams that
+    broke), ``errors`` (failed cycles, each followed by a backoff); ``synced_at`` (monotonic s)
+    of the last list, watch event or clean watch end.
     """
 
     def __init__(self, api_client: k8s.ApiClient, settings: KubeDiscoverySettings) -> None:
@@ -133,7 +135,8 @@ class KubeSource:
         self.api = k8s.DiscoveryV1Api(api_client)
         self.settings = settings
         self.rules = settings.rules()
-        self.lists = self.watches = self.gone = self.errors = 0
+        self.lists = self.watches = self.gone = self.broken = self.errors = 0
+        self.synced_at: float | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: k8s_watch.Watch | None = None
@@ -171,6 +174,11 @@ class KubeSource:
             log.warning("no EndpointSlice list within %.1f s (namespace %s, selector %s); starting with no "
                         "replicas, still trying", self.settings.start_timeout_s, self.settings.namespace,
                         self.settings.label_selector)
+
+    def stats(self) -> SourceStats:
+        """The counters so far (plain reads of ints the watch thread writes)."""
+        return SourceStats("kubernetes", lists=self.lists, watches=self.watches, gone=self.gone,
+                           broken=self.broken, errors=self.errors, synced_at=self.synced_at)
 
     async def stop(self) -> None:
         """Stop the thread (an open watch is shut down; a list in flight ends within
@@ -237,6 +245,7 @@ class KubeSource:
         for item in body.get("items") or []:
             self._put(item)
         self.lists += 1
+        self.synced_at = time.monotonic()
         self._publish(hand_over, force=self.lists == 1)
         return str(body["metadata"]["resourceVersion"])
 
@@ -253,6 +262,7 @@ class KubeSource:
                     _request_timeout=(self.settings.request_timeout_s, timeout_s + self.settings.request_timeout_s)):
                 obj = event["raw_object"]
                 version = str(obj["metadata"]["resourceVersion"])
+                self.synced_at = time.monotonic()
                 if event["type"] in ("ADDED", "MODIFIED"):
                     self._put(obj)
                 elif event["type"] == "DELETED":
@@ -265,10 +275,12 @@ class KubeSource:
             raise
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as exc:
             if not self._stopping.is_set():
+                self.broken += 1
                 log.info("EndpointSlice watch stream broke (%r), re-listing", exc)
             return None
         finally:
             self._watch = None
+        self.synced_at = time.monotonic()  # the server ended the watch: nothing was missed
         return version
 
     def _put(self, obj: dict[str, Any]) -> None:

@@ -1,0 +1,115 @@
+"""deploy/router-rbac.yaml against a REAL kube-apiserver (v1.20.2 + etcd, RBAC on) from
+../shared/tools/kube: the Role, bound to the kubeconfig's ``limited`` user (there is no
+controller-manager to mint ServiceAccount tokens), lets discovery list, watch and get
+EndpointSlices in its namespace and nothing else. v1.20 serves EndpointSlices as
+``discovery.k8s.io/v1beta1``; RBAC rules name the API group, not the version, so the same rule
+covers ``v1`` on current clusters. Skipped only where the tool scripts are absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import ssl
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.router.fake_kube_api import endpoint, endpoint_slice
+from tests.router.test_discovery_conformance import TOOLS, _free_port, _port_free
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+LABELS = {"kubernetes.io/service-name": "vllm"}
+
+
+class API:
+    """Raw HTTP to the API server as one user."""
+
+    def __init__(self, server: str, token: str, verify: ssl.SSLContext) -> None:
+        self.client = httpx.Client(base_url=server, headers={"Authorization": f"Bearer {token}"}, verify=verify,
+                                   timeout=10)
+
+    def slices(self, namespace: str) -> str:
+        return f"/apis/discovery.k8s.io/v1beta1/namespaces/{namespace}/endpointslices"
+
+
+@pytest.fixture(scope="module")
+def apis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[API, API, str]]:
+    """(admin, limited, namespace) on a fresh RBAC API server with deploy/router-rbac.yaml applied."""
+    if not (TOOLS / "start.sh").is_file():
+        pytest.skip(f"no kube-apiserver tools at {TOOLS} (set PROMPTEDGE_KUBE_TOOLS)")
+    if shutil.which("openssl") is None or shutil.which("curl") is None:
+        pytest.skip("kube-apiserver tools need openssl and curl")
+    build = subprocess.run([str(TOOLS / "build.sh")], capture_output=True, text=True, timeout=1800)
+    if build.returncode != 0:
+        pytest.fail(f"{TOOLS}/build.sh failed: {build.stderr[-2000:]}")
+    run = tmp_path_factory.mktemp("kube-router-rbac")
+    etcd = _free_port()
+    while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):
+        etcd = _free_port()
+    env = {**os.environ, "RUN": str(run), "AUTHZ": "RBAC", "API_PORT": str(_free_port()), "ETCD_PORT": str(etcd)}
+    try:
+        start = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=240)
+        if start.returncode != 0:
+            pytest.fail(f"start.sh failed: {start.stderr[-2000:]}")
+        config = yaml.safe_load(Path(start.stdout.strip().splitlines()[-1]).read_text())
+        server = config["clusters"][0]["cluster"]["server"]
+        verify = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
+        tokens = {u["name"]: u["user"]["token"] for u in config["users"]}
+        admin, limited = API(server, tokens["admin"], verify), API(server, tokens["limited"], verify)
+        namespace = _apply_rbac(admin)
+        yield admin, limited, namespace
+    finally:
+        subprocess.run([str(TOOLS / "stop.sh"), "--wipe"], env=env, capture_output=True, timeout=60)
+
+
+def _apply_rbac(admin: API) -> str:
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "router-rbac.yaml").read_text())
+            if doc}
+    namespace = docs["Role"]["metadata"]["namespace"]
+    for path, body in [
+        ("/api/v1/namespaces", {"metadata": {"name": namespace}}),
+        ("/api/v1/namespaces", {"metadata": {"name": "elsewhere"}}),
+        (f"/api/v1/namespaces/{namespace}/serviceaccounts", docs["ServiceAccount"]),
+        (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles", docs["Role"]),
+        (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", docs["RoleBinding"]),
+        (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+            "metadata": {"name": "test-limited-user"}, "roleRef": docs["RoleBinding"]["roleRef"],
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "limited"}]}),
+    ]:
+        admin.client.post(path, json=body).raise_for_status()
+    for ns in (namespace, "elsewhere"):
+        admin.client.post(admin.slices(ns), json=_slice("vllm-a")).raise_for_status()
+    return namespace
+
+
+def _slice(name: str) -> dict[str, Any]:
+    return {**endpoint_slice(name, [endpoint("10.0.0.1")], 8000, LABELS), "apiVersion": "discovery.k8s.io/v1beta1"}
+
+
+def test_the_role_lets_discovery_list_watch_and_get_its_slices(apis: tuple[API, API, str]) -> None:
+    _, limited, namespace = apis
+    base = limited.slices(namespace)
+    listed = limited.client.get(base, params={"labelSelector": "kubernetes.io/service-name=vllm"})
+    assert listed.status_code == 200, listed.text
+    assert [item["metadata"]["name"] for item in listed.json()["items"]] == ["vllm-a"]
+    watched = limited.client.get(base, params={"watch": "true", "timeoutSeconds": "1",
+                                               "resourceVersion": listed.json()["metadata"]["resourceVersion"]})
+    assert watched.status_code == 200, watched.text
+    assert limited.client.get(f"{base}/vllm-a").status_code == 200
+
+
+def test_the_role_grants_nothing_else(apis: tuple[API, API, str]) -> None:
+    _, limited, namespace = apis
+    assert limited.client.get(limited.slices("elsewhere")).status_code == 403       # other namespaces
+    assert limited.client.post(limited.slices(namespace), json=_slice("vllm-b")).status_code == 403
+    assert limited.client.delete(f"{limited.slices(namespace)}/vllm-a").status_code == 403
+    assert limited.client.get(f"/api/v1/namespaces/{namespace}/endpoints").status_code == 403
+    assert limited.client.get(f"/api/v1/namespaces/{namespace}/pods").status_code == 403
