@@ -11,7 +11,11 @@ CPU on a shared 2-core machine and is exactly repeatable:
   the next step boundary, as in the sim's engine loop;
 - the router: ``router.dispatch.pick`` (the production code, unchanged) over ``ReplicaView``
   snapshots built as the router builds them: a metrics scrape every 0.25 s (waiting, running,
-  KV usage), its age, the router's exact in-flight count and that count at scrape time;
+  KV usage), its age, the router's exact in-flight count and that count at scrape time, and
+  the replica's learned speed: each finished request is folded in with ``router.speed.sample``
+  and ``router.speed.observe`` (seconds from dispatch to the last token per token of work),
+  the same calls the router makes when an answer ends, on the same clock as ``Context.now``
+  (virtual time here, ``time.monotonic()`` in the router);
 - traffic: the first N requests of the Azure LLM 2023 conversation trace and of the Mooncake
   conversation trace (real arrival times and token counts), arrival times divided by the
   speed-up so the fleet is loaded. Requests too long for a T4 (prompt + output over its
@@ -42,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
 from router.signals import Signals  # noqa: E402
+from router.speed import Speed, observe, sample  # noqa: E402
 from sim import A100, T4, BatchModel, Profile  # noqa: E402
 from sim.traces import read_trace  # noqa: E402
 
@@ -66,6 +71,7 @@ class _Replica:
     inflight_at_scrape: int = 0
     served: int = 0
     pending_outcome: object = None
+    speed: Speed | None = None
     arrivals: list[int] = field(default_factory=list)
 
 
@@ -113,10 +119,11 @@ def run(requests: list[tuple[float, int, int]], policy: str, seed: int = 0) -> d
             fits = [r for r, rep in enumerate(replicas) if prompt + out <= rep.profile.max_model_len]
             views = [ReplicaView(replicas[r].key, replicas[r].inflight, replicas[r].signals,
                                  replicas[r].inflight_at_scrape,
-                                 None if replicas[r].scraped_at is None else now - replicas[r].scraped_at)
+                                 None if replicas[r].scraped_at is None else now - replicas[r].scraped_at,
+                                 replicas[r].speed)
                      for r in fits]
             ticket += 1
-            chosen = pick(views, policy, Context(ticket=ticket, rng=rng), weights).key
+            chosen = pick(views, policy, Context(ticket=ticket, rng=rng, now=now), weights).key
             r = next(r for r in fits if replicas[r].key == chosen)
             rep = replicas[r]
             rep.model.submit(data, prompt, out)
@@ -133,6 +140,9 @@ def run(requests: list[tuple[float, int, int]], policy: str, seed: int = 0) -> d
                 done[i] = now
                 rep.inflight -= 1
                 remaining -= 1
+                per_token = sample(now - requests[i][0], requests[i][2], requests[i][1])  # sent at arrival
+                if per_token is not None:
+                    rep.speed = observe(rep.speed, per_token, now)
             start_step(data, now)
     ttft = np.array([(first[i] - requests[i][0]) * 1000 for i in done])
     e2e = np.array([(done[i] - requests[i][0]) * 1000 for i in done])

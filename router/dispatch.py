@@ -14,6 +14,14 @@ than ``stale_after_s`` is distrusted entirely and the score falls back to ``infl
 A replica that is hot (KV cache or GPU memory over 85 %, utilisation over 90 %) is avoided
 while any other candidate is not. The memory penalty is squared so that it is negligible at
 moderate use and dominant near exhaustion (where a new long prompt would preempt others).
+
+Replica speed (``gpu_load`` and ``power_of_two``): each candidate's learned seconds per token of
+work (router/speed.py) gives a slowness factor ``f`` >= 1 relative to the fastest candidate,
+and the score becomes the cost of adding this request, scaled by how slowly it will be served::
+
+    score' = (score + 1) * f - 1          # f = 1 (unknown or fastest): the score as above
+
+so an idle T4 three times slower than an A100 ranks with an A100 that already has two requests.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from router.signals import Signals
+from router.speed import Speed, SpeedConfig, slowness
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +44,8 @@ class ReplicaView:
 
     key: replica URL; inflight: router's open requests to it; signals: last scrape (None if
     never scraped); inflight_at_scrape: ``inflight`` when that scrape was taken;
-    age_s: seconds since that scrape (None if never).
+    age_s: seconds since that scrape (None if never); speed: learned seconds per token of work
+    (router/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock.
     """
 
     key: str
@@ -43,6 +53,7 @@ class ReplicaView:
     signals: Signals | None = None
     inflight_at_scrape: int = 0
     age_s: float | None = None
+    speed: Speed | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,7 @@ class Weights:
     hot_util: float = 0.90
     stale_after_s: float = 1.0
     affinity_load_factor: float = 1.25
+    speed: SpeedConfig | None = SpeedConfig()  # None: ignore replica speed
 
 
 @dataclass(slots=True)
@@ -67,13 +79,15 @@ class Context:
 
     ticket: a counter that grows by one per decision (round robin, tie-breaking);
     rng: random source for ``power_of_two``; session: ``X-Session-ID`` or None;
-    preferred: replica that served this request's prompt prefix recently, or None.
+    preferred: replica that served this request's prompt prefix recently, or None;
+    now: the clock of ``ReplicaView.speed.at`` (seconds), for the age of speed estimates.
     """
 
     ticket: int = 0
     rng: random.Random = field(default_factory=random.Random)
     session: str | None = None
     preferred: str | None = None
+    now: float = 0.0
 
 
 def fresh(view: ReplicaView, weights: Weights) -> bool:
@@ -104,6 +118,12 @@ def score(view: ReplicaView, weights: Weights) -> float:
     if sig.temp_c is not None and sig.temp_c > weights.temp_threshold_c:
         total += weights.temp_per_c * (sig.temp_c - weights.temp_threshold_c)
     return total
+
+
+def speed_adjusted(value: float, factor: float) -> float:
+    """A score scaled by a slowness ``factor`` (>= 1): ``(value + 1) * factor - 1``, the cost of
+    one more request on the replica in units of the fastest replica's time."""
+    return (value + 1.0) * factor - 1.0
 
 
 def hot(view: ReplicaView, weights: Weights) -> bool:
@@ -144,6 +164,10 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
         raise ValueError(f"unknown dispatch policy {policy!r}")
     cool = [v for v in views if not hot(v, weights)] or list(views)
     scores = [score(v, weights) for v in cool]
+    if weights.speed is not None and len(cool) > 1:
+        factors = slowness([v.speed for v in cool], ctx.now, weights.speed)
+        if factors is not None:
+            scores = [(s + 1.0) * f - 1.0 if f != 1.0 else s for s, f in zip(scores, factors)]  # speed_adjusted
     if ctx.session is not None or ctx.preferred is not None:
         sticky = _affine(cool, [estimated_requests(v, weights) for v in cool], ctx, weights)
         if sticky is not None:

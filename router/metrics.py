@@ -55,6 +55,9 @@ class _ReplicaCollector(Collector):
         inflight = GaugeMetricFamily("promptedge_router_replica_inflight", "Router's open requests", labels=labels)
         age = GaugeMetricFamily("promptedge_router_scrape_age_seconds", "Age of the last metrics scrape", labels=labels)
         up = GaugeMetricFamily("promptedge_router_replica_up", "1 if the replica admits requests", labels=labels)
+        speed = GaugeMetricFamily("promptedge_router_replica_seconds_per_token",
+                                  "Learned seconds per token of work, end to end (router/speed.py; absent until known)",
+                                  labels=labels)
         for pool, replicas in self.pools.by_model.items():
             for replica in replicas:
                 view = replica.view(now)
@@ -63,4 +66,6 @@ class _ReplicaCollector(Collector):
                 inflight.add_metric(values, replica.inflight)
                 age.add_metric(values, -1.0 if view.age_s is None else view.age_s)
                 up.add_metric(values, 1.0 if replica.health.admits(now) else 0.0)
-        yield from (score_g, inflight, age, up)
+                if replica.speed is not None:
+                    speed.add_metric(values, replica.speed.s_per_token)
+        yield from (score_g, inflight, age, up, speed)

@@ -100,6 +100,9 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         usage = assembler.usage or {}
         rec.completion_tokens = usage.get("completion_tokens") or 0
         rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
+        if result is not None and not failed and rec.forwarded_at is not None:
+            lease.replica.observe_answer(time.perf_counter() - rec.forwarded_at, rec.completion_tokens,
+                                         rec.prompt_tokens, now)
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
         rec.finish(state.metrics, state.tracer)

@@ -14,6 +14,7 @@ from router.dispatch import ReplicaView
 from router.health import HealthConfig, HealthState
 from router.settings import ReplicaSpec
 from router.signals import Signals
+from router.speed import Speed, observe, sample
 
 
 class Replica:
@@ -27,6 +28,7 @@ class Replica:
         self.scraped_at: float | None = None  # monotonic seconds
         self.inflight_at_scrape = 0
         self.health = HealthState(health)
+        self.speed: Speed | None = None  # learned seconds per output token (router/speed.py)
 
     def observe(self, signals: Signals, now: float) -> None:
         """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time."""
@@ -34,10 +36,18 @@ class Replica:
         self.scraped_at = now
         self.inflight_at_scrape = self.inflight
 
+    def observe_answer(self, duration_s: float, completion_tokens: int, prompt_tokens: int, now: float) -> None:
+        """Learn from one good answer: ``duration_s`` from sending the request to its last byte,
+        token counts from its usage (0 completion tokens: unknown, nothing learned); ``now``
+        monotonic seconds."""
+        per_token = sample(duration_s, completion_tokens, prompt_tokens)
+        if per_token is not None:
+            self.speed = observe(self.speed, per_token, now)
+
     def view(self, now: float) -> ReplicaView:
         """An immutable snapshot for dispatch."""
         age = None if self.scraped_at is None else now - self.scraped_at
-        return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age)
+        return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed)
 
     def lease(self) -> Lease:
         """Count one request as open on this replica until the lease is released."""

@@ -90,7 +90,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     lease.replica.health.on_success(time.monotonic())
     rec.deferred = True
     return Response(content, media_type=_JSON, headers=_miss_headers(rec, lease),
-                    background=BackgroundTask(_after_miss, state, rec, store, content))
+                    background=BackgroundTask(_after_miss, state, rec, store, content, lease.replica))
 
 
 async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
@@ -250,7 +250,8 @@ async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease) 
                         headers={"x-promptedge-replica": lease.replica.url})
 
 
-async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | None, content: bytes) -> None:
+async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | None, content: bytes,
+                      replica: Replica) -> None:
     try:
         response = json.loads(content)
     except ValueError:
@@ -259,6 +260,9 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
     if isinstance(usage, dict):
         rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
         rec.completion_tokens = usage.get("completion_tokens") or 0
+        if rec.forwarded_at is not None and rec.first_byte_at is not None:
+            replica.observe_answer(rec.first_byte_at - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens,
+                                   time.monotonic())
     state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     rec.finish(state.metrics, state.tracer)

@@ -45,7 +45,8 @@ class RouterState:
         ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds."""
         self.ticket += 1
         views: list[ReplicaView] = [r.view(now) for r in replicas]
-        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=self.prefixes.get(prefix, now))
+        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=self.prefixes.get(prefix, now),
+                      now=now)
         chosen = pick(views, self.settings.policy, ctx, self.weights)
         self.prefixes.put(prefix, chosen.key, now)
         return next(r for r in replicas if r.url == chosen.key)

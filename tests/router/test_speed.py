@@ -1,0 +1,150 @@
+"""Replica speed learned from the router's own observations: the pure estimate, its effect on
+dispatch, and the live router learning it from sim replicas of different speed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from router.dispatch import Context, ReplicaView, Weights, pick, speed_adjusted
+from router.signals import Signals
+from router.speed import PROMPT_WEIGHT, Speed, SpeedConfig, observe, sample, slowness
+from sim import Profile
+from tests.router.conftest import CHAT, FAST
+
+C = SpeedConfig()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def learned(s_per_token: float, samples: int = 10, at: float = 100.0) -> Speed:
+    speed = None
+    for i in range(samples):
+        speed = observe(speed, s_per_token, at - samples + 1 + i)
+    assert speed is not None
+    return speed
+
+
+def test_sample_is_seconds_per_token_of_work_and_skips_unknowns() -> None:
+    assert sample(2.0, 100) == pytest.approx(0.02)
+    assert sample(2.0, 100, prompt_tokens=1000) == pytest.approx(2.0 / (100 + PROMPT_WEIGHT * 1000))
+    assert sample(2.0, 0, prompt_tokens=1000) is None  # no usage: nothing learned
+    assert sample(0.0, 10) is None and sample(float("nan"), 10) is None
+
+
+def test_the_estimate_averages_first_then_follows_with_the_ewma() -> None:
+    speed = observe(None, 0.03, 0.0)
+    assert (speed.s_per_token, speed.samples) == (0.03, 1)
+    speed = observe(speed, 0.01, 0.0)
+    assert speed.s_per_token == pytest.approx(0.02)   # a mean while there are few samples
+    steady = learned(0.01, samples=50)
+    moved = observe(steady, 0.05, steady.at)
+    assert moved.s_per_token == pytest.approx(0.01 + 0.2 * 0.04, rel=0.01)  # one EWMA step (alpha 0.2)
+
+
+def test_a_sample_after_a_long_silence_counts_for_more() -> None:
+    old = learned(0.01, samples=50, at=0.0)
+    soon, late = observe(old, 0.05, 1.0), observe(old, 0.05, 300.0)
+    assert late.s_per_token > soon.s_per_token
+    assert late.s_per_token == pytest.approx(0.05, rel=0.01)
+
+
+def test_slowness_is_relative_to_the_fastest_known_replica_less_the_dead_band() -> None:
+    fast, slow = learned(0.01), learned(0.03)
+    assert slowness([fast, slow], 100.0) == pytest.approx([1.0, 3.0 - C.dead_band], rel=0.05)
+    # replicas of one GPU type whose estimates differ by noise stay equal, so ties keep rotating
+    assert slowness([fast, learned(0.012)], 100.0) == [1.0, 1.0]
+
+
+def test_unknown_replicas_count_as_fastest_so_they_are_measured_not_starved() -> None:
+    assert slowness([learned(0.01), None, learned(0.05)], 100.0)[1] == 1.0
+    assert slowness([learned(0.05), None], 100.0) is None  # fewer than two known: no opinion
+
+
+def test_few_samples_earn_little_trust_and_a_stale_estimate_decays_to_neutral() -> None:
+    fast = learned(0.01)
+    one = observe(None, 0.05, 100.0)
+    assert slowness([fast, one], 100.0)[1] == pytest.approx(1 + (5 - C.dead_band - 1) / C.min_samples, rel=0.05)
+    slow = learned(0.05)
+    now = [100.0, 100.0 + C.half_life_s, 100.0 + 10 * C.half_life_s]
+    factors = [slowness([fast, slow], t)[1] for t in now]
+    assert factors[0] > factors[1] > factors[2] and factors[2] < 1.01
+
+
+def test_an_outlier_cannot_exclude_a_replica_for_good() -> None:
+    assert slowness([learned(0.01), learned(10.0)], 100.0)[1] == C.max_factor
+
+
+def test_speed_adjusted_scores_rank_the_idle_slow_replica_with_a_busier_fast_one() -> None:
+    assert speed_adjusted(0.0, 1.0) == 0.0 and speed_adjusted(3.0, 1.0) == 3.0  # unchanged at factor 1
+    assert speed_adjusted(0.0, 3.0) == speed_adjusted(2.0, 1.0)
+
+
+def view(key: str, running: float, speed: Speed | None) -> ReplicaView:
+    return ReplicaView(key, inflight=0, signals=Signals(waiting=0, running=running), age_s=0.1, speed=speed)
+
+
+def test_gpu_load_sends_fewer_requests_to_the_slow_replica_until_its_load_balances() -> None:
+    fast, slow = learned(0.01), learned(0.03)
+    assert pick([view("a100", 1, fast), view("t4", 0, slow)], "gpu_load", Context(now=100.0)).key == "a100"
+    assert pick([view("a100", 3, fast), view("t4", 0, slow)], "gpu_load", Context(now=100.0)).key == "t4"
+    # without speed knowledge the idle replica always wins; with speed off the same
+    assert pick([view("a100", 1, None), view("t4", 0, None)], "gpu_load", Context(now=100.0)).key == "t4"
+    off = Weights(speed=None)
+    assert pick([view("a100", 1, fast), view("t4", 0, slow)], "gpu_load", Context(now=100.0), off).key == "t4"
+
+
+def test_an_unmeasured_new_replica_takes_its_share_of_an_idle_pool() -> None:
+    views = [view("a", 0, learned(0.01)), view("b", 0, learned(0.01)), view("new", 0, None)]
+    chosen = Counter(pick(views, "gpu_load", Context(ticket=t, now=100.0)).key for t in range(9))
+    assert chosen == {"a": 3, "b": 3, "new": 3}
+
+
+# --- live: the router learns from its own answers -----------------------------------------------
+
+SLOW = Profile(
+    name="slow", max_num_seqs=2, max_num_batched_tokens=256, kv_capacity_tokens=4000, max_model_len=1000,
+    prefill_s_per_token=0.0, decode_base_s=0.05, decode_per_seq_s=0.0, kv_read_s_per_token=0.0,
+)  # 10x the FAST profile's decode step
+
+
+async def test_the_router_learns_which_replica_is_slow_and_prefers_the_fast_one(start_replica, start_router,
+                                                                                 client) -> None:
+    fast, slow = await start_replica(FAST), await start_replica(SLOW)
+    router = await start_router([fast.url, slow.url])
+    url = router.url + "/v1/chat/completions"
+    served = Counter()
+    for i in range(10):
+        body = {**CHAT, "temperature": 0.05 * i}  # distinct: no cache hits
+        if i % 2:
+            body["stream"], body["stream_options"] = True, {"include_usage": True}
+        response = await client.post(url, json=body)
+        assert response.status_code == 200
+        served[response.headers["x-promptedge-replica"]] += 1
+    state = router.app.state.router
+    speeds = {r.url: r.speed for r in state.pools.all()}
+    assert speeds[fast.url] is not None and speeds[slow.url] is not None
+    assert speeds[slow.url].s_per_token > speeds[fast.url].s_per_token
+    assert served[slow.url] <= 2  # measured once or twice, then the fast replica takes the sequential load
+    metrics = (await client.get(router.url + "/metrics")).text
+    assert "promptedge_router_replica_seconds_per_token{" in metrics
+
+
+def test_the_dispatch_bench_learns_speed_through_the_routers_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/dispatch_quality.py feeds finished requests to router.speed in virtual time: with
+    learning on, the T4s get a smaller share of the same steady traffic than with it off."""
+    spec = importlib.util.spec_from_file_location("dispatch_quality", ROOT / "bench" / "dispatch_quality.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "dispatch_quality", bench)  # its dataclasses look themselves up there
+    spec.loader.exec_module(bench)
+    requests = [(i * 0.25, 300, 150) for i in range(400)]
+    t4_share = {}
+    for name, config in (("on", SpeedConfig()), ("off", None)):
+        monkeypatch.setattr(bench, "Weights", lambda config=config, **kw: Weights(speed=config, **kw))
+        share = bench.run(requests, "gpu_load")["share"]
+        t4_share[name] = sum(v for key, v in share.items() if key.endswith("t4"))
+    assert t4_share["on"] < t4_share["off"]
