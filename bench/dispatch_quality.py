@@ -1,6 +1,6 @@
 """Dispatch quality: each policy's TTFT, latency and balance on real traces, 4 mixed replicas.
 
-    python bench/dispatch_quality.py [--json PATH] [--requests N] [--speedup X ...]
+    python bench/dispatch_quality.py [--json PATH] [--requests N] [--offset N] [--azure-speedup X ...]
 
 A discrete-event simulation in virtual time, so a whole policy comparison takes seconds of
 CPU on a shared 2-core machine and is exactly repeatable:
@@ -158,16 +158,18 @@ def run(requests: list[tuple[float, int, int]], policy: str, seed: int = 0) -> d
     }
 
 
-def load(data_dir: Path, trace: str, n: int, speedup: float) -> list[tuple[float, int, int]]:
-    """The first ``n`` requests of a trace as (arrival_s / speedup, prompt, output) with the
-    prompt clipped so that prompt + output fits the largest replica."""
+def load(data_dir: Path, trace: str, n: int, speedup: float, offset: int = 0) -> list[tuple[float, int, int]]:
+    """``n`` requests of a trace from its ``offset``-th as (arrival_s / speedup, prompt, output),
+    arrivals counted from the first of them, the prompt clipped so that prompt + output fits
+    the largest replica."""
     cap = max(p.max_model_len for p in FLEET)
-    rows = read_trace(data_dir / TRACES[trace])[:n]
+    rows = read_trace(data_dir / TRACES[trace])[offset:offset + n]
+    start = rows[0].offset_s if rows else 0.0
     out = []
     for row in rows:
         gen = max(1, min(row.generated_tokens, cap // 2))
         prompt = max(1, min(row.context_tokens, cap - gen))
-        out.append((row.offset_s / speedup, prompt, gen))
+        out.append(((row.offset_s - start) / speedup, prompt, gen))
     return out
 
 
@@ -175,14 +177,15 @@ def main(
     json_path: Path = typer.Option(None, "--json", help="Write {trace: {policy: {...}}} here."),
     data_dir: Path = typer.Option(ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR",
                                   help="The shared real-data folder."),
-    requests: int = typer.Option(2000, help="Requests replayed from the start of each trace."),
+    requests: int = typer.Option(2000, help="Requests replayed from each trace."),
+    offset: int = typer.Option(0, help="Skip this many requests of each trace first (another window)."),
     azure_speedup: float = typer.Option(1.0, help="Time compression of the Azure conv trace."),
     mooncake_speedup: float = typer.Option(0.5, help="Time compression of the Mooncake trace."),
 ) -> None:
     """Replay both traces under every policy; print a table and write JSON."""
     results: dict[str, dict[str, object]] = {}
     for trace, speedup in (("azure_conv", azure_speedup), ("mooncake", mooncake_speedup)):
-        reqs = load(data_dir, trace, requests, speedup)
+        reqs = load(data_dir, trace, requests, speedup, offset)
         offered = len(reqs) / (reqs[-1][0] - reqs[0][0])
         results[trace] = {"speedup": speedup, "requests": len(reqs), "offered_rps": round(offered, 2)}
         for policy in POLICIES:
