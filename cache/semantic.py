@@ -117,7 +117,8 @@ class SemanticCache:
         self.state = "loading"
         s = self.settings
         try:
-            encoder = self._encoder or await asyncio.to_thread(shared_encoder, s.embedding_model, s.embedding_threads)
+            encoder = self._encoder or await asyncio.to_thread(
+                shared_encoder, s.embedding_model, s.embedding_threads, s.embed_backend, s.onnx_cache_dir)
         except EmbeddingError as exc:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)

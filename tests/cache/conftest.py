@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from cache.embed import SentenceTransformerEncoder, shared_encoder
+from cache.embed import Encoder, SentenceTransformerEncoder, shared_encoder
 
 
 @pytest.fixture(scope="session")
-def encoder() -> SentenceTransformerEncoder:
+def encoder() -> Encoder:
     """The bundled all-MiniLM-L6-v2, loaded offline once per process and shared by every test
-    (router apps started by tests use the same one)."""
+    (router apps started by tests use the same one): the default backend, ONNX Runtime."""
     return shared_encoder()
+
+
+@pytest.fixture(scope="session")
+def torch_encoder() -> SentenceTransformerEncoder:
+    """The same model on torch, the reference the ONNX path must reproduce."""
+    loaded = shared_encoder(backend="torch")
+    assert isinstance(loaded, SentenceTransformerEncoder)
+    return loaded
