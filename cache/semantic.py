@@ -123,7 +123,8 @@ class SemanticCache:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)
             return
-        self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch)
+        self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch,
+                                         lanes=s.lanes())
         try:
             # the first forward pass allocates and is many times slower: pay it here, not in a lookup
             await self.embedder.warm_up()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -24,9 +25,11 @@ class CacheSettings(BaseSettings):
     embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
-    embedding_threads: CPU threads of one forward pass; embed_window_s / embed_max_batch:
-      micro-batching window (s) and largest batch; embed_timeout_s: longest a lookup waits for
-      its embedding (past it the lookup is an exact-only miss).
+    embedding_threads: CPU threads of one forward pass; embed_lanes: forward passes run at once
+      (None: one per CPU); embed_window_s: how long a free lane waits for more texts while
+      another pass runs (s; a lone request never waits); embed_max_batch: largest batch;
+      embed_timeout_s: longest a lookup waits for its embedding (past it the lookup is an
+      exact-only miss).
     threshold: default cosine similarity a candidate needs (then verification); chosen on QQP for
       precision >= 0.90. model_thresholds: per-model override, JSON object
       (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both.
@@ -55,7 +58,8 @@ class CacheSettings(BaseSettings):
     embed_backend: Literal["auto", "onnx", "torch"] = "auto"
     onnx_cache_dir: Path | None = None
     embedding_threads: int = Field(1, ge=1)
-    embed_window_s: float = Field(0.003, ge=0)
+    embed_lanes: int | None = Field(None, ge=1)
+    embed_window_s: float = Field(0.0, ge=0)
     embed_max_batch: int = Field(32, ge=1)
     embed_timeout_s: float = Field(0.5, gt=0)
     threshold: float = Field(0.96, ge=0, le=1)
@@ -84,3 +88,7 @@ class CacheSettings(BaseSettings):
             return override
         value = self.model_thresholds.get(model)
         return self.threshold if value is None else value
+
+    def lanes(self) -> int:
+        """Forward passes the embedder runs at once: embed_lanes, else one per CPU."""
+        return self.embed_lanes if self.embed_lanes is not None else max(1, os.cpu_count() or 1)

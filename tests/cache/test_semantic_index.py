@@ -130,3 +130,73 @@ async def test_a_busy_embedder_refuses_at_once_and_an_idle_one_accepts() -> None
     await running
     assert (await embedder.embed("idle again", timeout_s=0.05 + 0.5))[0] == len("idle again")
     embedder.close()
+
+
+class BlockingEncoder(CountingEncoder):
+    """Each pass blocks until `release` is set; records how many passes ran at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.active = 0
+        self.most_active = 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        with self.lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            self.release.wait(timeout=5.0)
+            return super().encode(texts)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+async def test_lanes_run_passes_at_once() -> None:
+    encoder = BlockingEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=32, lanes=2)
+    first = asyncio.create_task(embedder.embed("first"))
+    while encoder.active < 1:  # "first" holds lane 1
+        await asyncio.sleep(0.001)
+    second = asyncio.create_task(embedder.embed("second"))
+    while encoder.active < 2:  # a free lane takes "second" without waiting for lane 1
+        await asyncio.sleep(0.001)
+    third = asyncio.create_task(embedder.embed("third"))  # both lanes busy: waits
+    await asyncio.sleep(0.01)
+    assert encoder.calls == [] and encoder.most_active == 2
+    encoder.release.set()
+    await asyncio.gather(first, second, third)
+    assert sorted(encoder.calls) == [1, 1, 1] and encoder.most_active == 2
+    embedder.close()
+
+
+async def test_pending_texts_are_split_over_free_lanes() -> None:
+    encoder = CountingEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=32, lanes=2)
+    await asyncio.gather(*(embedder.embed(str(i)) for i in range(20)))
+    assert sorted(encoder.calls) == [10, 10]
+    embedder.close()
+
+
+async def test_a_lone_request_does_not_wait_for_the_window() -> None:
+    # the window only applies while another pass runs: a lone request finishes long before it
+    embedder = BatchingEmbedder(CountingEncoder(), window_s=30.0, lanes=2)
+    assert (await embedder.embed("alone", timeout_s=5.0))[0] == len("alone")
+    embedder.close()
+
+
+async def test_busy_estimate_counts_every_lane() -> None:
+    encoder = SlowEncoder()
+    embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=4, lanes=2)
+    await embedder.embed("learn the pass time")  # ~0.2 s
+    running = [asyncio.create_task(embedder.embed(t, timeout_s=5.0)) for t in ("one", "two")]
+    await asyncio.sleep(0.01)  # two passes of one text each: both lanes busy
+    with pytest.raises(EmbedderBusy):
+        await embedder.embed("cannot wait", timeout_s=0.05)
+    await asyncio.gather(*running)
+    assert (await embedder.embed("idle again", timeout_s=0.05 + 0.5))[0] == len("idle again")
+    embedder.close()
