@@ -40,10 +40,12 @@ FORMAT = "promptedge-onnx-1"  # bump when the export below changes: old files ar
 OPSET = 17
 # Texts of similar token length are padded together: sorted by length, a group holds at most
 # _GROUP_TEXTS texts and _GROUP_TOKENS padded tokens. Measured one ORT thread on this CPU: a
-# 32-token text alone runs at 39 GFLOP/s, 4-8 of them together at 55-60; past ~1,000 padded
-# tokens per pass the activations leave the cache and it drops again (45 at 32 x 64).
-_GROUP_TEXTS = 8
-_GROUP_TOKENS = 512
+# 32-token text alone runs at 38 GFLOP/s, 8-16 texts of 16-32 tokens together at 55-62; past
+# ~500 padded tokens per pass the activations outgrow the cache and it drops again (45-53 at
+# 32 x 32). On 256 of GPTCache's paraphrases (32 per call): 14.7 CPU ms per text with groups of
+# <= 16 texts / 256 tokens, 15.5 with 8 / 512, 19.1 one by one, 19.7 with 32 / 1,024.
+_GROUP_TEXTS = 16
+_GROUP_TOKENS = 256
 # the vectors of these must match torch's before a file is used (batch of 3, unequal lengths:
 # catches an export that baked in the dummy input's shapes)
 PROBE_TEXTS = (
