@@ -1,7 +1,7 @@
 """Cache lookup latency: exact hit, semantic hit and miss at concurrency 1, 8 and 32, with the
 micro-batching embedder against a naive per-request encode, in one run.
 
-    python bench/cache_latency.py [--json PATH] [--redis-url URL] [--lookups N]
+    python bench/cache_latency.py [--json PATH] [--redis-url URL] [--lookups N] [--backend auto|onnx|torch]
 
 Data: GPTCache's 999 paraphrase pairs (``../shared/data/cache-eval/gptcache-paraphrases``, MIT):
 the first half of the origins are stored; an exact hit asks a stored origin again, a semantic
@@ -10,7 +10,8 @@ a miss asks the paraphrase of an origin that was not stored. Every lookup in a c
 different text, and the embedder's recent-text cache is off, so every semantic lookup encodes.
 
 The naive baseline encodes each request on its own (one ``encode([text])`` per lookup in the
-default thread pool), as a cache without batching does. Keys live under a private prefix that
+default thread pool), as a cache without batching does; both sides use the same encoder (the
+backend is printed), so the ratio measures batching alone. Keys live under a private prefix that
 is deleted at the end; no database is flushed. Targets (issue 3): semantic lookup p50 <= 15 ms
 at concurrency 1 and batched throughput >= 3x naive at concurrency 32. On a shared machine
 wall-clock numbers follow the neighbours' load (printed with the results), so each cell also
@@ -93,21 +94,24 @@ async def run_cell(cache: ResponseCache, texts: list[str], concurrency: int) -> 
             "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 2),
             "lookups_per_s": round(len(ms) / wall, 1),
             # CPU seconds of this process (all threads): what a lookup costs on a shared machine
-            "cpu_ms_per_lookup": round(1000 * cpu / len(ms), 2), "outcomes": outcomes}
+            "cpu_ms_per_lookup": round(1000 * cpu / len(ms), 2), "outcomes": outcomes,
+            "loadavg_1m": round(os.getloadavg()[0], 1)}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     pairs = json.loads(PAIRS.read_text())
     half = len(pairs) // 2
-    encoder = load_encoder()
     client = aioredis.Redis.from_url(args.redis_url)
     prefix = f"promptedge:bench:{uuid.uuid4().hex[:8]}"
+    # embedding threads, lanes and window from PROMPTEDGE_CACHE_* as in the router
     settings = CacheSettings(key_prefix=prefix, redis_timeout_s=1.0, embed_timeout_s=30.0)
+    encoder = load_encoder(settings.embedding_model, settings.embedding_threads,
+                           args.backend or settings.embed_backend, settings.onnx_cache_dir)
     cache = ResponseCache(client, settings, encoder=encoder)
     await cache.start()
     assert cache.semantic is not None and cache.semantic.embedder is not None
     batched = BatchingEmbedder(encoder, window_s=settings.embed_window_s, max_batch=settings.embed_max_batch,
-                               cache_size=0)
+                               cache_size=0, lanes=settings.lanes())
     cache.semantic.embedder = batched
     try:
         for start in range(0, half, 32):  # 32 at a time: within the Redis connection pool
@@ -119,18 +123,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         semantic = [t for t, h in zip(semantic, outcomes, strict=True) if h is not None and h.kind == "semantic"]
         misses = [p["similar"] for p in pairs[half:]]
         exact = [p["origin"] for p in pairs[:half]]
-        await run_cell(cache, misses[-50:], 8)  # warm-up: allocator, connection pool, torch
+        await run_cell(cache, misses[-50:], 8)  # warm-up: allocator, connection pool, encoder threads
         results: dict[str, Any] = {}
-        for mode, embedder in (("batched", batched), ("naive", NaiveEmbedder(encoder))):
-            cache.semantic.embedder = embedder  # type: ignore[assignment]
-            for kind, texts in (("exact", exact), ("semantic", semantic), ("miss", misses)):
-                for c in CONCURRENCY:
+        naive = NaiveEmbedder(encoder)
+        # the two modes of a cell run back to back, so a change in the neighbours' load between
+        # cells moves both sides of a ratio alike
+        for kind, texts in (("exact", exact), ("semantic", semantic), ("miss", misses)):
+            for c in CONCURRENCY:
+                for mode, embedder in (("batched", batched), ("naive", naive)):
+                    cache.semantic.embedder = embedder  # type: ignore[assignment]
                     n = min(len(texts), args.lookups * (1 if c == 1 else 2))
                     cell = await run_cell(cache, texts[:n], c)
                     results[f"{mode}/{kind}/{c}"] = cell
                     print(f"  {mode:7} {kind:8} c={c:<2} p50 {cell['p50_ms']:7.2f} ms  p99 {cell['p99_ms']:7.2f} ms  "
                           f"{cell['lookups_per_s']:7.1f}/s  {cell['outcomes']}", file=sys.stderr)
-        return {"results": results, "stored": half, "semantic_queries": len(semantic),
+        cache.semantic.embedder = batched
+        return {"results": results, "backend": getattr(encoder, "backend", "custom"), "lanes": batched.lanes,
+                "threads_per_pass": settings.embedding_threads,
+                "window_s": settings.embed_window_s, "stored": half, "semantic_queries": len(semantic),
                 "forward_passes_batched": batched.batches, "cpu_count": os.cpu_count(),
                 "loadavg_1m_at_end": os.getloadavg()[0]}
     finally:
@@ -161,8 +171,12 @@ if __name__ == "__main__":
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--redis-url", default=os.environ.get("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--lookups", type=int, default=100, help="lookups per cell at concurrency 1 (x2 above)")
+    parser.add_argument("--backend", choices=("auto", "onnx", "torch"),
+                        help="encoder backend of both sides (default: PROMPTEDGE_CACHE_EMBED_BACKEND, auto)")
     arguments = parser.parse_args()
     report = asyncio.run(main(arguments))
+    print(f"encoder backend {report['backend']} ({report['threads_per_pass']} thread(s) per pass), batched: "
+          f"{report['lanes']} lanes, window {report['window_s']} s")
     print(table(report))
     print(f"load average (1 min) at the end: {report['loadavg_1m_at_end']:.1f} on {report['cpu_count']} CPUs")
     if arguments.json:
