@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cache import CacheRequest, CacheSettings, ResponseCache  # noqa: E402
-from cache.embed import BatchingEmbedder, Encoder, load_encoder  # noqa: E402
+from cache.embed import BatchingEmbedder, Encoder, load_encoder, lower_thread_priority  # noqa: E402
 
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
 PAIRS = DATA / "cache-eval" / "gptcache-paraphrases" / "mock_data.json"
@@ -46,18 +47,21 @@ CONCURRENCY = (1, 8, 32)
 
 
 class NaiveEmbedder:
-    """One forward pass per request, each on a pool thread: the baseline."""
+    """One forward pass per request, each on a pool thread (the size of asyncio's default pool,
+    at the batched side's thread priority): the baseline."""
 
-    def __init__(self, encoder: Encoder) -> None:
+    def __init__(self, encoder: Encoder, nice: int) -> None:
         self.encoder = encoder
         self.dim = encoder.dim
+        self._pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
+                                        initializer=lower_thread_priority, initargs=(nice,))
 
     async def embed(self, text: str, timeout_s: float = 60.0) -> np.ndarray:
-        vectors = await asyncio.get_running_loop().run_in_executor(None, self.encoder.encode, [text])
+        vectors = await asyncio.get_running_loop().run_in_executor(self._pool, self.encoder.encode, [text])
         return vectors[0]
 
     def close(self) -> None:
-        pass
+        self._pool.shutdown(wait=False)
 
 
 def request(text: str) -> CacheRequest:
@@ -111,7 +115,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await cache.start()
     assert cache.semantic is not None and cache.semantic.embedder is not None
     batched = BatchingEmbedder(encoder, window_s=settings.embed_window_s, max_batch=settings.embed_max_batch,
-                               cache_size=0, lanes=settings.lanes())
+                               cache_size=0, lanes=settings.lanes(), nice=settings.embed_nice)
     cache.semantic.embedder = batched
     try:
         for start in range(0, half, 32):  # 32 at a time: within the Redis connection pool
@@ -125,7 +129,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         exact = [p["origin"] for p in pairs[:half]]
         await run_cell(cache, misses[-50:], 8)  # warm-up: allocator, connection pool, encoder threads
         results: dict[str, Any] = {}
-        naive = NaiveEmbedder(encoder)
+        naive = NaiveEmbedder(encoder, settings.embed_nice)
         # the two modes of a cell run back to back, so a change in the neighbours' load between
         # cells moves both sides of a ratio alike
         for kind, texts in (("exact", exact), ("semantic", semantic), ("miss", misses)):
@@ -138,8 +142,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"  {mode:7} {kind:8} c={c:<2} p50 {cell['p50_ms']:7.2f} ms  p99 {cell['p99_ms']:7.2f} ms  "
                           f"{cell['lookups_per_s']:7.1f}/s  {cell['outcomes']}", file=sys.stderr)
         cache.semantic.embedder = batched
+        naive.close()
         return {"results": results, "backend": getattr(encoder, "backend", "custom"), "lanes": batched.lanes,
-                "threads_per_pass": settings.embedding_threads,
+                "threads_per_pass": settings.embedding_threads, "nice": settings.embed_nice,
                 "window_s": settings.embed_window_s, "stored": half, "semantic_queries": len(semantic),
                 "forward_passes_batched": batched.batches, "cpu_count": os.cpu_count(),
                 "loadavg_1m_at_end": os.getloadavg()[0]}
@@ -176,7 +181,7 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     report = asyncio.run(main(arguments))
     print(f"encoder backend {report['backend']} ({report['threads_per_pass']} thread(s) per pass), batched: "
-          f"{report['lanes']} lanes, window {report['window_s']} s")
+          f"{report['lanes']} lanes, window {report['window_s']} s; encoder threads at nice +{report['nice']}")
     print(table(report))
     print(f"load average (1 min) at the end: {report['loadavg_1m_at_end']:.1f} on {report['cpu_count']} CPUs")
     if arguments.json:

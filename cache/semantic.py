@@ -124,7 +124,7 @@ class SemanticCache:
             log.error("semantic cache disabled: %s", exc)
             return
         self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch,
-                                         lanes=s.lanes())
+                                         lanes=s.lanes(), nice=s.embed_nice)
         try:
             # the first forward pass allocates and is many times slower: pay it here, not in a lookup
             await self.embedder.warm_up()

@@ -26,7 +26,9 @@ class CacheSettings(BaseSettings):
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
     embedding_threads: CPU threads of one forward pass; embed_lanes: forward passes run at once
-      (None: one per CPU); embed_window_s: how long a free lane waits for more texts while
+      (None: one per CPU); embed_nice: how much lower the encoder threads' scheduling priority
+      is than the event loop's (Linux; 0 = the same), for a small machine where embedding should
+      yield CPU to the router and a local Redis; embed_window_s: how long a free lane waits for more texts while
       another pass runs (s; a lone request never waits); embed_max_batch: largest batch;
       embed_timeout_s: longest a lookup waits for its embedding (past it the lookup is an
       exact-only miss).
@@ -59,6 +61,7 @@ class CacheSettings(BaseSettings):
     onnx_cache_dir: Path | None = None
     embedding_threads: int = Field(1, ge=1)
     embed_lanes: int | None = Field(None, ge=1)
+    embed_nice: int = Field(0, ge=0, le=19)
     embed_window_s: float = Field(0.0, ge=0)
     embed_max_batch: int = Field(32, ge=1)
     embed_timeout_s: float = Field(0.5, gt=0)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -199,4 +202,21 @@ async def test_busy_estimate_counts_every_lane() -> None:
         await embedder.embed("cannot wait", timeout_s=0.05)
     await asyncio.gather(*running)
     assert (await embedder.embed("idle again", timeout_s=0.05 + 0.5))[0] == len("idle again")
+    embedder.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is Linux's")
+async def test_encoder_threads_run_below_the_event_loops_priority() -> None:
+    seen: list[int] = []
+
+    class PriorityEncoder(CountingEncoder):
+        def encode(self, texts: Sequence[str]) -> np.ndarray:
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return super().encode(texts)
+
+    loop_priority = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    embedder = BatchingEmbedder(PriorityEncoder(), lanes=2, nice=5)
+    await asyncio.gather(embedder.embed("a"), embedder.embed("b"))
+    assert seen and all(p == min(19, loop_priority + 5) for p in seen)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_priority  # the loop keeps its own
     embedder.close()
