@@ -29,6 +29,13 @@ def is_complete_response(response: Any) -> bool:
     return all(isinstance(c, dict) and c.get("finish_reason") for c in choices)
 
 
+_SET_LUA = """
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+"""
+
+
 class ExactStore:
     """Exact-cache entries: ``key -> JSON`` with ``SET .. EX ttl`` (never refreshed on read).
 
@@ -44,10 +51,18 @@ class ExactStore:
     def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
         self._owners = f"{prefix}:exact-owners"
+        self._set = redis.register_script(_SET_LUA)
         self.corrupt = 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        raw = await self._redis.get(key)
+        return self.decode(key, await self.get_raw(key))
+
+    async def get_raw(self, key: str) -> bytes | None:
+        """The stored JSON at ``key`` as is (None: no entry); see decode()."""
+        return await self._redis.get(key)  # type: ignore[no-any-return]
+
+    def decode(self, key: str, raw: bytes | None) -> dict[str, Any] | None:
+        """The response stored at ``key`` from its raw value (None: no entry, or a corrupt one)."""
         if raw is None:
             return None
         try:
@@ -60,13 +75,15 @@ class ExactStore:
             return None
         return response
 
-    async def set(self, key: str, response: dict[str, Any], ttl_s: int, tenant: str, model: str) -> None:
+    async def set(self, key: str, response: dict[str, Any], ttl_s: int, tenant: str, model: str,
+                  raw: bytes | None = None) -> None:
+        """Store ``response``; ``raw``: its JSON as received (stored as is, instead of
+        serialising ``response`` again)."""
         now = time.time()
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(key, json.dumps(response, separators=(",", ":")), ex=ttl_s)
-        pipe.zremrangebyscore(self._owners, "-inf", now)
-        pipe.zadd(self._owners, {json.dumps([tenant, model, key]): now + ttl_s})
-        await pipe.execute()
+        value = raw if raw is not None else json.dumps(response, separators=(",", ":"))
+        # One script (atomic, like MULTI, but one command to send and one reply to parse).
+        await self._set(keys=[key, self._owners], args=[value, ttl_s, now, now + ttl_s,
+                                                        json.dumps([tenant, model, key])])
 
     async def delete_where(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model (None = any); returns how many existed."""

@@ -142,6 +142,13 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def exact_key(prefix: str, endpoint: Endpoint, body: Mapping[str, Any], tenant: str) -> str:
-    """Redis key of the exact-cache entry: ``{prefix}:exact:{sha256 of canonical request}``."""
-    return f"{prefix}:exact:{digest(canonical_request(endpoint, body, tenant))}"
+def request_digest(endpoint: Endpoint, body: Mapping[str, Any], tenant: str) -> str:
+    """SHA-256 hex digest of the canonical request."""
+    return digest(canonical_request(endpoint, body, tenant))
+
+
+def exact_key(prefix: str, endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
+              request_sha: str | None = None) -> str:
+    """Redis key of the exact-cache entry: ``{prefix}:exact:{sha256 of canonical request}``;
+    ``request_sha``: that digest if already computed (``CacheRequest.digest``)."""
+    return f"{prefix}:exact:{request_sha or request_digest(endpoint, body, tenant)}"

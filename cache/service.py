@@ -84,7 +84,10 @@ class ResponseCache:
                 op.close()
             raise CacheUnavailable("redis marked down")
         try:
-            result = await asyncio.wait_for(op, self.settings.redis_timeout_s if timeout_s is None else timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the call in a Task of
+            # its own, a measurable share of the router's CPU per request (bench/router_overhead.py)
+            async with asyncio.timeout(self.settings.redis_timeout_s if timeout_s is None else timeout_s):
+                result = await op
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S
@@ -94,7 +97,7 @@ class ResponseCache:
         return result
 
     def _key(self, req: CacheRequest) -> str:
-        return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant)
+        return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant, req.digest)
 
     def _saved(self, response: dict[str, Any]) -> tuple[int, float]:
         usage = response.get("usage")
@@ -117,15 +120,23 @@ class ResponseCache:
         hit: CacheHit | None = None
         skipped: str | None = None
         rejected: Counter[str] = Counter()
+        counted = False  # the outcome is already in the Redis stats
         try:
             if not req.control.no_cache:
                 key = self._key(req)
                 corrupt_before = self._exact.corrupt
-                response = await self._bounded(self._exact.get(key))
+                if self.semantic is None:
+                    # exact only: a miss is final at the GET, so it is counted in the same round trip
+                    raw = await self._bounded(self._stats.get_or_count_miss(key, LookupEvent(req.model, req.tenant,
+                                                                                             "miss")))
+                    counted = raw is None
+                else:
+                    raw = await self._bounded(self._exact.get_raw(key))
+                response = self._exact.decode(key, raw)
                 if self._exact.corrupt > corrupt_before:
                     rejected["corrupt"] += 1  # skipped like a miss; counted with the semantic ones
                 if response is not None:
-                    hit = CacheHit(kind="exact", response=response, similarity=None, key=key)
+                    hit = CacheHit(kind="exact", response=response, similarity=None, key=key, raw=raw)
                 elif self.semantic is not None:
                     hit, skipped = await self._semantic_lookup(req, rejected)
         except CacheUnavailable:
@@ -135,10 +146,11 @@ class ResponseCache:
         event = LookupEvent(req.model, req.tenant, outcome, hit.similarity if hit else None,
                             tokens, replica_s, skipped, rejected)
         metrics.observe(event, time.perf_counter() - started)
-        try:
-            await self._bounded(self._stats.record(event))
-        except CacheUnavailable:
-            pass
+        if not counted:
+            try:
+                await self._bounded(self._stats.record(event))
+            except CacheUnavailable:
+                pass
         return hit
 
     async def _semantic_lookup(self, req: CacheRequest, rejected: Counter[str]) -> tuple[CacheHit | None, str | None]:
@@ -164,9 +176,10 @@ class ResponseCache:
             return s.ttl_s
         return max(s.min_ttl_s, min(s.max_ttl_s, req.control.ttl_s))
 
-    async def store(self, req: CacheRequest, response: dict[str, Any]) -> bool:
+    async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None) -> bool:
         """Store a complete, successful response (exact, and semantic when eligible); True when
-        the exact entry was written.
+        the exact entry was written. raw: ``response``'s JSON bytes as received, if at hand
+        (stored as is instead of serialising ``response`` again).
 
         Refuses (False) errors, partial responses, ``no-store`` requests and Redis failures.
         """
@@ -174,7 +187,7 @@ class ResponseCache:
             return False
         ttl_s = self.ttl_for(req)
         try:
-            await self._bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model))
+            await self._bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
         except CacheUnavailable:
             return False
         if self.semantic is not None and self.semantic.ready:

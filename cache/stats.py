@@ -115,6 +115,12 @@ for i = 2, #ARGV, 3 do
 end
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 """
+# An exact-only lookup knows its outcome at the GET: a miss is counted in the same round trip
+# (KEYS[3] = the exact entry's key; an entry found is returned and counted by the caller).
+_GET_OR_COUNT_MISS_LUA = """
+local entry = redis.call('GET', KEYS[3])
+if entry then return entry end
+""" + _RECORD_LUA
 
 
 class StatsStore:
@@ -124,11 +130,12 @@ class StatsStore:
         self._redis = redis
         self._prefix = prefix
         self._record = redis.register_script(_RECORD_LUA)
+        self._get_or_count_miss = redis.register_script(_GET_OR_COUNT_MISS_LUA)
 
     def _bucket(self, t: float) -> str:
         return f"{self._prefix}:stats:b:{int(t // BUCKET_S)}"
 
-    async def record(self, event: LookupEvent, now: float | None = None) -> None:
+    def _script_input(self, event: LookupEvent, now: float | None) -> tuple[list[str], list[str | int | float]]:
         now = time.time() if now is None else now
         ints, floats = event_fields(event)
         args: list[str | int | float] = [_BUCKET_TTL_S]
@@ -137,7 +144,17 @@ class StatsStore:
         for name, x in floats.items():
             if x:
                 args += ["f", name, repr(x)]
-        await self._record(keys=[f"{self._prefix}:stats:all", self._bucket(now)], args=args)
+        return [f"{self._prefix}:stats:all", self._bucket(now)], args
+
+    async def record(self, event: LookupEvent, now: float | None = None) -> None:
+        keys, args = self._script_input(event, now)
+        await self._record(keys=keys, args=args)
+
+    async def get_or_count_miss(self, key: str, miss: LookupEvent, now: float | None = None) -> bytes | None:
+        """The value at ``key`` (an exact-cache entry, raw), or None after counting ``miss``
+        (an event with outcome ``miss``): one script, one round trip."""
+        keys, args = self._script_input(miss, now)
+        return await self._get_or_count_miss(keys=[*keys, key], args=args)  # type: ignore[no-any-return]
 
     async def read(self, now: float | None = None) -> dict[str, Any]:
         """The ``/cache/stats`` JSON: all-time totals at the top level (requests, exact_hits,

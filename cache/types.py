@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Mapping
 
 Endpoint = Literal["chat.completions", "completions"]
@@ -44,6 +45,14 @@ class CacheRequest:
     def model(self) -> str:
         return str(self.body.get("model", ""))
 
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 hex of the canonical request (cache/keys.py), computed once: a lookup and
+        the store after it both need it. ``body`` must not change after the first use."""
+        from cache.keys import request_digest  # keys imports this module
+
+        return request_digest(self.endpoint, self.body, self.tenant)
+
 
 @dataclass(frozen=True)
 class CacheHit:
@@ -52,9 +61,12 @@ class CacheHit:
     response: OpenAI non-stream response JSON (``chat.completion`` or ``text_completion``).
     similarity: cosine similarity of a semantic hit, None for an exact hit.
     key: the Redis key of the entry that was served.
+    raw: ``response`` as stored (JSON bytes), when at hand: it can be sent without serialising
+    ``response`` again.
     """
 
     kind: HitKind
     response: dict[str, Any]
     similarity: float | None
     key: str
+    raw: bytes | None = None

@@ -157,7 +157,8 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> 
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
         return StreamingResponse(_aiter(replay(response)), media_type=_SSE, headers=headers)
-    return Response(json.dumps(response, separators=(",", ":")), media_type=_JSON, headers=headers)
+    content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
+    return Response(content, media_type=_JSON, headers=headers)
 
 
 async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
@@ -267,4 +268,4 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
                          completion_tokens=rec.completion_tokens)
     rec.finish(state.metrics, state.tracer)
     if store is not None and isinstance(response, dict):
-        await state.cache.store(store, response)
+        await state.cache.store(store, response, content)
