@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -45,6 +46,21 @@ async def test_identical_repeat_hits_exactly_and_counts(cache: ResponseCache) ->
     assert (stats["requests"], stats["exact_hits"], stats["misses"]) == (2, 1, 1)
     assert stats["hit_ratio"] == 0.5
     assert stats["per_model"]["m"]["exact_hits"] == 1
+
+
+async def test_replica_bytes_are_stored_as_is_and_served_on_a_hit(cache: ResponseCache) -> None:
+    raw = json.dumps(chat_response(), indent=1).encode()  # as a replica may format it
+    assert await cache.store(request(), chat_response(), raw)
+    hit = await cache.lookup(request())
+    assert hit is not None and hit.raw == raw and hit.response == chat_response()
+
+
+async def test_exact_only_miss_is_counted_once_with_its_lookup(cache: ResponseCache) -> None:
+    for _ in range(3):
+        assert await cache.lookup(request()) is None
+    stats = await cache.stats()
+    assert (stats["requests"], stats["misses"]) == (3, 3)
+    assert stats["windows"]["1m"]["per_tenant"]["t1"]["misses"] == 3
 
 
 async def test_tenants_do_not_see_each_other(cache: ResponseCache) -> None:
