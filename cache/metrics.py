@@ -45,10 +45,18 @@ LOOKUP_SECONDS = Histogram(
 )
 
 
+# The children of the per-lookup series by label values: labels() checks and locks on every call.
+_LOOKUP_CHILDREN: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+
+
 def observe(event: LookupEvent, seconds: float) -> None:
     """Add one counted lookup to the process's metrics."""
-    LOOKUPS.labels(event.model, event.tenant, event.outcome).inc()
-    LOOKUP_SECONDS.labels(event.outcome).observe(seconds)
+    key = (event.model, event.tenant, event.outcome)
+    children = _LOOKUP_CHILDREN.get(key)
+    if children is None:
+        children = _LOOKUP_CHILDREN[key] = (LOOKUPS.labels(*key), LOOKUP_SECONDS.labels(event.outcome))
+    children[0].inc()
+    children[1].observe(seconds)
     if event.outcome != "miss":
         TOKENS_SAVED.labels(event.model, event.tenant).inc(event.tokens_saved)
         REPLICA_SECONDS_SAVED.labels(event.model, event.tenant).inc(event.replica_s_saved)

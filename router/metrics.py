@@ -37,6 +37,26 @@ class RouterMetrics:
             "promptedge_router_retries", "Requests re-sent to another replica before the first byte",
             ["pool"], registry=self.registry)
         self.registry.register(_ReplicaCollector(pools, weights, clock))
+        self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
+        self._ttft: dict[str, Histogram] = {}
+
+    def observe_request(self, pool: str, replica: str, status: int, cache: str, seconds: float,
+                        ttft_s: float | None) -> None:
+        """Count one answered request: ``seconds`` from arrival to the end, ``ttft_s`` to the
+        replica's first byte (None: not a TTFT sample). The series' children are kept per label
+        set: ``labels()`` checks and locks on every call, a measurable share of a request."""
+        key = (pool, replica, status, cache)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self.requests.labels(pool, replica, str(status), cache),
+                                              self.latency.labels(pool, cache))
+        children[0].inc()
+        children[1].observe(seconds)
+        if ttft_s is not None:
+            ttft = self._ttft.get(pool)
+            if ttft is None:
+                ttft = self._ttft[pool] = self.ttft.labels(pool)
+            ttft.observe(ttft_s)
 
     def render(self) -> bytes:
         """Prometheus text exposition of all series."""

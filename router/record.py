@@ -47,10 +47,8 @@ class Record:
             record_spans(tracer, {"request_id": self.request_id, "pool": self.target, "lane": self.lane, "replica": self.replica,
                                   "cache": self.cache, "status": self.status}, self.started, self.forwarded_at,
                          self.first_byte_at, end)
-        metrics.requests.labels(self.pool, self.replica, str(self.status), self.cache).inc()
-        metrics.latency.labels(self.pool, self.cache).observe(end - self.started)
-        if self.first_byte_at is not None:
-            metrics.ttft.labels(self.pool).observe(self.first_byte_at - self.started)
+        metrics.observe_request(self.pool, self.replica, self.status, self.cache, end - self.started,
+                                None if self.first_byte_at is None else self.first_byte_at - self.started)
         if log.isEnabledFor(logging.INFO):
             forwarded = self.forwarded_at or end
             log.info(json.dumps({
