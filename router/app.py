@@ -90,7 +90,11 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             if tracer_provider is not None:
                 tracer_provider.shutdown()
 
-    app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # FastAPI's native OpenTelemetry hooks off: the router's telemetry is its own spans
+    # (router/tracing.py, otel_exporter) and /metrics; left on, FastAPI asks the global providers
+    # (environment lookups) on every request, ~2 % of the CPU of a proxied request (py-spy).
+    app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
     app.add_exception_handler(APIError, _api_error)
