@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -42,7 +42,8 @@ MAX_ATTEMPTS = 3
 async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Response:
     """Answer one OpenAI completion request (stream or not). Raises APIError subclasses
     (after accounting for them); a streamed answer is accounted for when its stream ends."""
-    rec = Record(request.headers.get("x-request-id") or uuid.uuid4().hex, time.perf_counter())
+    # 128 random bits in hex, like uuid4().hex without building a UUID (a few us per request)
+    rec = Record(request.headers.get("x-request-id") or os.urandom(16).hex(), time.perf_counter())
     try:
         response = await _handle(state, request, endpoint, rec)
     except APIError as exc:
@@ -67,7 +68,8 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     rec.prompt_tokens = classify.estimate_prompt_tokens(body)
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     api_key = classify.api_key(headers)
-    await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
+    if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
+        await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
     creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, state.settings.api_keys),
                         control=classify.cache_control(headers))
     stream = body.get("stream") is True
@@ -94,8 +96,6 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
 
 
 async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
-    if not state.settings.rate_limits:
-        return
     wait = await state.limiter.wait_s(api_key, tokens)
     if wait > 0:
         raise RateLimited(f"rate limit of this API key reached; retry in {wait:.1f} s", code="rate_limited",
