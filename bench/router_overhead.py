@@ -315,7 +315,7 @@ def main(
                               f"p99 {runs[f'c{c}']['p99_ms']:8.3f} ms  {runs[f'c{c}']['rps']:9.0f} req/s  "
                               f"errors {runs[f'c{c}']['errors']}  cpu {runs[f'c{c}'].get('cpu_ms_per_request')} ms/req",
                               file=sys.stderr)
-                    results[name] = {"runs": runs}
+                    results[name] = {"runs": runs, "load_1m": round(os.getloadavg()[0], 2)}
                 finally:
                     stop(procs)
         finally:
@@ -329,6 +329,7 @@ def main(
         entry["max_rps"] = round(max(runs["c1"]["rps"], runs["c32"]["rps"]))  # type: ignore[index]
         entry["cpu_ms_per_request_c32"] = runs["c32"].get("cpu_ms_per_request")  # type: ignore[index]
     print_table(results)
+    print_targets(results)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(results, indent=2))
@@ -369,6 +370,22 @@ def scrape_cost(replicas: int = 4, seconds: float = 20.0, interval_s: float = 0.
               f"({per_replica / (1 / interval_s) * 1000:.2f} ms CPU per scrape)")
     finally:
         stop(sims)
+
+
+def print_targets(results: dict[str, dict[str, object]]) -> None:
+    """The issue-4 targets for the proxy path (``promptedge``): added p50 at c=1 <= 1 ms; req/s
+    at c=32 >= 0.5x the aiohttp pass-through's and >= 10x LiteLLM's (from this run)."""
+    entry = results.get("promptedge")
+    if entry is None:
+        return
+    rps = entry["runs"]["c32"]["rps"]  # type: ignore[index]
+    lines = [f"added p50 c=1 {entry['added_p50_ms']:.3f} ms (target <= 1 ms)"]
+    for other, factor in (("aiohttp_passthrough", 0.5), ("litellm", 10.0)):
+        if other in results:
+            ratio = rps / results[other]["runs"]["c32"]["rps"]  # type: ignore[index]
+            lines.append(f"req/s c=32 {ratio:.2f}x {other} (target >= {factor}x)")
+    loads = ", ".join(f"{name} {e['load_1m']}" for name, e in results.items() if "load_1m" in e)
+    print("promptedge: " + "; ".join(lines) + f"\nload average (1 min) after each system: {loads}")
 
 
 def print_table(results: dict[str, dict[str, object]]) -> None:
