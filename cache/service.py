@@ -43,14 +43,16 @@ class ResponseCache:
     cannot be loaded the exact stage keeps working and ``healthy`` stays False.
 
     encoder: an already loaded Encoder to share (tests, benchmarks); None loads the configured
-    model.
+    model. bounded_redis: the client for the exact entries and the stats (default: ``redis``),
+    every call of which this class bounds itself; it can do without a socket timeout, which
+    redis-py (8.x, Python 3.11) implements with ``asyncio.wait_for``: a Task per command.
     """
 
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
-                 encoder: Encoder | None = None) -> None:
+                 encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
-        self._exact = ExactStore(redis, self.settings.key_prefix)
-        self._stats = StatsStore(redis, self.settings.key_prefix)
+        self._exact = ExactStore(bounded_redis or redis, self.settings.key_prefix)
+        self._stats = StatsStore(bounded_redis or redis, self.settings.key_prefix)
         self.semantic = SemanticCache(redis, self.settings, encoder) if self.settings.semantic_enabled else None
         self._redis_ok = True
         self._down_until = 0.0

@@ -118,3 +118,22 @@ async def test_redis_down_gives_up_within_bound_and_reports_unhealthy() -> None:
     assert time.monotonic() - started < 1.0
     assert cache.healthy is False
     await client.aclose()
+
+
+async def test_a_stalled_redis_is_bounded_without_a_socket_timeout() -> None:
+    # The router gives the exact cache a client without socket timeout: every call must still
+    # end within the cache's own bound when Redis accepts connections and never answers.
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(-1)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=0.05, semantic_enabled=False), bounded_redis=client)
+    started = time.monotonic()
+    assert await cache.lookup(request()) is None
+    assert not await cache.store(request(), chat_response())
+    assert time.monotonic() - started < 1.0
+    assert cache.healthy is False
+    await client.aclose()
+    server.close()
