@@ -65,7 +65,9 @@ class PlannedRequest:
 
 @dataclass
 class Outcome:
-    """What happened to one request. Times in seconds; ``cache``: X-Cache header value."""
+    """What happened to one request. Times in seconds; ``cache``: X-Cache header value;
+    ``sent_s``: perf_counter() when it was sent; ``prompt``: identity of its body (identical
+    bodies, identical prompt), for checking that a repeat after an answer hits."""
 
     kind: Kind
     ok: bool
@@ -75,6 +77,8 @@ class Outcome:
     cache: str | None
     replica: str | None
     lag_s: float
+    sent_s: float = 0.0
+    prompt: str = ""
 
 
 def _padding(tokens: int) -> str:
@@ -122,7 +126,8 @@ async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> O
 
     def done(ok: bool, error: str | None) -> Outcome:
         return Outcome(req.kind, ok, error, time.perf_counter() - t0, ttft,
-                       headers.get("x-cache"), headers.get("x-promptedge-replica"), lag)
+                       headers.get("x-cache"), headers.get("x-promptedge-replica"), lag, t0,
+                       json.dumps(req.body, sort_keys=True))
 
     try:
         if req.body.get("stream"):

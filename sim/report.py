@@ -14,6 +14,9 @@ from sim.replay import Outcome
 
 EXACT_VALUES = {"hit", "exact"}  # X-Cache: "hit" (issue 2 router), "exact" (issue 3 onwards)
 SEMANTIC_VALUES = {"semantic"}
+# The router stores an answer just after sending it: a repeat sent this long after an identical
+# request was answered must find it.
+STORE_SLACK_S = 1.0
 
 
 def percentiles_ms(values_s: list[float]) -> dict[str, float | None]:
@@ -28,7 +31,9 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
     """Report dict: requests, ok, failed, errors, exact_hits, semantic_hits, hit_ratio
     (hits / requests), latency_ms and ttft_ms (p50/p95/p99 over ok requests), replica_share
     (replica -> fraction of forwarded requests, i.e. ok responses naming a replica), by_kind
-    (prompt kind -> requests and hits), wall_s, lag_ms (how late requests started)."""
+    (prompt kind -> requests and hits), repeats_after_answer (repeats sent at least
+    STORE_SLACK_S after an identical request was answered: requests and exact hits; a working
+    cache hits every one), wall_s, lag_ms (how late requests started)."""
     ok = [o for o in outcomes if o.ok]
     exact = sum(1 for o in ok if o.cache in EXACT_VALUES)
     semantic = sum(1 for o in ok if o.cache in SEMANTIC_VALUES)
@@ -42,6 +47,12 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
             "exact_hits": sum(1 for o in of_kind if o.ok and o.cache in EXACT_VALUES),
             "semantic_hits": sum(1 for o in of_kind if o.ok and o.cache in SEMANTIC_VALUES),
         }
+    answered: dict[str, float] = {}  # prompt -> earliest end of an ok answer
+    for o in ok:
+        end = o.sent_s + o.latency_s
+        answered[o.prompt] = min(end, answered.get(o.prompt, end))
+    after = [o for o in outcomes if o.kind == "repeat" and o.prompt in answered
+             and answered[o.prompt] + STORE_SLACK_S <= o.sent_s]
     return {
         "requests": len(outcomes),
         "ok": len(ok),
@@ -54,6 +65,8 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
         "ttft_ms": percentiles_ms([o.ttft_s for o in ok if o.ttft_s is not None]),
         "replica_share": {r: round(n / forwarded, 4) for r, n in sorted(replicas.items())},
         "by_kind": by_kind,
+        "repeats_after_answer": {"requests": len(after),
+                                 "exact_hits": sum(1 for o in after if o.ok and o.cache in EXACT_VALUES)},
         "wall_s": round(wall_s, 1),
         "lag_ms": percentiles_ms([o.lag_s for o in outcomes]),
     }
@@ -87,6 +100,9 @@ def render(report: dict[str, Any]) -> str:
         rows.append((f"share {replica}", f"{share:.1%}"))
     for kind, k in report["by_kind"].items():
         rows.append((f"prompts {kind}", f"{k['requests']} (exact hits {k['exact_hits']}, semantic {k['semantic_hits']})"))
+    after = report.get("repeats_after_answer")
+    if after is not None:
+        rows.append(("repeats after an answer", f"{after['requests']} (exact hits {after['exact_hits']})"))
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     if "forecast_plan" in report:

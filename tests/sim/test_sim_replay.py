@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from sim.questions import MixConfig, QuestionMix, load_pairs
-from sim.replay import ReplayConfig, plan_requests, run_plan
-from sim.report import render, summarize
+from sim.replay import Outcome, ReplayConfig, plan_requests, run_plan
+from sim.report import STORE_SLACK_S, render, summarize
 from sim.sample import QUESTIONS_FILE, TRACE_FILE
 from sim.traces import read_trace
 from sim.workload import thinning_fraction
@@ -97,3 +97,21 @@ def test_thinning_keeps_the_mean_token_rate_under_the_limit(data_dir: Path) -> N
     cfg = ReplayConfig(target="http://x", speedup=60, duration_s=60, sample_fraction=fraction)
     plan = plan_requests(trace, QuestionMix(load_pairs(QUESTIONS_FILE)), cfg)
     assert len(plan) == pytest.approx(fraction * len(trace), rel=0.1)
+
+
+def test_repeats_after_an_answer_are_the_ones_a_cache_must_hit() -> None:
+    def outcome(kind: str, prompt: str, sent: float, cache: str | None, ok: bool = True) -> Outcome:
+        return Outcome(kind, ok, None if ok else "HTTP 500", 1.0, 0.1, cache, None, 0.0, sent, prompt)
+
+    outcomes = [
+        outcome("new", "a", sent=0.0, cache="miss"),  # answered at 1.0
+        outcome("repeat", "a", sent=1.5, cache="miss"),  # before the store slack: may miss
+        outcome("repeat", "a", sent=1.0 + STORE_SLACK_S, cache="exact"),
+        outcome("repeat", "a", sent=5.0, cache="miss"),  # must have hit: counted, not a hit
+        outcome("new", "b", sent=0.0, cache=None, ok=False),  # never answered
+        outcome("repeat", "b", sent=9.0, cache="miss"),
+    ]
+    after = summarize(outcomes, 10.0)["repeats_after_answer"]
+    assert after == {"requests": 2, "exact_hits": 1}
+    lines = render(summarize(outcomes, 10.0)).splitlines()
+    assert "repeats after an answer 2 (exact hits 1)".split() in [line.split() for line in lines]
