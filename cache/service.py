@@ -27,6 +27,10 @@ T = TypeVar("T")
 # After a Redis failure, requests skip the cache for this long instead of each paying the timeout.
 _RETRY_AFTER_S = 1.0
 _ADMIN_TIMEOUT_S = 30.0
+# A store runs after the client has its answer and writes more than a lookup reads (the entry,
+# its vector, the stream event): bounding it by the lookup's budget (50 ms by default) made one
+# slow write mark Redis down and turn every lookup off for _RETRY_AFTER_S.
+_STORE_TIMEOUT_S = 1.0
 
 
 class CacheUnavailable(Exception):
@@ -188,8 +192,13 @@ class ResponseCache:
         if not self.settings.enabled or req.control.no_store or not is_complete_response(response):
             return False
         ttl_s = self.ttl_for(req)
+        store_timeout_s = max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S)
+
+        def bounded(op: Awaitable[T]) -> Awaitable[T]:
+            return self._bounded(op, store_timeout_s)
+
         try:
-            await self._bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
+            await bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
         except CacheUnavailable:
             return False
         if self.semantic is not None and self.semantic.ready:
@@ -197,7 +206,7 @@ class ResponseCache:
             if not isinstance(query, Skip):
                 try:
                     await self.semantic.store_entry(query, tenant=req.tenant, model=req.model,
-                                                    response=response, ttl_s=ttl_s, bounded=self._bounded)
+                                                    response=response, ttl_s=ttl_s, bounded=bounded)
                 except CacheUnavailable:
                     pass
         return True

@@ -137,3 +137,24 @@ async def test_a_stalled_redis_is_bounded_without_a_socket_timeout() -> None:
     assert cache.healthy is False
     await client.aclose()
     server.close()
+
+
+async def test_a_slow_store_is_not_an_outage(redis_url: str) -> None:
+    # Regression: stores were bounded by the lookup's 50 ms budget, so one slow write (seen in the
+    # demo: SemanticStore.put under load) marked Redis down and lookups were skipped for a second.
+    client = aioredis.Redis.from_url(redis_url)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=0.05, semantic_enabled=False))
+    real_set = cache._exact.set
+
+    async def slow_set(*args: object, **kwargs: object) -> object:
+        await asyncio.sleep(0.2)  # slower than a lookup may take, well within a store's bound
+        return await real_set(*args, **kwargs)
+
+    cache._exact.set = slow_set  # type: ignore[method-assign]
+    try:
+        assert await cache.store(request(), chat_response())
+        assert cache.healthy
+        hit = await cache.lookup(request())
+        assert hit is not None and hit.kind == "exact"
+    finally:
+        await client.aclose()
