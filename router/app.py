@@ -10,6 +10,7 @@ import httpx
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from httpx_aiohttp import AiohttpTransport
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from cache import CacheSettings, ResponseCache
@@ -103,8 +104,18 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     add_completion_routes(app)
     app.include_router(ops)
     app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     return app
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    # Starlette's own 404 / 405 (unknown path, wrong method) in OpenAI's error shape, as
+    # OpenAI answers them ("Invalid URL (POST /v1/embeddings)"), Allow header kept on a 405.
+    assert isinstance(exc, StarletteHTTPException)
+    message = f"Invalid URL ({request.method} {request.url.path})" if exc.status_code == 404 else str(exc.detail)
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
