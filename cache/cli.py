@@ -96,6 +96,7 @@ def evaluate(
     """Precision, recall, F1 and hit rate of the semantic match over a threshold sweep, with and
     without verification; the default operating point; embedding throughput."""
     from cache.embed import EmbeddingError, load_encoder
+    from cache.embed_onnx import default_cache_dir
     from cache.eval import PairsFormatError, format_report, load_pairs, run_eval
 
     settings = _settings()
@@ -104,6 +105,9 @@ def evaluate(
     except PairsFormatError as exc:  # bad input: exit 2, as the other CLIs
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    # The first use of a model exports it to ONNX (10-30 s here): say so instead of going quiet.
+    typer.echo("loading the embedding model (its first use exports it for ONNX Runtime, 10-30 s, "
+               f"kept in {settings.onnx_cache_dir or default_cache_dir()})", err=True)
     try:
         encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
                                settings.embed_backend, settings.onnx_cache_dir)

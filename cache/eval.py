@@ -216,7 +216,7 @@ def _counts(counts: dict[float, Counter[str]], threshold: float) -> dict[str, in
 def format_report(report: dict[str, Any], source: str) -> str:
     """The sweep as an aligned text table (verified and raw side by side)."""
     lines = [f"{source}: {report['pairs']} pairs ({report['kind']}), "
-             f"embeddings/s {report['embeddings_per_s']}",
+             f"embeddings/s {report['embeddings_per_s']} ({report.get('backend', '?')} encoder)",
              f"{'thr':>5} | {'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6} | "
              f"{'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6}  (verified | similarity only)"]
     for p, q in zip(report["sweep"], report["sweep_without_verification"], strict=True):
