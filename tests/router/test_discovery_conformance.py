@@ -11,25 +11,18 @@ resourceVersion is checked on the fake only (see :func:`expired`).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import socket
 import ssl
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.router.fake_kube_api import TOKEN, FakeKubeAPI, endpoint, endpoint_slice
+from tests.router.kube_apiserver import running_apiserver
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = Path(os.environ.get("PROMPTEDGE_KUBE_TOOLS", ROOT.parent / "shared" / "tools" / "kube"))
 VLLM = {"kubernetes.io/service-name": "vllm"}
 OTHER = {"kubernetes.io/service-name": "postgres"}
 # (type, name, addresses) of each event a watcher of service vllm sees, in order.
@@ -73,12 +66,6 @@ class Target:
         return httpx.get(self.base, params=params, headers=self.headers, verify=self.verify, timeout=10)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture()
 def fake_target() -> Iterator[Target]:
     server = FakeKubeAPI().start()
@@ -89,23 +76,7 @@ def fake_target() -> Iterator[Target]:
 
 @pytest.fixture(scope="module")
 def real_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    if not (TOOLS / "start.sh").is_file():
-        pytest.skip(f"no kube-apiserver tools at {TOOLS} (set PROMPTEDGE_KUBE_TOOLS)")
-    if shutil.which("openssl") is None or shutil.which("curl") is None:
-        pytest.skip("kube-apiserver tools need openssl and curl")
-    build = subprocess.run([str(TOOLS / "build.sh")], capture_output=True, text=True, timeout=1800)
-    if build.returncode != 0:
-        pytest.fail(f"{TOOLS}/build.sh failed: {build.stderr[-2000:]}")
-    run = tmp_path_factory.mktemp("kube-discovery")
-    etcd = _free_port()
-    while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):
-        etcd = _free_port()
-    env = {**os.environ, "RUN": str(run), "API_PORT": str(_free_port()), "ETCD_PORT": str(etcd)}
-    try:
-        start = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=240)
-        if start.returncode != 0:
-            pytest.fail(f"start.sh failed: {start.stderr[-2000:]}")
-        config = yaml.safe_load(Path(start.stdout.strip().splitlines()[-1]).read_text())
+    with running_apiserver(tmp_path_factory.mktemp("kube-discovery")) as config:
         cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
         target = Target(f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/disco/endpointslices",
                         "discovery.k8s.io/v1beta1", {"Authorization": f"Bearer {user['token']}"},
@@ -113,17 +84,6 @@ def real_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         httpx.post(f"{cluster['server']}/api/v1/namespaces", json={"metadata": {"name": "disco"}},
                    headers=target.headers, verify=target.verify).raise_for_status()
         yield target
-    finally:
-        subprocess.run([str(TOOLS / "stop.sh"), "--wipe"], env=env, capture_output=True, timeout=60)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def scenario(target: Target) -> None:

@@ -8,10 +8,7 @@ covers ``v1`` on current clusters. Skipped only where the tool scripts are absen
 
 from __future__ import annotations
 
-import os
-import shutil
 import ssl
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ import pytest
 import yaml
 
 from tests.router.fake_kube_api import endpoint, endpoint_slice
-from tests.router.test_discovery_conformance import TOOLS, _free_port, _port_free
+from tests.router.kube_apiserver import running_apiserver
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
@@ -43,31 +40,12 @@ class API:
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[API, API, str]]:
     """(admin, limited, namespace) on a fresh RBAC API server with deploy/router-rbac.yaml applied."""
-    if not (TOOLS / "start.sh").is_file():
-        pytest.skip(f"no kube-apiserver tools at {TOOLS} (set PROMPTEDGE_KUBE_TOOLS)")
-    if shutil.which("openssl") is None or shutil.which("curl") is None:
-        pytest.skip("kube-apiserver tools need openssl and curl")
-    build = subprocess.run([str(TOOLS / "build.sh")], capture_output=True, text=True, timeout=1800)
-    if build.returncode != 0:
-        pytest.fail(f"{TOOLS}/build.sh failed: {build.stderr[-2000:]}")
-    run = tmp_path_factory.mktemp("kube-router-rbac")
-    etcd = _free_port()
-    while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):
-        etcd = _free_port()
-    env = {**os.environ, "RUN": str(run), "AUTHZ": "RBAC", "API_PORT": str(_free_port()), "ETCD_PORT": str(etcd)}
-    try:
-        start = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=240)
-        if start.returncode != 0:
-            pytest.fail(f"start.sh failed: {start.stderr[-2000:]}")
-        config = yaml.safe_load(Path(start.stdout.strip().splitlines()[-1]).read_text())
+    with running_apiserver(tmp_path_factory.mktemp("kube-router-rbac"), authz="RBAC") as config:
         server = config["clusters"][0]["cluster"]["server"]
         verify = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
         tokens = {u["name"]: u["user"]["token"] for u in config["users"]}
         admin, limited = API(server, tokens["admin"], verify), API(server, tokens["limited"], verify)
-        namespace = _apply_rbac(admin)
-        yield admin, limited, namespace
-    finally:
-        subprocess.run([str(TOOLS / "stop.sh"), "--wipe"], env=env, capture_output=True, timeout=60)
+        yield admin, limited, _apply_rbac(admin)
 
 
 def _apply_rbac(admin: API) -> str:
