@@ -18,7 +18,7 @@ from cache.keys import exact_key
 from cache.scope import Skip, semantic_query
 from cache.semantic import SemanticCache
 from cache.settings import CacheSettings
-from cache.stats import LookupEvent, StatsStore
+from cache.stats import LookupEvent, PendingCounts, StatsStore
 from cache.types import CacheHit, CacheRequest, Outcome
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ class ResponseCache:
         self.semantic = SemanticCache(redis, self.settings, encoder) if self.settings.semantic_enabled else None
         self._redis_ok = True
         self._down_until = 0.0
+        self._pending = PendingCounts()
+        self._flusher: asyncio.Task[None] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -80,7 +82,9 @@ class ResponseCache:
             self.semantic.ensure_started()
 
     async def aclose(self) -> None:
-        """Stop background work (index follower, encoder thread)."""
+        """Write the counts not yet in Redis, then stop background work (index follower,
+        encoder thread)."""
+        await self.flush_stats()
         if self.semantic is not None:
             await self.semantic.close()
 
@@ -153,11 +157,31 @@ class ResponseCache:
                             tokens, replica_s, skipped, rejected)
         metrics.observe(event, time.perf_counter() - started)
         if not counted:
-            try:
-                await self._bounded(self._stats.record(event))
-            except CacheUnavailable:
-                pass
+            # counted after the answer, not before it: a Redis round trip fewer on every hit's
+            # path, and lookups that finish while a write is in flight share the next one
+            self._pending.add(event, time.time())
+            if (self._flusher is None or self._flusher.done()) and time.monotonic() >= self._down_until:
+                self._flusher = asyncio.create_task(self._write_pending())
         return hit
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            taken = self._pending.take()
+            try:
+                await self._bounded(self._stats.record_pending(taken), max(self.settings.redis_timeout_s,
+                                                                           _STORE_TIMEOUT_S))
+            except CacheUnavailable:
+                self._pending.restore(taken)  # kept for the next write: an outage loses no counts
+                return
+
+    async def flush_stats(self) -> None:
+        """Wait until the counts of lookups already answered are in Redis (or their write
+        failed: then they are kept for the next one). Never raises."""
+        if self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._pending and time.monotonic() >= self._down_until:
+            self._flusher = asyncio.create_task(self._write_pending())
+            await asyncio.shield(self._flusher)
 
     async def _semantic_lookup(self, req: CacheRequest, rejected: Counter[str]) -> tuple[CacheHit | None, str | None]:
         assert self.semantic is not None
@@ -224,7 +248,8 @@ class ResponseCache:
 
     async def stats(self) -> dict[str, Any]:
         """The ``/cache/stats`` JSON (see StatsStore.read) plus ``semantic`` {state, error,
-        entries indexed here}; raises CacheUnavailable."""
+        entries indexed here}; raises CacheUnavailable. This worker's lookups so far are in it."""
+        await self.flush_stats()
         out = await self._bounded(self._stats.read(), max(self.settings.redis_timeout_s, 1.0))
         sem = self.semantic
         out["semantic"] = {

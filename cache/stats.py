@@ -123,6 +123,40 @@ if entry then return entry end
 """ + _RECORD_LUA
 
 
+class PendingCounts:
+    """Counter increments of lookups not yet written to Redis, merged per 10-second bucket.
+
+    ``add(event, now)`` folds an event in (now: Unix s); ``take()`` hands over everything and
+    empties it, as {bucket start (Unix s, multiple of BUCKET_S): (int increments, float
+    increments)}; ``restore(taken)`` folds a taken batch back (its write failed). Memory is
+    bounded by the distinct fields (groups x counters) per bucket, not by the number of events.
+    Pure: no I/O.
+    """
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, tuple[Counter[str], Counter[str]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._buckets)
+
+    def add(self, event: LookupEvent, now: float) -> None:
+        ints, floats = event_fields(event)
+        self._merge(int(now // BUCKET_S) * BUCKET_S, ints, floats)
+
+    def _merge(self, bucket: int, ints: dict[str, int], floats: dict[str, float]) -> None:
+        held_ints, held_floats = self._buckets.setdefault(bucket, (Counter(), Counter()))
+        held_ints.update(ints)
+        held_floats.update({k: v for k, v in floats.items() if v})
+
+    def take(self) -> dict[int, tuple[Counter[str], Counter[str]]]:
+        taken, self._buckets = self._buckets, {}
+        return taken
+
+    def restore(self, taken: dict[int, tuple[Counter[str], Counter[str]]]) -> None:
+        for bucket, (ints, floats) in taken.items():
+            self._merge(bucket, ints, floats)
+
+
 class StatsStore:
     """Reads and writes the counters above; redis errors propagate to the caller."""
 
@@ -132,28 +166,34 @@ class StatsStore:
         self._record = redis.register_script(_RECORD_LUA)
         self._get_or_count_miss = redis.register_script(_GET_OR_COUNT_MISS_LUA)
 
-    def _bucket(self, t: float) -> str:
-        return f"{self._prefix}:stats:b:{int(t // BUCKET_S)}"
-
-    def _script_input(self, event: LookupEvent, now: float | None) -> tuple[list[str], list[str | int | float]]:
-        now = time.time() if now is None else now
-        ints, floats = event_fields(event)
+    def _script_input(self, bucket_t: float, ints: dict[str, int],
+                      floats: dict[str, float]) -> tuple[list[str], list[str | int | float]]:
         args: list[str | int | float] = [_BUCKET_TTL_S]
         for name, n in ints.items():
             args += ["i", name, n]
         for name, x in floats.items():
             if x:
                 args += ["f", name, repr(x)]
-        return [f"{self._prefix}:stats:all", self._bucket(now)], args
+        return [f"{self._prefix}:stats:all", f"{self._prefix}:stats:b:{int(bucket_t // BUCKET_S)}"], args
 
     async def record(self, event: LookupEvent, now: float | None = None) -> None:
-        keys, args = self._script_input(event, now)
+        """Add one event's increments (one round trip)."""
+        keys, args = self._script_input(time.time() if now is None else now, *event_fields(event))
         await self._record(keys=keys, args=args)
+
+    async def record_pending(self, taken: dict[int, tuple[Counter[str], Counter[str]]]) -> None:
+        """Add a ``PendingCounts.take()`` batch: one script per bucket (each also adds to the
+        all-time hash, so every increment is counted there once), one round trip in all."""
+        pipe = self._redis.pipeline(transaction=False)
+        for bucket, (ints, floats) in taken.items():
+            keys, args = self._script_input(bucket, ints, floats)
+            await self._record(keys=keys, args=args, client=pipe)
+        await pipe.execute()
 
     async def get_or_count_miss(self, key: str, miss: LookupEvent, now: float | None = None) -> bytes | None:
         """The value at ``key`` (an exact-cache entry, raw), or None after counting ``miss``
         (an event with outcome ``miss``): one script, one round trip."""
-        keys, args = self._script_input(miss, now)
+        keys, args = self._script_input(time.time() if now is None else now, *event_fields(miss))
         return await self._get_or_count_miss(keys=[*keys, key], args=args)  # type: ignore[no-any-return]
 
     async def read(self, now: float | None = None) -> dict[str, Any]:
