@@ -138,12 +138,17 @@ async def _stream(
     rep: Replica, handle: Handle, kind: r.Kind, req_id: str, model: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
     """SSE events: role chunk, content chunks (tokens batched per stream interval), a finish
-    chunk, an optional usage chunk, then ``data: [DONE]``. Aborts the request on disconnect."""
+    chunk, an optional usage chunk, then ``data: [DONE]``. Aborts the request on disconnect.
+
+    Nothing is sent before the first token exists (queueing and prefill done): the chat role
+    chunk goes out right before the first content chunk, as vLLM sends it with its first
+    engine output, so a client's time to the first chunk is the TTFT the engine observes
+    (``vllm:time_to_first_token_seconds``). The response headers go out at once."""
     interval = rep.settings.stream_interval_s
     try:
+        await handle.first_token.wait()
         if kind == "chat":
             yield r.sse(r.chunk(kind, req_id, model, "", first=True, include_usage=include_usage))
-        await handle.first_token.wait()
         sent = 0
         while sent < handle.max_tokens:
             upto = handle.generated

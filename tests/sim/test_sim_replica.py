@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.sim.conftest import FAST
 
 MODEL = "sim-llama-8b"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "What is a KV cache?"}]}
@@ -64,6 +68,37 @@ async def test_chat_stream_is_openai_chunks_with_usage_and_done(serve_replica) -
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"]["completion_tokens"] == 12
+
+
+SLOW_PREFILL = dataclasses.replace(FAST, name="slow-prefill", prefill_s_per_token=0.05)
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {**CHAT, "max_tokens": 3, "stream": True}),
+    ("/v1/completions", {"model": MODEL, "prompt": "What is a KV cache?", "max_tokens": 3, "stream": True}),
+])
+async def test_stream_sends_its_first_chunk_after_prefill(serve_replica, path: str, body: dict) -> None:
+    # Regression: the chat role chunk went out on arrival, before the simulated prefill
+    # (11 prompt tokens x 50 ms here), so a client measured TTFT ~0. vLLM sends it with the
+    # first token. No clock: when the first chunk arrives, the engine has already recorded the
+    # first token (its TTFT sample) and the whole prompt's prefill.
+    url = await serve_replica(profile=SLOW_PREFILL)
+    async with httpx.AsyncClient(base_url=url) as client:
+        async with client.stream("POST", path, json=body) as response:
+            lines = (line[len("data: "):] async for line in response.aiter_lines() if line)
+            first = await anext(lines)
+            at_first = metric_values((await client.get("/metrics")).text)
+            rest = [line async for line in lines]
+    assert at_first["vllm:time_to_first_token_seconds_count"] == 1
+    assert at_first["vllm:prompt_tokens_total"] == (11 if "messages" in body else 5)
+    assert rest[-1] == "[DONE]"
+    chunk = json.loads(first)
+    if "messages" in body:
+        assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        chunk = json.loads(rest[0])
+        assert chunk["choices"][0]["delta"]["content"]  # the first token right behind the role
+    else:
+        assert chunk["choices"][0]["text"]
 
 
 async def test_completion_stream_without_usage_option_has_no_usage_chunk(serve_replica) -> None:
