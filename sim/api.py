@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,8 +44,12 @@ def _error(message: str, err_type: str, param: str | None, status: int) -> JSONR
 
 
 def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI:
-    """App for one replica. ``profile`` overrides ``settings.profile`` (tests use tiny ones)."""
+    """App for one replica. ``profile`` overrides ``settings.profile`` (tests use tiny ones);
+    ``settings.max_model_len``, when set, overrides the profile's. Raises ValueError when that
+    does not fit the profile's KV cache, KeyError for an unknown profile name."""
     prof = profile or get_profile(settings.profile)
+    if settings.max_model_len is not None:
+        prof = dataclasses.replace(prof, max_model_len=settings.max_model_len)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

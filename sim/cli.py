@@ -28,6 +28,9 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Bind address.")] = None,
     fail_rate: Annotated[Optional[float], typer.Option(help="Fraction of completions answered 500.")] = None,
     hang: Annotated[bool, typer.Option("--hang", help="Completions never answer (fault test).")] = False,
+    max_model_len: Annotated[Optional[int], typer.Option(
+        min=1, help="Most tokens (prompt + max_tokens) of one request; longer ones get a 400, as in vLLM "
+                    "(default: the profile's, a100 32768, t4 8192).")] = None,
 ) -> None:
     """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics)."""
     import uvicorn
@@ -38,7 +41,8 @@ def serve(
 
     overrides = {
         k: v
-        for k, v in dict(port=port, model=model, profile=profile, warmup_s=warmup_s, host=host, fail_rate=fail_rate).items()
+        for k, v in dict(port=port, model=model, profile=profile, warmup_s=warmup_s, host=host, fail_rate=fail_rate,
+                         max_model_len=max_model_len).items()
         if v is not None
     }
     if hang:
@@ -47,7 +51,11 @@ def serve(
     if settings.profile not in PROFILES:
         raise typer.BadParameter(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
                                  param_hint="--profile")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    try:
+        app = create_app(settings)
+    except ValueError as exc:  # a max_model_len beyond the profile's KV cache
+        raise typer.BadParameter(str(exc), param_hint="--max-model-len") from None
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
 
 
 def _fail(message: str) -> typer.Exit:

@@ -24,7 +24,19 @@ from dataclasses import dataclass, field
 
 
 class ModelLimitError(ValueError):
-    """The request can never run on this replica (prompt + max_tokens > max_model_len)."""
+    """The request can never run on this replica: prompt + max_tokens > max_model_len (tokens).
+
+    The message is vLLM's for the same case (its OpenAI server answers it with a 400)."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+        super().__init__(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.max_model_len = max_model_len
 
 
 @dataclass(frozen=True)
@@ -46,8 +58,9 @@ class Profile:
     kv_read_s_per_token: float
 
     def __post_init__(self) -> None:
-        if self.max_model_len > self.kv_capacity_tokens:
-            raise ValueError("max_model_len must fit in the KV cache")
+        if not 1 <= self.max_model_len <= self.kv_capacity_tokens:
+            raise ValueError(f"max_model_len {self.max_model_len} must be at least 1 and fit in the KV cache "
+                             f"of profile {self.name!r} ({self.kv_capacity_tokens} tokens)")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("need max_num_seqs >= 1 and a token budget of at least one per sequence")
 
@@ -102,10 +115,7 @@ class BatchModel:
         if prompt_tokens < 1 or max_tokens < 1:
             raise ValueError("prompt_tokens and max_tokens must be >= 1")
         if prompt_tokens + max_tokens > self.profile.max_model_len:
-            raise ModelLimitError(
-                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
-                f"max_model_len {self.profile.max_model_len}"
-            )
+            raise ModelLimitError(prompt_tokens, max_tokens, self.profile.max_model_len)
         self.waiting.append(Sequence(req_id, prompt_tokens, max_tokens))
 
     def abort(self, req_id: int) -> None:

@@ -10,7 +10,10 @@ class SimSettings(BaseSettings):
     """One replica. ``fail_rate``: fraction 0..1 of completion requests answered 500;
     ``hang``: completion requests never answer (for router timeout tests);
     ``stream_interval_s``: SSE chunks carry the tokens produced in this many seconds, so a
-    streaming client costs one chunk per interval instead of one per engine step."""
+    streaming client costs one chunk per interval instead of one per engine step;
+    ``max_model_len``: most tokens (prompt + max_tokens) of one request, as vLLM's
+    ``--max-model-len``; None keeps the profile's (a100 32,768, t4 8,192). It must fit in the
+    profile's KV cache (``create_app`` raises ValueError otherwise)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -23,3 +26,4 @@ class SimSettings(BaseSettings):
     hang: bool = False
     stream_interval_s: float = Field(default=0.05, gt=0)
     seed: int = 0
+    max_model_len: int | None = Field(default=None, ge=1)

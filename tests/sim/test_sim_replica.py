@@ -195,3 +195,20 @@ async def test_fault_knobs_fail_and_recover(serve_replica) -> None:
             pass
         await client.post("/sim/faults", json={})
         assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+
+
+async def test_max_model_len_setting_caps_prompt_plus_max_tokens_with_vllms_400(serve_replica) -> None:
+    url = await serve_replica(max_model_len=100)  # the FAST profile's own is 1000
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/v1/models")).json()["data"][0]["max_model_len"] == 100
+        fits = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 89})  # 11 + 89 = 100
+        too_long = [await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 90, "stream": stream})
+                    for stream in (False, True)]
+    assert fits.status_code == 200
+    for response in too_long:
+        assert response.status_code == 400 and response.headers["content-type"] == "application/json"
+        assert response.json() == {"error": {
+            "message": "This model's maximum context length is 100 tokens. However, you requested 101 tokens "
+                       "(11 in the messages, 90 in the completion). Please reduce the length of the messages "
+                       "or completion.",
+            "type": "BadRequestError", "param": "max_tokens", "code": 400}}

@@ -1,0 +1,42 @@
+"""``python -m sim serve`` flags: the app it would serve, without binding a port."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from sim.cli import app
+
+
+@pytest.fixture()
+def served(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
+    """The apps ``serve`` hands to uvicorn.run (which is not called)."""
+    apps: list[FastAPI] = []
+    monkeypatch.setattr("uvicorn.run", lambda application, **kwargs: apps.append(application))
+    return apps
+
+
+def max_model_len(application: FastAPI) -> int:
+    with TestClient(application) as client:
+        return client.get("/v1/models").json()["data"][0]["max_model_len"]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--profile", "t4"], 8192),  # default: the profile's, as before the flag existed
+    (["--profile", "a100"], 32768),
+    (["--profile", "t4", "--max-model-len", "4096"], 4096),
+])
+def test_serve_max_model_len_flag(served: list[FastAPI], args: list[str], expected: int) -> None:
+    result = CliRunner().invoke(app, ["serve", *args])
+    assert result.exit_code == 0, result.output
+    assert max_model_len(served[0]) == expected
+
+
+def test_serve_refuses_a_max_model_len_beyond_the_kv_cache(served: list[FastAPI]) -> None:
+    result = CliRunner().invoke(app, ["serve", "--profile", "t4", "--max-model-len", "60000"])
+    assert result.exit_code == 2 and served == []
+    text = " ".join(result.output.replace("│", " ").split())  # rich wraps the message in a box
+    assert "Invalid value for --max-model-len: max_model_len 60000" in text
+    assert "KV cache of profile 't4' (55000 tokens)" in text
