@@ -28,7 +28,11 @@ from forecaster.series import demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import TraceSource, open_source
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+# The help texts below are for users (typer shows them as given); docstrings stay for developers.
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="PromptEdge forecaster: forecasts request volume and plans replicas ahead of demand by their warm-up time.",
+)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -66,7 +70,13 @@ def _group() -> None:
     """PromptEdge forecaster: plans replicas ahead of demand by the warm-up time."""
 
 
-@app.command()
+@app.command(help=(
+    "Forecast the next 30 minutes, decide the replicas and carry the decision out "
+    "(PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda). With --trace: a what-if on a trace."
+    "\n\n"
+    "Exit codes: 0 decided and carried out; 1 held the last decision (source unreachable, empty, or its "
+    "last bucket missing); 2 bad input (flags, settings, a trace row); 3 actuation failed."
+))
 def run(
     once: Annotated[bool, typer.Option("--once", help="Plan once and exit (for cron).")] = False,
     trace: Annotated[Optional[Path], typer.Option(help="Read demand from a trace file/folder (what-if: nothing is scaled or saved).")] = None,
@@ -104,7 +114,10 @@ def run(
     raise typer.Exit(int(code))
 
 
-@app.command()
+@app.command(help=(
+    "Plan and act every interval until SIGTERM or Ctrl-C (no overlapping runs; a failed run is logged and "
+    "the schedule goes on); serves Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (default 9464)."
+))
 def daemon(
     interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Seconds between runs (default: setting).")] = None,
 ) -> None:
@@ -146,7 +159,7 @@ def _forecast_table(report: dict) -> None:
         )
 
 
-@app.command()
+@app.command(help="Replay a trace: predictive scaling against HPA-like, KEDA-like and perfect-foresight scaling.")
 def backtest(
     trace: Annotated[Path, typer.Option(help="Trace file or ServeGen folder.")],
     warmup: Annotated[float, typer.Option(help="Replica warm-up (lead time), s.")] = 300.0,
