@@ -25,7 +25,7 @@ replicas has one lane and behaves exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 NORMAL = "normal"
@@ -55,3 +55,16 @@ def choose(own: str, pressures: Mapping[str, Sequence[int]]) -> Lane | None:
         return None
     pressure, _, name = min(options)  # least pressed; on a tie the request's own lane
     return Lane(name, pressure)
+
+
+def readiness(members: Iterable[tuple[str, bool]]) -> dict[str, dict[str, int]]:
+    """Replica and ready-replica counts per lane of one pool, from each replica's (role, ready):
+    ``{"normal": {"replicas": 2, "ready": 2}, "long": {"replicas": 1, "ready": 0}}``. A lane
+    without replicas is absent. A lane with replicas and none ready loses its reservation (long
+    prompts go to the normal lane, or short ones crowd the long lane): ``/health`` says degraded."""
+    counts: dict[str, dict[str, int]] = {}
+    for role, ready in members:
+        lane = counts.setdefault(role, {"replicas": 0, "ready": 0})
+        lane["replicas"] += 1
+        lane["ready"] += ready
+    return counts

@@ -11,9 +11,11 @@ from redis.exceptions import RedisError
 from starlette.responses import JSONResponse, Response
 
 from cache import CacheUnavailable, metrics_text
+from router import lanes
 from router.classify import api_key
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden, Unauthorized
+from router.replicas import Replica
 
 ops = APIRouter()
 
@@ -25,21 +27,34 @@ class CacheStatsUnavailable(APIError):
     type = "service_unavailable"
 
 
+def _pool_health(replicas: list[Replica], now: float) -> dict[str, Any]:
+    """``{"replicas", "ready"}`` of one pool; a pool with replicas reserved for long prompts
+    (router/lanes.py) adds ``"lanes": {lane: {"replicas", "ready"}}``."""
+    ready = [(r.spec.role, r.health.admits(now)) for r in replicas]
+    entry: dict[str, Any] = {"replicas": len(ready), "ready": sum(up for _, up in ready)}
+    if any(role != lanes.NORMAL for role, _ in ready):
+        entry["lanes"] = lanes.readiness(ready)
+    return entry
+
+
+def _pool_ok(entry: dict[str, Any]) -> bool:
+    """A ready replica in the pool and in each of its lanes."""
+    return entry["ready"] > 0 and all(lane["ready"] > 0 for lane in entry.get("lanes", {}).values())
+
+
 @ops.get("/health")
 async def health(state: StateDep) -> dict[str, Any]:
     """200 with ``status`` ok | degraded (Redis down, the cache's embedding model failed to
-    load, or a pool without a ready replica); ``semantic``: the semantic stage's state."""
+    load, a pool without a ready replica, or a pool's lane, e.g. its ``long`` replicas, without
+    one: ``pools[model]["lanes"][lane]["ready"] == 0``); ``semantic``: the semantic stage's state."""
     try:
         redis_ok = bool(await state.redis.ping())
     except (RedisError, OSError):
         redis_ok = False
     now = time.monotonic()
-    pools = {
-        model: {"replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
-        for model, replicas in state.pools.by_model.items()
-    }
+    pools = {model: _pool_health(replicas, now) for model, replicas in state.pools.by_model.items()}
     cache_ok = redis_ok and state.cache.healthy  # False too when the embedding model failed
-    ok = cache_ok and all(p["ready"] > 0 for p in pools.values())
+    ok = cache_ok and all(_pool_ok(p) for p in pools.values())
     semantic = state.cache.semantic
     return {"status": "ok" if ok else "degraded", "redis": redis_ok, "cache": cache_ok,
             "semantic": "disabled" if semantic is None else semantic.state, "pools": pools}

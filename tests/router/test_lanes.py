@@ -9,7 +9,7 @@ import pytest
 from router import ReplicaSpec
 from router.discovery_file import load_replicas_file
 from router.discovery_slices import SliceRules, replicas_of
-from router.lanes import LONG, NORMAL, Lane, choose, own_lane
+from router.lanes import LONG, NORMAL, Lane, choose, own_lane, readiness
 from tests.router.conftest import CHAT, MODEL
 from tests.router.fake_kube_api import endpoint, endpoint_slice
 from tests.router.test_admission import load_behind_the_routers_back
@@ -51,6 +51,12 @@ def test_short_prompts_borrow_the_long_lane_only_when_the_normal_lane_is_worse(
 def test_no_eligible_replica_no_lane() -> None:
     assert choose(NORMAL, {}) is None
     assert choose(LONG, {NORMAL: [], LONG: []}) is None
+
+
+def test_readiness_counts_replicas_and_ready_ones_per_lane() -> None:
+    members = [(NORMAL, True), (LONG, False), (NORMAL, False), (LONG, False)]
+    assert readiness(members) == {NORMAL: {"replicas": 2, "ready": 1}, LONG: {"replicas": 2, "ready": 0}}
+    assert readiness([(NORMAL, True)]) == {NORMAL: {"replicas": 1, "ready": 1}}
 
 
 def test_role_from_a_slice_label_and_from_the_replica_file(tmp_path) -> None:
@@ -123,6 +129,29 @@ async def test_long_prompts_use_the_normal_replica_when_the_reserved_one_is_down
     assert long.status_code == 200
     assert long.headers["x-promptedge-replica"] == normal.url
     assert (long.headers["x-promptedge-lane"], long.headers["x-promptedge-spilled-from"]) == (NORMAL, LONG)
+
+
+async def test_health_is_degraded_naming_pool_and_lane_when_every_long_replica_is_down(
+        start_replica, start_router, client, servers) -> None:
+    # Regression: /health stayed "ok" with the long lane down (long prompts then spill onto the
+    # normal lane), as only a pool without any ready replica counted.
+    normal, reserved, router = await reserved_pool(start_replica, start_router, health_interval_s=0.05)
+    both = await client.get(router.url + "/health")
+    assert both.status_code == 200 and both.json()["status"] == "ok"
+    assert both.json()["pools"][MODEL] == {"replicas": 2, "ready": 2, "lanes": {
+        NORMAL: {"replicas": 1, "ready": 1}, LONG: {"replicas": 1, "ready": 1}}}
+    await reserved.stop()
+    servers.remove(reserved)
+    replica = next(r for r in router.app.state.router.pools.all() if r.url == reserved.url)
+    for _ in range(100):  # the active probes take it out (fall = 2)
+        if not replica.health.up:
+            break
+        await asyncio.sleep(0.02)
+    health = await client.get(router.url + "/health")
+    assert health.status_code == 200  # as for a pool without a ready replica: the body says degraded
+    assert health.json()["status"] == "degraded"
+    assert health.json()["pools"][MODEL] == {"replicas": 2, "ready": 1, "lanes": {
+        NORMAL: {"replicas": 1, "ready": 1}, LONG: {"replicas": 1, "ready": 0}}}
 
 
 async def test_a_pool_without_reserved_replicas_has_no_lane_headers(start_replica, start_router, client) -> None:
