@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -67,7 +68,9 @@ METRICS = (b'vllm:num_requests_running{model_name="bench-model"} 0.0\n'
 # wrk script: unique bodies (cache misses) unless HIT is set; prints percentiles as JSON.
 WRK_LUA = """
 local counter = 0
-local tid = tostring(math.random(1, 1e9))
+-- set per run by run_wrk: LuaJIT's math.random is not seeded, so a random id repeated itself in
+-- every run and a "miss" run replayed the bodies its warm-up had just stored (cache hits)
+local tid = os.getenv("BENCH_RUN")
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench-0123456789abcdef0123456789abcdef"
@@ -253,10 +256,25 @@ def cpu_seconds(pids: list[int]) -> float:
     return sum(stats[pid][1] for pid in tree if pid in stats) / tick
 
 
+def cache_outcomes(url: str, name: str) -> dict[str, int] | None:
+    """The router's cache counters (exact_hits, semantic_hits, misses) from ``/cache/stats``;
+    None for a system that is not a PromptEdge router with its cache on. The bench checks with
+    them that a miss run missed and a hit run hit."""
+    if not name.startswith("promptedge") or name.endswith("no_cache"):
+        return None
+    for _ in range(30):  # 503 for a second after a lookup timed out under load (cache/README.md, Faults)
+        answer = httpx.get(url + "/cache/stats", timeout=10.0)
+        if answer.status_code == 200:
+            stats = answer.json()
+            return {k: int(stats[k]) for k in ("exact_hits", "semantic_hits", "misses")}
+        time.sleep(0.1)
+    raise RuntimeError(f"{name}: /cache/stats answers {answer.status_code}: {answer.text[:200]}")
+
+
 def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool,
             pids: list[int] | None = None) -> dict[str, float]:
     """One wrk run; with ``pids``, also the CPU milliseconds those processes spent per request."""
-    env = {**os.environ, "BENCH_HIT": "1" if hit else "0"}
+    env = {**os.environ, "BENCH_HIT": "1" if hit else "0", "BENCH_RUN": uuid.uuid4().hex}
     cpu_before = cpu_seconds(pids) if pids else 0.0
     out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", "10s", "-s", str(lua),
                           url + "/v1/chat/completions"], capture_output=True, text=True, env=env, check=True).stdout
@@ -310,7 +328,14 @@ def main(
                     for c in (1, 32):
                         run_wrk(url, c, 1, lua, hit)  # warm-up: connections, caches, JIT-free but lazy imports
                         pids = [p.pid for p in procs] or [backend_proc.pid]
+                        before = cache_outcomes(url, name)
                         runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids)
+                        if before is not None:
+                            runs[f"c{c}"]["cache_outcomes"] = outcomes = {
+                                k: v - before[k] for k, v in (cache_outcomes(url, name) or before).items()}
+                            expected = "exact_hits" if hit else "misses"
+                            if outcomes[expected] != sum(outcomes.values()):
+                                print(f"warning: {name} c={c} is not all {expected}: {outcomes}", file=sys.stderr)
                         print(f"{name:28s} c={c:<3d} p50 {runs[f'c{c}']['p50_ms']:8.3f} ms  "
                               f"p99 {runs[f'c{c}']['p99_ms']:8.3f} ms  {runs[f'c{c}']['rps']:9.0f} req/s  "
                               f"errors {runs[f'c{c}']['errors']}  cpu {runs[f'c{c}'].get('cpu_ms_per_request')} ms/req",
