@@ -9,6 +9,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from cache.autopipe import AutoPipeline, eval_script
+
 log = logging.getLogger(__name__)
 
 
@@ -39,7 +41,8 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 class ExactStore:
     """Exact-cache entries: ``key -> JSON`` with ``SET .. EX ttl`` (never refreshed on read).
 
-    Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
+    Reads and writes of single entries go through ``pipe`` (cache/autopipe.py), so concurrent
+    requests share round trips. Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
     ``[tenant, model, key]`` scored by its expiry time (Unix s), so entries can be deleted by
     tenant and/or model; members past their expiry are pruned on every write.
 
@@ -48,10 +51,10 @@ class ExactStore:
     treated as a miss.
     """
 
-    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str, pipe: AutoPipeline | None = None) -> None:
         self._redis = redis
+        self._pipe = pipe or AutoPipeline(redis)  # the request path's reads and writes
         self._owners = f"{prefix}:exact-owners"
-        self._set = redis.register_script(_SET_LUA)
         self.corrupt = 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
@@ -59,7 +62,7 @@ class ExactStore:
 
     async def get_raw(self, key: str) -> bytes | None:
         """The stored JSON at ``key`` as is (None: no entry); see decode()."""
-        return await self._redis.get(key)  # type: ignore[no-any-return]
+        return await self._pipe.call(lambda pipe: pipe.get(key))  # type: ignore[no-any-return]
 
     def decode(self, key: str, raw: bytes | None) -> dict[str, Any] | None:
         """The response stored at ``key`` from its raw value (None: no entry, or a corrupt one)."""
@@ -82,8 +85,8 @@ class ExactStore:
         now = time.time()
         value = raw if raw is not None else json.dumps(response, separators=(",", ":"))
         # One script (atomic, like MULTI, but one command to send and one reply to parse).
-        await self._set(keys=[key, self._owners], args=[value, ttl_s, now, now + ttl_s,
-                                                        json.dumps([tenant, model, key])])
+        args = [value, ttl_s, now, now + ttl_s, json.dumps([tenant, model, key])]
+        await self._pipe.call(lambda pipe: eval_script(pipe, _SET_LUA, [key, self._owners], args))
 
     async def delete_where(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model (None = any); returns how many existed."""

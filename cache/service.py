@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cache import metrics
+from cache.autopipe import AutoPipeline
 from cache.embed import Encoder
 from cache.exact import ExactStore, is_complete_response
 from cache.keys import exact_key
@@ -55,8 +56,10 @@ class ResponseCache:
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
                  encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
-        self._exact = ExactStore(bounded_redis or redis, self.settings.key_prefix)
-        self._stats = StatsStore(bounded_redis or redis, self.settings.key_prefix)
+        # the request path's commands share round trips; a stalled one is dropped after a store's bound
+        pipe = AutoPipeline(bounded_redis or redis, max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S))
+        self._exact = ExactStore(bounded_redis or redis, self.settings.key_prefix, pipe)
+        self._stats = StatsStore(bounded_redis or redis, self.settings.key_prefix, pipe)
         self.semantic = SemanticCache(redis, self.settings, encoder) if self.settings.semantic_enabled else None
         self._redis_ok = True
         self._down_until = 0.0
@@ -130,18 +133,11 @@ class ResponseCache:
         hit: CacheHit | None = None
         skipped: str | None = None
         rejected: Counter[str] = Counter()
-        counted = False  # the outcome is already in the Redis stats
         try:
             if not req.control.no_cache:
                 key = self._key(req)
                 corrupt_before = self._exact.corrupt
-                if self.semantic is None:
-                    # exact only: a miss is final at the GET, so it is counted in the same round trip
-                    raw = await self._bounded(self._stats.get_or_count_miss(key, LookupEvent(req.model, req.tenant,
-                                                                                             "miss")))
-                    counted = raw is None
-                else:
-                    raw = await self._bounded(self._exact.get_raw(key))
+                raw = await self._bounded(self._exact.get_raw(key))
                 response = self._exact.decode(key, raw)
                 if self._exact.corrupt > corrupt_before:
                     rejected["corrupt"] += 1  # skipped like a miss; counted with the semantic ones
@@ -156,12 +152,11 @@ class ResponseCache:
         event = LookupEvent(req.model, req.tenant, outcome, hit.similarity if hit else None,
                             tokens, replica_s, skipped, rejected)
         metrics.observe(event, time.perf_counter() - started)
-        if not counted:
-            # counted after the answer, not before it: a Redis round trip fewer on every hit's
-            # path, and lookups that finish while a write is in flight share the next one
-            self._pending.add(event, time.time())
-            if (self._flusher is None or self._flusher.done()) and time.monotonic() >= self._down_until:
-                self._flusher = asyncio.create_task(self._write_pending())
+        # counted after the answer, not before it: no round trip on the lookup's path, and the
+        # lookups that finish while a write is in flight share the next write
+        self._pending.add(event, time.time())
+        if (self._flusher is None or self._flusher.done()) and time.monotonic() >= self._down_until:
+            self._flusher = asyncio.create_task(self._write_pending())
         return hit
 
     async def _write_pending(self) -> None:

@@ -18,6 +18,7 @@ CacheSettings), ``sim:{x.xx}`` (semantic hits with similarity in [x.xx, x.xx + 0
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
@@ -26,6 +27,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from cache.autopipe import AutoPipeline, eval_script
 from cache.types import Outcome
 
 _FIELDS = ("requests", "exact_hits", "semantic_hits", "misses")
@@ -105,7 +107,7 @@ def event_fields(event: LookupEvent) -> tuple[dict[str, int], dict[str, float]]:
     return dict(ints), floats
 
 
-# One command per lookup instead of dozens: the increments of the all-time hash and of the
+# One command per bucket instead of dozens: the increments of the all-time hash and of the
 # 10-second bucket, then the bucket's expiry. ARGV: bucket TTL, then (type, field, amount)*.
 _RECORD_LUA = """
 for i = 2, #ARGV, 3 do
@@ -115,12 +117,6 @@ for i = 2, #ARGV, 3 do
 end
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 """
-# An exact-only lookup knows its outcome at the GET: a miss is counted in the same round trip
-# (KEYS[3] = the exact entry's key; an entry found is returned and counted by the caller).
-_GET_OR_COUNT_MISS_LUA = """
-local entry = redis.call('GET', KEYS[3])
-if entry then return entry end
-""" + _RECORD_LUA
 
 
 class PendingCounts:
@@ -160,11 +156,10 @@ class PendingCounts:
 class StatsStore:
     """Reads and writes the counters above; redis errors propagate to the caller."""
 
-    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str, pipe: AutoPipeline | None = None) -> None:
         self._redis = redis
+        self._pipe = pipe or AutoPipeline(redis)
         self._prefix = prefix
-        self._record = redis.register_script(_RECORD_LUA)
-        self._get_or_count_miss = redis.register_script(_GET_OR_COUNT_MISS_LUA)
 
     def _script_input(self, bucket_t: float, ints: dict[str, int],
                       floats: dict[str, float]) -> tuple[list[str], list[str | int | float]]:
@@ -176,25 +171,13 @@ class StatsStore:
                 args += ["f", name, repr(x)]
         return [f"{self._prefix}:stats:all", f"{self._prefix}:stats:b:{int(bucket_t // BUCKET_S)}"], args
 
-    async def record(self, event: LookupEvent, now: float | None = None) -> None:
-        """Add one event's increments (one round trip)."""
-        keys, args = self._script_input(time.time() if now is None else now, *event_fields(event))
-        await self._record(keys=keys, args=args)
-
     async def record_pending(self, taken: dict[int, tuple[Counter[str], Counter[str]]]) -> None:
         """Add a ``PendingCounts.take()`` batch: one script per bucket (each also adds to the
-        all-time hash, so every increment is counted there once), one round trip in all."""
-        pipe = self._redis.pipeline(transaction=False)
-        for bucket, (ints, floats) in taken.items():
-            keys, args = self._script_input(bucket, ints, floats)
-            await self._record(keys=keys, args=args, client=pipe)
-        await pipe.execute()
-
-    async def get_or_count_miss(self, key: str, miss: LookupEvent, now: float | None = None) -> bytes | None:
-        """The value at ``key`` (an exact-cache entry, raw), or None after counting ``miss``
-        (an event with outcome ``miss``): one script, one round trip."""
-        keys, args = self._script_input(time.time() if now is None else now, *event_fields(miss))
-        return await self._get_or_count_miss(keys=[*keys, key], args=args)  # type: ignore[no-any-return]
+        all-time hash, so every increment is counted there once), sharing a round trip with the
+        other commands of the moment (cache/autopipe.py)."""
+        inputs = [self._script_input(bucket, ints, floats) for bucket, (ints, floats) in taken.items()]
+        await asyncio.gather(*(self._pipe.call(lambda pipe, k=keys, a=args: eval_script(pipe, _RECORD_LUA, k, a))
+                               for keys, args in inputs))
 
     async def read(self, now: float | None = None) -> dict[str, Any]:
         """The ``/cache/stats`` JSON: all-time totals at the top level (requests, exact_hits,

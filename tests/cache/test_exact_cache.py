@@ -55,7 +55,7 @@ async def test_replica_bytes_are_stored_as_is_and_served_on_a_hit(cache: Respons
     assert hit is not None and hit.raw == raw and hit.response == chat_response()
 
 
-async def test_exact_only_miss_is_counted_once_with_its_lookup(cache: ResponseCache) -> None:
+async def test_exact_only_misses_are_each_counted_once(cache: ResponseCache) -> None:
     for _ in range(3):
         assert await cache.lookup(request()) is None
     stats = await cache.stats()
