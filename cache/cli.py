@@ -56,14 +56,13 @@ def stats() -> None:
         raise typer.Exit(1) from None
 
 
-@app.command()
+@app.command(help="Delete cache entries (exact and semantic) by tenant and/or model; every router worker "
+                  "drops them from its index through the change stream.")
 def delete(
     tenant: Optional[str] = typer.Option(None, help="Delete this tenant's entries."),
     model: Optional[str] = typer.Option(None, help="Delete this model's entries."),
     all_entries: bool = typer.Option(False, "--all", help="Delete every entry (no tenant/model filter)."),
 ) -> None:
-    """Delete cache entries (exact and semantic) by tenant and/or model; every router worker
-    drops them from its index through the change stream."""
     if tenant is None and model is None and not all_entries:
         typer.echo("error: give --tenant and/or --model, or --all", err=True)
         raise typer.Exit(2)
@@ -82,7 +81,8 @@ def delete(
         raise typer.Exit(1) from None
 
 
-@app.command("eval")
+@app.command("eval", help="Precision, recall, F1 and hit rate of the semantic match over a threshold sweep, "
+                          "with and without verification; the default operating point; embedding throughput.")
 def evaluate(
     pairs: Path = typer.Option(..., "--pairs", help="JSON list of {text_a, text_b, label} or "
                                "{origin, similar}; a tar archive holding one is read too."),
@@ -93,8 +93,6 @@ def evaluate(
     seed: int = typer.Option(0, help="Seed of the --sample draw."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    """Precision, recall, F1 and hit rate of the semantic match over a threshold sweep, with and
-    without verification; the default operating point; embedding throughput."""
     from cache.embed import EmbeddingError, load_encoder
     from cache.embed_onnx import default_cache_dir
     from cache.eval import PairsFormatError, format_report, load_pairs, run_eval
