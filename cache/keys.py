@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from cache.types import Endpoint
 
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: parameters at their default are left out instead of filled in
 
 # Output-affecting parameters and the value a server assumes when the field is absent.
 _COMMON_DEFAULTS: dict[str, Any] = {
@@ -92,8 +92,16 @@ def canonical_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _is_default(value: Any, default: Any) -> bool:
+    # same type as well as equal: logprobs 0 is not logprobs False, although 0 == False
+    return type(value) is type(default) and value == default
+
+
 def _params(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    params = {name: _number(body.get(name, default)) for name, default in defaults.items()}
+    # Only the parameters a request sets, minus those set to their default: a missing field and
+    # its explicit default give the same (usually empty) dict, and a request pays for the few
+    # fields it has, not for every known parameter (this runs on every request's path).
+    params = {name: _number(value) for name, value in body.items() if name in defaults}
     if body.get("max_completion_tokens") is not None:
         params["max_tokens"] = _number(body["max_completion_tokens"])
     if isinstance(params.get("stop"), str):
@@ -102,16 +110,19 @@ def _params(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, A
         params["stop"] = None
     if params.get("logit_bias") == {}:
         params["logit_bias"] = None
-    if "tools" in params and not params["tools"]:
-        params["tools"] = None
-    if "tool_choice" in params and params["tool_choice"] is None:
+    if "tools" in defaults and not params.get("tools"):
+        params.pop("tools", None)
+    if "tool_choice" in defaults:
         # OpenAI: "none" without tools, "auto" with tools.
-        params["tool_choice"] = "auto" if params["tools"] else "none"
-    return params
+        if params.get("tool_choice") == ("auto" if params.get("tools") else "none"):
+            params["tool_choice"] = None
+    return {name: value for name, value in params.items() if not _is_default(value, _number(defaults[name]))}
 
 
 def canonical_params(endpoint: Endpoint, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Every output-affecting parameter of a request, OpenAI defaults filled in (pure)."""
+    """The output-affecting parameters of a request that differ from OpenAI's defaults (pure):
+    two requests that mean the same generation get equal dicts (a missing ``temperature`` and an
+    explicit 1.0 both leave it out; 1 and 1.0 are the same number)."""
     return _params(body, _CHAT_DEFAULTS if endpoint == "chat.completions" else _COMPLETION_DEFAULTS)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.keys import canonical_request, exact_key
+from cache.keys import _CHAT_DEFAULTS, _COMPLETION_DEFAULTS, canonical_request, exact_key
 
 BASE = {"model": "m", "messages": [{"role": "user", "content": "What is Redis?"}]}
 
@@ -51,6 +51,29 @@ def test_output_affecting_change_changes_key(change: dict) -> None:
 )
 def test_fields_that_do_not_change_output_share_key(change: dict) -> None:
     assert key({**BASE, **change}) == key(BASE)
+
+
+@pytest.mark.parametrize(("endpoint", "defaults", "base"), [
+    ("chat.completions", _CHAT_DEFAULTS, BASE),
+    ("completions", _COMPLETION_DEFAULTS, {"model": "m", "prompt": "What is Redis?"}),
+])
+def test_every_parameter_at_its_default_equals_leaving_it_out(endpoint: str, defaults: dict, base: dict) -> None:
+    for name, default in defaults.items():
+        assert key({**base, name: default}, endpoint=endpoint) == key(base, endpoint=endpoint), name
+    assert key({**base, **defaults}, endpoint=endpoint) == key(base, endpoint=endpoint)
+
+
+def test_tool_choice_default_depends_on_tools() -> None:
+    tools = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+    assert key({**BASE, "tool_choice": "none"}) == key(BASE)
+    assert key({**BASE, "tool_choice": "auto"}) != key(BASE)
+    assert key({**BASE, **tools, "tool_choice": "auto"}) == key({**BASE, **tools})
+    assert key({**BASE, **tools, "tool_choice": "none"}) != key({**BASE, **tools})
+
+
+def test_a_value_equal_to_the_default_but_of_another_type_is_not_the_default() -> None:
+    assert key({**BASE, "logprobs": 0}) != key(BASE)  # 0 == False in Python, not in the API
+    assert key({**BASE, "temperature": None}) != key(BASE)
 
 
 def test_stop_string_equals_one_element_list() -> None:
