@@ -1,6 +1,6 @@
 """Router overhead: added latency and max throughput of proxies in front of one fast backend.
 
-    python bench/router_overhead.py [--json PATH] [--duration S] [--systems a,b,...]
+    python bench/router_overhead.py [--json PATH] [--duration S] [--repeat N] [--systems a,b,...]
     python bench/router_overhead.py scrape-cost [--replicas 4] [--seconds 20]   # CPU of /metrics polling
 
 Every system runs as its own process in front of the same minimal OpenAI-compatible backend
@@ -18,6 +18,8 @@ wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
 - ``nginx``: Debian's nginx as a plain reverse proxy (1 worker, upstream keep-alive);
 - ``aiohttp_passthrough``: FastAPI on uvicorn (uvloop, httptools) forwarding with one
   aiohttp ClientSession, nothing else;
+- ``httpx_passthrough``: the same with httpx's API on the router's transport (httpx-aiohttp):
+  what keeping httpx's API costs before the router does anything;
 - ``litellm``: LiteLLM's proxy (``litellm --config``), if ``--litellm BIN`` exists.
 
 Added latency = system p50/p99 minus direct p50/p99 at the same concurrency (wrk's HdrHistogram,
@@ -35,6 +37,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +45,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -138,18 +142,32 @@ def backend(port: int) -> None:
 
 
 @app.command(hidden=True)
-def passthrough(port: int, upstream: str) -> None:
-    """Serve a FastAPI pass-through with one aiohttp ClientSession on PORT."""
+def passthrough(port: int, upstream: str, client: str = "aiohttp") -> None:
+    """Serve a FastAPI pass-through on PORT: ``aiohttp`` forwards with one aiohttp ClientSession;
+    ``httpx`` with httpx's API on the same aiohttp transport the router uses (httpx-aiohttp,
+    requests handed straight to the transport as in router/upstream.py)."""
+    from httpx_aiohttp import AiohttpTransport
+
     @asynccontextmanager
     async def lifespan(application: FastAPI):  # type: ignore[no-untyped-def]
         application.state.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000))
+        application.state.transport = AiohttpTransport(limits=httpx.Limits(max_connections=1000))
         yield
         await application.state.session.close()
+        await application.state.transport.aclose()
 
     web = FastAPI(lifespan=lifespan)
+    target = httpx.URL(upstream + "/v1/chat/completions")
 
     @web.post("/v1/chat/completions")
     async def forward(request: Request) -> Response:
+        if client == "httpx":
+            answer = await request.app.state.transport.handle_async_request(httpx.Request(
+                "POST", target, content=await request.body(), headers={"content-type": "application/json"}))
+            try:
+                return Response(await answer.aread(), status_code=answer.status_code, media_type="application/json")
+            finally:
+                await answer.aclose()
         async with request.app.state.session.post(upstream + "/v1/chat/completions", data=await request.body(),
                                                   headers={"content-type": "application/json"}) as r:
             return Response(await r.read(), status_code=r.status, media_type="application/json")
@@ -195,8 +213,9 @@ def start_system(name: str, backend_url: str, tmp: Path, redis_url: str,
                                 cwd=ROOT, env=env, **quiet)  # type: ignore[call-overload]
         _wait_ready(url + "/health", proc)
         return url, [proc]
-    if name == "aiohttp_passthrough":
-        proc = subprocess.Popen([PY, __file__, "passthrough", str(port), backend_url], **quiet)  # type: ignore
+    if name in ("aiohttp_passthrough", "httpx_passthrough"):
+        proc = subprocess.Popen([PY, __file__, "passthrough", str(port), backend_url, "--client",
+                                 name.split("_")[0]], **quiet)  # type: ignore
         _wait_ready(url + "/health", proc)
         return url, [proc]
     if name == "nginx":
@@ -287,12 +306,56 @@ def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool,
     return run
 
 
+def measure_system(name: str, backend_url: str, backend_proc: subprocess.Popen[bytes], tmp: Path, redis_url: str,
+                   litellm: str, lua: Path, duration: int, label: str) -> dict[str, dict[str, Any]] | None:
+    """Start one system, measure it at concurrency 1 and 32 (after a 1 s warm-up each), stop
+    it; None when it does not start."""
+    try:
+        url, procs = (backend_url, []) if name == "direct" else start_system(name, backend_url, tmp, redis_url, litellm)
+    except RuntimeError as exc:
+        print(f"skipping {name}: {exc} (log: {tmp / (name + '.log')})", file=sys.stderr)
+        print((tmp / f"{name}.log").read_text()[-2000:], file=sys.stderr)
+        return None
+    try:
+        hit = name == "promptedge_hit_path"
+        runs: dict[str, dict[str, Any]] = {}
+        for c in (1, 32):
+            run_wrk(url, c, 1, lua, hit)  # warm-up: connections, caches, lazy imports
+            pids = [p.pid for p in procs] or [backend_proc.pid]
+            before = cache_outcomes(url, name)
+            run = runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids)
+            if before is not None:
+                run["cache_outcomes"] = outcomes = {
+                    k: v - before[k] for k, v in (cache_outcomes(url, name) or before).items()}
+                expected = "exact_hits" if hit else "misses"
+                if outcomes[expected] != sum(outcomes.values()):
+                    print(f"warning: {name} c={c} is not all {expected}: {outcomes}", file=sys.stderr)
+            print(f"{label} {name:28s} c={c:<3d} p50 {run['p50_ms']:8.3f} ms  p99 {run['p99_ms']:8.3f} ms  "
+                  f"{run['rps']:9.0f} req/s  errors {run['errors']}  cpu {run.get('cpu_ms_per_request')} ms/req",
+                  file=sys.stderr)
+        return runs
+    finally:
+        stop(procs)
+
+
+def median_runs(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per concurrency, the median of each number over the rounds (errors: the sum)."""
+    out: dict[str, dict[str, Any]] = {}
+    for cell in rounds[0]:
+        runs = [r[cell] for r in rounds]
+        out[cell] = {k: round(statistics.median(r[k] for r in runs), 3)
+                     for k in ("p50_ms", "p99_ms", "rps", "cpu_ms_per_request") if k in runs[0]}
+        out[cell]["errors"] = sum(r["errors"] for r in runs)
+    return out
+
+
 @app.command()
 def main(
     json_path: Path = typer.Option(None, "--json", help="Write the results here."),
     duration: int = typer.Option(5, help="Seconds per wrk run (after a 1 s warm-up run)."),
+    repeat: int = typer.Option(3, min=1, help="Rounds over all systems; the table shows each one's median."),
     systems: str = typer.Option("promptedge,promptedge_hit_path,promptedge_httpx_transport,promptedge_semantic,"
-                                "nginx,aiohttp_passthrough,litellm", help="Comma-separated systems besides direct."),
+                                "nginx,aiohttp_passthrough,httpx_passthrough,litellm", help="Comma-separated systems besides direct."),
     redis_url: str = typer.Option("redis://127.0.0.1:6379/14", help="Redis for the router's cache."),
     litellm: str = typer.Option("/work/litellm-venv/bin/litellm", help="LiteLLM proxy binary (skipped if absent)."),
 ) -> None:
@@ -311,38 +374,22 @@ def main(
         try:
             _wait_ready(backend_url + "/health", backend_proc)
             names = ["direct"] + [s for s in systems.split(",") if s]
-            for name in names:
-                if name == "litellm" and not Path(litellm).exists():
-                    print(f"skipping litellm: {litellm} not found", file=sys.stderr)
-                    continue
-                try:
-                    url, procs = (backend_url, []) if name == "direct" else start_system(
-                        name, backend_url, tmp, redis_url, litellm)
-                except RuntimeError as exc:
-                    print(f"skipping {name}: {exc} (log: {tmp / (name + '.log')})", file=sys.stderr)
-                    print((tmp / f"{name}.log").read_text()[-2000:], file=sys.stderr)
-                    continue
-                try:
-                    hit = name == "promptedge_hit_path"
-                    runs = {}
-                    for c in (1, 32):
-                        run_wrk(url, c, 1, lua, hit)  # warm-up: connections, caches, JIT-free but lazy imports
-                        pids = [p.pid for p in procs] or [backend_proc.pid]
-                        before = cache_outcomes(url, name)
-                        runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids)
-                        if before is not None:
-                            runs[f"c{c}"]["cache_outcomes"] = outcomes = {
-                                k: v - before[k] for k, v in (cache_outcomes(url, name) or before).items()}
-                            expected = "exact_hits" if hit else "misses"
-                            if outcomes[expected] != sum(outcomes.values()):
-                                print(f"warning: {name} c={c} is not all {expected}: {outcomes}", file=sys.stderr)
-                        print(f"{name:28s} c={c:<3d} p50 {runs[f'c{c}']['p50_ms']:8.3f} ms  "
-                              f"p99 {runs[f'c{c}']['p99_ms']:8.3f} ms  {runs[f'c{c}']['rps']:9.0f} req/s  "
-                              f"errors {runs[f'c{c}']['errors']}  cpu {runs[f'c{c}'].get('cpu_ms_per_request')} ms/req",
-                              file=sys.stderr)
-                    results[name] = {"runs": runs, "load_1m": round(os.getloadavg()[0], 2)}
-                finally:
-                    stop(procs)
+            if "litellm" in names and not Path(litellm).exists():
+                print(f"skipping litellm: {litellm} not found", file=sys.stderr)
+                names.remove("litellm")
+            rounds: dict[str, list[dict[str, dict[str, Any]]]] = {name: [] for name in names}
+            # whole rounds, every system once per round: a neighbour's burst then moves one
+            # round of every system, and the median round of each is compared
+            for round_no in range(repeat):
+                for name in names:
+                    runs = measure_system(name, backend_url, backend_proc, tmp, redis_url, litellm, lua,
+                                          duration, f"round {round_no + 1}/{repeat}")
+                    if runs is not None:
+                        rounds[name].append(runs)
+            for name, measured in rounds.items():
+                if measured:
+                    results[name] = {"runs": median_runs(measured), "rounds": measured,
+                                     "load_1m": round(os.getloadavg()[0], 2)}
         finally:
             stop([backend_proc])
     base = results["direct"]["runs"]
