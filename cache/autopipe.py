@@ -1,11 +1,13 @@
-"""Automatic pipelining: Redis commands issued while a round trip is in flight share the next one.
+"""Automatic pipelining: Redis commands issued while round trips are in flight share the next one.
 
 A router worker at concurrency 32 issues a GET per lookup, a write per store and a stats write
 per batch of lookups; one round trip each costs a send and a receive system call on both sides,
 a pooled connection and redis-py's per-command machinery. Queued here instead, the commands of
-all requests that arrive while one pipeline is out go together in the next (one connection, one
-write, one read), in the order they were issued. A lone command goes out at once, so nothing
-waits for company.
+all requests that arrive while pipelines are out go together in the next one (one connection,
+one write, one read). A command goes out at once while fewer than ``max_in_flight`` pipelines
+are out, so nothing waits for company, and a lookup never waits behind the previous request's
+store or stats write (measured with one pipeline at a time: exact hits at concurrency 1 took
+0.51 instead of 0.28 ms).
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
-Queue = Callable[[Pipeline], object]
+# queues one command on a pipeline; called on the client itself, it returns that command's awaitable
+Queue = Callable[[Pipeline | aioredis.Redis], object]
 
 
 class AutoPipeline:
-    """Runs commands on ``redis`` in non-transactional pipelines, one pipeline in flight at a time.
+    """Runs commands on ``redis`` in non-transactional pipelines, at most ``max_in_flight`` at once.
 
     ``await call(lambda pipe: pipe.get(key))`` queues one command (the callable must queue
-    exactly one) and returns its reply. Raises what Redis or the connection raised: a command
+    exactly one; it may also get the client itself, when nothing else is out) and returns its
+    reply. Commands keep their issue order within a pipeline, not
+    across pipelines in flight together (as with separate connections). Raises what Redis or the connection raised: a command
     error only to its caller, a connection error to every caller of that pipeline. A caller that
     gives up (timeout, cancellation) only stops waiting; its command may still run. A pipeline
     is abandoned after ``timeout_s`` (its callers get TimeoutError, its connection is dropped):
@@ -33,18 +38,32 @@ class AutoPipeline:
     SCRIPT EXISTS first, a second round trip per pipeline.
     """
 
-    def __init__(self, redis: aioredis.Redis, timeout_s: float = 1.0) -> None:
+    def __init__(self, redis: aioredis.Redis, timeout_s: float = 1.0, max_in_flight: int = 4) -> None:
         self._redis = redis
         self._timeout_s = timeout_s
+        self._max_in_flight = max_in_flight
         self._queue: list[tuple[Queue, asyncio.Future[Any]]] = []
-        self._runner: asyncio.Task[None] | None = None
-        self.round_trips = 0  # pipelines sent, for tests and benchmarks
+        self._runners: set[asyncio.Task[None]] = set()
+        self._direct = 0  # lone commands sent on the client itself, now out
+        self.round_trips = 0  # pipelines and lone commands sent, for tests and benchmarks
 
     async def call(self, queue: Queue) -> Any:
+        if not self._runners and not self._direct:
+            # nothing out: straight on the client, without a pipeline or a task (0.36 -> 0.31
+            # ms per exact hit at concurrency 1); what comes meanwhile queues
+            self._direct += 1
+            self.round_trips += 1
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    return await queue(self._redis)  # type: ignore[misc]
+            finally:
+                self._direct -= 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((queue, future))
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run())
+        if len(self._runners) < self._max_in_flight:
+            runner = asyncio.create_task(self._run())
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
         return await future
 
     async def _run(self) -> None:

@@ -56,10 +56,11 @@ class ResponseCache:
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
                  encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
-        # the request path's commands share round trips; a stalled one is dropped after a store's bound
-        pipe = AutoPipeline(bounded_redis or redis, max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S))
-        self._exact = ExactStore(bounded_redis or redis, self.settings.key_prefix, pipe)
-        self._stats = StatsStore(bounded_redis or redis, self.settings.key_prefix, pipe)
+        # the request path's commands share round trips; a stalled one is dropped after a store's
+        # bound. The stats writes have their own: a lookup's GET never queues behind them.
+        client, bound = bounded_redis or redis, max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S)
+        self._exact = ExactStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
+        self._stats = StatsStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
         self.semantic = SemanticCache(redis, self.settings, encoder) if self.settings.semantic_enabled else None
         self._redis_ok = True
         self._down_until = 0.0

@@ -79,3 +79,17 @@ async def test_a_stalled_connection_is_dropped_and_later_commands_go_through(red
     assert await asyncio.wait_for(auto.call(lambda pipe: pipe.ping()), 5) is True
     await client.aclose()
     server.close()
+
+
+async def test_a_command_does_not_wait_behind_a_slow_pipeline(client: aioredis.Redis) -> None:
+    # Regression: with one pipeline at a time, a lookup's GET queued behind the previous
+    # request's store or stats write. Here a pipeline blocks in Redis for 1 s (BLPOP on an
+    # empty list) and a GET issued meanwhile must be answered before it.
+    auto = AutoPipeline(client, timeout_s=5)
+    await client.set("ap:fast", "v")
+    blocked = asyncio.ensure_future(auto.call(lambda pipe: pipe.blpop(["ap:empty-list"], timeout=1)))
+    await asyncio.sleep(0.05)  # the blocking pipeline is out
+    assert await auto.call(lambda pipe: pipe.get("ap:fast")) == b"v"
+    assert not blocked.done()  # answered while the blocking pipeline was still out
+    assert await blocked is None
+    await client.delete("ap:fast")
