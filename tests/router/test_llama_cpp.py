@@ -234,8 +234,10 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
 
     # Load the server behind the router's back: only llamacpp:requests_processing can show it.
     busy = _chat(model, "Tell me a long story about a lighthouse.", max_tokens=900, stream=True)  # within the 1,024-token slot
+    busy["ignore_eos"] = True  # llama-server's own parameter: all 900 tokens, whatever the model says
     with client.stream("POST", llama + "/v1/chat/completions", json=busy) as generating:
-        next(generating.iter_lines())  # the server is generating
+        lines = generating.iter_lines()
+        next(lines)  # the server is generating
         scores = []
         # Up to 15 s: on a loaded machine a scrape can time out and the score falls back to the
         # router's own in-flight count (0 here) until the next fresh scrape.
@@ -244,5 +246,9 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
             if scores[-1] >= 1.0:
                 break
             time.sleep(0.1)
+        # Regression: ``next(generating.iter_lines())`` dropped the line iterator at once, and with it
+        # httpx closed the stream: llama-server aborted the generation after a few tokens and was
+        # idle again before the router's next scrape (failed in every full run of this module here).
+        del lines
     print(f"router: score while the server generates for another client: {scores[-1]} (after {len(scores)} reads)")
     assert scores[-1] >= 1.0
