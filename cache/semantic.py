@@ -40,6 +40,9 @@ Bounded = Callable[[Awaitable[T]], Awaitable[T]]
 _FOLLOW_BLOCK_MS = 1000
 _HEAD_CHECK_S = 30.0
 _STORE_EMBED_TIMEOUT_S = 5.0
+# The rebuild reads every entry; its client may have no socket timeout (ResponseCache's own),
+# so a Redis that stops answering must not hold start-up or the follower forever.
+_REBUILD_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,12 @@ class SemanticCache:
         self._follower = asyncio.create_task(self._follow())
 
     async def _rebuild(self) -> None:
+        """Reload the index from Redis; raises RedisError, OSError or TimeoutError (after
+        _REBUILD_TIMEOUT_S)."""
         assert self.store is not None and self.index is not None
-        tail = await self.store.stream_tail()  # before the scan: replaying overlap is idempotent
-        live = await self.store.scan_live()
+        async with asyncio.timeout(_REBUILD_TIMEOUT_S):
+            tail = await self.store.stream_tail()  # before the scan: replaying overlap is idempotent
+            live = await self.store.scan_live()
         self.index.clear()
         for entry_id, scope, vector, expires_at in live:
             self.index.add(entry_id, scope, vector, expires_at)

@@ -48,9 +48,10 @@ class ResponseCache:
     cannot be loaded the exact stage keeps working and ``healthy`` stays False.
 
     encoder: an already loaded Encoder to share (tests, benchmarks); None loads the configured
-    model. bounded_redis: the client for the exact entries and the stats (default: ``redis``),
-    every call of which this class bounds itself; it can do without a socket timeout, which
-    redis-py (8.x, Python 3.11) implements with ``asyncio.wait_for``: a Task per command.
+    model. bounded_redis: the client for the entries (exact and semantic) and the stats
+    (default: ``redis``), every call of which this class bounds itself; it can do without a
+    socket timeout, which redis-py (8.x, Python 3.11) implements with ``asyncio.wait_for``: a
+    Task per command.
     """
 
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
@@ -61,7 +62,11 @@ class ResponseCache:
         client, bound = bounded_redis or redis, max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S)
         self._exact = ExactStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
         self._stats = StatsStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
-        self.semantic = SemanticCache(redis, self.settings, encoder) if self.settings.semantic_enabled else None
+        # the semantic stage too: every call of it is bounded here (or, the index rebuild, in
+        # SemanticCache), and the router's 0.25 s socket timeout turned one slow semantic write
+        # under load into a cache marked down for a second
+        self.semantic = (SemanticCache(client, self.settings, encoder) if self.settings.semantic_enabled
+                         else None)
         self._redis_ok = True
         self._down_until = 0.0
         self._pending = PendingCounts()

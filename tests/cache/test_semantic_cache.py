@@ -285,3 +285,48 @@ async def test_redis_down_lookups_give_up_within_the_bound(encoder: Encoder) -> 
     assert cache.healthy is False
     await cache.aclose()
     await client.aclose()
+
+
+async def test_a_slow_semantic_write_is_not_an_outage(redis_url: str, encoder: Encoder) -> None:
+    # Regression: the semantic stage ran on the router's client, whose socket timeout (0.25 s in
+    # the router) failed a slow semantic write under load; the cache was marked down for 1 s.
+    # Here Redis answers through a proxy that holds replies 0.3 s while ``slow`` is set, and the
+    # router-style client times out sockets at 0.1 s.
+    from urllib.parse import urlparse
+
+    target = urlparse(redis_url)
+    slow = False
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port or 6379)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delayed: bool) -> None:
+            while data := await src.read(65536):
+                if delayed and slow:
+                    await asyncio.sleep(0.3)
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer, False), pump(up_reader, writer, True),
+                             return_exceptions=True)
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    url = f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/{(target.path or '/0').lstrip('/') or '0'}"
+    router_client = aioredis.Redis.from_url(url, socket_timeout=0.1, socket_connect_timeout=0.1)
+    cache_client = aioredis.Redis.from_url(url)
+    cache = ResponseCache(router_client, CacheSettings(redis_timeout_s=0.05, embed_timeout_s=10.0),
+                          encoder=encoder, bounded_redis=cache_client)
+    await cache.start()
+    try:
+        slow = True
+        assert await cache.store(ask(KITCHEN), answer())  # each write waits 0.3 s: within a store's 1 s
+        slow = False
+        assert cache.healthy
+        hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
+        assert hit is not None and hit.kind == "semantic"
+    finally:
+        await cache.aclose()
+        await router_client.aclose()
+        await cache_client.aclose()
+        server.close()
