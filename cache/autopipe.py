@@ -1,13 +1,13 @@
 """Automatic pipelining: Redis commands issued while round trips are in flight share the next one.
 
-A router worker at concurrency 32 issues a GET per lookup, a write per store and a stats write
-per batch of lookups; one round trip each costs a send and a receive system call on both sides,
+A router worker at concurrency 32 issues a write per store and a stats write per batch of
+lookups, after the answers; one round trip each costs a send and a receive system call on both sides,
 a pooled connection and redis-py's per-command machinery. Queued here instead, the commands of
 all requests that arrive while pipelines are out go together in the next one (one connection,
 one write, one read). A command goes out at once while fewer than ``max_in_flight`` pipelines
-are out, so nothing waits for company, and a lookup never waits behind the previous request's
-store or stats write (measured with one pipeline at a time: exact hits at concurrency 1 took
-0.51 instead of 0.28 ms).
+are out, so nothing waits for company. Not for lookups: a queued command waits for a pipeline
+to come back, and on a saturated router that pushed half the exact lookups at concurrency 32
+past their 50 ms bound (bench/router_overhead.py, hit path), so reads keep their own round trip.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class AutoPipeline:
 
     async def call(self, queue: Queue) -> Any:
         if not self._runners and not self._direct:
-            # nothing out: straight on the client, without a pipeline or a task (0.36 -> 0.31
-            # ms per exact hit at concurrency 1); what comes meanwhile queues
+            # nothing out: straight on the client, without a pipeline or a task; what comes
+            # meanwhile queues
             self._direct += 1
             self.round_trips += 1
             try:

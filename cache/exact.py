@@ -41,8 +41,8 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 class ExactStore:
     """Exact-cache entries: ``key -> JSON`` with ``SET .. EX ttl`` (never refreshed on read).
 
-    Reads and writes of single entries go through ``pipe`` (cache/autopipe.py), so concurrent
-    requests share round trips. Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
+    Writes go through ``pipe`` (cache/autopipe.py), so concurrent stores share round trips;
+    reads do not (see ``get_raw``). Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
     ``[tenant, model, key]`` scored by its expiry time (Unix s), so entries can be deleted by
     tenant and/or model; members past their expiry are pruned on every write.
 
@@ -53,7 +53,7 @@ class ExactStore:
 
     def __init__(self, redis: aioredis.Redis, prefix: str, pipe: AutoPipeline | None = None) -> None:
         self._redis = redis
-        self._pipe = pipe or AutoPipeline(redis)  # the request path's reads and writes
+        self._pipe = pipe or AutoPipeline(redis)  # writes: off the client's path, they can share
         self._owners = f"{prefix}:exact-owners"
         self.corrupt = 0
 
@@ -62,7 +62,10 @@ class ExactStore:
 
     async def get_raw(self, key: str) -> bytes | None:
         """The stored JSON at ``key`` as is (None: no entry); see decode()."""
-        return await self._pipe.call(lambda pipe: pipe.get(key))  # type: ignore[no-any-return]
+        # its own round trip, not a shared pipeline: a lookup is bounded by 50 ms, and queued
+        # behind other pipelines on a saturated router (bench/router_overhead.py, hit path at
+        # concurrency 32) half the lookups ran out of it and marked the cache down
+        return await self._redis.get(key)  # type: ignore[no-any-return]
 
     def decode(self, key: str, raw: bytes | None) -> dict[str, Any] | None:
         """The response stored at ``key`` from its raw value (None: no entry, or a corrupt one)."""

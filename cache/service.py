@@ -57,8 +57,8 @@ class ResponseCache:
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
                  encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
-        # the request path's commands share round trips; a stalled one is dropped after a store's
-        # bound. The stats writes have their own: a lookup's GET never queues behind them.
+        # writes share round trips (cache/autopipe.py), a stalled pipeline is dropped after a
+        # store's bound; the stats writes have their own, so that stores never wait behind them
         client, bound = bounded_redis or redis, max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S)
         self._exact = ExactStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
         self._stats = StatsStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
