@@ -9,8 +9,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from cache.autopipe import AutoPipeline, eval_script
-
 log = logging.getLogger(__name__)
 
 
@@ -41,8 +39,7 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 class ExactStore:
     """Exact-cache entries: ``key -> JSON`` with ``SET .. EX ttl`` (never refreshed on read).
 
-    Writes go through ``pipe`` (cache/autopipe.py), so concurrent stores share round trips;
-    reads do not (see ``get_raw``). Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
+    Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
     ``[tenant, model, key]`` scored by its expiry time (Unix s), so entries can be deleted by
     tenant and/or model; members past their expiry are pruned on every write.
 
@@ -51,10 +48,10 @@ class ExactStore:
     treated as a miss.
     """
 
-    def __init__(self, redis: aioredis.Redis, prefix: str, pipe: AutoPipeline | None = None) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
-        self._pipe = pipe or AutoPipeline(redis)  # writes: off the client's path, they can share
         self._owners = f"{prefix}:exact-owners"
+        self._set = redis.register_script(_SET_LUA)
         self.corrupt = 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
@@ -62,9 +59,6 @@ class ExactStore:
 
     async def get_raw(self, key: str) -> bytes | None:
         """The stored JSON at ``key`` as is (None: no entry); see decode()."""
-        # its own round trip, not a shared pipeline: a lookup is bounded by 50 ms, and queued
-        # behind other pipelines on a saturated router (bench/router_overhead.py, hit path at
-        # concurrency 32) half the lookups ran out of it and marked the cache down
         return await self._redis.get(key)  # type: ignore[no-any-return]
 
     def decode(self, key: str, raw: bytes | None) -> dict[str, Any] | None:
@@ -89,7 +83,7 @@ class ExactStore:
         value = raw if raw is not None else json.dumps(response, separators=(",", ":"))
         # One script (atomic, like MULTI, but one command to send and one reply to parse).
         args = [value, ttl_s, now, now + ttl_s, json.dumps([tenant, model, key])]
-        await self._pipe.call(lambda pipe: eval_script(pipe, _SET_LUA, [key, self._owners], args))
+        await self._set(keys=[key, self._owners], args=args)
 
     async def delete_where(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model (None = any); returns how many existed."""

@@ -12,7 +12,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cache import metrics
-from cache.autopipe import AutoPipeline
 from cache.embed import Encoder
 from cache.exact import ExactStore, is_complete_response
 from cache.keys import exact_key
@@ -57,11 +56,9 @@ class ResponseCache:
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
                  encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
-        # writes share round trips (cache/autopipe.py), a stalled pipeline is dropped after a
-        # store's bound; the stats writes have their own, so that stores never wait behind them
-        client, bound = bounded_redis or redis, max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S)
-        self._exact = ExactStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
-        self._stats = StatsStore(client, self.settings.key_prefix, AutoPipeline(client, bound))
+        client = bounded_redis or redis
+        self._exact = ExactStore(client, self.settings.key_prefix)
+        self._stats = StatsStore(client, self.settings.key_prefix)
         # the semantic stage too: every call of it is bounded here (or, the index rebuild, in
         # SemanticCache), and the router's 0.25 s socket timeout turned one slow semantic write
         # under load into a cache marked down for a second

@@ -18,7 +18,6 @@ CacheSettings), ``sim:{x.xx}`` (semantic hits with similarity in [x.xx, x.xx + 0
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections import Counter
@@ -27,7 +26,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from cache.autopipe import AutoPipeline, eval_script
 from cache.types import Outcome
 
 _FIELDS = ("requests", "exact_hits", "semantic_hits", "misses")
@@ -156,10 +154,10 @@ class PendingCounts:
 class StatsStore:
     """Reads and writes the counters above; redis errors propagate to the caller."""
 
-    def __init__(self, redis: aioredis.Redis, prefix: str, pipe: AutoPipeline | None = None) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
-        self._pipe = pipe or AutoPipeline(redis)
         self._prefix = prefix
+        self._record = redis.register_script(_RECORD_LUA)
 
     def _script_input(self, bucket_t: float, ints: dict[str, int],
                       floats: dict[str, float]) -> tuple[list[str], list[str | int | float]]:
@@ -172,12 +170,11 @@ class StatsStore:
         return [f"{self._prefix}:stats:all", f"{self._prefix}:stats:b:{int(bucket_t // BUCKET_S)}"], args
 
     async def record_pending(self, taken: dict[int, tuple[Counter[str], Counter[str]]]) -> None:
-        """Add a ``PendingCounts.take()`` batch: one script per bucket (each also adds to the
-        all-time hash, so every increment is counted there once), sharing a round trip with the
-        other commands of the moment (cache/autopipe.py)."""
-        inputs = [self._script_input(bucket, ints, floats) for bucket, (ints, floats) in taken.items()]
-        await asyncio.gather(*(self._pipe.call(lambda pipe, k=keys, a=args: eval_script(pipe, _RECORD_LUA, k, a))
-                               for keys, args in inputs))
+        """Add a ``PendingCounts.take()`` batch: one script call per bucket (usually one; each
+        also adds to the all-time hash, so every increment is counted there once)."""
+        for bucket, (ints, floats) in taken.items():
+            keys, args = self._script_input(bucket, ints, floats)
+            await self._record(keys=keys, args=args)
 
     async def read(self, now: float | None = None) -> dict[str, Any]:
         """The ``/cache/stats`` JSON: all-time totals at the top level (requests, exact_hits,
