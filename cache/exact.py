@@ -82,8 +82,8 @@ class ExactStore:
         now = time.time()
         value = raw if raw is not None else json.dumps(response, separators=(",", ":"))
         # One script (atomic, like MULTI, but one command to send and one reply to parse).
-        args = [value, ttl_s, now, now + ttl_s, json.dumps([tenant, model, key])]
-        await self._set(keys=[key, self._owners], args=args)
+        await self._set(keys=[key, self._owners], args=[value, ttl_s, now, now + ttl_s,
+                                                        json.dumps([tenant, model, key])])
 
     async def delete_where(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model (None = any); returns how many existed."""

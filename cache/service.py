@@ -169,7 +169,7 @@ class ResponseCache:
                 await self._bounded(self._stats.record_pending(taken), max(self.settings.redis_timeout_s,
                                                                            _STORE_TIMEOUT_S))
             except CacheUnavailable:
-                self._pending.restore(taken)  # kept for the next write: an outage loses no counts
+                self._pending.restore(taken)  # what is not in Redis yet waits for the next write
                 return
 
     async def flush_stats(self) -> None:

@@ -171,10 +171,14 @@ class StatsStore:
 
     async def record_pending(self, taken: dict[int, tuple[Counter[str], Counter[str]]]) -> None:
         """Add a ``PendingCounts.take()`` batch: one script call per bucket (usually one; each
-        also adds to the all-time hash, so every increment is counted there once)."""
-        for bucket, (ints, floats) in taken.items():
+        also adds to the all-time hash, so every increment is counted there once). A bucket is
+        removed from ``taken`` once written, so after a failure ``taken`` holds what is not in
+        Redis yet. Raises redis errors."""
+        for bucket in sorted(taken):
+            ints, floats = taken[bucket]
             keys, args = self._script_input(bucket, ints, floats)
             await self._record(keys=keys, args=args)
+            del taken[bucket]
 
     async def read(self, now: float | None = None) -> dict[str, Any]:
         """The ``/cache/stats`` JSON: all-time totals at the top level (requests, exact_hits,

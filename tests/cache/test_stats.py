@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 
 import pytest
@@ -108,3 +109,33 @@ async def test_counts_are_kept_through_a_failed_write(client: aioredis.Redis,
     assert await cache_.lookup(request()) is not None
     stats = await cache_.stats()
     assert (stats["requests"], stats["exact_hits"]) == (2, 2)
+
+
+async def test_a_write_that_fails_between_buckets_counts_each_lookup_once(client: aioredis.Redis) -> None:
+    # A batch spanning a 10-second boundary is written bucket by bucket; when the second write
+    # fails, only that bucket may be written again.
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, semantic_enabled=False))
+    store = cache._stats
+    real = store._record
+    calls = 0
+
+    async def second_fails(**kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RedisConnectionError("connection reset")
+        return await real(**kwargs)
+
+    store._record = second_fails  # type: ignore[method-assign]
+    pending = PendingCounts()
+    t0 = (int(time.time()) // BUCKET_S) * BUCKET_S
+    pending.add(LookupEvent("m", "a", "miss"), t0 - BUCKET_S + 1)
+    pending.add(LookupEvent("m", "a", "miss"), t0 + 1)
+    taken = pending.take()
+    with pytest.raises(RedisConnectionError):
+        await store.record_pending(taken)
+    assert sorted(taken) == [t0]  # the older bucket is in Redis, the newer one is not
+    await store.record_pending(taken)
+    stats = await store.read(now=t0 + 1)
+    assert stats["requests"] == stats["misses"] == 2
+    assert stats["windows"]["1m"]["requests"] == 2
