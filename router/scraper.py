@@ -80,9 +80,17 @@ class Scraper:
         return parse_metrics(response.content)
 
     async def _probe(self, replica: Replica) -> None:
+        detail = ""
         try:
             response = await self.client.get(replica.url + replica.spec.health_path)
             ok = response.status_code == 200
-        except httpx.HTTPError:
+            detail = f"{replica.spec.health_path} answered {response.status_code}"
+        except httpx.HTTPError as exc:
             ok = False
+            detail = f"{replica.spec.health_path} failed: {exc!r}"
+        was_up = replica.health.up
         replica.health.probe(ok)
+        if replica.health.up != was_up:
+            # an operator's first question when latency moves: which replica came or went, and when
+            log.warning("replica %s of pool %s is %s (%s)", replica.url, replica.spec.model,
+                        "up" if replica.health.up else "down", detail)

@@ -137,3 +137,29 @@ async def test_replica_gone_between_probes_is_retried_on_another(start_replica, 
     assert served_by(answers) == [survivor.url] * 4
     text = (await client.get(router.url + "/metrics")).text
     assert f'promptedge_router_retries_total{{pool="{MODEL}"}}' in text
+
+
+async def test_a_replica_coming_and_going_is_logged(start_replica, start_router, client,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # Found in a README trial: a replica that went down or came back showed only in /health,
+    # nothing in the router's log.
+    caplog.set_level("WARNING", logger="router.scraper")
+    replica = await start_replica()
+    router = await start_router([replica.url], health_interval_s=0.05, health_fall=1)
+
+    async def ready() -> int:
+        return (await client.get(router.url + "/health")).json()["pools"][MODEL]["ready"]
+
+    for _ in range(200):
+        if await ready() == 1:
+            break
+        await asyncio.sleep(0.05)
+    await replica.stop()
+    for _ in range(200):
+        if await ready() == 0:
+            break
+        await asyncio.sleep(0.05)
+    lines = [r.getMessage() for r in caplog.records if r.name == "router.scraper"]
+    assert f"replica {replica.url} of pool {MODEL} is up (/health answered 200)" in lines
+    assert any(line.startswith(f"replica {replica.url} of pool {MODEL} is down (/health failed: ")
+               for line in lines), lines
