@@ -27,10 +27,11 @@ T = TypeVar("T")
 # After a Redis failure, requests skip the cache for this long instead of each paying the timeout.
 _RETRY_AFTER_S = 1.0
 _ADMIN_TIMEOUT_S = 30.0
-# A store runs after the client has its answer and writes more than a lookup reads (the entry,
-# its vector, the stream event): bounding it by the lookup's budget (50 ms by default) made one
-# slow write mark Redis down and turn every lookup off for _RETRY_AFTER_S.
-_STORE_TIMEOUT_S = 1.0
+# Work off the client's path (a store, which writes more than a lookup reads: the entry, its
+# vector, the stream event; the stats writes; the stats read) is bounded by at least this:
+# bounding it by the lookup's budget (50 ms by default) made one slow write mark Redis down and
+# turn every lookup off for _RETRY_AFTER_S.
+_OFF_PATH_TIMEOUT_S = 1.0
 
 
 class CacheUnavailable(Exception):
@@ -93,6 +94,10 @@ class ResponseCache:
         await self.flush_stats()
         if self.semantic is not None:
             await self.semantic.close()
+
+    @property
+    def _off_path_timeout_s(self) -> float:
+        return max(self.settings.redis_timeout_s, _OFF_PATH_TIMEOUT_S)
 
     async def _bounded(self, op: Awaitable[T], timeout_s: float | None = None) -> T:
         if time.monotonic() < self._down_until:
@@ -166,8 +171,7 @@ class ResponseCache:
         while self._pending:
             taken = self._pending.take()
             try:
-                await self._bounded(self._stats.record_pending(taken), max(self.settings.redis_timeout_s,
-                                                                           _STORE_TIMEOUT_S))
+                await self._bounded(self._stats.record_pending(taken), self._off_path_timeout_s)
             except CacheUnavailable:
                 self._pending.restore(taken)  # what is not in Redis yet waits for the next write
                 return
@@ -214,10 +218,9 @@ class ResponseCache:
         if not self.settings.enabled or req.control.no_store or not is_complete_response(response):
             return False
         ttl_s = self.ttl_for(req)
-        store_timeout_s = max(self.settings.redis_timeout_s, _STORE_TIMEOUT_S)
 
         def bounded(op: Awaitable[T]) -> Awaitable[T]:
-            return self._bounded(op, store_timeout_s)
+            return self._bounded(op, self._off_path_timeout_s)
 
         try:
             await bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
@@ -248,7 +251,7 @@ class ResponseCache:
         """The ``/cache/stats`` JSON (see StatsStore.read) plus ``semantic`` {state, error,
         entries indexed here}; raises CacheUnavailable. This worker's lookups so far are in it."""
         await self.flush_stats()
-        out = await self._bounded(self._stats.read(), max(self.settings.redis_timeout_s, 1.0))
+        out = await self._bounded(self._stats.read(), self._off_path_timeout_s)
         sem = self.semantic
         out["semantic"] = {
             "state": "disabled" if sem is None else sem.state,
