@@ -80,7 +80,6 @@ class Scraper:
         return parse_metrics(response.content)
 
     async def _probe(self, replica: Replica) -> None:
-        detail = ""
         try:
             response = await self.client.get(replica.url + replica.spec.health_path)
             ok = response.status_code == 200
