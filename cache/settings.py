@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -95,3 +96,16 @@ class CacheSettings(BaseSettings):
     def lanes(self) -> int:
         """Forward passes the embedder runs at once: embed_lanes, else one per CPU."""
         return self.embed_lanes if self.embed_lanes is not None else max(1, os.cpu_count() or 1)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its user information (``user:password@``) replaced by ``***@``, for log lines
+    and error messages; a URL without user information comes back unchanged, one that does not
+    parse as ``***`` when it contains ``@``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***" if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))

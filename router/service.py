@@ -33,7 +33,9 @@ from router.state import RouterState
 from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
-_FORWARD_HEADERS = ("authorization", "x-request-id")
+# The client's Authorization is its key to the router, not to a replica: never forwarded, except
+# with forward_client_key to a replica without a backend key of the router's (router/credentials.py).
+_FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
 MAX_ATTEMPTS = 3
@@ -179,6 +181,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
     for name in _FORWARD_HEADERS:
         if name in headers:
             forward[name] = headers[name]
+    client_key = headers.get("authorization") if state.settings.forward_client_key else None
     # A pool with replicas reserved for long prompts (router/lanes.py); even when they are down,
     # so that the answer says the request left its lane.
     reserved = any(r.spec.role != lanes.NORMAL for r in state.pools.by_model.get(rec.target, ()))
@@ -198,7 +201,9 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
         lease = replica.lease()
         opened = False
         try:
-            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, forward,
+            authorization = replica.authorization or client_key
+            sent = forward if authorization is None else {**forward, "authorization": authorization}
+            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, sent,
                                                  timeouts.connect_s, timeouts.ttfb_s)
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:
