@@ -18,6 +18,8 @@ class CacheSettings(BaseSettings):
     min_ttl_s / max_ttl_s: bounds for a per-request TTL override.
     redis_timeout_s: upper bound on one cache round trip; past it the request is served uncached.
     key_prefix: prefix of every Redis key the cache writes.
+    health_interval_s: seconds between background PINGs (from ``ResponseCache.start``) that keep
+      ``healthy`` true to Redis while no request arrives (bounded to 0.05..60 s).
 
     Semantic stage (issue 3; see cache/README.md):
     semantic_enabled: look up by meaning after an exact miss.
@@ -55,6 +57,7 @@ class CacheSettings(BaseSettings):
     max_ttl_s: int = Field(7 * 24 * 3600, ge=1)
     redis_timeout_s: float = Field(0.05, gt=0)
     key_prefix: str = "promptedge:cache"
+    health_interval_s: float = Field(1.0, ge=0.05, le=60)
 
     semantic_enabled: bool = True
     embedding_model: str | None = None
