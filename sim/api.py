@@ -130,6 +130,8 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         if isinstance(req.prompt, list) and len(req.prompt) > 1:
             return _error("prompt: batched prompts are not supported by the sim", "BadRequestError", "prompt", 400)
         prompt_tokens = estimate_text_tokens(req.prompt_text())
+        if req.echo and req.stream:
+            return _error("echo: not supported with stream by the sim", "BadRequestError", "echo", 400)
     else:
         prompt_tokens = estimate_chat_tokens(m.text() for m in req.messages)
     if not rep.engine.ready:
@@ -153,7 +155,8 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         await handle.done.wait()
     finally:
         rep.engine.abort(handle)
-    body = r.completion_body(kind, req_id, req.model, filler(0, max_tokens), prompt_tokens, max_tokens)
+    echoed = req.prompt_text() if isinstance(req, CompletionRequest) and req.echo else ""
+    body = r.completion_body(kind, req_id, req.model, echoed + filler(0, max_tokens), prompt_tokens, max_tokens)
     return JSONResponse(body)
 
 

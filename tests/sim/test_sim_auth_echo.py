@@ -1,4 +1,5 @@
-"""``--api-key`` as in vLLM: every /v1 route needs the bearer key; /health and /metrics stay open."""
+"""``--api-key`` as in vLLM (every /v1 route needs the bearer key; /health and /metrics stay open),
+and ``echo`` on completions."""
 
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ async def test_no_key_set_means_no_check(serve_replica) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         response = await client.post("/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer anything"})
         assert response.status_code == 200
+
+
+async def test_completion_echo_starts_the_text_with_the_prompt(serve_replica) -> None:
+    url = await serve_replica()
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        body = {"model": MODEL, "prompt": "zebra quartz", "max_tokens": 3, "echo": True}
+        text = (await client.post("/v1/completions", json=body)).json()["choices"][0]["text"]
+        plain = (await client.post("/v1/completions", json={**body, "echo": False})).json()["choices"][0]["text"]
+        assert text == "zebra quartz" + plain and len(plain.split()) == 3  # concatenated, as vLLM does
+        assert (await client.post("/v1/completions", json={**body, "stream": True})).status_code == 400
