@@ -29,8 +29,25 @@ async def test_client_key_is_not_forwarded_to_a_replica(start_replica, start_rou
     router = await start_router([replica.url])
     response = await client.post(f"{router.url}/v1/chat/completions", json=CHAT,
                                  headers={"authorization": f"Bearer {TENANT_KEY}", **NO_CACHE})
-    assert response.status_code != 200
+    # The replica refused the router, not the client: a 502 saying so, not the replica's 401,
+    # which would tell the client that its own (valid) key is wrong.
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "replica_auth_failed"
     assert TENANT_KEY not in response.text
+
+
+async def test_a_wrong_backend_key_is_a_502_that_never_shows_the_key(start_replica, start_router, client,
+                                                                      tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    key_file = tmp_path / "vllm-key"
+    key_file.write_text("sk-stale-rotated-key")
+    replica = await start_replica(api_key=BACKEND_KEY)
+    router = await start_router([replica.url], backend_keys={"*": {"file": str(key_file)}})
+    response = await client.post(f"{router.url}/v1/chat/completions", json=CHAT, headers=NO_CACHE)
+    assert response.status_code == 502 and response.json()["error"]["code"] == "replica_auth_failed"
+    assert "sk-stale-rotated-key" not in response.text + caplog.text
+    # a refused credential says nothing about the replica's health: it stays in the pool
+    assert (await client.get(f"{router.url}/health")).json()["pools"][MODEL]["ready"] == 1
 
 
 async def test_forward_client_key_setting_forwards_it(start_replica, start_router, client) -> None:
