@@ -141,3 +141,20 @@ async def test_redis_with_a_password_caches_and_no_log_line_shows_it(
         assert (await client.post(f"{wrong.url}/v1/chat/completions", json=CHAT)).status_code == 200
         assert (await client.get(f"{wrong.url}/health")).json()["status"] == "degraded"
     assert password not in caplog.text
+
+
+def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from router.credentials import CredentialError, Credentials
+    from router.discovery_file import load_replicas_file
+
+    monkeypatch.delenv("H13_UNSET_KEY", raising=False)
+    path = tmp_path / "replicas.yaml"
+    path.write_text(f"replicas:\n  - url: http://127.0.0.1:8001\n    model: {MODEL}\n"
+                    "    backend_key: {env: H13_UNSET_KEY}\n")
+    specs = load_replicas_file(path)
+    with pytest.raises(CredentialError, match="env H13_UNSET_KEY"):
+        Credentials({}).check(specs)
+    monkeypatch.setenv("H13_UNSET_KEY", "sk-yaml")
+    Credentials({}).check(specs)
+    assert Credentials({}).authorization(specs[0].url, MODEL, specs[0].backend_key) == "Bearer sk-yaml"
