@@ -158,3 +158,20 @@ def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(tmp_pa
     monkeypatch.setenv("H13_UNSET_KEY", "sk-yaml")
     Credentials({}).check(specs)
     assert Credentials({}).authorization(specs[0].url, MODEL, specs[0].backend_key) == "Bearer sk-yaml"
+
+
+def test_secret_ref_needs_exactly_one_source_and_refuses_what_is_not_a_key(tmp_path: Path) -> None:
+    from router.credentials import MAX_KEY_BYTES, CredentialError, SecretRef
+
+    for bad in ({}, {"file": "/a", "env": "B"}, {"value": "sk-x"}):
+        with pytest.raises(ValidationError):
+            SecretRef.model_validate(bad)
+    cases = {"empty": "\n", "two tokens": "sk-a sk-b", "control char": "sk-\x07", "too large": "k" * (MAX_KEY_BYTES + 1)}
+    for name, content in cases.items():
+        path = tmp_path / name.replace(" ", "-")
+        path.write_text(content)
+        with pytest.raises(CredentialError) as info:
+            SecretRef(file=path).read()
+        assert str(path) in str(info.value) and (len(content.strip()) < 3 or content.strip() not in str(info.value))
+    with pytest.raises(CredentialError, match="cannot read"):
+        SecretRef(file=tmp_path / "missing").read()
