@@ -14,13 +14,18 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from cache.service import CacheUnavailable, ResponseCache
-from cache.settings import CacheSettings
+from cache.settings import CacheSettings, redact_url
 
 app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_completion=False)
 
 
 def _redis_url() -> str:
     return os.environ.get("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _shown_redis_url() -> str:
+    """The Redis URL for messages: a password or user name in it replaced by ``***``."""
+    return redact_url(_redis_url())
 
 
 def _settings(**overrides: float) -> CacheSettings:
@@ -52,7 +57,7 @@ def stats() -> None:
     try:
         typer.echo(json.dumps(asyncio.run(run()), indent=2))
     except CacheUnavailable as exc:
-        typer.echo(f"error: Redis at {_redis_url()} unavailable: {exc}", err=True)
+        typer.echo(f"error: Redis at {_shown_redis_url()} unavailable: {exc}", err=True)
         raise typer.Exit(1) from None
 
 
@@ -77,7 +82,7 @@ def delete(
     try:
         typer.echo(json.dumps(asyncio.run(run())))
     except CacheUnavailable as exc:
-        typer.echo(f"error: Redis at {_redis_url()} unavailable: {exc}", err=True)
+        typer.echo(f"error: Redis at {_shown_redis_url()} unavailable: {exc}", err=True)
         raise typer.Exit(1) from None
 
 

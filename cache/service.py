@@ -69,6 +69,8 @@ class ResponseCache:
         self._down_until = 0.0
         self._pending = PendingCounts()
         self._flusher: asyncio.Task[None] | None = None
+        self._client = client
+        self._prober: asyncio.Task[None] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -76,11 +78,14 @@ class ResponseCache:
         return self._redis_ok and (self.semantic is None or self.semantic.state != "failed")
 
     async def start(self, wait: bool = True) -> None:
-        """Load the embedding model and rebuild the semantic index (call from the app's lifespan).
+        """Start the background health probe, load the embedding model and rebuild the semantic
+        index (call from the app's lifespan).
 
         wait=False returns at once and loads in the background: until ready, lookups are
         exact-only and counted as skipped (``model_loading``).
         """
+        if self._prober is None:
+            self._prober = asyncio.create_task(self._probe_loop())
         if self.semantic is None:
             return
         if wait:
@@ -91,9 +96,36 @@ class ResponseCache:
     async def aclose(self) -> None:
         """Write the counts not yet in Redis, then stop background work (index follower,
         encoder thread)."""
+        if self._prober is not None:
+            self._prober.cancel()
+            await asyncio.gather(self._prober, return_exceptions=True)
+            self._prober = None
         await self.flush_stats()
         if self.semantic is not None:
             await self.semantic.close()
+
+    async def probe(self) -> bool:
+        """PING Redis now, bounded like work off the client's path, whether or not Redis is
+        marked down; sets ``healthy``'s Redis part from the answer (and on success lets lookups
+        use Redis again at once). Returns it; never raises."""
+        try:
+            async with asyncio.timeout(self._off_path_timeout_s):
+                await self._client.ping()
+        except (RedisError, OSError, asyncio.TimeoutError):
+            self._redis_ok = False
+            return False
+        if not self._redis_ok:
+            log.warning("cache available again: Redis answers")
+        self._redis_ok = True
+        self._down_until = 0.0
+        return True
+
+    async def _probe_loop(self) -> None:
+        # Without it, an idle router stayed "degraded" after Redis came back until a request
+        # happened to reach the cache (issue 13, finding 9).
+        while True:
+            await asyncio.sleep(self.settings.health_interval_s)
+            await self.probe()
 
     @property
     def _off_path_timeout_s(self) -> float:

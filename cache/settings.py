@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,6 +18,8 @@ class CacheSettings(BaseSettings):
     min_ttl_s / max_ttl_s: bounds for a per-request TTL override.
     redis_timeout_s: upper bound on one cache round trip; past it the request is served uncached.
     key_prefix: prefix of every Redis key the cache writes.
+    health_interval_s: seconds between background PINGs (from ``ResponseCache.start``) that keep
+      ``healthy`` true to Redis while no request arrives (bounded to 0.05..60 s).
 
     Semantic stage (issue 3; see cache/README.md):
     semantic_enabled: look up by meaning after an exact miss.
@@ -54,6 +57,7 @@ class CacheSettings(BaseSettings):
     max_ttl_s: int = Field(7 * 24 * 3600, ge=1)
     redis_timeout_s: float = Field(0.05, gt=0)
     key_prefix: str = "promptedge:cache"
+    health_interval_s: float = Field(1.0, ge=0.05, le=60)
 
     semantic_enabled: bool = True
     embedding_model: str | None = None
@@ -95,3 +99,16 @@ class CacheSettings(BaseSettings):
     def lanes(self) -> int:
         """Forward passes the embedder runs at once: embed_lanes, else one per CPU."""
         return self.embed_lanes if self.embed_lanes is not None else max(1, os.cpu_count() or 1)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its user information (``user:password@``) replaced by ``***@``, for log lines
+    and error messages; a URL without user information comes back unchanged, one that does not
+    parse as ``***`` when it contains ``@``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***" if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from router.app import create_app
-from router.discovery import DiscoveryError
+from router.credentials import CredentialError, Credentials
+from router.discovery import DiscoveryError, StaticSource
 from router.discovery_config import build_source
 from router.settings import RouterSettings
 from router.tracing import TracingError, check_exporter
@@ -45,7 +46,9 @@ def serve(
     try:
         check_exporter(settings.otel_exporter)
         source = build_source(settings)
-    except (DiscoveryError, TracingError) as exc:
+        # read every backend key now: a missing one is a start-up error, not a 401 per request
+        Credentials(settings.backend_keys).check(source.specs if isinstance(source, StaticSource) else ())
+    except (DiscoveryError, TracingError, CredentialError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     logging.basicConfig(level=log_level.upper(), format="%(message)s")

@@ -125,6 +125,8 @@ def apply(pools: Pools, snapshot: Iterable[DiscoveredReplica]) -> Changes:
             continue
         if want.draining and not replica.health.draining:
             changes.draining.append(replica.url)
+        if want.spec != replica.spec:
+            replica.authorization = pools.authorization(want.spec)
         replica.spec = want.spec
         replica.health.draining = want.draining
         by_model[replica.spec.model].append(replica)
@@ -132,7 +134,7 @@ def apply(pools: Pools, snapshot: Iterable[DiscoveredReplica]) -> Changes:
     for url, want in wanted.items():
         if url in kept or want.draining:
             continue
-        by_model.setdefault(want.spec.model, []).append(Replica(want.spec, pools.health))
+        by_model.setdefault(want.spec.model, []).append(pools.new_replica(want.spec))
         changes.added.append(url)
     pools.by_model = by_model
     return changes

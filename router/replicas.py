@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from router.credentials import Credentials
 from router.dispatch import ReplicaView
 from router.health import HealthConfig, HealthState
 from router.settings import ReplicaSpec
@@ -18,11 +19,15 @@ from router.speed import Speed, observe, sample
 
 
 class Replica:
-    """One upstream server: its spec, the router's open requests to it, signals and health."""
+    """One upstream server: its spec, the router's open requests to it, signals and health.
 
-    def __init__(self, spec: ReplicaSpec, health: HealthConfig) -> None:
+    authorization: the ``Authorization`` header value the router sends it (its backend key,
+    router/credentials.py), None for none; never logged."""
+
+    def __init__(self, spec: ReplicaSpec, health: HealthConfig, authorization: str | None = None) -> None:
         self.spec = spec
         self.url = spec.url
+        self.authorization = authorization
         self.inflight = 0
         self.signals: Signals | None = None
         self.scraped_at: float | None = None  # monotonic seconds
@@ -73,13 +78,26 @@ class Lease:
 
 
 class Pools:
-    """Replicas grouped by the model they serve (pool name = model name)."""
+    """Replicas grouped by the model they serve (pool name = model name); ``credentials``:
+    the backend keys replicas get when they are created (None: no keys)."""
 
-    def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig) -> None:
+    def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig,
+                 credentials: Credentials | None = None) -> None:
         self.health = health  # for replicas added later by discovery (router/discovery.py)
+        self.credentials = credentials
         self.by_model: dict[str, list[Replica]] = {}
         for spec in specs:
-            self.by_model.setdefault(spec.model, []).append(Replica(spec, health))
+            self.by_model.setdefault(spec.model, []).append(self.new_replica(spec))
+
+    def authorization(self, spec: ReplicaSpec) -> str | None:
+        """The ``Authorization`` value for a replica of ``spec`` (None: no backend key)."""
+        if self.credentials is None:
+            return None
+        return self.credentials.authorization(spec.url, spec.model, spec.backend_key)
+
+    def new_replica(self, spec: ReplicaSpec) -> Replica:
+        """A replica of ``spec`` with this pool set's health thresholds and its backend key."""
+        return Replica(spec, self.health, self.authorization(spec))
 
     def __contains__(self, model: str) -> bool:
         return model in self.by_model

@@ -33,7 +33,9 @@ from router.state import RouterState
 from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
-_FORWARD_HEADERS = ("authorization", "x-request-id")
+# The client's Authorization is its key to the router, not to a replica: never forwarded, except
+# with forward_client_key to a replica without a backend key of the router's (router/credentials.py).
+_FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
 MAX_ATTEMPTS = 3
@@ -83,7 +85,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
         if upstream.status_code >= 400:
-            return await _upstream_failed(rec, upstream, lease)
+            return await _upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
         if stream:
             return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease))
         content = await _read(upstream, lease)
@@ -179,6 +181,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
     for name in _FORWARD_HEADERS:
         if name in headers:
             forward[name] = headers[name]
+    client_key = headers.get("authorization") if state.settings.forward_client_key else None
     # A pool with replicas reserved for long prompts (router/lanes.py); even when they are down,
     # so that the answer says the request left its lane.
     reserved = any(r.spec.role != lanes.NORMAL for r in state.pools.by_model.get(rec.target, ()))
@@ -198,7 +201,9 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
         lease = replica.lease()
         opened = False
         try:
-            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, forward,
+            authorization = replica.authorization or client_key
+            sent = forward if authorization is None else {**forward, "authorization": authorization}
+            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, sent,
                                                  timeouts.connect_s, timeouts.ttfb_s)
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:
@@ -232,14 +237,21 @@ async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
         lease.release()
 
 
-async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease) -> Response:
+async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
     """A replica answered >= 400: a client error (4xx) is relayed as is, a 5xx becomes 502.
-    Neither is cached."""
+    Neither is cached. A 401/403 is the replica refusing the router's credential (none or the
+    backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
+    unless the client's own key was forwarded (``forward_client_key``), then relayed."""
     status = upstream.status_code
     try:
         content = await read_body(upstream, lease.replica.url)
     finally:
         lease.release()
+    if status in (401, 403) and not (client_key_sent and lease.replica.authorization is None):
+        # Not a health signal either: the replica answered; its pool's key is misconfigured.
+        raise UpstreamError(f"replica {lease.replica.url} refused the router's credentials ({status}): check "
+                            f"PROMPTEDGE_ROUTER_BACKEND_KEYS / the replica's backend_key", code="replica_auth_failed",
+                            headers={"x-promptedge-replica": lease.replica.url})
     if status < 500:
         lease.replica.health.on_success(time.monotonic())
         rec.status = status

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from router.credentials import SecretRef
 
 Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two"]
 Transport = Literal["aiohttp", "httpx"]
@@ -26,8 +29,13 @@ class ReplicaSpec(BaseModel):
     vLLM, SGLang and llama.cpp's llama-server serve /health, llama-cpp-python does not:
     use /v1/models there); metrics_path: Prometheus text, None when the server has none
     (dispatch then uses the router's in-flight counts only); role: ``long`` reserves the
-    replica for long prompts, ``normal`` (default) takes the rest (router/lanes.py).
+    replica for long prompts, ``normal`` (default) takes the rest (router/lanes.py);
+    backend_key: where the router's key for this replica lives (``{"file": path}`` or
+    ``{"env": name}``, router/credentials.py), overriding the pool's ``backend_keys``.
+    Unknown fields are errors (a typo must not silently drop a setting), in every source.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     url: str
     model: str
@@ -36,13 +44,30 @@ class ReplicaSpec(BaseModel):
     health_path: str = "/health"
     metrics_path: str | None = "/metrics"
     role: Literal["normal", "long"] = "normal"
+    backend_key: SecretRef | None = None
 
     @field_validator("url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("replica url must start with http:// or https://")
+        _no_userinfo(value)
         return value.rstrip("/")
+
+    @field_validator("gpu_metrics_url")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        if value is not None:
+            _no_userinfo(value)
+        return value
+
+
+def _no_userinfo(url: str) -> None:
+    """Refuse ``user:pass@`` in a URL: URLs are logged and shown in /metrics; a key belongs in
+    ``backend_key`` (the message does not repeat the URL)."""
+    if "@" in urlsplit(url).netloc:
+        raise ValueError("a replica URL must not carry credentials (user:password@); "
+                         "give the key as backend_key {\"file\": ...} or {\"env\": ...}")
 
 
 class Timeouts(BaseModel):
@@ -89,6 +114,9 @@ class RouterSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
+    # pool or "*" -> where the router's key for that pool's replicas lives (router/credentials.py)
+    backend_keys: dict[str, SecretRef] = Field(default_factory=dict)
+    forward_client_key: bool = False  # send the client's own Authorization to replicas without a backend key
     admin_key: str | None = None  # bearer key for DELETE /cache; None switches the route off
     clock_origin: float | None = None
     clock_scale: float = Field(1.0, gt=0)

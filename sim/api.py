@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -72,6 +73,8 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
         rep: Replica = request.app.state.replica
+        if not _authorized(request, rep):
+            return _unauthorized()
         return JSONResponse(r.models_body(rep.settings.model, rep.profile.max_model_len))
 
     @app.get("/metrics")
@@ -99,8 +102,23 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
     return app
 
 
+def _authorized(request: Request, rep: Replica) -> bool:
+    """True when no key is set, or the request's bearer token is the key (constant-time)."""
+    key = rep.settings.api_key
+    if key is None:
+        return True
+    given = request.headers.get("authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+
+
+def _unauthorized() -> JSONResponse:
+    return _error("invalid or missing API key", "AuthenticationError", None, 401)
+
+
 async def _complete(request: Request, kind: r.Kind) -> Response:
     rep: Replica = request.app.state.replica
+    if not _authorized(request, rep):
+        return _unauthorized()
     schema = ChatRequest if kind == "chat" else CompletionRequest
     try:
         req = schema.model_validate_json(await request.body())
@@ -112,6 +130,8 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         if isinstance(req.prompt, list) and len(req.prompt) > 1:
             return _error("prompt: batched prompts are not supported by the sim", "BadRequestError", "prompt", 400)
         prompt_tokens = estimate_text_tokens(req.prompt_text())
+        if req.echo and req.stream:
+            return _error("echo: not supported with stream by the sim", "BadRequestError", "echo", 400)
     else:
         prompt_tokens = estimate_chat_tokens(m.text() for m in req.messages)
     if not rep.engine.ready:
@@ -135,7 +155,8 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         await handle.done.wait()
     finally:
         rep.engine.abort(handle)
-    body = r.completion_body(kind, req_id, req.model, filler(0, max_tokens), prompt_tokens, max_tokens)
+    echoed = req.prompt_text() if isinstance(req, CompletionRequest) and req.echo else ""
+    body = r.completion_body(kind, req_id, req.model, echoed + filler(0, max_tokens), prompt_tokens, max_tokens)
     return JSONResponse(body)
 
 

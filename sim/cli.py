@@ -31,6 +31,8 @@ def serve(
     max_model_len: Annotated[Optional[int], typer.Option(
         min=1, help="Most tokens (prompt + max_tokens) of one request; longer ones get a 400, as in vLLM "
                     "(default: the profile's, a100 32768, t4 8192).")] = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        help="As vLLM's --api-key: /v1 routes need 'Authorization: Bearer KEY' (env PROMPTEDGE_SIM_API_KEY).")] = None,
 ) -> None:
     """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics)."""
     import uvicorn
@@ -42,7 +44,7 @@ def serve(
     overrides = {
         k: v
         for k, v in dict(port=port, model=model, profile=profile, warmup_s=warmup_s, host=host, fail_rate=fail_rate,
-                         max_model_len=max_model_len).items()
+                         max_model_len=max_model_len, api_key=api_key).items()
         if v is not None
     }
     if hang:

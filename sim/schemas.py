@@ -65,6 +65,7 @@ class ChatRequest(_Common):
 
 class CompletionRequest(_Common):
     prompt: str | list[str] = Field(min_length=1)
+    echo: bool = False  # as OpenAI/vLLM: the answer's text starts with the prompt (non-stream only here)
 
     def prompt_text(self) -> str:
         """The single prompt; a batch of several prompts is refused by the API layer."""

@@ -13,7 +13,10 @@ class SimSettings(BaseSettings):
     streaming client costs one chunk per interval instead of one per engine step;
     ``max_model_len``: most tokens (prompt + max_tokens) of one request, as vLLM's
     ``--max-model-len``; None keeps the profile's (a100 32,768, t4 8,192). It must fit in the
-    profile's KV cache (``create_app`` raises ValueError otherwise)."""
+    profile's KV cache (``create_app`` raises ValueError otherwise);
+    ``api_key``: as vLLM's ``--api-key``, every ``/v1`` route then needs
+    ``Authorization: Bearer <api_key>`` (401 otherwise); ``/health``, ``/metrics`` and
+    ``/sim/faults`` stay open, as vLLM leaves its non-``/v1`` routes open."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -27,3 +30,4 @@ class SimSettings(BaseSettings):
     stream_interval_s: float = Field(default=0.05, gt=0)
     seed: int = 0
     max_model_len: int | None = Field(default=None, ge=1)
+    api_key: str | None = Field(default=None, min_length=1, repr=False)

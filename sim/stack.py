@@ -169,3 +169,59 @@ class Stack:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
         self._redis_tmp = None
+
+
+class RedisServer:
+    """A ``redis-server`` child process on 127.0.0.1:``port`` (default: a free one) without
+    persistence, for fault tests: :meth:`kill` (SIGKILL, no goodbye to clients) and
+    :meth:`start` again on the same port. ``password`` sets ``requirepass``; :attr:`url`
+    carries it (``redis://:password@...``), so never log :attr:`url`. Raises StackError when
+    the binary is missing or the server does not answer within 10 s."""
+
+    def __init__(self, port: int | None = None, password: str | None = None, binary: str = "redis-server") -> None:
+        self.port = port or free_port()
+        self.password = password
+        self.binary = binary
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://[:password@]127.0.0.1:port/0``."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        """Start the server (a no-op while it runs) and wait until it accepts connections."""
+        if self.process is not None and self.process.poll() is None:
+            return self
+        if shutil.which(self.binary) is None:
+            raise StackError(f"{self.binary} not found on PATH")
+        args = [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise StackError(f"redis-server on port {self.port} exited with code {self.process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise StackError(f"redis-server on port {self.port} did not accept connections within 10 s")
+
+    def kill(self) -> None:
+        """SIGKILL the server and reap it; idempotent."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

@@ -60,6 +60,8 @@ class PrometheusSource:
             response = self._client.get("/api/v1/query_range", params=params)
             response.raise_for_status()
             body = response.json()
+        except httpx.HTTPStatusError as exc:  # its message repeats the URL, password included
+            raise SourceUnavailable(f"Prometheus query_range answered HTTP {exc.response.status_code}") from None
         except (httpx.HTTPError, ValueError) as exc:
             raise SourceUnavailable(f"Prometheus query_range failed: {exc}") from None
         if body.get("status") != "success" or body.get("data", {}).get("resultType") != "matrix":

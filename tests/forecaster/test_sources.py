@@ -171,3 +171,14 @@ def test_prometheus_error_is_source_unavailable(prometheus: tuple[str, type[_Pro
         PrometheusSource(url, "up", 60.0, 3600, timeout_s=2).fetch(1_700_000_000.0)
     with pytest.raises(SourceUnavailable):  # nothing listens there
         PrometheusSource("http://127.0.0.1:9", "up", 60.0, 3600, timeout_s=1).fetch(1_700_000_000.0)
+
+
+def test_prometheus_error_never_shows_the_urls_password(prometheus: tuple[str, type[_Prometheus]]) -> None:
+    # Prometheus behind basic auth, its password in the URL (issue 13, finding 7): an HTTP error
+    # must name the status, not echo the URL with the password.
+    url, handler = prometheus
+    handler.status = 401
+    with pytest.raises(SourceUnavailable) as info:
+        PrometheusSource(url.replace("http://", "http://promuser:pw-prom-h13@"), "up", 60.0, 3600,
+                         timeout_s=2).fetch(1_700_000_000.0)
+    assert "401" in str(info.value) and "pw-prom-h13" not in str(info.value)
