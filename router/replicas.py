@@ -52,24 +52,28 @@ class Replica:
     def lease(self) -> Lease:
         """Count one request as open on this replica until the lease is released."""
         self.inflight += 1
-        self.health.on_dispatch(time.monotonic())
-        return Lease(self)
+        return Lease(self, self.health.on_dispatch(time.monotonic()))
 
 
 class Lease:
-    """An open request on a replica; :meth:`release` is idempotent so every exit path may call it."""
+    """An open request on a replica; :meth:`release` is idempotent so every exit path may call it.
+    ``trial``: the request is its half-open circuit's trial (router/health.py)."""
 
-    __slots__ = ("replica", "_open")
+    __slots__ = ("replica", "trial", "_open")
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, trial: bool = False) -> None:
         self.replica = replica
+        self.trial = trial
         self._open = True
 
     def release(self) -> None:
-        """Close the request (decrements the replica's in-flight count once)."""
+        """Close the request (decrements the replica's in-flight count once; ends a trial, so a
+        trial that ended without a verdict does not hold the circuit half-open forever)."""
         if self._open:
             self._open = False
             self.replica.inflight -= 1
+            if self.trial:
+                self.replica.health.end_trial()
 
 
 class Pools:
@@ -91,8 +95,10 @@ class Pools:
     def eligible(self, model: str, now: float, exclude: frozenset[str] = frozenset()) -> list[Replica]:
         """Replicas of ``model``'s pool that may take a request now, minus ``exclude`` URLs.
 
-        Latency-outlier ejection never empties a pool: if it would, ejected replicas count.
+        When none admits, the last resort (router/health.py): replicas that are up and still
+        answer, though ejected or with a circuit opened by server errors, rather than a 503
+        for every client of the pool.
         """
         pool = [r for r in self.by_model.get(model, ()) if r.url not in exclude]
         ready = [r for r in pool if r.health.admits(now)]
-        return ready or [r for r in pool if r.health.admits(now, ignore_ejection=True)]
+        return ready or [r for r in pool if r.health.admits(now, last_resort=True)]
