@@ -20,9 +20,10 @@ from httpx_aiohttp import AiohttpTransport
 from router.errors import UpstreamError, UpstreamTimeout
 
 RETRYABLE_STATUS = frozenset({429, 503})
-# Idle pooled connections are closed after this many seconds, well before the replica's own
-# keep-alive timeout (uvicorn's default, which vLLM's API server keeps, is 5 s), so the router
-# does not write a request into a connection the replica is closing at that moment.
+# Idle pooled connections are closed after this many seconds, before the replica's own
+# keep-alive timeout (uvicorn's --timeout-keep-alive defaults to 5 s; vLLM's OpenAI server and
+# the sim run on uvicorn), so the router does not write a request into a connection the replica
+# is closing at that moment: such a request might have been read, so it is never retried.
 KEEPALIVE_EXPIRY_S = 2.0
 
 
