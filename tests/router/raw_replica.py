@@ -11,7 +11,8 @@ router's probes mark it up) and fails completion requests (``POST``) at the stag
 - ``partial_body``: reads the request, sends complete headers and part of the body (for a
   ``stream: true`` request, one SSE event of a chunked stream), closes.
 
-``connections`` counts accepted connections that carried (or could have carried) a completion
+With ``idle_close_s`` it closes a keep-alive connection that carried no request for that
+long, as servers do (uvicorn after 5 s). ``connections`` counts accepted connections that carried (or could have carried) a completion
 request; ``requests`` counts completion requests read whole. Every socket is closed by
 :meth:`stop`.
 """
@@ -38,10 +39,12 @@ def _chunk(data: bytes) -> bytes:
 class RawReplica:
     """One loopback HTTP/1.1 server with a settable failure ``mode`` (see module docstring)."""
 
-    def __init__(self, mode: str = "ok") -> None:
+    def __init__(self, mode: str = "ok", idle_close_s: float | None = None) -> None:
         self.mode = mode
+        self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long (None: never)
         self.connections = 0
         self.requests = 0
+        self.idle_closes = 0
         self.url = ""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -70,7 +73,11 @@ class RawReplica:
                     # completion connections, so count it as a completion connection.
                     self.connections += 1
                     return
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_close_s)
+                except TimeoutError:
+                    self.idle_closes += 1
+                    return
                 lines = head.decode("latin-1").split("\r\n")
                 method, path = lines[0].split(" ")[:2]
                 length = 0

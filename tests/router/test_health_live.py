@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections import Counter
 
 from tests.router.conftest import CHAT, FAST
@@ -36,7 +37,7 @@ async def test_server_errors_do_not_close_a_one_replica_pool(start_replica, star
     await client.post(replica.url + "/sim/faults", json={"fail_rate": 1.0})
     failed = [await client.post(router.url + URL, json=ask(10 + i)) for i in range(12)]
     assert [a.status_code for a in failed] == [502] * 12
-    assert router.app.state.router.pools.all()[0].health.circuit(__import__("time").monotonic()) == "open"
+    assert router.app.state.router.pools.all()[0].health.circuit(time.monotonic()) == "open"
     await client.post(replica.url + "/sim/faults", json={"fail_rate": 0.0})
     answer = await client.post(router.url + URL, json=ask(30))
     assert answer.status_code == 200, answer.text

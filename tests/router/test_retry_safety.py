@@ -110,6 +110,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_keep_alive_connection_the_replica_closed_while_idle_is_not_used(transport, start_router,
+                                                                                 client) -> None:
+    # The replica closes idle connections sooner than the router expires them (0.3 s < 2 s):
+    # the transports see the close while the connection sits in the pool and open a new one,
+    # so the next request is neither lost nor a 502.
+    replica = await RawReplica(idle_close_s=0.3).start()
+    try:
+        router = await quiet_router(start_router, [replica.url], transport)
+        answers = []
+        for i in range(3):
+            answers.append(await client.post(router.url + URL, json={**CHAT, "temperature": 0.1 * i}))
+            await asyncio.sleep(0.6)
+        assert [a.status_code for a in answers] == [200] * 3
+        assert replica.requests == 3 and replica.idle_closes >= 2
+    finally:
+        await replica.stop()
+
+
 def _start_sim(port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
