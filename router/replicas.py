@@ -14,7 +14,7 @@ from router.dispatch import ReplicaView
 from router.health import HealthConfig, HealthState
 from router.settings import ReplicaSpec
 from router.signals import Signals
-from router.speed import Speed, observe, sample
+from router.speed import Speed, current, observe, sample
 
 
 class Replica:
@@ -29,6 +29,7 @@ class Replica:
         self.inflight_at_scrape = 0
         self.health = HealthState(health)
         self.speed: Speed | None = None  # learned seconds per output token (router/speed.py)
+        self._retest = False  # a request was sent to re-test a stale estimate (router/speed.py)
 
     def observe(self, signals: Signals, now: float) -> None:
         """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time."""
@@ -42,7 +43,8 @@ class Replica:
         monotonic seconds."""
         per_token = sample(duration_s, completion_tokens, prompt_tokens)
         if per_token is not None:
-            self.speed = observe(self.speed, per_token, now)
+            self.speed = observe(self.speed, per_token, now, retest=self._retest)
+            self._retest = False
 
     def view(self, now: float) -> ReplicaView:
         """An immutable snapshot for dispatch."""
@@ -50,9 +52,14 @@ class Replica:
         return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed)
 
     def lease(self) -> Lease:
-        """Count one request as open on this replica until the lease is released."""
+        """Count one request as open on this replica until the lease is released. A request
+        sent while the replica's learned speed is stale and nothing is in flight is its
+        re-test: its sample replaces the estimate (router/speed.py)."""
+        now = time.monotonic()
+        if self.speed is not None and current(self.speed, self.inflight, now) is None:
+            self._retest = True
         self.inflight += 1
-        return Lease(self, self.health.on_dispatch(time.monotonic()))
+        return Lease(self, self.health.on_dispatch(now))
 
 
 class Lease:

@@ -156,8 +156,9 @@ def test_a_stale_estimate_of_an_idle_replica_is_retested_and_replaced_by_the_nex
     assert current(stalled, 0, 100.0 + C.retest_s - 0.1) is stalled
     assert current(stalled, 0, 100.0 + C.retest_s) is None  # idle and stale: measured again
     assert current(stalled, 1, 100.0 + C.retest_s) is stalled  # a request is already measuring it
-    fresh = observe(stalled, 0.01, 100.0 + C.retest_s)
+    fresh = observe(stalled, 0.01, 100.0 + C.retest_s, retest=True)  # the re-test's sample replaces it
     assert fresh.s_per_token == 0.01 and fresh.samples == stalled.samples + 1
+    assert observe(stalled, 0.01, 100.0 + C.retest_s).s_per_token > 0.5  # any other sample moves it by alpha
     assert slowness([learned(0.01, at=106.0), fresh], 106.0) == [1.0, 1.0]
 
 
@@ -165,6 +166,6 @@ def test_a_genuinely_slow_replica_keeps_its_factor_through_a_retest() -> None:
     fast, t4 = learned(0.01, at=100.0), learned(0.03, at=100.0)
     later = 100.0 + 2 * C.retest_s
     assert current(t4, 0, later) is None  # idle for a while: one request re-tests it ...
-    t4 = observe(t4, 0.03, later)  # ... and measures it slow again
+    t4 = observe(t4, 0.03, later, retest=True)  # ... and measures it slow again
     fast = observe(fast, 0.01, later)
     assert slowness([fast, t4], later) == pytest.approx([1.0, 3.0 - C.dead_band], rel=0.05)
