@@ -48,6 +48,9 @@ async def test_a_stalled_replica_rejoins_within_seconds_after_it_recovers(start_
     state = router.app.state.router
     assert all(r.inflight == 0 for r in state.pools.all())
     after = [(t - released, url) for t, url, _ in served if t > released + 0.5]  # the held ones are done
+    per_second = [Counter(url == stalled.url for dt, url in after if s <= dt < s + 1) for s in range(12)]
+    print("seconds after release: requests to the recovered replica / all:",
+          " ".join(f"{c[True]}/{c[True] + c[False]}" for c in per_second))
     late = Counter(url for dt, url in after if dt > 8.0)
     total = sum(late.values())
     # In the last 4 s it takes its share again (a third, less timing noise), not 0 of hundreds.
