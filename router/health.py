@@ -16,7 +16,8 @@ unlucky answers:
   then it is half-open and lets one trial request through at a time: a good answer closes it,
   a server error or connect failure opens it again, a trial without a verdict (timed out,
   client gone, 429/503) lets the next request be the trial.
-- Timeouts, 429 and 503 answers and 4xx answers are no evidence either way.
+- Timeouts and 429 and 503 answers are no evidence either way (the caller records nothing);
+  a 4xx answer is a good answer (the replica works, the request was bad).
 - Outlier ejection: when the p99 of the last ``window`` TTFTs is above ``outlier_p99_s``
   (default 2 s), the replica is ejected for ``eject_s``.
 - The last resort (``admits(now, last_resort=True)``, used by ``Pool.eligible`` when no replica
