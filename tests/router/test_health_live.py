@@ -66,7 +66,10 @@ async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(s
     replicas = [await start_replica(roomy), await start_replica(roomy)]
     # P2's time to first byte is short; a non-stream request's first byte comes after its
     # whole generation (300 tokens x 5 ms = 1.5 s), so every P2 request here times out.
-    router = await start_router([r.url for r in replicas], timeouts={"P2": {"ttfb_s": 0.2}})
+    # Connect timeouts are generous: everything here shares one event loop on a loaded 2-core
+    # machine, and a loopback connect that waits over 1 s for the loop is a connect failure.
+    router = await start_router([r.url for r in replicas], timeouts={"P1": {"connect_s": 10.0},
+                                                                     "P2": {"ttfb_s": 0.2, "connect_s": 10.0}})
     slow = [asyncio.create_task(client.post(router.url + URL, json=ask(i, max_tokens=300),
                                             headers={"x-priority": "P2"}))
             for i in range(48)]
