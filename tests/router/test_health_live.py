@@ -17,6 +17,13 @@ from tests.router.conftest import CHAT, FAST
 URL = "/v1/chat/completions"
 
 
+def hold_circuits_open(router, seconds: float = 60.0) -> None:
+    """Keep an opened circuit open for ``seconds`` rather than 5 s, so that what a test sends
+    after it opened does not meet the half-open trial on a slow, loaded machine."""
+    for replica in router.app.state.router.pools.all():
+        replica.health.config = dataclasses.replace(replica.health.config, open_s=seconds)
+
+
 def ask(i: int, **fields) -> dict:
     return {**CHAT, "messages": [{"role": "user", "content": f"question {i}"}], **fields}
 
@@ -24,6 +31,7 @@ def ask(i: int, **fields) -> dict:
 async def test_server_errors_do_not_close_a_one_replica_pool(start_replica, start_router, client) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
+    hold_circuits_open(router)
     await client.post(replica.url + "/sim/faults", json={"fail_rate": 1.0})
     failed = [await client.post(router.url + URL, json=ask(i)) for i in range(3)]
     assert [a.status_code for a in failed] == [502] * 3
@@ -48,6 +56,7 @@ async def test_a_replica_failing_at_a_rate_is_ejected_while_another_serves(start
     bad = await start_replica()
     good = await start_replica()
     router = await start_router([bad.url, good.url])
+    hold_circuits_open(router)
     await client.post(bad.url + "/sim/faults", json={"fail_rate": 1.0})
     statuses = Counter()
     for i in range(30):
