@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from router.signals import Signals
-from router.speed import Speed, SpeedConfig, slowness
+from router.speed import Speed, SpeedConfig, current, slowness
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +165,8 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
     cool = [v for v in views if not hot(v, weights)] or list(views)
     scores = [score(v, weights) for v in cool]
     if weights.speed is not None and len(cool) > 1:
-        factors = slowness([v.speed for v in cool], ctx.now, weights.speed)
+        factors = slowness([current(v.speed, v.inflight, ctx.now, weights.speed) for v in cool], ctx.now,
+                           weights.speed)
         if factors is not None:
             scores = [(s + 1.0) * f - 1.0 if f != 1.0 else s for s, f in zip(scores, factors)]  # speed_adjusted
     if ctx.session is not None or ctx.preferred is not None:

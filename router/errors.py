@@ -86,17 +86,25 @@ class RateLimited(APIError):
 
 
 class UpstreamError(APIError):
-    """502: the replica failed (error status, unreachable, broke off, timed out)."""
+    """502: the replica failed (error status, unreachable, broke off, timed out).
+
+    ``evidence``: what the failure says about the replica's health (router/health.py):
+    ``server_error`` (it answered 5xx or broke its answer off), ``connect_failure`` (no
+    connection could be made), or None (no evidence: a deadline or a busy answer).
+    """
 
     status = 502
     type = "upstream_error"
+    evidence: str | None = "server_error"
 
 
 class UpstreamTimeout(UpstreamError):
-    """504: the replica did not answer in time (TTFB or stream idle timeout)."""
+    """504: the replica did not answer in time (TTFB or stream idle timeout). The deadline is
+    the request's priority class, which the client chose, so it is no evidence of ill health."""
 
     status = 504
     type = "timeout"
+    evidence = None
 
 
 class NoReplica(APIError):

@@ -1,17 +1,29 @@
 """Replica health: active probes, passive circuit breaker, latency-outlier ejection.
 
 Pure state machines driven by explicit ``now`` values (seconds, monotonic clock), so they are
-tested without I/O or sleeping.
+tested without I/O or sleeping. Health is judged only on evidence that the replica itself is
+unhealthy, never on a deadline a client chose (its priority's time-to-first-byte) nor on a few
+unlucky answers:
 
 - Active (``/health`` probes): a replica is *up* after ``rise`` consecutive successes and
   *down* after ``fall`` consecutive failures. It starts down, so a replica that is still
   warming up (vLLM answers 503 or nothing while loading a model) gets no traffic.
-- Passive circuit breaker: ``failures`` consecutive request failures open the circuit for
-  ``open_s``; then it is half-open and lets exactly one trial request through; its success
-  closes the circuit, its failure opens it again.
+- Passive circuit breaker, opened for ``open_s`` by either
+  - ``connect_failures`` consecutive requests that could not connect at all, or
+  - server errors (5xx answers, answers broken off) at a *rate*: at least ``error_rate`` of
+    the answers of the last ``error_window_s`` seconds, counted only once that window holds
+    ``error_min_samples`` answers;
+  then it is half-open and lets one trial request through at a time: a good answer closes it,
+  a server error or connect failure opens it again, a trial without a verdict (timed out,
+  client gone, 429/503) lets the next request be the trial.
+- Timeouts and 429 and 503 answers are no evidence either way (the caller records nothing);
+  a 4xx answer is a good answer (the replica works, the request was bad).
 - Outlier ejection: when the p99 of the last ``window`` TTFTs is above ``outlier_p99_s``
-  (default 2 s), the replica is ejected for ``eject_s``; the pool never ejects its last
-  replicas this way (see ``Pool.eligible``).
+  (default 2 s), the replica is ejected for ``eject_s``.
+- The last resort (``admits(now, last_resort=True)``, used by ``Pool.eligible`` when no replica
+  of a pool admits): a replica that is up, not draining and still answers (its circuit was
+  opened by server errors, or it is ejected) takes requests rather than leaving the whole pool
+  with a 503; one that cannot be connected to does not.
 """
 
 from __future__ import annotations
@@ -22,16 +34,23 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class HealthConfig:
-    """Thresholds (counts and seconds) for :class:`HealthState`."""
+    """Thresholds (counts, seconds, a 0..1 rate) for :class:`HealthState`."""
 
     rise: int = 1
     fall: int = 2
-    failures: int = 3
+    connect_failures: int = 3
+    error_rate: float = 0.5
+    error_window_s: float = 30.0
+    error_min_samples: int = 10
     open_s: float = 5.0
     outlier_p99_s: float = 2.0
     window: int = 50
     min_samples: int = 20
     eject_s: float = 10.0
+
+
+CONNECT_FAILURE = "connect_failure"
+SERVER_ERROR = "server_error"
 
 
 class HealthState:
@@ -41,8 +60,14 @@ class HealthState:
         self.config = config
         self.up = False
         self._streak = 0  # >0: consecutive probe successes, <0: consecutive failures
-        self._failures = 0
+        self._connect_failures = 0  # consecutive
+        # answers of the error window in one-second buckets [second, answers, server errors]:
+        # at most error_window_s + 1 buckets whatever the request rate
+        self._buckets: deque[list[int]] = deque()
+        self._answers = 0
+        self._errors = 0
         self._open_until: float | None = None
+        self._open_reason = ""  # CONNECT_FAILURE | SERVER_ERROR while the circuit is not closed
         self._trial_out = False
         self._ttfts: deque[float] = deque(maxlen=config.window)
         self.ejected_until = 0.0
@@ -62,36 +87,65 @@ class HealthState:
             return "closed"
         return "open" if now < self._open_until else "half_open"
 
-    def admits(self, now: float, *, ignore_ejection: bool = False) -> bool:
-        """True if a request may be sent now (probe up, not draining, circuit not open, not ejected)."""
-        if not self.up or self.draining or (now < self.ejected_until and not ignore_ejection):
+    def admits(self, now: float, *, last_resort: bool = False) -> bool:
+        """True if a request may be sent now (probe up, not draining, circuit not open, not
+        ejected). ``last_resort``: ignore ejection and a circuit opened by server errors (the
+        replica answers), not one opened by connect failures."""
+        if not self.up or self.draining:
+            return False
+        if last_resort:
+            return self._open_until is None or self._open_reason != CONNECT_FAILURE or now >= self._open_until
+        if now < self.ejected_until:
             return False
         if self._open_until is None:
             return True
         return now >= self._open_until and not self._trial_out
 
-    def on_dispatch(self, now: float) -> None:
-        """Call when a request is sent; in half-open state it becomes the single trial."""
-        if self._open_until is not None and now >= self._open_until:
+    def on_dispatch(self, now: float) -> bool:
+        """Call when a request is sent; True when it is the half-open circuit's trial (then
+        call :meth:`end_trial` when the request ends, whatever its outcome)."""
+        if self._open_until is not None and now >= self._open_until and not self._trial_out:
             self._trial_out = True
+            return True
+        return False
+
+    def end_trial(self) -> None:
+        """The trial request ended; without a verdict the next request is the next trial."""
+        self._trial_out = False
 
     def on_success(self, now: float, ttft_s: float | None = None) -> None:
         """A request got a good answer (``ttft_s``: its time to first byte, if measured)."""
-        self._failures = 0
-        self._open_until = None
-        self._trial_out = False
+        self._connect_failures = 0
+        if self._open_until is not None and now >= self._open_until:
+            self._close()
+        self._count(now, error=False)
         if ttft_s is not None:
             self._ttfts.append(ttft_s)
             if len(self._ttfts) >= self.config.min_samples and self.p99() > self.config.outlier_p99_s:
                 self.ejected_until = now + self.config.eject_s
                 self._ttfts.clear()
 
-    def on_failure(self, now: float) -> None:
-        """A request failed at the replica (unreachable, 5xx, broke off, timed out)."""
-        self._failures += 1
-        if self._trial_out or self._failures >= self.config.failures:
-            self._open_until = now + self.config.open_s
-            self._trial_out = False
+    def on_evidence(self, evidence: str | None, now: float) -> None:
+        """A request failed: ``evidence`` is ``server_error``, ``connect_failure`` or None
+        (no evidence: nothing is recorded)."""
+        if evidence == SERVER_ERROR:
+            self._connect_failures = 0
+            self._count(now, error=True)
+            config = self.config
+            half_open = self._open_until is not None and now >= self._open_until
+            if half_open or (self._open_until is None and self._answers >= config.error_min_samples
+                             and self._errors >= config.error_rate * self._answers):
+                self._open(now, SERVER_ERROR)
+        elif evidence == CONNECT_FAILURE:
+            self._connect_failures += 1
+            half_open = self._open_until is not None and now >= self._open_until
+            if half_open or self._connect_failures >= self.config.connect_failures:
+                self._open(now, CONNECT_FAILURE)
+
+    def error_ratio(self, now: float) -> float:
+        """Server errors over answers in the last ``error_window_s`` (0 when none)."""
+        self._expire(now)
+        return self._errors / self._answers if self._answers else 0.0
 
     def p99(self) -> float:
         """p99 of the recent TTFT window in seconds (0 when empty)."""
@@ -99,3 +153,33 @@ class HealthState:
             return 0.0
         ordered = sorted(self._ttfts)
         return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+    def _open(self, now: float, reason: str) -> None:
+        self._open_until = now + self.config.open_s
+        self._open_reason = reason
+        self._trial_out = False
+
+    def _close(self) -> None:
+        self._open_until = None
+        self._open_reason = ""
+        self._trial_out = False
+        self._buckets.clear()  # judged afresh from here
+        self._answers = self._errors = 0
+
+    def _count(self, now: float, *, error: bool) -> None:
+        self._expire(now)
+        second, buckets = int(now), self._buckets
+        if not buckets or buckets[-1][0] != second:
+            buckets.append([second, 0, 0])
+        buckets[-1][1] += 1
+        buckets[-1][2] += error
+        self._answers += 1
+        self._errors += error
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.config.error_window_s
+        buckets = self._buckets
+        while buckets and buckets[0][0] + 1 <= horizon:
+            _, answers, errors = buckets.popleft()
+            self._answers -= answers
+            self._errors -= errors

@@ -91,7 +91,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         now = time.monotonic()
         if failed:
             rec.status = failed[0].status
-            lease.replica.health.on_failure(now)
+            lease.replica.health.on_evidence(getattr(failed[0], "evidence", None), now)
         elif result is None:
             rec.status = 499  # the client left before the end
         else:

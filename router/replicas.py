@@ -15,7 +15,7 @@ from router.dispatch import ReplicaView
 from router.health import HealthConfig, HealthState
 from router.settings import ReplicaSpec
 from router.signals import Signals
-from router.speed import Speed, observe, sample
+from router.speed import Speed, current, observe, sample
 
 
 class Replica:
@@ -34,6 +34,7 @@ class Replica:
         self.inflight_at_scrape = 0
         self.health = HealthState(health)
         self.speed: Speed | None = None  # learned seconds per output token (router/speed.py)
+        self._retest = False  # a request was sent to re-test a stale estimate (router/speed.py)
 
     def observe(self, signals: Signals, now: float) -> None:
         """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time."""
@@ -47,7 +48,8 @@ class Replica:
         monotonic seconds."""
         per_token = sample(duration_s, completion_tokens, prompt_tokens)
         if per_token is not None:
-            self.speed = observe(self.speed, per_token, now)
+            self.speed = observe(self.speed, per_token, now, retest=self._retest)
+            self._retest = False
 
     def view(self, now: float) -> ReplicaView:
         """An immutable snapshot for dispatch."""
@@ -55,26 +57,35 @@ class Replica:
         return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed)
 
     def lease(self) -> Lease:
-        """Count one request as open on this replica until the lease is released."""
+        """Count one request as open on this replica until the lease is released. A request
+        sent while the replica's learned speed is stale and nothing is in flight is its
+        re-test: its sample replaces the estimate (router/speed.py)."""
+        now = time.monotonic()
+        if self.speed is not None and current(self.speed, self.inflight, now) is None:
+            self._retest = True
         self.inflight += 1
-        self.health.on_dispatch(time.monotonic())
-        return Lease(self)
+        return Lease(self, self.health.on_dispatch(now))
 
 
 class Lease:
-    """An open request on a replica; :meth:`release` is idempotent so every exit path may call it."""
+    """An open request on a replica; :meth:`release` is idempotent so every exit path may call it.
+    ``trial``: the request is its half-open circuit's trial (router/health.py)."""
 
-    __slots__ = ("replica", "_open")
+    __slots__ = ("replica", "trial", "_open")
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, trial: bool = False) -> None:
         self.replica = replica
+        self.trial = trial
         self._open = True
 
     def release(self) -> None:
-        """Close the request (decrements the replica's in-flight count once)."""
+        """Close the request (decrements the replica's in-flight count once; ends a trial, so a
+        trial that ended without a verdict does not hold the circuit half-open forever)."""
         if self._open:
             self._open = False
             self.replica.inflight -= 1
+            if self.trial:
+                self.replica.health.end_trial()
 
 
 class Pools:
@@ -109,8 +120,10 @@ class Pools:
     def eligible(self, model: str, now: float, exclude: frozenset[str] = frozenset()) -> list[Replica]:
         """Replicas of ``model``'s pool that may take a request now, minus ``exclude`` URLs.
 
-        Latency-outlier ejection never empties a pool: if it would, ejected replicas count.
+        When none admits, the last resort (router/health.py): replicas that are up and still
+        answer, though ejected or with a circuit opened by server errors, rather than a 503
+        for every client of the pool.
         """
         pool = [r for r in self.by_model.get(model, ()) if r.url not in exclude]
         ready = [r for r in pool if r.health.admits(now)]
-        return ready or [r for r in pool if r.health.admits(now, ignore_ejection=True)]
+        return ready or [r for r in pool if r.health.admits(now, last_resort=True)]

@@ -206,16 +206,16 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
             response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, sent,
                                                  timeouts.connect_s, timeouts.ttfb_s)
             opened = True
-        except (ConnectFailed, RetryableStatus) as exc:
-            replica.health.on_failure(time.monotonic())
+        except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
+            replica.health.on_evidence(exc.evidence, time.monotonic())
             tried.add(replica.url)
             last = exc
             if attempt + 1 < MAX_ATTEMPTS:
                 rec.retries += 1
                 state.metrics.retries.labels(rec.pool).inc()
             continue
-        except APIError:
-            replica.health.on_failure(time.monotonic())
+        except UpstreamError as exc:  # may have reached the replica: never sent twice
+            replica.health.on_evidence(exc.evidence, time.monotonic())
             raise
         finally:
             if not opened:  # also on cancellation (client gone while connecting)
@@ -230,8 +230,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
 async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
     try:
         return await read_body(upstream, lease.replica.url)
-    except APIError:
-        lease.replica.health.on_failure(time.monotonic())
+    except UpstreamError as exc:
+        lease.replica.health.on_evidence(exc.evidence, time.monotonic())
         raise
     finally:
         lease.release()
@@ -257,7 +257,7 @@ async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, 
         rec.status = status
         return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
                         headers=_miss_headers(rec, lease))
-    lease.replica.health.on_failure(time.monotonic())
+    lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
     detail = content[:300].decode(errors="replace")
     raise UpstreamError(f"replica {lease.replica.url} answered {status}: {detail}", code="replica_error",
                         headers={"x-promptedge-replica": lease.replica.url})

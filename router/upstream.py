@@ -7,22 +7,97 @@ both, see router/README.md for the numbers behind the default.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from types import SimpleNamespace
+from typing import Any
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from router.errors import UpstreamError, UpstreamTimeout
 
 RETRYABLE_STATUS = frozenset({429, 503})
+# Idle pooled connections are closed after this many seconds, before the replica's own
+# keep-alive timeout (uvicorn's --timeout-keep-alive defaults to 5 s; vLLM's OpenAI server and
+# the sim run on uvicorn), so the router does not write a request into a connection the replica
+# is closing at that moment: such a request might have been read, so it is never retried.
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 class ConnectFailed(UpstreamError):
-    """The replica could not be reached (nothing was sent): safe to retry elsewhere."""
+    """No connection to the replica was ever established (refused, unreachable, connect
+    timeout): nothing was sent, so the request is safe to retry elsewhere."""
+
+    evidence = "connect_failure"
 
 
 class RetryableStatus(UpstreamError):
     """The replica answered 429 or 503 before any byte reached the client: retry elsewhere."""
+
+    evidence = None  # busy or not ready: not a fault (the /health probes judge readiness)
+
+
+class Progress:
+    """How far one request got on the wire, recorded by the transports' trace hooks.
+
+    traced: the transport reported on this request at all (without that, nothing is
+    assumed and no failure is retryable); connected: a connection (new or pooled) carried it;
+    sent: its request headers were written.
+    """
+
+    __slots__ = ("traced", "connected", "sent")
+
+    def __init__(self) -> None:
+        self.traced = False
+        self.connected = False
+        self.sent = False
+
+    async def httpcore_event(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's ``trace`` extension (``connection.connect_tcp.complete``,
+        ``http11.send_request_headers.started``, ...)."""
+        self.traced = True
+        if name == "connection.connect_tcp.complete" or name.startswith(("http11.", "http2.")):
+            self.connected = True
+        if ".send_request_headers." in name:
+            self.sent = True
+
+
+# aiohttp's trace hooks have no per-request handle that survives httpx-aiohttp, so the
+# request's Progress travels in a context variable (set in the task that sends the request;
+# aiohttp runs the hooks in that task).
+_PROGRESS: ContextVar[Progress | None] = ContextVar("promptedge_upstream_progress", default=None)
+
+
+def _aiohttp_hook(attribute: str) -> Any:
+    async def hook(session: aiohttp.ClientSession, context: SimpleNamespace, params: Any) -> None:
+        progress = _PROGRESS.get()
+        if progress is not None:
+            progress.traced = True
+            if attribute:
+                setattr(progress, attribute, True)
+    return hook
+
+
+def _aiohttp_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(_aiohttp_hook(""))
+    trace.on_connection_create_end.append(_aiohttp_hook("connected"))
+    trace.on_connection_reuseconn.append(_aiohttp_hook("connected"))
+    trace.on_request_headers_sent.append(_aiohttp_hook("sent"))
+    return trace
+
+
+def _timed_out(exc: httpx.HTTPError) -> bool:
+    """Whether the transport gave up waiting, judged from the original error: httpx-aiohttp
+    maps every dropped aiohttp connection ("Server disconnected") to ``httpx.ConnectTimeout``,
+    so there httpx's class says nothing; httpx's own transport maps faithfully."""
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientError):
+        return isinstance(cause, asyncio.TimeoutError)  # ServerTimeoutError and its subclasses
+    return isinstance(exc, httpx.TimeoutException)
 
 
 class Upstream:
@@ -30,14 +105,22 @@ class Upstream:
 
     transport: ``aiohttp`` (httpx-aiohttp) or ``httpx`` (httpcore). Requests go straight to the
     transport as ``httpx.Request`` objects: the client layer (auth, redirects, cookies, event
-    hooks) has nothing to do for a proxy and costs a measurable share of a request.
+    hooks) has nothing to do for a proxy and costs a measurable share of a request. Both
+    transports trace each request's progress (connection, request headers written), which is
+    what decides whether a failure may be retried (:meth:`open`).
     """
 
     def __init__(self, transport: str, max_connections: int) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.transport: httpx.AsyncBaseTransport = (
-            AiohttpTransport(limits=limits) if transport == "aiohttp" else httpx.AsyncHTTPTransport(limits=limits)
-        )
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        self._httpcore = transport != "aiohttp"
+        if self._httpcore:
+            self.transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=limits)
+        else:
+            def session() -> aiohttp.ClientSession:  # made on first use, inside the event loop
+                connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S)
+                return aiohttp.ClientSession(connector=connector, trace_configs=[_aiohttp_trace()])
+            self.transport = AiohttpTransport(limits=limits, client=session)
         self._urls: dict[str, httpx.URL] = {}
 
     async def aclose(self) -> None:
@@ -48,24 +131,28 @@ class Upstream:
                    ttfb_timeout_s: float) -> httpx.Response:
         """POST ``body`` to ``url`` and return the response with its body not yet read.
 
-        Timeouts in seconds. Raises ConnectFailed (unreachable), RetryableStatus (429/503), UpstreamTimeout (no
-        response headers within ``ttfb_timeout_s``), UpstreamError (other transport errors).
+        Timeouts in seconds. Raises ConnectFailed when no connection was ever established
+        (the only failure retried elsewhere), RetryableStatus (429/503), UpstreamTimeout (no
+        response headers within ``ttfb_timeout_s``; 504), UpstreamError (the connection broke
+        after it carried the request, or any failure the transport did not trace; 502).
         The caller must close the returned response.
         """
         parsed = self._urls.get(url)
         if parsed is None:
             parsed = self._urls[url] = httpx.URL(url)
         timeout = {"connect": connect_timeout_s, "read": ttfb_timeout_s, "write": connect_timeout_s, "pool": None}
-        request = httpx.Request("POST", parsed, content=body, headers=headers, extensions={"timeout": timeout})
+        progress = Progress()
+        extensions: dict[str, Any] = {"timeout": timeout}
+        if self._httpcore:
+            extensions["trace"] = progress.httpcore_event
+        request = httpx.Request("POST", parsed, content=body, headers=headers, extensions=extensions)
+        token = _PROGRESS.set(progress)
         try:
             response = await self.transport.handle_async_request(request)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ConnectFailed(f"replica {url} unreachable: {exc!r}", code="replica_unreachable") from None
-        except httpx.TimeoutException:
-            raise UpstreamTimeout(f"replica {url} sent no response within {ttfb_timeout_s} s",
-                                  code="replica_timeout") from None
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"replica {url} failed: {exc!r}", code="replica_error") from None
+            raise _failed(exc, progress, url, ttfb_timeout_s) from None
+        finally:
+            _PROGRESS.reset(token)
         response.request = request
         if response.status_code in RETRYABLE_STATUS:
             await response.aclose()
@@ -73,13 +160,23 @@ class Upstream:
         return response
 
 
+def _failed(exc: httpx.HTTPError, progress: Progress, url: str, ttfb_timeout_s: float) -> UpstreamError:
+    """The error for a request that got no response, from how far it got (``progress``)."""
+    if progress.traced and not progress.connected:
+        return ConnectFailed(f"replica {url} unreachable: {exc!r}", code="replica_unreachable")
+    if _timed_out(exc):
+        return UpstreamTimeout(f"replica {url} sent no response within {ttfb_timeout_s} s", code="replica_timeout")
+    stage = "after the request was sent" if progress.sent else "after connecting"
+    return UpstreamError(f"replica {url} failed {stage}: {exc!r}", code="replica_error")
+
+
 async def read_body(response: httpx.Response, url: str) -> bytes:
     """The whole body of an open response; translates transport errors (502/504)."""
     try:
         return await response.aread()
-    except httpx.TimeoutException:
-        raise UpstreamTimeout(f"replica {url} timed out sending its response", code="replica_timeout") from None
     except httpx.HTTPError as exc:
+        if _timed_out(exc):
+            raise UpstreamTimeout(f"replica {url} timed out sending its response", code="replica_timeout") from None
         raise UpstreamError(f"replica {url} broke off its response: {exc!r}", code="replica_error") from None
     finally:
         await response.aclose()
@@ -90,7 +187,7 @@ async def iter_body(response: httpx.Response, url: str) -> AsyncIterator[bytes]:
     try:
         async for chunk in response.aiter_raw():
             yield chunk
-    except httpx.TimeoutException:
-        raise UpstreamTimeout(f"replica {url} stream timed out", code="replica_timeout") from None
     except httpx.HTTPError as exc:
+        if _timed_out(exc):
+            raise UpstreamTimeout(f"replica {url} stream timed out", code="replica_timeout") from None
         raise UpstreamError(f"replica {url} broke off its stream: {exc!r}", code="replica_error") from None

@@ -136,10 +136,11 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         prompt_tokens = estimate_chat_tokens(m.text() for m in req.messages)
     if not rep.engine.ready:
         return _error("replica is warming up", "ServiceUnavailableError", None, 503)
-    if rep.faults.hang:
-        while not await request.is_disconnected():
-            await asyncio.sleep(0.5)
-        return Response(status_code=499)
+    if rep.faults.hang:  # a stall: held until the fault is cleared (then served) or the client leaves
+        while rep.faults.hang:
+            if await request.is_disconnected():
+                return Response(status_code=499)
+            await asyncio.sleep(0.05)
     if rep.rng.random() < rep.faults.fail_rate:
         return _error("simulated replica failure", "InternalServerError", None, 500)
     max_tokens = req.output_tokens()

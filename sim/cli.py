@@ -27,7 +27,7 @@ def serve(
     warmup_s: Annotated[Optional[float], typer.Option("--warmup-s", help="Seconds of 503 on /health after start.")] = None,
     host: Annotated[Optional[str], typer.Option(help="Bind address.")] = None,
     fail_rate: Annotated[Optional[float], typer.Option(help="Fraction of completions answered 500.")] = None,
-    hang: Annotated[bool, typer.Option("--hang", help="Completions never answer (fault test).")] = False,
+    hang: Annotated[bool, typer.Option("--hang", help="Completions are held until the fault is cleared (fault test).")] = False,
     max_model_len: Annotated[Optional[int], typer.Option(
         min=1, help="Most tokens (prompt + max_tokens) of one request; longer ones get a 400, as in vLLM "
                     "(default: the profile's, a100 32768, t4 8192).")] = None,

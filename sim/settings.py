@@ -8,7 +8,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 class SimSettings(BaseSettings):
     """One replica. ``fail_rate``: fraction 0..1 of completion requests answered 500;
-    ``hang``: completion requests never answer (for router timeout tests);
+    ``hang``: completion requests are held (a stall) until the fault is cleared with
+    ``POST /sim/faults``, then served, or until their client leaves;
     ``stream_interval_s``: SSE chunks carry the tokens produced in this many seconds, so a
     streaming client costs one chunk per interval instead of one per engine step;
     ``max_model_len``: most tokens (prompt + max_tokens) of one request, as vLLM's

@@ -80,13 +80,15 @@ async def test_hung_replica_times_out_and_others_are_unaffected(start_replica, s
         else:
             assert answer.status_code == 504 and answer.json()["error"]["code"] == "replica_timeout"
     assert any(a.status_code == 200 for a in answers) and any(a.status_code == 504 for a in answers)
-    # After 3 failures in a row the hung replica's circuit opens: everything goes to the healthy one.
-    for i in range(12):
-        await client.post(router.url + "/v1/chat/completions",
-                          json={**CHAT, "messages": [{"role": "user", "content": f"r{i}"}]})
-    later = [await client.post(router.url + "/v1/chat/completions",
-                               json={**CHAT, "messages": [{"role": "user", "content": f"s{i}"}]}) for i in range(4)]
-    assert [a.status_code for a in later] == [200] * 4 and served_by(later) == [healthy.url] * 4
+    # Timeouts are a deadline (the priority's TTFB, chosen by the client), not evidence of ill
+    # health: the hung replica stays in the pool (its /health answers), nothing becomes a 503.
+    later = await asyncio.gather(*(client.post(router.url + "/v1/chat/completions",
+                                               json={**CHAT, "messages": [{"role": "user", "content": f"s{i}"}]})
+                                   for i in range(6)))
+    assert {a.status_code for a in later} <= {200, 504}
+    assert all(a.headers["x-promptedge-replica"] == healthy.url for a in later if a.status_code == 200)
+    assert {r.url: r.health.circuit(0.0) for r in router.app.state.router.pools.all()} == \
+        {hung.url: "closed", healthy.url: "closed"}
     assert {r.url: r.inflight for r in router.app.state.router.pools.all()} == {hung.url: 0, healthy.url: 0}
 
 

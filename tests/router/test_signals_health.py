@@ -69,20 +69,64 @@ def test_probes_rise_and_fall_and_start_down() -> None:
     assert not state.admits(0.0)
 
 
-def test_circuit_opens_then_half_open_lets_one_trial_through() -> None:
-    state = HealthState(HealthConfig(failures=3, open_s=5.0))
+def test_connect_failures_open_the_circuit_then_half_open_lets_one_trial_through() -> None:
+    state = HealthState(HealthConfig(connect_failures=3, open_s=5.0))
     state.probe(True)
     for _ in range(3):
-        state.on_failure(10.0)
+        state.on_evidence("connect_failure", 10.0)
     assert state.circuit(10.0) == "open" and not state.admits(14.9)
+    assert not state.admits(14.9, last_resort=True)  # it cannot be reached: no last resort
     assert state.circuit(15.0) == "half_open" and state.admits(15.0)
-    state.on_dispatch(15.0)
+    assert state.on_dispatch(15.0)
     assert not state.admits(15.1)  # only one trial at a time
-    state.on_failure(15.2)
+    state.on_evidence("connect_failure", 15.2)
     assert not state.admits(16.0) and state.admits(20.2)
-    state.on_dispatch(20.2)
+    assert state.on_dispatch(20.2)
     state.on_success(20.3)
     assert state.circuit(20.3) == "closed" and state.admits(20.3)
+
+
+def test_a_trial_without_a_verdict_lets_the_next_request_be_the_trial() -> None:
+    # A timed-out trial (a client's deadline) used to hold the circuit half-open for good.
+    state = HealthState(HealthConfig(connect_failures=1, open_s=5.0))
+    state.probe(True)
+    state.on_evidence("connect_failure", 0.0)
+    assert state.on_dispatch(5.0) and not state.admits(5.0)
+    state.on_evidence(None, 6.0)  # timed out: no evidence
+    state.end_trial()
+    assert state.admits(6.0) and state.on_dispatch(6.0)
+
+
+def test_server_errors_open_the_circuit_only_at_a_rate_over_enough_answers() -> None:
+    config = HealthConfig(error_rate=0.5, error_window_s=30.0, error_min_samples=10, open_s=5.0)
+    state = HealthState(config)
+    state.probe(True)
+    for _ in range(3):  # three 500s used to close a one-replica pool for 5 s
+        state.on_evidence("server_error", 1.0)
+    assert state.circuit(1.0) == "closed" and state.admits(1.0)
+    for i in range(6):
+        state.on_success(2.0 + i)
+    state.on_evidence("server_error", 9.0)  # 4 errors of 10 answers: under the rate
+    assert state.circuit(9.0) == "closed" and state.error_ratio(9.0) == pytest.approx(0.4)
+    state.on_evidence("server_error", 10.0)  # 5 of 11
+    assert state.circuit(10.0) == "closed"
+    state.on_evidence("server_error", 11.0)  # 6 of 12: at the rate
+    assert state.circuit(11.0) == "open" and not state.admits(11.0)
+    assert state.admits(11.0, last_resort=True)  # it still answers: the pool's last resort
+
+
+def test_errors_age_out_of_the_window_and_deadlines_are_no_evidence() -> None:
+    state = HealthState(HealthConfig(error_rate=0.5, error_window_s=30.0, error_min_samples=10))
+    state.probe(True)
+    for i in range(9):
+        state.on_evidence("server_error", float(i))
+    for i in range(100):
+        state.on_evidence(None, 10.0)  # timeouts of requests whose deadline the client chose
+    assert state.circuit(10.0) == "closed"
+    for i in range(10):
+        state.on_success(50.0 + i)  # the errors are older than the window
+    state.on_evidence("server_error", 60.0)
+    assert state.circuit(60.0) == "closed" and state.error_ratio(60.0) == pytest.approx(1 / 11)
 
 
 def test_latency_outlier_is_ejected_for_a_while() -> None:
@@ -92,7 +136,7 @@ def test_latency_outlier_is_ejected_for_a_while() -> None:
     for _ in range(9):
         state.on_success(1.0, ttft_s=0.1)
     state.on_success(1.0, ttft_s=5.0)
-    assert not state.admits(2.0) and state.admits(2.0, ignore_ejection=True)
+    assert not state.admits(2.0) and state.admits(2.0, last_resort=True)
     assert state.admits(11.0)
 
 

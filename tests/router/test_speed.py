@@ -12,7 +12,7 @@ import pytest
 
 from router.dispatch import Context, ReplicaView, Weights, pick, speed_adjusted
 from router.signals import Signals
-from router.speed import PROMPT_WEIGHT, Speed, SpeedConfig, observe, sample, slowness
+from router.speed import PROMPT_WEIGHT, Speed, SpeedConfig, current, observe, sample, slowness
 from sim import Profile
 from tests.router.conftest import CHAT, FAST
 
@@ -148,3 +148,24 @@ def test_the_dispatch_bench_learns_speed_through_the_routers_calls(monkeypatch: 
         share = bench.run(requests, "gpu_load")["share"]
         t4_share[name] = sum(v for key, v in share.items() if key.endswith("t4"))
     assert t4_share["on"] < t4_share["off"]
+
+
+def test_a_stale_estimate_of_an_idle_replica_is_retested_and_replaced_by_the_next_sample() -> None:
+    # issue 13, finding 8: a replica whose estimate kept a stall got 0 of ~150 requests in 15 s
+    stalled = learned(1.0, at=100.0)  # 100x the others: the stall is in the samples
+    assert current(stalled, 0, 100.0 + C.retest_s - 0.1) is stalled
+    assert current(stalled, 0, 100.0 + C.retest_s) is None  # idle and stale: measured again
+    assert current(stalled, 1, 100.0 + C.retest_s) is stalled  # a request is already measuring it
+    fresh = observe(stalled, 0.01, 100.0 + C.retest_s, retest=True)  # the re-test's sample replaces it
+    assert fresh.s_per_token == 0.01 and fresh.samples == stalled.samples + 1
+    assert observe(stalled, 0.01, 100.0 + C.retest_s).s_per_token > 0.5  # any other sample moves it by alpha
+    assert slowness([learned(0.01, at=106.0), fresh], 106.0) == [1.0, 1.0]
+
+
+def test_a_genuinely_slow_replica_keeps_its_factor_through_a_retest() -> None:
+    fast, t4 = learned(0.01, at=100.0), learned(0.03, at=100.0)
+    later = 100.0 + 2 * C.retest_s
+    assert current(t4, 0, later) is None  # idle for a while: one request re-tests it ...
+    t4 = observe(t4, 0.03, later, retest=True)  # ... and measures it slow again
+    fast = observe(fast, 0.01, later)
+    assert slowness([fast, t4], later) == pytest.approx([1.0, 3.0 - C.dead_band], rel=0.05)

@@ -1,0 +1,92 @@
+"""Replica health judged on the replica's behaviour, not on a client's (DESIGN.md): real sim
+replicas with faults set at run time (``POST /sim/faults``) behind a real router.
+
+Issue 13, finding 6: three 500s closed a one-replica pool for 5 s, and 48 slow P2 requests
+(their short time-to-first-byte timed out) made 28 of 71 normal P1 requests fail with 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import Counter
+
+from tests.router.conftest import CHAT, FAST
+
+URL = "/v1/chat/completions"
+
+
+def hold_circuits_open(router, seconds: float = 60.0) -> None:
+    """Keep an opened circuit open for ``seconds`` rather than 5 s, so that what a test sends
+    after it opened does not meet the half-open trial on a slow, loaded machine."""
+    for replica in router.app.state.router.pools.all():
+        replica.health.config = dataclasses.replace(replica.health.config, open_s=seconds)
+
+
+def ask(i: int, **fields) -> dict:
+    return {**CHAT, "messages": [{"role": "user", "content": f"question {i}"}], **fields}
+
+
+async def test_server_errors_do_not_close_a_one_replica_pool(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    hold_circuits_open(router)
+    await client.post(replica.url + "/sim/faults", json={"fail_rate": 1.0})
+    failed = [await client.post(router.url + URL, json=ask(i)) for i in range(3)]
+    assert [a.status_code for a in failed] == [502] * 3
+    assert {a.json()["error"]["code"] for a in failed} == {"replica_error"}
+    await client.post(replica.url + "/sim/faults", json={"fail_rate": 0.0})
+    answer = await client.post(router.url + URL, json=ask(3))
+    assert answer.status_code == 200, answer.text  # was 503 no_replica for 5 s
+
+    # Even a rate of errors that opens the circuit leaves the pool's last replica in use while
+    # it answers: a 502 from the replica, never a 503 for everyone.
+    await client.post(replica.url + "/sim/faults", json={"fail_rate": 1.0})
+    failed = [await client.post(router.url + URL, json=ask(10 + i)) for i in range(12)]
+    assert [a.status_code for a in failed] == [502] * 12
+    assert router.app.state.router.pools.all()[0].health.circuit(time.monotonic()) == "open"
+    await client.post(replica.url + "/sim/faults", json={"fail_rate": 0.0})
+    answer = await client.post(router.url + URL, json=ask(30))
+    assert answer.status_code == 200, answer.text
+
+
+async def test_a_replica_failing_at_a_rate_is_ejected_while_another_serves(start_replica, start_router,
+                                                                           client) -> None:
+    bad = await start_replica()
+    good = await start_replica()
+    router = await start_router([bad.url, good.url])
+    hold_circuits_open(router)
+    await client.post(bad.url + "/sim/faults", json={"fail_rate": 1.0})
+    statuses = Counter()
+    for i in range(30):
+        statuses[(await client.post(router.url + URL, json=ask(i))).status_code] += 1
+    assert statuses[502] >= 10  # the evidence: a rate over at least 10 answers
+    later = [await client.post(router.url + URL, json=ask(100 + i)) for i in range(6)]
+    assert [a.status_code for a in later] == [200] * 6
+    assert {a.headers["x-promptedge-replica"] for a in later} == {good.url}
+
+
+async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(start_replica, start_router,
+                                                                               client) -> None:
+    # Room for every request in the batch, so nothing queues and no request is shed: only
+    # health decides who is served.
+    roomy = dataclasses.replace(FAST, max_num_seqs=128, max_num_batched_tokens=8192, kv_capacity_tokens=200_000)
+    replicas = [await start_replica(roomy), await start_replica(roomy)]
+    # P2's time to first byte is short; a non-stream request's first byte comes after its
+    # whole generation (300 tokens x 5 ms = 1.5 s), so every P2 request here times out.
+    # Connect timeouts are generous: everything here shares one event loop on a loaded 2-core
+    # machine, and a loopback connect that waits over 1 s for the loop is a connect failure.
+    router = await start_router([r.url for r in replicas], timeouts={"P1": {"connect_s": 10.0},
+                                                                     "P2": {"ttfb_s": 0.2, "connect_s": 10.0}})
+    slow = [asyncio.create_task(client.post(router.url + URL, json=ask(i, max_tokens=300),
+                                            headers={"x-priority": "P2"}))
+            for i in range(48)]
+    normal: list[int] = []
+    for batch in range(18):
+        answers = await asyncio.gather(*(client.post(router.url + URL, json=ask(1000 + 4 * batch + j))
+                                         for j in range(4)))
+        normal += [a.status_code for a in answers]
+    p2 = Counter(a.status_code for a in await asyncio.gather(*slow))
+    assert Counter(normal) == Counter({200: 72}), Counter(normal)
+    assert p2[504] > 0 and set(p2) <= {200, 504}, p2

@@ -1,0 +1,57 @@
+"""A replica that stalled and recovered is trusted again within seconds (issue 13, finding 8).
+
+A real sim replica is stalled (``POST /sim/faults {"hang": true}``: completions are held) under
+a steady load through the router, then released: the requests it held finish with the stall
+in their duration, so the speed the router learns from them (router/speed.py) says it is
+very slow. What the replica gets in the seconds after it recovered is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from tests.router.conftest import CHAT
+
+URL = "/v1/chat/completions"
+
+
+async def test_a_stalled_replica_rejoins_within_seconds_after_it_recovers(start_replica, start_router,
+                                                                         client) -> None:
+    replicas = [await start_replica() for _ in range(3)]
+    stalled = replicas[0]
+    router = await start_router([r.url for r in replicas])
+    served: list[tuple[float, str, int]] = []  # (finished at, replica, status)
+    stop = asyncio.Event()
+
+    async def worker(w: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            body = {**CHAT, "messages": [{"role": "user", "content": f"w{w} q{i}"}]}
+            answer = await client.post(router.url + URL, json=body, timeout=30)
+            served.append((time.monotonic(), answer.headers.get("x-promptedge-replica", ""), answer.status_code))
+
+    workers = [asyncio.create_task(worker(w)) for w in range(4)]
+    try:
+        await asyncio.sleep(2.0)  # every replica measured
+        await client.post(stalled.url + "/sim/faults", json={"hang": True})
+        await asyncio.sleep(3.0)  # a stall: what it got meanwhile waits
+        await client.post(stalled.url + "/sim/faults", json={"hang": False})
+        released = time.monotonic()
+        await asyncio.sleep(12.0)
+    finally:
+        stop.set()
+        await asyncio.gather(*workers)
+    assert {status for _, _, status in served} == {200}
+    state = router.app.state.router
+    assert all(r.inflight == 0 for r in state.pools.all())
+    after = [(t - released, url) for t, url, _ in served if t > released + 0.5]  # the held ones are done
+    per_second = [Counter(url == stalled.url for dt, url in after if s <= dt < s + 1) for s in range(12)]
+    print("seconds after release: requests to the recovered replica / all:",
+          " ".join(f"{c[True]}/{c[True] + c[False]}" for c in per_second))
+    late = Counter(url for dt, url in after if dt > 8.0)
+    total = sum(late.values())
+    # In the last 4 s it takes its share again (a third, less timing noise), not 0 of hundreds.
+    assert late[stalled.url] >= total / 6, (late, total)
