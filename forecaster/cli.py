@@ -179,7 +179,8 @@ def backtest(
     tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
     test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
     models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,seasonal_level,ets_level,holt_winters",
-    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.98,
+    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.99,
+    upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = 0.1,
     down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = 300.0,
     head_days: Annotated[Optional[float], typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")] = None,
     budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
@@ -202,7 +203,7 @@ def backtest(
         cfg = BacktestConfig(
             warmup_s=warmup, capacity=capacity, headroom=headroom, test_fraction=test_fraction,
             models=[m.strip() for m in models.split(",") if m.strip()], budget_s=budget,
-            level=level, down_cooldown_s=down_cooldown,
+            level=level, down_cooldown_s=down_cooldown, upper_headroom=upper_headroom,
         )
         result = run_backtest(traffic, y, cfg, progress)
     except ForecasterError as exc:

@@ -38,7 +38,7 @@ class BacktestConfig:
     test_fraction: float = 0.5
     horizon_s: float = 1800.0
     season_s: float = 86400.0
-    level: float = 0.98
+    level: float = 0.99
     models: list[str] = field(
         default_factory=lambda: ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     )
@@ -49,6 +49,7 @@ class BacktestConfig:
     down_cooldown_s: float = 300.0
     max_step: int = 100_000
     decision_interval_s: float = 60.0
+    upper_headroom: float | None = 0.1
 
 
 @dataclass
@@ -81,7 +82,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
         capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=1,
         max_replicas=100_000, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
         down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
-        decision_interval_s=cfg.decision_interval_s,
+        decision_interval_s=cfg.decision_interval_s, upper_headroom=cfg.upper_headroom,
     )
     horizon = horizon_steps(cfg.horizon_s, step, planner)
     lead = min(lead_steps(cfg.warmup_s, step), horizon)
