@@ -14,6 +14,7 @@ to simulated seconds, so the planner works in simulated seconds throughout.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,18 +56,22 @@ def cycle(
     actuator: Actuator,
     now: float | None = None,
     clock: SimClock | None = None,
+    run_delay_s: float = 0.0,
 ) -> Cycle:
     """Observe, plan, act once at ``now`` (Unix s; None: ``clock.now()``, the clock defaulting
-    to ``settings.clock()``). Actuation errors give ACTUATION_FAILED (logged, not raised);
-    a held decision (source unreachable, empty or last bucket missing) gives HOLD."""
+    to ``settings.clock()``). run_delay_s: simulated seconds between "now" and the scale
+    write (the run's own duration), added to the lead time. Actuation errors give
+    ACTUATION_FAILED (logged, not raised); a held decision (source unreachable, empty or last
+    bucket missing) gives HOLD."""
     clock = settings.clock() if clock is None else clock
     now = clock.now() if now is None else now
-    lead = None
+    lead = settings.warmup_s
     if actuator_settings.deployment:
         warmup = measure_warmup(actuator_settings)
         # Pod timestamps are the API server's wall clock; the planner counts simulated seconds.
         lead = clock.to_simulated(warmup.seconds) if warmup.source == "pods" else warmup.seconds
-        log.info("lead time %.0f s (%s: %s)", lead, warmup.source, warmup.note)
+        log.info("warm-up %.0f s (%s: %s)", lead, warmup.source, warmup.note)
+    lead += run_delay_s
     try:
         current = actuator.read_current()
     except ActuationError as exc:
@@ -91,11 +96,19 @@ def daemon_job(
 ) -> Callable[[], None]:
     """A job for ``scheduler.run_daemon``: one cycle at ``clock.now()`` (default
     ``settings.clock()``, made once so every run shares its origin), logged in one line with
-    the simulated time it decided at."""
+    the simulated time it decided at.
+
+    A run decides at its start and writes the scale at its end; on a compressed clock the run's
+    wall duration is many simulated seconds (2 s at scale 60 = 2 simulated minutes), so the
+    previous run's duration, in simulated seconds, is added to the next run's lead time."""
     clock = settings.clock() if clock is None else clock
+    last_run_s = 0.0
 
     def job() -> None:
-        outcome = cycle(settings, actuator_settings, source, actuator, clock=clock)
+        nonlocal last_run_s
+        started = time.monotonic()
+        outcome = cycle(settings, actuator_settings, source, actuator, clock=clock, run_delay_s=last_run_s)
+        last_run_s = clock.to_simulated(time.monotonic() - started)
         d = outcome.result.decision
         at = datetime.fromtimestamp(outcome.result.now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         log.info("decision %d (%s, exit %d) at %.1f (%s): %s", d.replicas, d.action, outcome.code,

@@ -116,3 +116,48 @@ def test_daemon_at_scale_60_decides_once_per_simulated_minute_on_the_counters(re
     # one simulated minute per run (a run delayed on a busy machine is coalesced: a multiple)
     assert sorted(gaps)[len(gaps) // 2] == pytest.approx(60.0, abs=30.0), gaps
     assert runs[-1][0] > time.time() + 120  # simulated time ran ahead of the wall clock
+
+
+def test_daemon_adds_the_last_runs_duration_in_simulated_seconds_to_the_lead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run decides at its start and scales at its end: at scale 60 a 2 s run is 2 simulated
+    minutes late, so the next run plans that much further ahead."""
+    from forecaster import live
+    from forecaster.actuate import ActuatorSettings
+    from forecaster.plan import Decision
+    from forecaster.run import RunResult
+    from forecaster.scheduler import ExitCode
+
+    wall = [100.0]
+    delays: list[float] = []
+
+    def fake_cycle(settings, actuator_settings, source, actuator, now=None, clock=None, run_delay_s=0.0):  # noqa: ANN001, ANN202
+        delays.append(run_delay_s)
+        wall[0] += 2.0  # the run takes 2 wall seconds
+        return live.Cycle(RunResult(Decision(1, "r"), 0.0), None, ExitCode.OK)
+
+    monkeypatch.setattr(live, "cycle", fake_cycle)
+    monkeypatch.setattr(time, "monotonic", lambda: wall[0])
+    job = live.daemon_job(ForecasterSettings(), ActuatorSettings(), None, None, SimClock(0.0, 60.0))  # type: ignore[arg-type]
+    job()
+    job()
+    assert delays == [0.0, 120.0]
+
+
+def test_run_delay_lengthens_the_lead_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forecaster import live
+    from forecaster.actuate import ActuatorSettings
+
+    seen: list[float | None] = []
+
+    class Unscaled:
+        def read_current(self) -> None:
+            return None
+
+    def fake_run_once(settings, source, now, store, current, lead):  # noqa: ANN001, ANN202
+        seen.append(lead)
+        raise SystemExit
+
+    monkeypatch.setattr(live, "run_once", fake_run_once)
+    with pytest.raises(SystemExit):
+        live.cycle(ForecasterSettings(warmup_s=300.0), ActuatorSettings(), None, Unscaled(), now=0.0, run_delay_s=120.0)  # type: ignore[arg-type]
+    assert seen == [420.0]
