@@ -66,7 +66,7 @@ def rolling_forecasts(
             continue
         if chosen is None or i % refit_every == 0:
             candidates = build_candidates(model_names, season, step, level)
-            chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins)
+            chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins, span=season)
             fc = chosen.model.predict(horizon, level)
         else:
             fc = chosen.model.forward(history, horizon, level)

@@ -101,25 +101,30 @@ def select(
     level: float = 0.9,
     budget_s: float = 5.0,
     max_origins: int = 144,
+    span: int | None = None,
 ) -> Selection:
     """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
 
-    horizon: steps forecast (>= lead_steps >= 1). Short history (too little for MIN_ORIGINS
-    backtest origins) gives last value with a note saying so. Candidates after the budget is
-    spent are skipped (and named in the note).
+    horizon: steps forecast (>= lead_steps >= 1). span: steps the backtest origins should
+    cover (e.g. one season, so a daily shape is judged over a whole day and not only its last
+    hours); at most ``max_origins`` origins, spaced evenly (None: the last ``max_origins``
+    steps, every one). Short history (too little for MIN_ORIGINS backtest origins) gives last
+    value with a note saying so. Candidates after the budget is spent are skipped (and named in
+    the note).
     """
     started = time.monotonic()
     y_clean = clean(y)
     n = y_clean.size
     last = n - lead_steps
-    first = max(MIN_FIT, last - max_origins + 1)
-    if last - first + 1 < MIN_ORIGINS:
+    every = max(1, -(-(span or max_origins) // max_origins))  # ceil(span / max_origins)
+    first = max(MIN_FIT, last - (max_origins - 1) * every)
+    if (last - first) // every + 1 < MIN_ORIGINS:
         need = MIN_FIT + MIN_ORIGINS + lead_steps - 1
         return Selection(
             LastValue().fit(y_clean),
             note=f"short history ({n} buckets, a backtest needs {need}): last-value baseline",
         )
-    origins = np.arange(first, last + 1)
+    origins = np.arange(last, first - 1, -every)[::-1]
     scores: dict[str, float] = {}
     residuals: dict[str, list[list[float]]] = {}
     skipped: list[str] = []
