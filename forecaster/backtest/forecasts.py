@@ -20,8 +20,8 @@ from forecaster.models.select import Selection, build_candidates, select
 class RollingForecasts:
     """origins: bucket indices (forecast made knowing y[:o]), shape (n,); mean, upper: shape
     (n, horizon), column k-1 = k steps ahead (k = 1 is bucket o), upper at the planning
-    level; p90: the same band calibrated at 0.9 (NaN where no backtest residuals calibrate it),
-    to check the band's coverage; models: chosen model name per origin."""
+    level; p90: the same band calibrated at 0.9 (the model's own P90 band where too few
+    backtest residuals exist), to check the band's coverage; models: chosen model name per origin."""
 
     origins: np.ndarray
     mean: np.ndarray
@@ -72,6 +72,8 @@ def rolling_forecasts(
             fc = chosen.model.forward(history, horizon, level)
         if chosen.log_q is not None:
             p90[i] = chosen.calibrate(fc, 0.9).upper
+        else:  # too little history to calibrate: the model's own P90 band (forward = predict on the fit)
+            p90[i] = chosen.model.forward(history, horizon, 0.9).upper
         fc = chosen.calibrate(fc)
         mean[i], upper[i] = fc.mean, fc.upper
         models.append(chosen.model.name)

@@ -108,7 +108,7 @@ def select(
     horizon: steps forecast (>= lead_steps >= 1). span: steps the backtest origins should
     cover (e.g. one season, so a daily shape is judged over a whole day and not only its last
     hours); at most ``max_origins`` origins, spaced evenly (None: the last ``max_origins``
-    steps, every one). Short history (too little for MIN_ORIGINS backtest origins) gives last
+    steps, every one), and spaced only as far as the history fills them all. Short history (too little for MIN_ORIGINS backtest origins) gives last
     value with a note saying so. Candidates after the budget is spent are skipped (and named in
     the note).
     """
@@ -116,7 +116,8 @@ def select(
     y_clean = clean(y)
     n = y_clean.size
     last = n - lead_steps
-    every = max(1, -(-(span or max_origins) // max_origins))  # ceil(span / max_origins)
+    # ceil(span / max_origins), but never so sparse that a short history loses origins
+    every = max(1, min(-(-(span or max_origins) // max_origins), (last - MIN_FIT) // max(1, max_origins - 1)))
     first = max(MIN_FIT, last - (max_origins - 1) * every)
     if (last - first) // every + 1 < MIN_ORIGINS:
         need = MIN_FIT + MIN_ORIGINS + lead_steps - 1
