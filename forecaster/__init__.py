@@ -3,6 +3,7 @@
 Public surface: sources, models, the pure planner, the run and its settings.
 """
 
+from forecaster.clock import SimClock
 from forecaster.errors import ConfigError, ForecasterError, SourceUnavailable, TraceFormatError
 from forecaster.models.base import Forecast, Model
 from forecaster.models.select import Selection, build_candidates, select
@@ -46,6 +47,7 @@ __all__ = [
     "RunResult",
     "Selection",
     "Source",
+    "SimClock",
     "SourceUnavailable",
     "TraceFormatError",
     "TraceSource",

@@ -82,7 +82,7 @@ def run(
     trace: Annotated[Optional[Path], typer.Option(help="Read demand from a trace file/folder (what-if: nothing is scaled or saved).")] = None,
     trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
     model_name: Annotated[Optional[str], typer.Option(help="Router model/pool to plan for.")] = None,
-    now: Annotated[Optional[float], typer.Option(help="Unix s to treat as now (simulated clock).")] = None,
+    now: Annotated[Optional[float], typer.Option(help="Unix s to treat as now (default: the clock, PROMPTEDGE_FORECASTER_CLOCK_*).")] = None,
     step: Annotated[Optional[float], typer.Option(help="Bucket length in s (trace only; default: the trace's).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the plan as JSON here.")] = None,
 ) -> None:
@@ -119,21 +119,26 @@ def run(
     "the schedule goes on); serves Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (default 9464)."
 ))
 def daemon(
-    interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Seconds between runs (default: setting).")] = None,
+    interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Simulated seconds between runs, also the planner's decision interval (default: setting).")] = None,
 ) -> None:
     """Plan and act every interval (UTC, no overlapping runs, a failed run is logged); serves
-    Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464)."""
+    Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464). The interval is in
+    simulated seconds: the schedule fires every interval / PROMPTEDGE_FORECASTER_CLOCK_SCALE
+    wall seconds."""
     try:
         settings = ForecasterSettings()
+        if interval is not None:
+            settings = settings.model_copy(update={"daemon_interval_s": interval})
+        clock = settings.clock()
         actuator_settings = load_actuator_settings()
-        job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings))
+        job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings), clock)
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
     except (ValidationError, SettingsError) as exc:
         raise _fail(f"settings: {exc}") from None
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
-    run_daemon(job, settings.daemon_interval_s if interval is None else interval)
+    run_daemon(job, clock.to_wall(settings.daemon_interval_s))
 
 
 def _policy_table(report: dict) -> None:
@@ -147,15 +152,19 @@ def _policy_table(report: dict) -> None:
 
 
 def _forecast_table(report: dict) -> None:
-    typer.echo(f"{'horizon':>8}  {'MAE':>10}  {'MAE last value':>14}  {'MASE':>6}  {'sMAPE':>6}  {'P90 cover':>9}  {'pinball P90':>11}")
+    level = report["forecast"].get("level", 0.9)
+    typer.echo(f"{'horizon':>8}  {'MAE':>10}  {'last value':>10}  {'seas. naive':>11}  {'MASE':>6}  {'sMAPE':>6}  "
+               f"{'P90 cover':>9}  {f'P{level * 100:g} cover':>9}")
     for key in ("forecast", "forecast_30min"):
         f = report[key]
         if f["n"] == 0:
             typer.echo(f"{f['horizon_min']:>6g} m  (test period shorter than the horizon)")
             continue
+        sn = "-" if f["mae_seasonal_naive"] is None else f"{f['mae_seasonal_naive']:.4g}"
+        p90 = "-" if f["p90_coverage"] is None else f"{f['p90_coverage']:.3f}"
         typer.echo(
-            f"{f['horizon_min']:>6g} m  {f['mae']:>10.4g}  {f['mae_last_value']:>14.4g}  {f['mase']:>6.3f}  "
-            f"{f['smape']:>6.3f}  {f['p90_coverage']:>9.3f}  {f['pinball_p90']:>11.4g}"
+            f"{f['horizon_min']:>6g} m  {f['mae']:>10.4g}  {f['mae_last_value']:>10.4g}  {sn:>11}  {f['mase']:>6.3f}  "
+            f"{f['smape']:>6.3f}  {p90:>9}  {f['upper_coverage']:>9.3f}"
         )
 
 
@@ -169,7 +178,11 @@ def backtest(
     step: Annotated[Optional[float], typer.Option(help="Bucket length in s (default: the trace's).")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
     test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
-    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,ets_level,holt_winters",
+    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,seasonal_level,ets_level,holt_winters",
+    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.99,
+    upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = 0.1,
+    down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = 300.0,
+    head_days: Annotated[Optional[float], typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")] = None,
     budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
     demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
@@ -184,10 +197,13 @@ def backtest(
     try:
         source = TraceSource(trace, step, tz, trace_format)
         traffic = source.fetch()
+        if head_days is not None:
+            traffic = traffic.window(0, round(head_days * 86400 / traffic.step))
         y = demand(traffic, demand_unit)  # type: ignore[arg-type]
         cfg = BacktestConfig(
             warmup_s=warmup, capacity=capacity, headroom=headroom, test_fraction=test_fraction,
             models=[m.strip() for m in models.split(",") if m.strip()], budget_s=budget,
+            level=level, down_cooldown_s=down_cooldown, upper_headroom=upper_headroom,
         )
         result = run_backtest(traffic, y, cfg, progress)
     except ForecasterError as exc:

@@ -30,7 +30,11 @@ import numpy as np
 class PlannerConfig:
     """capacity_per_replica: demand one replica serves at target latency (> 0, demand unit);
     headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; cooldowns in s;
-    decision_interval_s: time until the next decision (cron or daemon interval)."""
+    decision_interval_s: time until the next decision (cron or daemon interval);
+    upper_headroom: headroom over the upper forecast (None: ``headroom``). A plan step needs
+    max(replicas of the mean at ``headroom``, replicas of the upper at ``upper_headroom``), so
+    0 reads "the expected demand at the utilisation target, the upper quantile at full
+    capacity"."""
 
     capacity_per_replica: float
     headroom: float = 0.2
@@ -41,6 +45,7 @@ class PlannerConfig:
     down_cooldown_s: float = 900.0
     max_step: int = 4
     decision_interval_s: float = 60.0
+    upper_headroom: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,18 @@ def plan_steps(
     """The plan over the horizon: one PlanStep per forecast bucket, first one starting at
     ``start`` (the end of the last observed bucket)."""
     return [
-        PlanStep(k + 1, start + k * step_s, float(m), float(u), replicas_for(float(u), config))
+        PlanStep(k + 1, start + k * step_s, float(m), float(u), _step_replicas(float(m), float(u), config))
         for k, (m, u) in enumerate(zip(mean, upper))
     ]
+
+
+def _step_replicas(mean: float, upper: float, config: PlannerConfig) -> int:
+    """Replicas one plan step needs: the upper forecast at ``upper_headroom`` and the mean at
+    ``headroom`` (the upper alone when both headrooms are the same)."""
+    if config.upper_headroom is None or config.upper_headroom == config.headroom:
+        return replicas_for(upper, config)
+    at_upper = replicas_for(upper * (1 + config.upper_headroom) / (1 + config.headroom), config)
+    return max(replicas_for(mean, config), at_upper)
 
 
 def hold(

@@ -122,7 +122,7 @@ def run_once(
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
     candidates = build_candidates(settings.models, season, traffic.step, settings.level)
-    chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s)
+    chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season)
     forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level))
     steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
     if np.isnan(y[-1]):

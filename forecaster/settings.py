@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from forecaster.clock import SimClock
 from forecaster.plan import PlannerConfig
 
 
@@ -36,37 +37,53 @@ class ForecasterSettings(BaseSettings):
     step_s: PositiveFloat = 60.0
     history_s: PositiveFloat = 14 * 86400.0
     horizon_s: PositiveFloat = 1800.0
-    level: float = Field(0.9, gt=0.5, lt=1.0)  # upper quantile of the forecast band
-    models: list[str] = ["last_value", "seasonal_naive", "ets_level", "holt_winters"]
+    # Upper quantile of the forecast band the planner provisions for (calibrated on backtest
+    # residuals), with ``upper_headroom`` over it; chosen on the backtest's tuning days
+    # (README, "Measured").
+    level: float = Field(0.99, gt=0.5, lt=1.0)
+    models: list[str] = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     time_budget_s: PositiveFloat = 5.0  # model selection budget per run
     season_s: PositiveFloat = 86400.0
 
     demand_unit: Literal["requests", "tokens"] = "requests"
     capacity_per_replica: PositiveFloat = 2.0  # in the demand unit per second
-    headroom: float = Field(0.2, ge=0.0)
+    headroom: float = Field(0.2, ge=0.0)  # over the mean forecast and the current demand
+    upper_headroom: float = Field(0.1, ge=0.0)  # over the upper quantile
     min_replicas: int = Field(1, ge=0)
     max_replicas: PositiveInt = 10
     warmup_s: float = Field(300.0, ge=0.0)  # lead time when none is measured from pods
+    # Added to the lead time: from the decision to the Pod's creation (scale patch, Deployment
+    # and ReplicaSet controllers), which the warm-up (pod creation -> Ready) does not include.
+    actuation_delay_s: float = Field(15.0, ge=0.0)
     up_cooldown_s: float = Field(300.0, ge=0.0)
-    down_cooldown_s: float = Field(900.0, ge=0.0)
+    down_cooldown_s: float = Field(300.0, ge=0.0)  # HPA's default scale-down stabilisation
     max_step: PositiveInt = 4
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
-    daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes
+    daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes (simulated s)
+    # Simulated clock, same semantics as the router's: origin + (time.time() - origin) * scale.
+    clock_origin: float | None = None  # Unix s; None = when the process starts
+    clock_scale: PositiveFloat = 1.0  # simulated seconds per wall second
     # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
     metrics_port: int = Field(9464, ge=0, le=65535)
 
+    def clock(self) -> SimClock:
+        """The clock every "now" of this process comes from (forecaster.clock.SimClock)."""
+        return SimClock(self.clock_origin, self.clock_scale)
+
     def planner(self, lead_time_s: float | None = None) -> PlannerConfig:
         """The planner's view of these settings; ``lead_time_s`` overrides ``warmup_s`` (e.g.
-        the warm-up measured from the Deployment's pods)."""
+        the warm-up measured from the Deployment's pods); ``actuation_delay_s`` is added to
+        either."""
         return PlannerConfig(
             capacity_per_replica=self.capacity_per_replica,
             headroom=self.headroom,
             min_replicas=self.min_replicas,
             max_replicas=self.max_replicas,
-            lead_time_s=self.warmup_s if lead_time_s is None else lead_time_s,
+            lead_time_s=(self.warmup_s if lead_time_s is None else lead_time_s) + self.actuation_delay_s,
             up_cooldown_s=self.up_cooldown_s,
             down_cooldown_s=self.down_cooldown_s,
             max_step=self.max_step,
             decision_interval_s=self.daemon_interval_s,
+            upper_headroom=self.upper_headroom,
         )

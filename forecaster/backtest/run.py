@@ -38,15 +38,18 @@ class BacktestConfig:
     test_fraction: float = 0.5
     horizon_s: float = 1800.0
     season_s: float = 86400.0
-    level: float = 0.9
-    models: list[str] = field(default_factory=lambda: ["last_value", "seasonal_naive", "ets_level", "holt_winters"])
+    level: float = 0.99
+    models: list[str] = field(
+        default_factory=lambda: ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
+    )
     budget_s: float = 5.0
     refit_every_s: float = 86400.0
     max_origins: int = 144
     up_cooldown_s: float = 300.0
-    down_cooldown_s: float = 900.0
+    down_cooldown_s: float = 300.0
     max_step: int = 100_000
     decision_interval_s: float = 60.0
+    upper_headroom: float | None = 0.1
 
 
 @dataclass
@@ -79,7 +82,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
         capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=1,
         max_replicas=100_000, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
         down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
-        decision_interval_s=cfg.decision_interval_s,
+        decision_interval_s=cfg.decision_interval_s, upper_headroom=cfg.upper_headroom,
     )
     horizon = horizon_steps(cfg.horizon_s, step, planner)
     lead = min(lead_steps(cfg.warmup_s, step), horizon)
@@ -92,7 +95,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     ticks = np.repeat(demand[first:], per_step)
     sim = SimConfig(cfg.capacity, cfg.headroom, cfg.warmup_s, tick_s=float(tick_s),
                     min_replicas=planner.min_replicas, max_replicas=planner.max_replicas)
-    fc_test = RollingForecasts(fc.origins[:-1], fc.mean[:-1], fc.upper[:-1], fc.models[:-1])
+    fc_test = fc.head(fc.origins.size - 1)
     oracle = oracle_run(ticks, sim)
     runs = {
         "predictive": simulate("predictive", ticks, predictive_decider(fc_test, demand, step, sim, planner), sim),
@@ -114,8 +117,8 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
                  "end": traffic.end, "missing_buckets": int(np.isnan(demand[first:]).sum())},
         "lead_steps": lead,
         "policies": policies,
-        "forecast": {**forecast_errors(demand, fc_test, lead, cfg.level), "horizon_min": lead * step / 60},
-        "forecast_30min": {**forecast_errors(demand, fc_test, k30, cfg.level), "horizon_min": k30 * step / 60},
+        "forecast": {**forecast_errors(demand, fc_test, lead, cfg.level, season), "horizon_min": lead * step / 60},
+        "forecast_30min": {**forecast_errors(demand, fc_test, k30, cfg.level, season), "horizon_min": k30 * step / 60},
         "models_chosen": chosen,
     }
     return BacktestResult(report, demand, first, fc_test, runs, ticks, float(tick_s))

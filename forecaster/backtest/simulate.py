@@ -7,8 +7,8 @@ scale-down is immediate (warming replicas are cancelled first). A tick is under-
 when ready capacity is below demand; the request share is the demand above ready capacity.
 
 Policies:
-- predictive: the PromptEdge planner every decision interval (a cron tick), on the forecast
-  made at the last bucket boundary;
+- predictive: the PromptEdge planner every decision interval (a cron tick), observing demand
+  through per-minute counters (see ``predictive_decider``);
 - reactive_hpa: HPA's algorithm on utilisation (target 1 / (1 + headroom)), every 15 s, 10 %
   tolerance, scale-up at once, scale-down to the highest recommendation of the last 300 s
   (Kubernetes docs, "Horizontal Pod Autoscaling", algorithm details and stabilization window);
@@ -158,25 +158,49 @@ def keda_decider(cfg: SimConfig) -> Decider:
 
 
 def predictive_decider(
-    fc: RollingForecasts, y: np.ndarray, step: float, cfg: SimConfig, planner: PlannerConfig
+    fc: RollingForecasts,
+    y: np.ndarray,
+    step: float,
+    cfg: SimConfig,
+    planner: PlannerConfig,
+    observe_s: float = 60.0,
 ) -> Decider:
-    """The PromptEdge planner every ``planner.decision_interval_s``, on the forecast made at the
-    last bucket boundary (data only changes when a bucket completes)."""
+    """The PromptEdge planner every ``planner.decision_interval_s``.
+
+    It observes demand as the router's per-minute counters give it: the current demand is the
+    mean over the last complete ``observe_s`` (one minute), so it reacts to a step one minute
+    after it (the HPA-like policy: one 15 s sync). Once the first minute of a bucket is
+    observed, that bucket's rate is known (demand is constant within a bucket in this
+    simulation, so its first minute is its rate): the plan's first step is the bucket at the
+    observed rate and the forecast is the one made with the bucket included, as a forecaster
+    reading minute counters would have it. With buckets no longer than ``observe_s`` this never
+    happens and the plan is the forecast made at the last bucket boundary.
+    """
     per_step = round(step / cfg.tick_s)
     every = max(1, round(planner.decision_interval_s / cfg.tick_s))
+    per_obs = max(1, round(observe_s / cfg.tick_s))
+    seen: deque[float] = deque(maxlen=per_obs)
     state: PlannerState | None = None
 
     def decide_predictive(tick: int, observed: float, cluster: Cluster) -> int | None:
         nonlocal state
+        seen.append(observed)  # the demand of the tick before this one
         if tick % every:
             return None
-        i = tick // per_step
+        i, into = divmod(tick, per_step)
         o = int(fc.origins[i])
-        if np.isnan(fc.mean[i]).any():
+        now = o * step + into * cfg.tick_s
+        minute = float(np.mean(seen)) if len(seen) == per_obs else float("nan")
+        known = into >= per_obs and i + 1 < fc.origins.size and math.isfinite(minute)
+        if known:
+            mean = np.r_[minute, fc.mean[i + 1]]
+            upper = np.r_[minute, fc.upper[i + 1]]
+        else:
+            mean, upper = fc.mean[i], fc.upper[i]
+        if np.isnan(mean).any():
             return None
-        now = o * step + (tick % per_step) * cfg.tick_s
-        steps = plan_steps(fc.mean[i], fc.upper[i], o * step, step, planner)
-        current_demand = float(y[o - 1]) if o > 0 else float("nan")
+        steps = plan_steps(mean, upper, o * step, step, planner)
+        current_demand = minute if math.isfinite(minute) else (float(y[o - 1]) if o > 0 else float("nan"))
         decision = decide(steps, current_demand, now, step, planner, state, cluster.provisioned)
         state = advance(state, decision)
         return decision.replicas

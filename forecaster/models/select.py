@@ -20,6 +20,7 @@ from forecaster.errors import ConfigError
 from forecaster.models.base import Forecast, Model, clean
 from forecaster.models.baselines import LastValue, SeasonalNaive
 from forecaster.models.ets import HoltWinters
+from forecaster.models.seasonal import SeasonalLevel
 
 # A candidate must be this much better than last value at the lead-time horizon to be chosen.
 MARGIN = 0.05
@@ -31,12 +32,13 @@ PROPHET_MIN_BUDGET_S = 30.0
 
 
 def build_candidates(names: list[str], season: int, step: float, level: float) -> list[Model]:
-    """Candidate models by name ("last_value", "seasonal_naive", "ets_level", "holt_winters",
-    "prophet"), cheapest first; last value is always included (it is the fallback). Raises
+    """Candidate models by name ("last_value", "seasonal_naive", "seasonal_level", "ets_level",
+    "holt_winters", "prophet"), cheapest first; last value is always included (it is the fallback). Raises
     ConfigError naming an unknown model."""
     makers: dict[str, Callable[[], Model]] = {
         "last_value": LastValue,
         "seasonal_naive": lambda: SeasonalNaive(season),
+        "seasonal_level": lambda: SeasonalLevel(season),
         "ets_level": lambda: HoltWinters(season, trend=False),
         "holt_winters": lambda: HoltWinters(season),
     }
@@ -47,7 +49,7 @@ def build_candidates(names: list[str], season: int, step: float, level: float) -
     unknown = set(names) - set(makers) - {"prophet"}
     if unknown:
         raise ConfigError(f"unknown model(s) {sorted(unknown)}; known: {sorted([*makers, 'prophet'])}")
-    order = ["last_value", "seasonal_naive", "ets_level", "holt_winters", "prophet"]
+    order = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters", "prophet"]
     wanted = {"last_value", *names}
     return [makers[name]() for name in order if name in wanted and name in makers]
 
@@ -59,24 +61,36 @@ class Selection:
     model: the chosen model, fitted on the full history. scores: backtest MAE at the lead-time
     horizon per model tried (same unit as the series). log_q: per step ahead (index k-1), the
     upper-quantile offset in log1p space from backtest residuals, or None to keep the model's
-    own band. note: why this model (goes into the decision's reason).
+    own band. residuals: the backtest residuals per step ahead (log1p space), so the band can be
+    calibrated at another level too (``calibrate(forecast, level)``). note: why this model
+    (goes into the decision's reason).
     """
 
     model: Model
     scores: dict[str, float] = field(default_factory=dict)
     log_q: np.ndarray | None = None
     note: str = ""
+    residuals: list[np.ndarray] = field(default_factory=list)
 
-    def calibrate(self, forecast: Forecast) -> Forecast:
-        """Replace the model's upper band with the backtest-residual quantile when available."""
-        if self.log_q is None:
+    def calibrate(self, forecast: Forecast, level: float | None = None) -> Forecast:
+        """Replace the model's upper band with the backtest-residual quantile when available:
+        at the selection's level (``log_q``), or at ``level`` from the stored residuals. Pass
+        the model's own forecast at the same level; it is kept when too few residuals exist."""
+        log_q = self.log_q if level is None or self.log_q is None else _quantiles(self.residuals, level)
+        if log_q is None:
             return forecast
-        k = min(self.log_q.size, forecast.mean.size)
+        k = min(log_q.size, forecast.mean.size)
         upper = forecast.upper.copy()
-        upper[:k] = np.expm1(np.log1p(forecast.mean[:k]) + np.maximum(self.log_q[:k], 0.0))
+        upper[:k] = np.expm1(np.log1p(forecast.mean[:k]) + np.maximum(log_q[:k], 0.0))
         if forecast.mean.size > k:  # beyond the calibrated steps keep the last step's offset
-            upper[k:] = np.expm1(np.log1p(forecast.mean[k:]) + max(self.log_q[-1], 0.0))
+            upper[k:] = np.expm1(np.log1p(forecast.mean[k:]) + max(log_q[-1], 0.0))
         return Forecast(forecast.mean, np.maximum(upper, forecast.mean))
+
+
+def _quantiles(usable: list[np.ndarray], level: float) -> np.ndarray:
+    """Per-step ``level`` quantiles of residuals; per-step quantiles from a few origins are
+    noisy, so the band never narrows with the horizon."""
+    return np.maximum.accumulate(np.array([np.quantile(r, level) for r in usable]))
 
 
 def select(
@@ -87,25 +101,31 @@ def select(
     level: float = 0.9,
     budget_s: float = 5.0,
     max_origins: int = 144,
+    span: int | None = None,
 ) -> Selection:
     """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
 
-    horizon: steps forecast (>= lead_steps >= 1). Short history (too little for MIN_ORIGINS
-    backtest origins) gives last value with a note saying so. Candidates after the budget is
-    spent are skipped (and named in the note).
+    horizon: steps forecast (>= lead_steps >= 1). span: steps the backtest origins should
+    cover (e.g. one season, so a daily shape is judged over a whole day and not only its last
+    hours); at most ``max_origins`` origins, spaced evenly (None: the last ``max_origins``
+    steps, every one), and spaced only as far as the history fills them all. Short history (too little for MIN_ORIGINS backtest origins) gives last
+    value with a note saying so. Candidates after the budget is spent are skipped (and named in
+    the note).
     """
     started = time.monotonic()
     y_clean = clean(y)
     n = y_clean.size
     last = n - lead_steps
-    first = max(MIN_FIT, last - max_origins + 1)
-    if last - first + 1 < MIN_ORIGINS:
+    # ceil(span / max_origins), but never so sparse that a short history loses origins
+    every = max(1, min(-(-(span or max_origins) // max_origins), (last - MIN_FIT) // max(1, max_origins - 1)))
+    first = max(MIN_FIT, last - (max_origins - 1) * every)
+    if (last - first) // every + 1 < MIN_ORIGINS:
         need = MIN_FIT + MIN_ORIGINS + lead_steps - 1
         return Selection(
             LastValue().fit(y_clean),
             note=f"short history ({n} buckets, a backtest needs {need}): last-value baseline",
         )
-    origins = np.arange(first, last + 1)
+    origins = np.arange(last, first - 1, -every)[::-1]
     scores: dict[str, float] = {}
     residuals: dict[str, list[list[float]]] = {}
     skipped: list[str] = []
@@ -133,12 +153,12 @@ def select(
     chosen.fit(y_clean)
     per_step = residuals[best]
     log_q = None
+    usable: list[np.ndarray] = []
     if len(per_step[0]) >= MIN_CALIBRATION:
         usable = [np.asarray(r) for r in per_step if len(r) >= MIN_CALIBRATION]
-        # per-step quantiles from a few origins are noisy: never let the band narrow with the horizon
-        log_q = np.maximum.accumulate(np.array([np.quantile(r, level) for r in usable]))
+        log_q = _quantiles(usable, level)
     ratio = scores[best] / scores["last_value"] if scores["last_value"] > 0 else 1.0
     note = f"{best} chosen by backtest over {origins.size} origins (MAE {ratio:.2f}x last value)"
     if skipped:
         note += f"; time budget skipped {', '.join(skipped)}"
-    return Selection(chosen, scores, log_q, note)
+    return Selection(chosen, scores, log_q, note, usable)

@@ -45,3 +45,57 @@ def test_replicas_are_ready_only_after_warmup() -> None:
     oracle_score = score(oracle, demand, cfg, oracle.provisioned.sum() * 15 / 60)
     assert oracle_score["under_provisioned_frac"] == 0.0
     assert oracle.provisioned[40 - 20] == 5 and oracle.provisioned[40 - 21] == 1  # ordered 300 s early
+
+
+def _flat_forecasts(y: np.ndarray, first: int, horizon: int) -> "RollingForecasts":
+    """Last-value forecasts (mean = upper = the last bucket) at every origin from ``first``."""
+    from forecaster.backtest.forecasts import RollingForecasts
+
+    origins = np.arange(first, y.size)
+    last = y[origins - 1][:, None].repeat(horizon, axis=1)
+    return RollingForecasts(origins, last, last.copy(), ["last_value"] * origins.size)
+
+
+def test_predictive_floor_sees_a_surprise_step_one_minute_after_it() -> None:
+    """10-minute buckets, a step from 10 to 50 nobody forecast: the predictive policy reads
+    demand as per-minute counters give it, so it orders replicas one minute into the step and
+    is short for that minute plus the warm-up; it used to wait for the bucket to end (10 min)."""
+    from forecaster.backtest.simulate import predictive_decider
+    from forecaster.plan import PlannerConfig
+
+    step, first = 600.0, 5
+    y = np.r_[np.full(10, 10.0), np.full(10, 50.0)]
+    cfg = SimConfig(capacity=10.0, headroom=0.0, warmup_s=300.0, tick_s=15.0)
+    planner = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, max_replicas=100, lead_time_s=300.0,
+                            max_step=100)
+    fc = _flat_forecasts(y, first, 3)
+    ticks = np.repeat(y[first:], 40)
+    run = simulate("predictive", ticks, predictive_decider(fc, y, step, cfg, planner), cfg)
+    short = np.flatnonzero(run.ready * cfg.capacity < ticks)
+    assert short.size == 60 / 15 + 300 / 15  # one minute to observe it, then the warm-up
+    assert short[0] == (10 - first) * 40  # from the step on, in one stretch
+    assert np.all(np.diff(short) == 1)
+
+
+def test_predictive_scales_down_once_a_bucket_is_observed_below_its_forecast() -> None:
+    """A forecast of 50 for a bucket that comes in at 10: after its first minute the plan holds
+    the observed rate, so the extra replicas go after the scale-down cooldown, not after the
+    bucket ends."""
+    from forecaster.backtest.forecasts import RollingForecasts
+    from forecaster.backtest.simulate import predictive_decider
+    from forecaster.plan import PlannerConfig
+
+    step, first = 600.0, 2
+    y = np.full(8, 10.0)
+    cfg = SimConfig(capacity=10.0, headroom=0.0, warmup_s=300.0, tick_s=15.0)
+    planner = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, max_replicas=100, lead_time_s=300.0,
+                            max_step=100, down_cooldown_s=0.0)
+    origins = np.arange(first, y.size)
+    mean = np.full((origins.size, 3), 10.0)
+    mean[1, 0] = 50.0  # the origin of bucket 3 forecasts 50 for it
+    fc = RollingForecasts(origins, mean, mean.copy(), ["x"] * origins.size)
+    ticks = np.repeat(y[first:], 40)
+    run = simulate("predictive", ticks, predictive_decider(fc, y, step, cfg, planner), cfg)
+    bucket3 = run.provisioned[40:80]
+    assert bucket3[0] == 5  # the forecast was believed at the bucket's start
+    assert bucket3[4] == 1  # and dropped once its first minute was observed

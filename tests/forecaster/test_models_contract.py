@@ -12,6 +12,7 @@ import pytest
 from forecaster.models.base import Model
 from forecaster.models.baselines import LastValue, SeasonalNaive
 from forecaster.models.ets import HoltWinters
+from forecaster.models.seasonal import SeasonalLevel
 from forecaster.sources import read_trace
 
 SEASON = 24
@@ -25,12 +26,13 @@ def make(name: str) -> Model:
     return {
         "last_value": LastValue,
         "seasonal_naive": lambda: SeasonalNaive(SEASON),
+        "seasonal_level": lambda: SeasonalLevel(SEASON),
         "ets_level": lambda: HoltWinters(SEASON, trend=False),
         "holt_winters": lambda: HoltWinters(SEASON),
     }[name]()
 
 
-MODELS = ["last_value", "seasonal_naive", "ets_level", "holt_winters",
+MODELS = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters",
           pytest.param("prophet", marks=pytest.mark.slow)]
 
 
@@ -58,7 +60,7 @@ def test_forward_on_the_fitted_history_equals_predict(name: str, hourly: np.ndar
     np.testing.assert_allclose(again.mean, fc.mean, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", MODELS[:4])
+@pytest.mark.parametrize("name", MODELS[:5])
 def test_forward_follows_new_data(name: str, hourly: np.ndarray) -> None:
     """forward() on a longer history reacts to what came after the fit (a level shift)."""
     model = make(name).fit(hourly[:200])
@@ -66,7 +68,7 @@ def test_forward_follows_new_data(name: str, hourly: np.ndarray) -> None:
     assert model.forward(shifted, 1, 0.9).mean[0] > 2 * model.predict(1, 0.9).mean[0]
 
 
-@pytest.mark.parametrize("name", MODELS[:4])
+@pytest.mark.parametrize("name", MODELS[:5])
 @pytest.mark.parametrize(
     "history",
     [np.array([3.0]), np.array([2.0, 4.0, 3.0]), np.zeros(60), np.r_[np.full(30, 5.0), [np.nan] * 5, np.full(30, 6.0)]],
@@ -83,3 +85,27 @@ def test_holt_winters_is_seasonal_only_with_two_seasons(hourly: np.ndarray) -> N
     short = HoltWinters(SEASON).fit(hourly[: 2 * SEASON - 1])
     long = HoltWinters(SEASON).fit(hourly[: 2 * SEASON])
     assert not short._seasonal and long._seasonal
+
+
+def test_seasonal_level_carries_the_daily_ramp_forward() -> None:
+    """Three days with a morning ramp from 10 to 50 at step 60 of 144: at the foot of the ramp
+    on day four the forecast already climbs; with less than three days there is no profile."""
+    day = np.r_[np.full(60, 10.0), np.full(84, 50.0)]
+    rng = np.random.default_rng(0)
+    history = np.tile(day, 4)[: 3 * 144 + 55] * rng.uniform(0.95, 1.05, 3 * 144 + 55)
+    fc = SeasonalLevel(144).fit(history).predict(10, 0.9)
+    assert fc.mean[0] < 15 and fc.mean[-1] > 35  # steps 56..65 of day four: up the ramp
+    two_days = SeasonalLevel(144).fit(history[: 2 * 144 + 55])
+    assert not two_days.seasonal
+    flat = two_days.predict(10, 0.9).mean
+    assert np.ptp(flat) < 1e-9  # level only
+
+
+def test_seasonal_level_fits_a_season_of_1440_minutes() -> None:
+    """1-minute counters: a daily season of 1,440 steps (Holt-Winters fits none past 288)."""
+    minutes = np.arange(4 * 1440)
+    y = 20 + 10 * np.sin(2 * np.pi * minutes / 1440)
+    model = SeasonalLevel(1440).fit(y[: 3 * 1440 + 300])
+    fc = model.predict(360, 0.9)
+    assert model.seasonal
+    np.testing.assert_allclose(fc.mean, y[3 * 1440 + 300 : 3 * 1440 + 660], rtol=0.03)

@@ -108,3 +108,14 @@ def test_advance_records_scale_times() -> None:
     d = decide(steps_for([80.0] * 30), 20.0, NOW, 60.0, CFG, state)
     after = advance(state, d)
     assert after.replicas == d.replicas and after.last_up_at == NOW and after.last_down_at is None
+
+
+def test_upper_headroom_sizes_the_band_and_the_mean_separately() -> None:
+    """Headroom 0.2 over the mean (the utilisation target), 0 over the upper quantile (it may
+    run at full capacity): the step needs the larger of the two; None keeps one headroom over
+    the upper, as before."""
+    split = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100, upper_headroom=0.0)
+    same = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100)
+    mean, upper = np.array([50.0, 50.0]), np.array([55.0, 90.0])
+    assert [s.replicas for s in plan_steps(mean, upper, NOW, 60.0, split)] == [6, 9]  # ceil(50*1.2/10), ceil(90/10)
+    assert [s.replicas for s in plan_steps(mean, upper, NOW, 60.0, same)] == [7, 11]  # ceil(upper*1.2/10)
