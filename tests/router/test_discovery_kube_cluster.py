@@ -8,12 +8,13 @@ the router finds them by API discovery and sends them traffic.
 Shown here: new Ready Pods get traffic; a Pod that runs but is not Ready gets none; scaling
 down under a steady request stream fails no request (the Pods' ``preStop`` sleep keeps each
 replica serving until the router has dropped it); a restarted router rediscovers the Pods.
-The order of events on scale-down is measured and written to ``scale_down_events.json`` in the
+The Service and the Deployments are deploy/vllm.yaml's. The order of events on scale-down is measured and written to ``scale_down_events.json`` in the
 test's directory (see router/README.md, Discovery).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -31,6 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -42,9 +44,9 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 NS = "llm"
 MODEL = "sim-llama-8b"
-# The Pods' preStop sleep (see the scale-down test and the README). PROMPTEDGE_TEST_PRE_STOP_S=0
-# runs the same tests without it, to see what the sleep is for.
-PRE_STOP_S = int(os.environ.get("PROMPTEDGE_TEST_PRE_STOP_S", "3"))
+# The Pods' preStop sleep is deploy/vllm.yaml's (see the scale-down test and the README);
+# PROMPTEDGE_TEST_PRE_STOP_S=N replaces it, =0 runs the same tests without it.
+PRE_STOP_S = os.environ.get("PROMPTEDGE_TEST_PRE_STOP_S")
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.1) -> Any:
@@ -59,23 +61,25 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, every_s:
         time.sleep(every_s)
 
 
+def manifests() -> dict[str, dict[str, Any]]:
+    """deploy/vllm.yaml (the Service and the Deployment a user applies) by kind."""
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "vllm.yaml").read_text()) if doc}
+
+
 def deployment(name: str, tier: str, replicas: int, warmup_s: float) -> dict[str, Any]:
-    """A vLLM-like Deployment of the Service's Pods (app=vllm), as a user would write it: a
-    readiness probe on /health, and a preStop sleep so the replica serves on while the
-    endpoint change reaches every router."""
-    labels = {"app": "vllm", "tier": tier}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"terminationGracePeriodSeconds": 30, "containers": [{
-                "name": "vllm", "image": "vllm/vllm-openai",
-                "ports": [{"name": "http", "containerPort": 8000}],
-                "env": [{"name": "PROMPTEDGE_SIM_WARMUP_S", "value": str(warmup_s)}],
-                "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
-                "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_S)]}}},
-            }]}}},
-    }
+    """deploy/vllm.yaml's Deployment as ``name`` with a ``tier`` label (two Deployments behind the
+    one Service), ``replicas``, the sim replica's warm-up, and PROMPTEDGE_TEST_PRE_STOP_S's
+    preStop sleep when set."""
+    spec = copy.deepcopy(manifests()["Deployment"])
+    spec["metadata"]["name"] = name
+    spec["spec"]["replicas"] = replicas
+    labels = {**spec["spec"]["selector"]["matchLabels"], "tier": tier}
+    spec["spec"]["selector"]["matchLabels"] = spec["spec"]["template"]["metadata"]["labels"] = labels
+    container = spec["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "PROMPTEDGE_SIM_WARMUP_S", "value": str(warmup_s)}]
+    if PRE_STOP_S is not None:
+        container["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", PRE_STOP_S]
+    return spec
 
 
 def free_port() -> int:
@@ -174,8 +178,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         (run_dir / "pods").mkdir()
         node = StandInNode(core, "node-a", NS, net=random.randint(100, 250), log_dir=run_dir / "pods").start()
         try:
-            core.create_namespaced_service(NS, {"metadata": {"name": "vllm"}, "spec": {
-                "selector": {"app": "vllm"}, "ports": [{"name": "http", "port": 8000, "targetPort": "http"}]}})
+            core.create_namespaced_service(NS, manifests()["Service"])
             apps.create_namespaced_deployment(NS, deployment("vllm", "warm", 2, warmup_s=1))
             apps.create_namespaced_deployment(NS, deployment("vllm-cold", "cold", 1, warmup_s=3600))
             router = RouterProcess(run_dir / "kubeconfig", run_dir / "router.log").start()
