@@ -48,7 +48,8 @@ def running_apiserver(run_dir: Path, authz: str | None = None,
         build = subprocess.run([str(TOOLS / "build.sh")], env={**os.environ, "COMPONENTS": components},
                                capture_output=True, text=True, timeout=2400)
     if build.returncode != 0:
-        pytest.fail(f"{TOOLS}/build.sh failed: {build.stderr[-2000:]}")
+        pytest.fail(f"{TOOLS}/build.sh failed (rc {build.returncode}): {build.stderr[-2000:]}\n"
+                    f"stdout: {build.stdout[-2000:]}")
     etcd = _free_port()
     while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):  # etcd's peer and metrics ports
         etcd = _free_port()

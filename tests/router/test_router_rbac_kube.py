@@ -3,7 +3,10 @@
 controller-manager to mint ServiceAccount tokens), lets discovery list, watch and get
 EndpointSlices in its namespace and nothing else. v1.20 serves EndpointSlices as
 ``discovery.k8s.io/v1beta1``; RBAC rules name the API group, not the version, so the same rule
-covers ``v1`` on current clusters. Skipped only where the tool scripts are absent.
+covers ``v1`` on current clusters. API discovery (``GET /apis/discovery.k8s.io``, how the router
+picks the version) needs no rule in the Role: the default ClusterRole ``system:discovery``
+grants it to every authenticated identity. The router's real discovery loop, run as the
+limited identity, finds the slices. Skipped only where the tool scripts are absent.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import httpx
 import pytest
 import yaml
 
+from router.discovery import DiscoveredReplica
+from router.discovery_kube import KubeSource, load_kube_settings, new_api_client
 from tests.router.fake_kube_api import endpoint, endpoint_slice
 from tests.router.kube_apiserver import running_apiserver
 
@@ -38,9 +43,14 @@ class API:
 
 
 @pytest.fixture(scope="module")
-def apis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[API, API, str]]:
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kube-router-rbac")
+
+
+@pytest.fixture(scope="module")
+def apis(run_dir: Path) -> Iterator[tuple[API, API, str]]:
     """(admin, limited, namespace) on a fresh RBAC API server with deploy/router-rbac.yaml applied."""
-    with running_apiserver(tmp_path_factory.mktemp("kube-router-rbac"), authz="RBAC") as config:
+    with running_apiserver(run_dir, authz="RBAC") as config:
         server = config["clusters"][0]["cluster"]["server"]
         verify = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
         tokens = {u["name"]: u["user"]["token"] for u in config["users"]}
@@ -82,6 +92,29 @@ def test_the_role_lets_discovery_list_watch_and_get_its_slices(apis: tuple[API, 
                                                "resourceVersion": listed.json()["metadata"]["resourceVersion"]})
     assert watched.status_code == 200, watched.text
     assert limited.client.get(f"{base}/vllm-a").status_code == 200
+
+
+def test_api_discovery_is_allowed_without_a_rule(apis: tuple[API, API, str]) -> None:
+    _, limited, _ = apis
+    group = limited.client.get("/apis/discovery.k8s.io")
+    assert group.status_code == 200, group.text
+    assert [v["version"] for v in group.json()["versions"]] == ["v1beta1"]
+
+
+async def test_the_router_discovers_its_slices_as_the_limited_identity(apis: tuple[API, API, str],
+                                                                       run_dir: Path) -> None:
+    _, _, namespace = apis
+    settings = load_kube_settings(kubeconfig=run_dir / "kubeconfig", context="limited", namespace=namespace,
+                                  label_selector="kubernetes.io/service-name=vllm", model="llama",
+                                  start_timeout_s=20)
+    source = KubeSource(new_api_client(settings), settings)
+    snapshots: list[list[DiscoveredReplica]] = []
+    await source.start(snapshots.append)
+    try:
+        assert [[r.spec.url for r in s] for s in snapshots] == [["http://10.0.0.1:8000"]]
+        assert source.version == "v1beta1" and source.errors == 0
+    finally:
+        await source.stop()
 
 
 def test_the_role_grants_nothing_else(apis: tuple[API, API, str]) -> None:

@@ -1,0 +1,323 @@
+"""The real router (``python -m router serve``) with Kubernetes discovery on the REAL 1.20
+control plane (kube-apiserver, controller manager, scheduler from ../shared/tools/kube): a
+Service and Deployments whose Pods the stand-in node (tests/router/kube_stand_in.py) runs as
+real sim replicas on the Pods' loopback addresses, Ready only once their ``/health`` answers.
+The EndpointSlice controller publishes them (``discovery.k8s.io/v1beta1``: 1.20 serves no v1),
+the router finds them by API discovery and sends them traffic.
+
+Shown here: new Ready Pods get traffic; a Pod that runs but is not Ready gets none; scaling
+down under a steady request stream fails no request (the Pods' ``preStop`` sleep keeps each
+replica serving until the router has dropped it); a restarted router rediscovers the Pods.
+The Service and the Deployments are deploy/vllm.yaml's. The order of events on scale-down is measured and written to ``scale_down_events.json`` in the
+test's directory (see router/README.md, Discovery).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tests.router.kube_apiserver import running_apiserver
+from tests.router.kube_stand_in import StandInNode
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "llm"
+MODEL = "sim-llama-8b"
+# The Pods' preStop sleep is deploy/vllm.yaml's (see the scale-down test and the README);
+# PROMPTEDGE_TEST_PRE_STOP_S=N replaces it, =0 runs the same tests without it.
+PRE_STOP_S = os.environ.get("PROMPTEDGE_TEST_PRE_STOP_S")
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.1) -> Any:
+    """Poll ``condition`` until it returns something true; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(every_s)
+
+
+def manifests() -> dict[str, dict[str, Any]]:
+    """deploy/vllm.yaml (the Service and the Deployment a user applies) by kind."""
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "vllm.yaml").read_text()) if doc}
+
+
+def deployment(name: str, tier: str, replicas: int, warmup_s: float) -> dict[str, Any]:
+    """deploy/vllm.yaml's Deployment as ``name`` with a ``tier`` label (two Deployments behind the
+    one Service), ``replicas``, the sim replica's warm-up, and PROMPTEDGE_TEST_PRE_STOP_S's
+    preStop sleep when set."""
+    spec = copy.deepcopy(manifests()["Deployment"])
+    spec["metadata"]["name"] = name
+    spec["spec"]["replicas"] = replicas
+    labels = {**spec["spec"]["selector"]["matchLabels"], "tier": tier}
+    spec["spec"]["selector"]["matchLabels"] = spec["spec"]["template"]["metadata"]["labels"] = labels
+    container = spec["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "PROMPTEDGE_SIM_WARMUP_S", "value": str(warmup_s)}]
+    if PRE_STOP_S is not None:
+        container["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", PRE_STOP_S]
+    return spec
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RouterProcess:
+    """``python -m router serve`` with Kubernetes discovery, as a user starts it."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_ROUTER_")}
+        self.env.update({
+            "PROMPTEDGE_REDIS_URL": os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+            "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes",
+            "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
+            "PROMPTEDGE_ROUTER_K8S_NAMESPACE": NS,
+            "PROMPTEDGE_ROUTER_K8S_LABEL_SELECTOR": "kubernetes.io/service-name=vllm",
+            "PROMPTEDGE_ROUTER_K8S_PORT_NAME": "http", "PROMPTEDGE_ROUTER_K8S_MODEL": MODEL,
+            "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "0.2",
+        })
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RouterProcess:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", str(self.port)],
+                                            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        wait_for(self._up, 60, f"router on {self.url} (log {self.log})", every_s=0.2)
+        return self
+
+    def _up(self) -> bool:
+        assert self.process is not None and self.process.poll() is None, self.log.read_text()[-3000:]
+        try:
+            return httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def ready(self) -> int:
+        models = httpx.get(f"{self.url}/v1/models", timeout=5).json()["data"]
+        return sum(m["ready"] for m in models if m["id"] == MODEL)
+
+
+@dataclass
+class World:
+    core: k8s.CoreV1Api
+    apps: k8s.AppsV1Api
+    node: StandInNode
+    router: RouterProcess
+    run_dir: Path
+
+    def scale(self, name: str, replicas: int) -> None:
+        self.apps.patch_namespaced_deployment_scale(name, NS, {"spec": {"replicas": replicas}})
+
+    def pod_ips(self, tier: str) -> dict[str, str]:
+        """Pod name -> podIP of the tier's Pods that are not being deleted."""
+        pods = self.core.list_namespaced_pod(NS, label_selector=f"app=vllm,tier={tier}").items
+        return {p.metadata.name: p.status.pod_ip for p in pods
+                if p.metadata.deletion_timestamp is None and p.status.pod_ip}
+
+    def slice_endpoints(self) -> dict[str, bool]:
+        """podIP -> ready, from the Service's EndpointSlices (v1beta1, raw: the typed client reads v1 only)."""
+        raw = self.core.api_client.call_api(*self.core.api_client.param_serialize(
+            "GET", f"/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
+            query_params=[("labelSelector", "kubernetes.io/service-name=vllm")],
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]))
+        raw.read()
+        assert raw.status == 200, raw.data[:500]
+        found: dict[str, bool] = {}
+        for item in json.loads(raw.data)["items"]:
+            for ep in item.get("endpoints") or []:
+                found[ep["addresses"][0]] = (ep.get("conditions") or {}).get("ready") is not False
+        return found
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    run_dir = tmp_path_factory.mktemp("kube-cluster")
+    with running_apiserver(run_dir, control_plane=True):
+        api_client = k8s_config.new_client_from_config(str(run_dir / "kubeconfig"), context="local",
+                                                       persist_config=False)
+        core, apps = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client)
+        core.create_namespace({"metadata": {"name": NS}})
+        (run_dir / "pods").mkdir()
+        node = StandInNode(core, "node-a", NS, net=random.randint(100, 250), log_dir=run_dir / "pods").start()
+        try:
+            core.create_namespaced_service(NS, manifests()["Service"])
+            apps.create_namespaced_deployment(NS, deployment("vllm", "warm", 2, warmup_s=1))
+            apps.create_namespaced_deployment(NS, deployment("vllm-cold", "cold", 1, warmup_s=3600))
+            router = RouterProcess(run_dir / "kubeconfig", run_dir / "router.log").start()
+            try:
+                yield World(core, apps, node, router, run_dir)
+            finally:
+                router.stop()
+        finally:
+            node.stop()
+            assert not node.errors, node.errors
+
+
+@dataclass
+class Traffic:
+    """A steady stream of distinct chat requests (never cache hits) through the router from
+    ``workers`` threads, until stopped or ``max_s`` passed (bounded). Each outcome: (start,
+    end, status or the exception's name, the replica the router named)."""
+
+    url: str
+    workers: int = 4
+    max_s: float = 120.0
+    outcomes: list[tuple[float, float, int | str, str | None]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> Traffic:
+        self._pool = ThreadPoolExecutor(self.workers)
+        for worker in range(self.workers):
+            self._pool.submit(self._run, worker)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._pool is not None
+        self._pool.shutdown(wait=True)
+
+    def _run(self, worker: int) -> None:
+        deadline = time.monotonic() + self.max_s
+        with httpx.Client(timeout=30) as client:
+            n = 0
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                n += 1
+                body = {"model": MODEL, "max_tokens": 8,
+                        "messages": [{"role": "user", "content": f"worker {worker} question {n} {random.random()}"}]}
+                start = time.monotonic()
+                try:
+                    answer = client.post(f"{self.url}/v1/chat/completions", json=body)
+                    outcome: int | str = answer.status_code
+                    replica = answer.headers.get("x-promptedge-replica")
+                except httpx.HTTPError as exc:
+                    outcome, replica = type(exc).__name__, None
+                self.outcomes.append((start, time.monotonic(), outcome, replica))
+
+    def failed(self) -> list[tuple[float, float, int | str, str | None]]:
+        return [o for o in self.outcomes if o[2] != 200]
+
+    def hosts(self, since: float = 0.0) -> set[str]:
+        return {httpx.URL(o[3]).host for o in self.outcomes if o[3] and o[0] >= since}
+
+
+def _settle(world: World, warm: int) -> dict[str, str]:
+    """Scale the warm Deployment to ``warm`` and wait until the router admits exactly those."""
+    world.scale("vllm", warm)
+    wait_for(lambda: len(world.pod_ips("warm")) == warm and len(world.node.processes) - len(world.node.exited)
+             == warm + 1, 120, f"{warm} warm Pods running")
+    wait_for(lambda: world.router.ready() == warm, 60, f"router admits {warm} replicas")
+    return world.pod_ips("warm")
+
+
+def test_new_ready_pods_get_traffic_and_a_running_unready_pod_gets_none(world: World) -> None:
+    warm = _settle(world, 2)
+    (cold_ip,) = wait_for(lambda: world.pod_ips("cold"), 60, "the cold Pod running").values()
+    assert world.slice_endpoints()[cold_ip] is False          # published, not ready
+    with Traffic(world.router.url) as traffic:
+        wait_for(lambda: len(traffic.outcomes) >= 20, 60, "20 answers")
+        grown = time.monotonic()
+        world.scale("vllm", 3)
+        new = wait_for(lambda: set(world.pod_ips("warm")) - set(warm), 60, "a third warm Pod")
+        (new_ip,) = [world.pod_ips("warm")[n] for n in new]
+        wait_for(lambda: new_ip in traffic.hosts(grown), 60, "traffic to the new Pod")
+    assert traffic.failed() == []
+    assert traffic.hosts() == set(world.pod_ips("warm").values())  # every warm Pod served
+    assert cold_ip not in traffic.hosts()
+    assert world.pod_ips("cold") and world.router.ready() == 3
+
+
+def test_scale_down_under_load_fails_no_request(world: World) -> None:
+    before = _settle(world, 3)
+    slice_seen: dict[str, float] = {}
+
+    def watch_slices(stop: threading.Event) -> None:  # when each IP leaves the slice or turns not ready
+        while not stop.wait(0.02):
+            endpoints = world.slice_endpoints()
+            for ip in before.values():
+                if ip not in slice_seen and not endpoints.get(ip, False):
+                    slice_seen[ip] = time.monotonic()
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_slices, args=(stop,), daemon=True)
+    watcher.start()
+    with Traffic(world.router.url) as traffic:
+        wait_for(lambda: len(traffic.outcomes) >= 20, 60, "20 answers")
+        scaled = time.monotonic()
+        world.scale("vllm", 1)
+        wait_for(lambda: len(world.pod_ips("warm")) == 1, 60, "two warm Pods deleted")
+        gone = [n for n in before if n not in world.pod_ips("warm")]
+        wait_for(lambda: all(n in world.node.exited for n in gone), 60, "their replicas stopped")
+        end = time.monotonic()
+        wait_for(lambda: len([o for o in traffic.outcomes if o[0] > end]) >= 20, 60, "20 answers after")
+    stop.set()
+    watcher.join(timeout=5)
+    events = []
+    for name in gone:
+        ip = before[name]
+        last = max((o[0] for o in traffic.outcomes if o[3] and httpx.URL(o[3]).host == ip), default=None)
+        deleted = world.node.seen_deleted[name]
+        events.append({
+            "pod": name, "scale_to_node_sees_deletion_s": deleted - scaled,
+            "deletion_to_endpoint_out_of_slice_s": slice_seen.get(ip, float("nan")) - deleted,
+            "deletion_to_last_request_sent_s": None if last is None else last - deleted,
+            "deletion_to_sigterm_s": world.node.sigterm[name] - deleted,
+            "sigterm_to_exit_s": world.node.exited[name] - world.node.sigterm[name]})
+    (world.run_dir / "scale_down_events.json").write_text(json.dumps(events, indent=2))
+    print(json.dumps(events, indent=2))
+    assert traffic.failed() == [], traffic.failed()
+    assert len(traffic.outcomes) >= 40
+    for event, name in zip(events, gone, strict=True):
+        # the router stopped sending to the replica before it got SIGTERM
+        assert event["deletion_to_last_request_sent_s"] is None or \
+            event["deletion_to_last_request_sent_s"] < event["deletion_to_sigterm_s"], event
+        assert before[name] in slice_seen
+    assert traffic.hosts(end) == set(world.pod_ips("warm").values())
+
+
+def test_a_restarted_router_rediscovers_the_pods(world: World) -> None:
+    warm = _settle(world, 2)
+    world.router.stop()
+    world.router.start()
+    wait_for(lambda: world.router.ready() == 2, 60, "the restarted router admits both replicas")
+    with Traffic(world.router.url) as traffic:
+        wait_for(lambda: traffic.hosts() == set(warm.values()), 60, "traffic to both Pods")
+    assert traffic.failed() == []
