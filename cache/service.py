@@ -118,7 +118,7 @@ class ResponseCache:
         return result
 
     def _key(self, req: CacheRequest) -> str:
-        return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant, req.digest)
+        return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant, req.digest, req.pool)
 
     def _saved(self, response: dict[str, Any]) -> tuple[int, float]:
         usage = response.get("usage")
@@ -133,7 +133,7 @@ class ResponseCache:
 
         Exact first; on an exact miss, the semantic stage (same scope, similarity >= the
         threshold for the model or the request's override, verified). Counts the outcome per
-        model and tenant in Redis (``no-cache`` lookups count as misses).
+        model (the pool that answers) and tenant in Redis (``no-cache`` lookups count as misses).
         """
         if not self.settings.enabled:
             return None
@@ -188,7 +188,7 @@ class ResponseCache:
     async def _semantic_lookup(self, req: CacheRequest, rejected: Counter[str]) -> tuple[CacheHit | None, str | None]:
         assert self.semantic is not None
         self.semantic.ensure_started()
-        query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars)
+        query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
         if isinstance(query, Skip):
             return None, query.reason
         if not self.semantic.ready:
@@ -227,7 +227,7 @@ class ResponseCache:
         except CacheUnavailable:
             return False
         if self.semantic is not None and self.semantic.ready:
-            query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars)
+            query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
             if not isinstance(query, Skip):
                 try:
                     await self.semantic.store_entry(query, tenant=req.tenant, model=req.model,

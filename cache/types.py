@@ -34,16 +34,20 @@ class CacheRequest:
     endpoint: which OpenAI API the body belongs to.
     body: the parsed request JSON, already validated by the router (model, messages or prompt).
     tenant: the tenant the API key maps to; entries never cross tenants.
+    pool: the model (pool) whose replicas answer, when it is not the body's ``model`` (the
+      router's ``X-Model``); part of the key, and the model the entry is counted and deleted by.
     """
 
     endpoint: Endpoint
     body: Mapping[str, Any]
     tenant: str = "default"
     control: CacheControl = field(default_factory=CacheControl)
+    pool: str | None = None
 
     @property
     def model(self) -> str:
-        return str(self.body.get("model", ""))
+        """The pool that answers: ``pool``, else the body's ``model``."""
+        return self.pool if self.pool is not None else str(self.body.get("model", ""))
 
     @cached_property
     def digest(self) -> str:
@@ -51,7 +55,7 @@ class CacheRequest:
         the store after it both need it. ``body`` must not change after the first use."""
         from cache.keys import request_digest  # keys imports this module
 
-        return request_digest(self.endpoint, self.body, self.tenant)
+        return request_digest(self.endpoint, self.body, self.tenant, self.pool)
 
 
 @dataclass(frozen=True)
