@@ -131,9 +131,11 @@ class ResponseCache:
     async def lookup(self, req: CacheRequest) -> CacheHit | None:
         """The cached response for req, or None (miss, no-cache, disabled or Redis unavailable).
 
-        Exact first; on an exact miss, the semantic stage (same scope, similarity >= the
-        threshold for the model or the request's override, verified). Counts the outcome per
-        model (the pool that answers) and tenant in Redis (``no-cache`` lookups count as misses).
+        Exact first; on an exact miss, the semantic stage unless ``req.control.semantic`` is
+        False (same scope, similarity >= the threshold for the model or the request's override,
+        which cannot go below ``settings.min_request_threshold``; verified). Counts the outcome
+        per model (the pool that answers) and tenant in Redis (``no-cache`` lookups count as
+        misses).
         """
         if not self.settings.enabled:
             return None
@@ -151,6 +153,8 @@ class ResponseCache:
                     rejected["corrupt"] += 1  # skipped like a miss; counted with the semantic ones
                 if response is not None:
                     hit = CacheHit(kind="exact", response=response, similarity=None, key=key, raw=raw)
+                elif self.semantic is not None and not req.control.semantic:
+                    skipped = "exact_only"  # the request's policy (e.g. a client without a key)
                 elif self.semantic is not None:
                     hit, skipped = await self._semantic_lookup(req, rejected)
         except CacheUnavailable:
@@ -226,7 +230,7 @@ class ResponseCache:
             await bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
         except CacheUnavailable:
             return False
-        if self.semantic is not None and self.semantic.ready:
+        if self.semantic is not None and self.semantic.ready and req.control.semantic:
             query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
             if not isinstance(query, Skip):
                 try:

@@ -19,12 +19,17 @@ class CacheControl:
     no_store: skip storing (``Cache-Control: no-store``).
     ttl_s: per-request TTL in seconds, clamped to the settings' bounds; None = default.
     threshold: semantic similarity threshold override in [0, 1]; None = default, 0 means 0.
+      The cache raises it to ``CacheSettings.min_request_threshold`` (a client cannot loosen
+      matching below the operator's floor).
+    semantic: False = exact stage only, for lookup and store (the router's policy for clients
+      without an API key: ``PROMPTEDGE_ROUTER_ANONYMOUS_CACHE``).
     """
 
     no_cache: bool = False
     no_store: bool = False
     ttl_s: int | None = None
     threshold: float | None = None
+    semantic: bool = True
 
 
 @dataclass(frozen=True)

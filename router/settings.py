@@ -89,7 +89,7 @@ class RouterSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
-    admin_key: str | None = None  # bearer key for DELETE /cache; None switches the route off
+    admin_key: str | None = None  # bearer key for DELETE /cache; None or empty switches the route off
     clock_origin: float | None = None
     clock_scale: float = Field(1.0, gt=0)
 
@@ -108,6 +108,8 @@ class RouterSettings(BaseSettings):
     counters_flush_s: float = Field(1.0, gt=0)
 
     api_keys: dict[str, str] = Field(default_factory=dict)  # API key -> tenant (cache scope)
+    # cache for requests without an API key: off | exact (default: no semantic sharing) | semantic
+    anonymous_cache: Literal["off", "exact", "semantic"] = "exact"
     rate_limits: dict[str, RateLimit] = Field(default_factory=dict)  # API key or "*" -> buckets
     queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
     max_inflight_per_replica: int | None = Field(None, ge=1)

@@ -4,10 +4,13 @@ each become a metrics label or a stats series."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import redis.asyncio
 
 from router import ReplicaSpec
-from tests.router.conftest import MODEL
+from tests.router.conftest import MODEL, cache_entries
 from tests.router.test_cache_api import chat, post_until_stored
 
 pytestmark = pytest.mark.slow
@@ -86,3 +89,55 @@ async def test_a_semantic_hit_needs_every_non_text_field_equal(start_replica, st
     assert (await client.post(url, json=named, headers={**acme, "cache-control": "no-store"})).headers["x-cache"] == "miss"
     same = await client.post(url, json=chat("How can I turn on the kitchen lights?"), headers=acme)
     assert same.headers["x-cache"] == "semantic"
+
+
+async def test_a_request_threshold_cannot_go_below_the_floor(start_replica, start_router, client) -> None:
+    # Regression (finding 4): `X-Cache-Threshold: 0` served an unrelated answer (similarity 0.15).
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
+    url = router.url + URL
+    acme = {"authorization": "Bearer key-a"}
+    await post_until_stored(client, url, chat("How do I bake bread at home?"), acme)  # cosine 0.017 to:
+    unrelated = await client.post(url, json=chat("What is the capital of Peru?"),
+                                  headers={**acme, "x-cache-threshold": "0", "cache-control": "no-store"})
+    assert unrelated.headers["x-cache"] == "miss"
+    stricter = await client.post(url, json=chat("How can I bake bread at home?"),
+                                 headers={**acme, "x-cache-threshold": "1", "cache-control": "no-store"})
+    assert stricter.headers["x-cache"] == "miss"  # raising the threshold is always allowed
+
+
+async def test_anonymous_clients_share_no_semantic_answers_by_default(start_replica, start_router, client) -> None:
+    # Regression (finding 4): all clients without a key were one tenant, semantic hits included.
+    router = await start_router([(await start_replica()).url])
+    url = router.url + URL
+    await post_until_stored(client, url, chat("How do I turn on the lights in the kitchen?"))
+    paraphrase = await client.post(url, json=chat("How can I turn on the kitchen lights?"),
+                                   headers={"cache-control": "no-store"})
+    assert paraphrase.headers["x-cache"] == "miss"
+    exact = await client.post(url, json=chat("How do I turn on the lights in the kitchen?"))
+    assert exact.headers["x-cache"] == "exact"  # the same request would have produced it
+
+
+async def test_anonymous_cache_off_neither_looks_up_nor_stores(start_replica, start_router, client, redis_url) -> None:
+    router = await start_router([(await start_replica()).url], anonymous_cache="off")
+    url = router.url + URL
+    for _ in range(2):
+        response = await client.post(url, json=chat("How do I turn on the lights in the kitchen?"))
+        assert response.headers["x-cache"] == "miss"
+    keyed = await client.post(url, json=chat("How do I turn on the lights in the kitchen?"),
+                              headers={"authorization": "Bearer key-x"})
+    assert keyed.headers["x-cache"] == "miss"
+    await cache_entries(redis_url, 1)  # the keyed answer, stored after the anonymous ones were sent
+    r = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        owners = [json.loads(m) for m in await r.zrange("promptedge:cache:exact-owners", 0, -1)]
+    finally:
+        await r.aclose()
+    assert len(owners) == 1 and owners[0][0] != "default"
+
+
+async def test_an_empty_admin_key_switches_the_admin_api_off(start_replica, start_router, client) -> None:
+    # Regression (finding 4): PROMPTEDGE_ROUTER_ADMIN_KEY="" let a request without a key DELETE /cache.
+    router = await start_router([(await start_replica()).url], admin_key="")
+    for headers in ({}, {"authorization": "Bearer"}, {"authorization": "Bearer x"}):
+        response = await client.delete(router.url + "/cache", params={"all": "true"}, headers=headers)
+        assert response.status_code == 403 and response.json()["error"]["code"] == "admin_disabled"
