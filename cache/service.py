@@ -134,8 +134,8 @@ class ResponseCache:
         Exact first; on an exact miss, the semantic stage unless ``req.control.semantic`` is
         False (same scope, similarity >= the threshold for the model or the request's override,
         which cannot go below ``settings.min_request_threshold``; verified). Counts the outcome
-        per model (the pool that answers) and tenant in Redis (``no-cache`` lookups count as
-        misses).
+        per model (the pool that answers) and tenant label (``req.label``) in Redis
+        (``no-cache`` lookups count as misses).
         """
         if not self.settings.enabled:
             return None
@@ -161,7 +161,7 @@ class ResponseCache:
             hit = None
         outcome: Outcome = hit.kind if hit else "miss"
         tokens, replica_s = self._saved(hit.response) if hit else (0, 0.0)
-        event = LookupEvent(req.model, req.tenant, outcome, hit.similarity if hit else None,
+        event = LookupEvent(req.model, req.label, outcome, hit.similarity if hit else None,
                             tokens, replica_s, skipped, rejected)
         metrics.observe(event, time.perf_counter() - started)
         # counted after the answer, not before it: no round trip on the lookup's path, and the

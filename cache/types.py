@@ -41,6 +41,9 @@ class CacheRequest:
     tenant: the tenant the API key maps to; entries never cross tenants.
     pool: the model (pool) whose replicas answer, when it is not the body's ``model`` (the
       router's ``X-Model``); part of the key, and the model the entry is counted and deleted by.
+    tenant_label: the tenant's name in the statistics and metrics, from a bounded set (the
+      router folds API keys it has no mapping for into ``other``); None = ``tenant``. Isolation
+      always uses ``tenant``.
     """
 
     endpoint: Endpoint
@@ -48,11 +51,17 @@ class CacheRequest:
     tenant: str = "default"
     control: CacheControl = field(default_factory=CacheControl)
     pool: str | None = None
+    tenant_label: str | None = None
 
     @property
     def model(self) -> str:
         """The pool that answers: ``pool``, else the body's ``model``."""
         return self.pool if self.pool is not None else str(self.body.get("model", ""))
+
+    @property
+    def label(self) -> str:
+        """The tenant as statistics and metrics name it (``tenant_label``, else ``tenant``)."""
+        return self.tenant if self.tenant_label is None else self.tenant_label
 
     @cached_property
     def digest(self) -> str:

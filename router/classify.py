@@ -63,7 +63,17 @@ def tenant(key: str, mapping: Mapping[str, str]) -> str:
     return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-ANONYMOUS = "default"  # the tenant of requests without an API key
+ANONYMOUS = "default"  # the tenant (and label) of requests without an API key
+OTHER = "other"  # the statistics/metrics label of every API key without a mapping
+
+
+def tenant_label(key: str, mapping: Mapping[str, str]) -> str:
+    """The tenant's name in statistics and metrics, from a bounded set: the mapped name,
+    ``default`` without a key, and ``other`` for any key without a mapping (so random keys
+    cannot each make a Prometheus series or a Redis stats field). Isolation uses ``tenant``."""
+    if key in mapping:
+        return mapping[key]
+    return OTHER if key else ANONYMOUS
 
 
 def anonymous_control(control: CacheControl, policy: str) -> CacheControl:

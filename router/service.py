@@ -74,8 +74,9 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     if not api_key:
         control = classify.anonymous_control(control, state.settings.anonymous_cache)
     # keyed by the pool that answers (X-Model or the body's model), not by the body alone
-    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, state.settings.api_keys),
-                        control=control, pool=pool)
+    keys = state.settings.api_keys
+    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, keys), control=control,
+                        pool=pool, tenant_label=classify.tenant_label(api_key, keys))
     stream = body.get("stream") is True
     hit = await state.cache.lookup(creq)
     if hit is not None:

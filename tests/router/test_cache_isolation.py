@@ -5,6 +5,7 @@ each become a metrics label or a stats series."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import redis.asyncio
@@ -141,3 +142,31 @@ async def test_an_empty_admin_key_switches_the_admin_api_off(start_replica, star
     for headers in ({}, {"authorization": "Bearer"}, {"authorization": "Bearer x"}):
         response = await client.delete(router.url + "/cache", params={"all": "true"}, headers=headers)
         assert response.status_code == 403 and response.json()["error"]["code"] == "admin_disabled"
+
+
+async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router, client, redis_url) -> None:
+    # Regression (finding 5): every random API key became a tenant label in /metrics, in
+    # /cache/stats and a stats series in Redis.
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
+    url = router.url + URL
+    for i in range(12):
+        key = "sk-" + os.urandom(8).hex()
+        response = await client.post(url, json=chat(f"Question number {i}?"), headers={"authorization": f"Bearer {key}"})
+        assert response.status_code == 200
+    await client.post(url, json=chat("Question number 0?"), headers={"authorization": "Bearer key-a"})
+    await client.post(url, json=chat("Question number 0?"))
+    stats = (await client.get(router.url + "/cache/stats")).json()
+    assert set(stats["per_tenant"]) == {"acme", "default", "other"}
+    assert stats["per_tenant"]["other"]["requests"] == 12
+    metrics = (await client.get(router.url + "/metrics")).text
+    tenants = {line.split('tenant="')[1].split('"')[0] for line in metrics.splitlines()
+               if line.startswith("promptedge_cache_lookups_total{")}
+    # the cache's registry is per process: other tests' tenants may be there, never a key's
+    assert "other" in tenants and not any(t.startswith("key:") for t in tenants)
+    r = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        fields = await r.hkeys("promptedge:cache:stats:all")
+    finally:
+        await r.aclose()
+    groups = {f.decode().rpartition("|")[0] for f in fields}
+    assert {g for g in groups if g.startswith("t=")} == {"t=acme", "t=default", "t=other"}
