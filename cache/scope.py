@@ -16,7 +16,9 @@ the reason counted:
 - ``prompt_not_text``: a completions prompt that is not one string (token ids, batches);
 - ``too_long``: the compared text is longer than the encoder reads (it would be truncated, so
   differences past the cut would be invisible);
-- ``empty``: nothing to compare.
+- ``empty``: nothing to compare;
+- ``echo``: the answer repeats the prompt (``echo``, vLLM's ``prompt_logprobs``), so an answer
+  for another wording would show another client's prompt.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
     characters of English); pool: the pool that answers (None = the body's ``model``). Never
     raises on odd content.
     """
+    if body.get("echo") not in (None, False) or body.get("prompt_logprobs") is not None:
+        return Skip("echo")
     if endpoint == "chat.completions":
         messages = canonical_messages(body.get("messages"))
         if body.get("tools") or any(

@@ -86,3 +86,14 @@ def test_every_non_text_field_splits_the_scope() -> None:
     assert scope(named) != scope(base)
     pooled = semantic_query("chat.completions", base, "t1", pool="other")
     assert isinstance(pooled, SemanticQuery) and pooled.scope != scope(base)
+
+
+def test_answers_that_repeat_the_prompt_are_never_matched_by_meaning() -> None:
+    # An answer with echo (the prompt is part of its text) or prompt_logprobs (one entry per
+    # prompt token) served for another wording would show the other client's prompt.
+    prompt = {"model": "m", "prompt": "Once upon a time"}
+    for extra in ({"echo": True}, {"prompt_logprobs": 1}, {"echo": 1}):
+        assert semantic_query("completions", {**prompt, **extra}, "t1") == Skip("echo"), extra
+        assert semantic_query("chat.completions", chat(("user", "Hi there"), **extra), "t1") == Skip("echo"), extra
+    assert isinstance(semantic_query("completions", {**prompt, "echo": False, "prompt_logprobs": None}, "t1"),
+                      SemanticQuery)

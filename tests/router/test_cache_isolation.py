@@ -170,3 +170,14 @@ async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router,
         await r.aclose()
     groups = {f.decode().rpartition("|")[0] for f in fields}
     assert {g for g in groups if g.startswith("t=")} == {"t=acme", "t=default", "t=other"}
+
+
+async def test_an_echoed_prompt_is_never_served_for_another_wording(start_replica, start_router, client) -> None:
+    # An answer with `echo` contains its prompt: a semantic hit would show another client's text.
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
+    url = router.url + "/v1/completions"
+    acme = {"authorization": "Bearer key-a"}
+    body = {"model": MODEL, "prompt": "How do I turn on the lights in the kitchen?", "max_tokens": 8, "echo": True}
+    await post_until_stored(client, url, body, acme)
+    other = await client.post(url, json={**body, "prompt": "How can I turn on the kitchen lights?"}, headers=acme)
+    assert other.headers["x-cache"] == "miss"
