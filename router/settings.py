@@ -122,6 +122,17 @@ class RouterSettings(BaseSettings):
     prefix_ttl_s: float = Field(120.0, gt=0)  # how long a prefix remembers its replica
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
 
+    @field_validator("api_keys")
+    @classmethod
+    def _own_tenants(cls, value: dict[str, str]) -> dict[str, str]:
+        # "default" is the tenant of requests without a key, "key:..." that of unmapped keys
+        # (router/classify.py): a key mapped to one of them would share those clients' entries.
+        for tenant in value.values():  # the keys are secrets: never in the message
+            if tenant == "default" or tenant.startswith("key:") or not tenant.strip():
+                raise ValueError(f"api_keys: a key's tenant cannot be empty, 'default' or start with "
+                                 f"'key:' (reserved), got {tenant!r}")
+        return value
+
     @field_validator("timeouts")
     @classmethod
     def _all_priorities(cls, value: dict[str, Timeouts]) -> dict[str, Timeouts]:
