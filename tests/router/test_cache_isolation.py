@@ -155,7 +155,11 @@ async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router,
         assert response.status_code == 200
     await client.post(url, json=chat("Question number 0?"), headers={"authorization": "Bearer key-a"})
     await client.post(url, json=chat("Question number 0?"))
+    # a client's model string is no label either: counted under the pool that answered
+    await client.post(url, json={**chat("Question number 1?"), "model": "m-" + os.urandom(8).hex()},
+                      headers={"x-model": MODEL})
     stats = (await client.get(router.url + "/cache/stats")).json()
+    assert set(stats["per_model"]) == {MODEL}
     assert set(stats["per_tenant"]) == {"acme", "default", "other"}
     assert stats["per_tenant"]["other"]["requests"] == 12
     metrics = (await client.get(router.url + "/metrics")).text
