@@ -1,14 +1,23 @@
 """Canonical form of an OpenAI request and the exact-cache key derived from it (pure).
 
-Two requests get the same key exactly when an OpenAI-compatible server would treat them as the
-same generation request: same tenant, endpoint, model, input (messages or prompt) and every
-output-affecting parameter, with OpenAI's documented defaults filled in (a missing
-``temperature`` equals an explicit 1.0). Parameters that do not change the output (``stream``,
-``stream_options``, ``user``, ``metadata``, ``store``) are left out, so a streamed and a
-non-streamed request share an entry.
+Two requests get the same key only when an OpenAI-compatible server would produce the same
+answer for both: same tenant, endpoint, **pool** (the model that answers, which the router may
+take from ``X-Model`` instead of the body), body ``model``, input (messages or prompt) and every
+other body field.
 
-Defaults from the OpenAI API reference (Chat Completions and legacy Completions) and, for the
-sampling extras vLLM accepts, vLLM's ``SamplingParams`` (top_k -1, min_p 0, repetition_penalty 1).
+The rule is inverted on purpose: **every body field is in the key unless it is known not to
+change the output** (``NEUTRAL_FIELDS``, each with the reason), so a field the router has never
+heard of (a new vLLM sampling option, a server extension) can never make two different requests
+share an answer. Within that rule, a field at its documented default equals leaving it out (a
+missing ``temperature`` equals an explicit 1.0; ``min_tokens: 0`` equals no ``min_tokens``),
+1 and 1.0 are the same number, and a few spellings mean the same (``stop: "x"`` == ``["x"]``,
+an empty ``stop`` / ``logit_bias`` / ``tools`` / ``stop_token_ids`` / ``bad_words`` /
+``chat_template_kwargs`` == none). A field at any other value, ``null`` included, counts.
+
+Defaults: the OpenAI API reference (Chat Completions and legacy Completions) and, for the
+extras vLLM accepts, vLLM's ``ChatCompletionRequest`` / ``CompletionRequest`` in
+``vllm/entrypoints/openai/protocol.py`` (e.g. ``min_tokens`` 0, ``ignore_eos`` false,
+``skip_special_tokens`` true, ``add_generation_prompt`` true).
 """
 
 from __future__ import annotations
@@ -19,9 +28,25 @@ from typing import Any, Mapping
 
 from cache.types import Endpoint
 
-KEY_VERSION = 2  # 2: parameters at their default are left out instead of filled in
+# 3: every body field counts unless known neutral (NEUTRAL_FIELDS); the pool that answers is in
+#    the key besides the body's model; message fields are all kept.
+# 2: parameters at their default are left out instead of filled in.
+KEY_VERSION = 3
 
-# Output-affecting parameters and the value a server assumes when the field is absent.
+# Body fields that do not change the generated answer, and why. Everything else is in the key.
+NEUTRAL_FIELDS: dict[str, str] = {
+    "stream": "transport only: the same answer sent as SSE chunks; a hit is replayed as SSE",
+    "stream_options": "what a stream carries besides the answer (usage chunk); a replayed hit always ends with usage",
+    "user": "end-user id for the provider's abuse monitoring (OpenAI); not an input of generation",
+    "safety_identifier": "OpenAI's successor of `user`: an id for abuse monitoring, not an input",
+    "metadata": "tags of a stored completion (OpenAI); not an input of generation",
+    "store": "whether OpenAI keeps the completion for evals/distillation; not an input",
+    "prompt_cache_key": "OpenAI's routing hint for its prompt (prefix) cache; speed only",
+    "request_id": "vLLM: the id the request runs under and the answer's `id`; not an input of generation",
+    "priority": "vLLM: scheduling order under --scheduling-policy priority; when, not what",
+}
+
+# Output-affecting parameters with a known default (a field absent == the field at this value).
 _COMMON_DEFAULTS: dict[str, Any] = {
     "temperature": 1.0,
     "top_p": 1.0,
@@ -35,6 +60,24 @@ _COMMON_DEFAULTS: dict[str, Any] = {
     "top_k": -1,
     "min_p": 0.0,
     "repetition_penalty": 1.0,
+    # vLLM's sampling extras (protocol.py), shared by both endpoints
+    "min_tokens": 0,
+    "ignore_eos": False,
+    "stop_token_ids": None,
+    "include_stop_str_in_output": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "bad_words": None,
+    "allowed_token_ids": None,
+    "truncate_prompt_tokens": None,
+    "prompt_logprobs": None,
+    "use_beam_search": False,
+    "length_penalty": 1.0,
+    "guided_json": None,
+    "guided_regex": None,
+    "guided_choice": None,
+    "guided_grammar": None,
+    "structured_outputs": None,
 }
 _CHAT_DEFAULTS: dict[str, Any] = {
     **_COMMON_DEFAULTS,
@@ -47,6 +90,14 @@ _CHAT_DEFAULTS: dict[str, Any] = {
     "parallel_tool_calls": True,
     "reasoning_effort": None,
     "modalities": None,
+    # vLLM's chat extras
+    "echo": False,
+    "add_generation_prompt": True,
+    "continue_final_message": False,
+    "add_special_tokens": False,
+    "chat_template": None,
+    "chat_template_kwargs": None,
+    "documents": None,
 }
 _COMPLETION_DEFAULTS: dict[str, Any] = {
     **_COMMON_DEFAULTS,
@@ -55,7 +106,13 @@ _COMPLETION_DEFAULTS: dict[str, Any] = {
     "echo": False,
     "best_of": 1,
 }
+# The fields that hold the input, kept apart from the parameters.
+_INPUT_FIELDS = {"chat.completions": ("model", "messages"), "completions": ("model", "prompt")}
+# Message fields where null means the same as leaving the field out; any other field of a
+# message (known or not) is kept with whatever value it has.
 _MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
+# An empty collection in these fields means the same as none.
+_EMPTY_IS_NONE = ("stop", "logit_bias", "stop_token_ids", "bad_words", "chat_template_kwargs")
 
 
 def _number(value: Any) -> Any:
@@ -75,17 +132,20 @@ def _content(content: Any) -> Any:
 
 
 def canonical_messages(messages: Any) -> list[dict[str, Any]]:
-    """messages: the OpenAI ``messages`` list -> the same list with only meaningful fields.
+    """messages: the OpenAI ``messages`` list -> the same list in canonical form (pure).
 
-    Unknown fields are dropped, ``content`` is normalised (one text part == the string); content
-    of any other shape (images, audio, tool calls) is kept verbatim so it is cached exactly.
+    Every field of a message is kept (a field the router does not know may change the answer);
+    a known field (role, content, name, tool_calls, tool_call_id, refusal) set to null is left
+    out, and ``content`` is normalised (one text part == the string). Content of any other shape
+    (images, audio) is kept verbatim so it is cached exactly; a message that is not an object is
+    kept as ``{"raw": value}``.
     """
     out: list[dict[str, Any]] = []
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, Mapping):
             out.append({"raw": message})
             continue
-        item = {f: message[f] for f in _MESSAGE_FIELDS if message.get(f) is not None}
+        item = {f: v for f, v in message.items() if not (v is None and f in _MESSAGE_FIELDS)}
         if "content" in item:
             item["content"] = _content(item["content"])
         out.append(item)
@@ -97,53 +157,68 @@ def _is_default(value: Any, default: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
-def _params(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    # Only the parameters a request sets, minus those set to their default: a missing field and
-    # its explicit default give the same (usually empty) dict, and a request pays for the few
-    # fields it has, not for every known parameter (this runs on every request's path).
-    params = {name: _number(value) for name, value in body.items() if name in defaults}
-    if body.get("max_completion_tokens") is not None:
-        params["max_tokens"] = _number(body["max_completion_tokens"])
+def _params(endpoint: Endpoint, body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    # Every field but the input and the neutral ones, minus those at their default: a missing
+    # field and its explicit default give the same (usually empty) dict, and a request pays for
+    # the few fields it has, not for every known parameter (this runs on every request's path).
+    inputs = _INPUT_FIELDS[endpoint]
+    params = {name: _number(value) for name, value in body.items()
+              if name not in inputs and name not in NEUTRAL_FIELDS}
+    if endpoint == "chat.completions" and "max_completion_tokens" in params:
+        # OpenAI's newer name of max_tokens: the same limit under either name
+        limit = params.pop("max_completion_tokens")
+        if limit is not None:
+            if params.get("max_tokens") in (None, limit):
+                params["max_tokens"] = limit
+            else:  # both, different: kept apart (what the server makes of it is its business)
+                params["max_completion_tokens"] = limit
     if isinstance(params.get("stop"), str):
         params["stop"] = [params["stop"]]
-    if params.get("stop") == []:
-        params["stop"] = None
-    if params.get("logit_bias") == {}:
-        params["logit_bias"] = None
-    if "tools" in defaults and not params.get("tools"):
+    for name in _EMPTY_IS_NONE:
+        value = params.get(name)
+        if isinstance(value, (list, dict)) and not value:
+            params[name] = None
+    if "tools" in defaults and not params.get("tools") and isinstance(params.get("tools"), (list, type(None))):
         params.pop("tools", None)
     if "tool_choice" in defaults:
         # OpenAI: "none" without tools, "auto" with tools.
         if params.get("tool_choice") == ("auto" if params.get("tools") else "none"):
             params["tool_choice"] = None
-    return {name: value for name, value in params.items() if not _is_default(value, _number(defaults[name]))}
+    return {name: value for name, value in params.items()
+            if not (name in defaults and _is_default(value, _number(defaults[name])))}
 
 
 def canonical_params(endpoint: Endpoint, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The output-affecting parameters of a request that differ from OpenAI's defaults (pure):
-    two requests that mean the same generation get equal dicts (a missing ``temperature`` and an
-    explicit 1.0 both leave it out; 1 and 1.0 are the same number)."""
-    return _params(body, _CHAT_DEFAULTS if endpoint == "chat.completions" else _COMPLETION_DEFAULTS)
+    """Every body field but the input (``model``, ``messages`` / ``prompt``) and the neutral
+    ones (``NEUTRAL_FIELDS``), minus those at their documented default (pure): two requests that
+    mean the same generation get equal dicts (a missing ``temperature`` and an explicit 1.0 both
+    leave it out; 1 and 1.0 are the same number), and a field the module does not know is kept
+    with its value, ``null`` included."""
+    return _params(endpoint, body, _CHAT_DEFAULTS if endpoint == "chat.completions" else _COMPLETION_DEFAULTS)
 
 
-def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str) -> dict[str, Any]:
+def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
+                      pool: str | None = None) -> dict[str, Any]:
     """The canonical, JSON-serialisable form of a request for exact matching.
 
     endpoint: ``chat.completions`` or ``completions``; body: the request JSON; tenant: the
-    tenant name. Never raises on odd content: whatever is not understood is kept verbatim.
+    tenant name; pool: the model (pool) whose replicas answer, None = the body's ``model``.
+    The router sends a request to the pool named by ``X-Model`` when present, so the pool and
+    the body's ``model`` are both part of the key. Never raises on odd content: whatever is
+    not understood is kept verbatim.
     """
     if endpoint == "chat.completions":
         payload: dict[str, Any] = {"messages": canonical_messages(body.get("messages"))}
     else:
         payload = {"prompt": body.get("prompt")}
-    params = canonical_params(endpoint, body)
     return {
         "v": KEY_VERSION,
         "tenant": tenant,
         "endpoint": endpoint,
+        "pool": body.get("model") if pool is None else pool,
         "model": body.get("model"),
         **payload,
-        "params": params,
+        "params": canonical_params(endpoint, body),
     }
 
 
@@ -153,13 +228,14 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def request_digest(endpoint: Endpoint, body: Mapping[str, Any], tenant: str) -> str:
-    """SHA-256 hex digest of the canonical request."""
-    return digest(canonical_request(endpoint, body, tenant))
+def request_digest(endpoint: Endpoint, body: Mapping[str, Any], tenant: str, pool: str | None = None) -> str:
+    """SHA-256 hex digest of the canonical request (see ``canonical_request``)."""
+    return digest(canonical_request(endpoint, body, tenant, pool))
 
 
 def exact_key(prefix: str, endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
-              request_sha: str | None = None) -> str:
+              request_sha: str | None = None, pool: str | None = None) -> str:
     """Redis key of the exact-cache entry: ``{prefix}:exact:{sha256 of canonical request}``;
-    ``request_sha``: that digest if already computed (``CacheRequest.digest``)."""
-    return f"{prefix}:exact:{request_sha or request_digest(endpoint, body, tenant)}"
+    ``request_sha``: that digest if already computed (``CacheRequest.digest``); pool: the pool
+    that answers (None = the body's ``model``)."""
+    return f"{prefix}:exact:{request_sha or request_digest(endpoint, body, tenant, pool)}"

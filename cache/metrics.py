@@ -2,7 +2,8 @@
 router's /metrics appends it to its own series).
 
 Per process, so sum them across workers in PromQL; the Redis counters (cache/stats.py) are the
-cross-worker truth behind /cache/stats.
+cross-worker truth behind /cache/stats. Label values are bounded: ``model`` is a configured pool
+and ``tenant`` a tenant label (mapped tenants, ``default``, ``other``; see CacheRequest.label).
 """
 
 from __future__ import annotations

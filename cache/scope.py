@@ -1,9 +1,11 @@
 """Semantic scope of a request: what must be identical for a semantic hit, and the text compared
 by meaning (pure).
 
-A semantic hit requires the same tenant, endpoint, model, output-affecting parameters (OpenAI
-defaults filled in, as for the exact key), system prompt and earlier turns (the whole
-conversation before the last user message, hashed). Only the last user turn is compared by
+A semantic hit requires everything but the text compared to be identical, by the exact key's
+rule (cache/keys.py): the same tenant, endpoint, pool, body ``model``, every body field that is
+not known to be neutral (defaults filled in), the system prompt and earlier turns (the whole
+conversation before the last user message) and every field of the last user message but its
+text. Only the text of the last user turn (of a completions prompt: the prompt) is compared by
 meaning. Requests the semantic stage cannot judge safely are cached exactly or not at all, with
 the reason counted:
 
@@ -14,7 +16,9 @@ the reason counted:
 - ``prompt_not_text``: a completions prompt that is not one string (token ids, batches);
 - ``too_long``: the compared text is longer than the encoder reads (it would be truncated, so
   differences past the cut would be invisible);
-- ``empty``: nothing to compare.
+- ``empty``: nothing to compare;
+- ``echo``: the answer repeats the prompt (``echo``, vLLM's ``prompt_logprobs``), so an answer
+  for another wording would show another client's prompt.
 """
 
 from __future__ import annotations
@@ -42,12 +46,15 @@ class Skip:
 
 
 def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
-                   max_chars: int = 1000) -> SemanticQuery | Skip:
+                   max_chars: int = 1000, pool: str | None = None) -> SemanticQuery | Skip:
     """Split a request into its scope digest and the text compared by meaning, or say why not.
 
     max_chars: longest text compared (all-MiniLM-L6-v2 reads 256 word pieces, roughly 1,000
-    characters of English). Never raises on odd content.
+    characters of English); pool: the pool that answers (None = the body's ``model``). Never
+    raises on odd content.
     """
+    if body.get("echo") not in (None, False) or body.get("prompt_logprobs") is not None:
+        return Skip("echo")
     if endpoint == "chat.completions":
         messages = canonical_messages(body.get("messages"))
         if body.get("tools") or any(
@@ -59,7 +66,8 @@ def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
         text = messages[-1].get("content")
         if not isinstance(text, str):
             return Skip("non_text")
-        context: Any = messages[:-1]
+        # the last message's other fields (``name``, extensions) must match too
+        context: Any = [*messages[:-1], {k: v for k, v in messages[-1].items() if k != "content"}]
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
@@ -77,6 +85,7 @@ def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
         "kind": "semantic",
         "tenant": tenant,
         "endpoint": endpoint,
+        "pool": body.get("model") if pool is None else pool,
         "model": body.get("model"),
         "context": context,
         "params": canonical_params(endpoint, body),

@@ -150,7 +150,7 @@ class ResponseCache:
         return result
 
     def _key(self, req: CacheRequest) -> str:
-        return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant, req.digest)
+        return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant, req.digest, req.pool)
 
     def _saved(self, response: dict[str, Any]) -> tuple[int, float]:
         usage = response.get("usage")
@@ -163,9 +163,11 @@ class ResponseCache:
     async def lookup(self, req: CacheRequest) -> CacheHit | None:
         """The cached response for req, or None (miss, no-cache, disabled or Redis unavailable).
 
-        Exact first; on an exact miss, the semantic stage (same scope, similarity >= the
-        threshold for the model or the request's override, verified). Counts the outcome per
-        model and tenant in Redis (``no-cache`` lookups count as misses).
+        Exact first; on an exact miss, the semantic stage unless ``req.control.semantic`` is
+        False (same scope, similarity >= the threshold for the model or the request's override,
+        which cannot go below ``settings.min_request_threshold``; verified). Counts the outcome
+        per model (the pool that answers) and tenant label (``req.label``) in Redis
+        (``no-cache`` lookups count as misses).
         """
         if not self.settings.enabled:
             return None
@@ -183,13 +185,15 @@ class ResponseCache:
                     rejected["corrupt"] += 1  # skipped like a miss; counted with the semantic ones
                 if response is not None:
                     hit = CacheHit(kind="exact", response=response, similarity=None, key=key, raw=raw)
+                elif self.semantic is not None and not req.control.semantic:
+                    skipped = "exact_only"  # the request's policy (e.g. a client without a key)
                 elif self.semantic is not None:
                     hit, skipped = await self._semantic_lookup(req, rejected)
         except CacheUnavailable:
             hit = None
         outcome: Outcome = hit.kind if hit else "miss"
         tokens, replica_s = self._saved(hit.response) if hit else (0, 0.0)
-        event = LookupEvent(req.model, req.tenant, outcome, hit.similarity if hit else None,
+        event = LookupEvent(req.model, req.label, outcome, hit.similarity if hit else None,
                             tokens, replica_s, skipped, rejected)
         metrics.observe(event, time.perf_counter() - started)
         # counted after the answer, not before it: no round trip on the lookup's path, and the
@@ -220,7 +224,7 @@ class ResponseCache:
     async def _semantic_lookup(self, req: CacheRequest, rejected: Counter[str]) -> tuple[CacheHit | None, str | None]:
         assert self.semantic is not None
         self.semantic.ensure_started()
-        query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars)
+        query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
         if isinstance(query, Skip):
             return None, query.reason
         if not self.semantic.ready:
@@ -258,8 +262,8 @@ class ResponseCache:
             await bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
         except CacheUnavailable:
             return False
-        if self.semantic is not None and self.semantic.ready:
-            query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars)
+        if self.semantic is not None and self.semantic.ready and req.control.semantic:
+            query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
             if not isinstance(query, Skip):
                 try:
                     await self.semantic.store_entry(query, tenant=req.tenant, model=req.model,

@@ -37,7 +37,12 @@ class CacheSettings(BaseSettings):
       exact-only miss).
     threshold: default cosine similarity a candidate needs (then verification); chosen on QQP for
       precision >= 0.90. model_thresholds: per-model override, JSON object
-      (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both.
+      (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both,
+      but never below min_request_threshold.
+    min_request_threshold: the lowest threshold a request may ask for (``X-Cache-Threshold``);
+      a lower request is raised to it. None (default): the model's threshold, i.e. a request
+      can only make matching stricter; a number lets requests loosen it down to that number
+      (never below 0, and never stricter than the model's own threshold).
     semantic_candidates: nearest neighbours checked per lookup. candidate_margin: a candidate
       after a rejected one is served only within this similarity of the best one.
     max_entries: semantic entries kept (Redis and every index); beyond it the entries that expire
@@ -71,6 +76,7 @@ class CacheSettings(BaseSettings):
     embed_timeout_s: float = Field(0.5, gt=0)
     threshold: float = Field(0.96, ge=0, le=1)
     model_thresholds: dict[str, float] = Field(default_factory=dict)
+    min_request_threshold: float | None = Field(None, ge=0, le=1)
     semantic_candidates: int = Field(4, ge=1)
     candidate_margin: float = Field(0.02, ge=0, le=2)
     max_entries: int = Field(100_000, ge=1)
@@ -89,12 +95,15 @@ class CacheSettings(BaseSettings):
         return self
 
     def threshold_for(self, model: str, override: float | None = None) -> float:
-        """The similarity threshold for one request: the per-request override, else the model's,
-        else the default. An override of 0 means 0 (checked with ``is None``)."""
-        if override is not None:
-            return override
+        """The similarity threshold for one request (0..1): the per-request override raised to
+        the floor (``min_request_threshold``, None = the model's threshold), else the model's,
+        else the default. An override of 0 means 0 where the floor is 0 (``is None`` checks)."""
         value = self.model_thresholds.get(model)
-        return self.threshold if value is None else value
+        base = self.threshold if value is None else value
+        if override is None:
+            return base
+        floor = base if self.min_request_threshold is None else min(self.min_request_threshold, base)
+        return max(override, floor)
 
     def lanes(self) -> int:
         """Forward passes the embedder runs at once: embed_lanes, else one per CPU."""

@@ -7,7 +7,9 @@ Layout (``{prefix}`` = settings.key_prefix):
 | ``{prefix}:stats:all`` | hash | all-time counters | none |
 | ``{prefix}:stats:b:{t // 10}`` | hash | the same counters for one 10-second bucket (Unix s ``t``) | 3,700 s |
 
-A field is ``{group}|{counter}``: group ``*`` (everything), ``m={model}`` or ``t={tenant}``;
+A field is ``{group}|{counter}``: group ``*`` (everything), ``m={model}`` (the pool that
+answered) or ``t={tenant label}`` (``CacheRequest.label``: a bounded set, the router folds API
+keys without a mapping into ``other``, so random keys cannot grow the hashes);
 counters ``requests``, ``exact_hits``, ``semantic_hits``, ``misses``, ``tokens_saved`` (prompt +
 completion tokens of the responses served from cache), ``replica_s_saved`` (float, see
 CacheSettings), ``sim:{x.xx}`` (semantic hits with similarity in [x.xx, x.xx + 0.01)); group

@@ -19,12 +19,17 @@ class CacheControl:
     no_store: skip storing (``Cache-Control: no-store``).
     ttl_s: per-request TTL in seconds, clamped to the settings' bounds; None = default.
     threshold: semantic similarity threshold override in [0, 1]; None = default, 0 means 0.
+      The cache raises it to ``CacheSettings.min_request_threshold`` (a client cannot loosen
+      matching below the operator's floor).
+    semantic: False = exact stage only, for lookup and store (the router's policy for clients
+      without an API key: ``PROMPTEDGE_ROUTER_ANONYMOUS_CACHE``).
     """
 
     no_cache: bool = False
     no_store: bool = False
     ttl_s: int | None = None
     threshold: float | None = None
+    semantic: bool = True
 
 
 @dataclass(frozen=True)
@@ -34,16 +39,29 @@ class CacheRequest:
     endpoint: which OpenAI API the body belongs to.
     body: the parsed request JSON, already validated by the router (model, messages or prompt).
     tenant: the tenant the API key maps to; entries never cross tenants.
+    pool: the model (pool) whose replicas answer, when it is not the body's ``model`` (the
+      router's ``X-Model``); part of the key, and the model the entry is counted and deleted by.
+    tenant_label: the tenant's name in the statistics and metrics, from a bounded set (the
+      router folds API keys it has no mapping for into ``other``); None = ``tenant``. Isolation
+      always uses ``tenant``.
     """
 
     endpoint: Endpoint
     body: Mapping[str, Any]
     tenant: str = "default"
     control: CacheControl = field(default_factory=CacheControl)
+    pool: str | None = None
+    tenant_label: str | None = None
 
     @property
     def model(self) -> str:
-        return str(self.body.get("model", ""))
+        """The pool that answers: ``pool``, else the body's ``model``."""
+        return self.pool if self.pool is not None else str(self.body.get("model", ""))
+
+    @property
+    def label(self) -> str:
+        """The tenant as statistics and metrics name it (``tenant_label``, else ``tenant``)."""
+        return self.tenant if self.tenant_label is None else self.tenant_label
 
     @cached_property
     def digest(self) -> str:
@@ -51,7 +69,7 @@ class CacheRequest:
         the store after it both need it. ``body`` must not change after the first use."""
         from cache.keys import request_digest  # keys imports this module
 
-        return request_digest(self.endpoint, self.body, self.tenant)
+        return request_digest(self.endpoint, self.body, self.tenant, self.pool)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         def on_replicas(snapshot: list[DiscoveredReplica]) -> None:
             changes = apply(pools, snapshot)
             counters.models = sorted(pools.by_model)
+            if changes.removed:
+                metrics.forget_replicas(changes.removed)  # bounded series under autoscaling
             if changes:
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
                          changes.draining)

@@ -8,8 +8,8 @@ Header names (router/README.md): ``Cache-Control: no-cache | no-store``, ``X-Cac
 from __future__ import annotations
 
 import hashlib
-
 from collections.abc import Mapping
+from dataclasses import replace
 
 from cache import CacheControl
 from router.errors import BadRequest
@@ -59,8 +59,33 @@ def tenant(key: str, mapping: Mapping[str, str]) -> str:
     if key in mapping:
         return mapping[key]
     if not key:
-        return "default"
+        return ANONYMOUS
     return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+ANONYMOUS = "default"  # the tenant (and label) of requests without an API key
+OTHER = "other"  # the statistics/metrics label of every API key without a mapping
+
+
+def tenant_label(key: str, mapping: Mapping[str, str]) -> str:
+    """The tenant's name in statistics and metrics, from a bounded set: the mapped name,
+    ``default`` without a key, and ``other`` for any key without a mapping (so random keys
+    cannot each make a Prometheus series or a Redis stats field). Isolation uses ``tenant``."""
+    if key in mapping:
+        return mapping[key]
+    return OTHER if key else ANONYMOUS
+
+
+def anonymous_control(control: CacheControl, policy: str) -> CacheControl:
+    """The cache controls of a request without an API key under the anonymous-cache policy
+    (``PROMPTEDGE_ROUTER_ANONYMOUS_CACHE``): ``off`` = neither lookup nor store, ``exact``
+    = exact stage only (an answer is shared only with the very same request), ``semantic`` =
+    both stages, shared by all clients without a key."""
+    if policy == "off":
+        return CacheControl(no_cache=True, no_store=True)
+    if policy == "exact":
+        return replace(control, semantic=False)
+    return control
 
 
 def max_output_tokens(body: Mapping[str, object]) -> int:

@@ -7,7 +7,7 @@ gauges (score, in-flight, scrape age, up) are computed only when ``/metrics`` is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -57,6 +57,17 @@ class RouterMetrics:
             if ttft is None:
                 ttft = self._ttft[pool] = self.ttft.labels(pool)
             ttft.observe(ttft_s)
+
+    def forget_replicas(self, urls: Iterable[str]) -> None:
+        """Drop the per-replica request series of replicas that left their pool (discovery
+        removed them): with autoscaling, every Pod that ever served would otherwise keep its
+        series for the router's lifetime. A request still open to such a replica that ends
+        later counts again, under a series of its own."""
+        gone = set(urls)
+        for key in [k for k in self._children if k[1] in gone]:
+            del self._children[key]
+            pool, replica, status, cache = key
+            self.requests.remove(pool, replica, str(status), cache)
 
     def render(self) -> bytes:
         """Prometheus text exposition of all series."""

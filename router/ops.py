@@ -93,11 +93,11 @@ async def delete_cache(state: StateDep, request: Request, tenant: str | None = N
                        model: str | None = None, all: bool = False) -> dict[str, Any]:
     """Delete cache entries (exact and semantic) of a tenant and/or model, or ``all=true``.
 
-    Needs ``Authorization: Bearer <PROMPTEDGE_ROUTER_ADMIN_KEY>`` (403 when no admin key is set,
-    401 for a wrong one). Returns {"deleted": {"exact": n, "semantic": n}, "tenant", "model"}.
+    Needs ``Authorization: Bearer <PROMPTEDGE_ROUTER_ADMIN_KEY>`` (403 when no admin key is set
+    or it is empty / blank, 401 for a wrong one). Returns {"deleted": {"exact": n, "semantic": n}, "tenant", "model"}.
     """
     admin_key = state.settings.admin_key
-    if admin_key is None:
+    if admin_key is None or not admin_key.strip():  # an empty key must not match an empty bearer
         raise Forbidden("cache deletion is switched off: set PROMPTEDGE_ROUTER_ADMIN_KEY", code="admin_disabled")
     if not hmac.compare_digest(api_key(request.headers).encode(), admin_key.encode()):
         raise Unauthorized("DELETE /cache needs the admin key as a bearer token", code="invalid_api_key")

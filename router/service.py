@@ -72,8 +72,13 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     api_key = classify.api_key(headers)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
         await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
-    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, state.settings.api_keys),
-                        control=classify.cache_control(headers))
+    control = classify.cache_control(headers)
+    if not api_key:
+        control = classify.anonymous_control(control, state.settings.anonymous_cache)
+    # keyed by the pool that answers (X-Model or the body's model), not by the body alone
+    keys = state.settings.api_keys
+    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, keys), control=control,
+                        pool=pool, tenant_label=classify.tenant_label(api_key, keys))
     stream = body.get("stream") is True
     hit = await state.cache.lookup(creq)
     if hit is not None:

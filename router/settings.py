@@ -117,7 +117,7 @@ class RouterSettings(BaseSettings):
     # pool or "*" -> where the router's key for that pool's replicas lives (router/credentials.py)
     backend_keys: dict[str, SecretRef] = Field(default_factory=dict)
     forward_client_key: bool = False  # send the client's own Authorization to replicas without a backend key
-    admin_key: str | None = None  # bearer key for DELETE /cache; None switches the route off
+    admin_key: str | None = None  # bearer key for DELETE /cache; None or empty switches the route off
     clock_origin: float | None = None
     clock_scale: float = Field(1.0, gt=0)
 
@@ -136,6 +136,8 @@ class RouterSettings(BaseSettings):
     counters_flush_s: float = Field(1.0, gt=0)
 
     api_keys: dict[str, str] = Field(default_factory=dict)  # API key -> tenant (cache scope)
+    # cache for requests without an API key: off | exact (default: no semantic sharing) | semantic
+    anonymous_cache: Literal["off", "exact", "semantic"] = "exact"
     rate_limits: dict[str, RateLimit] = Field(default_factory=dict)  # API key or "*" -> buckets
     queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
     max_inflight_per_replica: int | None = Field(None, ge=1)
@@ -147,6 +149,17 @@ class RouterSettings(BaseSettings):
     prefix_chars: int = Field(2048, ge=64)  # characters of prompt that make its prefix key
     prefix_ttl_s: float = Field(120.0, gt=0)  # how long a prefix remembers its replica
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
+
+    @field_validator("api_keys")
+    @classmethod
+    def _own_tenants(cls, value: dict[str, str]) -> dict[str, str]:
+        # "default" is the tenant of requests without a key, "key:..." that of unmapped keys
+        # (router/classify.py): a key mapped to one of them would share those clients' entries.
+        for tenant in value.values():  # the keys are secrets: never in the message
+            if tenant == "default" or tenant.startswith("key:") or not tenant.strip():
+                raise ValueError(f"api_keys: a key's tenant cannot be empty, 'default' or start with "
+                                 f"'key:' (reserved), got {tenant!r}")
+        return value
 
     @field_validator("timeouts")
     @classmethod

@@ -150,6 +150,9 @@ def _start(stack: Stack, cfg: DemoConfig) -> tuple[str, dict[str, str], float]:
         "PROMPTEDGE_ROUTER_PORT": str(router_port),
         "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin),
         "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(cfg.speedup),
+        # The replayed trace is one client without an API key; the router's default for such
+        # clients is exact-only caching, which would hide the paraphrase hits the demo shows.
+        "PROMPTEDGE_ROUTER_ANONYMOUS_CACHE": os.environ.get("PROMPTEDGE_ROUTER_ANONYMOUS_CACHE", "semantic"),
     }
     stack.spawn("router", ["router", "serve", "--port", str(router_port)], env)
     router = f"http://127.0.0.1:{router_port}"

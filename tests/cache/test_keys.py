@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cache.keys import _CHAT_DEFAULTS, _COMPLETION_DEFAULTS, canonical_request, exact_key
+from cache.keys import _CHAT_DEFAULTS, _COMPLETION_DEFAULTS, NEUTRAL_FIELDS, canonical_request, exact_key
 
 BASE = {"model": "m", "messages": [{"role": "user", "content": "What is Redis?"}]}
 
@@ -107,3 +109,73 @@ def test_multimodal_and_odd_content_is_kept_verbatim_not_crashed_on() -> None:
     odd = {**BASE, "messages": ["not a message", {"role": "user", "content": None}]}
     assert key(a) != key(b)
     assert isinstance(canonical_request("chat.completions", odd, "t"), dict)
+
+
+# Issue 13, finding 3: the key rule is inverted (every body field counts unless known neutral).
+
+VLLM_FIELDS = {
+    "min_tokens": 4, "ignore_eos": True, "stop_token_ids": [2], "guided_choice": ["yes", "no"],
+    "guided_json": {"type": "object"}, "guided_regex": "[a-z]+", "structured_outputs": {"choice": ["a"]},
+    "chat_template_kwargs": {"enable_thinking": False}, "include_stop_str_in_output": True,
+    "bad_words": ["x"], "allowed_token_ids": [1, 2], "truncate_prompt_tokens": 5,
+    "continue_final_message": True, "verbosity": "low",
+}
+
+
+@pytest.mark.parametrize(("name", "value"), VLLM_FIELDS.items())
+def test_vllm_output_changing_fields_change_the_key(name: str, value: object) -> None:
+    assert key({**BASE, name: value}) != key(BASE)
+    prompt = {"model": "m", "prompt": "What is Redis?"}
+    assert key({**prompt, name: value}, endpoint="completions") != key(prompt, endpoint="completions")
+
+
+@pytest.mark.parametrize("change", [
+    {"min_tokens": 0}, {"ignore_eos": False}, {"stop_token_ids": []}, {"bad_words": []},
+    {"include_stop_str_in_output": False}, {"continue_final_message": False}, {"chat_template_kwargs": {}},
+    {"skip_special_tokens": True}, {"add_generation_prompt": True}, {"guided_choice": None},
+])
+def test_vllm_fields_at_their_default_equal_leaving_them_out(change: dict) -> None:
+    assert key({**BASE, **change}) == key(BASE)
+
+
+@pytest.mark.parametrize("name", sorted(NEUTRAL_FIELDS))
+def test_neutral_fields_do_not_change_the_key(name: str) -> None:
+    assert key({**BASE, name: "anything"}) == key(BASE)
+    assert key({**BASE, name: {"k": [1, 2]}}) == key(BASE)
+
+
+def test_the_pool_that_answers_is_part_of_the_key() -> None:
+    # Regression: a request sent with X-Model to another pool was stored under the body's model.
+    assert exact_key("p", "chat.completions", BASE, "t1", pool="other") != key(BASE)
+    assert exact_key("p", "chat.completions", BASE, "t1", pool="m") == key(BASE)
+    assert exact_key("p", "chat.completions", {**BASE, "model": "x"}, "t1", pool="m") != key(BASE)
+
+
+def test_unknown_message_fields_change_the_key() -> None:
+    named = {**BASE, "messages": [{"role": "user", "content": "What is Redis?", "name": "bob"}]}
+    extra = {**BASE, "messages": [{"role": "user", "content": "What is Redis?", "x_tag": 1}]}
+    null_name = {**BASE, "messages": [{"role": "user", "content": "What is Redis?", "name": None}]}
+    assert key(named) != key(BASE) and key(extra) != key(BASE) and key(named) != key(extra)
+    assert key(null_name) == key(BASE)  # a known field set to null is the field left out
+
+
+def test_max_tokens_and_a_different_max_completion_tokens_are_kept_apart() -> None:
+    both = {**BASE, "max_tokens": 5, "max_completion_tokens": 7}
+    assert key(both) != key({**BASE, "max_tokens": 5}) and key(both) != key({**BASE, "max_tokens": 7})
+
+
+_KNOWN = set(_CHAT_DEFAULTS) | set(_COMPLETION_DEFAULTS) | set(NEUTRAL_FIELDS) | {
+    "model", "messages", "prompt", "max_completion_tokens"}
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(min_size=1, max_size=24).filter(lambda n: n not in _KNOWN), value=_JSON,
+       endpoint=st.sampled_from(["chat.completions", "completions"]))
+def test_any_unknown_field_with_any_value_changes_the_key(name: str, value: object, endpoint: str) -> None:
+    base = BASE if endpoint == "chat.completions" else {"model": "m", "prompt": "What is Redis?"}
+    assert key({**base, name: value}, endpoint=endpoint) != key(base, endpoint=endpoint)

@@ -51,8 +51,11 @@ async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]
 
     async def factory(**overrides: Any) -> ResponseCache:
         client = aioredis.Redis.from_url(redis_url)
-        # generous bounds: CI machines are shared; the bounds themselves are tested separately
-        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, **overrides})
+        # generous bounds: CI machines are shared; the bounds themselves are tested separately.
+        # Requests may loosen the threshold to 0 here: the scope and verification tests show
+        # what they block even then (the floor has its own test).
+        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0,
+                                    "min_request_threshold": 0.0, **overrides})
         cache = ResponseCache(client, settings, encoder=encoder)
         await cache.start()
         made.append((cache, client))
@@ -155,6 +158,19 @@ async def test_threshold_zero_means_zero_and_per_model_setting_applies(make_cach
     assert await cache.lookup(ask("What is a good pancake recipe?")) is None  # the model's 0.999
     hit = await cache.lookup(ask("How do I make a quick breakfast?", threshold=0.0))
     assert hit is not None and hit.similarity is not None and hit.similarity < 0.9
+
+
+async def test_a_request_cannot_loosen_the_threshold_below_the_floor(make_cache: Factory) -> None:
+    # Issue 13, finding 4: X-Cache-Threshold 0 served an unrelated answer (similarity 0.15).
+    strict = await make_cache(min_request_threshold=None)  # the default: only stricter
+    await strict.store(ask(KITCHEN), answer())
+    assert await strict.lookup(ask("How do I bake bread at home?", threshold=0.0)) is None
+    assert await strict.lookup(ask(KITCHEN_PARAPHRASE, threshold=1.0)) is None
+    assert await strict.lookup(ask(KITCHEN_PARAPHRASE, threshold=0.0)) is not None  # raised to 0.96
+    floor = await make_cache(min_request_threshold=0.9)
+    assert floor.settings.threshold_for("m", 0.0) == 0.9 and floor.settings.threshold_for("m", 0.97) == 0.97
+    assert floor.settings.threshold_for("m") == 0.96
+    assert CacheSettings(min_request_threshold=0.99).threshold_for("m", 0.0) == 0.96  # never stricter than no header
 
 
 async def test_deleted_or_expired_entry_is_never_served_even_if_indexed(make_cache: Factory, redis_url: str) -> None:

@@ -74,3 +74,26 @@ def test_completions_prompt_is_the_compared_text() -> None:
     assert isinstance(query, SemanticQuery) and query.text == "Once upon a time"
     other = semantic_query("completions", {"model": "m", "prompt": "Once upon a time", "max_tokens": 16}, "t1")
     assert isinstance(other, SemanticQuery) and other.scope == query.scope
+
+
+def test_every_non_text_field_splits_the_scope() -> None:
+    # Issue 13, finding 3: a semantic hit only within the exact scope of every non-text field.
+    base = chat(("user", "Write a haiku"))
+    for change in ({"guided_choice": ["a", "b"]}, {"min_tokens": 3}, {"x_unknown": None},
+                   {"chat_template_kwargs": {"enable_thinking": True}}):
+        assert scope(base) != scope({**base, **change}), change
+    named = {"model": "m", "messages": [{"role": "user", "content": "Write a haiku", "name": "bob"}]}
+    assert scope(named) != scope(base)
+    pooled = semantic_query("chat.completions", base, "t1", pool="other")
+    assert isinstance(pooled, SemanticQuery) and pooled.scope != scope(base)
+
+
+def test_answers_that_repeat_the_prompt_are_never_matched_by_meaning() -> None:
+    # An answer with echo (the prompt is part of its text) or prompt_logprobs (one entry per
+    # prompt token) served for another wording would show the other client's prompt.
+    prompt = {"model": "m", "prompt": "Once upon a time"}
+    for extra in ({"echo": True}, {"prompt_logprobs": 1}, {"echo": 1}):
+        assert semantic_query("completions", {**prompt, **extra}, "t1") == Skip("echo"), extra
+        assert semantic_query("chat.completions", chat(("user", "Hi there"), **extra), "t1") == Skip("echo"), extra
+    assert isinstance(semantic_query("completions", {**prompt, "echo": False, "prompt_logprobs": None}, "t1"),
+                      SemanticQuery)

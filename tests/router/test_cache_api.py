@@ -34,7 +34,8 @@ async def post_until_stored(client: httpx.AsyncClient, url: str, body: dict, hea
 
 
 async def test_semantic_hit_headers_and_stream_replay(start_replica, start_router, client) -> None:
-    router = await start_router([(await start_replica()).url])
+    # clients without a key share semantic answers only when the operator allows it
+    router = await start_router([(await start_replica()).url], anonymous_cache="semantic")
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION))
     hit = await client.post(url, json=chat(PARAPHRASE))
@@ -91,7 +92,7 @@ async def test_delete_cache_needs_the_admin_key(start_replica, start_router, cli
     replica = await start_replica()
     closed = await start_router([replica.url])
     assert (await client.delete(closed.url + "/cache", params={"tenant": "default"})).status_code == 403
-    router = await start_router([replica.url], admin_key="s3cret")
+    router = await start_router([replica.url], admin_key="s3cret", anonymous_cache="semantic")
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION))
     wrong = await client.delete(router.url + "/cache", params={"tenant": "default"},
