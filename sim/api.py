@@ -57,7 +57,7 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
         engine = Engine(prof, settings.model, settings.warmup_s, settings.time_scale)
         faults = Faults(fail_rate=settings.fail_rate, hang=settings.hang)
         app.state.replica = Replica(settings, prof, engine, faults, random.Random(settings.seed))
-        engine.start()
+        engine.start(settings.warmup_from)
         yield
         await engine.stop()
 

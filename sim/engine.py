@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from dataclasses import dataclass, field
 
 from sim.latency import BatchModel, Profile
@@ -57,9 +58,13 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._started_at = 0.0
 
-    def start(self) -> None:
+    def start(self, warmup_from: float | None = None) -> None:
+        """Start the scheduler loop. ``warmup_from``: Unix time the warm-up counts from
+        (default: now); a moment in the future counts as now."""
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
+        if warmup_from is not None:
+            self._started_at -= max(0.0, time.time() - warmup_from)
         self._task = loop.create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:

@@ -15,7 +15,9 @@ class SimSettings(BaseSettings):
     ``--max-model-len``; None keeps the profile's (a100 32,768, t4 8,192). It must fit in the
     profile's KV cache (``create_app`` raises ValueError otherwise); ``time_scale``: simulated
     seconds per wall second (step times, warm-up and every sleep are divided by it; metrics
-    stay in simulated seconds)."""
+    stay in simulated seconds); ``warmup_from``: Unix time (wall seconds) the warm-up counts
+    from, e.g. when a node launched the process, so the interpreter's start-up (wall time the
+    scale would multiply) is not added to the simulated warm-up; None: from the engine's start."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -30,3 +32,4 @@ class SimSettings(BaseSettings):
     seed: int = 0
     max_model_len: int | None = Field(default=None, ge=1)
     time_scale: float = Field(default=1.0, gt=0)
+    warmup_from: float | None = None

@@ -39,6 +39,7 @@ MIN_PROBE_TIMEOUT_WALL_S = 1.0  # a probe's timeout is never below one wall seco
 BACKOFF_RESET_S = 600.0  # a run this long (simulated) resets the crash back-off, as the kubelet
 STOP_WAIT_WALL_S = 3.0  # on node exit: SIGTERM, then SIGKILL after this many wall seconds
 TICK_WALL_S = 0.05
+WARN_EVERY_WALL_S = 5.0  # the same API error is logged at most this often
 
 
 def _probe(http: httpx.Client, url: str, timeout_s: float) -> bool:
@@ -65,6 +66,7 @@ class SimNode:
         self._http = httpx.Client()
         self._probes = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sim-node-probe")
         self._ready_since = rfc3339()
+        self._warned: dict[str, float] = {}
 
     # --- the Node -------------------------------------------------------------------------
 
@@ -108,7 +110,7 @@ class SimNode:
                     next_beat = now + beat_s
                     self.heartbeat()
             except NodeApiError as exc:
-                log.warning("node %s: %s (retrying)", self.settings.name, exc)
+                self._warn(str(exc))
                 stop.wait(1.0)
             for rt in list(self.pods.values()):
                 self.step(rt, time.monotonic())
@@ -144,6 +146,7 @@ class SimNode:
             rt.warmup_s = warmup_seconds(rt.spec.warmup, rt.name)
         except (PodSpecError, WarmupError) as exc:
             rt.error = str(exc)
+            log.warning("pod %s: cannot run it: %s", rt.key, exc)
             return rt
         rt.ip = self.ips.take(status.get("podIP"))
         if rt.ip is None:
@@ -190,6 +193,8 @@ class SimNode:
         proc = rt.process
         assert proc is not None and rt.spec is not None
         code = proc.exit_code() or 0
+        if code < 0:  # killed by a signal: reported as a container runtime does, 128 + signal
+            code = 128 - code
         ran_s = (now - rt.run_started_at) * self.scale
         rt.crashes = 0 if ran_s >= BACKOFF_RESET_S else rt.crashes + 1
         rt.last_terminated = Terminated(code, "Completed" if code == 0 else "Error", rt.running_since_ts or rt.start_ts,
@@ -271,12 +276,22 @@ class SimNode:
         rt.label = label
 
     def api_safe(self, call: Any) -> Any:
-        """Run an API call; a NodeApiError is logged and gives None (retried on a later pass)."""
+        """Run an API call; a NodeApiError gives None (retried on a later pass) and is logged,
+        the same message at most once per WARN_EVERY_WALL_S."""
         try:
             return call()
         except NodeApiError as exc:
-            log.warning("node %s: %s (retrying)", self.settings.name, exc)
+            self._warn(str(exc))
             return None
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(message, -WARN_EVERY_WALL_S) >= WARN_EVERY_WALL_S:
+            self._warned[message] = now
+            if len(self._warned) > 1000:  # bounded: forget the oldest messages
+                for old in sorted(self._warned, key=self._warned.__getitem__)[:500]:
+                    del self._warned[old]
+            log.warning("node %s: %s (retrying)", self.settings.name, message)
 
     # --- exit -------------------------------------------------------------------------------
 

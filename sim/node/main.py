@@ -27,6 +27,7 @@ def run_node(settings: NodeSettings, stop: threading.Event | None = None) -> Non
     """Run the node until SIGTERM/SIGINT (or ``stop`` is set); every replica it started is
     stopped on the way out, however the loop ends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per readiness probe
     stop = stop or threading.Event()
     node = SimNode(KubeApi(core_api(settings)), settings)
     atexit.register(node.close)

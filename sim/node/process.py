@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import sim
@@ -42,7 +43,9 @@ class ReplicaProcess:
     """A started replica. ``log``: the file its stdout and stderr go to."""
 
     def __init__(self, cmd: list[str], log: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_SIM_ROOT, os.environ.get("PYTHONPATH")) if p)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_SIM_ROOT, os.environ.get("PYTHONPATH")) if p),
+               # the warm-up counts from now, not from when the child's imports are done
+               "PROMPTEDGE_SIM_WARMUP_FROM": repr(time.time())}
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             self.popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -64,11 +67,14 @@ class ReplicaProcess:
             pass
 
     def last_line(self) -> str:
-        """The last non-empty line of its log (for the node's transition log), at most 300 chars."""
+        """The last line with words in its log (for the node's transition log), at most 300 chars."""
         try:
             with self.log.open("rb") as f:
                 f.seek(max(0, f.seek(0, 2) - 4096))
                 lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
         except OSError:
             return ""
-        return lines[-1][-300:] if lines else ""
+        # the last line with words in it, without the box drawing of typer's error panels
+        words = [" ".join(ln.strip(" │╭╮╰╯─").split()) for ln in lines]
+        words = [w for w in words if any(ch.isalnum() for ch in w)]
+        return words[-1][-300:] if words else ""

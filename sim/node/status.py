@@ -111,7 +111,7 @@ def pod_status(view: PodView) -> dict[str, Any]:
             {"type": "ContainersReady", "status": ready, "lastTransitionTime": view.ready_changed_at},
             {"type": "Ready", "status": ready, "lastTransitionTime": view.ready_changed_at},
         ],
-        "containerStatuses": [container],
+        "containerStatuses": [container] if view.container else [],
     }
     if view.ip:
         status["podIP"] = view.ip

@@ -46,3 +46,10 @@ async def test_warm_up_is_in_simulated_seconds(serve_replica) -> None:
         last = await client.get("/health")
     assert first.status_code == 503 and first.json() == {"status": "warming_up"}
     assert last.status_code == 200  # unscaled it would take 60 wall seconds
+
+
+async def test_warm_up_counts_from_warmup_from_not_from_the_engine_start(serve_replica) -> None:
+    # a node launched the process "2 wall seconds ago": at 30x that is all of a 60 s warm-up
+    url = await serve_replica(warmup_s=60.0, time_scale=30.0, warmup_from=time.time() - 2.0)
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/health")).status_code == 200
