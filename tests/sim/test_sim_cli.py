@@ -57,3 +57,18 @@ def test_serve_reads_the_time_scale_from_the_environment(served: list[FastAPI],
     with TestClient(served[0]) as client:
         client.get("/health")
         assert client.app.state.replica.engine.time_scale == 30
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--ip-base", "10.0.1"], {}, "must be three octets inside 127.0.0.0/8"),
+    ([], {"PROMPTEDGE_SIM_NODE_TIME_SCALE": "0"}, "time_scale: Input should be greater than 0"),
+    (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "no usable kubeconfig"),
+])
+def test_node_refuses_bad_settings_with_exit_2(args: list[str], env: dict[str, str], message: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(app, ["node", *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
