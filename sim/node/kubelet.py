@@ -205,7 +205,9 @@ class SimNode:
         backoff = crash_backoff_s(rt.crashes - 1)
         rt.start_at = now + backoff / self.scale
         rt.waiting_reason = "CrashLoopBackOff"
-        if not rt.terminating:
+        if rt.terminating:
+            log.info("pod %s: replica pid %d exited with code %d", rt.key, proc.pid, code)
+        else:
             log.info("pod %s: replica pid %d exited with code %d after %.1f s (simulated): %s; restart in %.0f s",
                      rt.key, proc.pid, code, ran_s, proc.last_line() or "-", backoff)
 

@@ -147,9 +147,9 @@ def test_node_registers_ready_with_gpus_and_without_the_not_ready_taint(cluster:
 
 
 def test_scale_up_warms_up_then_ready_and_scale_down_drains_in_flight(cluster: Cluster) -> None:
-    # warm-up 100 s simulated = 5 wall s; probe every 5 s simulated; grace 300 s simulated = 15 wall s
-    cluster.deploy("llama", ["sim-llama-8b", "--port", "8000", "--max-model-len", "4096"],
-                   {"promptedge.io/sim-warmup-s": "100", "promptedge.io/sim-profile": "t4"}, grace_s=300)
+    # warm-up 100 s simulated = 5 wall s; probe every 5 s simulated; grace 600 s simulated = 30 wall s
+    cluster.deploy("llama", ["sim-llama-8b", "--port", "8000", "--max-model-len", "4k"],
+                   {"promptedge.io/sim-warmup-s": "100", "promptedge.io/sim-profile": "t4"}, grace_s=600)
     cluster.scale("llama", 3)
     seen_warming: set[str] = set()
 
@@ -176,26 +176,38 @@ def test_scale_up_warms_up_then_ready_and_scale_down_drains_in_flight(cluster: C
         assert complete(f"http://{ip}:8000").status_code == 200
 
     # scale 3 -> 1 while a long request streams on every pod: t4 decodes one token per
-    # ~25 ms simulated, so 1,500 tokens take ~38 s simulated, ~2 s wall, well within the grace
+    # ~26 ms simulated, so 3,000 tokens take ~80 s simulated, well within the 600 s grace
     results: dict[str, int] = {}
+    finished: dict[str, float] = {}
+    started = {ip: threading.Event() for ip in ips}
 
     def stream(ip: str) -> None:
-        body = {"model": MODEL, "prompt": "hi", "max_tokens": 1500, "stream": True}
-        with httpx.stream("POST", f"http://{ip}:8000/v1/completions", json=body, timeout=60) as r:
-            lines = [ln for ln in r.iter_lines() if ln]
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 3000, "stream": True}
+        lines = []
+        with httpx.stream("POST", f"http://{ip}:8000/v1/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    started[ip].set()
+        finished[ip] = time.monotonic()
         assert lines[-1] == "data: [DONE]"
         results[ip] = sum(len(json.loads(ln[6:])["choices"][0]["text"].split()) for ln in lines[:-1])
 
     threads = [threading.Thread(target=stream, args=(ip,)) for ip in ips]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    assert all(e.wait(30) for e in started.values())  # every request is running
     cluster.scale("llama", 1)
+    deleting = wait_for("2 pods deleting", lambda: (lambda ps: ps if len(ps) == 2 else None)(
+        [p for p in cluster.pods("llama") if p.metadata.deletion_timestamp]), cluster, 30)
+    deletion_seen = time.monotonic()
+    gone = {p.status.pod_ip for p in deleting}
     left = wait_for("2 pods gone", lambda: (lambda ps: ps if len(ps) == 1 else None)(cluster.pods("llama")), cluster)
     for t in threads:
-        t.join(timeout=60)
-    gone = ips - {left[0].status.pod_ip}
-    assert results == {ip: 1500 for ip in ips}  # every in-flight request completed, on the drained pods too
+        t.join(timeout=120)
+    assert gone == ips - {left[0].status.pod_ip}
+    assert results == {ip: 3000 for ip in ips}  # every in-flight request completed, on the drained pods too
+    assert all(finished[ip] > deletion_seen for ip in gone)  # ... though they were still running at deletion
     assert all(replica_pids(ip) == [] for ip in gone)  # their processes exited
     log = cluster.log()
     assert sum("SIGTERM to replica" in line for line in log.splitlines()) == 2
