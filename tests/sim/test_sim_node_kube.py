@@ -42,6 +42,7 @@ class Cluster:
         self.ip_base = f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
         self.node_log = run_dir / "sim-node.log"
         self.kubeconfig, self.run_dir = kubeconfig, run_dir
+        self.kubeconfig_doc: dict[str, Any] = {}
         self.start_node()
 
     def start_node(self) -> None:
@@ -82,18 +83,22 @@ class Cluster:
 
     def endpoint_slices(self, service: str) -> list[dict[str, Any]]:
         """A raw GET of discovery.k8s.io/v1beta1 (the only version 1.20 serves)."""
-        resp = self.api_client.call_api(
-            f"/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices", "GET",
-            query_params=[("labelSelector", f"kubernetes.io/service-name={service}")],
-            auth_settings=["BearerToken"], _preload_content=False)
-        return list(json.loads(resp[0].data)["items"])
+        cluster = self.kubeconfig_doc["clusters"][0]["cluster"]
+        token = next(u["user"]["token"] for u in self.kubeconfig_doc["users"] if u["name"] == "admin")
+        resp = httpx.get(f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
+                         params={"labelSelector": f"kubernetes.io/service-name={service}"},
+                         headers={"Authorization": f"Bearer {token}"}, verify=cluster["certificate-authority"],
+                         timeout=10)
+        resp.raise_for_status()
+        return list(resp.json()["items"])
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     run_dir = tmp_path_factory.mktemp("kube")
-    with running_apiserver(run_dir, control_plane=True):
+    with running_apiserver(run_dir, control_plane=True) as kubeconfig_doc:
         c = Cluster(run_dir / "kubeconfig", run_dir)
+        c.kubeconfig_doc = kubeconfig_doc
         try:
             yield c
         finally:
