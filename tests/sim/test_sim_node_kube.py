@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -87,7 +88,8 @@ class Cluster:
         token = next(u["user"]["token"] for u in self.kubeconfig_doc["users"] if u["name"] == "admin")
         resp = httpx.get(f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
                          params={"labelSelector": f"kubernetes.io/service-name={service}"},
-                         headers={"Authorization": f"Bearer {token}"}, verify=cluster["certificate-authority"],
+                         headers={"Authorization": f"Bearer {token}"},
+                         verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
                          timeout=10)
         resp.raise_for_status()
         return list(resp.json()["items"])
