@@ -249,11 +249,22 @@ def test_a_replica_that_never_becomes_healthy_stays_not_ready(cluster: Cluster) 
         cluster.scale(app, 0)
 
 
-def test_a_killed_replica_goes_not_ready_then_is_restarted(cluster: Cluster) -> None:
+def test_a_frozen_replica_goes_not_ready_and_a_killed_one_is_restarted(cluster: Cluster) -> None:
     cluster.deploy("victim", ["sim-llama-8b"], {"promptedge.io/sim-warmup-s": "20"}, replicas=1)
     pod = wait_for("a Ready pod", lambda: [p for p in cluster.pods("victim") if is_ready(p)], cluster)[0]
     ip = pod.status.pod_ip
     (pid,) = replica_pids(ip)
+    # a replica that stops answering (frozen: its probes time out) goes not Ready, and back
+    psutil.Process(pid).suspend()
+    try:
+        wait_for("not Ready while frozen",
+                 lambda: not is_ready(cluster.core.read_namespaced_pod(pod.metadata.name, NS)), cluster, 30)
+    finally:
+        psutil.Process(pid).resume()
+    back = wait_for("Ready again when answering", lambda: (lambda p: is_ready(p) and p)(
+        cluster.core.read_namespaced_pod(pod.metadata.name, NS)), cluster, 30)
+    assert back.status.container_statuses[0].restart_count == 0  # same process, no restart
+    # a replica that dies goes not Ready, then is restarted
     psutil.Process(pid).kill()
     wait_for("not Ready", lambda: not is_ready(cluster.core.read_namespaced_pod(pod.metadata.name, NS)), cluster, 30)
 
