@@ -98,3 +98,36 @@ def test_steady_pod_writes_nothing_and_deletion_drains_then_deletes_once() -> No
         run_until(node, api, lambda: "uid-0" not in node.pods)
     finally:
         node.close()
+
+
+def test_a_replica_that_does_not_drain_in_its_grace_period_is_killed() -> None:
+    import threading
+
+    import httpx
+
+    pod = copy.deepcopy(POD)
+    pod["metadata"]["annotations"] = {}
+    pod["spec"]["terminationGracePeriodSeconds"] = 20  # 1 wall second at 20x
+    api = RecordingApi([pod])
+    node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0))  # type: ignore[arg-type]
+    try:
+        run_until(node, api, lambda: any(ready(s) for s in pod_statuses(api)))
+        url = f"http://{node.pods['uid-0'].ip}:8000"
+        assert httpx.post(f"{url}/sim/faults", json={"hang": True}).status_code == 200
+        def hang() -> None:  # never answered: the replica cannot drain; killed under it
+            try:
+                httpx.post(f"{url}/v1/completions", json={"model": "sim-llama-8b", "prompt": "x"}, timeout=30)
+            except httpx.HTTPError:
+                pass
+
+        hung = threading.Thread(target=hang, daemon=True)
+        hung.start()
+        time.sleep(0.5)
+        proc: ReplicaProcess = node.pods["uid-0"].process  # type: ignore[assignment]
+        api.pods[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        started = time.monotonic()
+        run_until(node, api, lambda: ("delete_pod_now", "uid-0") in api.calls)
+        assert proc.exit_code() == -9  # SIGKILL once the grace period was over
+        assert time.monotonic() - started >= 1.0  # not before it (a lower bound: load cannot break it)
+    finally:
+        node.close()
