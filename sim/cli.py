@@ -36,14 +36,7 @@ def serve(
                              "metrics stay in simulated seconds (env PROMPTEDGE_SIM_TIME_SCALE, default 1).")] = None,
 ) -> None:
     """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics); drains on SIGTERM."""
-    import uvicorn
-
-    from sim.api import create_app
-    from sim.profiles import PROFILES
-    from pydantic import ValidationError
-
-    from sim.serving import DrainingServer
-    from sim.settings import SimSettings
+    from sim.serving import ReplicaConfigError, build_replica, serve_replica
 
     overrides = {
         k: v
@@ -54,19 +47,12 @@ def serve(
     if hang:
         overrides["hang"] = True
     try:
-        settings = SimSettings(**overrides)
-    except ValidationError as exc:  # e.g. --time-scale 0 or a bad PROMPTEDGE_SIM_* value
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise _fail(f"invalid replica settings: {problems}") from None
-    if settings.profile not in PROFILES:
-        raise typer.BadParameter(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
-                                 param_hint="--profile")
-    try:
-        app = create_app(settings)
-    except ValueError as exc:  # a max_model_len beyond the profile's KV cache
-        raise typer.BadParameter(str(exc), param_hint="--max-model-len") from None
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
-    DrainingServer(config, app).run()
+        app_, settings = build_replica(overrides)
+    except ReplicaConfigError as exc:
+        if exc.param is not None:
+            raise typer.BadParameter(str(exc), param_hint=exc.param) from None
+        raise _fail(str(exc)) from None
+    serve_replica(app_, settings)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -86,6 +72,8 @@ def node(
     warmup: Annotated[Optional[str], typer.Option(help="Warm-up when a Pod's annotation names none: seconds or "
                                                        "vllm-8b-cold / vllm-8b-cached (default 0).")] = None,
     log_dir: Annotated[Optional[Path], typer.Option(help="Keep replica logs here (default: a temporary folder).")] = None,
+    spares: Annotated[Optional[int], typer.Option(help="Replica processes kept pre-started, imports done, so a Pod's "
+                                                       "replica starts at once (default 2, at most 16).")] = None,
 ) -> None:
     """Play a Kubernetes node: run each Pod bound to it as a simulated vLLM replica."""
     from kubernetes.config import ConfigException
@@ -96,7 +84,7 @@ def node(
 
     overrides = {k: v for k, v in dict(kubeconfig=kubeconfig, context=context, name=name, gpus=gpus, ip_base=ip_base,
                                        time_scale=time_scale, profile=profile, warmup=warmup,
-                                       log_dir=log_dir).items() if v is not None}
+                                       log_dir=log_dir, spares=spares).items() if v is not None}
     try:
         settings = NodeSettings(**overrides)
         IpPool(settings.ip_base)

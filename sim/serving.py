@@ -11,9 +11,47 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from pydantic import ValidationError
+
+from sim.api import create_app
+from sim.profiles import PROFILES
+from sim.settings import SimSettings
+
+
+class ReplicaConfigError(ValueError):
+    """Replica settings that cannot run; ``param``: the CLI flag to blame, when there is one."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def build_replica(overrides: dict[str, Any]) -> tuple[FastAPI, SimSettings]:
+    """The app and settings of one replica from setting overrides (env ``PROMPTEDGE_SIM_*``
+    fills the rest). Raises ReplicaConfigError for invalid settings, an unknown profile, or a
+    ``max_model_len`` beyond the profile's KV cache."""
+    try:
+        settings = SimSettings(**overrides)
+    except ValidationError as exc:  # e.g. --time-scale 0 or a bad PROMPTEDGE_SIM_* value
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ReplicaConfigError(f"invalid replica settings: {problems}") from None
+    if settings.profile not in PROFILES:
+        raise ReplicaConfigError(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
+                                 "--profile")
+    try:
+        return create_app(settings), settings
+    except ValueError as exc:  # a max_model_len beyond the profile's KV cache
+        raise ReplicaConfigError(str(exc), "--max-model-len") from None
+
+
+def serve_replica(app: FastAPI, settings: SimSettings) -> None:
+    """Serve ``app`` on ``settings.host:port`` until SIGTERM drains it (or SIGINT stops it)."""
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    DrainingServer(config, app).run()
 
 
 class DrainingServer(uvicorn.Server):

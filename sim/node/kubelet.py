@@ -23,7 +23,7 @@ import httpx
 
 from sim.node.kubeapi import KubeApi, NodeApiError
 from sim.node.podspec import PodSpecError, replica_spec
-from sim.node.process import ReplicaProcess, serve_command
+from sim.node.process import ReplicaProcess, SparePool, replica_settings, serve_command
 from sim.node.runtime import PodRuntime
 from sim.node.settings import NodeSettings
 from sim.node.status import (IpPool, Terminated, crash_backoff_s, node_body, node_capacity, node_status,
@@ -67,6 +67,7 @@ class SimNode:
         self._probes = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sim-node-probe")
         self._ready_since = rfc3339()
         self._warned: dict[str, float] = {}
+        self.spares = SparePool(settings.spares, self.log_dir)
 
     # --- the Node -------------------------------------------------------------------------
 
@@ -114,6 +115,8 @@ class SimNode:
                 stop.wait(1.0)
             for rt in list(self.pods.values()):
                 self.step(rt, time.monotonic())
+            if registered:
+                self.spares.fill()
             stop.wait(TICK_WALL_S)
 
     def sync(self, pods: list[dict[str, Any]]) -> None:
@@ -177,10 +180,11 @@ class SimNode:
         assert spec is not None and rt.ip is not None
         if rt.last_terminated is not None:
             rt.restart_count += 1
-        cmd = serve_command(rt.ip, spec.port, spec.served_model_name, spec.profile, rt.warmup_s, self.scale,
-                            spec.max_model_len)
+        log_path = self.log_dir / f"{rt.namespace}_{rt.name}.log"
+        args = (rt.ip, spec.port, spec.served_model_name, spec.profile, rt.warmup_s, self.scale, spec.max_model_len)
         try:
-            rt.process = ReplicaProcess(cmd, self.log_dir / f"{rt.namespace}_{rt.name}.log")
+            rt.process = self.spares.take(replica_settings(*args), log_path) or ReplicaProcess(
+                serve_command(*args), log_path)
         except OSError as exc:
             rt.error = f"cannot start replica: {exc}"
             return
@@ -313,6 +317,7 @@ class SimNode:
             p.popen.wait()
         for rt in self.pods.values():
             rt.process = None
+        self.spares.close()
         self._probes.shutdown(wait=False, cancel_futures=True)
         self._http.close()
         if self._tmp_logs is not None:

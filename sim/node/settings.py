@@ -15,7 +15,9 @@ class NodeSettings(BaseSettings):
     ``<ip_base>.2..254``; ``time_scale``: simulated seconds per wall second (replica step
     times, warm-up, probe periods, back-off and grace periods); ``profile``/``warmup``: the
     defaults when a Pod's annotations name none (warm-up in seconds or a distribution name);
-    ``log_dir``: where replica logs go (None: a temporary folder removed at exit)."""
+    ``log_dir``: where replica logs go (None: a temporary folder removed at exit); ``spares``:
+    replica processes kept started with their imports done, so a Pod's replica starts in
+    milliseconds instead of seconds of wall time that the time scale would multiply (0: none)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_NODE_")
 
@@ -31,4 +33,5 @@ class NodeSettings(BaseSettings):
     memory: str = "512Gi"
     max_pods: int = Field(default=110, ge=1)
     log_dir: Path | None = None
+    spares: int = Field(default=2, ge=0, le=16)
     sync_interval_s: float = Field(default=0.2, gt=0, le=5)  # wall seconds between Pod lists

@@ -127,8 +127,21 @@ def is_ready(pod: Any) -> bool:
 
 
 def replica_pids(ip: str) -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline"]) if "--host" in (p.info["cmdline"] or [])
-            and ip in (p.info["cmdline"] or [])]
+    """Processes listening on the Pod's IP (a replica may be a pre-started spare, whose command
+    line does not name it)."""
+    return sorted({c.pid for c in psutil.net_connections("tcp")
+                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.ip == ip and c.pid})
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def health_status(url: str) -> int | None:
@@ -285,12 +298,16 @@ def test_no_replica_outlives_the_node(cluster: Cluster) -> None:
         ips = {p.status.pod_ip for p in cluster.pods("orphans") if p.status.pod_ip}
         return ips if len(ips) == 2 and all(replica_pids(ip) for ip in ips) else None
     ips = wait_for("2 replica processes", running, cluster)
+    children = [p.pid for p in psutil.Process(cluster.node.pid).children(recursive=True)]
+    assert len(children) >= 2  # the replicas, and the spares kept pre-started
     cluster.node.send_signal(signal.SIGTERM)
     assert cluster.node.wait(timeout=30) == 0
-    assert all(replica_pids(ip) == [] for ip in ips)  # stopped on the way out
+    assert alive(children) == []  # all stopped on the way out
 
     cluster.start_node()  # a new node takes the Pods over, on the same addresses
     assert wait_for("replicas started again", running, cluster) == ips
+    time.sleep(1)  # its spares started too
+    children = [p.pid for p in psutil.Process(cluster.node.pid).children(recursive=True)]
     cluster.node.kill()  # SIGKILL: the node cannot clean up; the kernel does (PR_SET_PDEATHSIG)
     cluster.node.wait()
-    wait_for("replicas gone with their node", lambda: all(replica_pids(ip) == [] for ip in ips), cluster, 15)
+    wait_for("replicas and spares gone with their node", lambda: alive(children) == [], cluster, 15)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 from sim.node import NodeSettings, SimNode
@@ -129,5 +130,29 @@ def test_a_replica_that_does_not_drain_in_its_grace_period_is_killed() -> None:
         run_until(node, api, lambda: ("delete_pod_now", "uid-0") in api.calls)
         assert proc.exit_code() == -9  # SIGKILL once the grace period was over
         assert time.monotonic() - started >= 1.0  # not before it (a lower bound: load cannot break it)
+    finally:
+        node.close()
+
+
+def test_a_spare_process_becomes_the_replica_and_refuses_bad_settings_as_serve_does() -> None:
+    good = copy.deepcopy(POD)
+    bad = copy.deepcopy(POD)
+    bad["metadata"].update(name="vllm-bad", uid="uid-bad")
+    bad["spec"]["containers"][0]["args"] = ["sim-llama-8b", "--max-model-len", "999999"]
+    api = RecordingApi([good])
+    node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0,  # type: ignore[arg-type]
+                                     spares=1))
+    try:
+        node.spares.fill()
+        spare = node.spares.spares[0]
+        run_until(node, api, lambda: any(ready(s) for s in pod_statuses(api)))
+        assert node.pods["uid-0"].process is spare  # the pre-started process took the Pod
+        node.spares.fill()
+        api.pods.append(bad)
+        run_until(node, api, lambda: node.pods.get("uid-bad") and node.pods["uid-bad"].last_terminated)
+        assert node.pods["uid-bad"].last_terminated.exit_code == 2  # as `sim serve` exits
+        assert node.pods["uid-bad"].process is None or node.pods["uid-bad"].restart_count >= 0
+        log = Path(node.log_dir / "default_vllm-bad.log").read_text()
+        assert "error: max_model_len 999999" in log, log
     finally:
         node.close()
