@@ -1,7 +1,8 @@
 """How long a Pod of ``python -m sim node`` takes from creation to Ready, against the warm-up
 it asked for, on the real API server, in one run.
 
-    python bench/sim_node_ready.py [--time-scale 20] [--warmups 0,60,300] [--pods 2] [--json PATH]
+    python bench/sim_node_ready.py [--time-scale 20] [--warmups 0,60,300] [--pods 2] [--spares 2]
+        [--settle-s 10] [--json PATH]
 
 Starts the kube-apiserver of ``../shared/tools/kube`` (``PROMPTEDGE_KUBE_TOOLS``; no controller
 manager needed: the Pods are created already bound, ``spec.nodeName``), one ``sim node`` at the
@@ -10,7 +11,8 @@ readiness probe every 5 simulated seconds). For each Pod: wall seconds from the 
 the first ``Ready=True`` seen (polled every 0.1 s), in simulated seconds (x scale), and the
 overhead beyond the requested warm-up (the baseline: a node adding nothing). The overhead is
 process start-up + probe period + the node's sync interval + polling, as wall time multiplied by
-the scale. Machine load is printed with the results.
+the scale. Pods beyond the node's spares start a fresh ``sim serve`` (seconds of imports); run
+with ``--spares 0`` for the baseline without spares. Machine load is printed with the results.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ def main() -> None:
     ap.add_argument("--warmups", default="0,60,300")
     ap.add_argument("--pods", type=int, default=2)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--spares", type=int, default=2, help="the node's pre-started replica processes")
+    ap.add_argument("--settle-s", type=float, default=10.0,
+                    help="wall seconds between the node's registration and the first Pod (spares finish importing)")
     args = ap.parse_args()
     warmups = [float(w) for w in args.warmups.split(",")]
     if not (TOOLS / "start.sh").is_file():
@@ -93,10 +98,11 @@ def main() -> None:
         core = client.CoreV1Api(client.ApiClient(cfg))
         core.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
         node = subprocess.Popen([sys.executable, "-m", "sim", "node", "--kubeconfig", kubeconfig, "--ip-base",
-                                 "127.0.231", "--time-scale", str(args.time_scale)], cwd=ROOT,
+                                 "127.0.231", "--time-scale", str(args.time_scale), "--spares", str(args.spares)], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         while not [n for n in core.list_node().items if not n.spec.taints]:
             time.sleep(0.2)
+        time.sleep(args.settle_s)
         rows = measure(core, warmups, args.pods, timeout_s=max(warmups) / args.time_scale + 120)
     finally:
         if node is not None:
@@ -104,13 +110,14 @@ def main() -> None:
             node.wait(timeout=30)
         subprocess.run([str(TOOLS / "stop.sh"), "--wipe"], env=env, capture_output=True, timeout=60)
     scale = args.time_scale
+    print(f"{args.spares} spares, {len(warmups) * args.pods} Pods created at once")
     print(f"time scale {scale:g}x, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'warm-up (sim s)':>16} {'ready p50 (sim s)':>18} {'overhead p50 (sim s)':>21} {'ready p50 (wall s)':>19}")
     summary = []
     for w in warmups:
         wall = [r["ready_wall_s"] for r in rows if r["warmup_s"] == w and r["ready_wall_s"] is not None]
         p50 = statistics.median(wall) if wall else float("nan")
-        summary.append({"warmup_s": w, "ready_p50_sim_s": p50 * scale, "overhead_p50_sim_s": p50 * scale - w,
+        summary.append({"spares": args.spares, "warmup_s": w, "ready_p50_sim_s": p50 * scale, "overhead_p50_sim_s": p50 * scale - w,
                         "ready_p50_wall_s": p50, "pods_ready": len(wall), "pods": args.pods})
         print(f"{w:>16.0f} {p50 * scale:>18.1f} {p50 * scale - w:>21.1f} {p50:>19.2f}")
     if args.json:
