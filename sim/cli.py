@@ -33,36 +33,72 @@ def serve(
                     "(default: the profile's, a100 32768, t4 8192).")] = None,
     api_key: Annotated[Optional[str], typer.Option(
         help="As vLLM's --api-key: /v1 routes need 'Authorization: Bearer KEY' (env PROMPTEDGE_SIM_API_KEY).")] = None,
+    time_scale: Annotated[Optional[float], typer.Option(
+        "--time-scale", help="Simulated seconds per wall second: step times, warm-up and sleeps are divided by it; "
+                             "metrics stay in simulated seconds (env PROMPTEDGE_SIM_TIME_SCALE, default 1).")] = None,
 ) -> None:
-    """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics)."""
-    import uvicorn
-
-    from sim.api import create_app
-    from sim.profiles import PROFILES
-    from sim.settings import SimSettings
+    """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics); drains on SIGTERM."""
+    from sim.serving import ReplicaConfigError, build_replica, serve_replica
 
     overrides = {
         k: v
         for k, v in dict(port=port, model=model, profile=profile, warmup_s=warmup_s, host=host, fail_rate=fail_rate,
-                         max_model_len=max_model_len, api_key=api_key).items()
+                         max_model_len=max_model_len, api_key=api_key, time_scale=time_scale).items()
         if v is not None
     }
     if hang:
         overrides["hang"] = True
-    settings = SimSettings(**overrides)
-    if settings.profile not in PROFILES:
-        raise typer.BadParameter(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
-                                 param_hint="--profile")
     try:
-        app = create_app(settings)
-    except ValueError as exc:  # a max_model_len beyond the profile's KV cache
-        raise typer.BadParameter(str(exc), param_hint="--max-model-len") from None
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+        app_, settings = build_replica(overrides)
+    except ReplicaConfigError as exc:
+        if exc.param is not None:
+            raise typer.BadParameter(str(exc), param_hint=exc.param) from None
+        raise _fail(str(exc)) from None
+    serve_replica(app_, settings)
 
 
 def _fail(message: str) -> typer.Exit:
     typer.secho(f"error: {message}", fg="red", err=True)
     return typer.Exit(2)
+
+
+@app.command()
+def node(
+    kubeconfig: Annotated[Optional[str], typer.Option(help="Kubeconfig file (default: KUBECONFIG or ~/.kube/config).")] = None,
+    context: Annotated[Optional[str], typer.Option(help="Kubeconfig context (default: its current one).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Node name (default sim-gpu-0).")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="nvidia.com/gpu capacity (default 8).")] = None,
+    ip_base: Annotated[Optional[str], typer.Option(help="Three loopback octets for Pod IPs, e.g. 127.0.1 (default).")] = None,
+    time_scale: Annotated[Optional[float], typer.Option(help="Simulated seconds per wall second (default 1).")] = None,
+    profile: Annotated[Optional[str], typer.Option(help="GPU profile when a Pod's annotation names none (default a100).")] = None,
+    warmup: Annotated[Optional[str], typer.Option(help="Warm-up when a Pod's annotation names none: seconds or "
+                                                       "vllm-8b-cold / vllm-8b-cached (default 0).")] = None,
+    log_dir: Annotated[Optional[Path], typer.Option(help="Keep replica logs here (default: a temporary folder).")] = None,
+    spares: Annotated[Optional[int], typer.Option(help="Replica processes kept pre-started, imports done, so a Pod's "
+                                                       "replica starts at once (default 2, at most 16).")] = None,
+) -> None:
+    """Play a Kubernetes node: run each Pod bound to it as a simulated vLLM replica."""
+    from kubernetes.config import ConfigException
+    from pydantic import ValidationError
+
+    from sim.node import NodeSettings, run_node
+    from sim.node.status import IpPool
+
+    overrides = {k: v for k, v in dict(kubeconfig=kubeconfig, context=context, name=name, gpus=gpus, ip_base=ip_base,
+                                       time_scale=time_scale, profile=profile, warmup=warmup,
+                                       log_dir=log_dir, spares=spares).items() if v is not None}
+    try:
+        settings = NodeSettings(**overrides)
+        IpPool(settings.ip_base)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise _fail(f"invalid node settings: {problems}") from None
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        run_node(settings)
+    except ConfigException as exc:
+        raise _fail(f"no usable kubeconfig: {exc}") from None
 
 
 @app.command()

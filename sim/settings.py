@@ -17,7 +17,10 @@ class SimSettings(BaseSettings):
     profile's KV cache (``create_app`` raises ValueError otherwise);
     ``api_key``: as vLLM's ``--api-key``, every ``/v1`` route then needs
     ``Authorization: Bearer <api_key>`` (401 otherwise); ``/health``, ``/metrics`` and
-    ``/sim/faults`` stay open, as vLLM leaves its non-``/v1`` routes open."""
+    ``/sim/faults`` stay open, as vLLM leaves its non-``/v1`` routes open; ``time_scale``: simulated seconds per wall second (step times, warm-up and every sleep are divided by it; metrics
+    stay in simulated seconds); ``warmup_from``: Unix time (wall seconds) the warm-up counts
+    from, e.g. when a node launched the process, so the interpreter's start-up (wall time the
+    scale would multiply) is not added to the simulated warm-up; None: from the engine's start."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -32,3 +35,5 @@ class SimSettings(BaseSettings):
     seed: int = 0
     max_model_len: int | None = Field(default=None, ge=1)
     api_key: str | None = Field(default=None, min_length=1, repr=False)
+    time_scale: float = Field(default=1.0, gt=0)
+    warmup_from: float | None = None
