@@ -58,7 +58,7 @@ async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Re
 
 async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec: Record) -> Response:
     raw = await request.body()
-    body = parse_request(raw, endpoint)
+    body = parse_request(raw, endpoint, state.settings.limits)
     headers = request.headers
     pool = headers.get("x-model") or body["model"]
     if pool not in state.pools:
