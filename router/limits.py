@@ -26,7 +26,7 @@ class Limits(BaseModel):
     header_timeout_s: from a connection's first byte (or its opening) to the end of a request's
     headers -> connection closed; body_timeout_s: from the end of the headers to the end of the
     body -> 408; keepalive_timeout_s: idle time between requests on a connection -> closed;
-    max_connections: open client connections, None = derived from RLIMIT_NOFILE
+    max_client_connections: open client connections, None = derived from RLIMIT_NOFILE
     (:func:`connection_budget`); health_reserve: connections above the cap that are served only
     for ``/health`` and ``/metrics`` while every connection under the cap has a request in flight.
     """
@@ -43,7 +43,7 @@ class Limits(BaseModel):
     header_timeout_s: float = Field(10.0, gt=0)
     body_timeout_s: float = Field(60.0, gt=0)
     keepalive_timeout_s: float = Field(5.0, gt=0)
-    max_connections: int | None = Field(None, ge=1)
+    max_client_connections: int | None = Field(None, ge=1)
     health_reserve: int = Field(16, ge=1)
 
 
@@ -68,14 +68,15 @@ class ConnectionBudget:
 def connection_budget(nofile: int, limits: Limits, upstream_max: int) -> ConnectionBudget:
     """Share ``nofile`` open files (the soft RLIMIT_NOFILE) between client connections (cap plus
     health reserve), upstream connections (at most ``upstream_max``) and ``OTHER_FDS``, so that
-    ``accept()`` never fails for want of a descriptor. A configured ``max_connections`` is kept
-    when it fits; otherwise clients and upstream get half of what is left each.
+    ``accept()`` never fails for want of a descriptor. A configured ``max_client_connections``
+    is kept when it fits; otherwise clients and upstream get half of what is left each.
     Raises ValueError when ``nofile`` leaves no room for a single client connection."""
     room = nofile - OTHER_FDS - limits.health_reserve
     if room < 2:
         raise ValueError(f"RLIMIT_NOFILE {nofile} leaves no room for connections "
                          f"({OTHER_FDS} other descriptors + {limits.health_reserve} reserved)")
-    wanted = limits.max_connections if limits.max_connections is not None else room - min(upstream_max, room // 2)
+    configured = limits.max_client_connections
+    wanted = configured if configured is not None else room - min(upstream_max, room // 2)
     if wanted + upstream_max <= room:
         return ConnectionBudget(nofile, wanted, limits.health_reserve, upstream_max)
     clients = min(wanted, room // 2)

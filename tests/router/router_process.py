@@ -123,3 +123,33 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
         except (ConnectionResetError, BrokenPipeError):
             return True
     return False
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_replica(tmp_path: Path, max_model_len: int = 64) -> tuple[subprocess.Popen[bytes], str]:
+    """A simulated vLLM replica process (``python -m sim serve``, A100 profile) serving ``MODEL``,
+    ready (``/health`` 200); returns the process and its base URL."""
+    port = free_port()
+    log = tmp_path / f"replica-{port}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL,
+                                 "--warmup-s", "0", "--max-model-len", str(max_model_len)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    raise AssertionError(f"replica did not start:\n{log.read_text()}")
