@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import redis
 
 REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 MODEL = "m"
@@ -62,7 +63,8 @@ class RouterProcess:
 
 
 def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int | None = None) -> RouterProcess:
-    """Start the router as a user would, with ``env`` added to the environment and, if given,
+    """Start the router as a user would on a flushed test Redis database, with ``env`` added to
+    the environment and, if given,
     ``nofile`` as both soft and hard RLIMIT_NOFILE of the process; waits until it listens."""
     full_env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_REPLICAS": REPLICAS,
                 "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "5", **(env or {})}
@@ -71,6 +73,9 @@ def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int 
         if nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
+    flush = redis.Redis.from_url(full_env["PROMPTEDGE_REDIS_URL"], socket_connect_timeout=1)
+    flush.flushdb()  # no cache entry of an earlier test can answer this one's requests
+    flush.close()
     log = tmp_path / f"router-{time.monotonic_ns()}.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", "0"], stdout=out,

@@ -257,3 +257,42 @@ def test_more_idle_connections_than_open_files_do_not_stop_the_router(tmp_path: 
         for sock in idle:
             sock.close()
         router.stop()
+
+
+def test_a_client_that_leaves_mid_body_leaves_no_traceback(router: RouterProcess) -> None:
+    log_before = len(router.log_text().splitlines())
+    sock = router.connect()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{\"model\"")
+    time.sleep(0.5)
+    sock.close()
+    time.sleep(1)
+    assert httpx.get(router.url + "/health", timeout=30).status_code == 200
+    new_lines = router.log_text().splitlines()[log_before:]
+    assert not any("Traceback" in line or "unhandled error" in line for line in new_lines), new_lines
+
+
+def test_at_the_cap_with_every_connection_busy_health_still_answers(tmp_path: Path) -> None:
+    # Every connection under the cap has a request in flight (a body that is slow to arrive):
+    # /health is served on the reserve, anything else gets 503 server_busy.
+    limits = {"max_client_connections": 20, "health_reserve": 4, "body_timeout_s": 120}
+    router = start_router(tmp_path, {"PROMPTEDGE_ROUTER_LIMITS": json.dumps(limits)})
+    busy: list[socket.socket] = []
+    try:
+        for _ in range(20):
+            sock = router.connect()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
+            busy.append(sock)
+        time.sleep(1)
+        health = httpx.get(router.url + "/health", timeout=10)
+        assert health.status_code == 200 and "pools" in health.json()
+        chat = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=10)
+        assert chat.status_code == 503 and chat.json()["error"]["code"] == "server_busy"
+        assert "connection cap 20 reached" in router.log_text()
+        for sock in busy:  # the busy connections were not closed to make room
+            sock.settimeout(0.01)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+    finally:
+        for sock in busy:
+            sock.close()
+        router.stop()
