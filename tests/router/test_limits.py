@@ -296,3 +296,17 @@ def test_at_the_cap_with_every_connection_busy_health_still_answers(tmp_path: Pa
         for sock in busy:
             sock.close()
         router.stop()
+
+
+def test_a_long_or_odd_request_id_is_replaced_not_logged_and_echoed(router: RouterProcess) -> None:
+    # Found while looking for the rest of the class: a 5,000-character X-Request-ID was written
+    # whole into the access log line, forwarded to the replica and echoed back.
+    for given in ("x" * 5000, "café", "a b"):
+        answer = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30,
+                            headers={"x-request-id": given.encode("latin-1")})
+        assert answer.headers["x-request-id"] != given
+        assert len(answer.headers["x-request-id"]) == 32
+    assert "x" * 200 not in router.log_text()
+    fine = "req-2026.12.02:abc_DEF-1"
+    answer = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30, headers={"x-request-id": fine})
+    assert answer.headers["x-request-id"] == fine
