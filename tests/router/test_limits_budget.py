@@ -36,3 +36,16 @@ def test_a_configured_cap_that_fits_is_kept_and_one_that_does_not_is_reduced() -
 def test_a_limit_without_room_for_connections_is_an_error() -> None:
     with pytest.raises(ValueError, match="RLIMIT_NOFILE 100"):
         connection_budget(100, Limits(), upstream_max=10)
+
+
+def test_the_limits_setting_is_json_and_rejects_unknown_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from router.settings import RouterSettings
+
+    monkeypatch.setenv("PROMPTEDGE_ROUTER_LIMITS", '{"max_body_bytes": 1024, "header_timeout_s": 2.5}')
+    limits = RouterSettings().limits
+    assert (limits.max_body_bytes, limits.header_timeout_s, limits.max_headers) == (1024, 2.5, 100)
+    monkeypatch.setenv("PROMPTEDGE_ROUTER_LIMITS", '{"max_body_byte": 1024}')  # a typo is not ignored
+    with pytest.raises(ValidationError, match="max_body_byte"):
+        RouterSettings()
