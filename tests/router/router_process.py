@@ -38,12 +38,17 @@ class RouterProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def rss_bytes(self) -> int:
-        """The process's resident set size now (VmRSS), bytes."""
+    def rss_bytes(self, field: str = "VmRSS") -> int:
+        """The process's resident set size now (``VmRSS``), or its peak since
+        :meth:`reset_peak_rss` (``VmHWM``), bytes."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        raise AssertionError(f"no {field}")
+
+    def reset_peak_rss(self) -> None:
+        """Start a new peak (VmHWM := VmRSS; Linux's clear_refs, ``5``)."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
     def connect(self, timeout: float = 10.0) -> socket.socket:
         """A new TCP connection to the router."""
