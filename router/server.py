@@ -52,7 +52,8 @@ def raise_open_files_limit() -> int:
             soft = hard
         except (ValueError, OSError):
             pass
-    return soft
+    # Linux never reports infinity for open files (fs.nr_open bounds it); other systems might
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
 
 
 class ConnectionGuard:
