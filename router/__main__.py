@@ -1,11 +1,10 @@
-"""``python -m router serve [--host H] [--port P]``: run the router with uvicorn."""
+"""``python -m router serve [--host H] [--port P]``: run the router with uvicorn (router/server.py)."""
 
 from __future__ import annotations
 
 import logging
 
 import typer
-import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
@@ -13,6 +12,8 @@ from router.app import create_app
 from router.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, StaticSource
 from router.discovery_config import build_source
+from router.limits import connection_budget
+from router.server import raise_open_files_limit, serve as serve_app
 from router.settings import RouterSettings
 from router.tracing import TracingError, check_exporter
 
@@ -51,11 +52,16 @@ def serve(
     except (DiscoveryError, TracingError, CredentialError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:  # client and upstream connections share the open-files limit (router/limits.py)
+        budget = connection_budget(raise_open_files_limit(), settings.limits, settings.max_connections)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    settings = settings.model_copy(update={"max_connections": budget.upstream})
     logging.basicConfig(level=log_level.upper(), format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
-    uvicorn.run(create_app(settings, source), host=settings.host if host is None else host,
-                port=settings.port if port is None else port,
-                loop="uvloop", http="httptools", log_level=log_level, access_log=False)
+    serve_app(create_app(settings, source), settings.limits, budget, host=settings.host if host is None else host,
+              port=settings.port if port is None else port, log_level=log_level)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from cache import CacheSettings, ResponseCache
 from router.affinity import PrefixMap
 from router.api import add_completion_routes
+from router.bodylimit import BodyLimit
 from router.counters import SimClock, TrafficCounters
 from router.credentials import Credentials
 from router.discovery import DiscoveredReplica, ReplicaSource, StaticSource, apply
@@ -111,6 +112,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                   telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
+    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)

@@ -57,6 +57,34 @@ class BadRequest(APIError):
     type = "invalid_request_error"
 
 
+class RequestTimeout(APIError):
+    """408: the request's body did not arrive in time (router/limits.py ``body_timeout_s``)."""
+
+    status = 408
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(APIError):
+    """413: the request body is over ``max_body_bytes`` (router/limits.py)."""
+
+    status = 413
+    type = "invalid_request_error"
+
+
+class URITooLong(APIError):
+    """414: the request target (path and query string) is over ``max_url_bytes``."""
+
+    status = 414
+    type = "invalid_request_error"
+
+
+class HeadersTooLarge(APIError):
+    """431: the request's headers are over ``max_header_bytes`` or ``max_headers``."""
+
+    status = 431
+    type = "invalid_request_error"
+
+
 class Unauthorized(APIError):
     """401: a key is required and the one given is missing or wrong."""
 

@@ -9,11 +9,13 @@ list indices, e.g. ``messages.0.role``). Field ranges follow the OpenAI API refe
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from router.errors import BadRequest
+from router.limits import Limits
 
 Endpoint = Literal["chat.completions", "completions"]
 
@@ -46,7 +48,7 @@ class _Sampling(_Strict):
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)  # vLLM, PyTorch: 64-bit seeds
     user: str | None = None
 
 
@@ -66,23 +68,89 @@ _MODELS: dict[str, type[_Sampling]] = {
 }
 
 
-def parse_request(raw: bytes, endpoint: Endpoint) -> dict[str, Any]:
+_DEFAULT_LIMITS = Limits()
+# A JSON escape of a UTF-16 surrogate (\uD800-\uDFFF): the only way a lone surrogate can reach a
+# str, since the body is decoded as strict UTF-8 first. A pair is fine (json joins it into one
+# character); a lone one cannot be encoded (cache key digest, prefix hash) and is no text.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMITS) -> dict[str, Any]:
     """Parse and validate a request body; returns the parsed JSON object unchanged.
 
-    raw: the HTTP body bytes. Raises BadRequest (400) for invalid JSON, a non-object body,
-    a missing required field or a wrong type/range, with ``param`` naming the field.
+    raw: the HTTP body bytes (already bounded by ``limits.max_body_bytes``, router/bodylimit.py).
+    Raises BadRequest (400) for a body that is not UTF-8 JSON (``NaN``/``Infinity`` included),
+    not an object, or nested deeper than ``limits.max_json_depth`` (code ``invalid_json``); a
+    lone surrogate in any string or key (``invalid_unicode``); more than ``limits.max_messages``
+    messages or prompt items, ``max_tokens`` over ``limits.max_output_tokens``, a missing
+    required field or a wrong type/range (``param`` names the field).
     """
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError:  # the C scanner's own bound (~1,000 levels), below ours never reached
+        raise BadRequest(f"request body is nested deeper than {limits.max_json_depth} levels",
+                         code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object", code="invalid_json")
+    # Fast paths: a body with few brackets cannot be deep, one without a surrogate escape has no
+    # lone surrogate; only other bodies are walked (cost: one pass over the parsed values).
+    deep = raw.count(b"[") + raw.count(b"{") > limits.max_json_depth
+    if deep or _SURROGATE_ESCAPE.search(raw) is not None:
+        _walk(body, limits.max_json_depth)
+    _check_counts(body, endpoint, limits)
     try:
         _MODELS[endpoint].model_validate(body)
     except ValidationError as exc:
         raise _bad_request(exc) from None
+    for field in ("max_tokens", "max_completion_tokens"):
+        value = body.get(field)
+        if isinstance(value, int) and value > limits.max_output_tokens:
+            raise BadRequest(f"invalid value for '{field}': at most {limits.max_output_tokens}",
+                             param=field, code="invalid_value")
     return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _walk(body: dict[str, Any], max_depth: int) -> None:
+    """Raise BadRequest for nesting deeper than ``max_depth`` (the body is level 1) or a lone
+    surrogate in a string or key; iterative, so no depth can overflow the stack."""
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(body, 1, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > max_depth:
+            raise BadRequest(f"request body is nested deeper than {max_depth} levels", code="invalid_json")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _text(key, (*path, key))
+                stack.append((item, depth + 1, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, (*path, str(i))) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _text(value, path)
+
+
+def _text(value: str, path: tuple[str, ...]) -> None:
+    if _SURROGATE.search(value) is not None:
+        # a key can be the culprit: the path is shown with its surrogates escaped (\\ud800)
+        param = ".".join(path).encode("utf-8", "backslashreplace").decode() or None
+        raise BadRequest(f"invalid value for '{param}': a lone UTF-16 surrogate is not text",
+                         param=param, code="invalid_unicode")
+
+
+def _check_counts(body: dict[str, Any], endpoint: Endpoint, limits: Limits) -> None:
+    """Bound the items that each cost validation, key and estimate work before validating them."""
+    field = "messages" if endpoint == "chat.completions" else "prompt"
+    items = body.get(field)
+    # a prompt of token ids is one prompt (bounded by the body size); a list of prompts is a batch
+    if isinstance(items, list) and len(items) > limits.max_messages and not isinstance(items[0], int):
+        raise BadRequest(f"invalid value for '{field}': at most {limits.max_messages} items",
+                         param=field, code="invalid_value")
 
 
 def _bad_request(exc: ValidationError) -> BadRequest:

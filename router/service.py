@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -39,18 +40,19 @@ _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
 MAX_ATTEMPTS = 3
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
 async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Response:
     """Answer one OpenAI completion request (stream or not). Raises APIError subclasses
     (after accounting for them); a streamed answer is accounted for when its stream ends."""
-    # 128 random bits in hex, like uuid4().hex without building a UUID (a few us per request)
-    rec = Record(request.headers.get("x-request-id") or os.urandom(16).hex(), time.perf_counter())
+    rec = Record(_request_id(request.headers.get("x-request-id")), time.perf_counter())
     try:
         response = await _handle(state, request, endpoint, rec)
     except APIError as exc:
         rec.status = exc.status
         rec.finish(state.metrics, state.tracer)
+        exc.headers = {**exc.headers, "x-request-id": rec.request_id}  # error answers carry it too
         raise
     response.headers["x-request-id"] = rec.request_id
     if not rec.deferred:
@@ -58,9 +60,18 @@ async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Re
     return response
 
 
+def _request_id(given: str | None) -> str:
+    """The client's X-Request-ID if it is a plain token of at most 128 characters (it is logged,
+    forwarded and echoed), else a new one: 128 random bits in hex, like uuid4().hex without
+    building a UUID (a few us per request)."""
+    if given is not None and _REQUEST_ID.fullmatch(given) is not None:
+        return given
+    return os.urandom(16).hex()
+
+
 async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec: Record) -> Response:
     raw = await request.body()
-    body = parse_request(raw, endpoint)
+    body = parse_request(raw, endpoint, state.settings.limits)
     headers = request.headers
     pool = headers.get("x-model") or body["model"]
     if pool not in state.pools:
@@ -187,6 +198,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
         if name in headers:
             forward[name] = headers[name]
     client_key = headers.get("authorization") if state.settings.forward_client_key else None
+    if "x-request-id" in forward:
+        forward["x-request-id"] = rec.request_id  # the client's only if it was a plain short token
     # A pool with replicas reserved for long prompts (router/lanes.py); even when they are down,
     # so that the answer says the request left its lane.
     reserved = any(r.spec.role != lanes.NORMAL for r in state.pools.by_model.get(rec.target, ()))

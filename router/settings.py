@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from router.credentials import SecretRef
+from router.limits import Limits
 
 Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two"]
 Transport = Literal["aiohttp", "httpx"]
@@ -149,6 +150,7 @@ class RouterSettings(BaseSettings):
     prefix_chars: int = Field(2048, ge=64)  # characters of prompt that make its prefix key
     prefix_ttl_s: float = Field(120.0, gt=0)  # how long a prefix remembers its replica
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
+    limits: Limits = Field(default_factory=Limits)  # JSON; every resource limit (router/limits.py)
 
     @field_validator("api_keys")
     @classmethod
