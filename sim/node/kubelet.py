@@ -293,7 +293,7 @@ class SimNode:
                 proc.signal(signal.SIGTERM)
                 rt.sigterm_sent = True
                 rt.kill_at = sigkill_at(rt.deleted_at, rt.grace_s, now, self.scale)
-                log.info("pod %s: SIGTERM to replica pid %d%s; SIGKILL in %.1f s (simulated)", rt.key, proc.pid,
+                log.info("pod %s: SIGTERM to replica pid %d%s; killed if still running in %.1f s (simulated)", rt.key, proc.pid,
                          " (preStop cut by the grace period)" if rt.hook_cut else "", (rt.kill_at - now) * self.scale)
             elif now >= rt.kill_at and not rt.killed:
                 proc.signal(signal.SIGKILL)
