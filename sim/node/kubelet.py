@@ -23,6 +23,7 @@ import httpx
 
 from sim.node.kubeapi import KubeApi, NodeApiError
 from sim.node.podspec import PodSpecError, replica_spec
+from sim.node.prestop import sigkill_at
 from sim.node.process import ReplicaProcess, SparePool, replica_settings, serve_command
 from sim.node.runtime import PodRuntime
 from sim.node.settings import NodeSettings
@@ -40,6 +41,14 @@ BACKOFF_RESET_S = 600.0  # a run this long (simulated) resets the crash back-off
 STOP_WAIT_WALL_S = 3.0  # on node exit: SIGTERM, then SIGKILL after this many wall seconds
 TICK_WALL_S = 0.05
 WARN_EVERY_WALL_S = 5.0  # the same API error is logged at most this often
+
+
+def _hook_get(http: httpx.Client, url: str, timeout_s: float) -> str:
+    """A preStop ``httpGet``: the outcome for the log (a failed hook is logged, never fatal)."""
+    try:
+        return f"HTTP {http.get(url, timeout=timeout_s).status_code}"
+    except httpx.HTTPError as exc:
+        return f"failed: {type(exc).__name__}"
 
 
 def _probe(http: httpx.Client, url: str, timeout_s: float) -> bool:
@@ -235,21 +244,61 @@ class SimNode:
             rt.ready_changed_ts = rfc3339()
 
     def _begin_termination(self, rt: PodRuntime, pod: dict[str, Any]) -> None:
+        """The node saw the deletion: start the preStop hook, bounded by the grace period
+        counted from now; ``_terminate`` sends SIGTERM once it is over. No running replica:
+        no hook (the Pod is deleted at once)."""
+        now = time.monotonic()
         rt.terminating = True
         grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
-        grace_s = float(grace) if grace is not None else (rt.spec.grace_s if rt.spec else 0.0)
-        rt.kill_at = time.monotonic() + grace_s / self.scale
-        if rt.process is not None:
-            rt.process.signal(signal.SIGTERM)
-            log.info("pod %s: SIGTERM to replica pid %d (grace %.0f s simulated)", rt.key, rt.process.pid, grace_s)
+        rt.grace_s = float(grace) if grace is not None else (rt.spec.grace_s if rt.spec else 0.0)
+        rt.deleted_at = rt.hook_until = now
+        if rt.process is None:
+            log.info("pod %s: deletion seen, no replica running", rt.key)
+            return
+        grace_end = now + rt.grace_s / self.scale
+        hook = rt.spec.pre_stop if rt.spec is not None else None
+        if hook is None or rt.grace_s <= 0:
+            what = "no preStop hook"
+        elif hook.kind == "sleep":
+            what = f"preStop sleep {hook.sleep_s:g} s"
+            rt.hook_cut = hook.sleep_s > rt.grace_s
+            rt.hook_until = min(grace_end, now + hook.sleep_s / self.scale)
+        elif hook.kind == "http":
+            url = hook.url(rt.ip or "127.0.0.1")
+            what = f"preStop httpGet {url}"
+            rt.hook_until = grace_end
+            timeout = max(rt.grace_s / self.scale, MIN_PROBE_TIMEOUT_WALL_S)
+            rt.hook_future = self._probes.submit(_hook_get, self._http, url, timeout)
+        else:
+            what = f"preStop skipped: {hook.what}"
+        log.info("pod %s: deletion seen, grace %g s (simulated); %s", rt.key, rt.grace_s, what)
+
+    def _hook_over(self, rt: PodRuntime, now: float) -> bool:
+        """Whether the preStop hook is over (done, or cut by the grace period)."""
+        fut = rt.hook_future
+        if fut is not None and fut.done():
+            log.info("pod %s: preStop httpGet %s", rt.key, fut.result())
+            rt.hook_future = None
+            return True
+        if fut is not None and now >= rt.hook_until:
+            rt.hook_cut, rt.hook_future = True, None  # the thread ends at its own timeout
+        return now >= rt.hook_until and rt.hook_future is None
 
     def _terminate(self, rt: PodRuntime, now: float) -> None:
-        if rt.process is not None:
-            if now < rt.kill_at or rt.killed:
-                return
-            rt.process.signal(signal.SIGKILL)
-            rt.killed = True
-            log.info("pod %s: grace period over, SIGKILL to replica pid %d", rt.key, rt.process.pid)
+        proc = rt.process
+        if proc is not None:
+            if not rt.sigterm_sent:
+                if not self._hook_over(rt, now):
+                    return
+                proc.signal(signal.SIGTERM)
+                rt.sigterm_sent = True
+                rt.kill_at = sigkill_at(rt.deleted_at, rt.grace_s, now, self.scale)
+                log.info("pod %s: SIGTERM to replica pid %d%s; killed if still running in %.1f s (simulated)", rt.key, proc.pid,
+                         " (preStop cut by the grace period)" if rt.hook_cut else "", (rt.kill_at - now) * self.scale)
+            elif now >= rt.kill_at and not rt.killed:
+                proc.signal(signal.SIGKILL)
+                rt.killed = True
+                log.info("pod %s: grace period over, SIGKILL to replica pid %d", rt.key, proc.pid)
             return
         self.api_safe(lambda: self.api.delete_pod_now(rt.namespace, rt.name, rt.uid))
         rt.deleted = True

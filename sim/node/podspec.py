@@ -8,7 +8,8 @@ the container's first ``containerPort`` (else ``--port``, else vLLM's 8000). The
 is the container's ``readinessProbe.httpGet`` (path, port by number or name, period, timeout,
 thresholds, initial delay, with Kubernetes' defaults) or, without one, ``GET /health`` on the
 port with the same defaults. Annotations ``promptedge.io/sim-profile`` and
-``promptedge.io/sim-warmup-s`` choose the GPU profile and the warm-up (see ``warmup``).
+``promptedge.io/sim-warmup-s`` choose the GPU profile and the warm-up (see ``warmup``); the
+container's ``lifecycle.preStop`` is read by ``prestop``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
+
+from sim.node.prestop import PreStopHook, pre_stop_hook
 
 PROFILE_ANNOTATION = "promptedge.io/sim-profile"
 WARMUP_ANNOTATION = "promptedge.io/sim-warmup-s"
@@ -57,7 +60,8 @@ class ReplicaSpec:
     profile: str
     warmup: str  # a number of seconds or a distribution name (sim.node.warmup)
     probe: ProbeSpec
-    grace_s: float  # simulated seconds between SIGTERM and SIGKILL on deletion
+    grace_s: float  # simulated seconds from the deletion to SIGKILL (preStop hook included)
+    pre_stop: PreStopHook | None = None  # the container's lifecycle.preStop (sim.node.prestop)
 
 
 def replica_spec(pod: dict[str, Any], default_profile: str, default_warmup: str) -> ReplicaSpec:
@@ -88,6 +92,7 @@ def replica_spec(pod: dict[str, Any], default_profile: str, default_warmup: str)
         warmup=str(annotations.get(WARMUP_ANNOTATION) or default_warmup),
         probe=_probe(c, port),
         grace_s=float(DEFAULT_GRACE_S if grace is None else grace),
+        pre_stop=pre_stop_hook(c),
     )
 
 

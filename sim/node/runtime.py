@@ -38,6 +38,12 @@ class PodRuntime:
     next_probe_at: float = 0.0
     probe_future: Future[bool] | None = None
     terminating: bool = False
+    deleted_at: float = 0.0  # when the node saw the deletion
+    grace_s: float = 0.0  # the grace period then (simulated seconds)
+    hook_until: float = 0.0  # when the preStop hook is over at the latest (SIGTERM follows)
+    hook_cut: bool = False  # the hook would have run past the grace period
+    hook_future: Future[str] | None = None  # a preStop httpGet in flight (over when done)
+    sigterm_sent: bool = False
     kill_at: float = 0.0
     killed: bool = False
     deleted: bool = False

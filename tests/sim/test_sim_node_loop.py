@@ -156,3 +156,99 @@ def test_a_spare_process_becomes_the_replica_and_refuses_bad_settings_as_serve_d
         assert "error: max_model_len 999999" in log, log
     finally:
         node.close()
+
+
+def _pod_with_pre_stop(pre_stop: dict[str, Any], grace_s: int) -> dict[str, Any]:
+    pod = copy.deepcopy(POD)
+    pod["spec"]["terminationGracePeriodSeconds"] = grace_s
+    pod["spec"]["containers"][0]["lifecycle"] = {"preStop": pre_stop}
+    return pod
+
+
+def _delete_and_see_it(node: SimNode, api: RecordingApi) -> float:
+    """Set the Pod's deletionTimestamp and let the node see it (one pass); the moment seen."""
+    api.pods[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    node.sync(api.list_pods("sim-gpu-0"))
+    seen = time.monotonic()
+    for rt in list(node.pods.values()):
+        node.step(rt, seen)
+    return seen
+
+
+def test_pre_stop_sleep_keeps_the_replica_serving_and_ready_then_sigterm_drains_it() -> None:
+    import httpx
+
+    # preStop sleep 20 simulated s = 1 wall s at 20x, inside a 600 s grace period
+    api = RecordingApi([_pod_with_pre_stop({"exec": {"command": ["/bin/sh", "-c", "sleep 20"]}}, 600)])
+    node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0))  # type: ignore[arg-type]
+    try:
+        run_until(node, api, lambda: any(ready(s) for s in pod_statuses(api)))
+        rt = node.pods["uid-0"]
+        proc: ReplicaProcess = rt.process  # type: ignore[assignment]
+        seen = _delete_and_see_it(node, api)
+        # during the preStop sleep the replica still admits requests (no SIGTERM yet) ...
+        answer = httpx.post(f"http://{rt.ip}:8000/v1/completions", timeout=30,
+                            json={"model": "sim-llama-8b", "prompt": "still serving?", "max_tokens": 4})
+        assert answer.status_code == 200, answer.text
+        assert not rt.sigterm_sent and proc.exit_code() is None
+        assert ready(pod_statuses(api)[-1])  # ... and its readiness follows the probe: still Ready
+        run_until(node, api, lambda: ("delete_pod_now", "uid-0") in api.calls)
+        assert proc.exit_code() == 0  # then SIGTERM: drained, exited by itself
+        assert time.monotonic() - seen >= 1.0  # not before the sleep was over (a lower bound)
+    finally:
+        node.close()
+
+
+def test_pre_stop_http_get_is_called_on_the_pod_before_sigterm() -> None:
+    import http.server
+    import threading
+
+    import httpx
+
+    calls: list[tuple[str, int]] = []
+    replica: dict[str, str] = {}
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            # while the hook runs, the replica must not have had SIGTERM: /health still 200
+            calls.append((self.path, httpx.get(f"{replica['url']}/health", timeout=10).status_code))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pod = _pod_with_pre_stop({"httpGet": {"host": "127.0.0.1", "port": server.server_address[1],
+                                          "path": "/drain"}}, 600)
+    api = RecordingApi([pod])
+    node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0))  # type: ignore[arg-type]
+    try:
+        run_until(node, api, lambda: any(ready(s) for s in pod_statuses(api)))
+        replica["url"] = f"http://{node.pods['uid-0'].ip}:8000"
+        proc: ReplicaProcess = node.pods["uid-0"].process  # type: ignore[assignment]
+        _delete_and_see_it(node, api)
+        run_until(node, api, lambda: ("delete_pod_now", "uid-0") in api.calls)
+        assert calls == [("/drain", 200)]
+        assert proc.exit_code() == 0
+    finally:
+        node.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_pre_stop_longer_than_the_grace_period_is_cut_by_it() -> None:
+    # sleep 6000 simulated s, grace 20 s: SIGTERM after 1 wall s (at 20x), not after 300
+    api = RecordingApi([_pod_with_pre_stop({"exec": {"command": ["sleep", "6000"]}}, 20)])
+    node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0))  # type: ignore[arg-type]
+    try:
+        run_until(node, api, lambda: any(ready(s) for s in pod_statuses(api)))
+        proc: ReplicaProcess = node.pods["uid-0"].process  # type: ignore[assignment]
+        _delete_and_see_it(node, api)
+        run_until(node, api, lambda: ("delete_pod_now", "uid-0") in api.calls, timeout_s=60)
+        rt = node.pods["uid-0"]
+        assert rt.hook_cut and rt.sigterm_sent  # SIGTERM once the grace period was over (the wait above)
+        assert proc.exit_code() in (0, -9)  # drained, or SIGKILL after the kubelet's 2 s minimum (0.1 wall s)
+    finally:
+        node.close()
