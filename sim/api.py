@@ -37,6 +37,7 @@ class Replica:
     engine: Engine
     faults: Faults
     rng: random.Random
+    draining: bool = False
 
 
 def _error(message: str, err_type: str, param: str | None, status: int) -> JSONResponse:
@@ -53,7 +54,7 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(prof, settings.model, settings.warmup_s)
+        engine = Engine(prof, settings.model, settings.warmup_s, settings.time_scale)
         faults = Faults(fail_rate=settings.fail_rate, hang=settings.hang)
         app.state.replica = Replica(settings, prof, engine, faults, random.Random(settings.seed))
         engine.start()
@@ -65,6 +66,8 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
     @app.get("/health")
     async def health(request: Request) -> JSONResponse:
         rep: Replica = request.app.state.replica
+        if rep.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
         if not rep.engine.ready:
             return JSONResponse({"status": "warming_up"}, status_code=503)
         return JSONResponse({"status": "ok", "model": rep.settings.model, "profile": rep.profile.name})
@@ -114,6 +117,8 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         prompt_tokens = estimate_text_tokens(req.prompt_text())
     else:
         prompt_tokens = estimate_chat_tokens(m.text() for m in req.messages)
+    if rep.draining:
+        return _error("replica is shutting down", "ServiceUnavailableError", None, 503)
     if not rep.engine.ready:
         return _error("replica is warming up", "ServiceUnavailableError", None, 503)
     if rep.faults.hang:

@@ -31,23 +31,33 @@ def serve(
     max_model_len: Annotated[Optional[int], typer.Option(
         min=1, help="Most tokens (prompt + max_tokens) of one request; longer ones get a 400, as in vLLM "
                     "(default: the profile's, a100 32768, t4 8192).")] = None,
+    time_scale: Annotated[Optional[float], typer.Option(
+        "--time-scale", help="Simulated seconds per wall second: step times, warm-up and sleeps are divided by it; "
+                             "metrics stay in simulated seconds (env PROMPTEDGE_SIM_TIME_SCALE, default 1).")] = None,
 ) -> None:
-    """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics)."""
+    """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics); drains on SIGTERM."""
     import uvicorn
 
     from sim.api import create_app
     from sim.profiles import PROFILES
+    from pydantic import ValidationError
+
+    from sim.serving import DrainingServer
     from sim.settings import SimSettings
 
     overrides = {
         k: v
         for k, v in dict(port=port, model=model, profile=profile, warmup_s=warmup_s, host=host, fail_rate=fail_rate,
-                         max_model_len=max_model_len).items()
+                         max_model_len=max_model_len, time_scale=time_scale).items()
         if v is not None
     }
     if hang:
         overrides["hang"] = True
-    settings = SimSettings(**overrides)
+    try:
+        settings = SimSettings(**overrides)
+    except ValidationError as exc:  # e.g. --time-scale 0 or a bad PROMPTEDGE_SIM_* value
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise _fail(f"invalid replica settings: {problems}") from None
     if settings.profile not in PROFILES:
         raise typer.BadParameter(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
                                  param_hint="--profile")
@@ -55,12 +65,50 @@ def serve(
         app = create_app(settings)
     except ValueError as exc:  # a max_model_len beyond the profile's KV cache
         raise typer.BadParameter(str(exc), param_hint="--max-model-len") from None
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    DrainingServer(config, app).run()
 
 
 def _fail(message: str) -> typer.Exit:
     typer.secho(f"error: {message}", fg="red", err=True)
     return typer.Exit(2)
+
+
+@app.command()
+def node(
+    kubeconfig: Annotated[Optional[str], typer.Option(help="Kubeconfig file (default: KUBECONFIG or ~/.kube/config).")] = None,
+    context: Annotated[Optional[str], typer.Option(help="Kubeconfig context (default: its current one).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Node name (default sim-gpu-0).")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="nvidia.com/gpu capacity (default 8).")] = None,
+    ip_base: Annotated[Optional[str], typer.Option(help="Three loopback octets for Pod IPs, e.g. 127.0.1 (default).")] = None,
+    time_scale: Annotated[Optional[float], typer.Option(help="Simulated seconds per wall second (default 1).")] = None,
+    profile: Annotated[Optional[str], typer.Option(help="GPU profile when a Pod's annotation names none (default a100).")] = None,
+    warmup: Annotated[Optional[str], typer.Option(help="Warm-up when a Pod's annotation names none: seconds or "
+                                                       "vllm-8b-cold / vllm-8b-cached (default 0).")] = None,
+    log_dir: Annotated[Optional[Path], typer.Option(help="Keep replica logs here (default: a temporary folder).")] = None,
+) -> None:
+    """Play a Kubernetes node: run each Pod bound to it as a simulated vLLM replica."""
+    from kubernetes.config import ConfigException
+    from pydantic import ValidationError
+
+    from sim.node import NodeSettings, run_node
+    from sim.node.status import IpPool
+
+    overrides = {k: v for k, v in dict(kubeconfig=kubeconfig, context=context, name=name, gpus=gpus, ip_base=ip_base,
+                                       time_scale=time_scale, profile=profile, warmup=warmup,
+                                       log_dir=log_dir).items() if v is not None}
+    try:
+        settings = NodeSettings(**overrides)
+        IpPool(settings.ip_base)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise _fail(f"invalid node settings: {problems}") from None
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        run_node(settings)
+    except ConfigException as exc:
+        raise _fail(f"no usable kubeconfig: {exc}") from None
 
 
 @app.command()

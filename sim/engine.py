@@ -32,11 +32,16 @@ class Handle:
 class Engine:
     """Scheduler loop of one replica. Create inside a running event loop; call ``start``.
 
-    ``warmup_s``: seconds after ``start`` before ``ready`` turns true (a real replica loads
-    its weights for minutes before it can serve).
+    ``warmup_s``: simulated seconds after ``start`` before ``ready`` turns true (a real replica
+    loads its weights for minutes before it can serve). ``time_scale``: simulated seconds per
+    wall second (> 0): the loop sleeps ``step_s / time_scale`` wall seconds per step and the
+    warm-up lasts ``warmup_s / time_scale`` wall seconds, while every duration it records (TTFT
+    and e2e histograms) is in simulated seconds, so the metrics keep their meaning.
     """
 
-    def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0) -> None:
+    def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0, time_scale: float = 1.0) -> None:
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.model = BatchModel(profile)
         self.metrics = ReplicaMetrics(
             model_name,
@@ -45,6 +50,7 @@ class Engine:
             kv_usage=lambda: self.model.kv_usage,
         )
         self.warmup_s = warmup_s
+        self.time_scale = time_scale
         self._handles: dict[int, Handle] = {}
         self._ids = itertools.count()
         self._wake = asyncio.Event()
@@ -61,10 +67,19 @@ class Engine:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    def _sim_elapsed(self, since: float) -> float:
+        """Simulated seconds since the wall (loop) time ``since``."""
+        return (asyncio.get_running_loop().time() - since) * self.time_scale
+
     @property
     def ready(self) -> bool:
-        """True once the warm-up delay has passed."""
-        return asyncio.get_running_loop().time() - self._started_at >= self.warmup_s
+        """True once the warm-up delay (simulated seconds) has passed."""
+        return self._sim_elapsed(self._started_at) >= self.warmup_s
+
+    @property
+    def idle(self) -> bool:
+        """True when no request is queued, running or awaiting its last tokens' delivery."""
+        return not self._handles
 
     def submit(self, prompt_tokens: int, max_tokens: int) -> Handle:
         """Queue a request; raises latency.ModelLimitError if it can never fit."""
@@ -88,14 +103,14 @@ class Engine:
                 await self._wake.wait()
                 continue
             out = self.model.step()
-            await asyncio.sleep(out.duration_s)
+            await asyncio.sleep(out.duration_s / self.time_scale)
             now = loop.time()
             self.metrics.prompt_tokens.inc(out.prompt_tokens)
             self.metrics.generation_tokens.inc(out.generated_tokens)
             for req_id in out.first_token:
                 handle = self._handles.get(req_id)
                 if handle is not None:
-                    self.metrics.ttft.observe(now - handle.arrived)
+                    self.metrics.ttft.observe((now - handle.arrived) * self.time_scale)
                     handle.first_token.set()
             for req_id, seq in self.model.running.items():
                 handle = self._handles.get(req_id)
@@ -105,6 +120,6 @@ class Engine:
                 handle = self._handles.pop(req_id, None)
                 if handle is not None:
                     handle.generated = handle.max_tokens
-                    self.metrics.e2e.observe(now - handle.arrived)
+                    self.metrics.e2e.observe((now - handle.arrived) * self.time_scale)
                     handle.first_token.set()
                     handle.done.set()

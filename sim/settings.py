@@ -13,7 +13,9 @@ class SimSettings(BaseSettings):
     streaming client costs one chunk per interval instead of one per engine step;
     ``max_model_len``: most tokens (prompt + max_tokens) of one request, as vLLM's
     ``--max-model-len``; None keeps the profile's (a100 32,768, t4 8,192). It must fit in the
-    profile's KV cache (``create_app`` raises ValueError otherwise)."""
+    profile's KV cache (``create_app`` raises ValueError otherwise); ``time_scale``: simulated
+    seconds per wall second (step times, warm-up and every sleep are divided by it; metrics
+    stay in simulated seconds)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -27,3 +29,4 @@ class SimSettings(BaseSettings):
     stream_interval_s: float = Field(default=0.05, gt=0)
     seed: int = 0
     max_model_len: int | None = Field(default=None, ge=1)
+    time_scale: float = Field(default=1.0, gt=0)

@@ -12,9 +12,9 @@ from sim.cli import app
 
 @pytest.fixture()
 def served(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
-    """The apps ``serve`` hands to uvicorn.run (which is not called)."""
+    """The apps ``serve`` hands to its uvicorn server (which is not run)."""
     apps: list[FastAPI] = []
-    monkeypatch.setattr("uvicorn.run", lambda application, **kwargs: apps.append(application))
+    monkeypatch.setattr("sim.serving.DrainingServer.run", lambda server, *a, **kw: apps.append(server._app))
     return apps
 
 
@@ -40,3 +40,20 @@ def test_serve_refuses_a_max_model_len_beyond_the_kv_cache(served: list[FastAPI]
     text = " ".join(result.output.replace("│", " ").split())  # rich wraps the message in a box
     assert "Invalid value for --max-model-len: max_model_len 60000" in text
     assert "KV cache of profile 't4' (55000 tokens)" in text
+
+
+@pytest.mark.parametrize("bad", ["0", "-2"])
+def test_serve_refuses_a_time_scale_that_is_not_positive(served: list[FastAPI], bad: str) -> None:
+    result = CliRunner().invoke(app, ["serve", "--time-scale", bad])
+    assert result.exit_code == 2 and served == []
+    assert "time_scale: Input should be greater than 0" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_serve_reads_the_time_scale_from_the_environment(served: list[FastAPI],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMPTEDGE_SIM_TIME_SCALE", "30")
+    assert CliRunner().invoke(app, ["serve"]).exit_code == 0
+    with TestClient(served[0]) as client:
+        client.get("/health")
+        assert client.app.state.replica.engine.time_scale == 30
