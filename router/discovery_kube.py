@@ -1,9 +1,13 @@
-"""Replica discovery from Kubernetes EndpointSlices (``discovery.k8s.io/v1``).
+"""Replica discovery from Kubernetes EndpointSlices (``discovery.k8s.io/v1`` or ``v1beta1``).
 
 The official ``kubernetes`` client is synchronous, so the list/watch loop runs in one daemon
 thread and hands each new snapshot to the event loop with ``call_soon_threadsafe``; request
 handling never waits for the API server. The loop is the informer pattern:
 
+0. API discovery: ``GET /apis/discovery.k8s.io`` names the versions the server serves; the
+   loop reads ``v1`` when served (Kubernetes 1.21+), else ``v1beta1`` (1.17-1.24; the only one
+   on 1.20), asked again at every (re-)list so a cluster upgraded under the router is followed;
+   a server serving neither -> back off and ask again (as for an API error);
 1. list the slices matching the label selector -> snapshot, and the list's resourceVersion;
 2. watch from that resourceVersion (ADDED / MODIFIED / DELETED / BOOKMARK events), re-opening
    the watch from the last seen resourceVersion when the server ends it, until ``resync_s``
@@ -37,7 +41,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from router.discovery import DiscoveredReplica, DiscoveryError, Publish, SourceStats
-from router.discovery_slices import SliceRules, merge, replicas_of, slice_key
+from router.discovery_slices import GROUP, SliceRules, choose_version, merge, replicas_of, slice_key
 
 log = logging.getLogger("router.discovery")
 
@@ -120,6 +124,11 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old (410): re-list now, without backoff."""
 
 
+class NoServedVersion(ValueError):
+    """The API server serves no ``discovery.k8s.io`` version this router reads (transient:
+    the loop backs off and asks again, as for an API error)."""
+
+
 class KubeSource:
     """EndpointSlice discovery (a :class:`~router.discovery.ReplicaSource`).
 
@@ -132,7 +141,7 @@ class KubeSource:
 
     def __init__(self, api_client: k8s.ApiClient, settings: KubeDiscoverySettings) -> None:
         self.api_client = api_client
-        self.api = k8s.DiscoveryV1Api(api_client)
+        self.version: str | None = None  # discovery.k8s.io version in use, from API discovery
         self.settings = settings
         self.rules = settings.rules()
         self.lists = self.watches = self.gone = self.broken = self.errors = 0
@@ -225,7 +234,9 @@ class KubeSource:
                     self.settings.namespace, self.settings.label_selector, detail, wait)
 
     def _cycle(self, hand_over: Publish) -> None:
-        """List, then watch until the resync deadline; raises _Gone or a transient error."""
+        """Pick the API version, list, then watch until the resync deadline; raises _Gone or a
+        transient error."""
+        self._pick_version()
         version = self._list(hand_over)
         deadline = time.monotonic() + self.settings.resync_s
         while not self._stopping.is_set():
@@ -236,10 +247,59 @@ class KubeSource:
             if version is None:
                 return  # the stream broke: re-list
 
+    def _get(self, path: str, query: list[tuple[str, Any]], request_timeout: Any) -> Any:
+        """Raw GET through the client (its host, auth and TLS); returns the unread urllib3
+        response. Raises ApiException on a non-2xx answer, as the typed APIs do."""
+        request = self.api_client.param_serialize(
+            "GET", path, query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*request, _request_timeout=request_timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
+    def _pick_version(self) -> None:
+        """API discovery: the APIGroup document of ``discovery.k8s.io`` -> the version to read.
+        Raises NoServedVersion (the group is not served, HTTP 404, or none of its versions is
+        known), or a transient API error."""
+        try:
+            response = self._get(f"/apis/{GROUP}", [], self.settings.request_timeout_s)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NoServedVersion(f"the API server does not serve API group {GROUP}") from None
+            raise
+        group = json.loads(response.data)
+        chosen = choose_version(group)
+        if chosen is None:
+            served = [v.get("version") for v in group.get("versions") or []]
+            raise NoServedVersion(f"the API server serves {GROUP} versions {served}, none of v1, v1beta1")
+        if chosen != self.version:
+            log.info("EndpointSlice discovery reads %s/%s (served: %s)", GROUP, chosen,
+                     ", ".join(str(v.get("version")) for v in group.get("versions") or []))
+        self.version = chosen
+
+    def _request_slices(self, namespace: str, *, label_selector: str, watch: bool = False,
+                resource_version: str | None = None, timeout_seconds: int | None = None,
+                allow_watch_bookmarks: bool | None = None, _preload_content: bool = False,
+                _request_timeout: Any = None) -> Any:
+        """List or watch (``watch=True``) the EndpointSlices of ``namespace`` in the picked
+        version; the signature is the one the client's ``Watch.stream`` drives."""
+        query: list[tuple[str, Any]] = [("labelSelector", label_selector)]
+        if watch:
+            query.append(("watch", "true"))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if timeout_seconds is not None:
+            query.append(("timeoutSeconds", timeout_seconds))
+        if allow_watch_bookmarks is not None:
+            query.append(("allowWatchBookmarks", str(allow_watch_bookmarks).lower()))
+        return self._get(f"/apis/{GROUP}/{self.version}/namespaces/{namespace}/endpointslices", query,
+                         _request_timeout)
+
     def _list(self, hand_over: Publish) -> str:
-        response = self.api.list_namespaced_endpoint_slice(
-            self.settings.namespace, label_selector=self.settings.label_selector,
-            _preload_content=False, _request_timeout=self.settings.request_timeout_s)
+        response = self._request_slices(self.settings.namespace, label_selector=self.settings.label_selector,
+                                _request_timeout=self.settings.request_timeout_s)
         body = json.loads(response.data)
         self._slices = {}
         for item in body.get("items") or []:
@@ -256,7 +316,7 @@ class KubeSource:
         self.watches += 1
         try:
             for event in watch.stream(
-                    self.api.list_namespaced_endpoint_slice, self.settings.namespace,
+                    self._request_slices, self.settings.namespace,
                     label_selector=self.settings.label_selector, resource_version=version,
                     timeout_seconds=timeout_s, allow_watch_bookmarks=True,
                     _request_timeout=(self.settings.request_timeout_s, timeout_s + self.settings.request_timeout_s)):

@@ -1,8 +1,15 @@
-"""Pure mapping from ``discovery.k8s.io/v1`` EndpointSlice JSON to wanted replicas.
+"""Pure mapping from EndpointSlice JSON (``discovery.k8s.io/v1`` or ``v1beta1``) to wanted replicas.
 
 Input is the API's JSON (camelCase dicts, as listed or as a watch event's object). Condition
-semantics are the API's own (k8s.io/api/discovery/v1 ``EndpointConditions``): ``ready`` nil
-means ready; ``serving`` nil defers to ``ready``; ``terminating`` nil means not terminating.
+semantics are the API's own (k8s.io/api/discovery/v1 and v1beta1 ``EndpointConditions``, the
+same in both): ``ready`` nil means ready; ``serving`` nil defers to ``ready``; ``terminating``
+nil means not terminating. The mapping reads only fields both versions share with the same
+meaning (labels, ``addressType``, ``ports``, ``endpoints[].addresses`` and ``.conditions``);
+where the versions differ (v1beta1 ``topology`` map vs v1 ``nodeName``/``zone``/
+``deprecatedTopology``; v1beta1's ``hints`` only from 1.21) nothing is read, so one slice gives
+the same replicas in either version. On 1.20, ``serving``/``terminating`` are alpha (feature
+gate ``EndpointSliceTerminatingCondition``, off by default): a terminating Pod's endpoint then
+leaves the slice at once, which removes the replica (its open requests still finish).
 
 - ready and not terminating -> a replica that takes requests;
 - terminating (serving or not) -> draining: its open requests finish, nothing new is sent;
@@ -21,6 +28,17 @@ from pydantic import ValidationError
 
 from router.discovery import DiscoveredReplica
 from router.settings import ReplicaSpec
+
+
+GROUP = "discovery.k8s.io"
+VERSIONS = ("v1", "v1beta1")  # in order of preference
+
+
+def choose_version(group: Mapping[str, Any]) -> str | None:
+    """The version to read from an ``APIGroup`` document (``GET /apis/discovery.k8s.io``):
+    ``v1`` when the server serves it, else ``v1beta1``, else None (neither is served)."""
+    served = {v.get("version") for v in group.get("versions") or [] if isinstance(v, Mapping)}
+    return next((version for version in VERSIONS if version in served), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,14 @@
 """A protocol-level fake Kubernetes API server for EndpointSlice discovery (real HTTP, aiohttp).
 
-It serves ``GET /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices`` with the semantics
-the discovery loop depends on, as the real kube-apiserver has them:
+It serves ``GET /apis/discovery.k8s.io/{v1,v1beta1}/namespaces/{ns}/endpointslices`` with the
+semantics the discovery loop depends on, as the real kube-apiserver has them:
+
+- API discovery: ``/api``, ``/apis`` (APIGroupList), ``/apis/discovery.k8s.io`` (APIGroup:
+  served versions, preferred first) and ``/apis/discovery.k8s.io/{version}`` (APIResourceList),
+  for the versions given (``versions=("v1beta1",)`` is Kubernetes 1.20, ``("v1", "v1beta1")``
+  1.21-1.24, ``("v1",)`` 1.25+); any path of a version not served is a 404 Status;
+- one stored object per slice, served in the version asked for (the server converts, as the
+  real one does: v1beta1 ``topology`` <-> v1 ``nodeName``/``zone``/``deprecatedTopology``);
 
 - one cluster-wide resourceVersion counter; every write bumps it and stamps the object;
   a list answers ``metadata.resourceVersion`` = the current one;
@@ -35,7 +42,9 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 TOKEN = "discovery-token"
-GROUP_VERSION = "discovery.k8s.io/v1"
+GROUP = "discovery.k8s.io"
+GROUP_VERSION = f"{GROUP}/v1"
+HOSTNAME, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 T = TypeVar("T")
 _CLOSE = "close"
 
@@ -61,6 +70,28 @@ def endpoint_slice(name: str, endpoints: list[dict[str, Any]] | None, port: int,
         "endpoints": endpoints or None,
         "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
     }
+
+
+def convert(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    """``obj`` (either version) as ``discovery.k8s.io/{version}`` serialises it (a copy). The
+    fields that differ are the endpoints' placement: v1beta1 ``topology`` (a map holding the
+    node's hostname and zone) vs v1 ``nodeName``, ``zone`` and ``deprecatedTopology``."""
+    out = copy.deepcopy(obj)
+    if "apiVersion" in out:
+        out["apiVersion"] = f"{GROUP}/{version}"
+    for ep in out.get("endpoints") or []:
+        topology = {**(ep.pop("deprecatedTopology", None) or {}), **(ep.pop("topology", None) or {})}
+        node = ep.pop("nodeName", None) or topology.get(HOSTNAME)
+        zone = ep.pop("zone", None) or topology.get(ZONE)
+        if version == "v1beta1":
+            topology.update({k: v for k, v in ((HOSTNAME, node), (ZONE, zone)) if v is not None})
+            ep.update({"topology": topology} if topology else {})
+            ep.update({"nodeName": node} if node is not None else {})
+        else:
+            rest = {k: v for k, v in topology.items() if k not in (HOSTNAME, ZONE)}
+            ep.update({k: v for k, v in (("nodeName", node), ("zone", zone), ("deprecatedTopology", rest or None))
+                       if v is not None})
+    return out
 
 
 # --- label selectors (k8s.io/apimachinery/pkg/labels syntax, the parts used here) -----------
@@ -139,7 +170,8 @@ class FakeKubeAPI:
     Counters: ``lists`` and ``watches`` (requests served), ``expired`` (410s sent).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, versions: tuple[str, ...] = ("v1", "v1beta1")) -> None:
+        self.versions = versions  # served versions of discovery.k8s.io, preferred first
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.rv = 100
         self.compacted = self.rv  # a watch from a resourceVersion below this gets 410 (no older history)
@@ -181,7 +213,7 @@ class FakeKubeAPI:
     def apply(self, obj: dict[str, Any], namespace: str = "default", *, silent: bool = False) -> int:
         """Create or replace a slice; returns its new resourceVersion. ``silent``: the write
         is not sent to open watches (they only see it after a re-list; use with compact)."""
-        return self._call(self._write(namespace, copy.deepcopy(obj), None, silent))
+        return self._call(self._write(namespace, convert(obj, "v1"), None, silent))
 
     def delete(self, name: str, namespace: str = "default") -> int:
         """Delete a slice (DELETED event carries the last state with a new resourceVersion)."""
@@ -238,7 +270,11 @@ class FakeKubeAPI:
 
     async def _start(self) -> None:
         app = web.Application()
-        app.router.add_get("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", self._endpointslices)
+        app.router.add_get("/api", self._api_versions)
+        app.router.add_get("/apis", self._api_groups)
+        app.router.add_get(f"/apis/{GROUP}", self._api_group)
+        app.router.add_get(f"/apis/{GROUP}/{{version}}", self._api_resources)
+        app.router.add_get(f"/apis/{GROUP}/{{version}}/namespaces/{{ns}}/endpointslices", self._endpointslices)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -251,12 +287,47 @@ class FakeKubeAPI:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _endpointslices(self, request: web.Request) -> web.StreamResponse:
+    def _refused(self, request: web.Request, version: str | None = None) -> web.Response | None:
+        """The answer to a request that fails before its handler (401, an injected failure, a
+        version not served), else None."""
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
         if self._failures:
             code = self._failures.pop(0)
             return web.json_response(_status(code, "InternalError", f"injected failure {code}"), status=code)
+        if version is not None and version not in self.versions:
+            return web.json_response(_status(404, "NotFound", "the server could not find the requested resource"),
+                                     status=404)
+        return None
+
+    def _group(self) -> dict[str, Any]:
+        versions = [{"groupVersion": f"{GROUP}/{v}", "version": v} for v in self.versions]
+        return {"name": GROUP, "versions": versions, "preferredVersion": versions[0]}
+
+    async def _api_versions(self, request: web.Request) -> web.Response:
+        return self._refused(request) or web.json_response({"kind": "APIVersions", "versions": ["v1"]})
+
+    async def _api_groups(self, request: web.Request) -> web.Response:
+        groups = [self._group()] if self.versions else []
+        return self._refused(request) or web.json_response(
+            {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+
+    async def _api_group(self, request: web.Request) -> web.Response:
+        # no version served: the group is unknown, a 404 Status like any unserved path
+        return self._refused(request, None if self.versions else "") or web.json_response({"kind": "APIGroup", "apiVersion": "v1", **self._group()})
+
+    async def _api_resources(self, request: web.Request) -> web.Response:
+        version = request.match_info["version"]
+        return self._refused(request, version) or web.json_response({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{version}",
+            "resources": [{"name": "endpointslices", "singularName": "", "namespaced": True,
+                           "kind": "EndpointSlice", "verbs": ["create", "delete", "deletecollection", "get",
+                                                              "list", "patch", "update", "watch"]}]})
+
+    async def _endpointslices(self, request: web.Request) -> web.StreamResponse:
+        api_version = request.match_info["version"]
+        if (refused := self._refused(request, api_version)) is not None:
+            return refused
         query = request.query
         try:
             requirements = parse_selector(query.get("labelSelector", ""))
@@ -268,18 +339,18 @@ class FakeKubeAPI:
                 _status(400, "BadRequest", f"resourceVersion: Invalid value: {version!r}"), status=400)
         ns = request.match_info["ns"]
         if query.get("watch") in ("true", "1"):
-            return await self._watch(request, ns, requirements, version)
+            return await self._watch(request, ns, requirements, version, api_version)
         self.lists += 1
-        items = [copy.deepcopy(o) for (o_ns, _), o in sorted(self.objects.items())
+        items = [convert(o, api_version) for (o_ns, _), o in sorted(self.objects.items())
                  if o_ns == ns and _matches(requirements, o)]
         for item in items:  # list items carry no kind/apiVersion, as the API sends them
             item.pop("kind", None)
             item.pop("apiVersion", None)
-        return web.json_response({"kind": "EndpointSliceList", "apiVersion": GROUP_VERSION,
+        return web.json_response({"kind": "EndpointSliceList", "apiVersion": f"{GROUP}/{api_version}",
                                   "metadata": {"resourceVersion": str(self.rv)}, "items": items})
 
     async def _watch(self, request: web.Request, ns: str, requirements: list[Requirement],
-                     version: str) -> web.StreamResponse:
+                     version: str, api_version: str) -> web.StreamResponse:
         self.watches += 1
         timeout = float(query_timeout) if (query_timeout := request.query.get("timeoutSeconds")) else 1800.0
         bookmarks = request.query.get("allowWatchBookmarks") == "true"
@@ -306,7 +377,7 @@ class FakeKubeAPI:
                 except TimeoutError:
                     if bookmarks:
                         await self._send(response, "BOOKMARK", {
-                            "kind": "EndpointSlice", "apiVersion": GROUP_VERSION,
+                            "kind": "EndpointSlice", "apiVersion": f"{GROUP}/{api_version}",
                             "metadata": {"resourceVersion": str(self.rv)}})
                     break
                 if event is None:  # compacted while watching
@@ -316,7 +387,7 @@ class FakeKubeAPI:
                     break
                 kind = _visible(event, watcher)
                 if kind is not None:
-                    await self._send(response, kind, event.new)
+                    await self._send(response, kind, convert(event.new, api_version))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:

@@ -12,11 +12,11 @@ from router.__main__ import cli
 from router.discovery import DiscoveredReplica, DiscoveryError, StaticSource, apply
 from router.discovery_config import build_source
 from router.discovery_file import ReplicasFileError, load_replicas_file
-from router.discovery_slices import SliceRules, merge, replicas_of
+from router.discovery_slices import SliceRules, choose_version, merge, replicas_of
 from router.health import HealthConfig
 from router.replicas import Pools
 from router.settings import ReplicaSpec, RouterSettings
-from tests.router.fake_kube_api import endpoint, endpoint_slice
+from tests.router.fake_kube_api import convert, endpoint, endpoint_slice
 
 RULES = SliceRules(port_name="http", model_label="promptedge.io/model", model=None)
 LABELS = {"kubernetes.io/service-name": "vllm", "promptedge.io/model": "llama"}
@@ -72,6 +72,36 @@ def test_model_label_falls_back_to_the_fixed_model() -> None:
 
 def test_empty_slice_has_no_replicas() -> None:
     assert replicas_of(endpoint_slice("s", None, 8000, LABELS), RULES) == ([], None)
+
+
+def _group(*versions: str) -> dict[str, object]:
+    return {"kind": "APIGroup", "name": "discovery.k8s.io",
+            "versions": [{"groupVersion": f"discovery.k8s.io/{v}", "version": v} for v in versions]}
+
+
+@pytest.mark.parametrize(("served", "chosen"), [
+    (("v1beta1",), "v1beta1"),                 # Kubernetes 1.20
+    (("v1", "v1beta1"), "v1"),                 # 1.21-1.24
+    (("v1beta1", "v1"), "v1"),                 # v1 preferred whatever the server's order
+    (("v1",), "v1"),                           # 1.25+
+    (("v1alpha1",), None),                     # 1.16: nothing this router reads
+    ((), None),
+])
+def test_api_discovery_prefers_v1_then_v1beta1(served: tuple[str, ...], chosen: str | None) -> None:
+    assert choose_version(_group(*served)) == chosen
+
+
+def test_a_slice_gives_the_same_replicas_in_v1_and_v1beta1() -> None:
+    placed = [endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False), endpoint("10.0.0.3", serving=True,
+                                                                                terminating=True)]
+    for i, ep in enumerate(placed):
+        ep.update(nodeName=f"node-{i}", zone="z1")
+    v1 = endpoint_slice("vllm-a", placed, 8000, {"m": "llama"})
+    v1beta1 = convert(v1, "v1beta1")
+    assert "topology" in v1beta1["endpoints"][0] and "zone" not in v1beta1["endpoints"][0]
+    rules = SliceRules(model_label="m")
+    assert replicas_of(v1beta1, rules) == replicas_of(v1, rules)
+    assert [r.draining for r in replicas_of(v1beta1, rules)[0]] == [False, True, True]
 
 
 def test_merge_prefers_the_slice_that_takes_requests() -> None:

@@ -1,10 +1,12 @@
 """The fake API server and the real kube-apiserver answer one list/watch scenario the same way.
 
 The real server (``../shared/tools/kube``, v1.20.2 + etcd) serves EndpointSlices only as
-``discovery.k8s.io/v1beta1``; the fake serves ``v1``. What discovery relies on is the same
-in both versions and is what this compares: list resourceVersion, the watch event stream from
-it (types, order, resourceVersions, ``endpoints: null``), and an object leaving and re-entering
-the label selector (DELETED / ADDED). The 410 ``Expired`` ERROR event for a too-old
+``discovery.k8s.io/v1beta1``; the fake serves ``v1`` and ``v1beta1`` and runs the scenario in
+both. What discovery relies on is the same in both versions and is what this compares: API
+discovery (the ``discovery.k8s.io`` APIGroup document naming the served versions, and a 404 for
+a version not served), list resourceVersion, the watch event stream from it (types, order,
+resourceVersions, ``endpoints: null``), and an object leaving and re-entering the label selector
+(DELETED / ADDED). The 410 ``Expired`` ERROR event for a too-old
 resourceVersion is checked on the fake only (see :func:`expired`).
 """
 
@@ -66,11 +68,21 @@ class Target:
         return httpx.get(self.base, params=params, headers=self.headers, verify=self.verify, timeout=10)
 
 
+@pytest.fixture(params=["v1", "v1beta1"])
+def fake_target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    """The fake as 1.21-1.24 (both versions served), read in ``v1`` and in ``v1beta1``."""
+    server = FakeKubeAPI(versions=("v1", "v1beta1")).start()
+    yield Target(f"{server.url}/apis/discovery.k8s.io/{request.param}/namespaces/default/endpointslices",
+                 f"discovery.k8s.io/{request.param}", {"Authorization": f"Bearer {TOKEN}"}, fake=server)
+    server.stop()
+
+
 @pytest.fixture()
-def fake_target() -> Iterator[Target]:
-    server = FakeKubeAPI().start()
-    yield Target(f"{server.url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", "discovery.k8s.io/v1",
-                 {"Authorization": f"Bearer {TOKEN}"}, fake=server)
+def fake_120_target() -> Iterator[Target]:
+    """The fake as 1.20: v1beta1 only, like the real server here."""
+    server = FakeKubeAPI(versions=("v1beta1",)).start()
+    yield Target(f"{server.url}/apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices",
+                 "discovery.k8s.io/v1beta1", {"Authorization": f"Bearer {TOKEN}"}, fake=server)
     server.stop()
 
 
@@ -129,12 +141,45 @@ def expired(target: Target) -> None:
     assert re.fullmatch(r"too old resource version: 1 \(\d+\)", status["message"])
 
 
+def api_discovery(target: Target) -> dict[str, object]:
+    """What API discovery sees: the group document and the status of each version's slices,
+    as one comparable dict (the v1beta1-only server of Kubernetes 1.20)."""
+    root = target.base.split("/apis/")[0]
+    group = httpx.get(f"{root}/apis/discovery.k8s.io", headers=target.headers, verify=target.verify).json()
+    groups = httpx.get(f"{root}/apis", headers=target.headers, verify=target.verify).json()
+    listed = [g for g in groups["groups"] if g["name"] == "discovery.k8s.io"]
+    statuses = {}
+    for version in ("v1", "v1beta1"):
+        answer = httpx.get(target.base.replace("/v1beta1/", f"/{version}/"), headers=target.headers,
+                           verify=target.verify)
+        statuses[version] = (answer.status_code, answer.json().get("kind"), answer.json().get("reason"))
+    return {"group": {k: group.get(k) for k in ("kind", "apiVersion", "name", "versions", "preferredVersion")},
+            "in_apis": listed, "slices": statuses}
+
+
+EXPECTED_120 = {
+    "group": {"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
+              "versions": [{"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}],
+              "preferredVersion": {"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}},
+    "in_apis": [{"name": "discovery.k8s.io",
+                 "versions": [{"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}],
+                 "preferredVersion": {"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}}],
+    "slices": {"v1": (404, "Status", "NotFound"), "v1beta1": (200, "EndpointSliceList", None)},
+}
+
+
 def test_fake_answers_the_scenario(fake_target: Target) -> None:
     scenario(fake_target)
     expired(fake_target)
 
 
+def test_fake_as_1_20_answers_api_discovery_as_the_real_server(fake_120_target: Target) -> None:
+    assert api_discovery(fake_120_target) == EXPECTED_120
+    scenario(fake_120_target)
+
+
 @pytest.mark.kube
 @pytest.mark.slow
 def test_real_kube_apiserver_answers_the_scenario_the_same_way(real_target: Target) -> None:
+    assert api_discovery(real_target) == EXPECTED_120
     scenario(real_target)

@@ -26,9 +26,11 @@ SERVICE = {"kubernetes.io/service-name": "vllm", "promptedge.io/model": "llama"}
 OTHER = {"kubernetes.io/service-name": "postgres", "promptedge.io/model": "llama"}
 
 
-@pytest.fixture()
-def fake() -> Iterator[FakeKubeAPI]:
-    server = FakeKubeAPI().start()
+@pytest.fixture(params=[("v1", "v1beta1"), ("v1beta1",)], ids=["1.21+", "1.20"])
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeKubeAPI]:
+    """The fake serving discovery.k8s.io as Kubernetes 1.21-1.24 (v1 and v1beta1) and 1.20
+    (v1beta1 only): every discovery test runs against both."""
+    server = FakeKubeAPI(versions=request.param).start()
     yield server
     server.stop()
 
@@ -185,6 +187,33 @@ async def test_pools_from_labels_and_the_named_port(fake: FakeKubeAPI, discover)
     assert d.urls("qwen") == ["http://10.0.0.5:8000"]
 
 
+# --- API discovery: the version read is the one the server serves ---------------------------------
+
+async def test_the_version_read_is_v1_when_served_else_v1beta1(fake: FakeKubeAPI, discover) -> None:
+    placed = endpoint("10.0.0.1")
+    placed["topology"] = {"kubernetes.io/hostname": "node-a", "topology.kubernetes.io/zone": "z1"}
+    fake.apply({**endpoint_slice("vllm-a", [placed], 8000, SERVICE), "apiVersion": "discovery.k8s.io/v1beta1"})
+    d = await discover()
+    assert d.source.version == ("v1" if "v1" in fake.versions else "v1beta1")
+    assert d.urls() == ["http://10.0.0.1:8000"]
+    fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1", ready=False), endpoint("10.0.0.2")], 8000, SERVICE))
+    await until(lambda: d.taking() == ["http://10.0.0.2:8000"])   # the watch of that version too
+    assert d.source.errors == 0
+
+
+async def test_a_server_serving_no_known_version_is_retried_until_it_does(fake: FakeKubeAPI, discover) -> None:
+    served, fake.versions = fake.versions, ()
+    fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1")], 8000, SERVICE))
+    d = await discover(start_timeout_s=0.3)
+    assert d.snapshots == [] and d.source.errors >= 1 and fake.lists == 0
+    fake.versions = ("v2alpha1",)    # a group with only versions this router cannot read
+    errors = d.source.errors
+    await until(lambda: d.source.errors > errors + 1)
+    assert d.snapshots == [] and fake.lists == 0
+    fake.versions = served           # the cluster is upgraded under the router
+    await until(lambda: d.urls() == ["http://10.0.0.1:8000"])
+
+
 # --- the fake itself keeps the API's contract -------------------------------------------------------
 
 def lines(response: httpx.Response) -> list[dict[str, Any]]:
@@ -192,7 +221,7 @@ def lines(response: httpx.Response) -> list[dict[str, Any]]:
 
 
 def test_fake_list_watch_and_410_semantics(fake: FakeKubeAPI) -> None:
-    base = f"{fake.url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    base = f"{fake.url}/apis/discovery.k8s.io/{fake.versions[0]}/namespaces/default/endpointslices"
     auth = {"Authorization": f"Bearer {TOKEN}"}
     rv1 = fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1")], 8000, SERVICE))
     listed = httpx.get(base, params={"labelSelector": "kubernetes.io/service-name=vllm"}, headers=auth).json()
@@ -213,7 +242,34 @@ def test_fake_list_watch_and_410_semantics(fake: FakeKubeAPI) -> None:
     assert httpx.get(base).status_code == 401
 
 
+def test_fake_serves_only_its_versions_and_converts_between_them(fake: FakeKubeAPI) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    group = httpx.get(f"{fake.url}/apis/discovery.k8s.io", headers=auth).json()
+    assert [v["version"] for v in group["versions"]] == list(fake.versions)
+    assert group["preferredVersion"]["version"] == fake.versions[0]
+    groups = httpx.get(f"{fake.url}/apis", headers=auth).json()["groups"]
+    assert [g["name"] for g in groups] == ["discovery.k8s.io"]
+    placed = endpoint("10.0.0.1")
+    placed.update(nodeName="node-a", zone="z1")
+    fake.apply(endpoint_slice("vllm-a", [placed], 8000, SERVICE))   # written as v1
+    for version in ("v1", "v1beta1"):
+        answer = httpx.get(f"{fake.url}/apis/discovery.k8s.io/{version}/namespaces/default/endpointslices",
+                           headers=auth)
+        if version not in fake.versions:
+            assert answer.status_code == 404 and answer.json()["reason"] == "NotFound"
+            continue
+        (item,) = answer.json()["items"]
+        assert answer.json()["apiVersion"] == f"discovery.k8s.io/{version}"
+        ep = item["endpoints"][0]
+        if version == "v1":
+            assert (ep["nodeName"], ep["zone"]) == ("node-a", "z1") and "topology" not in ep
+        else:
+            assert ep["topology"] == {"kubernetes.io/hostname": "node-a", "topology.kubernetes.io/zone": "z1"}
+
+
 def test_official_client_raises_410_for_a_too_old_resource_version(fake: FakeKubeAPI, tmp_path: Path) -> None:
+    if "v1" not in fake.versions:
+        pytest.skip("the typed client reads v1 only")
     rv = fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1")], 8000, SERVICE))
     fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.2")], 8000, SERVICE))
     fake.compact()
