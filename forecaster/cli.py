@@ -82,7 +82,7 @@ def run(
     trace: Annotated[Optional[Path], typer.Option(help="Read demand from a trace file/folder (what-if: nothing is scaled or saved).")] = None,
     trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
     model_name: Annotated[Optional[str], typer.Option(help="Router model/pool to plan for.")] = None,
-    now: Annotated[Optional[float], typer.Option(help="Unix s to treat as now (simulated clock).")] = None,
+    now: Annotated[Optional[float], typer.Option(help="Unix s to treat as now (default: the clock, PROMPTEDGE_FORECASTER_CLOCK_*).")] = None,
     step: Annotated[Optional[float], typer.Option(help="Bucket length in s (trace only; default: the trace's).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the plan as JSON here.")] = None,
 ) -> None:
@@ -119,21 +119,26 @@ def run(
     "the schedule goes on); serves Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (default 9464)."
 ))
 def daemon(
-    interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Seconds between runs (default: setting).")] = None,
+    interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Simulated seconds between runs, also the planner's decision interval (default: setting).")] = None,
 ) -> None:
     """Plan and act every interval (UTC, no overlapping runs, a failed run is logged); serves
-    Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464)."""
+    Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464). The interval is in
+    simulated seconds: the schedule fires every interval / PROMPTEDGE_FORECASTER_CLOCK_SCALE
+    wall seconds."""
     try:
         settings = ForecasterSettings()
+        if interval is not None:
+            settings = settings.model_copy(update={"daemon_interval_s": interval})
+        clock = settings.clock()
         actuator_settings = load_actuator_settings()
-        job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings))
+        job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings), clock)
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
     except (ValidationError, SettingsError) as exc:
         raise _fail(f"settings: {exc}") from None
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
-    run_daemon(job, settings.daemon_interval_s if interval is None else interval)
+    run_daemon(job, clock.to_wall(settings.daemon_interval_s))
 
 
 def _policy_table(report: dict) -> None:

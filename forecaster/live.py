@@ -5,6 +5,10 @@ Lead time: the warm-up measured from the Deployment's pods when a deployment is 
 (``PROMPTEDGE_ACTUATOR_DEPLOYMENT``), else ``PROMPTEDGE_FORECASTER_WARMUP_S``. The planner
 state is kept in Redis per scaled target, so a restarted forecaster still holds its last
 decision.
+
+Clock: "now" comes from ``settings.clock()`` (simulated when ``CLOCK_SCALE`` != 1, see
+``forecaster.clock``); the warm-up measured from pod timestamps is wall time and is converted
+to simulated seconds, so the planner works in simulated seconds throughout.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from datetime import datetime, timezone
+
 from forecaster.actuate import ActuationError, ActuationResult, Actuator, ActuatorSettings, measure_warmup
+from forecaster.clock import SimClock
 from forecaster.run import RunResult, run_once
 from forecaster.scheduler import ExitCode
 from forecaster.settings import ForecasterSettings
@@ -47,14 +54,19 @@ def cycle(
     source: Source,
     actuator: Actuator,
     now: float | None = None,
+    clock: SimClock | None = None,
 ) -> Cycle:
-    """Observe, plan, act once. Actuation errors give ACTUATION_FAILED (logged, not raised);
+    """Observe, plan, act once at ``now`` (Unix s; None: ``clock.now()``, the clock defaulting
+    to ``settings.clock()``). Actuation errors give ACTUATION_FAILED (logged, not raised);
     a held decision (source unreachable, empty or last bucket missing) gives HOLD."""
+    clock = settings.clock() if clock is None else clock
+    now = clock.now() if now is None else now
     lead = None
     if actuator_settings.deployment:
         warmup = measure_warmup(actuator_settings)
-        lead = warmup.seconds
-        log.info("lead time %.0f s (%s: %s)", warmup.seconds, warmup.source, warmup.note)
+        # Pod timestamps are the API server's wall clock; the planner counts simulated seconds.
+        lead = clock.to_simulated(warmup.seconds) if warmup.source == "pods" else warmup.seconds
+        log.info("lead time %.0f s (%s: %s)", lead, warmup.source, warmup.note)
     try:
         current = actuator.read_current()
     except ActuationError as exc:
@@ -75,12 +87,18 @@ def daemon_job(
     actuator_settings: ActuatorSettings,
     source: Source,
     actuator: Actuator,
+    clock: SimClock | None = None,
 ) -> Callable[[], None]:
-    """A job for ``scheduler.run_daemon``: one cycle at the wall clock, logged in one line."""
+    """A job for ``scheduler.run_daemon``: one cycle at ``clock.now()`` (default
+    ``settings.clock()``, made once so every run shares its origin), logged in one line with
+    the simulated time it decided at."""
+    clock = settings.clock() if clock is None else clock
 
     def job() -> None:
-        outcome = cycle(settings, actuator_settings, source, actuator)
+        outcome = cycle(settings, actuator_settings, source, actuator, clock=clock)
         d = outcome.result.decision
-        log.info("decision %d (%s, exit %d): %s", d.replicas, d.action, outcome.code, d.reason)
+        at = datetime.fromtimestamp(outcome.result.now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        log.info("decision %d (%s, exit %d) at %.1f (%s): %s", d.replicas, d.action, outcome.code,
+                 outcome.result.now, at, d.reason)
 
     return job

@@ -90,7 +90,7 @@ def run_daemon(job: Callable[[], None], interval_s: float) -> None:
         scheduler.shutdown(wait=False)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log.info("forecaster daemon: one run every %.0f s (UTC), no overlapping runs", interval_s)
+    log.info("forecaster daemon: one run every %g wall s (UTC), no overlapping runs", interval_s)
     try:
         scheduler.start()
     finally:

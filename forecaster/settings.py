@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from forecaster.clock import SimClock
 from forecaster.plan import PlannerConfig
 
 
@@ -52,9 +53,16 @@ class ForecasterSettings(BaseSettings):
     max_step: PositiveInt = 4
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
-    daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes
+    daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes (simulated s)
+    # Simulated clock, same semantics as the router's: origin + (time.time() - origin) * scale.
+    clock_origin: float | None = None  # Unix s; None = when the process starts
+    clock_scale: PositiveFloat = 1.0  # simulated seconds per wall second
     # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
     metrics_port: int = Field(9464, ge=0, le=65535)
+
+    def clock(self) -> SimClock:
+        """The clock every "now" of this process comes from (forecaster.clock.SimClock)."""
+        return SimClock(self.clock_origin, self.clock_scale)
 
     def planner(self, lead_time_s: float | None = None) -> PlannerConfig:
         """The planner's view of these settings; ``lead_time_s`` overrides ``warmup_s`` (e.g.
