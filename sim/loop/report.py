@@ -53,6 +53,9 @@ def render(report: dict[str, Any]) -> str:
         "  ".join(h.ljust(w) for h, w in zip(head, widths)),
     ]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    if seg.get("questions_exhausted"):
+        lines.append(f"WARNING: every question of {seg.get('questions')} was used: later prompts only repeat "
+                     "(cache hits), so the replicas see less demand than the trace")
     return "\n".join(lines)
 
 

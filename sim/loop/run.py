@@ -41,6 +41,7 @@ from sim.traffic.segment import Segment
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
 DEFAULT_TOKENS = DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+QQP = DATA / "cache-eval" / "qqp" / "similiar_qqp_full.tar.gz"
 POD_SELECTOR = "app=vllm"
 SAMPLE_EVERY_SIM_S = 5.0
 MAX_CONTEXT_TOKENS = 4000
@@ -60,6 +61,8 @@ class Prepared:
     mean_tokens: tuple[float, float]
     history: list[tuple[int, float]]
     replicas: dict[str, int]
+    questions: str
+    questions_exhausted: bool
 
 
 def replicas_for(rate_rps: float, capacity_rps: float, headroom: float, max_replicas: int) -> int:
@@ -83,11 +86,15 @@ def prepare(cfg: LoopConfig) -> Prepared:
     peak_rps = cfg.peak_replicas * capacity / (1 + cfg.headroom)
     scale = scale_for_peak(series, start_s, span_s, peak_rps)
     segment = build_segment(series, start_s, span_s, scale, tokens, seed=cfg.seed)
-    pairs = load_pairs(cfg.questions or QUESTIONS_FILE)
+    # QQP's 80,854 pairs by default: the synthetic sample's 960 run out after ~1,900 requests,
+    # after which every prompt repeats and the GPUs see almost no demand.
+    questions = cfg.questions or (QQP if QQP.exists() else QUESTIONS_FILE)
+    pairs = load_pairs(questions)
+    mix = QuestionMix(pairs, MixConfig(seed=cfg.seed))
     replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, pad_context=cfg.pad_context,
                               max_context_tokens=MAX_CONTEXT_TOKENS, seed=cfg.seed, concurrency=1024,
                               progress=cfg.progress)
-    plan = plan_requests(segment.requests, QuestionMix(pairs, MixConfig(seed=cfg.seed)), replay_cfg)
+    plan = plan_requests(segment.requests, mix, replay_cfg)
     mean_rps = len(segment.requests) / span_s
     first_rps = segment.window_rps[0] if segment.window_rps else mean_rps
     replicas = {
@@ -97,7 +104,8 @@ def prepare(cfg: LoopConfig) -> Prepared:
         "reactive": replicas_for(first_rps, capacity, cfg.headroom, cfg.max_replicas),
     }
     return Prepared(series, segment, plan, capacity, tokens.mean(),
-                    history_minutes(series, start_s, cfg.history_days, scale), replicas)
+                    history_minutes(series, start_s, cfg.history_days, scale), replicas, str(questions),
+                    mix.fresh_left == 0)
 
 
 def _sigterm_as_sigint(signum: int, frame: FrameType | None) -> None:
@@ -126,7 +134,8 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
         "segment": {"trace": str(cfg.trace), "start_hour": round(seg.start_s / 3600, 3), "hours": cfg.hours,
                     "scale": round(seg.scale, 6), "requests": len(seg.requests),
                     "window_rps": [round(r, 4) for r in seg.window_rps], "window_s": seg.step_s,
-                    "seed": cfg.seed},
+                    "seed": cfg.seed, "questions": prep.questions,
+                    "questions_exhausted": prep.questions_exhausted},
         "replica": {"profile": cfg.profile, "capacity_rps": prep.capacity_rps, "warmup_s": cfg.warmup_s,
                     "headroom": cfg.headroom, "max_replicas": cfg.max_replicas},
         "policies": policies,
