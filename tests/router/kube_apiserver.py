@@ -13,6 +13,7 @@ tools, openssl or curl are missing; fails it when building or starting fails.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -27,6 +28,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("PROMPTEDGE_KUBE_TOOLS", ROOT.parent / "shared" / "tools" / "kube"))
+BUILD_LOCK = "/tmp/promptedge-kube-build.lock"  # also taken by .ci/run
 
 
 @contextmanager
@@ -39,8 +41,12 @@ def running_apiserver(run_dir: Path, authz: str | None = None,
     if shutil.which("openssl") is None or shutil.which("curl") is None:
         pytest.skip("kube-apiserver tools need openssl and curl")
     components = "kube-apiserver kube-controller-manager kube-scheduler" if control_plane else "kube-apiserver"
-    build = subprocess.run([str(TOOLS / "build.sh")], env={**os.environ, "COMPONENTS": components},
-                           capture_output=True, text=True, timeout=2400)
+    # build.sh works in one fixed folder (/tmp/kube-build) and unpacks the source tree afresh:
+    # two builds at once (two test processes) delete each other's files. One at a time.
+    with open(BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build = subprocess.run([str(TOOLS / "build.sh")], env={**os.environ, "COMPONENTS": components},
+                               capture_output=True, text=True, timeout=2400)
     if build.returncode != 0:
         pytest.fail(f"{TOOLS}/build.sh failed: {build.stderr[-2000:]}")
     etcd = _free_port()
