@@ -27,7 +27,7 @@ from sim.loop.capacity import replica_capacity
 from sim.loop.config import LoopConfig
 from sim.loop.measure import RequestRecord, per_minute, summarize
 from sim.loop.observe import Observer
-from sim.loop.world import ControlPlane, apply_manifest, configure_pool, connect, wait_ready
+from sim.loop.world import ControlPlane, apply_manifest, connect, wait_ready
 from sim.profiles import get_profile
 from sim.questions import MixConfig, QuestionMix, load_pairs
 from sim.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
@@ -152,14 +152,14 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     """One policy from a fresh world to its measured summary (plus ``minutes`` rows)."""
     log_dir = cfg.log_dir / policy
     wall_start = time.time()
-    with Stack(log_dir) as stack, ControlPlane(cfg.kube_tools, log_dir / "kube") as plane:
+    # Exit order: the processes (node, router, actor) stop before the control plane does.
+    with ControlPlane(cfg.kube_tools, log_dir / "kube") as plane, Stack(log_dir) as stack:
         assert plane.kubeconfig is not None
         kubeconfig = plane.kubeconfig
         pool = connect(kubeconfig, cfg.namespace, cfg.deployment)
-        apply_manifest(pool, cfg.manifest)
         initial = prep.replicas[policy]
-        configure_pool(pool, initial, {"promptedge.io/sim-warmup-s": f"{cfg.warmup_s:g}",
-                                       "promptedge.io/sim-profile": cfg.profile})
+        apply_manifest(pool, cfg.manifest, initial, {"promptedge.io/sim-warmup-s": f"{cfg.warmup_s:g}",
+                                                     "promptedge.io/sim-profile": cfg.profile})
         origin = time.time()
         clock = _clock_env(origin, cfg.speedup)
         stack.spawn("node", ["sim", "node"], {

@@ -106,12 +106,20 @@ def connect(kubeconfig: Path, namespace: str, deployment: str) -> PoolRef:
     return PoolRef(namespace, deployment, k8s.AppsV1Api(api), k8s.CoreV1Api(api))
 
 
-def apply_manifest(pool: PoolRef, manifest: Path) -> list[str]:
+def apply_manifest(pool: PoolRef, manifest: Path, replicas: int | None = None,
+                   annotations: dict[str, str] | None = None) -> list[str]:
     """Create every object of the YAML file (as ``kubectl create -f`` would); returns
-    ``Kind/name`` of each. Raises WorldError naming a refused object."""
+    ``Kind/name`` of each. The pool's Deployment gets ``replicas`` and the pod-template
+    ``annotations`` set before it is created (so no first rollout of the file's values).
+    Raises WorldError naming a refused object."""
     created = []
     docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
     for doc in docs:
+        if doc.get("kind") == "Deployment" and doc["metadata"].get("name") == pool.deployment:
+            if replicas is not None:
+                doc["spec"]["replicas"] = replicas
+            template_meta = doc["spec"]["template"].setdefault("metadata", {})
+            template_meta.setdefault("annotations", {}).update(annotations or {})
         try:
             k8s_utils.create_from_dict(pool.apps.api_client, doc)
         except k8s_utils.FailToCreateError as exc:
@@ -119,12 +127,6 @@ def apply_manifest(pool: PoolRef, manifest: Path) -> list[str]:
                              f"{'; '.join(str(e.reason) for e in exc.api_exceptions)}") from None
         created.append(f"{doc.get('kind')}/{doc['metadata'].get('name')}")
     return created
-
-
-def configure_pool(pool: PoolRef, replicas: int, annotations: dict[str, str]) -> None:
-    """Set the pod template's annotations and ``spec.replicas`` in one patch."""
-    pool.apps.patch_namespaced_deployment(pool.deployment, pool.namespace, {
-        "spec": {"replicas": replicas, "template": {"metadata": {"annotations": annotations}}}})
 
 
 def scale(pool: PoolRef, replicas: int) -> None:
