@@ -46,6 +46,7 @@ POD_SELECTOR = "app=vllm"
 SAMPLE_EVERY_SIM_S = 5.0
 MAX_CONTEXT_TOKENS = 4000
 READY_TIMEOUT_WALL_S = 180.0
+ACTOR_LEAD_WALL_S = 8.0
 HIT_HEADERS = frozenset({"hit", "exact", "semantic"})
 
 
@@ -183,7 +184,9 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         stack.wait_healthy({"router": router}, timeout_s=READY_TIMEOUT_WALL_S)
         # The segment starts on the simulated clock when the replay starts; the days before it
         # become router counters so the forecaster sees real history.
-        replay_at = time.time() + 1.0
+        # The actor starts first (a Python process takes seconds to import its stack) and
+        # makes its first decision on the history alone.
+        replay_at = time.time() + ACTOR_LEAD_WALL_S
         sim_start = origin + (replay_at - origin) * cfg.speedup
         with redis.Redis.from_url(redis_url) as r:
             write_history(r, cfg.model, sim_start, prep.history, cfg.miss_ratio, prep.mean_tokens)
