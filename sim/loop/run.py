@@ -144,7 +144,8 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
 
 
 def _clock_env(origin: float, speedup: float) -> dict[str, str]:
-    return {"PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
+    # PYTHONPATH: every child imports this checkout, whatever the working directory.
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),"PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
             "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_FORECASTER_CLOCK_SCALE": repr(speedup),
             "PROMPTEDGE_SIM_TIME_SCALE": repr(speedup)}
 
@@ -231,8 +232,7 @@ def _start_actor(stack: Stack, cfg: LoopConfig, prep: Prepared, policy: str, rou
         stack.spawn("hpa", ["bench.hpa_controller", "--router", router, "--namespace", cfg.namespace,
                             "--deployment", cfg.deployment, "--kubeconfig", str(kubeconfig), "--context", "local",
                             "--target-rps", repr(prep.capacity_rps / (1 + cfg.headroom)),
-                            "--clock-scale", repr(cfg.speedup), "--max-replicas", str(cfg.max_replicas)],
-                    {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+                            "--clock-scale", repr(cfg.speedup), "--max-replicas", str(cfg.max_replicas)], clock)
 
 
 def to_records(plan: list[PlannedRequest], outcomes: list[Outcome], speedup: float) -> list[RequestRecord]:
