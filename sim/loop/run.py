@@ -145,7 +145,8 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
 
 def _clock_env(origin: float, speedup: float) -> dict[str, str]:
     # PYTHONPATH: every child imports this checkout, whatever the working directory.
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),"PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
             "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_FORECASTER_CLOCK_SCALE": repr(speedup),
             "PROMPTEDGE_SIM_TIME_SCALE": repr(speedup)}
 
