@@ -23,6 +23,7 @@ from kubernetes import utils as k8s_utils
 from kubernetes.client.rest import ApiException
 
 START_TIMEOUT_S = 240.0
+START_ATTEMPTS = 2
 
 
 class WorldError(RuntimeError):
@@ -61,10 +62,28 @@ class ControlPlane:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def start(self) -> Path:
-        """Start it; returns the kubeconfig path. Raises WorldError with start.sh's stderr."""
+    def start(self, attempts: int = START_ATTEMPTS) -> Path:
+        """Start it (a failed start is retried on fresh ports up to ``attempts`` times in all:
+        on a loaded machine the controller manager can miss start.sh's 60 s health wait);
+        returns the kubeconfig path. Raises WorldError with start.sh's stderr and log tails."""
         if not (self.tools / "start.sh").is_file():
             raise WorldError(f"no Kubernetes tools at {self.tools} (set PROMPTEDGE_KUBE_TOOLS)")
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once()
+            except WorldError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _log_tails(self) -> str:
+        tails = []
+        for log in sorted(self.run_dir.glob("kube-*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-5:]
+            tails.append(f"--- {log.name}\n" + "\n".join(lines))
+        return "\n".join(tails)
+
+    def _start_once(self) -> Path:
         etcd = _free_port()
         while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):
             etcd = _free_port()
@@ -77,8 +96,9 @@ class ControlPlane:
             self.stop()
             raise WorldError(f"start.sh did not finish in {START_TIMEOUT_S:.0f} s") from None
         if done.returncode != 0:
+            tails = self._log_tails()
             self.stop()
-            raise WorldError(f"start.sh failed ({done.returncode}): {done.stderr[-1500:]}")
+            raise WorldError(f"start.sh failed ({done.returncode}): {done.stderr[-1500:]}\n{tails}")
         self.kubeconfig = Path(done.stdout.strip().splitlines()[-1])
         return self.kubeconfig
 
