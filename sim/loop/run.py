@@ -153,7 +153,7 @@ def _clock_env(origin: float, speedup: float) -> dict[str, str]:
 
 def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     """One policy from a fresh world to its measured summary (plus ``minutes`` rows)."""
-    log_dir = cfg.log_dir / policy
+    log_dir = (cfg.log_dir / policy).resolve()
     wall_start = time.time()
     # Exit order: the processes (node, router, actor) stop before the control plane does.
     with ControlPlane(cfg.kube_tools, log_dir / "kube") as plane, Stack(log_dir) as stack:

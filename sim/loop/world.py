@@ -50,7 +50,7 @@ class ControlPlane:
     (start.sh / stop.sh), state in ``run_dir``. Context manager; ``kubeconfig`` after start."""
 
     def __init__(self, tools: Path, run_dir: Path) -> None:
-        self.tools, self.run_dir = tools, run_dir
+        self.tools, self.run_dir = tools, run_dir.resolve()  # start.sh writes absolute paths from it
         self.kubeconfig: Path | None = None
         self._env: dict[str, str] | None = None
 
