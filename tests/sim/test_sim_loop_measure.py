@@ -88,3 +88,11 @@ def test_prepare_rescales_the_ramp_to_the_peak_replicas(data_dir: Path) -> None:
     assert prep.history and prep.history[-1][0] == -1
     with pytest.raises(ValueError):
         LoopConfig(trace=Path("x"), policies=("psychic",))
+
+
+def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.loop.world import ControlPlane
+
+    monkeypatch.chdir(tmp_path)
+    assert ControlPlane(Path("tools"), Path("out/loop/kube")).run_dir == tmp_path / "out" / "loop" / "kube"
