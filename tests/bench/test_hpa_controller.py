@@ -1,0 +1,70 @@
+"""The reactive baseline's decision function: HPA's algorithm, in simulated seconds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "hpa_controller.py"
+_spec = importlib.util.spec_from_file_location("hpa_controller", _PATH)
+assert _spec and _spec.loader
+hpa = importlib.util.module_from_spec(_spec)
+sys.modules["hpa_controller"] = hpa
+_spec.loader.exec_module(hpa)
+
+CFG = hpa.HpaConfig(target=2.0, min_replicas=1, max_replicas=20)
+
+
+def test_desired_is_ceil_of_current_times_metric_over_target() -> None:
+    d = hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=9.0, ready=3, current=3)  # 3 per pod vs 2
+    assert d.replicas == 5 and "up" in d.reason
+
+
+def test_within_ten_percent_tolerance_nothing_changes() -> None:
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=4 * 2.15, ready=4, current=4).replicas == 4
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=4 * 1.85, ready=4, current=4).replicas == 4
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=4 * 2.25, ready=4, current=4).replicas == 5
+
+
+def test_scale_down_waits_for_the_300_s_stabilisation_window() -> None:
+    state = hpa.HpaState()
+    assert hpa.decide(CFG, state, 0.0, 16.0, ready=8, current=8).replicas == 8
+    for t in range(15, 300, 15):  # load drops to a quarter: recommendation 2, held at 8
+        assert hpa.decide(CFG, state, float(t), 4.0, ready=8, current=8).replicas == 8
+    assert hpa.decide(CFG, state, 315.0, 4.0, ready=8, current=8).replicas == 2
+
+
+def test_scale_up_is_immediate_but_limited_per_sync() -> None:
+    d = hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=40.0, ready=1, current=1)  # wants 20
+    assert d.raw == 20 and d.replicas == 5  # max(2 x 1, 1 + 4)
+
+
+def test_unready_pods_count_as_zero_load_and_never_cause_a_scale_down() -> None:
+    # 6 asked, 2 ready carry 6/s: 1.5x target per ready pod, but 6 pods cover it: hold at 6.
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=6.0, ready=2, current=6).replicas == 6
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, load_rps=20.0, ready=2, current=6).replicas == 10
+
+
+def test_missing_metric_holds_and_bounds_apply() -> None:
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, None, ready=3, current=3).replicas == 3
+    small = hpa.HpaConfig(target=2.0, min_replicas=2, max_replicas=4)
+    assert hpa.decide(small, hpa.HpaState(), 0.0, 100.0, ready=4, current=4).replicas == 4
+    assert hpa.decide(small, hpa.HpaState(), 0.0, 0.0, ready=4, current=4).replicas == 2
+    with pytest.raises(ValueError):
+        hpa.HpaConfig(target=0.0)
+
+
+def test_forwarded_total_counts_misses_not_hits() -> None:
+    text = "\n".join([
+        "# HELP promptedge_router_requests_total Requests answered",
+        "# TYPE promptedge_router_requests_total counter",
+        'promptedge_router_requests_total{pool="m",replica="a",status="200",cache="miss"} 7.0',
+        'promptedge_router_requests_total{pool="m",replica="b",status="200",cache="bypass"} 2.0',
+        'promptedge_router_requests_total{pool="m",replica="",status="200",cache="exact"} 5.0',
+        'promptedge_router_requests_total{pool="m",replica="",status="400",cache="none"} 3.0',
+        'promptedge_router_requests_created{pool="m",replica="a",status="200",cache="miss"} 1.7e9',
+    ]) + "\n"
+    assert hpa.forwarded_total(text) == 9.0

@@ -1,0 +1,98 @@
+"""The closed loop's measures, report and preparation (no processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.loop import LoopConfig, plot, ratios, render, write_json
+from sim.loop.measure import RequestRecord, ScaleSample, gpu_hours, is_good, per_minute, scale_events, summarize
+from sim.loop.run import prepare, replicas_for, to_records
+from sim.replay import Outcome, PlannedRequest
+
+
+def _req(at: float, ttft: float | None = 0.5, itl: float | None = 0.05, ok: bool = True, hit: bool = False) -> RequestRecord:
+    return RequestRecord(at, ok, ttft, itl, hit, None if ok else "HTTP 503")
+
+
+def test_a_request_is_good_only_within_both_slos() -> None:
+    assert is_good(_req(0), 2.0, 0.2)
+    assert not is_good(_req(0, ttft=2.5), 2.0, 0.2)
+    assert not is_good(_req(0, itl=0.3), 2.0, 0.2)
+    assert not is_good(_req(0, ok=False, ttft=None, itl=None), 2.0, 0.2)
+    assert is_good(_req(0, itl=None), 2.0, 0.2)  # a one-token answer has no ITL
+
+
+def test_gpu_hours_integrate_pods_holding_a_gpu_between_samples() -> None:
+    samples = [ScaleSample(0, 2, 2, 0, 2), ScaleSample(1800, 4, 2, 2, 4)]
+    assert gpu_hours(samples, 3600) == pytest.approx(2 * 0.5 + 4 * 0.5)
+    assert scale_events(samples) == 1
+    assert scale_events(samples + [ScaleSample(1900, 4, 4, 0, 4)]) == 1
+
+
+def test_minutes_count_demand_latency_and_under_provisioning() -> None:
+    reqs = [_req(t) for t in range(0, 60, 2)] + [_req(60 + t, ttft=3.0) for t in range(0, 60, 1)] + [_req(125, hit=True)]
+    samples = [ScaleSample(10, 1, 1, 0, 1), ScaleSample(70, 2, 1, 1, 2), ScaleSample(130, 2, 2, 0, 2)]
+    rows = per_minute(reqs, samples, 180, capacity_rps=0.6, ttft_slo_s=2.0, itl_slo_s=0.2)
+    assert [r["demand_rps"] for r in rows] == [0.5, 1.0, pytest.approx(1 / 60, abs=1e-4)]
+    assert [r["under_provisioned"] for r in rows] == [False, True, False]
+    assert rows[1]["slo_attainment"] == 0 and rows[0]["slo_attainment"] == 1
+    assert rows[1]["ready"] == 1 and rows[1]["warming"] == 1 and rows[2]["hit_ratio"] == 1.0
+    total = summarize(reqs, samples, 180, 0.6, 2.0, 0.2)
+    assert total["requests"] == 91 and total["good"] == 31 and total["under_provisioned_minutes"] == 1
+    assert total["gpu_hours"] == pytest.approx((1 * 60 + 2 * 60 + 2 * 50) / 3600, abs=1e-4)
+    assert total["goodput_per_gpu_hour"] == pytest.approx(31 / total["gpu_hours"], rel=1e-3)
+
+
+def test_replayer_outcomes_become_simulated_seconds() -> None:
+    plan = [PlannedRequest(10.0, "new", 11, {}), PlannedRequest(20.0, "repeat", 1, {})]
+    outs = [Outcome("new", True, None, 2.0, 0.5, "miss", "r", 0.0), Outcome("repeat", True, None, 0.1, 0.05, "exact", None, 0.0)]
+    a, b = to_records(plan, outs, speedup=6.0)
+    assert a.at_s == 60.0 and a.ttft_s == 3.0 and a.itl_s == pytest.approx((12.0 - 3.0) / 10) and not a.hit
+    assert b.hit and b.itl_s is None
+
+
+def test_ratios_table_json_and_plot(tmp_path: Path) -> None:
+    minutes = [{"minute": 0, "demand_rps": 1.0, "ready": 2, "ttft_s": {"p95": 0.4}}]
+    report = {"clock": {"speedup": 6.0}, "slo": {"ttft_s": 2.0, "itl_s": 0.2},
+              "segment": {"trace": "t", "start_hour": 1.0, "hours": 1.0, "requests": 10, "seed": 0},
+              "policies": {"predictive": {"goodput_per_gpu_hour": 300.0, "slo_attainment": 0.99, "gpu_hours": 2.0,
+                                          "failed_requests": 0, "scale_events": 3, "under_provisioned_minutes": 0,
+                                          "minutes": minutes},
+                           "reactive": {"goodput_per_gpu_hour": 200.0, "minutes": minutes},
+                           "fixed_peak": {"goodput_per_gpu_hour": 150.0, "minutes": minutes}}}
+    assert ratios(report["policies"])["predictive"] == {"vs_fixed_peak": 2.0, "vs_reactive": 1.5}
+    text = render(report)
+    assert "6.0x" in text and "simulated" in text and "2.00x" in text and "1.50x" in text
+    write_json(report, tmp_path / "r.json")
+    assert '"vs_reactive": 1.5' in (tmp_path / "r.json").read_text()
+    plot(report, tmp_path / "r.png")
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_replicas_for_is_the_planners_rule() -> None:
+    assert replicas_for(1.0, 0.5, 0.2, 8) == 3
+    assert replicas_for(0.0, 0.5, 0.2, 8) == 1 and replicas_for(100, 0.5, 0.2, 8) == 8
+
+
+def test_prepare_rescales_the_ramp_to_the_peak_replicas(data_dir: Path) -> None:
+    cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, peak_replicas=5,
+                     tokens_trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+                     progress=False)
+    prep = prepare(cfg)
+    assert prep.replicas["fixed_peak"] == 5
+    assert max(prep.segment.window_rps) == pytest.approx(5 * 0.4 / 1.2)
+    assert prep.replicas["predictive"] < prep.replicas["fixed_peak"]  # a ramp: it starts lower
+    assert len(prep.plan) == len(prep.segment.requests) and prep.plan[-1].at_s < 1800 / 6.0
+    assert prep.history and prep.history[-1][0] == -1
+    with pytest.raises(ValueError):
+        LoopConfig(trace=Path("x"), policies=("psychic",))
+
+
+def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.loop.world import ControlPlane
+
+    monkeypatch.chdir(tmp_path)
+    assert ControlPlane(Path("tools"), Path("out/loop/kube")).run_dir == tmp_path / "out" / "loop" / "kube"
