@@ -10,7 +10,7 @@ Shown here: new Ready Pods get traffic; a Pod that runs but is not Ready gets no
 down under a steady request stream fails no request (the Pods' ``preStop`` sleep keeps each
 replica serving until the router has dropped it); without the sleep, a client that keeps
 sending for the measured worst-case delay gets refused while with it it does not; a restarted
-router rediscovers the Pods. The Service and the Deployments are deploy/vllm.yaml's. The order of
+router rediscovers the Pods. The Service and the Deployments are deploy/vllm-pool.yaml's. The order of
 events on scale-down is measured (the node's times from its log) and written to
 ``scale_down_events.json`` in the test's directory (see router/README.md, Discovery).
 """
@@ -48,9 +48,10 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "llm"
-# The Pods' preStop sleep is deploy/vllm.yaml's (see the scale-down test and the README);
-# PROMPTEDGE_TEST_PRE_STOP_S=N replaces it, =0 runs the same tests without it.
-PRE_STOP_S = os.environ.get("PROMPTEDGE_TEST_PRE_STOP_S")
+# The Pods' preStop sleep: 5 s (deploy/vllm-pool.yaml has 10: the shorter one keeps the tests
+# short and still covers the measured lag, see the README); PROMPTEDGE_TEST_PRE_STOP_S=N
+# replaces it, =0 runs the same tests without it.
+PRE_STOP_S = os.environ.get("PROMPTEDGE_TEST_PRE_STOP_S", "5")
 # The worst delay measured on 1.20 from the node seeing a deletion to the endpoint leaving the
 # slice (router/README.md, Discovery): a router may send that long after.
 ROUTER_LAG_S = 1.04
@@ -69,8 +70,8 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, every_s:
 
 
 def manifests() -> dict[str, dict[str, Any]]:
-    """deploy/vllm.yaml (the Service and the Deployment a user applies) by kind."""
-    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "vllm.yaml").read_text()) if doc}
+    """deploy/vllm-pool.yaml (the Service and the Deployment a user applies) by kind."""
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "vllm-pool.yaml").read_text()) if doc}
 
 
 def _served_model() -> str:
@@ -84,7 +85,7 @@ MODEL = _served_model()
 
 def deployment(name: str, tier: str, replicas: int, warmup_s: float, pre_stop_s: str | None = PRE_STOP_S,
                app: str | None = None) -> dict[str, Any]:
-    """deploy/vllm.yaml's Deployment as ``name`` with a ``tier`` label (two Deployments behind the
+    """deploy/vllm-pool.yaml's Deployment as ``name`` with a ``tier`` label (two Deployments behind the
     one Service), ``replicas``, the sim replica's warm-up (annotation read by `sim node`), and
     ``pre_stop_s``'s preStop sleep when given (default PROMPTEDGE_TEST_PRE_STOP_S; None keeps the
     file's). ``app`` replaces the ``app`` label (a Deployment the Service does not select)."""
@@ -95,6 +96,7 @@ def deployment(name: str, tier: str, replicas: int, warmup_s: float, pre_stop_s:
     spec["spec"]["selector"]["matchLabels"] = spec["spec"]["template"]["metadata"]["labels"] = labels
     spec["spec"]["template"]["metadata"]["annotations"] = {WARMUP_ANNOTATION: str(warmup_s)}
     container = spec["spec"]["template"]["spec"]["containers"][0]
+    container["readinessProbe"]["periodSeconds"] = 1  # the file's 5 s: slower to see, same semantics
     if pre_stop_s is not None:
         container["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", pre_stop_s]
     return spec
@@ -396,7 +398,7 @@ def test_a_client_lagging_by_the_measured_delay_is_served_only_with_the_pre_stop
         world: World, pre_stop_s: str | None) -> None:
     """The race made visible without waiting for its slow case: a client that keeps sending to a
     deleted Pod for ROUTER_LAG_S after the node saw the deletion, as a router may (measured).
-    With deploy/vllm.yaml's preStop sleep every request is answered; without it the replica got
+    With deploy/vllm-pool.yaml's preStop sleep every request is answered; without it the replica got
     SIGTERM at once and refuses them (503 or connection refused: a router retries those
     elsewhere, a plain client fails). The Pod is not behind the Service (no router involved)."""
     name = f"lag-{'file' if pre_stop_s is None else pre_stop_s}"

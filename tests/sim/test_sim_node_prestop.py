@@ -58,7 +58,7 @@ def test_no_hook() -> None:
 
 
 def test_the_deployment_we_ship_sleeps_inside_its_grace_period() -> None:
-    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "vllm.yaml").read_text()) if d]
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "vllm-pool.yaml").read_text()) if d]
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     spec = replica_spec({"metadata": {"name": "vllm-0"}, "spec": deployment["spec"]["template"]["spec"]}, "a100", "0")
     assert spec.pre_stop is not None and spec.pre_stop.kind == "sleep"
