@@ -28,10 +28,11 @@ from typing import Any, Mapping
 
 from cache.types import Endpoint
 
+# 4: numbers kept exact: an integral float becomes the int (2**53 + 1 was 2**53 as a float).
 # 3: every body field counts unless known neutral (NEUTRAL_FIELDS); the pool that answers is in
 #    the key besides the body's model; message fields are all kept.
 # 2: parameters at their default are left out instead of filled in.
-KEY_VERSION = 3
+KEY_VERSION = 4
 
 # Body fields that do not change the generated answer, and why. Everything else is in the key.
 NEUTRAL_FIELDS: dict[str, str] = {
@@ -116,10 +117,12 @@ _EMPTY_IS_NONE = ("stop", "logit_bias", "stop_token_ids", "bad_words", "chat_tem
 
 
 def _number(value: Any) -> Any:
-    # 1 and 1.0 mean the same sampling setting; JSON would tell them apart.
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    return float(value)
+    # 1 and 1.0 mean the same sampling setting; JSON would tell them apart. An integral float
+    # becomes the int, never the other way round: an int of any size stays exact (seeds 2**53
+    # and 2**53 + 1 are two keys), and one too large for a float cannot overflow.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def _content(content: Any) -> Any:

@@ -179,3 +179,18 @@ _JSON = st.recursive(
 def test_any_unknown_field_with_any_value_changes_the_key(name: str, value: object, endpoint: str) -> None:
     base = BASE if endpoint == "chat.completions" else {"model": "m", "prompt": "What is Redis?"}
     assert key({**base, name: value}, endpoint=endpoint) != key(base, endpoint=endpoint)
+
+
+@pytest.mark.parametrize("a, b", [(2**53 + 1, 2**53), (2**63 - 1, 2**63 - 2), (10**400, 10**400 + 1)],
+                         ids=["2^53", "2^63", "10^400"])
+def test_integers_are_kept_exact(a: int, b: int) -> None:
+    # Regression (issue 13, A1/A3): numbers became floats, so seeds beyond 2**53 shared a key
+    # and an integer too large for a float raised OverflowError (a 500 in the router).
+    assert key({**BASE, "seed": a}) != key({**BASE, "seed": b})
+    assert key({**BASE, "top_k": a}) != key({**BASE, "top_k": b})
+
+
+def test_an_integral_float_equals_the_int() -> None:
+    assert key({**BASE, "max_tokens": 10}) == key({**BASE, "max_tokens": 10.0})
+    assert key({**BASE, "temperature": 0}) == key({**BASE, "temperature": 0.0}) == key({**BASE, "temperature": -0.0})
+    assert key({**BASE, "temperature": 0.5}) != key({**BASE, "temperature": 0})
