@@ -120,7 +120,8 @@ def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
             if isinstance(content, str):
                 chars += len(content)
             elif isinstance(content, list):
-                chars += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+                # only text counts (validation refuses a non-string text: 400, messages.N.content.M.text)
+                chars += sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         return -(-chars // 4) + 3 * len(messages) + 3
     prompt = body.get("prompt")
     if isinstance(prompt, str):

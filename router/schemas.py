@@ -26,11 +26,13 @@ class _Strict(BaseModel):
 
 class ContentPart(_Strict):
     type: str
+    text: str | None = None  # a text part's text; other parts (image_url, input_audio) have none
 
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
+    # the list first: a bad part is then reported at its own path (messages.0.content.0.text)
+    content: list[ContentPart] | str | None = None
 
 
 class StreamOptions(_Strict):

@@ -27,6 +27,7 @@ EXAMPLES = int(os.environ.get("PROMPTEDGE_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 PATHS = ["/v1/chat/completions", "/v1/completions"]
+HUGE = 10**400  # found (A1): a 500 from the cache key, which turned every number into a float
 
 # Text with everything JSON can carry: controls, non-BMP characters and lone surrogates
 # (json.dumps writes those as \ud800 escapes, as a hostile client would).
@@ -114,8 +115,14 @@ def _post(client: httpx.Client, path: str, body: Any, headers: dict[str, str]) -
 
 @FUZZ
 @given(body=CHAT, headers=HEADERS)
+@example(body={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "extra": HUGE}, headers={})
+@example(body={"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+         headers={})  # found (A2): a 500 from the prompt-size estimate
+@example(body={"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": True}]}]},
+         headers={})
 def test_fuzzed_chat_requests_get_2xx_or_4xx_json(client: httpx.Client, body: Any, headers: dict[str, str]) -> None:
     check(_post(client, "/v1/chat/completions", body, headers))
+
 
 
 @FUZZ
@@ -130,6 +137,9 @@ def test_well_typed_chat_requests_get_2xx_or_4xx_json(client: httpx.Client, body
 
 @FUZZ
 @given(body=COMPLETION, headers=HEADERS)
+@example(body={"model": MODEL, "prompt": "x", "logprobs": HUGE}, headers={})
+@example(body={"model": MODEL, "prompt": "x", "top_k": -HUGE}, headers={})
+@example(body={"model": MODEL, "prompt": "x", "seed": 2**53 + 1}, headers={})  # A3: an exact int in the key
 def test_fuzzed_completion_requests_get_2xx_or_4xx_json(client: httpx.Client, body: Any,
                                                          headers: dict[str, str]) -> None:
     check(_post(client, "/v1/completions", body, headers))
@@ -147,3 +157,48 @@ def test_any_json_value_gets_2xx_or_4xx_json(client: httpx.Client, body: Any, pa
 def test_arbitrary_bytes_get_2xx_or_4xx_json(client: httpx.Client, raw: bytes, path: str,
                                              content_type: str) -> None:
     check(client.post(path, content=raw, headers={"content-type": content_type}))
+
+
+def test_a_huge_integer_field_is_answered_and_the_connection_kept(client: httpx.Client) -> None:
+    # Regression (A1): 500 with an OverflowError traceback, and the kept-alive connection dropped.
+    for body in ({"model": MODEL, "prompt": "x", "logprobs": HUGE, "max_tokens": 2},
+                 {"model": MODEL, "prompt": "x", "top_k": HUGE, "max_tokens": 2}):
+        answer = _post(client, "/v1/completions", body, {})
+        assert answer.status_code in (200, 400), (answer.status_code, answer.text[:300])
+        check(answer)
+        assert answer.headers.get("connection") != "close"
+    assert client.get("/health").status_code == 200
+
+
+def test_a_content_part_whose_text_is_not_a_string_is_a_400_naming_it(client: httpx.Client) -> None:
+    # Regression (A2): 500 with a TypeError from the prompt-size estimate.
+    for text in (5, True, {"a": 1}):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
+        answer = _post(client, "/v1/chat/completions", body, {})
+        assert answer.status_code == 400, (answer.status_code, answer.text[:300])
+        check(answer)
+        error = answer.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_type", "messages.0.content.0.text"), error
+
+
+def _completion(client: httpx.Client, seed: int) -> httpx.Response:
+    body = {"model": MODEL, "prompt": "seeded a3", "max_tokens": 3, "seed": seed}
+    answer = _post(client, "/v1/completions", body, {})
+    assert answer.status_code == 200, answer.text[:300]
+    return answer
+
+
+@pytest.mark.parametrize("seeds", [(2**53 + 1, 2**53), (2**63 - 1, 2**63 - 2)], ids=["2^53", "2^63"])
+def test_seeds_that_differ_only_beyond_float_precision_do_not_share_an_entry(client: httpx.Client,
+                                                                            seeds: tuple[int, int]) -> None:
+    # Regression (A3): the key held float(seed), so the second seed was an exact hit on the first.
+    first = _completion(client, seeds[0])
+    for _ in range(50):  # until the first answer is stored (the store runs after the response)
+        if _completion(client, seeds[0]).headers["x-cache"] == "exact":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the first answer was never stored")
+    second = _completion(client, seeds[1])
+    assert second.headers["x-cache"] == "miss", second.headers
+    assert second.json()["id"] != first.json()["id"]
