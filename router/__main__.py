@@ -14,7 +14,7 @@ from router.discovery import DiscoveryError, StaticSource
 from router.discovery_config import build_source
 from router.limits import connection_budget
 from router.server import raise_open_files_limit, serve as serve_app
-from router.settings import RouterSettings
+from router.settings import RouterSettings, error_location
 from router.tracing import TracingError, check_exporter
 
 cli = typer.Typer(help="PromptEdge edge router: OpenAI-compatible, cache first, GPU-load-aware dispatch.",
@@ -37,9 +37,10 @@ def serve(
         settings = RouterSettings()
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
-            field = ".".join(str(p) for p in error["loc"])
-            typer.echo(f"error: setting PROMPTEDGE_ROUTER_{field.split('.')[0].upper()} ({field}): {error['msg']}",
-                       err=True)
+            field = error_location(error["loc"])  # API keys in a location are secrets
+            top = field.split(".")[0]  # a field, or an env name given as its alias (PROMPTEDGE_REDIS_URL)
+            name = top if top.startswith("PROMPTEDGE_") else f"PROMPTEDGE_ROUTER_{top.upper()}"
+            typer.echo(f"error: setting {name} ({field}): {error['msg']}", err=True)
         raise typer.Exit(2) from None
     except SettingsError as exc:  # a list/dict setting that is not valid JSON
         typer.echo(f"error: {exc}", err=True)

@@ -73,7 +73,10 @@ def _no_userinfo(url: str) -> None:
 
 class Timeouts(BaseModel):
     """Upstream timeouts of one priority class, seconds: connect, time to the first byte
-    (for a non-stream request: the whole generation), idle gap between stream chunks."""
+    (for a non-stream request: the whole generation), idle gap between stream chunks. An
+    unknown field (``ttfb`` for ``ttfb_s``) is an error, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
     connect_s: float = Field(2.0, gt=0)
     ttfb_s: float = Field(120.0, gt=0)
@@ -82,7 +85,10 @@ class Timeouts(BaseModel):
 
 class RateLimit(BaseModel):
     """Token buckets of one API key: ``requests_per_s`` with ``burst`` capacity (default
-    ceil(requests_per_s)), and ``tokens_per_min`` (prompt estimate + max_tokens per request)."""
+    ceil(requests_per_s)), and ``tokens_per_min`` (prompt estimate + max_tokens per request).
+    An unknown field (``rps``) is an error: ignored, it would have meant no limit at all."""
+
+    model_config = ConfigDict(extra="forbid")
 
     requests_per_s: float | None = Field(None, gt=0)
     burst: int | None = Field(None, ge=1)
@@ -152,6 +158,20 @@ class RouterSettings(BaseSettings):
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
     limits: Limits = Field(default_factory=Limits)  # JSON; every resource limit (router/limits.py)
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        # checked here so that a bad URL is a start-up error naming the setting, never a
+        # traceback; the message never repeats the URL (it may hold a password)
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0..65535
+        except ValueError:
+            raise ValueError("not a valid Redis URL (bad host or port)") from None
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://") from None
+        return value
+
     @field_validator("api_keys")
     @classmethod
     def _own_tenants(cls, value: dict[str, str]) -> dict[str, str]:
@@ -168,3 +188,17 @@ class RouterSettings(BaseSettings):
     def _all_priorities(cls, value: dict[str, Timeouts]) -> dict[str, Timeouts]:
         return {**DEFAULT_TIMEOUTS, **value}
     log_requests: bool = True
+
+
+# Settings whose dict keys are API keys (secrets): an error names the setting, never the key.
+SECRET_KEYED = ("api_keys", "rate_limits")
+
+
+def error_location(loc: tuple[int | str, ...]) -> str:
+    """A validation error's location as printed at start-up (``rate_limits.<key>.burst``): the
+    dotted path, with an API key in a ``SECRET_KEYED`` setting replaced by ``<key>`` (``*``
+    is no secret and is kept). loc: pydantic's ``error["loc"]``."""
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] in SECRET_KEYED and parts[1] != "*":
+        parts[1] = "<key>"
+    return ".".join(parts)

@@ -17,6 +17,8 @@ from router import ReplicaSpec, RouterSettings
 from sim.stack import RedisServer
 from tests.router.conftest import CHAT, MODEL
 
+REPLICAS_ONE = '[{"url": "http://127.0.0.1:8001", "model": "' + MODEL + '"}]'
+
 TENANT_KEY = "sk-tenant-0123456789"
 BACKEND_KEY = "sk-backend-abcdef"
 NO_CACHE = {"cache-control": "no-cache"}
@@ -175,3 +177,37 @@ def test_secret_ref_needs_exactly_one_source_and_refuses_what_is_not_a_key(tmp_p
         assert str(path) in str(info.value) and (len(content.strip()) < 3 or content.strip() not in str(info.value))
     with pytest.raises(CredentialError, match="cannot read"):
         SecretRef(file=tmp_path / "missing").read()
+
+
+@pytest.mark.parametrize("env", [
+    {"PROMPTEDGE_ROUTER_API_KEYS": '{"sk-zz-secret": 5}'},
+    {"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"sk-zz-secret": {"requests_per_s": -1}}'},
+    {"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"sk-zz-secret": "fast"}'},
+], ids=["api_keys", "rate_limit_value", "rate_limit_type"])
+def test_a_bad_setting_keyed_by_api_key_is_named_without_the_key(env: dict[str, str]) -> None:
+    # Regression (issue 13, A11): the error's location was api_keys.sk-zz-secret.
+    proc = _serve({"PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE, **env})
+    assert proc.returncode == 2, proc.stderr
+    setting = next(iter(env))
+    assert setting in proc.stderr and "Traceback" not in proc.stderr
+    assert "sk-zz" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("env, field", [
+    ({"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"*": {"rps": 1}}'}, "rps"),
+    ({"PROMPTEDGE_ROUTER_TIMEOUTS": '{"P1": {"ttfb": 5}}'}, "ttfb"),
+], ids=["rate_limits", "timeouts"])
+def test_a_misspelled_field_in_rate_limits_or_timeouts_is_a_start_up_error(env: dict[str, str], field: str) -> None:
+    # Regression (issue 13, A12): the unknown field was ignored (no rate limit; ttfb_s kept at 120).
+    proc = _serve({"PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE, **env})
+    assert proc.returncode == 2, proc.stderr
+    assert next(iter(env)) in proc.stderr and field in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_redis_url_with_a_bad_port_is_a_clean_start_up_error() -> None:
+    # Regression (issue 13, M2): a ValueError traceback at start.
+    proc = _serve({"PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE,
+                   "PROMPTEDGE_REDIS_URL": "redis://:pw-m2-secret@127.0.0.1:notaport/0"})
+    assert proc.returncode == 2, proc.stderr
+    assert "PROMPTEDGE_REDIS_URL" in proc.stderr and "Traceback" not in proc.stderr
+    assert "pw-m2-secret" not in proc.stderr + proc.stdout
