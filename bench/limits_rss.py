@@ -2,7 +2,8 @@
 
 Starts the real router (``python -m router serve``, the test helper's pool with no live
 replica), sends a 200 MB body (Content-Length, then chunked) and a 16 MB header over raw
-sockets, and reports each answer's status and the router's peak RSS during it (VmHWM after
+sockets, then two 8 MiB JSON bodies (2.8M empty objects; brackets and escapes inside one string),
+and reports each answer's status and the router's peak RSS during it (VmHWM after
 ``clear_refs``), as a table and as JSON (``--json``). Needs Redis (``PROMPTEDGE_TEST_REDIS_URL``,
 the database is flushed). Run from the repository root:
 
@@ -36,7 +37,19 @@ def _cases() -> list[tuple[str, bytes, Iterator[bytes]]]:
         ("200 MB body, chunked", post + b"transfer-encoding: chunked\r\n\r\n",
          (b"100000\r\n" + b"x" * MB + b"\r\n" for _ in range(200))),
         ("16 MB header", b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ", iter([b"a" * (16 * MB), b"\r\n\r\n"])),
+        _json_case("8 MiB of {}, (2.8M objects)", b'"x": [' + b"{}," * (EIGHT_MIB // 3 - 100) + b'{}]}'),
+        _json_case("8 MiB of {[\\\" in a string", b'"x": "' + b'{[\\\\\\"' * (EIGHT_MIB // 6 - 100) + b'"}'),
     ]
+
+
+EIGHT_MIB = 8 * MB
+
+
+def _json_case(name: str, tail: bytes) -> tuple[str, bytes, Iterator[bytes]]:
+    """A chat body of ``messages`` plus ``tail`` (the rest of the object), sent in one piece."""
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], ' + tail
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body)
+    return name, head, iter([body])
 
 
 def _send(sock: socket.socket, chunks: Iterator[bytes]) -> None:
@@ -61,10 +74,12 @@ def main() -> None:
             sock.sendall(head)
             sender = threading.Thread(target=_send, args=(sock, body))
             sender.start()
+            started = time.monotonic()
             try:
                 status: int | str = read_response(sock, 120)[0]
+                seconds = round(time.monotonic() - started, 2)
             except OSError as exc:
-                status = type(exc).__name__
+                status, seconds = type(exc).__name__, round(time.monotonic() - started, 2)
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -73,12 +88,13 @@ def main() -> None:
             sock.close()
             time.sleep(0.5)
             rows.append({"case": name, "status": status, "rss_mb": round(before / MB),
-                         "peak_growth_mb": round((router.rss_bytes("VmHWM") - before) / MB)})
+                         "peak_growth_mb": round((router.rss_bytes("VmHWM") - before) / MB),
+                         "seconds": seconds})
     finally:
         router.stop()
-    print("| case | status | RSS before (MB) | peak growth (MB) |\n|---|---|---:|---:|")
+    print("| case | status | RSS before (MB) | peak growth (MB) | s to the answer |\n|---|---|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['case']} | {row['status']} | {row['rss_mb']} | {row['peak_growth_mb']} |")
+        print(f"| {row['case']} | {row['status']} | {row['rss_mb']} | {row['peak_growth_mb']} | {row['seconds']} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2))

@@ -147,6 +147,26 @@ def test_nesting_just_over_the_depth_limit_is_a_400_and_under_it_is_served(route
     assert under.status_code == 503  # parsed and dispatched (the test pool never answers)
 
 
+def test_a_body_of_many_small_containers_is_a_400_without_being_parsed(router: RouterProcess) -> None:
+    # Regression (A5): ~350,000 empty objects in 1 MB were parsed (8 MiB: +673 MB, 4.9 s on the loop).
+    router.reset_peak_rss()
+    before = router.rss_bytes()
+    head = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "x": ['
+    raw = head + b"{}," * ((MB - len(head) - 10) // 3) + b"{}]}"
+    answer = httpx.post(router.url + "/v1/chat/completions", content=raw, timeout=60)
+    grown = router.rss_bytes("VmHWM") - before
+    assert (answer.status_code, grown < 16 * MB) == (400, True), f"{answer.status_code}, peak grew {grown / MB:.0f} MB"
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_json" and "containers" in error["message"]
+
+
+def test_brackets_inside_strings_are_no_containers(router: RouterProcess) -> None:
+    code = "{[" * 200_000  # text (a prompt full of braces) is not structure
+    answer = httpx.post(router.url + "/v1/chat/completions", timeout=60,
+                        json={"model": "m", "messages": [{"role": "user", "content": code}], "stop": ["}\\\"]"]})
+    assert answer.status_code == 503, answer.text  # parsed and dispatched (the test pool never answers)
+
+
 @pytest.mark.parametrize("raw", [
     b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
     b'{"model": "m", "messages": [{"role": "user", "content": "ok \\udfff tail"}]}',
