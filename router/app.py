@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import httpx
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from httpx_aiohttp import AiohttpTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
@@ -23,7 +24,7 @@ from router.discovery import DiscoveredReplica, ReplicaSource, StaticSource, app
 from router.discovery_config import build_source
 from router.discovery_metrics import DiscoveryCollector
 from router.dispatch import Weights
-from router.errors import APIError
+from router.errors import APIError, BadRequest
 from router.health import HealthConfig
 from router.metrics import RouterMetrics
 from router.ops import ops
@@ -115,6 +116,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _internal_error)
     return app
 
@@ -126,6 +128,19 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     message = f"Invalid URL ({request.method} {request.url.path})" if exc.status_code == 404 else str(exc.detail)
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    # FastAPI's own check of a route's query parameters (DELETE /cache?all=maybe): OpenAI's
+    # 400 naming the parameter instead of FastAPI's 422 {"detail": [...]}. (Request bodies of
+    # the OpenAI routes are validated by router/schemas.py, not here.)
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("query", "path", "header", "body")]
+    param = ".".join(loc) or None
+    message = f"invalid value for '{param}': {first.get('msg', 'invalid request')}"
+    error = BadRequest(message, param=param, code="invalid_value")
+    return JSONResponse(error.body(), status_code=error.status)
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:

@@ -118,3 +118,14 @@ async def test_embedding_model_failure_degrades_health_but_exact_cache_serves(
     await post_until_stored(client, url, chat(QUESTION))
     assert (await client.post(url, json=chat(QUESTION))).headers["x-cache"] == "exact"
     assert (await client.post(url, json=chat(PARAPHRASE), headers={"cache-control": "no-store"})).headers["x-cache"] == "miss"
+
+
+async def test_a_bad_query_parameter_is_an_openai_400_not_a_fastapi_422(start_replica, start_router, client) -> None:
+    # Regression (issue 13, M1): DELETE /cache?all=maybe gave FastAPI's 422 {"detail": [...]}.
+    replica = await start_replica()
+    router = await start_router([replica.url], admin_key="s3cret")
+    answer = await client.delete(router.url + "/cache", params={"all": "maybe"},
+                                 headers={"authorization": "Bearer s3cret"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json() == {"error": {"message": answer.json()["error"]["message"], "type": "invalid_request_error",
+                                       "param": "all", "code": "invalid_value"}}
