@@ -27,7 +27,8 @@ class Limits(BaseModel):
     items -> 400; max_output_tokens: ``max_tokens`` / ``max_completion_tokens`` -> 400;
     header_timeout_s: from a connection's first byte (or its opening) to the end of a request's
     headers -> connection closed; body_timeout_s: from the end of the headers to the end of the
-    body -> 408; keepalive_timeout_s: idle time between requests on a connection -> closed;
+    body -> 408; body_stall_s: at the connection cap, a connection whose body has not advanced
+    for this long may be closed to make room -> 408; keepalive_timeout_s: idle time between requests on a connection -> closed;
     max_client_connections: open client connections, None = derived from RLIMIT_NOFILE
     (:func:`connection_budget`); health_reserve: connections above the cap that are served only
     for ``/health`` and ``/metrics`` while every connection under the cap has a request in flight.
@@ -45,6 +46,7 @@ class Limits(BaseModel):
     max_output_tokens: int = Field(1_048_576, ge=1)
     header_timeout_s: float = Field(10.0, gt=0)
     body_timeout_s: float = Field(60.0, gt=0)
+    body_stall_s: float = Field(5.0, gt=0)
     keepalive_timeout_s: float = Field(5.0, gt=0)
     max_client_connections: int | None = Field(None, ge=1)
     health_reserve: int = Field(16, ge=1)

@@ -9,7 +9,8 @@ router/limits.py enforced where only the HTTP server can see them.
   ``keepalive_timeout_s``;
 - connections: at most ``clients`` open (:func:`router.limits.connection_budget` below the
   open-files limit, which is first raised to its hard limit); at the cap the oldest connection
-  without a request in flight is closed to make room (a WARNING, at most every 10 s); when every
+  without a request in flight is closed to make room, else the oldest whose body has not
+  advanced for ``body_stall_s`` (answered 408) (a WARNING, at most every 10 s); when every
   one has a request in flight, ``reserve`` more connections are served only for ``/health`` and
   ``/metrics`` (503 ``server_busy`` otherwise), and past those a connection is answered 503 and
   closed, so ``accept()`` never fails for want of a file descriptor.
@@ -23,14 +24,16 @@ import asyncio
 import json
 import logging
 import resource
+import sys
 import time
 from typing import Any
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from router.bodylimit import BODY_DEADLINE_PASSED
-from router.errors import APIError, BadRequest, HeadersTooLarge, NoReplica, URITooLong
+from router.errors import APIError, BadRequest, HeadersTooLarge, NoReplica, RequestTimeout, URITooLong
 from router.limits import ConnectionBudget, Limits
 
 log = logging.getLogger("router.server")
@@ -64,7 +67,7 @@ class ConnectionGuard:
         self.normal: dict[LimitedHttpProtocol, None] = {}  # insertion-ordered: oldest first
         self.reserved: set[LimitedHttpProtocol] = set()
         self._warned_at = -WARN_EVERY_S
-        self._since_warning = {"closed idle": 0, "health only": 0, "refused": 0}
+        self._since_warning = {"closed idle": 0, "closed stalled body": 0, "health only": 0, "refused": 0}
 
     def admit(self, conn: LimitedHttpProtocol) -> str:
         """``"normal"``, ``"reserve"`` (serve /health and /metrics only) or ``"refuse"``."""
@@ -77,6 +80,16 @@ class ConnectionGuard:
             victim.transport.close()
             self.normal[conn] = None
             self._warn("closed idle")
+            return "normal"
+        # then the oldest whose body has stopped arriving: one client's stalled uploads must not
+        # hold every slot until body_timeout_s (issue 13, A6); it is answered 408
+        now = conn.loop.time()
+        victim = next((c for c in self.normal if c.stalled_in_body(now)), None)
+        if victim is not None:
+            del self.normal[victim]
+            victim.evict_stalled()
+            self.normal[conn] = None
+            self._warn("closed stalled body")
             return "normal"
         if len(self.reserved) < self.budget.reserve:
             self.reserved.add(conn)
@@ -120,11 +133,29 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: APIError | None = None
         self._refused = False
+        self._body_at: float | None = None  # loop time of the last body byte (or of the head's end)
 
     @property
     def busy(self) -> bool:
         """A request on this connection is being answered (so it must not be closed to make room)."""
         return self.cycle is not None and not self.cycle.response_complete
+
+    def stalled_in_body(self, now: float) -> bool:
+        """The request's body has stopped arriving: no byte for ``limits.body_stall_s`` seconds
+        (``now``: loop time) and nothing answered yet, so it may be closed to make room."""
+        cycle = self.cycle
+        return (self._body_at is not None and not self._in_head and cycle is not None
+                and not cycle.response_started and now - self._body_at >= self.limits.body_stall_s)
+
+    def evict_stalled(self) -> None:
+        """Answer 408 ``body_timeout`` (Connection: close) and close: the connection's slot is needed."""
+        self._refused = True
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(_error_bytes(RequestTimeout(
+                f"request body stalled for {self.limits.body_stall_s:g} s while the router is at its "
+                "connection limit", code="body_timeout")))
+        self.transport.close()
 
     # connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -157,6 +188,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self._head_bytes += len(piece)
             else:
                 piece, data = data, b""
+                self._body_at = self.loop.time()
             super().data_received(piece)
 
     def send_400_response(self, msg: str) -> None:
@@ -187,10 +219,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm()
         super().on_headers_complete()
+        self._body_at = self.loop.time()
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._body_at = None
         self._in_head = True
         self._head_bytes = 0
         super().on_message_complete()
@@ -264,5 +298,24 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
     """Run ``app`` with uvicorn (uvloop, the limited httptools protocol) until stopped."""
     if budget.note:
         log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", budget.nofile, budget.note)
-    uvicorn.run(app, host=host, port=port, loop="uvloop", http=protocol_class(limits, budget),
-                log_level=log_level, access_log=False, timeout_keep_alive=limits.keepalive_timeout_s)  # type: ignore[arg-type]
+    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http=protocol_class(limits, budget),
+                            log_level=log_level, access_log=False, timeout_keep_alive=limits.keepalive_timeout_s)
+    logging.getLogger("uvicorn.error").addFilter(_not_cancelled)  # after Config set up uvicorn's logging
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # the second Ctrl-C: uvicorn re-raises it once it has stopped
+        pass
+    if not server.started:  # as uvicorn.run: a failed start-up (port taken, lifespan error) exits 3
+        sys.exit(STARTUP_FAILURE)
+
+
+def _not_cancelled(record: logging.LogRecord) -> bool:
+    """Logging filter: drop a record whose exception is CancelledError. A second Ctrl-C (uvicorn's
+    force quit) cancels the requests still in flight and the lifespan; uvicorn logs each as an
+    error with its traceback (the lifespan's as the text Starlette sends in
+    ``lifespan.shutdown.failed``), although a cancelled task at shutdown is what was asked for."""
+    if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+        return False
+    text = record.getMessage()
+    return not (text.startswith("Traceback") and text.rstrip().endswith("asyncio.exceptions.CancelledError"))

@@ -4,6 +4,7 @@ process (``python -m router serve``: uvicorn + uvloop + httptools) over real soc
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import time
@@ -296,7 +297,7 @@ def test_a_client_that_leaves_mid_body_leaves_no_traceback(router: RouterProcess
 def test_at_the_cap_with_every_connection_busy_health_still_answers(tmp_path: Path) -> None:
     # Every connection under the cap has a request in flight (a body that is slow to arrive):
     # /health is served on the reserve, anything else gets 503 server_busy.
-    limits = {"max_client_connections": 20, "health_reserve": 4, "body_timeout_s": 120}
+    limits = {"max_client_connections": 20, "health_reserve": 4, "body_timeout_s": 120, "body_stall_s": 120}
     router = start_router(tmp_path, {"PROMPTEDGE_ROUTER_LIMITS": json.dumps(limits)})
     busy: list[socket.socket] = []
     try:
@@ -320,6 +321,29 @@ def test_at_the_cap_with_every_connection_busy_health_still_answers(tmp_path: Pa
         router.stop()
 
 
+def test_at_the_cap_a_connection_stalled_in_its_body_makes_room(tmp_path: Path) -> None:
+    # Regression (issue 13, A6): one client filled the cap with bodies that never arrive (head,
+    # Content-Length 100000, one byte) and everyone else got 503 server_busy for body_timeout_s.
+    limits = {"max_client_connections": 8, "health_reserve": 2, "body_timeout_s": 120, "body_stall_s": 1}
+    router = start_router(tmp_path, {"PROMPTEDGE_ROUTER_LIMITS": json.dumps(limits)})
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(8):
+            sock = router.connect()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n{")
+            stalled.append(sock)
+        time.sleep(2)  # > body_stall_s: no body byte since
+        answer = httpx.get(router.url + "/no-such-path", timeout=10)
+        assert answer.status_code == 404, answer.text  # served normally, not 503 server_busy
+        status, headers, body = read_response(stalled[0], timeout=10)  # the oldest made room
+        assert (status, _error(body)["code"], headers.get("connection")) == (408, "body_timeout", "close")
+        assert closed_within(stalled[0], 5)
+    finally:
+        for sock in stalled:
+            sock.close()
+        router.stop()
+
+
 def test_a_long_or_odd_request_id_is_replaced_not_logged_and_echoed(router: RouterProcess) -> None:
     # Found while looking for the rest of the class: a 5,000-character X-Request-ID was written
     # whole into the access log line, forwarded to the replica and echoed back.
@@ -332,3 +356,23 @@ def test_a_long_or_odd_request_id_is_replaced_not_logged_and_echoed(router: Rout
     fine = "req-2026.12.02:abc_DEF-1"
     answer = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30, headers={"x-request-id": fine})
     assert answer.headers["x-request-id"] == fine
+
+
+def test_ctrl_c_twice_with_a_request_in_flight_leaves_no_traceback(tmp_path: Path) -> None:
+    # Regression (issue 13, M3): the second SIGINT (uvicorn's force quit) printed CancelledError
+    # tracebacks of the request still reading its body and of the lifespan.
+    router = start_router(tmp_path)
+    stalled = router.connect()
+    stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\nx")
+    try:
+        time.sleep(1)  # the request has reached the route and waits for its body
+        router.proc.send_signal(signal.SIGINT)
+        time.sleep(1)
+        router.proc.send_signal(signal.SIGINT)
+        router.proc.wait(timeout=60)
+    finally:
+        stalled.close()
+        router.stop()
+    log = router.log_text()
+    assert "Shutting down" in log
+    assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
