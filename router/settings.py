@@ -169,7 +169,7 @@ class RouterSettings(BaseSettings):
         except ValueError:
             raise ValueError("not a valid Redis URL (bad host or port)") from None
         if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://") from None
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
         return value
 
     @field_validator("api_keys")
