@@ -86,7 +86,8 @@ async def test_fallback_pool_takes_the_overflow_and_says_so(start_replica, clien
 
 async def test_api_key_token_buckets_answer_429_with_retry_after(start_replica, start_router, client) -> None:
     replica = await start_replica()
-    router = await start_router([replica.url], rate_limits={"*": {"requests_per_s": 0.5, "burst": 2},
+    router = await start_router([replica.url], api_keys={"key-alice": "a", "key-bob": "b"},
+                                rate_limits={"*": {"requests_per_s": 0.5, "burst": 2},
                                                             "key-tokens": {"tokens_per_min": 100}})
     url = router.url + "/v1/chat/completions"
     alice = {"authorization": "Bearer key-alice"}

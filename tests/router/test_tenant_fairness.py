@@ -1,0 +1,74 @@
+"""Issue 13 attack findings A7, A8, A14: a client cannot take another tenant's share of the
+router (rate limits, priority) nor read other tenants' traffic. Real router, sim replicas, Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+import pytest
+
+from tests.router.conftest import CHAT
+from tests.router.test_admission import load_behind_the_routers_back
+
+URL = "/v1/chat/completions"
+KEYS = {"sk-alice": "team-a", "sk-bob": "team-b"}
+
+
+async def test_anonymous_p0_claim_is_lowered_and_logged(start_replica, start_router, client,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    # Regression A8: any anonymous client could send X-Priority: P0 and be served while keyed
+    # tenants' P1 requests were shed with 429 pool_saturated.
+    replica = await start_replica()
+    router = await start_router([replica.url], queue_limit=2, scrape_interval_s=0.05, api_keys=KEYS,
+                                max_priority={"team-b": "P2"})
+    tasks = await load_behind_the_routers_back(client, replica, 7)  # overloaded: P1 and P2 shed
+    await asyncio.sleep(0.15)
+    url = router.url + URL
+    caplog.set_level(logging.INFO, logger="router.access")
+    anonymous = await client.post(url, json=CHAT, headers={"x-priority": "P0", "x-request-id": "anon-p0"})
+    unmapped = await client.post(url, json=CHAT, headers={"x-priority": "P0",
+                                                          "authorization": "Bearer sk-" + os.urandom(8).hex()})
+    bob = await client.post(url, json=CHAT, headers={"x-priority": "P0", "authorization": "Bearer sk-bob"})
+    alice = await client.post(url, json=CHAT, headers={"x-priority": "P0", "authorization": "Bearer sk-alice"})
+    assert (anonymous.status_code, unmapped.status_code, bob.status_code) == (429, 429, 429)
+    assert anonymous.json()["error"]["code"] == "pool_saturated"
+    assert alice.status_code == 200  # a mapped tenant without a bound may claim P0
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "router.access"]
+    line = next(x for x in lines if x["request_id"] == "anon-p0")
+    assert (line["priority"], line["claimed_priority"]) == ("P1", "P0")
+    await asyncio.gather(*tasks)
+
+
+async def test_random_api_keys_share_the_star_bucket(start_replica, start_router, client) -> None:
+    # Regression A7: every unlisted API key got its own "*" bucket: 10 random keys were all
+    # admitted against {"*": 1 rps, burst 2}.
+    replica = await start_replica()
+    router = await start_router([replica.url], api_keys=KEYS, rate_limits={"*": {"requests_per_s": 0.2, "burst": 2}})
+    url = router.url + URL
+    statuses = []
+    for i in range(6):
+        key = "sk-" + os.urandom(8).hex()
+        response = await client.post(url, json={**CHAT, "temperature": 0.01 * i}, headers={"authorization": f"Bearer {key}"})
+        statuses.append(response.status_code)
+    assert statuses[:2] == [200, 200] and set(statuses[2:]) == {429}
+    # without a key is the same group; mapped keys keep a "*"-sized bucket of their own each
+    assert (await client.post(url, json=CHAT)).status_code == 429
+    for key in KEYS:
+        response = await client.post(url, json=CHAT, headers={"authorization": f"Bearer {key}"})
+        assert response.status_code == 200
+
+
+async def test_cache_stats_per_tenant_needs_the_admin_key(start_replica, start_router, client) -> None:
+    # Regression A14: /cache/stats showed every tenant's name and traffic to anonymous clients.
+    router = await start_router([(await start_replica()).url], api_keys=KEYS, admin_key="sk-admin")
+    await client.post(router.url + URL, json=CHAT, headers={"authorization": "Bearer sk-alice"})
+    for headers in ({}, {"authorization": "Bearer sk-alice"}, {"authorization": "Bearer wrong"}):
+        stats = (await client.get(router.url + "/cache/stats", headers=headers)).json()
+        assert stats["requests"] >= 1 and "per_model" in stats
+        assert "per_tenant" not in stats and "team-a" not in json.dumps(stats)
+        assert all("per_tenant" not in w for w in stats["windows"].values())
+    admin = (await client.get(router.url + "/cache/stats", headers={"authorization": "Bearer sk-admin"})).json()
+    assert admin["per_tenant"]["team-a"]["requests"] == 1
