@@ -9,6 +9,7 @@ import logging
 import os
 
 import pytest
+import redis.asyncio
 
 from tests.router.conftest import CHAT
 from tests.router.test_admission import load_behind_the_routers_back
@@ -72,3 +73,54 @@ async def test_cache_stats_per_tenant_needs_the_admin_key(start_replica, start_r
         assert all("per_tenant" not in w for w in stats["windows"].values())
     admin = (await client.get(router.url + "/cache/stats", headers={"authorization": "Bearer sk-admin"})).json()
     assert admin["per_tenant"]["team-a"]["requests"] == 1
+
+
+async def semantic_tenants(redis_url: str) -> list[str]:
+    """The tenant of every live semantic entry in Redis."""
+    r = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        keys = await r.keys("promptedge:cache:sem:entry:*")
+        return [t.decode() for t in [await r.hget(k, "tenant") for k in keys] if t is not None]
+    finally:
+        await r.aclose()
+
+
+async def store_semantic(client, url: str, key: str, texts: list[str], redis_url: str, headers: dict) -> None:
+    """Send each text once as a miss (no lookup) and wait until its semantic entry is written."""
+    for text in texts:
+        before = len(await semantic_tenants(redis_url))
+        response = await client.post(url, json={**CHAT, "messages": [{"role": "user", "content": text}]},
+                                     headers={"authorization": f"Bearer {key}", "cache-control": "no-cache", **headers})
+        assert response.status_code == 200
+        for _ in range(200):  # stored after the answer; an eviction keeps the count
+            tenants = await semantic_tenants(redis_url)
+            if len(tenants) > before or len(tenants) >= 10:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.slow
+async def test_one_tenant_cannot_evict_the_others(start_replica, start_router, client, redis_url,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression A10: with MAX_ENTRIES 20, bob's 25 misses with X-Cache-TTL 604800 evicted all of
+    # alice's semantic entries (eviction took the soonest-expiring entry: always another
+    # tenant's default-TTL one), and alice's new entries were evicted at once.
+    monkeypatch.setenv("PROMPTEDGE_CACHE_MAX_ENTRIES", "10")
+    router = await start_router([(await start_replica()).url], api_keys=KEYS)
+    for _ in range(600):
+        if (await client.get(router.url + "/health")).json()["semantic"] == "ready":
+            break
+        await asyncio.sleep(0.1)
+    url = router.url + URL
+    alice = [f"How do I bake {food} at home?" for food in ("sourdough bread", "lasagna", "cheesecake", "bagels")]
+    bob = [f"Explain the history of {topic} in two sentences." for topic in (
+        "the Roman empire", "jazz", "the printing press", "chess", "the bicycle", "vaccines", "the telescope",
+        "paper money", "railways", "the compass", "photography", "the steam engine", "radio", "cinema", "aviation")]
+    await store_semantic(client, url, "sk-alice", alice, redis_url, {})
+    await store_semantic(client, url, "sk-bob", bob, redis_url, {"x-cache-ttl": "604800"})
+    tenants = await semantic_tenants(redis_url)
+    assert len(tenants) <= 10 and tenants.count("team-a") == 4, tenants
+    await store_semantic(client, url, "sk-alice", ["How do I grow tomatoes on a balcony?"], redis_url, {})
+    tenants = await semantic_tenants(redis_url)
+    assert tenants.count("team-a") == 5, tenants  # alice's new entry stays; bob, over his share, pays
