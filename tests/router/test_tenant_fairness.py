@@ -124,3 +124,38 @@ async def test_one_tenant_cannot_evict_the_others(start_replica, start_router, c
     await store_semantic(client, url, "sk-alice", ["How do I grow tomatoes on a balcony?"], redis_url, {})
     tenants = await semantic_tenants(redis_url)
     assert tenants.count("team-a") == 5, tenants  # alice's new entry stays; bob, over his share, pays
+
+
+def test_bucket_owner_groups_unlisted_keys_and_keeps_listed_ones_apart() -> None:
+    from router.ratelimit import bucket_owner
+    from router.settings import RateLimit
+
+    star, own = RateLimit(requests_per_s=1), RateLimit(requests_per_s=9)
+    limits = {"*": star, "sk-vip": own}
+    assert bucket_owner("sk-vip", limits, KEYS) == ("sk-vip", own)
+    assert bucket_owner("sk-alice", limits, KEYS) == ("sk-alice", star)  # mapped: own "*"-sized buckets
+    assert bucket_owner("sk-random", limits, KEYS) == ("*", star) == bucket_owner("", limits, KEYS)
+    assert bucket_owner("*", limits, KEYS) == ("*", star)
+    assert bucket_owner("sk-random", {}, KEYS) == ("*", None)
+
+
+def test_bounded_priority_lowers_claims_above_the_tenants_bound() -> None:
+    from router.classify import bounded_priority
+
+    assert bounded_priority("P0", "", KEYS, {}) == "P1"
+    assert bounded_priority("P0", "sk-random", KEYS, {}) == "P1"
+    assert bounded_priority("P2", "", KEYS, {}) == "P2"  # a lower claim is kept
+    assert bounded_priority("P0", "sk-alice", KEYS, {}) == "P0"
+    assert bounded_priority("P0", "sk-bob", KEYS, {"team-b": "P2"}) == "P2"
+    assert bounded_priority("P0", "", KEYS, {"*": "P0"}) == "P0"
+
+
+def test_max_priority_names_known_tenants_only() -> None:
+    from pydantic import ValidationError
+
+    from router.settings import RouterSettings
+
+    with pytest.raises(ValidationError) as err:
+        RouterSettings(api_keys=KEYS, max_priority={"team-c": "P0"})
+    assert "team-c" in str(err.value) and "sk-alice" not in str(err.value)
+    assert RouterSettings(api_keys=KEYS, max_priority={"*": "P2", "team-a": "P1"}).max_priority["*"] == "P2"
