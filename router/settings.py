@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from router.credentials import SecretRef
@@ -166,13 +166,15 @@ class RouterSettings(BaseSettings):
                                  f"'key:' (reserved), got {tenant!r}")
         return value
 
-    @model_validator(mode="after")
-    def _bounded_tenants_exist(self) -> "RouterSettings":
-        # a misspelled tenant must not silently leave that tenant unbounded
-        unknown = sorted(set(self.max_priority) - set(self.api_keys.values()) - {"*"})
+    @field_validator("max_priority")
+    @classmethod
+    def _bounded_tenants_exist(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # a misspelled tenant must not silently leave that tenant unbounded; a field validator
+        # (api_keys is validated before), so the error's input is this setting, not the keys
+        unknown = sorted(set(value) - set((info.data.get("api_keys") or {}).values()) - {"*"})
         if unknown:
-            raise ValueError(f"max_priority: {unknown} are neither '*' nor a tenant of api_keys")
-        return self
+            raise ValueError(f"{unknown} are neither '*' nor a tenant of api_keys")
+        return value
 
     @field_validator("timeouts")
     @classmethod
