@@ -40,6 +40,7 @@ Bounded = Callable[[Awaitable[T]], Awaitable[T]]
 _FOLLOW_BLOCK_MS = 1000
 _HEAD_CHECK_S = 30.0
 _STORE_EMBED_TIMEOUT_S = 5.0
+INDEX_SLACK = 1024  # vectors an index may hold above max_entries until Redis's `del` events arrive
 # The rebuild reads every entry; its client may have no socket timeout (ResponseCache's own),
 # so a Redis that stops answering must not hold start-up or the follower forever.
 _REBUILD_TIMEOUT_S = 60.0
@@ -135,7 +136,10 @@ class SemanticCache:
             self.state, self.error = "failed", f"embedding model fails to encode: {exc}"
             log.error("semantic cache disabled: %s", self.error)
             return
-        self.index = ScopedIndex(encoder.dim, max_entries=s.max_entries)
+        # Redis decides eviction (fair between tenants) and every worker follows its `del` events;
+        # the index's own soonest-expiring eviction is a memory safety net INDEX_SLACK above it,
+        # so it does not pre-empt Redis's choice while an `add` waits for its `del`.
+        self.index = ScopedIndex(encoder.dim, max_entries=s.max_entries + INDEX_SLACK)
         self.store = SemanticStore(self._redis, prefix=s.key_prefix, dim=encoder.dim,
                                    max_entries=s.max_entries, stream_maxlen=s.stream_maxlen,
                                    origin=self.origin)
@@ -263,8 +267,9 @@ class SemanticCache:
         return report
 
     async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,
-                          response: dict[str, Any], ttl_s: int, bounded: Bounded) -> bool:
-        """Write one entry (fixed TTL) and index it here; False when not ready or not embeddable."""
+                          response: dict[str, Any], ttl_s: int, bounded: Bounded, group: str | None = None) -> bool:
+        """Write one entry (fixed TTL) and index it here; False when not ready or not embeddable.
+        ``group``: the tenant's statistics label, the unit of fair eviction (cache/semantic_store.py)."""
         if not self.ready:
             return False
         assert self.index is not None and self.store is not None
@@ -279,9 +284,11 @@ class SemanticCache:
             entry_id, scope=query.scope, text=query.text, tenant=tenant, model=model,
             response=response, vector=vector, ttl_s=ttl_s, now=now,
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0), group=group,
         ))
-        for victim in [*evicted, *self.index.add(entry_id, query.scope, vector, now + ttl_s)]:
+        for victim in evicted:  # Redis chose them (fairly): drop them before adding here
+            self.index.remove(victim)
+        for victim in self.index.add(entry_id, query.scope, vector, now + ttl_s):
             self.index.remove(victim)
         return True
 

@@ -10,10 +10,17 @@ Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``; al
 |---|---|---|---|
 | ``entry:{id}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens`` | fixed, = entry TTL |
 | ``expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
+| ``group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
+| ``groups`` | set | the labels that have a ``group:`` set | none |
 | ``events`` | stream | ``op`` = ``add`` (``id``, ``scope``, ``exp``, ``vec``, ``origin``) or ``del`` (``id``, ``origin``); trimmed to about ``stream_maxlen`` | none |
 
-Eviction: when more than ``max_entries`` ids are live, the ones expiring soonest are deleted and a
-``del`` event is published, so all workers drop the same entries.
+Eviction (fair between tenants): when more than ``max_entries`` ids are live, the victim is the
+soonest-expiring entry of the *group holding the most live entries* (ties: the smaller label),
+repeated until the bound holds, in one Lua script. A group over its fair share pays first, so
+neither a tenant's volume nor its ``X-Cache-TTL`` can push another tenant's entries out; a
+TTL only orders eviction within its own group. Groups are statistics labels, a bounded set, so
+sending random API keys (each an isolation tenant of its own) does not make new groups. A
+``del`` event is published for every victim, so all workers drop the same entries.
 """
 
 from __future__ import annotations
@@ -28,6 +35,43 @@ from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
+
+# KEYS[1] = expiry, KEYS[2] = groups; ARGV = now, max_entries, group key prefix. Returns the
+# victims (already removed from expiry and their group; the caller deletes entries, publishes).
+# It names group keys it builds itself: a standalone Redis (not Redis Cluster) is assumed.
+_EVICT = """
+local now, limit, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local over = redis.call('ZCARD', KEYS[1]) - limit
+local victims = {}
+if over <= 0 then return victims end
+local sizes = {}
+for _, g in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  redis.call('ZREMRANGEBYSCORE', prefix .. g, '-inf', now)
+  local n = redis.call('ZCARD', prefix .. g)
+  if n == 0 then redis.call('SREM', KEYS[2], g) else sizes[g] = n end
+end
+while over > 0 do
+  local best, most = nil, 0
+  for g, n in pairs(sizes) do
+    if n > most or (n == most and g < best) then best, most = g, n end
+  end
+  if best == nil then break end
+  local popped = redis.call('ZPOPMIN', prefix .. best)
+  sizes[best] = most - 1
+  if popped[1] ~= nil then
+    table.insert(victims, popped[1])
+    redis.call('ZREM', KEYS[1], popped[1])
+  end
+  over = over - 1
+end
+if over > 0 then
+  -- entries without a group (written before groups existed): soonest-expiring first
+  local rest = redis.call('ZPOPMIN', KEYS[1], over)
+  for i = 1, #rest, 2 do table.insert(victims, rest[i]) end
+end
+return victims
+"""
 
 _ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
                  "prompt_tokens", "completion_tokens")
@@ -125,6 +169,9 @@ class SemanticStore:
         self.prefix = prefix
         self._expiry = f"{prefix}:sem:expiry"
         self._events = f"{prefix}:sem:events"
+        self._groups = f"{prefix}:sem:groups"
+        self._group_prefix = f"{prefix}:sem:group:"
+        self._evict = redis.register_script(_EVICT)
         self.dim = dim
         self.max_entries = max_entries
         self.stream_maxlen = stream_maxlen
@@ -132,9 +179,11 @@ class SemanticStore:
 
     async def put(self, entry_id: str, *, scope: str, text: str, tenant: str, model: str,
                   response: dict[str, Any], vector: np.ndarray, ttl_s: float,
-                  prompt_tokens: int, completion_tokens: int, now: float | None = None) -> list[str]:
-        """Write one entry with a fixed TTL and publish its ``add`` event; evicts the soonest
-        expiring entries beyond max_entries and returns their ids."""
+                  prompt_tokens: int, completion_tokens: int, now: float | None = None,
+                  group: str | None = None) -> list[str]:
+        """Write one entry with a fixed TTL and publish its ``add`` event; beyond max_entries
+        evicts from the largest tenant group (module doc) and returns the victims' ids.
+        ``group``: the tenant's statistics label (a bounded set), default ``tenant``."""
         now = time.time() if now is None else now
         expires_at = now + ttl_s
         vec = encode_vector(vector)
@@ -150,16 +199,16 @@ class SemanticStore:
         pipe.pexpireat(key, int(expires_at * 1000))
         pipe.zremrangebyscore(self._expiry, "-inf", now)
         pipe.zadd(self._expiry, {entry_id: expires_at})
+        label = tenant if group is None else group
+        pipe.zadd(self._group_prefix + label, {entry_id: expires_at})
+        pipe.sadd(self._groups, label)
         pipe.xadd(self._events, {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at),
                                "vec": vec, "origin": self.origin},
                   maxlen=self.stream_maxlen, approximate=True)
-        pipe.zcard(self._expiry)
-        results = await pipe.execute()
-        overflow = int(results[-1]) - self.max_entries
-        if overflow <= 0:
-            return []
-        popped = await self._redis.zpopmin(self._expiry, overflow)
-        evicted = [_s(member) for member, _ in popped]
+        await pipe.execute()
+        popped = await self._evict(keys=[self._expiry, self._groups],
+                                   args=[repr(now), self.max_entries, self._group_prefix])
+        evicted = [_s(member) for member in popped]
         await self.delete_ids(evicted)
         return evicted
 
@@ -182,9 +231,12 @@ class SemanticStore:
         ids = list(entry_ids)
         if not ids:
             return 0
+        groups = [_s(g) for g in await self._redis.smembers(self._groups)]  # a bounded set of labels
         pipe = self._redis.pipeline(transaction=True)
         pipe.delete(*(entry_key(self.prefix, i) for i in ids))
         pipe.zrem(self._expiry, *ids)
+        for label in groups:
+            pipe.zrem(self._group_prefix + label, *ids)
         for entry_id in ids:
             pipe.xadd(self._events, {"op": "del", "id": entry_id, "origin": self.origin},
                       maxlen=self.stream_maxlen, approximate=True)

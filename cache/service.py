@@ -267,7 +267,8 @@ class ResponseCache:
             if not isinstance(query, Skip):
                 try:
                     await self.semantic.store_entry(query, tenant=req.tenant, model=req.model,
-                                                    response=response, ttl_s=ttl_s, bounded=bounded)
+                                                    response=response, ttl_s=ttl_s, bounded=bounded,
+                                                    group=req.label)
                 except CacheUnavailable:
                     pass
         return True

@@ -45,8 +45,9 @@ class CacheSettings(BaseSettings):
       (never below 0, and never stricter than the model's own threshold).
     semantic_candidates: nearest neighbours checked per lookup. candidate_margin: a candidate
       after a rejected one is served only within this similarity of the best one.
-    max_entries: semantic entries kept (Redis and every index); beyond it the entries that expire
-      soonest are evicted. stream_maxlen: events kept in the index change stream.
+    max_entries: semantic entries kept in Redis (every index: at most 1,024 more); beyond it the
+      soonest-expiring entry of the tenant group holding the most entries is evicted
+      (cache/semantic_store.py). stream_maxlen: events kept in the index change stream.
     max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
     prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
       estimate, the hit's service time on an idle replica = prompt / prefill + completion /

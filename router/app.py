@@ -87,7 +87,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=cache,
             pools=pools, scraper=scraper, counters=counters, metrics=metrics,
-            weights=weights, limiter=RateLimiter(redis, settings.rate_limits),
+            weights=weights, limiter=RateLimiter(redis, settings.rate_limits, settings.api_keys),
             tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s))
         await source.start(on_replicas)
         await scraper.start()

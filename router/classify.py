@@ -108,6 +108,23 @@ def priority(headers: Mapping[str, str]) -> str:
     return value
 
 
+ANY_TENANT = "*"  # max_priority's entry for requests without a key and keys without a mapping
+UNLISTED_MAX_PRIORITY = "P1"  # what ANY_TENANT may claim unless max_priority says otherwise
+
+
+def bounded_priority(claimed: str, key: str, mapping: Mapping[str, str], bounds: Mapping[str, str]) -> str:
+    """The priority a request gets: the one it ``claimed`` (P0..P2), lowered to its tenant's
+    bound. ``bounds`` (``PROMPTEDGE_ROUTER_MAX_PRIORITY``): tenant name or ``"*"`` -> highest
+    class it may claim. A mapped key's tenant not in ``bounds`` may claim P0; a request without
+    a key or with a key not in ``mapping`` is bounded by ``bounds["*"]`` (default P1), so an
+    anonymous client cannot put itself ahead of the tenants (P0 is never shed)."""
+    if key and key in mapping:
+        bound = bounds.get(mapping[key], "P0")
+    else:
+        bound = bounds.get(ANY_TENANT, UNLISTED_MAX_PRIORITY)
+    return max(claimed, bound)  # "P0" < "P1" < "P2": the larger name is the lower class
+
+
 def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
     """Prompt size in tokens without a tokenizer: ceil(chars / 4) (OpenAI's rule of thumb of
     ~4 characters per token) plus 3 per chat message and 3 for reply priming (OpenAI cookbook,

@@ -19,7 +19,9 @@ unlucky answers:
 - Timeouts and 429 and 503 answers are no evidence either way (the caller records nothing);
   a 4xx answer is a good answer (the replica works, the request was bad).
 - Outlier ejection: when the p99 of the last ``window`` TTFTs is above ``outlier_p99_s``
-  (default 2 s), the replica is ejected for ``eject_s``.
+  (default 2 s), the replica is ejected for ``eject_s``. Only requests with a *short* prompt
+  give TTFT samples (:func:`judged_ttft`): a long prompt's TTFT is mostly its own prefill,
+  which the client chose, so it says nothing about the replica's health.
 - The last resort (``admits(now, last_resort=True)``, used by ``Pool.eligible`` when no replica
   of a pool admits): a replica that is up, not draining and still answers (its circuit was
   opened by server errors, or it is ejected) takes requests rather than leaving the whole pool
@@ -47,6 +49,16 @@ class HealthConfig:
     window: int = 50
     min_samples: int = 20
     eject_s: float = 10.0
+
+
+JUDGED_SIZE = "short"  # the prompt size class (router/classify.py size_class) whose TTFT is judged
+
+
+def judged_ttft(ttft_s: float | None, size: str) -> float | None:
+    """The TTFT sample (seconds) that health may judge a replica on: ``ttft_s`` for a request
+    of prompt size class ``short`` (below the first ``size_thresholds`` bound, 512 tokens by
+    default: its prefill is a small part of 2 s), else None (no sample)."""
+    return ttft_s if size == JUDGED_SIZE else None
 
 
 CONNECT_FAILURE = "connect_failure"

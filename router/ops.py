@@ -79,13 +79,36 @@ async def metrics(state: StateDep) -> Response:
 
 
 @ops.get("/cache/stats")
-async def cache_stats(state: StateDep) -> JSONResponse:
-    """The cache's counters (requests, exact/semantic hits, misses, hit ratio, per model)."""
+async def cache_stats(state: StateDep, request: Request) -> JSONResponse:
+    """The cache's counters (requests, exact/semantic hits, misses, hit ratio, per model).
+
+    ``per_tenant`` (tenant names and their traffic, in the totals and in every window) only
+    for ``Authorization: Bearer <PROMPTEDGE_ROUTER_ADMIN_KEY>``; any other caller gets the rest."""
     try:
-        return JSONResponse(await state.cache.stats())
+        stats = await state.cache.stats()
     except CacheUnavailable:
         raise CacheStatsUnavailable("cache statistics unavailable: Redis does not answer",
                                     code="redis_unavailable") from None
+    if not _is_admin(state.settings.admin_key, request):
+        stats = without_tenants(stats)
+    return JSONResponse(stats)
+
+
+def _is_admin(admin_key: str | None, request: Request) -> bool:
+    """True if the request's bearer token is the (set, non-blank) admin key."""
+    if admin_key is None or not admin_key.strip():
+        return False
+    return hmac.compare_digest(api_key(request.headers).encode(), admin_key.encode())
+
+
+def without_tenants(stats: dict[str, Any]) -> dict[str, Any]:
+    """``stats`` (cache/stats.py shape) without ``per_tenant``, in the totals and every window."""
+    out = {k: v for k, v in stats.items() if k != "per_tenant"}
+    windows = stats.get("windows")
+    if isinstance(windows, dict):
+        out["windows"] = {name: {k: v for k, v in w.items() if k != "per_tenant"} if isinstance(w, dict) else w
+                          for name, w in windows.items()}
+    return out
 
 
 @ops.delete("/cache")

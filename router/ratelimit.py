@@ -5,6 +5,7 @@ with Redis's clock (so several router processes share the buckets). A bucket ref
 continuously at its rate up to its capacity. API keys are stored hashed. If Redis does not
 answer, requests are admitted (fail open: an outage of the limiter must not become an outage
 of the service) and Redis is skipped for 1 s; ``unavailable`` counts those admissions.
+Keys without a mapping and without their own limit share one group of ``"*"`` buckets.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Collection, Mapping
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -47,12 +49,32 @@ return tostring(wait)
 _RETRY_AFTER_S = 1.0
 
 
-class RateLimiter:
-    """Token buckets per API key; limits by key, ``"*"`` for any other key (and no key)."""
+ANY_KEY = "*"
 
-    def __init__(self, redis: aioredis.Redis, limits: dict[str, RateLimit]) -> None:
+
+def bucket_owner(api_key: str, limits: Mapping[str, RateLimit], known: Collection[str]) -> tuple[str, RateLimit | None]:
+    """Whose buckets a request draws from, and their limit (pure).
+
+    A key with its own entry in ``limits``, or a key in ``known`` (the mapped keys of
+    ``API_KEYS``), has buckets of its own (a known key without an entry gets the ``"*"`` limit);
+    every other key, and no key, is one group sharing the ``"*"`` buckets, so a client cannot
+    escape the limit by sending a fresh random key per request. Returns (bucket name, limit);
+    the bucket name is the key itself or ``"*"``, and is hashed before it reaches Redis."""
+    if api_key in limits and api_key != ANY_KEY:
+        return api_key, limits[api_key]
+    if api_key and api_key in known:
+        return api_key, limits.get(ANY_KEY)
+    return ANY_KEY, limits.get(ANY_KEY)
+
+
+class RateLimiter:
+    """Token buckets per API key (:func:`bucket_owner`): keys listed in ``limits`` or mapped in
+    ``known`` each have their own; all other keys and requests without a key share ``"*"``'s."""
+
+    def __init__(self, redis: aioredis.Redis, limits: dict[str, RateLimit], known: Collection[str] = ()) -> None:
         self.redis = redis
         self.limits = limits
+        self.known = frozenset(known)
         self.unavailable = 0
         self._script = redis.register_script(_BUCKETS)
         self._down_until = 0.0
@@ -63,10 +85,11 @@ class RateLimiter:
         tokens: the request's token cost (prompt estimate + max_tokens). A cost larger than a
         bucket's capacity can never fit: it is charged the full capacity instead.
         """
-        limit = self.limits.get(api_key) or self.limits.get("*")
+        owner, limit = bucket_owner(api_key, self.limits, self.known)
         if limit is None or time.monotonic() < self._down_until:
             return 0.0
-        digest = hashlib.sha256(api_key.encode()).hexdigest()[:24]
+        # "*" is hashed like a key, so the shared buckets' names look like any other's
+        digest = hashlib.sha256(owner.encode()).hexdigest()[:24]
         keys, args = [], []
         if limit.requests_per_s is not None:
             keys.append(f"promptedge:ratelimit:{digest}:requests")

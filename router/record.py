@@ -26,7 +26,8 @@ class Record:
     started: float
     pool: str = ""
     target: str = ""  # the pool that serves it: ``pool`` or its fallback
-    priority: str = "P1"
+    priority: str = "P1"  # the class it is served at (router/classify.py bounded_priority)
+    claimed_priority: str = "P1"  # the class its X-Priority asked for (logged when lowered)
     size: str = ""  # prompt size class: short | medium | long
     lane: str = ""  # normal | long in a pool with replicas reserved for long prompts, else ""
     prompt_tokens: int = 0
@@ -52,7 +53,8 @@ class Record:
         if log.isEnabledFor(logging.INFO):
             forwarded = self.forwarded_at or end
             log.info(json.dumps({
-                "request_id": self.request_id, "model": self.pool, "priority": self.priority, "size": self.size,
+                "request_id": self.request_id, "model": self.pool, "priority": self.priority,
+                "claimed_priority": self.claimed_priority, "size": self.size,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "pool": self.target, "lane": self.lane, "replica": self.replica, "profile": self.profile, "cache": self.cache,
                 "status": self.status,

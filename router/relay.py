@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from cache import CacheRequest
 from router.errors import APIError, UpstreamError, UpstreamTimeout
+from router.health import judged_ttft
 from router.record import Record
 from router.replicas import Lease
 from router.sse import DONE, StreamAssembler
@@ -96,7 +97,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
             rec.status = 499  # the client left before the end
         else:
             ttft = None if rec.first_byte_at is None else rec.first_byte_at - rec.started
-            lease.replica.health.on_success(now, ttft)
+            lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
         usage = assembler.usage or {}
         rec.completion_tokens = usage.get("completion_tokens") or 0
         rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens

@@ -77,10 +77,12 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     if pool not in state.pools:
         raise ModelNotFound(f"The model `{pool}` does not exist.", param="model", code="model_not_found")
     rec.pool = rec.target = pool
-    rec.priority = classify.priority(headers)
+    api_key = classify.api_key(headers)
+    rec.claimed_priority = classify.priority(headers)
+    rec.priority = classify.bounded_priority(rec.claimed_priority, api_key, state.settings.api_keys,
+                                             state.settings.max_priority)
     rec.prompt_tokens = classify.estimate_prompt_tokens(body)
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
-    api_key = classify.api_key(headers)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
         await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
     control = classify.cache_control(headers)

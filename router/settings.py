@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from router.credentials import SecretRef
@@ -146,6 +146,9 @@ class RouterSettings(BaseSettings):
     # cache for requests without an API key: off | exact (default: no semantic sharing) | semantic
     anonymous_cache: Literal["off", "exact", "semantic"] = "exact"
     rate_limits: dict[str, RateLimit] = Field(default_factory=dict)  # API key or "*" -> buckets
+    # tenant (api_keys value) or "*" (no key, unmapped keys) -> the highest X-Priority it may claim;
+    # a mapped tenant not listed may claim P0, "*" defaults to P1 (router/classify.py bounded_priority)
+    max_priority: dict[str, Literal["P0", "P1", "P2"]] = Field(default_factory=dict)
     queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
     max_inflight_per_replica: int | None = Field(None, ge=1)
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
@@ -181,6 +184,16 @@ class RouterSettings(BaseSettings):
             if tenant == "default" or tenant.startswith("key:") or not tenant.strip():
                 raise ValueError(f"api_keys: a key's tenant cannot be empty, 'default' or start with "
                                  f"'key:' (reserved), got {tenant!r}")
+        return value
+
+    @field_validator("max_priority")
+    @classmethod
+    def _bounded_tenants_exist(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # a misspelled tenant must not silently leave that tenant unbounded; a field validator
+        # (api_keys is validated before), so the error's input is this setting, not the keys
+        unknown = sorted(set(value) - set((info.data.get("api_keys") or {}).values()) - {"*"})
+        if unknown:
+            raise ValueError(f"{unknown} are neither '*' nor a tenant of api_keys")
         return value
 
     @field_validator("timeouts")

@@ -48,7 +48,7 @@ async def load_behind_the_routers_back(client, replica, n: int, max_tokens: int 
 
 async def test_saturated_pool_sheds_p2_then_p1_and_serves_p0(start_replica, start_router, client) -> None:
     replica = await start_replica()  # 2 sequences at a time
-    router = await start_router([replica.url], queue_limit=2, scrape_interval_s=0.05)
+    router = await start_router([replica.url], queue_limit=2, scrape_interval_s=0.05, api_keys={"sk-ops": "ops"})
     tasks = await load_behind_the_routers_back(client, replica, 7)  # 5 waiting: overloaded (>= 2 x 2)
     await asyncio.sleep(0.15)
     url = router.url + "/v1/chat/completions"
@@ -56,7 +56,7 @@ async def test_saturated_pool_sheds_p2_then_p1_and_serves_p0(start_replica, star
     p1 = await client.post(url, json=CHAT, headers={"x-priority": "P1"})
     assert (p2.status_code, p1.status_code) == (429, 429)
     assert p2.json()["error"]["code"] == "pool_saturated" and p2.headers["retry-after"] == "1"
-    p0 = await client.post(url, json=CHAT, headers={"x-priority": "P0"})
+    p0 = await client.post(url, json=CHAT, headers={"x-priority": "P0", "authorization": "Bearer sk-ops"})
     assert p0.status_code == 200
     bad = await client.post(url, json=CHAT, headers={"x-priority": "urgent"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "X-Priority"
@@ -86,7 +86,8 @@ async def test_fallback_pool_takes_the_overflow_and_says_so(start_replica, clien
 
 async def test_api_key_token_buckets_answer_429_with_retry_after(start_replica, start_router, client) -> None:
     replica = await start_replica()
-    router = await start_router([replica.url], rate_limits={"*": {"requests_per_s": 0.5, "burst": 2},
+    router = await start_router([replica.url], api_keys={"key-alice": "a", "key-bob": "b"},
+                                rate_limits={"*": {"requests_per_s": 0.5, "burst": 2},
                                                             "key-tokens": {"tokens_per_min": 100}})
     url = router.url + "/v1/chat/completions"
     alice = {"authorization": "Bearer key-alice"}

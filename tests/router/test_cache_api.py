@@ -35,7 +35,7 @@ async def post_until_stored(client: httpx.AsyncClient, url: str, body: dict, hea
 
 async def test_semantic_hit_headers_and_stream_replay(start_replica, start_router, client) -> None:
     # clients without a key share semantic answers only when the operator allows it
-    router = await start_router([(await start_replica()).url], anonymous_cache="semantic")
+    router = await start_router([(await start_replica()).url], anonymous_cache="semantic", admin_key="key-admin")
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION))
     hit = await client.post(url, json=chat(PARAPHRASE))
@@ -51,7 +51,7 @@ async def test_semantic_hit_headers_and_stream_replay(start_replica, start_route
     assert chunks[-1]["usage"]["completion_tokens"] == 8
     strict = await client.post(url, json=chat(PARAPHRASE), headers={"x-cache-threshold": "1"})
     assert strict.headers["x-cache"] == "miss"
-    stats = (await client.get(router.url + "/cache/stats")).json()
+    stats = (await client.get(router.url + "/cache/stats", headers={"authorization": "Bearer key-admin"})).json()
     assert stats["semantic_hits"] == 2 and stats["per_tenant"]["default"]["semantic_hits"] == 2
     metrics = (await client.get(router.url + "/metrics")).text
     assert 'promptedge_cache_lookups_total{model="sim-llama-8b",outcome="semantic",tenant="default"} 2.0' in metrics

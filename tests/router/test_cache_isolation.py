@@ -147,7 +147,7 @@ async def test_an_empty_admin_key_switches_the_admin_api_off(start_replica, star
 async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router, client, redis_url) -> None:
     # Regression (finding 5): every random API key became a tenant label in /metrics, in
     # /cache/stats and a stats series in Redis.
-    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"}, admin_key="key-admin")
     url = router.url + URL
     for i in range(12):
         key = "sk-" + os.urandom(8).hex()
@@ -158,7 +158,7 @@ async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router,
     # a client's model string is no label either: counted under the pool that answered
     await client.post(url, json={**chat("Question number 1?"), "model": "m-" + os.urandom(8).hex()},
                       headers={"x-model": MODEL})
-    stats = (await client.get(router.url + "/cache/stats")).json()
+    stats = (await client.get(router.url + "/cache/stats", headers={"authorization": "Bearer key-admin"})).json()
     assert set(stats["per_model"]) == {MODEL}
     assert set(stats["per_tenant"]) == {"acme", "default", "other"}
     assert stats["per_tenant"]["other"]["requests"] == 12

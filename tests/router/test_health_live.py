@@ -90,3 +90,24 @@ async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(s
     p2 = Counter(a.status_code for a in await asyncio.gather(*slow))
     assert Counter(normal) == Counter({200: 72}), Counter(normal)
     assert p2[504] > 0 and set(p2) <= {200, 504}, p2
+
+
+async def test_a_long_prompt_does_not_eject_a_healthy_replica(start_replica, start_router, client) -> None:
+    # Regression A9: one client's long prompt (~2.5 s prefill, max_tokens 1) made the TTFT
+    # p99 of a healthy replica exceed 2 s and ejected it for 10 s (/health: ready 1 of 2).
+    slow_prefill = dataclasses.replace(FAST, max_model_len=12000, kv_capacity_tokens=24000,
+                                       max_num_batched_tokens=8192, prefill_s_per_token=0.0005)
+    replicas = [await start_replica(profile=slow_prefill) for _ in range(2)]
+    router = await start_router([r.url for r in replicas], policy="round_robin")
+    url = router.url + URL
+    fresh = {"cache-control": "no-cache, no-store"}
+    for i in range(44):  # >= min_samples (20) streamed TTFTs on each replica
+        answer = await client.post(url, json=ask(i, stream=True, max_tokens=1), headers=fresh)
+        assert answer.status_code == 200
+    long_prompt = "lorem " * 5000  # ~5000 tokens: ~2.5 s of prefill
+    answer = await client.post(url, json=ask(0, stream=True, max_tokens=1,
+                                             messages=[{"role": "user", "content": long_prompt}]),
+                               headers=fresh, timeout=30)
+    assert answer.status_code == 200
+    health = (await client.get(router.url + "/health")).json()
+    assert health["pools"][CHAT["model"]]["ready"] == 2, health

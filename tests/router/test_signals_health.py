@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from router.counters import SimClock
-from router.health import HealthConfig, HealthState
+from router.health import HealthConfig, HealthState, judged_ttft
 from router.signals import parse_metrics
 
 VLLM_NEW = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -138,6 +138,13 @@ def test_latency_outlier_is_ejected_for_a_while() -> None:
     state.on_success(1.0, ttft_s=5.0)
     assert not state.admits(2.0) and state.admits(2.0, last_resort=True)
     assert state.admits(11.0)
+
+
+def test_only_short_prompts_give_ttft_samples() -> None:
+    # a long prompt's TTFT is its own prefill, chosen by the client (finding A9)
+    assert judged_ttft(5.0, "short") == 5.0
+    assert judged_ttft(5.0, "medium") is None and judged_ttft(5.0, "long") is None
+    assert judged_ttft(None, "short") is None
 
 
 def test_sim_clock_is_identity_at_scale_1_and_compresses_time_otherwise() -> None:
