@@ -176,7 +176,14 @@ class SemanticCache:
                                stream_maxlen=self.settings.stream_maxlen, origin=self.origin)
         backoff = 0.5
         next_head_check = time.monotonic() + _HEAD_CHECK_S
+        task = asyncio.current_task()
         while True:
+            # close() cancels this task, but a cancellation that arrives while redis-py reads a
+            # reply can be swallowed there (turned into a connection error that its retry or
+            # the handler below absorbs): the loop then went on for ever and close() never
+            # returned. A cancel request stays visible in cancelling(): honour it every turn.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             try:
                 if not self._last_id:
                     await self._rebuild()

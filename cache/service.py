@@ -123,9 +123,14 @@ class ResponseCache:
     async def _probe_loop(self) -> None:
         # Without it, an idle router stayed "degraded" after Redis came back until a request
         # happened to reach the cache (issue 13, finding 9).
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(self.settings.health_interval_s)
             await self.probe()
+            # probe() bounds the PING with asyncio.timeout and absorbs its errors: a cancel
+            # (aclose) that lands as the bound expires must still end the loop
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
 
     @property
     def _off_path_timeout_s(self) -> float:

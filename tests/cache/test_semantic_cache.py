@@ -346,3 +346,39 @@ async def test_a_slow_semantic_write_is_not_an_outage(redis_url: str, encoder: E
         await router_client.aclose()
         await cache_client.aclose()
         server.close()
+
+
+async def test_close_returns_even_if_a_read_swallows_the_follower_cancellation(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The teardown of make_cache hung for ever (after the floor test): close() cancelled the
+    # index follower while redis-py was reading an XREAD reply, the read absorbed the
+    # CancelledError (retried the command) and the follower's while-True loop went on, so
+    # `await task` in close() never returned. A read that swallows a cancel stands in for it.
+    from cache.index import ScopedIndex
+    from cache.semantic import SemanticCache
+    from cache.semantic_store import SemanticStore
+
+    swallowed: list[bool] = []
+
+    async def swallowing_read(self: SemanticStore, after: str, block_ms: int, count: int = 512) -> list[Any]:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            if swallowed:
+                raise
+            swallowed.append(True)  # what the library did once: the cancel never reaches the follower
+        return []
+
+    monkeypatch.setattr(SemanticStore, "read_events", swallowing_read)
+    semantic = SemanticCache(aioredis.Redis.from_url(redis_url), CacheSettings())
+    semantic.index = ScopedIndex(4, max_entries=10)
+    semantic._follow_client = aioredis.Redis.from_url(redis_url)
+    semantic._follower = asyncio.create_task(semantic._follow())
+    await asyncio.sleep(0.01)
+    started = time.monotonic()
+    # before the fix close() waited until this bound's own cancel reached the follower
+    async with asyncio.timeout(3):
+        await semantic.close()
+    assert time.monotonic() - started < 2 and swallowed == [True]
+    assert semantic._follower.cancelled()
+    await semantic._redis.aclose()
