@@ -175,7 +175,9 @@ def _forecast(cfg: DemoConfig, env: dict[str, str], sim_now: float) -> dict[str,
     capacity = os.environ.get("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA", repr(cfg.replica_capacity_rps / cfg.speedup))
     out = cfg.log_dir / "forecast.json"
     out.unlink(missing_ok=True)
-    return run_forecaster({**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity},
+    # dry-run whatever the caller's environment says: the demo has no Kubernetes to scale
+    return run_forecaster({**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity,
+                           "PROMPTEDGE_ACTUATOR_MODE": "dry-run"},
                           forecaster_command(sim_now, out), out)
 
 

@@ -135,10 +135,11 @@ def _forecast_lines(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[
     if requests:
         lines.append(f"  saw: {requests - hits} of {requests} requests reach a replica ({1 - hits / requests:.0%}); "
                      "hits never count as demand")
-    action = str(decision.get("action", ""))
     lines.append(f"  decided: {decision.get('replicas', '?')} replicas ({decision.get('reason', '')})")
+    # the decision's action is the planner's ("set", "hold"); the demo's forecaster always runs
+    # in dry-run (demo.py forces it), so nothing is ever scaled here
     lines.append("  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real "
-                 "Deployment)" if "dry" in action or not action else f"  scaled: {action}")
+                 "Deployment)")
     lines.append(f"  {'minutes (UTC)':>33}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
     keys = ("forecast", "upper", "replicas")
     i = 0

@@ -44,3 +44,11 @@ def test_forecast_says_what_it_saw_decided_and_scaled_and_folds_equal_minutes() 
     assert "decided: 1 replicas (hold)" in text and "scaled: nothing (dry-run" in text
     assert "(30 minutes alike)" in text
     assert len([line for line in text.splitlines() if "0.100" in line and "0.120" in line]) == 1
+
+
+def test_a_planned_scale_is_not_reported_as_done_in_the_dry_run_demo() -> None:
+    # Found in a README trial: the report printed "scaled: set" (the planner's action) although
+    # the demo's forecaster runs in dry-run and nothing was scaled.
+    text = render(_report(forecast_plan=[], forecast_model="last_value",
+                          forecast_decision={"replicas": 3, "reason": "scale up ahead of the forecast", "action": "set"}))
+    assert "decided: 3 replicas" in text and "scaled: nothing (dry-run" in text and "scaled: set" not in text
