@@ -194,6 +194,13 @@ def backtest(
 
     if demand_unit not in ("requests", "tokens"):
         raise _fail(f"--demand-unit must be requests or tokens, got {demand_unit!r}")
+    for flag, value, ok, bound in (("--capacity", capacity, capacity > 0, "> 0"), ("--warmup", warmup, warmup >= 0, ">= 0"),
+                                   ("--headroom", headroom, headroom >= 0, ">= 0"),
+                                   ("--upper-headroom", upper_headroom, upper_headroom >= 0, ">= 0"),
+                                   ("--down-cooldown", down_cooldown, down_cooldown >= 0, ">= 0"),
+                                   ("--test-fraction", test_fraction, 0 < test_fraction < 1, "in (0, 1)")):
+        if not ok:  # a capacity of 0 divided demand by zero deep in the simulation (a traceback)
+            raise _fail(f"{flag} must be {bound}, got {value:g}")
     try:
         source = TraceSource(trace, step, tz, trace_format)
         traffic = source.fetch()

@@ -99,3 +99,14 @@ def test_predictive_scales_down_once_a_bucket_is_observed_below_its_forecast() -
     bucket3 = run.provisioned[40:80]
     assert bucket3[0] == 5  # the forecast was believed at the bucket's start
     assert bucket3[4] == 1  # and dropped once its first minute was observed
+
+
+def test_backtest_refuses_a_capacity_or_warmup_out_of_range(data_dir: Path) -> None:
+    # Found in a README trial: --capacity 0 ended in an OverflowError traceback and
+    # --capacity -5 printed a 100 % under-provisioned table with exit 0.
+    trace = str(data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
+    for flag, value in (("--capacity", "0"), ("--capacity", "-5"), ("--warmup", "-1"), ("--headroom", "-0.5"),
+                        ("--test-fraction", "0"), ("--test-fraction", "1.5")):
+        proc = CliRunner().invoke(app, ["backtest", "--trace", trace, flag, value, "--no-progress"])
+        assert proc.exit_code == 2, (flag, value, proc.output)
+        assert flag in proc.output and "Traceback" not in proc.output
