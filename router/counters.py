@@ -124,6 +124,11 @@ class TrafficCounters:
         await self.flush()
 
     async def _loop(self) -> None:
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(self.flush_s)
             await self.flush()
+            # a library that swallows a cancel (redis-py did, cache/semantic.py) must not keep
+            # the loop going: stop() awaits it
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError

@@ -48,9 +48,14 @@ class Scraper:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _every(self, interval: float, job) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(interval)
             await job()
+            # a library that swallows a cancel (redis-py did, cache/semantic.py) must not keep
+            # the loop going: stop() awaits it
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
 
     async def scrape_all(self) -> None:
         """Scrape every replica once, concurrently."""

@@ -57,3 +57,30 @@ async def test_minutes_while_the_router_was_down_stay_empty(redis_url: str) -> N
     assert await fields(client, "m", base + 5) == {}
     assert await fields(client, "m", base + 10) == {"requests": 0}
     await client.aclose()
+
+
+async def test_stop_returns_even_if_a_flush_swallows_the_cancellation(redis_url: str) -> None:
+    # The cache's index follower hung close() for ever when redis-py swallowed its cancel
+    # (cache/semantic.py); the counters' flush loop had the same shape.
+    import asyncio
+
+    class Swallowing(TrafficCounters):
+        swallowed = 0
+
+        async def flush(self) -> bool:
+            if self._task is not None and asyncio.current_task() is self._task and not self.swallowed:
+                try:
+                    await asyncio.sleep(0.2)
+                except asyncio.CancelledError:
+                    self.swallowed += 1  # what the library did: the cancel does not reach the loop
+                return True
+            return await super().flush()
+
+    client = aioredis.Redis.from_url(redis_url)
+    counters = Swallowing(client, StepClock(28_000_000 * 60), flush_s=0.01, models=["m"])  # type: ignore[arg-type]
+    counters.start()
+    await asyncio.sleep(0.05)  # inside the first flush
+    async with asyncio.timeout(3):
+        await counters.stop()
+    assert counters.swallowed == 1
+    await client.aclose()
