@@ -64,6 +64,19 @@ def _gaps(client: ClientWindow, mean: float, n: int, rng: np.random.Generator) -
     return rng.weibull(k, n) * (mean / math.exp(math.lgamma(1 + 1 / k)))
 
 
+def _length_biased_gap(client: ClientWindow, mean: float, rng: np.random.Generator) -> float:
+    """One gap drawn with density x f(x) / mean (f: the client's gap density), seconds."""
+    if client.cv <= 1e-9:
+        return mean
+    if client.pattern == "Exponential" or (client.pattern == "Gamma" and abs(client.cv - 1) < 1e-9):
+        return float(rng.gamma(2.0, mean))
+    k = shape_for_cv(client.pattern, client.cv)
+    if client.pattern == "Gamma":
+        return float(rng.gamma(k + 1, mean / k))
+    scale = mean / math.exp(math.lgamma(1 + 1 / k))
+    return float(scale * rng.gamma(1 + 1 / k) ** (1 / k))
+
+
 def client_arrivals(client: ClientWindow, start_s: float, span_s: float, scale: float,
                     rng: np.random.Generator) -> np.ndarray:
     """Arrival times (seconds, sorted) of one client in [start_s, start_s + span_s)."""
@@ -73,7 +86,7 @@ def client_arrivals(client: ClientWindow, start_s: float, span_s: float, scale: 
     mean = 1.0 / rate
     expected = rate * span_s
     chunk = int(expected + 4 * math.sqrt(expected) + 16)
-    first = _gaps(client, mean, 1, rng)[0] * rng.random()
+    first = _length_biased_gap(client, mean, rng) * rng.random()
     times = [np.array([start_s + first])]
     last = start_s + first
     while last < start_s + span_s:
