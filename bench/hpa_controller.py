@@ -15,7 +15,10 @@ Autoscaling", algorithm details; ``pkg/controller/podautoscaler``):
   replicas; else desired = ceil(ready x ratio); when scaling up, pods not yet ready count as
   load 0 (HPA's rule), i.e. desired = ceil(load / target) over ready + unready pods;
 - scale-up limit of the default ``behavior``: at most max(2 x current, current + 4) per 15 s;
-- scale-down stabilisation: the highest recommendation of the last 300 s wins;
+- scale-down stabilisation: the highest recommendation of the last 300 s wins; the window is
+  seeded with the current replicas at the first sync, as the controller's
+  ``recordInitialRecommendation`` does, so a new controller does not scale down during its
+  first 300 s (e.g. on the zero load before the traffic starts);
 - bounds [min, max]; the scale subresource is written only when the result differs.
 
 All windows are in simulated seconds: ``--clock-scale`` simulated seconds pass per wall second
@@ -57,9 +60,11 @@ class HpaConfig:
 
 @dataclass
 class HpaState:
-    """Recommendations (simulated time, replicas) of the stabilisation window, oldest first."""
+    """Recommendations (simulated time, replicas) of the stabilisation window, oldest first;
+    ``seeded``: the current replicas were recorded at the first sync."""
 
     recommendations: deque[tuple[float, int]] = field(default_factory=deque)
+    seeded: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ def decide(cfg: HpaConfig, state: HpaState, now_s: float, load_rps: float | None
     """One HPA sync (pure apart from updating ``state``). ``load_rps``: the pool's observed
     load in requests per simulated second (None: no metric this sync -> hold, as the HPA does
     when metrics are missing); ``ready``: ready pods; ``current``: ``spec.replicas``."""
+    if not state.seeded:
+        state.recommendations.append((now_s, current))
+        state.seeded = True
     if load_rps is None:
         return Decision(current, current, "hold: no metric")
     if ready <= 0:

@@ -52,7 +52,9 @@ def test_missing_metric_holds_and_bounds_apply() -> None:
     assert hpa.decide(CFG, hpa.HpaState(), 0.0, None, ready=3, current=3).replicas == 3
     small = hpa.HpaConfig(target=2.0, min_replicas=2, max_replicas=4)
     assert hpa.decide(small, hpa.HpaState(), 0.0, 100.0, ready=4, current=4).replicas == 4
-    assert hpa.decide(small, hpa.HpaState(), 0.0, 0.0, ready=4, current=4).replicas == 2
+    seeded = hpa.HpaState()
+    hpa.decide(small, seeded, 0.0, None, ready=4, current=4)
+    assert hpa.decide(small, seeded, 301.0, 0.0, ready=4, current=4).replicas == 2
     with pytest.raises(ValueError):
         hpa.HpaConfig(target=0.0)
 
@@ -68,3 +70,18 @@ def test_forwarded_total_counts_misses_not_hits() -> None:
         'promptedge_router_requests_created{pool="m",replica="a",status="200",cache="miss"} 1.7e9',
     ]) + "\n"
     assert hpa.forwarded_total(text) == 9.0
+
+
+def test_a_new_controller_does_not_scale_down_before_its_first_window_has_passed() -> None:
+    # Regression (issue 10 loop): the stabilisation window started empty, so a controller that
+    # started before the traffic saw load 0 and scaled 2 -> 1 at once (the loop's reactive run:
+    # 1 ready replica when the segment began, 33 requests shed with 429). The HPA controller
+    # seeds the window with the current replicas the first time it sees an HPA
+    # (recordInitialRecommendation in pkg/controller/podautoscaler/horizontal.go).
+    state = hpa.HpaState()
+    assert hpa.decide(CFG, state, 0.0, None, ready=2, current=2).replicas == 2  # no metric yet
+    for t in range(15, 300, 15):
+        assert hpa.decide(CFG, state, float(t), 0.0, ready=2, current=2).replicas == 2
+    assert hpa.decide(CFG, state, 315.0, 0.0, ready=2, current=2).replicas == 1
+    # Scale-up is never held back by the seed.
+    assert hpa.decide(CFG, hpa.HpaState(), 0.0, 12.0, ready=2, current=2).replicas == 6
