@@ -199,7 +199,7 @@ def loop(
     peak_replicas: Annotated[int, typer.Option(help="Replicas the segment's busiest window needs (rescales volume).")] = 5,
     max_replicas: Annotated[int, typer.Option(help="Upper bound of both autoscalers.")] = 8,
     history_days: Annotated[float, typer.Option(help="Days before the segment written as router counters.")] = 7.0,
-    questions: Annotated[Optional[Path], typer.Option(help="Question pairs (QQP .tar.gz or .json; default: synthetic sample).")] = None,
+    questions: Annotated[Optional[Path], typer.Option(help="Question pairs (QQP .tar.gz or .json; default: the QQP archive in ../shared/data when present, else the synthetic sample).")] = None,
     log_dir: Annotated[Path, typer.Option(help="Folder for logs of every process.")] = Path("out/loop"),
 ) -> None:
     """Closed loop on a real control plane: each policy in turn on the same traffic; table, JSON, PNG."""
