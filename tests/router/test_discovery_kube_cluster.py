@@ -108,6 +108,17 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def terminate(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM ``process`` if it runs; SIGKILL if it has not exited within 20 s."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) sim\.node INFO pod [^/]+/(\S+): (.*)$")
 NODE_EVENTS = {"deletion seen": "deletion_seen", "SIGTERM to replica": "sigterm", "exited with code": "exited"}
 
@@ -135,13 +146,7 @@ class SimNodeProcess:
 
     def stop(self) -> None:
         """SIGTERM (the node stops its replicas), SIGKILL if it has not exited in 20 s."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        terminate(self.process)
 
     def events(self) -> dict[str, dict[str, float]]:
         """event ("deletion_seen", "sigterm", "exited") -> Pod name -> wall time (first seen)."""
@@ -196,13 +201,7 @@ class RouterProcess:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        terminate(self.process)
 
     def ready(self) -> int:
         models = httpx.get(f"{self.url}/v1/models", timeout=5).json()["data"]
