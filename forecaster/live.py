@@ -111,7 +111,7 @@ def daemon_job(
         last_run_s = clock.to_simulated(time.monotonic() - started)
         d = outcome.result.decision
         at = datetime.fromtimestamp(outcome.result.now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        log.info("decision %d (%s, exit %d) at %.1f (%s): %s", d.replicas, d.action, outcome.code,
-                 outcome.result.now, at, d.reason)
+        log.info("decision %d (%s, exit %d) at %.1f (%s) on %s: %s", d.replicas, d.action, outcome.code,
+                 outcome.result.now, at, outcome.result.model, d.reason)
 
     return job

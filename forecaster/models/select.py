@@ -1,8 +1,9 @@
 """Per-series model choice by rolling-origin backtest, within a time budget.
 
 Each candidate is fitted once on the history before the first origin, then applied
-(``forward``) at every origin of the recent backtest span; its score is the MAE at the
-lead-time horizon (the step the planner acts on). A model must beat last value by a margin to
+(``forward``) at every origin of the recent backtest span; its score is the MAE over the steps
+from the lead-time horizon (the step the planner acts on) to the lead plus the origins'
+spacing, so every bucket of the span is scored once whatever the phase of the origins. A model must beat last value by a margin to
 be chosen: selection falls back rather than loses. The chosen model's backtest residuals (log1p
 space, per step ahead) also calibrate its upper quantile, unless too few exist, in which case
 the model's own interval stays.
@@ -58,8 +59,8 @@ def build_candidates(names: list[str], season: int, step: float, level: float) -
 class Selection:
     """Outcome of model selection on one series.
 
-    model: the chosen model, fitted on the full history. scores: backtest MAE at the lead-time
-    horizon per model tried (same unit as the series). log_q: per step ahead (index k-1), the
+    model: the chosen model, fitted on the full history. scores: backtest MAE over the steps
+    [lead, lead + origin spacing) ahead, per model tried (same unit as the series). log_q: per step ahead (index k-1), the
     upper-quantile offset in log1p space from backtest residuals, or None to keep the model's
     own band. residuals: the backtest residuals per step ahead (log1p space), so the band can be
     calibrated at another level too (``calibrate(forecast, level)``). note: why this model
@@ -126,6 +127,11 @@ def select(
             note=f"short history ({n} buckets, a backtest needs {need}): last-value baseline",
         )
     origins = np.arange(last, first - 1, -every)[::-1]
+    # Score the steps [lead, lead + every) ahead of each origin: with origins ``every`` apart,
+    # every bucket of the span is then scored once at a horizon the planner acts on. Scoring
+    # the lead step alone saw a step change only when an origin fell just before it, so on
+    # 1-minute counters the choice flipped with the minute (found in the closed loop).
+    scored_end = min(horizon, lead_steps - 1 + every)
     scores: dict[str, float] = {}
     residuals: dict[str, list[list[float]]] = {}
     skipped: list[str] = []
@@ -136,14 +142,15 @@ def select(
             continue
         model.fit(y_clean[: origins[0]])
         per_step: list[list[float]] = [[] for _ in range(horizon)]
-        errors = []
+        errors: list[float] = []
         for o in origins:
             fc = model.forward(y_clean[:o], horizon, level)
             steps = min(horizon, n - o)
             actual = y_clean[o : o + steps]
             for k in range(steps):
                 per_step[k].append(float(np.log1p(actual[k]) - np.log1p(fc.mean[k])))
-            errors.append(abs(actual[lead_steps - 1] - fc.mean[lead_steps - 1]))
+            hi = min(scored_end, steps)
+            errors.extend(np.abs(actual[lead_steps - 1 : hi] - fc.mean[lead_steps - 1 : hi]).tolist())
         scores[model.name] = float(np.mean(errors))
         residuals[model.name] = per_step
     best = min(scores, key=lambda name: scores[name])

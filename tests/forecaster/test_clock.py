@@ -89,7 +89,7 @@ def test_daemon_at_scale_60_decides_once_per_simulated_minute_on_the_counters(re
     for key in ("PROMPTEDGE_ACTUATOR_DEPLOYMENT", "KUBECONFIG"):
         env.pop(key, None)
     log = tmp_path / "daemon.log"
-    pattern = re.compile(r"decision \d+ \(\w+, exit \d\) at ([\d.]+) \([^)]*\): .*current demand ([\d.e+]+) needs")
+    pattern = re.compile(r"decision \d+ \(\w+, exit \d\) at ([\d.]+) \([^)]*\) on \w+: .*current demand ([\d.e+]+) needs")
     with log.open("w") as sink:
         process = subprocess.Popen([sys.executable, "-m", "forecaster", "daemon"], cwd=ROOT, env=env,
                                    stdout=sink, stderr=subprocess.STDOUT)
