@@ -19,13 +19,16 @@ from sim.metrics import ReplicaMetrics
 
 @dataclass
 class Handle:
-    """A request's view of its progress. ``generated``: tokens produced so far (published)."""
+    """A request's view of its progress. ``generated``: tokens produced so far (published);
+    ``arrived`` / ``scheduled``: loop (wall) times of entering the waiting queue and of the
+    step that admitted it (None while it waits)."""
 
     req_id: int
     prompt_tokens: int
     max_tokens: int
     arrived: float
     generated: int = 0
+    scheduled: float | None = None
     first_token: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -37,7 +40,7 @@ class Engine:
     loads its weights for minutes before it can serve). ``time_scale``: simulated seconds per
     wall second (> 0): the loop sleeps ``step_s / time_scale`` wall seconds per step and the
     warm-up lasts ``warmup_s / time_scale`` wall seconds, while every duration it records (TTFT
-    and e2e histograms) is in simulated seconds, so the metrics keep their meaning.
+    and e2e histograms, queue time) is in simulated seconds, so the metrics keep their meaning.
     """
 
     def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0, time_scale: float = 1.0) -> None:
@@ -107,7 +110,12 @@ class Engine:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            scheduled_at = loop.time()
             out = self.model.step()
+            for req_id in out.admitted:
+                handle = self._handles.get(req_id)
+                if handle is not None:
+                    handle.scheduled = scheduled_at
             await asyncio.sleep(out.duration_s / self.time_scale)
             now = loop.time()
             self.metrics.prompt_tokens.inc(out.prompt_tokens)
@@ -126,5 +134,8 @@ class Engine:
                 if handle is not None:
                     handle.generated = handle.max_tokens
                     self.metrics.e2e.observe((now - handle.arrived) * self.time_scale)
+                    # As vLLM: observed once the request finishes; aborted ones are not counted.
+                    queued = (handle.scheduled if handle.scheduled is not None else now) - handle.arrived
+                    self.metrics.queue_time.observe(queued * self.time_scale)
                     handle.first_token.set()
                     handle.done.set()

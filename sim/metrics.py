@@ -4,6 +4,13 @@ Names, label names (``model_name``, ``engine``), meanings and histogram buckets 
 V1 engine logger ``vllm/v1/metrics/loggers.py`` (PrometheusStatLogger) as of vLLM 0.11/0.12,
 where ``vllm:kv_cache_usage_perc`` (0..1) replaced the deprecated ``vllm:gpu_cache_usage_perc``.
 Counters are declared without ``_total``; prometheus_client appends it, as in vLLM.
+
+``vllm:request_queue_time_seconds`` is vLLM V1's ``histogram_queue_time_request`` in the same
+``loggers.py``: help text "Histogram of time spent in WAITING phase for request.", the same
+buckets as ``vllm:e2e_request_latency_seconds`` (vLLM's ``request_latency_buckets``). vLLM
+observes it once per request when the request finishes (``vllm/v1/metrics/stats.py``,
+``IterationStats.update_from_finished_request``: ``queued_time = scheduled_ts - queued_ts``,
+from entering the waiting queue to being first scheduled).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ E2E_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )
+# vLLM reuses its request-latency buckets for the queue-time histogram.
+QUEUE_BUCKETS = E2E_BUCKETS
 LABELS = ("model_name", "engine")
 
 
@@ -56,6 +65,10 @@ class ReplicaMetrics:
         self.e2e = Histogram(
             "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
             LABELS, buckets=E2E_BUCKETS, registry=self.registry,
+        ).labels(**labels)
+        self.queue_time = Histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+            LABELS, buckets=QUEUE_BUCKETS, registry=self.registry,
         ).labels(**labels)
 
     def render(self) -> bytes:

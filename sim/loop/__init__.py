@@ -2,7 +2,7 @@
 forecaster or HPA, replayed traffic on one simulated clock; measured side by side.
 
 Public surface: :class:`LoopConfig`, :func:`run_loop`, :func:`render`, :func:`write_json`,
-:func:`plot`, and the pure measures in :mod:`sim.loop.measure`.
+:func:`plot`, and the pure measures in :mod:`sim.loop.measure` and :mod:`sim.loop.queue_time`.
 """
 
 from sim.loop.config import DEFAULT_ITL_S, DEFAULT_TTFT_S, POLICIES, LoopConfig

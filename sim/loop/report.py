@@ -34,16 +34,20 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """Text table: one row per policy, the columns above, TTFT/ITL p95 and the two ratios;
-    the header states the clock and the SLO."""
+    """Text table: one row per policy, the columns above, TTFT/ITL p95, the replicas' queue
+    time (mean and p95 from their vLLM histograms) and the two ratios; the header states the
+    clock and the SLO."""
     policies = report.get("policies", {})
     rel = ratios(policies)
     seg, slo, clock = report.get("segment", {}), report.get("slo", {}), report.get("clock", {})
-    head = ["policy", *(c[1] for c in COLUMNS), "TTFT p95 s", "ITL p95 s", "vs fixed_peak", "vs reactive"]
+    head = ["policy", *(c[1] for c in COLUMNS), "TTFT p95 s", "ITL p95 s", "queue mean s", "queue p95 s",
+            "vs fixed_peak", "vs reactive"]
     rows = []
     for name, p in policies.items():
+        queue = p.get("queue_time_s") or {}
         rows.append([name, *(_cell(p.get(k), f) for k, _, f in COLUMNS),
                      _cell((p.get("ttft_s") or {}).get("p95"), "{:.2f}"), _cell((p.get("itl_s") or {}).get("p95"), "{:.3f}"),
+                     _cell(queue.get("mean"), "{:.2f}"), _cell(queue.get("p95"), "{:.2f}"),
                      _cell(rel[name]["vs_fixed_peak"], "{:.2f}x"), _cell(rel[name]["vs_reactive"], "{:.2f}x")])
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = [

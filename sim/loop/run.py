@@ -27,6 +27,7 @@ from sim.loop.capacity import replica_capacity
 from sim.loop.config import LoopConfig
 from sim.loop.measure import RequestRecord, per_minute, summarize
 from sim.loop.observe import Observer
+from sim.loop.queue_time import queue_time_minutes, queue_time_total
 from sim.loop.world import ControlPlane, apply_manifest, connect, wait_ready
 from sim.profiles import get_profile
 from sim.questions import MixConfig, QuestionMix, load_pairs
@@ -210,7 +211,13 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     out["wall_s"] = round(time.time() - wall_start, 1)
     out["observer_errors"] = len(observer.errors)
     out["errors"] = _error_counts(records)
-    out["minutes"] = per_minute(records, samples, span, prep.capacity_rps, cfg.ttft_slo_s, cfg.itl_slo_s)
+    # Queue time as the replicas' own vLLM histograms report it (simulated seconds).
+    out["queue_time_s"] = queue_time_total(observer.scrapes)
+    out["metrics_scrape_errors"] = len(observer.scrape_errors)
+    rows = per_minute(records, samples, span, prep.capacity_rps, cfg.ttft_slo_s, cfg.itl_slo_s)
+    for row, queue in zip(rows, queue_time_minutes(observer.scrapes, len(rows))):
+        row["queue_time_s"] = queue
+    out["minutes"] = rows
     out["logs"] = str(log_dir)
     return out
 

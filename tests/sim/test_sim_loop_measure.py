@@ -59,12 +59,14 @@ def test_ratios_table_json_and_plot(tmp_path: Path) -> None:
               "segment": {"trace": "t", "start_hour": 1.0, "hours": 1.0, "requests": 10, "seed": 0},
               "policies": {"predictive": {"goodput_per_gpu_hour": 300.0, "slo_attainment": 0.99, "gpu_hours": 2.0,
                                           "failed_requests": 0, "scale_events": 3, "under_provisioned_minutes": 0,
+                                          "queue_time_s": {"mean": 0.123, "p95": 1.9, "requests": 10},
                                           "minutes": minutes},
                            "reactive": {"goodput_per_gpu_hour": 200.0, "minutes": minutes},
                            "fixed_peak": {"goodput_per_gpu_hour": 150.0, "minutes": minutes}}}
     assert ratios(report["policies"])["predictive"] == {"vs_fixed_peak": 2.0, "vs_reactive": 1.5}
     text = render(report)
     assert "6.0x" in text and "simulated" in text and "2.00x" in text and "1.50x" in text
+    assert "queue mean s" in text and "0.12" in text and "1.90" in text
     write_json(report, tmp_path / "r.json")
     assert '"vs_reactive": 1.5' in (tmp_path / "r.json").read_text()
     plot(report, tmp_path / "r.png")
