@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 from forecaster.actuate import ActuationError, ActuationResult, Actuator, ActuatorSettings, measure_warmup
 from forecaster.clock import SimClock
-from forecaster.run import RunResult, run_once
+from forecaster.run import RunResult, SelectionCache, run_once
 from forecaster.scheduler import ExitCode
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source
@@ -57,6 +57,7 @@ def cycle(
     now: float | None = None,
     clock: SimClock | None = None,
     run_delay_s: float = 0.0,
+    cache: SelectionCache | None = None,
 ) -> Cycle:
     """Observe, plan, act once at ``now`` (Unix s; None: ``clock.now()``, the clock defaulting
     to ``settings.clock()``). run_delay_s: simulated seconds between "now" and the scale
@@ -77,7 +78,7 @@ def cycle(
     except ActuationError as exc:
         log.error("observed scale unreadable: %s", exc)
         current = None
-    result = run_once(settings, source, now, state_store(settings, actuator_settings), current, lead)
+    result = run_once(settings, source, now, state_store(settings, actuator_settings), current, lead, cache)
     try:
         actuation = actuator.apply(result.decision, current)
     except ActuationError as exc:
@@ -103,11 +104,13 @@ def daemon_job(
     previous run's duration, in simulated seconds, is added to the next run's lead time."""
     clock = settings.clock() if clock is None else clock
     last_run_s = 0.0
+    cache = SelectionCache(settings.reselect_s)
 
     def job() -> None:
         nonlocal last_run_s
         started = time.monotonic()
-        outcome = cycle(settings, actuator_settings, source, actuator, clock=clock, run_delay_s=last_run_s)
+        outcome = cycle(settings, actuator_settings, source, actuator, clock=clock, run_delay_s=last_run_s,
+                        cache=cache)
         last_run_s = clock.to_simulated(time.monotonic() - started)
         d = outcome.result.decision
         at = datetime.fromtimestamp(outcome.result.now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

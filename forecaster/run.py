@@ -16,7 +16,8 @@ import numpy as np
 from prometheus_client import Counter, Gauge
 
 from forecaster.errors import SourceUnavailable
-from forecaster.models.select import build_candidates, select
+from forecaster.models.base import clean
+from forecaster.models.select import Selection, build_candidates, select
 from forecaster.plan import (
     Decision,
     PlannerConfig,
@@ -92,6 +93,32 @@ def _describe(traffic: Traffic, y: np.ndarray, unit: str) -> dict[str, object]:
     }
 
 
+@dataclass
+class SelectionCache:
+    """A daemon's last model selection, reused for ``reselect_s`` (simulated s) as the backtest
+    reuses its choice between refits: in between, the chosen model is carried over the newer
+    buckets with ``forward`` (no refit) and calibrated with the stored residuals. Selection is
+    most of a run's CPU (seconds per run on days of 1-minute counters), and choosing again every
+    minute made the choice itself noisy. A short-history choice (last value) is never kept."""
+
+    reselect_s: float
+    selection: Selection | None = None
+    at: float = float("-inf")
+    key: tuple[object, ...] = ()
+
+    def get(self, now: float, key: tuple[object, ...]) -> Selection | None:
+        """The kept selection when made for ``key`` less than ``reselect_s`` before ``now``."""
+        if self.selection is None or key != self.key or not 0 <= now - self.at < self.reselect_s:
+            return None
+        return self.selection
+
+    def put(self, selection: Selection, now: float, key: tuple[object, ...]) -> None:
+        if selection.note.startswith("short history"):
+            self.selection = None
+            return
+        self.selection, self.at, self.key = selection, now, key
+
+
 def run_once(
     settings: ForecasterSettings,
     source: Source,
@@ -99,11 +126,13 @@ def run_once(
     store: RedisStateStore | None = None,
     current: int | None = None,
     lead_time_s: float | None = None,
+    cache: SelectionCache | None = None,
 ) -> RunResult:
     """Plan once. now: Unix s (None: the source's present, i.e. wall clock or end of trace);
     store: where the planner state lives (None: stateless what-if run); current: observed
     replica count when the caller knows it; lead_time_s: warm-up measured from pods (default
-    the ``warmup_s`` setting). Never raises for source trouble: it holds."""
+    the ``warmup_s`` setting); cache: the daemon's kept model selection (None: select now).
+    Never raises for source trouble: it holds."""
     config = settings.planner(lead_time_s)
     state = _load(store)
     try:
@@ -121,9 +150,17 @@ def run_once(
     horizon = horizon_steps(settings.horizon_s, traffic.step, config)
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
-    candidates = build_candidates(settings.models, season, traffic.step, settings.level)
-    chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season)
-    forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level))
+    key = (tuple(settings.models), horizon, season, traffic.step, settings.level)
+    kept = cache.get(at, key) if cache is not None else None
+    if kept is not None:
+        chosen = kept
+        forecast = chosen.calibrate(chosen.model.forward(clean(y), horizon, settings.level))
+    else:
+        candidates = build_candidates(settings.models, season, traffic.step, settings.level)
+        chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season)
+        forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level))
+        if cache is not None:
+            cache.put(chosen, at, key)
     steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
     if np.isnan(y[-1]):
         HOLDS.labels("stale").inc()

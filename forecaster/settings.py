@@ -43,6 +43,9 @@ class ForecasterSettings(BaseSettings):
     level: float = Field(0.99, gt=0.5, lt=1.0)
     models: list[str] = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     time_budget_s: PositiveFloat = 5.0  # model selection budget per run
+    # The daemon keeps its model choice this long (simulated s) and carries the chosen model over
+    # newer buckets in between, as the backtest does between refits; 0 = choose at every run.
+    reselect_s: float = Field(3600.0, ge=0.0)
     season_s: PositiveFloat = 86400.0
 
     demand_unit: Literal["requests", "tokens"] = "requests"
