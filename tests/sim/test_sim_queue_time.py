@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -15,6 +13,7 @@ import pytest
 
 from sim.loop.queue_time import Scrape, parse_histogram, queue_time_total
 from sim.stack import free_port
+from tests.sim.replica_process import start_replica as start_sim_replica
 
 MODEL = "sim-llama-8b"
 SCALE = 20.0
@@ -29,18 +28,7 @@ MIN_WAIT_S = 15.0
 
 
 def start_replica(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--profile", "l4", "--time-scale", str(SCALE)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"replica did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return start_sim_replica(port, "--profile", "l4", "--time-scale", str(SCALE))
 
 
 async def burst(base: str) -> tuple[str, list[int], str]:

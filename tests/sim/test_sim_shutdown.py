@@ -7,28 +7,18 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import httpx
 
 from sim.stack import free_port
+from tests.sim.replica_process import start_replica as start_sim_replica
 
 MODEL = "sim-llama-8b"
 
 
 def start_replica(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--profile", "a100"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"replica did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return start_sim_replica(port, "--profile", "a100")
 
 
 def test_sigterm_drains_in_flight_requests_refuses_new_ones_and_exits_0() -> None:
