@@ -78,14 +78,31 @@ def build_segment(series: RateSeries, start_s: float, span_s: float, scale: floa
     return Segment(start_s, span_s, scale, requests, [t * scale for t in totals[first:last]], series.step_s)
 
 
-def history_minutes(series: RateSeries, start_s: float, days: float, scale: float) -> list[tuple[int, float]]:
-    """Expected requests per minute in the ``days`` before ``start_s`` (clipped at the trace
-    start): ``(minute offset from the segment start (negative), requests)``, oldest first.
-    A window's rate x scale holds for each of its minutes."""
-    totals = series.totals()
+def history_minutes(series: RateSeries, start_s: float, days: float, scale: float,
+                    seed: int | None = None) -> list[tuple[int, float]]:
+    """Requests per minute in the ``days`` before ``start_s`` (clipped at the trace start):
+    ``(minute offset from the segment start (negative), requests)``, oldest first.
+
+    ``seed`` None: the expected count, a window's rate x scale for each of its minutes.
+    With a seed: a count drawn per minute with that mean and the variance of the window's
+    clients' renewal processes, sum of rate x scale x 60 x cv^2 (a renewal process's count
+    variance over a span much longer than its gaps; Poisson where cv <= 1, gamma-Poisson
+    above), so the history the forecaster calibrates its band on is as bursty as the live
+    minutes it will see (expected counts made the band far too narrow in the loop)."""
     first_minute = -int(min(days * 86400, start_s) // 60)
+    means, variances = [], []
+    for w in series.windows:
+        means.append(sum(c.rate for c in w) * scale * 60.0)
+        variances.append(sum(c.rate * c.cv * c.cv for c in w) * scale * 60.0)
+    rng = None if seed is None else np.random.default_rng(seed)
     out = []
     for m in range(first_minute, 0):
-        t = start_s + m * 60
-        out.append((m, totals[int(t // series.step_s)] * scale * 60.0))
+        i = int((start_s + m * 60) // series.step_s)
+        mean, var = means[i], variances[i]
+        if rng is None:
+            out.append((m, mean))
+        elif var > mean > 0:  # over-dispersed: Poisson of a gamma rate with that mean and variance
+            out.append((m, float(rng.poisson(rng.gamma(mean * mean / (var - mean), (var - mean) / mean)))))
+        else:
+            out.append((m, float(rng.poisson(mean))))
     return out

@@ -147,3 +147,17 @@ def test_bad_rows_name_file_line_and_column(tmp_path: Path) -> None:
         read_servegen(tmp_path)
     with pytest.raises(TrafficFormatError, match="no ServeGen"):
         read_servegen(tmp_path / "nothing")
+
+
+def test_sampled_history_keeps_the_mean_and_the_burstiness_of_each_window() -> None:
+    # two windows of 2 days each: Poisson clients, then a bursty client (cv 3) at the same rate
+    series = RateSeries(86400.0 * 2, [[ClientWindow(0.5, 1.0, "Gamma"), ClientWindow(0.5, 1.0, "Gamma")],
+                                      [ClientWindow(1.0, 3.0, "Weibull")]])
+    minutes = history_minutes(series, start_s=4 * 86400, days=4, scale=1.0, seed=3)
+    poisson = np.array([n for m, n in minutes[: 2 * 1440]])
+    bursty = np.array([n for m, n in minutes[2 * 1440 :]])
+    assert all(float(n).is_integer() for n in poisson) and poisson.mean() == pytest.approx(60, rel=0.02)
+    assert poisson.var() == pytest.approx(60, rel=0.15)  # Poisson: variance = mean
+    assert bursty.mean() == pytest.approx(60, rel=0.05)
+    assert bursty.var() == pytest.approx(60 * 9, rel=0.2)  # rate x 60 x cv^2
+    assert minutes == history_minutes(series, start_s=4 * 86400, days=4, scale=1.0, seed=3)
