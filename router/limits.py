@@ -23,7 +23,9 @@ class Limits(BaseModel):
     max_url_bytes: request target (path + query) -> 414; max_json_depth: nesting of the JSON
     body (the body object is level 1) -> 400; max_json_containers: objects + arrays in the JSON
     body, counted on the bytes before parsing (memory and parse time grow with them) -> 400;
-    max_messages: chat messages, or completion prompt
+    max_json_values: values in the body's arrays and objects (numbers, strings, containers),
+    counted as the commas outside strings before parsing (validation, the key's digest and the
+    walk cost CPU on the event loop per value) -> 400; max_messages: chat messages, or completion prompt
     items -> 400; max_output_tokens: ``max_tokens`` / ``max_completion_tokens`` -> 400;
     header_timeout_s: from a connection's first byte (or its opening) to the end of a request's
     headers -> connection closed; body_timeout_s: from the end of the headers to the end of the
@@ -42,6 +44,7 @@ class Limits(BaseModel):
     max_url_bytes: int = Field(8 * KIB, ge=256)
     max_json_depth: int = Field(64, ge=4, le=512)
     max_json_containers: int = Field(50_000, ge=64, le=1_000_000)
+    max_json_values: int = Field(262_144, ge=1024, le=8 * MIB)
     max_messages: int = Field(2048, ge=1)
     max_output_tokens: int = Field(1_048_576, ge=1)
     header_timeout_s: float = Field(10.0, gt=0)

@@ -90,7 +90,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
     messages or prompt items, ``max_tokens`` over ``limits.max_output_tokens``, a missing
     required field or a wrong type/range (``param`` names the field).
     """
-    _check_containers(raw, limits.max_json_containers)
+    _check_containers(raw, limits.max_json_containers, limits.max_json_values)
     try:
         body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except RecursionError:  # the C scanner's own bound (~1,000 levels), below ours never reached
@@ -103,8 +103,9 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
     # Fast paths: a body with few brackets cannot be deep, one without a surrogate escape has no
     # lone surrogate; only other bodies are walked (cost: one pass over the parsed values).
     deep = raw.count(b"[") + raw.count(b"{") > limits.max_json_depth
-    if deep or _SURROGATE_ESCAPE.search(raw) is not None:
-        _walk(body, limits.max_json_depth)
+    texts = _SURROGATE_ESCAPE.search(raw) is not None
+    if deep or texts:
+        _walk(body, limits.max_json_depth, texts)
     _check_counts(body, endpoint, limits)
     try:
         _MODELS[endpoint].model_validate(body)
@@ -118,12 +119,16 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
     return body
 
 
-def _check_containers(raw: bytes, limit: int) -> None:
-    """Raise BadRequest when the body holds more than ``limit`` objects and arrays, counted on
-    the bytes before parsing (one parsed empty object costs ~200 bytes and ~2 us: 8 MiB of
-    ``{},`` was +673 MB and 4.9 s). Brackets inside strings are text, not containers: they are
-    counted only after blanking strings out, which runs only when the plain count is over."""
-    if raw.count(b"{") + raw.count(b"[") <= limit:
+def _check_containers(raw: bytes, limit: int, max_values: int | None = None) -> None:
+    """Raise BadRequest when the body holds more than ``limit`` objects and arrays, or more than
+    ``max_values`` values in its arrays and objects (None: no bound), counted on the bytes before
+    parsing. One parsed empty object costs ~200 bytes and ~2 us (8 MiB of ``{},`` was +673 MB and
+    4.9 s); every value costs validation, walk and digest time on the event loop (2M integers
+    in 70 lists held the loop, and /health with it, for 9.8 s). Values are counted as commas
+    (n values in a container have n - 1). Brackets and commas inside strings are text: they are
+    counted only after blanking strings out, which runs only when a plain count is over."""
+    values_over = max_values is not None and raw.count(b",") > max_values
+    if raw.count(b"{") + raw.count(b"[") <= limit and not values_over:
         return
     # drop escape pairs left to right (\\ first, so that \\" is a backslash then a quote's end),
     # then every string is quote, non-quotes, quote: cut with a simple, fast pattern
@@ -131,26 +136,50 @@ def _check_containers(raw: bytes, limit: int) -> None:
     if bare.count(b"{") + bare.count(b"[") > limit:
         raise BadRequest(f"request body has more than {limit} JSON containers (objects and arrays)",
                          code="invalid_json")
+    if max_values is not None and bare.count(b",") > max_values:
+        raise BadRequest(f"request body has more than {max_values} JSON values in its arrays and objects",
+                         code="invalid_json")
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _walk(body: dict[str, Any], max_depth: int) -> None:
-    """Raise BadRequest for nesting deeper than ``max_depth`` (the body is level 1) or a lone
-    surrogate in a string or key; iterative, so no depth can overflow the stack."""
-    stack: list[tuple[Any, int, tuple[str, ...]]] = [(body, 1, ())]
+def _walk(body: dict[str, Any], max_depth: int, texts: bool) -> None:
+    """Raise BadRequest for nesting deeper than ``max_depth`` (the body is level 1) or, when
+    ``texts``, a lone surrogate in a string or key; iterative, so no depth can overflow the
+    stack. Scalars other than strings are never pushed, and no path is built on the way: the
+    culprit's path is found again only when there is one (building a path tuple per value
+    made a body of 2M numbers cost seconds of event loop)."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
     while stack:
-        value, depth, path = stack.pop()
+        value, depth = stack.pop()
         if depth > max_depth:
             raise BadRequest(f"request body is nested deeper than {max_depth} levels", code="invalid_json")
         if isinstance(value, dict):
             for key, item in value.items():
-                _text(key, (*path, key))
-                stack.append((item, depth + 1, (*path, key)))
+                if texts and _SURROGATE.search(key) is not None:
+                    _lone_surrogate(body)
+                if isinstance(item, (dict, list)) or (texts and isinstance(item, str)):
+                    stack.append((item, depth + 1))
         elif isinstance(value, list):
-            stack.extend((item, depth + 1, (*path, str(i))) for i, item in enumerate(value))
+            stack.extend((item, depth + 1) for item in value
+                         if isinstance(item, (dict, list)) or (texts and isinstance(item, str)))
+        elif _SURROGATE.search(value) is not None:
+            _lone_surrogate(body)
+
+
+def _lone_surrogate(body: dict[str, Any]) -> None:
+    """Raise the 400 naming the first string or key (depth first) holding a lone surrogate."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(body, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _text(key, (*path, key))
+                stack.append((item, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, str(i))) for i, item in enumerate(value) if isinstance(item, (dict, list, str)))
         elif isinstance(value, str):
             _text(value, path)
 

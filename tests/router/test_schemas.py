@@ -34,3 +34,40 @@ def test_the_count_is_exact_whatever_the_strings_hold(body: Any) -> None:
     if count:
         with pytest.raises(BadRequest):
             _check_containers(raw, count - 1)
+
+
+def test_too_many_values_is_a_400_before_parsing() -> None:
+    # Regression (attack, Dec 2): 2M integers in 70 lists (5.6 MB, 71 containers) held the event
+    # loop, and /health with it, for 9.8 s: every value was walked with a path tuple built for it.
+    from router.limits import Limits
+    from router.schemas import parse_request
+
+    limits = Limits()
+    extra = json.dumps([[1] * 5_000 for _ in range(70)])  # 350,000 values in 71 containers
+    raw = ('{"model": "m", "messages": [{"role": "user", "content": "x"}], "x": ' + extra + "}").encode()
+    with pytest.raises(BadRequest, match="JSON values") as caught:
+        parse_request(raw, "chat.completions", limits)
+    assert caught.value.code == "invalid_json"
+
+
+def test_a_long_token_id_prompt_and_commas_in_text_are_within_the_value_bound() -> None:
+    from router.limits import Limits
+    from router.schemas import parse_request
+
+    limits = Limits()
+    ids = json.dumps({"model": "m", "prompt": list(range(200_000))}).encode()  # a 200k-token context
+    assert len(parse_request(ids, "completions", limits)["prompt"]) == 200_000
+    prose = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a, b, " * 400_000}]}).encode()
+    assert parse_request(prose, "chat.completions", limits)["messages"][0]["content"].count(",") == 800_000
+
+
+def test_a_lone_surrogate_deep_in_a_large_body_is_named_by_its_path() -> None:
+    from router.limits import Limits
+    from router.schemas import parse_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "x": [[{"deep": [1, 2, "ok"]}] * 30, {"bad": "\\ud800"}]}
+    raw = json.dumps(body).replace("\\\\ud800", "\\ud800").encode()
+    with pytest.raises(BadRequest) as caught:
+        parse_request(raw, "chat.completions", Limits())
+    assert (caught.value.code, caught.value.param) == ("invalid_unicode", "x.1.bad")
