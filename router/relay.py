@@ -96,7 +96,10 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         elif result is None:
             rec.status = 499  # the client left before the end
         else:
-            ttft = None if rec.first_byte_at is None else rec.first_byte_at - rec.started
+            # from the forward, not the request's start: the client's upload and the cache
+            # lookup are no evidence about the replica (a slow upload ejected a healthy one)
+            ttft = None if rec.first_byte_at is None or rec.forwarded_at is None \
+                else rec.first_byte_at - rec.forwarded_at
             lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
         usage = assembler.usage or {}
         rec.completion_tokens = usage.get("completion_tokens") or 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections import Counter
 
@@ -109,5 +110,32 @@ async def test_a_long_prompt_does_not_eject_a_healthy_replica(start_replica, sta
                                              messages=[{"role": "user", "content": long_prompt}]),
                                headers=fresh, timeout=30)
     assert answer.status_code == 200
+    health = (await client.get(router.url + "/health")).json()
+    assert health["pools"][CHAT["model"]]["ready"] == 2, health
+
+
+async def test_a_client_uploading_its_body_slowly_does_not_eject_a_healthy_replica(start_replica, start_router,
+                                                                                   client) -> None:
+    # Regression (attack, Dec 2): the TTFT sample ran from the start of the request, before its
+    # body was read, so one client trickling its body for 2.5 s ejected a healthy replica for
+    # 10 s (/health: ready 1 of 2). The replica's TTFT runs from when the request was forwarded.
+    replicas = [await start_replica() for _ in range(2)]
+    router = await start_router([r.url for r in replicas], policy="round_robin")
+    url = router.url + URL
+    fresh = {"cache-control": "no-cache, no-store"}
+    for i in range(44):  # >= min_samples (20) streamed TTFTs on each replica
+        answer = await client.post(url, json=ask(i, stream=True, max_tokens=1), headers=fresh)
+        assert answer.status_code == 200
+    body = json.dumps(ask(99, stream=True, max_tokens=1)).encode()
+
+    async def trickle():  # type: ignore[no-untyped-def]
+        for part in (body[:10], body[10:20], body[20:]):
+            yield part
+            await asyncio.sleep(1.25)
+
+    for _ in range(2):  # one slow upload on each replica (round robin)
+        answer = await client.post(url, content=trickle(), headers={**fresh, "content-type": "application/json"},
+                                   timeout=30)
+        assert answer.status_code == 200, answer.text
     health = (await client.get(router.url + "/health")).json()
     assert health["pools"][CHAT["model"]]["ready"] == 2, health
