@@ -1,6 +1,7 @@
 """PromptEdge response cache: exact (and semantic) answers from Redis, scoped per tenant,
 model and context. The router talks to ``ResponseCache``; everything else is internal."""
 
+from cache.exact import usage_tokens
 from cache.keys import canonical_request, exact_key
 from cache.metrics import metrics_text
 from cache.service import CacheUnavailable, ResponseCache
@@ -17,4 +18,5 @@ __all__ = [
     "canonical_request",
     "exact_key",
     "metrics_text",
+    "usage_tokens",
 ]

@@ -12,14 +12,39 @@ import redis.asyncio as aioredis
 log = logging.getLogger(__name__)
 
 
+MAX_USAGE_TOKENS = 2**31  # far above any context; a larger count is no real usage
+
+
+def usage_tokens(usage: Any) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) of an OpenAI ``usage`` object, each a non-negative
+    integer below MAX_USAGE_TOKENS (a missing count is 0); None for anything else (not an
+    object, a negative, fractional, string, boolean or infinite count). Everything that counts
+    or stores a replica's usage reads it through here: a replica's ``prompt_tokens: -1`` once
+    made every later hit of that entry a 500."""
+    if not isinstance(usage, dict):
+        return None
+    counts = []
+    for field in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(field, 0)
+        if value is None:
+            value = 0
+        if type(value) is not int or not 0 <= value < MAX_USAGE_TOKENS:
+            return None
+        counts.append(value)
+    return counts[0], counts[1]
+
+
 def is_complete_response(response: Any) -> bool:
     """True for a successful, complete OpenAI non-stream response that may be cached.
 
     response: parsed JSON. Requires ``object`` ``chat.completion`` or ``text_completion``, no
     ``error`` field, and at least one choice, every choice with a ``finish_reason`` (a choice
-    without one was cut off, so it is not the answer the client would get again).
+    without one was cut off, so it is not the answer the client would get again), and a
+    ``usage`` that is absent or valid (:func:`usage_tokens`).
     """
     if not isinstance(response, dict) or "error" in response:
+        return False
+    if response.get("usage") is not None and usage_tokens(response["usage"]) is None:
         return False
     if response.get("object") not in ("chat.completion", "text_completion"):
         return False

@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 
 from cache import metrics
 from cache.embed import Encoder
-from cache.exact import ExactStore, is_complete_response
+from cache.exact import ExactStore, is_complete_response, usage_tokens
 from cache.keys import exact_key
 from cache.scope import Skip, semantic_query
 from cache.semantic import SemanticCache
@@ -158,10 +158,7 @@ class ResponseCache:
         return exact_key(self.settings.key_prefix, req.endpoint, req.body, req.tenant, req.digest, req.pool)
 
     def _saved(self, response: dict[str, Any]) -> tuple[int, float]:
-        usage = response.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        prompt, completion = usage_tokens(response.get("usage")) or (0, 0)
         s = self.settings
         return prompt + completion, prompt / s.prefill_tokens_per_s + completion / s.decode_tokens_per_s
 

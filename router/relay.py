@@ -19,7 +19,7 @@ import httpx
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from cache import CacheRequest
+from cache import CacheRequest, usage_tokens
 from router.errors import APIError, UpstreamError, UpstreamTimeout
 from router.health import judged_ttft
 from router.record import Record
@@ -101,9 +101,9 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
             ttft = None if rec.first_byte_at is None or rec.forwarded_at is None \
                 else rec.first_byte_at - rec.forwarded_at
             lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
-        usage = assembler.usage or {}
-        rec.completion_tokens = usage.get("completion_tokens") or 0
-        rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
+        prompt, completion = usage_tokens(assembler.usage) or (0, 0)
+        rec.completion_tokens = completion
+        rec.prompt_tokens = prompt or rec.prompt_tokens
         if result is not None and not failed and rec.forwarded_at is not None:
             lease.replica.observe_answer(time.perf_counter() - rec.forwarded_at, rec.completion_tokens,
                                          rec.prompt_tokens, now)

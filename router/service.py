@@ -19,7 +19,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cache import CacheHit, CacheRequest
+from cache import CacheHit, CacheRequest, usage_tokens
 from router import classify, lanes
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
@@ -167,9 +167,9 @@ def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
 
 def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> Response:
     response = hit.response
-    usage = response.get("usage") or {}
-    rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
-    rec.completion_tokens = usage.get("completion_tokens") or 0
+    prompt, completion = usage_tokens(response.get("usage")) or (0, 0)
+    rec.prompt_tokens = prompt or rec.prompt_tokens
+    rec.completion_tokens = completion
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
@@ -289,10 +289,10 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
         response = json.loads(content)
     except ValueError:
         response = None
-    usage = response.get("usage") if isinstance(response, dict) else None
-    if isinstance(usage, dict):
-        rec.prompt_tokens = usage.get("prompt_tokens") or rec.prompt_tokens
-        rec.completion_tokens = usage.get("completion_tokens") or 0
+    counts = usage_tokens(response.get("usage")) if isinstance(response, dict) else None
+    if counts is not None:
+        rec.prompt_tokens = counts[0] or rec.prompt_tokens
+        rec.completion_tokens = counts[1]
         if rec.forwarded_at is not None and rec.first_byte_at is not None:
             replica.observe_answer(rec.first_byte_at - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens,
                                    time.monotonic())

@@ -111,9 +111,13 @@ class StreamAssembler:
             return
         if self._head is None:
             self._head = obj
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list) or not all(_well_formed(c) for c in choices):
+            self.failed = True  # relayed as it came, but neither assembled nor cached
+            return
         if obj.get("usage"):
             self._usage = obj["usage"]
-        for choice in obj.get("choices") or []:
+        for choice in choices:
             self._merge(choice)
 
     def _merge(self, choice: dict[str, Any]) -> None:
@@ -176,3 +180,33 @@ class StreamAssembler:
         if self._usage is not None:
             out["usage"] = self._usage
         return out
+
+
+def _text_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _well_formed(choice: Any) -> bool:
+    """True for a stream choice of the shape the assembler reads: an int index, a text or a
+    delta whose content is text, tool calls as objects with text name/arguments. A replica
+    that sends anything else (``choices: [1]``, ``content: 5``) once raised in the middle of
+    the relay, so the request was neither counted nor logged."""
+    if not isinstance(choice, dict) or type(choice.get("index", 0)) is not int:
+        return False
+    delta = choice.get("delta")
+    if delta is None:
+        return _text_or_none(choice.get("text"))
+    if not isinstance(delta, dict) or not _text_or_none(delta.get("content")) or not _text_or_none(delta.get("role")):
+        return False
+    calls = delta.get("tool_calls") or []
+    if not isinstance(calls, list):
+        return False
+    for call in calls:
+        if not isinstance(call, dict) or type(call.get("index", 0)) is not int:
+            return False
+        fn = call.get("function") or {}
+        if not isinstance(fn, dict) or not _text_or_none(fn.get("name")) or not _text_or_none(fn.get("arguments")):
+            return False
+        if not _text_or_none(call.get("id")) or not _text_or_none(call.get("type")):
+            return False
+    return True

@@ -11,7 +11,9 @@ router's probes mark it up) and fails completion requests (``POST``) at the stag
 - ``partial_body``: reads the request, sends complete headers and part of the body (for a
   ``stream: true`` request, one SSE event of a chunked stream), closes.
 
-With ``idle_close_s`` it closes a keep-alive connection that carried no request for that
+In ``ok`` mode ``answer`` (a non-stream body) and ``events`` (SSE ``data:`` payloads, sent for
+a ``stream: true`` request with ``[DONE]`` after them) can be set to what a misbehaving replica
+would send. With ``idle_close_s`` it closes a keep-alive connection that carried no request for that
 long, as servers do (uvicorn after 5 s). ``connections`` counts accepted connections that carried (or could have carried) a completion
 request; ``requests`` counts completion requests read whole. Every socket is closed by
 :meth:`stop`.
@@ -41,6 +43,8 @@ class RawReplica:
 
     def __init__(self, mode: str = "ok", idle_close_s: float | None = None) -> None:
         self.mode = mode
+        self.answer = _ANSWER
+        self.events: list[bytes] | None = None
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long (None: never)
         self.connections = 0
         self.requests = 0
@@ -110,8 +114,14 @@ class RawReplica:
                                  + str(len(_ANSWER)).encode() + b"\r\n\r\n" + _ANSWER[:20])
                     await writer.drain()
                     return
+                if self.events is not None and b'"stream":true' in body.replace(b" ", b""):
+                    sse = b"".join(_chunk(b"data: " + e + b"\n\n") for e in [*self.events, b"[DONE]"])
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n" + sse + b"0\r\n\r\n")
+                    await writer.drain()
+                    continue
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(_ANSWER)).encode() + b"\r\n\r\n" + _ANSWER)
+                             + str(len(self.answer)).encode() + b"\r\n\r\n" + self.answer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             return
