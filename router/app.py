@@ -109,8 +109,10 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     # FastAPI's native OpenTelemetry hooks off: the router's telemetry is its own spans
     # (router/tracing.py, otel_exporter) and /metrics; left on, FastAPI asks the global providers
     # (environment lookups) on every request, ~2 % of the CPU of a proxied request (py-spy).
+    # redirect_slashes off: Starlette answered a trailing slash with a 307 to the Host header's
+    # host (an open redirect that keeps the POST body); a wrong path is an OpenAI 404 instead.
     app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  telemetry={"tracing": False, "metrics": False, "logs": False})
+                  redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read

@@ -7,6 +7,7 @@ for (parsing a forwarded answer for usage, storing it) runs after the response i
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -32,6 +33,8 @@ from router.schemas import Endpoint, parse_request
 from router.sse import replay
 from router.state import RouterState
 from router.upstream import ConnectFailed, RetryableStatus, read_body
+
+log = logging.getLogger(__name__)
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
 # The client's Authorization is its key to the router, not to a replica: never forwarded, except
@@ -278,8 +281,12 @@ async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, 
         return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
                         headers=_miss_headers(rec, lease))
     lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
-    detail = content[:300].decode(errors="replace")
-    raise UpstreamError(f"replica {lease.replica.url} answered {status}: {detail}", code="replica_error",
+    # The replica's error body is for the operator: it can hold internals (paths, hosts, a
+    # credential in a message), so it goes to the log under the request id, not to the client.
+    log.warning("replica %s answered %d to request %s: %s", lease.replica.url, status, rec.request_id,
+                content[:300].decode(errors="replace"))
+    raise UpstreamError(f"replica {lease.replica.url} answered {status} (request {rec.request_id}; the replica's "
+                        "error is in the router's log)", code="replica_error",
                         headers={"x-promptedge-replica": lease.replica.url})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 import redis
 
 from tests.router.conftest import CHAT, MODEL, cache_entries, sse_data
@@ -109,10 +110,13 @@ async def test_bad_input_gets_openai_error_json_naming_the_field(start_replica, 
 async def test_replica_error_is_502_and_never_cached(start_replica, start_router, client) -> None:
     replica = await start_replica(fail_rate=1.0)
     router = await start_router([replica.url])
+    own = (await client.post(replica.url + "/v1/chat/completions", json=CHAT)).text
     for _ in range(2):
         response = await client.post(router.url + "/v1/chat/completions", json=CHAT)
         assert response.status_code == 502
         assert response.json()["error"]["type"] == "upstream_error"
+        # the replica's own error body stays in the router's log (it can hold internals)
+        assert own[:40] not in response.text and response.headers["x-request-id"] in response.text
     await client.post(replica.url + "/sim/faults", json={"fail_rate": 0.0})
     response = await client.post(router.url + "/v1/chat/completions", json=CHAT)
     assert response.status_code == 200 and response.headers["x-cache"] == "miss"
@@ -184,3 +188,14 @@ async def test_the_cache_is_bounded_by_its_own_timeout_not_the_routers(start_rep
     await cache_entries(redis_url, 1)
     second = await client.post(router.url + "/v1/chat/completions", json=CHAT)
     assert second.status_code == 200 and second.headers["x-cache"] == "exact"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions/", "/v1/completions/", "/v1/models/"])
+async def test_a_trailing_slash_is_an_openai_404_not_a_redirect_to_the_host_header(path, start_replica,
+                                                                                  start_router, client) -> None:
+    # Regression (attack, Dec 2): Starlette's redirect_slashes answered 307 Location: http://evil.example/...
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    response = await client.post(router.url + path, json=CHAT, headers={"host": "evil.example"})
+    assert response.status_code in (404, 405) and "location" not in response.headers
+    assert "error" in response.json()
