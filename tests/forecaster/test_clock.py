@@ -57,7 +57,7 @@ def test_measured_warmup_is_converted_to_simulated_seconds(monkeypatch: pytest.M
     seen: list[float | None] = []
     monkeypatch.setattr(live, "measure_warmup", lambda _s: Warmup(5.0, "pods", 3, "P90 of 3 pods"))
 
-    def fake_run_once(settings, source, now, store, current, lead):  # noqa: ANN001, ANN202
+    def fake_run_once(settings, source, now, store, current, lead, cache=None):  # noqa: ANN001, ANN202
         seen.append(lead)
         raise SystemExit  # the lead time is all this test needs
 
@@ -130,7 +130,8 @@ def test_daemon_adds_the_last_runs_duration_in_simulated_seconds_to_the_lead(mon
     wall = [100.0]
     delays: list[float] = []
 
-    def fake_cycle(settings, actuator_settings, source, actuator, now=None, clock=None, run_delay_s=0.0):  # noqa: ANN001, ANN202
+    def fake_cycle(settings, actuator_settings, source, actuator, now=None, clock=None, run_delay_s=0.0,  # noqa: ANN001, ANN202
+                   cache=None):
         delays.append(run_delay_s)
         wall[0] += 2.0  # the run takes 2 wall seconds
         return live.Cycle(RunResult(Decision(1, "r"), 0.0), None, ExitCode.OK)
@@ -153,7 +154,7 @@ def test_run_delay_lengthens_the_lead_time(monkeypatch: pytest.MonkeyPatch) -> N
         def read_current(self) -> None:
             return None
 
-    def fake_run_once(settings, source, now, store, current, lead):  # noqa: ANN001, ANN202
+    def fake_run_once(settings, source, now, store, current, lead, cache=None):  # noqa: ANN001, ANN202
         seen.append(lead)
         raise SystemExit
 
