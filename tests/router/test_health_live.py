@@ -29,6 +29,13 @@ def ask(i: int, **fields) -> dict:
     return {**CHAT, "messages": [{"role": "user", "content": f"question {i}"}], **fields}
 
 
+async def _ttft_samples(client, url: str, headers: dict[str, str]) -> None:  # noqa: ANN001
+    """44 short streamed requests round robin: >= min_samples (20) TTFT samples on each of two replicas."""
+    for i in range(44):
+        answer = await client.post(url, json=ask(i, stream=True, max_tokens=1), headers=headers)
+        assert answer.status_code == 200
+
+
 async def test_server_errors_do_not_close_a_one_replica_pool(start_replica, start_router, client) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
@@ -102,9 +109,7 @@ async def test_a_long_prompt_does_not_eject_a_healthy_replica(start_replica, sta
     router = await start_router([r.url for r in replicas], policy="round_robin")
     url = router.url + URL
     fresh = {"cache-control": "no-cache, no-store"}
-    for i in range(44):  # >= min_samples (20) streamed TTFTs on each replica
-        answer = await client.post(url, json=ask(i, stream=True, max_tokens=1), headers=fresh)
-        assert answer.status_code == 200
+    await _ttft_samples(client, url, fresh)
     long_prompt = "lorem " * 5000  # ~5000 tokens: ~2.5 s of prefill
     answer = await client.post(url, json=ask(0, stream=True, max_tokens=1,
                                              messages=[{"role": "user", "content": long_prompt}]),
@@ -123,9 +128,7 @@ async def test_a_client_uploading_its_body_slowly_does_not_eject_a_healthy_repli
     router = await start_router([r.url for r in replicas], policy="round_robin")
     url = router.url + URL
     fresh = {"cache-control": "no-cache, no-store"}
-    for i in range(44):  # >= min_samples (20) streamed TTFTs on each replica
-        answer = await client.post(url, json=ask(i, stream=True, max_tokens=1), headers=fresh)
-        assert answer.status_code == 200
+    await _ttft_samples(client, url, fresh)
     body = json.dumps(ask(99, stream=True, max_tokens=1)).encode()
 
     async def trickle():  # type: ignore[no-untyped-def]
