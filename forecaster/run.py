@@ -113,6 +113,7 @@ class SelectionCache:
         return self.selection
 
     def put(self, selection: Selection, now: float, key: tuple[object, ...]) -> None:
+        """Keep ``selection``, made at ``now`` (simulated Unix s) for ``key``; a short-history one clears the cache."""
         if selection.note.startswith("short history"):
             self.selection = None
             return
