@@ -1,8 +1,8 @@
 """Asyncio engine of one simulated replica: one scheduler loop drives the pure BatchModel.
 
-The loop asks the model for a step, sleeps for the step's duration, then publishes what the
-step produced (first tokens, token counts, finished requests) to per-request handles and to
-the Prometheus metrics. When the model is idle the loop blocks on an event, so an idle replica
+The loop asks the model for a step, sleeps until the step's end on its step clock (see
+``step_start``), then publishes what the step produced (first tokens, token counts, finished
+requests) to per-request handles and to the Prometheus metrics. When the model is idle the loop blocks on an event, so an idle replica
 costs no CPU.
 """
 
@@ -15,6 +15,22 @@ from dataclasses import dataclass, field
 
 from sim.latency import BatchModel, Profile
 from sim.metrics import ReplicaMetrics
+
+
+# How far behind its step clock a replica may fall and still catch up (simulated seconds): late
+# wake-ups of a busy host are made good; a longer stall (a frozen process) is not replayed as a
+# burst of steps afterwards.
+MAX_STEP_LAG_S = 1.0
+
+
+def step_start(previous_end: float | None, now: float, max_lag_s: float) -> float:
+    """Loop time (s) at which the step taken ``now`` starts on the step clock.
+
+    Where the last step ended (``previous_end``), not ``now``, so a late wake-up delays one step
+    but is not added to every following one: the simulated GPU keeps its profile's pace while
+    the host is busy. ``previous_end`` None (the engine was idle): ``now``. Never more than
+    ``max_lag_s`` wall seconds behind ``now``."""
+    return now if previous_end is None else max(previous_end, now - max_lag_s)
 
 
 @dataclass
@@ -38,7 +54,7 @@ class Engine:
 
     ``warmup_s``: simulated seconds after ``start`` before ``ready`` turns true (a real replica
     loads its weights for minutes before it can serve). ``time_scale``: simulated seconds per
-    wall second (> 0): the loop sleeps ``step_s / time_scale`` wall seconds per step and the
+    wall second (> 0): each step lasts ``step_s / time_scale`` wall seconds on the step clock and the
     warm-up lasts ``warmup_s / time_scale`` wall seconds, while every duration it records (TTFT
     and e2e histograms, queue time) is in simulated seconds, so the metrics keep their meaning.
     """
@@ -105,18 +121,22 @@ class Engine:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        step_end: float | None = None  # the step clock: loop time the last step ended
+        max_lag = MAX_STEP_LAG_S / self.time_scale
         while True:
             if self.model.idle:
                 self._wake.clear()
                 await self._wake.wait()
+                step_end = None
                 continue
-            scheduled_at = loop.time()
+            scheduled_at = step_start(step_end, loop.time(), max_lag)
             out = self.model.step()
             for req_id in out.admitted:
                 handle = self._handles.get(req_id)
                 if handle is not None:
                     handle.scheduled = scheduled_at
-            await asyncio.sleep(out.duration_s / self.time_scale)
+            step_end = scheduled_at + out.duration_s / self.time_scale
+            await asyncio.sleep(max(0.0, step_end - loop.time()))
             now = loop.time()
             self.metrics.prompt_tokens.inc(out.prompt_tokens)
             self.metrics.generation_tokens.inc(out.generated_tokens)
