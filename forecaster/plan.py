@@ -12,9 +12,12 @@ Rules (issue 5):
   ready: the buckets overlapping [now + lead, now + lead + decision interval);
 - reactive floor = replicas(current demand): a forecast only adds capacity, never removes it;
 - no scale-down while a rise above the target is forecast within the warm-up window;
-- cooldowns: no forecast-driven scale-up within ``up_cooldown_s`` of the last scale-up (growth
-  to the reactive floor is never delayed), no scale-down within
-  ``down_cooldown_s`` of the last change; at most ``max_step`` replicas per decision;
+- no forecast-driven scale-up within ``up_cooldown_s`` of the last scale-up (growth to the
+  reactive floor is never delayed);
+- scale-down stabilisation, the HPA's rule (``behavior.scaleDown.stabilizationWindowSeconds``,
+  default 300 s): down only to the highest recommendation of the last ``down_cooldown_s``, so a
+  quiet minute between busy ones (noise in counts of a few requests a minute) does not give
+  back replicas that take a whole warm-up to return; at most ``max_step`` replicas per decision;
 - missing or stale data: hold the last decision, never scale down on missing data.
 """
 
@@ -29,7 +32,9 @@ import numpy as np
 @dataclass(frozen=True)
 class PlannerConfig:
     """capacity_per_replica: demand one replica serves at target latency (> 0, demand unit);
-    headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; cooldowns in s;
+    headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; up_cooldown_s: no
+    forecast-driven scale-up this long after the last one (s); down_cooldown_s: the scale-down
+    stabilisation window (s);
     decision_interval_s: time until the next decision (cron or daemon interval);
     upper_headroom: headroom over the upper forecast (None: ``headroom``). A plan step needs
     max(replicas of the mean at ``headroom``, replicas of the upper at ``upper_headroom``), so
@@ -53,26 +58,32 @@ class PlannerState:
     """What the planner remembers between runs (persisted in Redis by ``state``).
 
     replicas: the last decided replica count; at: when it was decided (Unix s);
-    last_up_at / last_down_at: when replicas last went up / down (Unix s), None if never.
+    last_up_at / last_down_at: when replicas last went up / down (Unix s), None if never;
+    recent: (Unix s, replicas recommended) of the decisions inside the scale-down window,
+    oldest first (what the stabilisation takes the highest of).
     """
 
     replicas: int
     at: float
     last_up_at: float | None = None
     last_down_at: float | None = None
+    recent: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class Decision:
     """One replica decision. replicas: desired count; reason: why, in one line for logs and
     annotations; action: "up", "down", "keep", "set" (first decision) or "hold" (data missing); at: Unix s;
-    current: replica count the decision started from (None when unknown)."""
+    current: replica count the decision started from (None when unknown); recommended: what
+    the forecast and the reactive floor asked for before cooldowns, stabilisation and the max
+    step (None for a hold)."""
 
     replicas: int
     reason: str
     action: str = "keep"
     at: float = 0.0
     current: int | None = None
+    recommended: int | None = None
 
 
 @dataclass(frozen=True)
@@ -185,8 +196,9 @@ def decide(
         f"upper forecast {at_lead.upper:.3g} at +{(at_lead.start - now) / 60:.0f} min needs "
         f"{at_lead.replicas}, current demand {current_demand:.3g} needs {floor}"
     )
+    recommended = target
     if current is None:
-        return Decision(target, f"{why}; first decision", "set", now, None)
+        return Decision(target, f"{why}; first decision", "set", now, None, recommended)
     if target < current:
         horizon_end = now + config.lead_time_s + config.decision_interval_s
         window_peak = max(s.replicas for s in steps if s.start < horizon_end)
@@ -197,35 +209,37 @@ def decide(
         since = None if state is None or state.last_up_at is None else now - state.last_up_at
         if since is not None and since < config.up_cooldown_s:
             if floor <= current:
-                return Decision(current, f"{why}; scale-up cooldown ({since:.0f} s)", "keep", now, current)
+                return Decision(current, f"{why}; scale-up cooldown ({since:.0f} s)", "keep", now, current,
+                                recommended)
             # The cooldown delays forecast-driven growth only: load that is already here is served.
             target = floor
             why += f"; scale-up cooldown ({since:.0f} s): only up to the reactive floor"
         new = min(target, current + config.max_step)
         capped = f"; capped by max step {config.max_step}" if new < target else ""
-        return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current)
+        return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current, recommended)
     if target < current:
-        last_change = None
-        if state is not None:
-            changes = [t for t in (state.last_up_at, state.last_down_at) if t is not None]
-            last_change = max(changes) if changes else None
-        since = None if last_change is None else now - last_change
-        if since is not None and since < config.down_cooldown_s:
-            return Decision(
-                current, f"{why}; scale-down cooldown ({since:.0f} s)", "keep", now, current
-            )
+        window = [r for t, r in (state.recent if state else ()) if now - t < config.down_cooldown_s]
+        stable = max([target, *window])
+        if stable > target:
+            why += f"; scale-down stabilisation: {stable} recommended within {config.down_cooldown_s:.0f} s"
+            target = stable
+    if target < current:
         new = max(target, current - config.max_step)
         capped = f"; capped by max step {config.max_step}" if new > target else ""
-        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current)
-    return Decision(current, f"{why}; keep {current}", "keep", now, current)
+        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current, recommended)
+    return Decision(current, f"{why}; keep {current}", "keep", now, current, recommended)
 
 
-def advance(state: PlannerState | None, decision: Decision) -> PlannerState:
-    """State after ``decision`` (what the state store persists)."""
+def advance(state: PlannerState | None, decision: Decision, window_s: float = 0.0) -> PlannerState:
+    """State after ``decision`` (what the state store persists). ``window_s``: the scale-down
+    window (``down_cooldown_s``, s): recommendations older than that are dropped."""
     up = state.last_up_at if state else None
     down = state.last_down_at if state else None
     if decision.action == "up" and decision.current is not None and decision.replicas > decision.current:
         up = decision.at
     if decision.action == "down":
         down = decision.at
-    return PlannerState(decision.replicas, decision.at, up, down)
+    recent = [(t, r) for t, r in (state.recent if state else ()) if decision.at - t < window_s]
+    if decision.recommended is not None and window_s > 0:
+        recent.append((decision.at, decision.recommended))
+    return PlannerState(decision.replicas, decision.at, up, down, tuple(recent))

@@ -30,7 +30,7 @@ from forecaster.plan import (
     lead_steps,
     plan_steps,
 )
-from forecaster.series import Traffic, demand
+from forecaster.series import Traffic, demand, trailing_mean
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source
 from forecaster.state import RedisStateStore
@@ -141,13 +141,14 @@ def run_once(
     except SourceUnavailable as exc:
         at = time.time() if now is None else now
         decision = _hold(state, at, f"source unavailable ({exc})", config, "source", current)
-        return _finish(RunResult(decision, at), store, state)
+        return _finish(RunResult(decision, at), store, state, config)
     at = traffic.end if now is None else now
-    y = demand(traffic, settings.demand_unit)
-    series = _describe(traffic, y, settings.demand_unit)
+    raw = demand(traffic, settings.demand_unit)
+    series = _describe(traffic, raw, settings.demand_unit)
+    y = trailing_mean(raw, round(settings.rate_window_s / traffic.step))
     if y.size == 0 or np.isnan(y).all():
         decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
-        return _finish(RunResult(decision, at, series=series), store, state)
+        return _finish(RunResult(decision, at, series=series), store, state, config)
     horizon = horizon_steps(settings.horizon_s, traffic.step, config)
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
@@ -163,17 +164,18 @@ def run_once(
         if cache is not None:
             cache.put(chosen, at, key)
     steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
-    if np.isnan(y[-1]):
+    if np.isnan(raw[-1]):  # a trailing mean would hide it: still a hold, never a scale-down
         HOLDS.labels("stale").inc()
         log.warning("hold: last bucket of %s is missing", source.name)
-    decision = decide(steps, float(y[-1]), at, traffic.step, config, state, current)
+    current_demand = float(y[-1]) if np.isfinite(raw[-1]) else float("nan")
+    decision = decide(steps, current_demand, at, traffic.step, config, state, current)
     if decision.action != "hold" and chosen.note.startswith("short history"):
         decision = Decision(
             decision.replicas, f"{decision.reason}; {chosen.note}", decision.action,
             decision.at, decision.current,
         )
     result = RunResult(decision, at, chosen.model.name, chosen.note, steps, chosen.scores, series)
-    return _finish(result, store, state)
+    return _finish(result, store, state, config)
 
 
 def _hold(
@@ -200,12 +202,12 @@ def _load(store: RedisStateStore | None) -> PlannerState | None:
 
 
 def _finish(
-    result: RunResult, store: RedisStateStore | None, state: PlannerState | None
+    result: RunResult, store: RedisStateStore | None, state: PlannerState | None, config: PlannerConfig
 ) -> RunResult:
     DESIRED.set(result.decision.replicas)
     if store is not None and result.decision.action != "hold":  # a hold changes nothing
         try:
-            store.save(advance(state, result.decision))
+            store.save(advance(state, result.decision, config.down_cooldown_s))
         except SourceUnavailable as exc:
             log.warning("%s", exc)
     return result

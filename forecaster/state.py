@@ -37,6 +37,7 @@ class RedisStateStore:
             at=float(data["at"]),
             last_up_at=data.get("last_up_at"),
             last_down_at=data.get("last_down_at"),
+            recent=tuple((float(t), int(r)) for t, r in data.get("recent", ())),
         )
 
     def save(self, state: PlannerState) -> None:
@@ -47,6 +48,7 @@ class RedisStateStore:
                 "at": state.at,
                 "last_up_at": state.last_up_at,
                 "last_down_at": state.last_down_at,
+                "recent": [list(x) for x in state.recent],
             }
         )
         try:

@@ -202,7 +202,7 @@ def predictive_decider(
         steps = plan_steps(mean, upper, o * step, step, planner)
         current_demand = minute if math.isfinite(minute) else (float(y[o - 1]) if o > 0 else float("nan"))
         decision = decide(steps, current_demand, now, step, planner, state, cluster.provisioned)
-        state = advance(state, decision)
+        state = advance(state, decision, planner.down_cooldown_s)
         return decision.replicas
 
     return decide_predictive

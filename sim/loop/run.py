@@ -28,7 +28,8 @@ from sim.loop.config import LoopConfig
 from sim.loop.measure import RequestRecord, per_minute, summarize
 from sim.loop.observe import Observer
 from sim.loop.queue_time import queue_time_minutes, queue_time_total
-from sim.loop.world import ControlPlane, apply_manifest, connect, wait_ready
+from sim.loop.world import ControlPlane, apply_manifest, connect, start_warm, wait_ready
+from sim.node.podspec import WARMUP_ANNOTATION
 from sim.profiles import get_profile
 from sim.questions import MixConfig, QuestionMix, load_pairs
 from sim.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
@@ -162,8 +163,10 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         kubeconfig = plane.kubeconfig
         pool = connect(kubeconfig, cfg.namespace, cfg.deployment)
         initial = prep.replicas[policy]
-        apply_manifest(pool, cfg.manifest, initial, {"promptedge.io/sim-warmup-s": f"{cfg.warmup_s:g}",
+        apply_manifest(pool, cfg.manifest, initial, {WARMUP_ANNOTATION: f"{cfg.warmup_s:g}",
                                                      "promptedge.io/sim-profile": cfg.profile})
+        # The replicas the segment starts with were serving before it: no warm-up for them.
+        start_warm(pool, POD_SELECTOR, initial, WARMUP_ANNOTATION, READY_TIMEOUT_WALL_S)
         origin = time.time()
         clock = _clock_env(origin, cfg.speedup)
         stack.spawn("node", ["sim", "node"], {
@@ -183,7 +186,7 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         }
         stack.spawn("router", ["router", "serve", "--port", str(router_port)], router_env)
         router = f"http://127.0.0.1:{router_port}"
-        wait_ready(pool, initial, READY_TIMEOUT_WALL_S + cfg.warmup_s / cfg.speedup)
+        wait_ready(pool, initial, READY_TIMEOUT_WALL_S)
         stack.wait_healthy({"router": router}, timeout_s=READY_TIMEOUT_WALL_S)
         # The segment starts on the simulated clock when the replay starts; the days before it
         # become router counters so the forecaster sees real history.

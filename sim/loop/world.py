@@ -170,6 +170,27 @@ def wait_ready(pool: PoolRef, replicas: int, timeout_s: float) -> None:
     raise WorldError(f"{pool.deployment}: not {replicas} ready after {timeout_s:.0f} s; pods: {pod_phases(pool)}")
 
 
+def start_warm(pool: PoolRef, selector: str, replicas: int, annotation: str, timeout_s: float) -> list[str]:
+    """Annotate the pool's first ``replicas`` Pods (label ``selector``) with a warm-up of 0 s
+    (``annotation``): they stand for replicas that were serving before the segment begins, so
+    the run does not spend a warm-up of wall time on them. Pods created later keep the
+    template's warm-up. Call before the node starts (it reads the annotation when it starts a
+    replica). Returns the Pods' names; raises WorldError when they do not appear in
+    ``timeout_s`` wall seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = pool.core.list_namespaced_pod(pool.namespace, label_selector=selector).items
+        if len(pods) >= replicas:
+            break
+        if time.monotonic() > deadline:
+            raise WorldError(f"{pool.deployment}: {len(pods)} of {replicas} Pods after {timeout_s:.0f} s")
+        time.sleep(0.2)
+    names = sorted(p.metadata.name for p in pods)[:replicas]
+    for name in names:
+        pool.core.patch_namespaced_pod(name, pool.namespace, {"metadata": {"annotations": {annotation: "0"}}})
+    return names
+
+
 def pod_phases(pool: PoolRef) -> dict[str, Any]:
     """Pod name -> (phase, ready, node) for error messages."""
     try:

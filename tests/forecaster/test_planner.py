@@ -83,12 +83,32 @@ def test_cooldowns() -> None:
     # Regression: current demand above what the pool serves is not kept waiting by the cooldown.
     d = decide(steps_for([80.0] * 30), 50.0, NOW, 60.0, CFG, up_recently)
     assert (d.replicas, d.action) == (5, "up") and "only up to the reactive floor" in d.reason
-    changed_recently = PlannerState(replicas=8, at=NOW - 600, last_up_at=NOW - 600)
-    d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, changed_recently)
-    assert d.replicas == 8 and "scale-down cooldown" in d.reason
-    long_ago = PlannerState(replicas=8, at=NOW - 1000, last_up_at=NOW - 1000)
+    recommended_recently = PlannerState(replicas=8, at=NOW - 600, last_up_at=NOW - 600, recent=((NOW - 600, 8),))
+    d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, recommended_recently)
+    assert d.replicas == 8 and "scale-down stabilisation" in d.reason
+    long_ago = PlannerState(replicas=8, at=NOW - 1000, last_up_at=NOW - 1000, recent=((NOW - 1000, 8),))
     d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, long_ago)
     assert d.action == "down" and d.replicas == 4  # 8 -> 1 wanted, max step 4
+
+
+def test_scale_down_goes_only_to_the_highest_recommendation_of_the_window() -> None:
+    # As the HPA's scale-down stabilisation: one quiet minute between busy ones is noise
+    # (Poisson counts of a few requests a minute), and replicas given back on it take a whole
+    # warm-up to return. Regression: the closed loop scaled 3 -> 1 -> 3 in two minutes.
+    cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
+                        lead_time_s=0.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=4)
+    state = None
+    replicas = []
+    for minute, demand in enumerate([25.0, 5.0, 25.0, 5.0, 15.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]):
+        now = NOW + 60.0 * minute
+        steps = plan_steps(np.full(30, demand), np.full(30, demand), now, 60.0, cfg)
+        d = decide(steps, demand, now, 60.0, cfg, state)
+        state = advance(state, d, window_s=cfg.down_cooldown_s)
+        replicas.append(d.replicas)
+    # 3 while a 3 was recommended within 300 s (minutes 0-6), then 2 (minute 4's 15 req/s)
+    # until minute 9, then 1.
+    assert replicas == [3, 3, 3, 3, 3, 3, 3, 2, 2, 1, 1], replicas
+    assert all(t > NOW + 600 - 300 for t, _ in state.recent)  # older recommendations are dropped
 
 
 @pytest.mark.parametrize("demand", [float("nan")])

@@ -136,3 +136,14 @@ def test_forecast_below_current_need_keeps_the_reactive_floor(servegen: Traffic)
     assert max(s.replicas for s in steps) < need  # the precondition: the forecast is lower
     decision = decide(steps, float(y[-1]), steps[0].start, 600.0, config, PlannerState(3, 0.0))
     assert decision.replicas == min(need, 3 + config.max_step) and decision.action == "up"
+
+
+def test_the_scale_down_window_survives_a_restart(redis_url: str) -> None:
+    # The stabilisation keeps the recommendations of the last window in the persisted state: a
+    # daemon restarted right after a busy minute must not scale down on the next quiet one.
+    store = RedisStateStore(redis_url, "promptedge:forecaster:state:test")
+    state = advance(None, Decision(3, "busy", "set", 1_700_000_000.0, None, 3), window_s=300.0)
+    state = advance(state, Decision(3, "quiet", "keep", 1_700_000_060.0, 3, 1), window_s=300.0)
+    store.save(state)
+    loaded = RedisStateStore(redis_url, "promptedge:forecaster:state:test").load()
+    assert loaded is not None and loaded.recent == ((1_700_000_000.0, 3), (1_700_000_060.0, 1))
