@@ -39,6 +39,11 @@ log = logging.getLogger("forecaster")
 
 HOLDS = Counter("promptedge_forecaster_holds", "Runs that held the last decision", ["cause"])
 DESIRED = Gauge("promptedge_forecaster_desired_replicas", "Replicas decided by the last run")
+HOLDING = Gauge("promptedge_forecaster_holding", "1 when the last run held the last decision (data missing), else 0")
+DEMAND = Gauge("promptedge_forecaster_demand", "Demand of the last observed bucket (demand unit per s; NaN: missing)")
+FORECAST = Gauge("promptedge_forecaster_forecast",
+                 "Forecast demand one lead time ahead (demand unit per s): band mean or upper (the planner's quantile)",
+                 ["band"])
 
 
 @dataclass
@@ -163,6 +168,7 @@ def run_once(
         if cache is not None:
             cache.put(chosen, at, key)
     steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
+    observe_forecast(steps, float(y[-1]), traffic.end + config.lead_time_s)
     if np.isnan(y[-1]):
         HOLDS.labels("stale").inc()
         log.warning("hold: last bucket of %s is missing", source.name)
@@ -199,10 +205,24 @@ def _load(store: RedisStateStore | None) -> PlannerState | None:
         return None
 
 
+def observe_forecast(steps: list[PlanStep], last_demand: float, lead_at: float) -> None:
+    """Export the last observed demand and the forecast (mean, upper) of the first plan step
+    starting at or after ``lead_at`` (Unix s: the end of the last bucket plus the lead time;
+    the last step when the horizon ends before it), so that a dashboard or an alert can set
+    today's demand against the forecast made one lead time earlier (PromQL ``offset``)."""
+    DEMAND.set(last_demand)
+    if not steps:
+        return
+    step = next((s for s in steps if s.start >= lead_at), steps[-1])
+    FORECAST.labels("mean").set(step.forecast)
+    FORECAST.labels("upper").set(step.upper)
+
+
 def _finish(
     result: RunResult, store: RedisStateStore | None, state: PlannerState | None
 ) -> RunResult:
     DESIRED.set(result.decision.replicas)
+    HOLDING.set(1 if result.decision.action == "hold" else 0)
     if store is not None and result.decision.action != "hold":  # a hold changes nothing
         try:
             store.save(advance(state, result.decision))
