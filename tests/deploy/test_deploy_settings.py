@@ -94,7 +94,7 @@ def test_router_settings_are_real_and_load(monkeypatch: pytest.MonkeyPatch) -> N
     assert settings.api_keys and not settings.admin_key  # placeholders: a key, DELETE /cache off
     kube = load_kube_settings()
     assert kube.namespace == NAMESPACE and kube.model_label == "promptedge.io/model"
-    assert str(CacheSettings().onnx_cache_dir).startswith("/var/cache/promptedge")
+    assert str(CacheSettings().onnx_cache_dir) == "/opt/promptedge/onnx"  # baked into the image
 
 
 @needs_kustomize
