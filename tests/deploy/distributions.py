@@ -3,7 +3,8 @@
 Shared by the image tests (tests/deploy/test_deploy_images.py, the forecaster's in
 tests/forecaster/test_actuate_deploy.py). Reads the installed distributions' metadata, so it
 follows the environment ``make install`` builds. Run as a module to print the router image's
-constraints (``python -m tests.deploy.distributions > deploy/router-constraints.txt``).
+constraints (``python -m tests.deploy.distributions router > deploy/router-constraints.txt``,
+the same with ``forecaster``).
 """
 
 from __future__ import annotations
@@ -86,15 +87,19 @@ def uncovered(modules: set[str], installed: set[str]) -> dict[str, list[str]]:
             if not any(normal(d) in installed for d in distributions.get(module, [module]))}
 
 
-def router_constraints() -> str:
-    """deploy/router-constraints.txt for the environment this runs in (torch excluded: the
-    Dockerfile installs it from PyTorch's CPU index)."""
-    pins = closure(listed(ROOT / "deploy" / "router.Dockerfile"))
+IMAGES = {"router": ROOT / "deploy" / "router.Dockerfile", "forecaster": ROOT / "deploy" / "Dockerfile"}
+
+
+def constraints(image: str) -> str:
+    """deploy/<image>-constraints.txt for the environment this runs in: pins of what the image's
+    pip list installs (torch excluded: the router image takes it from PyTorch's CPU index;
+    prophet excluded: an optional build step without constraints)."""
+    pins = closure({n: e for n, e in listed(IMAGES[image]).items() if n != "prophet"})
     lines = [f"{name}=={version}" for name, version in sorted(pins.items()) if name != "torch"]
-    return ("# Pins of deploy/router.Dockerfile's pip install and everything it pulls in (Linux, Python 3.11).\n"
-            "# Regenerate: python -m tests.deploy.distributions > deploy/router-constraints.txt\n"
+    return (f"# Pins of {IMAGES[image].relative_to(ROOT)}'s pip install and all it pulls in (Linux, Python 3.11).\n"
+            f"# Regenerate: python -m tests.deploy.distributions {image} > deploy/{image}-constraints.txt\n"
             + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    sys.stdout.write(router_constraints())
+    sys.stdout.write(constraints(sys.argv[1]))
