@@ -6,6 +6,7 @@ deploy/README.md promises (Kubernetes discovery in the Pod's namespace, KEDA mod
 from __future__ import annotations
 
 import base64
+import os
 from typing import Any
 
 import pytest
@@ -76,8 +77,6 @@ def test_env_names_follow_prefix_and_aliases() -> None:
 
 def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     """Only ``env``'s PROMPTEDGE_* settings in the process environment."""
-    import os
-
     for name in [n for n in os.environ if n.startswith("PROMPTEDGE_")]:
         monkeypatch.delenv(name)
     for name, value in env.items():
