@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from prometheus_client import Counter, Gauge
@@ -39,6 +39,11 @@ log = logging.getLogger("forecaster")
 
 HOLDS = Counter("promptedge_forecaster_holds", "Runs that held the last decision", ["cause"])
 DESIRED = Gauge("promptedge_forecaster_desired_replicas", "Replicas decided by the last run")
+HOLDING = Gauge("promptedge_forecaster_holding", "1 when the last run held the last decision (data missing), else 0")
+DEMAND = Gauge("promptedge_forecaster_demand", "Demand of the last observed bucket (demand unit per s; NaN: missing)")
+FORECAST = Gauge("promptedge_forecaster_forecast",
+                 "Forecast demand one lead time ahead (demand unit per s): band mean or upper (the planner's quantile)",
+                 ["band"])
 
 
 @dataclass
@@ -164,16 +169,14 @@ def run_once(
         if cache is not None:
             cache.put(chosen, at, key)
     steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
+    observe_forecast(steps, float(raw[-1]), traffic.end + config.lead_time_s)
     if np.isnan(raw[-1]):  # a trailing mean would hide it: still a hold, never a scale-down
         HOLDS.labels("stale").inc()
         log.warning("hold: last bucket of %s is missing", source.name)
     current_demand = float(y[-1]) if np.isfinite(raw[-1]) else float("nan")
     decision = decide(steps, current_demand, at, traffic.step, config, state, current)
     if decision.action != "hold" and chosen.note.startswith("short history"):
-        decision = Decision(
-            decision.replicas, f"{decision.reason}; {chosen.note}", decision.action,
-            decision.at, decision.current,
-        )
+        decision = replace(decision, reason=f"{decision.reason}; {chosen.note}")
     result = RunResult(decision, at, chosen.model.name, chosen.note, steps, chosen.scores, series)
     return _finish(result, store, state, config)
 
@@ -201,10 +204,24 @@ def _load(store: RedisStateStore | None) -> PlannerState | None:
         return None
 
 
+def observe_forecast(steps: list[PlanStep], last_demand: float, lead_at: float) -> None:
+    """Export the last observed demand and the forecast (mean, upper) of the first plan step
+    starting at or after ``lead_at`` (Unix s: the end of the last bucket plus the lead time;
+    the last step when the horizon ends before it), so that a dashboard or an alert can set
+    today's demand against the forecast made one lead time earlier (PromQL ``offset``)."""
+    DEMAND.set(last_demand)
+    if not steps:
+        return
+    step = next((s for s in steps if s.start >= lead_at), steps[-1])
+    FORECAST.labels("mean").set(step.forecast)
+    FORECAST.labels("upper").set(step.upper)
+
+
 def _finish(
     result: RunResult, store: RedisStateStore | None, state: PlannerState | None, config: PlannerConfig
 ) -> RunResult:
     DESIRED.set(result.decision.replicas)
+    HOLDING.set(1 if result.decision.action == "hold" else 0)
     if store is not None and result.decision.action != "hold":  # a hold changes nothing
         try:
             store.save(advance(state, result.decision, config.down_cooldown_s))

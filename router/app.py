@@ -82,7 +82,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
         tracer, tracer_provider = make_tracer(settings.otel_exporter, settings.otel_endpoint)
-        metrics = RouterMetrics(pools, weights)
+        metrics = RouterMetrics(pools, weights, cache_healthy=lambda: cache.healthy)
         metrics.registry.register(DiscoveryCollector(pools, source))
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=cache,

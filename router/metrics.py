@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -22,8 +22,12 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 class RouterMetrics:
     """The router's Prometheus series; ``render()`` gives the text exposition."""
 
-    def __init__(self, pools: Pools, weights: Weights, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pools: Pools, weights: Weights, clock: Callable[[], float] = time.monotonic,
+                 cache_healthy: Callable[[], bool] | None = None) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, _resident_memory_bytes, ...
+        if cache_healthy is not None:
+            self.registry.register(_CacheCollector(cache_healthy))
         self.requests = Counter(
             "promptedge_router_requests", "Requests answered, by pool, replica, HTTP status and cache outcome",
             ["pool", "replica", "status", "cache"], registry=self.registry)
@@ -72,6 +76,19 @@ class RouterMetrics:
     def render(self) -> bytes:
         """Prometheus text exposition of all series."""
         return generate_latest(self.registry)
+
+
+class _CacheCollector(Collector):
+    """``promptedge_router_cache_up``: 1 while the response cache works (its Redis answers and,
+    when semantic, the embedding model loaded), 0 while the router serves without it. Read at
+    scrape time from the cache's own health probe (cache.ResponseCache.healthy)."""
+
+    def __init__(self, healthy: Callable[[], bool]) -> None:
+        self.healthy = healthy
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("promptedge_router_cache_up", "1 if the response cache works (Redis answers, embedding model loaded)",
+                                value=1.0 if self.healthy() else 0.0)
 
 
 class _ReplicaCollector(Collector):

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import ast
-import re
-import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.deploy.distributions import closure, listed, third_party_imports, uncovered
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -85,43 +83,7 @@ def test_scaled_object_reads_desired_replicas_from_the_endpoint_service() -> Non
     assert env_of(endpoint)["PROMPTEDGE_ACTUATOR_DEPLOYMENT"] == scaled["spec"]["scaleTargetRef"]["name"]
 
 
-def _requirement_names(dist: str) -> set[str]:
-    names = set()
-    for requirement in metadata.requires(dist) or []:
-        if "extra ==" in requirement:
-            continue
-        names.add(_normal(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]))
-    return names
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def test_dockerfile_installs_every_third_party_import_of_the_forecaster() -> None:
-    listed = {_normal(m) for m in re.findall(r'"([A-Za-z0-9_.\-]+)[<>=!~]', (DEPLOY / "Dockerfile").read_text())}
-    covered, todo = set(), list(listed)
-    while todo:  # listed packages plus what they install
-        name = todo.pop()
-        if name in covered:
-            continue
-        covered.add(name)
-        try:
-            todo.extend(_requirement_names(name))
-        except metadata.PackageNotFoundError:
-            continue
-    distributions = metadata.packages_distributions()
-    imported: set[str] = set()
-    for source in (ROOT / "forecaster").rglob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.Import):
-                imported.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                imported.add(node.module.split(".")[0])
-    third_party = imported - set(sys.stdlib_module_names) - {"forecaster", "__future__"}
-    missing = {
-        module: distributions.get(module, [module])
-        for module in third_party
-        if not any(_normal(d) in covered for d in distributions.get(module, [module]))
-    }
+    installed = set(closure(listed(DEPLOY / "Dockerfile")))  # listed packages plus what they install
+    missing = uncovered(third_party_imports("forecaster"), installed)
     assert not missing, f"add to deploy/Dockerfile's pip install: {missing}"
