@@ -1,0 +1,45 @@
+"""RATE_WINDOW_S: demand as the mean rate over a trailing window, without hiding a missing bucket."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forecaster.run import run_once
+from forecaster.series import Traffic, trailing_mean
+from forecaster.settings import ForecasterSettings
+
+
+def test_trailing_mean_skips_missing_buckets_and_keeps_all_missing_as_missing() -> None:
+    y = np.array([1.0, 2.0, 3.0, np.nan, 5.0, np.nan, np.nan, np.nan])
+    out = trailing_mean(y, 3)
+    assert out[:7].tolist() == [1.0, 1.5, 2.0, 2.5, 4.0, 5.0, 5.0] and np.isnan(out[7])
+    assert trailing_mean(y, 1) is y
+
+
+class _Source:
+    name = "fixed"
+
+    def __init__(self, y: np.ndarray) -> None:
+        self.y = y
+
+    def fetch(self, now: float | None = None) -> Traffic:
+        return Traffic(0.0, 60.0, self.y)
+
+
+def _settings(window_s: float) -> ForecasterSettings:
+    return ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, rate_window_s=window_s, warmup_s=0.0,
+                              actuation_delay_s=0.0, models=["last_value"], metrics_port=0, max_replicas=20)
+
+
+def test_one_busy_minute_moves_the_reactive_floor_only_by_its_share_of_the_window() -> None:
+    y = np.r_[np.full(600, 2.0), [10.0]]  # ten quiet hours at 2 req/s, then one minute at 10
+    counted = run_once(_settings(60.0), _Source(y), now=601 * 60.0)
+    windowed = run_once(_settings(300.0), _Source(y), now=601 * 60.0)
+    assert "current demand 10 needs 10" in counted.decision.reason
+    assert "current demand 3.6 needs 4" in windowed.decision.reason  # (4 x 2 + 10) / 5
+
+
+def test_a_missing_last_bucket_still_holds_with_a_window() -> None:
+    y = np.r_[np.full(600, 2.0), [np.nan]]
+    result = run_once(_settings(300.0), _Source(y), now=601 * 60.0)
+    assert result.decision.action == "hold"
