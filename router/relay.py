@@ -24,7 +24,7 @@ from router.errors import APIError, UpstreamError, UpstreamTimeout
 from router.health import judged_ttft
 from router.record import Record
 from router.replicas import Lease
-from router.sse import DONE, StreamAssembler
+from router.sse import DONE, StreamAssembler, UsageFilter
 from router.state import RouterState
 from router.upstream import iter_body
 
@@ -49,10 +49,13 @@ class RelayResponse(StreamingResponse):
 
 
 def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
-                 lease: Lease, headers: dict[str, str]) -> RelayResponse:
+                 lease: Lease, headers: dict[str, str], strip_usage: bool = False) -> RelayResponse:
     """The client response for an open upstream SSE response; a complete stream is stored in
-    the cache under ``store`` (None: not stored)."""
+    the cache under ``store`` (None: not stored). ``strip_usage``: the router asked the replica
+    for the usage chunk on the client's behalf (it did not ask for ``include_usage``): the
+    client's stream goes out event by event without it; it is still counted and stored."""
     assembler = StreamAssembler()
+    usage_filter = UsageFilter() if strip_usage else None
     url = lease.replica.url
     rec.deferred = True
     failed: list[APIError] = []
@@ -75,7 +78,12 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
                 assembler.feed(chunk)
-                yield chunk
+                if usage_filter is not None:
+                    chunk = usage_filter.feed(chunk)
+                if chunk:
+                    yield chunk
+            if usage_filter is not None and (rest := usage_filter.flush()):
+                yield rest
             if not assembler.done:
                 raise UpstreamError(f"replica {url} ended its stream without [DONE]", code="replica_error")
         except APIError as exc:

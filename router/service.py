@@ -96,19 +96,22 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, keys), control=control,
                         pool=pool, tenant_label=classify.tenant_label(api_key, keys))
     stream = body.get("stream") is True
+    include_usage = stream and _asks_usage(body)
     hit = await state.cache.lookup(creq)
     if hit is not None:
         rec.cache = hit.kind
-        return _serve_hit(state, rec, hit, stream)
+        return _serve_hit(state, rec, hit, stream, include_usage)
     rec.cache = "miss"
-    raw = _admit(state, rec, body, raw)
+    _admit(state, rec)
+    ask_usage = stream and not include_usage
+    raw = forward_body(body, raw, rec.target if rec.target != rec.pool else None, ask_usage)
     store = creq if rec.target == rec.pool else None  # another model's answer is not this one's
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
         if upstream.status_code >= 400:
             return await _upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
         if stream:
-            return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease))
+            return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease), strip_usage=ask_usage)
         content = await _read(upstream, lease)
     rec.first_byte_at = time.perf_counter()
     # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
@@ -125,20 +128,41 @@ async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
                           headers={"retry-after": str(max(1, math.ceil(wait)))})
 
 
-def _admit(state: RouterState, rec: Record, body: dict[str, Any], raw: bytes) -> bytes:
-    """Shed by priority when the pool is saturated, or send to its fallback pool (returns the
-    bytes to forward: the body with the fallback's model name in that case)."""
+def _admit(state: RouterState, rec: Record) -> None:
+    """Shed by priority when the pool is saturated, or send to its fallback pool (sets
+    ``rec.target`` to it; raises RateLimited when the request is shed)."""
     settings, now = state.settings, time.monotonic()
     if _has_room(state, rec.pool, rec, now):
-        return raw
+        return
     fallback = settings.fallback.get(rec.pool)
     if fallback is not None and fallback in state.pools and _has_room(state, fallback, rec, now):
         rec.target = fallback
-        return json.dumps({**body, "model": fallback}).encode()
+        return
     if state.pools.eligible(rec.pool, now):
         raise RateLimited(f"pool `{rec.pool}` is saturated: {rec.priority} requests are shed for now",
                           code="pool_saturated", headers={"retry-after": "1"})
-    return raw  # no replica at all: _open answers 503
+    # no replica at all: _open answers 503
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def forward_body(body: dict[str, Any], raw: bytes, model: str | None, ask_usage: bool) -> bytes:
+    """The bytes sent to the replica: the client's own ``raw`` bytes, unless the router must
+    change the body: ``model`` (a fallback pool's name, None = unchanged) or ``ask_usage``
+    (``stream_options.include_usage`` set, so that a stream's answer has usage to count and
+    store even when the client did not ask for it; relay_stream strips the usage chunk)."""
+    if model is None and not ask_usage:
+        return raw
+    out = dict(body)
+    if model is not None:
+        out["model"] = model
+    if ask_usage:
+        options = body.get("stream_options")
+        out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps(out).encode()
 
 
 def _has_room(state: RouterState, pool: str, rec: Record, now: float) -> bool:
@@ -168,7 +192,7 @@ def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
     return headers
 
 
-def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> Response:
+def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool) -> Response:
     response = hit.response
     prompt, completion = usage_tokens(response.get("usage")) or (0, 0)
     rec.prompt_tokens = prompt or rec.prompt_tokens
@@ -179,7 +203,7 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> 
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
-        return StreamingResponse(_aiter(replay(response)), media_type=_SSE, headers=headers)
+        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers)
     content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
     return Response(content, media_type=_JSON, headers=headers)
 
