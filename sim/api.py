@@ -14,13 +14,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sim import output
 from sim import responses as r
 from sim.engine import Engine, Handle
 from sim.latency import ModelLimitError, Profile
 from sim.profiles import get_profile
 from sim.schemas import ChatRequest, CompletionRequest, error_body, validation_error_body
 from sim.settings import SimSettings
-from sim.tokens import estimate_chat_tokens, estimate_text_tokens, filler
+from sim.tokens import estimate_chat_tokens, estimate_text_tokens
 
 
 class Faults(BaseModel):
@@ -154,23 +155,35 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
     except ModelLimitError as exc:
         return _error(str(exc), "BadRequestError", "max_tokens", 400)
     req_id = r.new_id(kind)
+    shape = _shape(rep, req)
+    extra = {} if rep.settings.system_fingerprint is None else {"system_fingerprint": rep.settings.system_fingerprint}
     if req.stream:
-        events = _stream(rep, handle, kind, req_id, req.model, req.include_usage)
+        events = _stream(rep, handle, shape, r.Head(kind, req_id, req.model, req.include_usage, extra))
         return StreamingResponse(events, media_type="text/event-stream")
     try:
         await handle.done.wait()
     finally:
         rep.engine.abort(handle)
     echoed = req.prompt_text() if isinstance(req, CompletionRequest) and req.echo else ""
-    body = r.completion_body(kind, req_id, req.model, echoed + filler(0, max_tokens), prompt_tokens, max_tokens)
+    body = r.completion_body(kind, req_id, req.model, output.whole(shape, max_tokens, echoed), prompt_tokens,
+                             max_tokens, extra)
     return JSONResponse(body)
 
 
-async def _stream(
-    rep: Replica, handle: Handle, kind: r.Kind, req_id: str, model: str, include_usage: bool
-) -> AsyncIterator[bytes]:
-    """SSE events: role chunk, content chunks (tokens batched per stream interval), a finish
-    chunk, an optional usage chunk, then ``data: [DONE]``. Aborts the request on disconnect.
+def _shape(rep: Replica, req: ChatRequest | CompletionRequest) -> output.Shape:
+    """What the answer holds besides text (sim/output.py), from the request and the replica's settings."""
+    if isinstance(req, CompletionRequest):
+        return output.Shape(chat=False, logprobs=req.logprobs)
+    tool = output.chosen_tool(req.tools, req.tool_choice)
+    return output.Shape(chat=True, reasoning=rep.settings.reasoning_tokens, tool=tool,
+                        call_id="call_" + r.new_id("text")[5:21] if tool else "",
+                        logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+
+
+async def _stream(rep: Replica, handle: Handle, shape: output.Shape, head: r.Head) -> AsyncIterator[bytes]:
+    """SSE events: role chunk, content chunks (tokens batched per stream interval; reasoning,
+    tool-call arguments and logprobs as sim/output.py says), a finish chunk, an optional usage
+    chunk, then ``data: [DONE]``. Aborts the request on disconnect.
 
     Nothing is sent before the first token exists (queueing and prefill done): the chat role
     chunk goes out right before the first content chunk, as vLLM sends it with its first
@@ -179,23 +192,26 @@ async def _stream(
     interval = rep.settings.stream_interval_s
     try:
         await handle.first_token.wait()
-        if kind == "chat":
-            yield r.sse(r.chunk(kind, req_id, model, "", first=True, include_usage=include_usage))
+        if shape.chat:
+            yield r.sse(r.chunk(head, {"role": "assistant", "content": ""}))
         sent = 0
         while sent < handle.max_tokens:
             upto = handle.generated
             if upto > sent:
-                yield r.sse(r.chunk(kind, req_id, model, filler(sent, upto - sent), include_usage=include_usage))
+                fields, logprobs = output.delta(shape, sent, upto, first=sent == 0)
+                yield r.sse(r.chunk(head, fields, logprobs))
                 sent = upto
             if sent < handle.max_tokens:
                 try:
                     await asyncio.wait_for(handle.done.wait(), interval)
                 except TimeoutError:
                     pass
-        yield r.sse(r.chunk(kind, req_id, model, None if kind == "chat" else "", finish=True,
-                            include_usage=include_usage))
-        if include_usage:
-            yield r.sse(r.usage_chunk(kind, req_id, model, handle.prompt_tokens, handle.max_tokens))
+        closing = output.closing_delta(shape)
+        if closing is not None:
+            yield r.sse(r.chunk(head, closing))
+        yield r.sse(r.chunk(head, {} if shape.chat else {"text": ""}, finish=output.finish_reason(shape)))
+        if head.include_usage:
+            yield r.sse(r.usage_chunk(head, handle.prompt_tokens, handle.max_tokens))
         yield r.sse("[DONE]")
     finally:
         rep.engine.abort(handle)

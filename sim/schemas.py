@@ -54,6 +54,10 @@ class _Common(_Strict):
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
     def output_tokens(self) -> int:
         """max_completion_tokens (newer OpenAI name) wins over max_tokens; default 16."""
@@ -66,6 +70,7 @@ class ChatRequest(_Common):
 class CompletionRequest(_Common):
     prompt: str | list[str] = Field(min_length=1)
     echo: bool = False  # as OpenAI/vLLM: the answer's text starts with the prompt (non-stream only here)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
 
     def prompt_text(self) -> str:
         """The single prompt; a batch of several prompts is refused by the API layer."""
