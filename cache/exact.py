@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import redis.asyncio as aioredis
 
@@ -34,13 +34,26 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
     return counts[0], counts[1]
 
 
-def is_complete_response(response: Any) -> bool:
+def expected_choices(endpoint: str, body: Mapping[str, Any]) -> int:
+    """How many choices a complete answer to ``body`` has: ``n`` (default 1) per prompt; a
+    completions ``prompt`` that is a list of texts or of token-id lists is that many prompts."""
+    n = body.get("n")
+    count = n if type(n) is int and n > 0 else 1
+    prompt = body.get("prompt") if endpoint == "completions" else None
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        count *= len(prompt)
+    return count
+
+
+def is_complete_response(response: Any, count: int | None = None) -> bool:
     """True for a successful, complete OpenAI non-stream response that may be cached.
 
     response: parsed JSON. Requires ``object`` ``chat.completion`` or ``text_completion``, no
     ``error`` field, and at least one choice, every choice with a ``finish_reason`` (a choice
     without one was cut off, so it is not the answer the client would get again), and a
-    ``usage`` that is absent or valid (:func:`usage_tokens`).
+    ``usage`` that is absent or valid (:func:`usage_tokens`). count: when given, exactly that
+    many choices with the indices 0..choices-1 (an ``n`` > 1 answer is cached whole or not at
+    all, never one choice for n).
     """
     if not isinstance(response, dict) or "error" in response:
         return False
@@ -51,7 +64,9 @@ def is_complete_response(response: Any) -> bool:
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         return False
-    return all(isinstance(c, dict) and c.get("finish_reason") for c in choices)
+    if not all(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+        return False
+    return count is None or sorted(c.get("index", 0) for c in choices) == list(range(count))
 
 
 _SET_LUA = """

@@ -20,8 +20,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cache import CacheHit, CacheRequest, usage_tokens
-from router import classify, lanes
+from cache import CacheHit, CacheRequest, age_s, usage_tokens
+from router import cachepolicy, classify, lanes
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
@@ -91,9 +91,13 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     control = classify.cache_control(headers)
     if not api_key:
         control = classify.anonymous_control(control, state.settings.anonymous_cache)
+    control = cachepolicy.apply(control, state.settings.cache_policy_for(pool), body)
     # keyed by the pool that answers (X-Model or the body's model), not by the body alone
     keys = state.settings.api_keys
-    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, keys), control=control,
+    tenant = classify.tenant(api_key, keys)
+    if classify.is_private(headers):  # this key's own entries: not its tenant's, never semantic
+        tenant, control = classify.private_scope(api_key, control)
+    creq = CacheRequest(endpoint=endpoint, body=body, tenant=tenant, control=control,
                         pool=pool, tenant_label=classify.tenant_label(api_key, keys))
     stream = body.get("stream") is True
     include_usage = stream and _asks_usage(body)
@@ -110,6 +114,8 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
         upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
         if upstream.status_code >= 400:
             return await _upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
+        if classify.forbids_store(upstream.headers.get("cache-control")):
+            store = None  # the replica said its answer is not for a shared cache
         if stream:
             return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease), strip_usage=ask_usage)
         content = await _read(upstream, lease)
@@ -200,6 +206,9 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
+    age = age_s(response)
+    if age is not None:
+        headers["age"] = str(int(age))  # HTTP's Age of a cached answer: seconds since the replica made it
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
