@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cache import CacheControl
 from router.settings import CachePolicy
-
-_UNCACHED = CacheControl(no_cache=True, no_store=True)
 
 
 def is_sampled(body: Mapping[str, Any]) -> bool:
@@ -34,12 +31,7 @@ def choices_asked(body: Mapping[str, Any]) -> int:
     return n if type(n) is int and n > 0 else 1
 
 
-def apply(control: CacheControl, policy: CachePolicy, body: Mapping[str, Any]) -> CacheControl:
-    """The request's cache controls under its pool's ``policy``: neither lookup nor store
-    for a sampled request when ``cache_sampled`` is off, nor for ``n`` > 1 when ``cache_n``
-    is off; else ``control`` unchanged."""
-    if not policy.cache_sampled and is_sampled(body):
-        return _UNCACHED
-    if not policy.cache_n and choices_asked(body) > 1:
-        return _UNCACHED
-    return control
+def keeps_out(policy: CachePolicy, body: Mapping[str, Any]) -> bool:
+    """True when the pool's ``policy`` keeps the request out of the cache (neither lookup nor
+    store): a sampled request when ``cache_sampled`` is off, ``n`` > 1 when ``cache_n`` is off."""
+    return (not policy.cache_sampled and is_sampled(body)) or (not policy.cache_n and choices_asked(body) > 1)

@@ -20,7 +20,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cache import CacheHit, CacheRequest, age_s, usage_tokens
+from cache import CacheControl, CacheHit, CacheRequest, age_s, usage_tokens
 from router import cachepolicy, classify, lanes
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
@@ -43,6 +43,7 @@ _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
 MAX_ATTEMPTS = 3
+_UNCACHED = CacheControl(no_cache=True, no_store=True)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
@@ -91,7 +92,8 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     control = classify.cache_control(headers)
     if not api_key:
         control = classify.anonymous_control(control, state.settings.anonymous_cache)
-    control = cachepolicy.apply(control, state.settings.cache_policy_for(pool), body)
+    if cachepolicy.keeps_out(state.settings.cache_policy_for(pool), body):
+        control = _UNCACHED
     # keyed by the pool that answers (X-Model or the body's model), not by the body alone
     keys = state.settings.api_keys
     tenant = classify.tenant(api_key, keys)
