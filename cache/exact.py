@@ -35,20 +35,33 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
 
 
 def expected_choices(endpoint: str, body: Mapping[str, Any]) -> int:
-    """How many choices a complete answer to ``body`` has: ``n`` (default 1) per prompt; a
-    completions ``prompt`` that is a list of texts or of token-id lists is that many prompts."""
-    n = body.get("n")
+    """How many choices (embeddings: ``data`` items) a complete answer to ``body`` has: ``n``
+    (default 1) per prompt; a completions ``prompt`` or an embeddings ``input`` that is a list
+    of texts or of token-id lists is that many inputs."""
+    n = body.get("n") if endpoint != "embeddings" else 1
     count = n if type(n) is int and n > 0 else 1
-    prompt = body.get("prompt") if endpoint == "completions" else None
-    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-        count *= len(prompt)
+    inputs = body.get({"completions": "prompt", "embeddings": "input"}.get(endpoint, ""))
+    if isinstance(inputs, list) and inputs and all(isinstance(p, (str, list)) for p in inputs):
+        count *= len(inputs)
     return count
+
+
+def _is_embeddings(response: dict[str, Any], count: int | None) -> bool:
+    data = response.get("data")
+    if not isinstance(data, list) or not data:
+        return False
+    if not all(isinstance(d, dict) and d.get("object") == "embedding" and isinstance(d.get("embedding"), (list, str))
+               for d in data):
+        return False
+    return count is None or sorted(d.get("index", 0) for d in data) == list(range(count))
 
 
 def is_complete_response(response: Any, count: int | None = None) -> bool:
     """True for a successful, complete OpenAI non-stream response that may be cached.
 
-    response: parsed JSON. Requires ``object`` ``chat.completion`` or ``text_completion``, no
+    response: parsed JSON. An embeddings answer (``object`` ``list``) needs ``data`` of
+    ``embedding`` objects (``count`` of them when given, indices 0..count-1). Else requires
+    ``object`` ``chat.completion`` or ``text_completion``, no
     ``error`` field, and at least one choice, every choice with a ``finish_reason`` (a choice
     without one was cut off, so it is not the answer the client would get again), and a
     ``usage`` that is absent or valid (:func:`usage_tokens`). count: when given, exactly that
@@ -59,6 +72,8 @@ def is_complete_response(response: Any, count: int | None = None) -> bool:
         return False
     if response.get("usage") is not None and usage_tokens(response["usage"]) is None:
         return False
+    if response.get("object") == "list":
+        return _is_embeddings(response, count)
     if response.get("object") not in ("chat.completion", "text_completion"):
         return False
     choices = response.get("choices")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Mapping
 
-Endpoint = Literal["chat.completions", "completions"]
+Endpoint = Literal["chat.completions", "completions", "embeddings"]
 HitKind = Literal["exact", "semantic"]
 Outcome = Literal["exact", "semantic", "miss"]
 

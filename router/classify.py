@@ -173,7 +173,8 @@ def bounded_priority(claimed: str, key: str, mapping: Mapping[str, str], bounds:
 def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
     """Prompt size in tokens without a tokenizer: ceil(chars / 4) (OpenAI's rule of thumb of
     ~4 characters per token) plus 3 per chat message and 3 for reply priming (OpenAI cookbook,
-    "How to count tokens with tiktoken"); a pre-tokenised prompt counts its token ids."""
+    "How to count tokens with tiktoken"); a pre-tokenised prompt counts its token ids; an
+    embeddings ``input`` counts as a prompt."""
     messages = body.get("messages")
     if isinstance(messages, list):
         chars = 0
@@ -185,7 +186,7 @@ def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
                 # only text counts (validation refuses a non-string text: 400, messages.N.content.M.text)
                 chars += sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         return -(-chars // 4) + 3 * len(messages) + 3
-    prompt = body.get("prompt")
+    prompt = body.get("prompt", body.get("input"))  # embeddings: ``input``
     if isinstance(prompt, str):
         return -(-len(prompt) // 4)
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):

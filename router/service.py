@@ -1,4 +1,5 @@
-"""The request path of one completion: validate, cache, dispatch, forward, relay, store, count.
+"""The request path of one completion (or embedding, /tokenize, /detokenize): validate, cache,
+dispatch, forward, relay, store, count.
 
 Forwarded bodies are the client's bytes, never re-serialised. Work the client does not wait
 for (parsing a forwarded answer for usage, storing it) runs after the response is sent.
@@ -36,7 +37,12 @@ from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 log = logging.getLogger(__name__)
 
-_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
+_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions",
+          "embeddings": "/v1/embeddings", "tokenize": "/tokenize", "detokenize": "/detokenize"}
+# Endpoints whose answers are cached (embeddings: exact only, cache/scope.py); /tokenize and
+# /detokenize are cheap and not inference demand: neither cached nor in the traffic counters.
+_CACHED: frozenset[Endpoint] = frozenset({"chat.completions", "completions", "embeddings"})
+_STREAMED: frozenset[Endpoint] = frozenset({"chat.completions", "completions"})
 # The client's Authorization is its key to the router, not to a replica: never forwarded, except
 # with forward_client_key to a replica without a backend key of the router's (router/credentials.py).
 _FORWARD_HEADERS = ("x-request-id",)
@@ -48,7 +54,9 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
 async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Response:
-    """Answer one OpenAI completion request (stream or not). Raises APIError subclasses
+    """Answer one OpenAI completion request (stream or not), embeddings request (exact cache
+    only) or vLLM /tokenize, /detokenize (never cached, not counted as demand: same
+    dispatch, health, retries, metrics and log line). Raises APIError subclasses
     (after accounting for them); a streamed answer is accounted for when its stream ends."""
     rec = Record(_request_id(request.headers.get("x-request-id")), time.perf_counter())
     try:
@@ -88,7 +96,9 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     rec.prompt_tokens = classify.estimate_prompt_tokens(body)
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
-        await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
+        # /tokenize and /detokenize cost a request, not tokens of inference
+        tokens = rec.prompt_tokens + classify.max_output_tokens(body) if endpoint in _CACHED else 0
+        await _rate_limit(state, api_key, tokens)
     control = classify.cache_control(headers)
     if not api_key:
         control = classify.anonymous_control(control, state.settings.anonymous_cache)
@@ -101,17 +111,19 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
         tenant, control = classify.private_scope(api_key, control)
     creq = CacheRequest(endpoint=endpoint, body=body, tenant=tenant, control=control,
                         pool=pool, tenant_label=classify.tenant_label(api_key, keys))
-    stream = body.get("stream") is True
+    stream = body.get("stream") is True and endpoint in _STREAMED
     include_usage = stream and _asks_usage(body)
-    hit = await state.cache.lookup(creq)
+    hit = await state.cache.lookup(creq) if endpoint in _CACHED else None
     if hit is not None:
         rec.cache = hit.kind
         return _serve_hit(state, rec, hit, stream, include_usage)
     rec.cache = "miss"
+    rec.demand = endpoint in _CACHED
     _admit(state, rec)
     ask_usage = stream and not include_usage
     raw = forward_body(body, raw, rec.target if rec.target != rec.pool else None, ask_usage)
-    store = creq if rec.target == rec.pool else None  # another model's answer is not this one's
+    # another model's answer is not this one's
+    store = creq if rec.target == rec.pool and endpoint in _CACHED else None
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
         if upstream.status_code >= 400:
@@ -338,8 +350,9 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
         if rec.forwarded_at is not None and rec.first_byte_at is not None:
             replica.observe_answer(rec.first_byte_at - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens,
                                    time.monotonic())
-    state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
-                         completion_tokens=rec.completion_tokens)
+    if rec.demand:
+        state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
+                             completion_tokens=rec.completion_tokens)
     rec.finish(state.metrics, state.tracer)
     if store is not None and isinstance(response, dict):
         await state.cache.store(store, response, content)

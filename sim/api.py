@@ -9,6 +9,7 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -19,7 +20,9 @@ from sim import responses as r
 from sim.engine import Engine, Handle
 from sim.latency import ModelLimitError, Profile
 from sim.profiles import get_profile
-from sim.schemas import ChatRequest, CompletionRequest, error_body, validation_error_body
+from sim import surface
+from sim.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest,
+                         error_body, validation_error_body)
 from sim.settings import SimSettings
 from sim.tokens import estimate_chat_tokens, estimate_text_tokens
 
@@ -103,6 +106,18 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
     async def completions(request: Request) -> Response:
         return await _complete(request, "text")
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        return await _surface(request, EmbeddingRequest, _embed)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        return await _surface(request, TokenizeRequest, _tokenize)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        return await _surface(request, DetokenizeRequest, _detokenize)
+
     return app
 
 
@@ -117,6 +132,45 @@ def _authorized(request: Request, rep: Replica) -> bool:
 
 def _unauthorized() -> JSONResponse:
     return _error("invalid or missing API key", "AuthenticationError", None, 401)
+
+
+async def _surface(request: Request, schema: type[BaseModel], answer: Any) -> Response:
+    """An embeddings / tokenizer request: authorized, validated, the model checked, the
+    replica up; then ``answer(replica, request model)``'s JSON (no engine time: these are
+    cheap next to a generation)."""
+    rep: Replica = request.app.state.replica
+    if not _authorized(request, rep):
+        return _unauthorized()
+    try:
+        req = schema.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return JSONResponse(validation_error_body(exc), status_code=400)
+    if getattr(req, "model", rep.settings.model) not in (None, rep.settings.model):
+        return _error(f"The model `{getattr(req, 'model')}` does not exist.", "NotFoundError", "model", 404)
+    if rep.draining or not rep.engine.ready:
+        return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
+    try:
+        return JSONResponse(answer(rep, req))
+    except ValueError as exc:
+        return _error(str(exc), "BadRequestError", None, 400)
+
+
+def _embed(rep: Replica, req: EmbeddingRequest) -> dict[str, Any]:
+    texts = req.texts()
+    return surface.embeddings_body(rep.settings.model, texts, req.encoding_format, req.dimensions,
+                                   sum(estimate_text_tokens(t) for t in texts))
+
+
+def _tokenize(rep: Replica, req: TokenizeRequest) -> dict[str, Any]:
+    tokens = surface.tokenize(req.text())
+    return {"count": len(tokens), "max_model_len": rep.profile.max_model_len, "tokens": tokens}
+
+
+def _detokenize(rep: Replica, req: DetokenizeRequest) -> dict[str, Any]:
+    try:
+        return {"prompt": surface.detokenize(req.tokens)}
+    except (UnicodeDecodeError, OverflowError):
+        raise ValueError("tokens: not token ids of this model") from None
 
 
 async def _complete(request: Request, kind: r.Kind) -> Response:

@@ -80,6 +80,38 @@ class CompletionRequest(_Common):
         return self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS
 
 
+class EmbeddingRequest(_Strict):
+    """OpenAI embeddings: texts only in the sim (token-id input is refused, 400)."""
+
+    model: str
+    input: str | list[str] = Field(min_length=1)
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1, le=4096)
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class TokenizeRequest(_Strict):
+    """vLLM's /tokenize: a prompt, or chat messages (their texts joined)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+
+    def text(self) -> str:
+        if self.prompt is not None:
+            return self.prompt
+        return "".join(m.text() for m in self.messages or [])
+
+
+class DetokenizeRequest(_Strict):
+    """vLLM's /detokenize: token ids back to text."""
+
+    model: str | None = None
+    tokens: list[int]
+
+
 def error_body(message: str, err_type: str, param: str | None, code: int) -> dict[str, Any]:
     """OpenAI error JSON: {"error": {"message", "type", "param", "code"}}."""
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
