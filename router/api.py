@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router import service
+from router import responses, service
 
 
 def add_completion_routes(app: FastAPI) -> None:
@@ -27,6 +27,7 @@ def add_completion_routes(app: FastAPI) -> None:
     app.add_route("/v1/embeddings", embeddings, methods=["POST"], include_in_schema=False)
     app.add_route("/tokenize", tokenize, methods=["POST"], include_in_schema=False)
     app.add_route("/detokenize", detokenize, methods=["POST"], include_in_schema=False)
+    app.add_route(responses.PATH, responses.responses, methods=["POST"], include_in_schema=False)
 
 
 async def chat_completions(request: Request) -> Response:

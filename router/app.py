@@ -27,6 +27,7 @@ from router.dispatch import Weights
 from router.errors import APIError, BadRequest
 from router.health import HealthConfig
 from router.metrics import RouterMetrics
+from router import other_paths
 from router.ops import ops
 from router.ratelimit import RateLimiter
 from router.replicas import Pools
@@ -115,6 +116,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                   redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
+    if settings.other_paths == "forward":  # last: only paths no route above serves
+        app.add_route("/{path:path}", other_paths.forward, methods=other_paths.METHODS, include_in_schema=False)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -134,8 +134,9 @@ def private_scope(key: str, control: CacheControl) -> tuple[str, CacheControl]:
 
 
 def max_output_tokens(body: Mapping[str, object]) -> int:
-    """The output tokens a request may use: max_completion_tokens, else max_tokens, else 0."""
-    for name in ("max_completion_tokens", "max_tokens"):
+    """The output tokens a request may use: max_completion_tokens, else max_tokens, else the
+    Responses API's max_output_tokens, else 0."""
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             return value

@@ -49,12 +49,17 @@ class RelayResponse(StreamingResponse):
 
 
 def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
-                 lease: Lease, headers: dict[str, str], strip_usage: bool = False) -> RelayResponse:
+                 lease: Lease, headers: dict[str, str], strip_usage: bool = False,
+                 assembler: StreamAssembler | None = None,
+                 on_chunk: Callable[[], Awaitable[None]] | None = None) -> RelayResponse:
     """The client response for an open upstream SSE response; a complete stream is stored in
     the cache under ``store`` (None: not stored). ``strip_usage``: the router asked the replica
     for the usage chunk on the client's behalf (it did not ask for ``include_usage``): the
-    client's stream goes out event by event without it; it is still counted and stored."""
-    assembler = StreamAssembler()
+    client's stream goes out event by event without it; it is still counted and stored.
+    ``assembler``: what reads the stream (default: a chat/completions StreamAssembler; the
+    Responses API has its own, router/responses.py); ``on_chunk``: awaited after each chunk
+    is read and before it is relayed."""
+    assembler = assembler if assembler is not None else StreamAssembler()
     usage_filter = UsageFilter() if strip_usage else None
     url = lease.replica.url
     rec.deferred = True
@@ -78,6 +83,8 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
                 assembler.feed(chunk)
+                if on_chunk is not None:
+                    await on_chunk()
                 if usage_filter is not None:
                     chunk = usage_filter.feed(chunk)
                 if chunk:

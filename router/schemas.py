@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from router.errors import BadRequest
 from router.limits import Limits
 
-Endpoint = Literal["chat.completions", "completions", "embeddings", "tokenize", "detokenize"]
+Endpoint = Literal["chat.completions", "completions", "embeddings", "tokenize", "detokenize", "responses"]
 
 
 class _Strict(BaseModel):
@@ -91,12 +91,28 @@ class DetokenizeRequest(_Strict):
     tokens: list[int]
 
 
+class ResponsesRequest(_Strict):
+    """OpenAI's Responses API: ``input`` text or items; ``previous_response_id`` continues a
+    stored response (router/responses.py sends it to the replica holding it)."""
+
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    previous_response_id: str | None = Field(None, min_length=1)
+    instructions: str | None = None
+    stream: bool = False
+    store: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+
+
 _MODELS: dict[str, type[_Strict]] = {
     "chat.completions": ChatCompletionRequest,
     "completions": CompletionRequest,
     "embeddings": EmbeddingRequest,
     "tokenize": TokenizeRequest,
     "detokenize": DetokenizeRequest,
+    "responses": ResponsesRequest,
 }
 
 
@@ -141,7 +157,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
         _MODELS[endpoint].model_validate(body)
     except ValidationError as exc:
         raise _bad_request(exc) from None
-    for field in ("max_tokens", "max_completion_tokens"):
+    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(field)
         if isinstance(value, int) and value > limits.max_output_tokens:
             raise BadRequest(f"invalid value for '{field}': at most {limits.max_output_tokens}",
@@ -224,7 +240,8 @@ def _text(value: str, path: tuple[str, ...]) -> None:
 
 def _check_counts(body: dict[str, Any], endpoint: Endpoint, limits: Limits) -> None:
     """Bound the items that each cost validation, key and estimate work before validating them."""
-    field = {"chat.completions": "messages", "embeddings": "input", "detokenize": "tokens"}.get(endpoint, "prompt")
+    field = {"chat.completions": "messages", "embeddings": "input", "responses": "input",
+             "detokenize": "tokens"}.get(endpoint, "prompt")
     if endpoint == "tokenize" and "messages" in body:
         field = "messages"
     items = body.get(field)

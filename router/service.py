@@ -13,7 +13,7 @@ import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -58,9 +58,17 @@ async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Re
     only) or vLLM /tokenize, /detokenize (never cached, not counted as demand: same
     dispatch, health, retries, metrics and log line). Raises APIError subclasses
     (after accounting for them); a streamed answer is accounted for when its stream ends."""
+    return await accounted(state, request, lambda rec: _handle(state, request, endpoint, rec))
+
+
+async def accounted(state: RouterState, request: Request,
+                    inner: Callable[[Record], Awaitable[Response]]) -> Response:
+    """Run ``inner`` with a new Record of the request and account for it: an APIError is
+    counted and logged, then raised with ``X-Request-ID``; a response carries it and is
+    accounted for now unless ``inner`` deferred that (``rec.deferred``: streams, misses)."""
     rec = Record(_request_id(request.headers.get("x-request-id")), time.perf_counter())
     try:
-        response = await _handle(state, request, endpoint, rec)
+        response = await inner(rec)
     except APIError as exc:
         rec.status = exc.status
         rec.finish(state.metrics, state.tracer)
@@ -85,20 +93,10 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     raw = await request.body()
     body = parse_request(raw, endpoint, state.settings.limits)
     headers = request.headers
-    pool = headers.get("x-model") or body["model"]
-    if pool not in state.pools:
-        raise ModelNotFound(f"The model `{pool}` does not exist.", param="model", code="model_not_found")
-    rec.pool = rec.target = pool
-    api_key = classify.api_key(headers)
-    rec.claimed_priority = classify.priority(headers)
-    rec.priority = classify.bounded_priority(rec.claimed_priority, api_key, state.settings.api_keys,
-                                             state.settings.max_priority)
-    rec.prompt_tokens = classify.estimate_prompt_tokens(body)
-    rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
-    if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
-        # /tokenize and /detokenize cost a request, not tokens of inference
-        tokens = rec.prompt_tokens + classify.max_output_tokens(body) if endpoint in _CACHED else 0
-        await _rate_limit(state, api_key, tokens)
+    # /tokenize and /detokenize cost a request, not tokens of inference
+    api_key = await admit_request(state, rec, headers, body, headers.get("x-model") or body["model"],
+                                  inference=endpoint in _CACHED)
+    pool = rec.pool
     control = classify.cache_control(headers)
     if not api_key:
         control = classify.anonymous_control(control, state.settings.anonymous_cache)
@@ -125,20 +123,41 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     # another model's answer is not this one's
     store = creq if rec.target == rec.pool and endpoint in _CACHED else None
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
+        upstream, lease = await open_upstream(state, rec, _PATHS[endpoint], body, raw, headers)
         if upstream.status_code >= 400:
-            return await _upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
+            return await upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
         if classify.forbids_store(upstream.headers.get("cache-control")):
             store = None  # the replica said its answer is not for a shared cache
         if stream:
-            return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease), strip_usage=ask_usage)
-        content = await _read(upstream, lease)
+            return relay_stream(state, rec, store, upstream, lease, miss_headers(rec, lease), strip_usage=ask_usage)
+        content = await read_answer(upstream, lease)
     rec.first_byte_at = time.perf_counter()
     # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
     lease.replica.health.on_success(time.monotonic())
     rec.deferred = True
-    return Response(content, media_type=_JSON, headers=_miss_headers(rec, lease),
+    return Response(content, media_type=_JSON, headers=miss_headers(rec, lease),
                     background=BackgroundTask(_after_miss, state, rec, store, content, lease.replica))
+
+
+async def admit_request(state: RouterState, rec: Record, headers: Any, body: dict[str, Any], pool: str,
+                        inference: bool = True) -> str:
+    """The checks every forwarded request passes before the cache and dispatch: ``pool``
+    served here (else 404 ``model_not_found``), priority bounded by the tenant's, prompt size
+    estimated and classed, rate limits (an ``inference`` request also spends tokens: its
+    prompt estimate + its output bound). Fills ``rec``; returns the request's API key."""
+    if pool not in state.pools:
+        raise ModelNotFound(f"The model `{pool}` does not exist.", param="model", code="model_not_found")
+    rec.pool = rec.target = pool
+    api_key = classify.api_key(headers)
+    rec.claimed_priority = classify.priority(headers)
+    rec.priority = classify.bounded_priority(rec.claimed_priority, api_key, state.settings.api_keys,
+                                             state.settings.max_priority)
+    rec.prompt_tokens = classify.estimate_prompt_tokens(body)
+    rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
+    if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
+        tokens = rec.prompt_tokens + classify.max_output_tokens(body) if inference else 0
+        await _rate_limit(state, api_key, tokens)
+    return api_key
 
 
 async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
@@ -201,7 +220,7 @@ def _lane(state: RouterState, replicas: list[Replica], size: str, now: float) ->
     return lanes.choose(lanes.own_lane(size), pressures)
 
 
-def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
+def miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
     headers = {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
     if rec.target != rec.pool:
         headers["x-promptedge-fallback"] = rec.target
@@ -236,16 +255,19 @@ async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield event
 
 
-async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[str, Any], raw: bytes,
-                headers: Any) -> tuple[httpx.Response, Lease]:
-    """Send to a replica; on a connect error, 429 or 503 (nothing reached the client yet)
-    retry on a different replica, at most MAX_ATTEMPTS in all. Raises NoReplica (503) when
+async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[str, Any], raw: bytes,
+                        headers: Any, method: str = "POST", pinned: str | None = None,
+                        content_type: str = _JSON) -> tuple[httpx.Response, Lease]:
+    """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
+    connect error, 429 or 503 (nothing reached the client yet) retry on a different replica,
+    at most MAX_ATTEMPTS in all. ``pinned``: only the replica of that URL may take it (a
+    Responses API follow-up: no other replica holds its state). Raises NoReplica (503) when
     the pool has no eligible replica, else the last replica error."""
     tried: set[str] = set()
     last: APIError | None = None
     timeouts = state.settings.timeouts[rec.priority]
     prefix = prefix_key(body, state.settings.prefix_chars) if state.settings.prefix_affinity else None
-    forward = {"content-type": _JSON}
+    forward = {"content-type": content_type}
     for name in _FORWARD_HEADERS:
         if name in headers:
             forward[name] = headers[name]
@@ -258,6 +280,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
     for attempt in range(MAX_ATTEMPTS):
         now = time.monotonic()
         candidates = state.pools.eligible(rec.target, now, exclude=frozenset(tried))
+        if pinned is not None:
+            candidates = [r for r in candidates if r.url == pinned]
         if not candidates:
             break
         if reserved:
@@ -273,8 +297,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
         try:
             authorization = replica.authorization or client_key
             sent = forward if authorization is None else {**forward, "authorization": authorization}
-            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, sent,
-                                                 timeouts.connect_s, timeouts.ttfb_s)
+            response = await state.upstream.open(replica.url + path, raw, sent, timeouts.connect_s, timeouts.ttfb_s,
+                                                 method)
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
             replica.health.on_evidence(exc.evidence, time.monotonic())
@@ -297,7 +321,7 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
                     code="no_replica")
 
 
-async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
+async def read_answer(upstream: httpx.Response, lease: Lease) -> bytes:
     try:
         return await read_body(upstream, lease.replica.url)
     except UpstreamError as exc:
@@ -307,7 +331,7 @@ async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
         lease.release()
 
 
-async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
+async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
     """A replica answered >= 400: a client error (4xx) is relayed as is, a 5xx becomes 502.
     Neither is cached. A 401/403 is the replica refusing the router's credential (none or the
     backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
@@ -326,7 +350,7 @@ async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, 
         lease.replica.health.on_success(time.monotonic())
         rec.status = status
         return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
-                        headers=_miss_headers(rec, lease))
+                        headers=miss_headers(rec, lease))
     lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
     # The replica's error body is for the operator: it can hold internals (paths, hosts, a
     # credential in a message), so it goes to the log under the request id, not to the client.

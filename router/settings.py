@@ -165,6 +165,8 @@ class RouterSettings(BaseSettings):
     max_inflight_per_replica: int | None = Field(None, ge=1)
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
     cache_policy: dict[str, CachePolicy] = Field(default_factory=dict)  # pool or "*" -> its policy
+    response_affinity_ttl_s: int = Field(86400, ge=1)  # how long a Responses API id remembers its replica
+    other_paths: Literal["refuse", "forward"] = "refuse"  # paths the router has no route for (router/other_paths.py)
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     otel_endpoint: str | None = None  # OTLP/HTTP traces endpoint (default: the exporter's own)

@@ -21,10 +21,12 @@ from sim.engine import Engine, Handle
 from sim.latency import ModelLimitError, Profile
 from sim.profiles import get_profile
 from sim import surface
-from sim.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest,
+from sim.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, ResponsesRequest,
+                         TokenizeRequest,
                          error_body, validation_error_body)
 from sim.settings import SimSettings
-from sim.tokens import estimate_chat_tokens, estimate_text_tokens
+from sim.schemas import DEFAULT_MAX_TOKENS
+from sim.tokens import estimate_chat_tokens, estimate_text_tokens, filler
 
 
 class Faults(BaseModel):
@@ -43,6 +45,7 @@ class Replica:
     faults: Faults
     rng: random.Random
     draining: bool = False
+    responses: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # kept ones, by id
 
 
 def _error(message: str, err_type: str, param: str | None, status: int) -> JSONResponse:
@@ -110,6 +113,10 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
     async def embeddings(request: Request) -> Response:
         return await _surface(request, EmbeddingRequest, _embed)
 
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        return await _respond(request)
+
     @app.post("/tokenize")
     async def tokenize(request: Request) -> Response:
         return await _surface(request, TokenizeRequest, _tokenize)
@@ -134,10 +141,9 @@ def _unauthorized() -> JSONResponse:
     return _error("invalid or missing API key", "AuthenticationError", None, 401)
 
 
-async def _surface(request: Request, schema: type[BaseModel], answer: Any) -> Response:
-    """An embeddings / tokenizer request: authorized, validated, the model checked, the
-    replica up; then ``answer(replica, request model)``'s JSON (no engine time: these are
-    cheap next to a generation)."""
+async def _parse(request: Request, schema: type[BaseModel]) -> tuple[Replica, Any] | Response:
+    """(replica, validated request) of a request to this replica, or the error to answer:
+    401 without the key, 400 for a body ``schema`` refuses, 404 for another ``model``."""
     rep: Replica = request.app.state.replica
     if not _authorized(request, rep):
         return _unauthorized()
@@ -145,8 +151,20 @@ async def _surface(request: Request, schema: type[BaseModel], answer: Any) -> Re
         req = schema.model_validate_json(await request.body())
     except ValidationError as exc:
         return JSONResponse(validation_error_body(exc), status_code=400)
-    if getattr(req, "model", rep.settings.model) not in (None, rep.settings.model):
-        return _error(f"The model `{getattr(req, 'model')}` does not exist.", "NotFoundError", "model", 404)
+    model = getattr(req, "model", None)
+    if model is not None and model != rep.settings.model:
+        return _error(f"The model `{model}` does not exist.", "NotFoundError", "model", 404)
+    return rep, req
+
+
+async def _surface(request: Request, schema: type[BaseModel], answer: Any) -> Response:
+    """An embeddings / tokenizer request: authorized, validated, the model checked, the
+    replica up; then ``answer(replica, request model)``'s JSON (no engine time: these are
+    cheap next to a generation)."""
+    parsed = await _parse(request, schema)
+    if isinstance(parsed, Response):
+        return parsed
+    rep, req = parsed
     if rep.draining or not rep.engine.ready:
         return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
     try:
@@ -171,6 +189,71 @@ def _detokenize(rep: Replica, req: DetokenizeRequest) -> dict[str, Any]:
         return {"prompt": surface.detokenize(req.tokens)}
     except (UnicodeDecodeError, OverflowError):
         raise ValueError("tokens: not token ids of this model") from None
+
+
+_KEPT_RESPONSES = 10_000
+
+
+async def _respond(request: Request) -> Response:
+    """``POST /v1/responses``: generated like a completion (engine time, filler text), kept
+    by this replica when ``store`` (the oldest dropped past _KEPT_RESPONSES); an unknown
+    ``previous_response_id`` is a 404 as vLLM's. Stream: ``response.created``, text deltas,
+    ``response.completed``."""
+    parsed = await _parse(request, ResponsesRequest)
+    if isinstance(parsed, Response):
+        return parsed
+    rep, req = parsed
+    if req.previous_response_id is not None and req.previous_response_id not in rep.responses:
+        return _error(f"Response with id '{req.previous_response_id}' not found.", "NotFoundError",
+                      "previous_response_id", 404)
+    if rep.draining or not rep.engine.ready:
+        return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
+    prompt_tokens, max_tokens = estimate_text_tokens(req.text()), req.max_output_tokens or DEFAULT_MAX_TOKENS
+    try:
+        handle = rep.engine.submit(prompt_tokens, max_tokens)
+    except ModelLimitError as exc:
+        return _error(str(exc), "BadRequestError", "max_output_tokens", 400)
+    response_id = "resp_" + r.new_id("text")[5:]
+
+    def final() -> dict[str, Any]:
+        body = surface.response_body(response_id, req.model, filler(0, max_tokens), req.previous_response_id,
+                                     prompt_tokens, max_tokens)
+        if req.store:
+            rep.responses[response_id] = body
+            while len(rep.responses) > _KEPT_RESPONSES:
+                rep.responses.pop(next(iter(rep.responses)))
+        return body
+
+    if req.stream:
+        return StreamingResponse(_response_events(rep, handle, req, response_id, final), media_type="text/event-stream")
+    try:
+        await handle.done.wait()
+    finally:
+        rep.engine.abort(handle)
+    return JSONResponse(final())
+
+
+async def _response_events(rep: Replica, handle: Handle, req: ResponsesRequest, response_id: str,
+                           final: Any) -> AsyncIterator[bytes]:
+    try:
+        created = surface.response_body(response_id, req.model, "", req.previous_response_id, 0, 0, "in_progress")
+        yield surface.response_event("response.created", 0, response=created)
+        await handle.first_token.wait()
+        sent, sequence = 0, 1
+        while sent < handle.max_tokens:
+            upto = handle.generated
+            if upto > sent:
+                yield surface.response_event("response.output_text.delta", sequence, output_index=0, content_index=0,
+                                             item_id="msg_" + response_id[5:], delta=filler(sent, upto - sent))
+                sent, sequence = upto, sequence + 1
+            if sent < handle.max_tokens:
+                try:
+                    await asyncio.wait_for(handle.done.wait(), rep.settings.stream_interval_s)
+                except TimeoutError:
+                    pass
+        yield surface.response_event("response.completed", sequence, response=final())
+    finally:
+        rep.engine.abort(handle)
 
 
 async def _complete(request: Request, kind: r.Kind) -> Response:

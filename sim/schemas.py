@@ -112,6 +112,22 @@ class DetokenizeRequest(_Strict):
     tokens: list[int]
 
 
+class ResponsesRequest(_Strict):
+    """OpenAI's Responses API, the part the sim serves: text or message-item ``input``."""
+
+    model: str
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    previous_response_id: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    store: bool = True
+
+    def text(self) -> str:
+        if isinstance(self.input, str):
+            return self.input
+        return "".join(str(item.get("content", "")) for item in self.input)
+
+
 def error_body(message: str, err_type: str, param: str | None, code: int) -> dict[str, Any]:
     """OpenAI error JSON: {"error": {"message", "type", "param", "code"}}."""
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}

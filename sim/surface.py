@@ -1,5 +1,8 @@
-"""The rest of vLLM's API surface the router forwards: ``POST /v1/embeddings``, ``/tokenize``
-and ``/detokenize`` (pure bodies; the routes are registered by ``sim.api``).
+"""The rest of vLLM's API surface the router forwards: ``POST /v1/embeddings``, ``/tokenize``,
+``/detokenize`` and ``/v1/responses`` (pure bodies; the routes are registered by ``sim.api``).
+
+Responses are kept by the replica that made them (as vLLM keeps them in its memory), so a
+``previous_response_id`` this replica does not hold is a 404.
 
 The sim has no tokenizer: a sim token is up to 4 characters of text (the same count as its
 prompt estimate, sim/tokens.py), and its id is those characters' UTF-8 bytes read as one
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 import struct
 import time
@@ -55,3 +59,22 @@ def embeddings_body(model: str, texts: list[str], encoding_format: str, dimensio
         data.append({"object": "embedding", "index": index, "embedding": vector})
     return {"id": "embd-" + uuid.uuid4().hex, "object": "list", "created": int(time.time()), "model": model,
             "data": data, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+
+
+def response_body(response_id: str, model: str, text: str, previous: str | None, input_tokens: int,
+                  output_tokens: int, status: str = "completed") -> dict[str, Any]:
+    """A Responses API ``response`` object with one assistant message of ``text``."""
+    return {
+        "id": response_id, "object": "response", "created_at": int(time.time()), "model": model, "status": status,
+        "previous_response_id": previous,
+        "output": [{"type": "message", "id": "msg_" + response_id[5:], "role": "assistant", "status": status,
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                  "total_tokens": input_tokens + output_tokens},
+    }
+
+
+def response_event(kind: str, sequence: int, **fields: Any) -> bytes:
+    """One Responses API SSE event: ``event: <kind>`` and its JSON ``data``."""
+    data = json.dumps({"type": kind, "sequence_number": sequence, **fields}, separators=(",", ":"))
+    return f"event: {kind}\ndata: {data}\n\n".encode()

@@ -87,3 +87,19 @@ async def test_tokenize_and_detokenize_are_forwarded_never_cached_not_demand(sta
     metrics = (await client.get(router.url + "/metrics")).text
     assert sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith("promptedge_router_requests_total{") and 'status="200"' in line) == 5
+
+
+async def test_other_paths_are_refused_or_forwarded_by_the_setting(start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    refusing = await start_router([replica.url])
+    refused = await client.post(refusing.url + "/sim/faults", json={"fail_rate": 0})
+    assert refused.status_code == 404 and refused.json()["error"]["message"] == "Invalid URL (POST /sim/faults)"
+    forwarding = await start_router([replica.url], other_paths="forward")
+    forwarded = await client.post(forwarding.url + "/sim/faults", json={"fail_rate": 0})
+    assert forwarded.status_code == 200 and forwarded.json() == {"fail_rate": 0.0, "hang": False}
+    assert forwarded.headers["x-promptedge-replica"] == replica.url
+    relayed = await client.get(forwarding.url + "/v1/files?limit=1")  # the replica's own 404, as it said
+    assert relayed.status_code == 404 and relayed.headers["x-promptedge-replica"] == replica.url
+    unknown = await client.post(forwarding.url + "/sim/faults", json={"fail_rate": 0}, headers={"x-model": "nope"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert (await client.get(forwarding.url + "/health")).json()["status"] in ("ok", "degraded")  # still the router's
