@@ -34,6 +34,7 @@ from router.replicas import Pools
 from router.scraper import Scraper
 from router.settings import RouterSettings
 from router.state import RouterState
+from router.tokens import PromptTokens
 from router.tracing import make_tracer
 from router.upstream import Upstream
 
@@ -89,7 +90,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             settings=settings, redis=redis, upstream=upstream, cache=cache,
             pools=pools, scraper=scraper, counters=counters, metrics=metrics,
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits, settings.api_keys),
-            tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s))
+            tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s),
+            prompt_tokens=PromptTokens.load(settings.tokenizers))
         await source.start(on_replicas)
         await scraper.start()
         counters.start()

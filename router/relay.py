@@ -116,7 +116,8 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
             ttft = None if rec.first_byte_at is None or rec.forwarded_at is None \
                 else rec.first_byte_at - rec.forwarded_at
             lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
-        prompt, completion = usage_tokens(assembler.usage) or (0, 0)
+        usage = usage_tokens(assembler.usage)
+        prompt, completion = usage or (0, 0)
         rec.completion_tokens = completion
         rec.prompt_tokens = prompt or rec.prompt_tokens
         if result is not None and not failed and rec.forwarded_at is not None:
@@ -125,6 +126,8 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
         rec.finish(state.metrics, state.tracer)
+        if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
+            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
         if result is not None and store is not None:
             await state.cache.store(store, result)
 

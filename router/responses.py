@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cache import usage_tokens
 from router import service
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica
@@ -126,9 +127,11 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
         if isinstance(answer.get("id"), str):
             await _remember(state, answer["id"], lease.replica.url)
         counts = usage_counts(answer.get("usage"))
-        if counts is not None:
-            rec.prompt_tokens = counts["prompt_tokens"] or rec.prompt_tokens
-            rec.completion_tokens = counts["completion_tokens"]
+        used = usage_tokens(counts)
+        if used is not None:
+            rec.prompt_tokens, rec.completion_tokens = used[0] or rec.prompt_tokens, used[1]
+            if rec.charged_tokens:  # the real usage corrects what admission charged
+                await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(used))
     state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     return Response(content, media_type="application/json", headers=service.miss_headers(rec, lease))

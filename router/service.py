@@ -152,12 +152,14 @@ async def admit_request(state: RouterState, rec: Record, headers: Any, body: dic
     rec.claimed_priority = classify.priority(headers)
     rec.priority = classify.bounded_priority(rec.claimed_priority, api_key, state.settings.api_keys,
                                              state.settings.max_priority)
-    rec.prompt_tokens = classify.estimate_prompt_tokens(body)
+    rec.prompt_tokens = await state.prompt_tokens.count(pool, body)
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
         tokens = rec.prompt_tokens + classify.max_output_tokens(body) if inference else 0
         await _rate_limit(state, api_key, tokens)
+        rec.api_key, rec.charged_tokens = api_key, tokens
     return api_key
+
 
 
 async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
@@ -378,5 +380,7 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
     rec.finish(state.metrics, state.tracer)
+    if rec.charged_tokens and counts is not None:  # the real usage corrects what admission charged
+        await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(counts))
     if store is not None and isinstance(response, dict):
         await state.cache.store(store, response, content)

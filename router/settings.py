@@ -166,6 +166,7 @@ class RouterSettings(BaseSettings):
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
     cache_policy: dict[str, CachePolicy] = Field(default_factory=dict)  # pool or "*" -> its policy
     response_affinity_ttl_s: int = Field(86400, ge=1)  # how long a Responses API id remembers its replica
+    tokenizers: dict[str, Path] = Field(default_factory=dict)  # pool -> its model's tokenizer.json (router/tokens.py)
     other_paths: Literal["refuse", "forward"] = "refuse"  # paths the router has no route for (router/other_paths.py)
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"

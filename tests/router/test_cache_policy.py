@@ -14,7 +14,7 @@ from router.cachepolicy import is_sampled
 from tests.router.conftest import CHAT, MODEL, cache_entries
 from tests.router.raw_replica import RawReplica
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("exact_only")]
 URL = "/v1/chat/completions"
 
 

@@ -14,7 +14,7 @@ import pytest
 from router.sse import StreamAssembler
 from tests.router.conftest import MODEL, cache_entries, sse_data
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("exact_only")]
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 CASES = {

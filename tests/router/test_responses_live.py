@@ -16,7 +16,7 @@ from router.discovery import DiscoveredReplica
 from tests.router.conftest import MODEL, Served
 from tests.router.test_metrics_series import _Pushed as PushedSource
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("exact_only")]
 URL = "/v1/responses"
 
 

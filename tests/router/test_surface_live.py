@@ -11,7 +11,7 @@ import redis.asyncio
 
 from tests.router.conftest import MODEL, cache_entries
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("exact_only")]
 SLASHED = "org/sim-embed-v1"
 
 
@@ -41,7 +41,8 @@ async def test_models_by_id_with_slashes_and_an_openai_404(start_replica, start_
                                                          "param": "model", "code": "model_not_found"}
 
 
-async def test_embeddings_are_exact_cached_never_semantic(start_replica, start_router, client, redis_url) -> None:
+async def test_embeddings_are_exact_cached(start_replica, start_router, client, redis_url) -> None:
+    # never semantic (cache/scope.py: tests/cache/test_semantic_scope.py)
     router = await start_router([(await start_replica()).url], anonymous_cache="semantic")
     url = router.url + "/v1/embeddings"
     body = {"model": MODEL, "input": ["How do I turn on the kitchen lights?", "second text"]}
