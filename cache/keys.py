@@ -37,7 +37,7 @@ KEY_VERSION = 4
 # Body fields that do not change the generated answer, and why. Everything else is in the key.
 NEUTRAL_FIELDS: dict[str, str] = {
     "stream": "transport only: the same answer sent as SSE chunks; a hit is replayed as SSE",
-    "stream_options": "what a stream carries besides the answer (usage chunk); a replayed hit always ends with usage",
+    "stream_options": "what a stream carries besides the answer (usage chunk); a replayed hit has it as asked",
     "user": "end-user id for the provider's abuse monitoring (OpenAI); not an input of generation",
     "safety_identifier": "OpenAI's successor of `user`: an id for abuse monitoring, not an input",
     "metadata": "tags of a stored completion (OpenAI); not an input of generation",

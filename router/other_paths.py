@@ -54,6 +54,7 @@ async def _forward(state: RouterState, request: Request, rec: Record) -> Respons
     pool = pool_of(headers.get("x-model"), raw, list(state.pools.by_model))
     await service.admit_request(state, rec, headers, {}, pool, inference=False)
     rec.cache, rec.demand = "miss", False
+    service.shed_or_fall_back(state, rec, fallback_allowed=False)
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await service.open_upstream(

@@ -102,6 +102,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
     previous = body.get("previous_response_id")
     pinned = await _holder(state, previous, rec.pool) if isinstance(previous, str) else None
     rec.cache = "miss"
+    service.shed_or_fall_back(state, rec, fallback_allowed=False)
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await service.open_upstream(state, rec, PATH, body, raw, headers, pinned=pinned)
         if upstream.status_code >= 400:

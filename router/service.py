@@ -1,8 +1,9 @@
 """The request path of one completion (or embedding, /tokenize, /detokenize): validate, cache,
 dispatch, forward, relay, store, count.
 
-Forwarded bodies are the client's bytes, never re-serialised. Work the client does not wait
-for (parsing a forwarded answer for usage, storing it) runs after the response is sent.
+Forwarded bodies are the client's bytes, re-serialised only to name a fallback pool's model or
+to ask a stream for its usage (``forward_body``). Work the client does not wait for (parsing a
+forwarded answer for usage, storing it) runs after the response is sent.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
         return _serve_hit(state, rec, hit, stream, include_usage)
     rec.cache = "miss"
     rec.demand = endpoint in _CACHED
-    _admit(state, rec)
+    shed_or_fall_back(state, rec, fallback_allowed=endpoint in _STREAMED)
     ask_usage = stream and not include_usage
     raw = forward_body(body, raw, rec.target if rec.target != rec.pool else None, ask_usage)
     # another model's answer is not this one's
@@ -169,13 +170,15 @@ async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
                           headers={"retry-after": str(max(1, math.ceil(wait)))})
 
 
-def _admit(state: RouterState, rec: Record) -> None:
+def shed_or_fall_back(state: RouterState, rec: Record, fallback_allowed: bool = True) -> None:
     """Shed by priority when the pool is saturated, or send to its fallback pool (sets
-    ``rec.target`` to it; raises RateLimited when the request is shed)."""
+    ``rec.target`` to it; raises RateLimited when the request is shed). ``fallback_allowed``
+    False where another model's answer is no answer at all: embeddings (another vector
+    space), token ids, a Responses API conversation held by this pool's replicas."""
     settings, now = state.settings, time.monotonic()
     if _has_room(state, rec.pool, rec, now):
         return
-    fallback = settings.fallback.get(rec.pool)
+    fallback = settings.fallback.get(rec.pool) if fallback_allowed else None
     if fallback is not None and fallback in state.pools and _has_room(state, fallback, rec, now):
         rec.target = fallback
         return
