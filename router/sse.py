@@ -69,12 +69,20 @@ def replay(response: dict[str, Any], include_usage: bool = True) -> Iterator[byt
     yield DONE
 
 
+# ``"usage": null``, which OpenAI (and the sim) put on every chunk of a stream that asked for
+# usage; a quote inside a JSON string is escaped, so this never matches text of the answer.
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
+
+
 def strip_usage_event(event: bytes) -> bytes | None:
-    """``event`` (one SSE event, without its blank line) unless it is the usage chunk a client
-    did not ask for (``choices`` empty, ``usage`` set): then None. Used when the router asked
-    the replica for usage (``stream_options.include_usage``) on the client's behalf."""
+    """``event`` (one SSE event, without its blank line) as the client would have had it
+    without asking for usage: None for the usage chunk (``choices`` empty, ``usage`` set),
+    else the event without its ``"usage": null``. Used when the router asked the replica for
+    usage (``stream_options.include_usage``) on the client's behalf."""
     if b'"usage"' not in event or not event.startswith(b"data:"):
         return event
+    if _USAGE_NULL.search(event) is not None:
+        return _USAGE_NULL.sub(b"", event)
     try:
         obj = json.loads(event[5:].strip())
     except ValueError:
@@ -101,8 +109,9 @@ class UsageFilter:
         out: list[bytes] = []
         start = 0
         for end in _EVENT_END.finditer(self._buf):
-            if strip_usage_event(self._buf[start:end.start()]) is not None:
-                out.append(self._buf[start:end.end()])
+            event = strip_usage_event(self._buf[start:end.start()])
+            if event is not None:
+                out += (event, end.group())
             start = end.end()
         self._buf = self._buf[start:]
         return b"".join(out)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from router.sse import StreamAssembler, replay, strip_usage_event
+from router.sse import StreamAssembler, UsageFilter, replay, strip_usage_event
 
 HEAD = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1700000000, "model": "m",
         "system_fingerprint": "fp_abc"}
@@ -117,5 +117,22 @@ def test_strip_usage_event_drops_only_the_usage_chunk() -> None:
     usage = {**HEAD, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
     content = chunk({"content": "x"})
     assert strip_usage_event(b"data: " + json.dumps(usage).encode()) is None
-    event = b"data: " + json.dumps({**content, "usage": None}).encode()
+    event = b"data: " + json.dumps(content).encode()
     assert strip_usage_event(event) == event
+    for spaced in (False, True):  # the "usage": null a stream that asked for usage has on each chunk
+        with_null = json.dumps({**content, "usage": None}, separators=None if spaced else (",", ":")).encode()
+        assert json.loads(strip_usage_event(b"data: " + with_null)[6:]) == content
+        first = json.dumps({"usage": None, **content}).encode()
+        assert json.loads(strip_usage_event(b"data: " + first)[6:]) == content
+    quoted = chunk({"content": 'say ,"usage":null please'})
+    assert strip_usage_event(b"data: " + json.dumps(quoted).encode()) == b"data: " + json.dumps(quoted).encode()
+
+
+@pytest.mark.parametrize("response", RESPONSES, ids=["logprobs-reasoning", "tools-refusal-n2", "text-logprobs"])
+def test_the_usage_filter_gives_the_stream_the_client_asked_for_in_any_byte_split(response: dict[str, Any]) -> None:
+    # regression: the filter dropped the usage chunk but relayed the other events unchanged,
+    # "usage": null and all
+    asked = b"".join(replay(response, include_usage=True))
+    usage_filter = UsageFilter()
+    out = b"".join(usage_filter.feed(asked[i:i + 7]) for i in range(0, len(asked), 7)) + usage_filter.flush()
+    assert out == b"".join(replay(response, include_usage=False))
