@@ -226,6 +226,8 @@ def _lane(state: RouterState, replicas: list[Replica], size: str, now: float) ->
 
 
 def miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
+    """Headers of a forwarded answer: ``X-Cache: miss``, the replica, and the fallback pool /
+    lane (and the lane it spilled from) when they apply."""
     headers = {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
     if rec.target != rec.pool:
         headers["x-promptedge-fallback"] = rec.target
@@ -327,6 +329,8 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
 
 
 async def read_answer(upstream: httpx.Response, lease: Lease) -> bytes:
+    """The whole body of an upstream answer; releases the lease; a transport failure counts
+    as the replica's health evidence and raises UpstreamError / UpstreamTimeout (502 / 504)."""
     try:
         return await read_body(upstream, lease.replica.url)
     except UpstreamError as exc:
