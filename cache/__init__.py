@@ -4,7 +4,7 @@ model and context. The router talks to ``ResponseCache``; everything else is int
 from cache.exact import usage_tokens
 from cache.keys import canonical_request, exact_key
 from cache.metrics import metrics_text
-from cache.service import CacheUnavailable, ResponseCache
+from cache.service import CacheUnavailable, ResponseCache, age_s
 from cache.settings import CacheSettings
 from cache.types import CacheControl, CacheHit, CacheRequest
 
@@ -15,6 +15,7 @@ __all__ = [
     "CacheSettings",
     "CacheUnavailable",
     "ResponseCache",
+    "age_s",
     "canonical_request",
     "exact_key",
     "metrics_text",

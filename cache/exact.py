@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import redis.asyncio as aioredis
 
@@ -34,24 +34,54 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
     return counts[0], counts[1]
 
 
-def is_complete_response(response: Any) -> bool:
+def expected_choices(endpoint: str, body: Mapping[str, Any]) -> int:
+    """How many choices (embeddings: ``data`` items) a complete answer to ``body`` has: ``n``
+    (default 1) per prompt; a completions ``prompt`` or an embeddings ``input`` that is a list
+    of texts or of token-id lists is that many inputs."""
+    n = body.get("n") if endpoint != "embeddings" else 1
+    count = n if type(n) is int and n > 0 else 1
+    inputs = body.get({"completions": "prompt", "embeddings": "input"}.get(endpoint, ""))
+    if isinstance(inputs, list) and inputs and all(isinstance(p, (str, list)) for p in inputs):
+        count *= len(inputs)
+    return count
+
+
+def _is_embeddings(response: dict[str, Any], count: int | None) -> bool:
+    data = response.get("data")
+    if not isinstance(data, list) or not data:
+        return False
+    if not all(isinstance(d, dict) and d.get("object") == "embedding" and isinstance(d.get("embedding"), (list, str))
+               for d in data):
+        return False
+    return count is None or sorted(d.get("index", 0) for d in data) == list(range(count))
+
+
+def is_complete_response(response: Any, count: int | None = None) -> bool:
     """True for a successful, complete OpenAI non-stream response that may be cached.
 
-    response: parsed JSON. Requires ``object`` ``chat.completion`` or ``text_completion``, no
+    response: parsed JSON. An embeddings answer (``object`` ``list``) needs ``data`` of
+    ``embedding`` objects (``count`` of them when given, indices 0..count-1). Else requires
+    ``object`` ``chat.completion`` or ``text_completion``, no
     ``error`` field, and at least one choice, every choice with a ``finish_reason`` (a choice
     without one was cut off, so it is not the answer the client would get again), and a
-    ``usage`` that is absent or valid (:func:`usage_tokens`).
+    ``usage`` that is absent or valid (:func:`usage_tokens`). count: when given, exactly that
+    many choices with the indices 0..choices-1 (an ``n`` > 1 answer is cached whole or not at
+    all, never one choice for n).
     """
     if not isinstance(response, dict) or "error" in response:
         return False
     if response.get("usage") is not None and usage_tokens(response["usage"]) is None:
         return False
+    if response.get("object") == "list":
+        return _is_embeddings(response, count)
     if response.get("object") not in ("chat.completion", "text_completion"):
         return False
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         return False
-    return all(isinstance(c, dict) and c.get("finish_reason") for c in choices)
+    if not all(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+        return False
+    return count is None or sorted(c.get("index", 0) for c in choices) == list(range(count))
 
 
 _SET_LUA = """

@@ -37,7 +37,7 @@ KEY_VERSION = 4
 # Body fields that do not change the generated answer, and why. Everything else is in the key.
 NEUTRAL_FIELDS: dict[str, str] = {
     "stream": "transport only: the same answer sent as SSE chunks; a hit is replayed as SSE",
-    "stream_options": "what a stream carries besides the answer (usage chunk); a replayed hit always ends with usage",
+    "stream_options": "what a stream carries besides the answer (usage chunk); a replayed hit has it as asked",
     "user": "end-user id for the provider's abuse monitoring (OpenAI); not an input of generation",
     "safety_identifier": "OpenAI's successor of `user`: an id for abuse monitoring, not an input",
     "metadata": "tags of a stored completion (OpenAI); not an input of generation",
@@ -107,8 +107,17 @@ _COMPLETION_DEFAULTS: dict[str, Any] = {
     "echo": False,
     "best_of": 1,
 }
+# OpenAI's embeddings API and vLLM's EmbeddingCompletionRequest.
+_EMBEDDING_DEFAULTS: dict[str, Any] = {
+    "encoding_format": "float",
+    "dimensions": None,
+    "truncate_prompt_tokens": None,
+    "add_special_tokens": True,
+}
+_DEFAULTS = {"chat.completions": _CHAT_DEFAULTS, "completions": _COMPLETION_DEFAULTS, "embeddings": _EMBEDDING_DEFAULTS}
 # The fields that hold the input, kept apart from the parameters.
-_INPUT_FIELDS = {"chat.completions": ("model", "messages"), "completions": ("model", "prompt")}
+_INPUT_FIELDS = {"chat.completions": ("model", "messages"), "completions": ("model", "prompt"),
+                 "embeddings": ("model", "input")}
 # Message fields where null means the same as leaving the field out; any other field of a
 # message (known or not) is kept with whatever value it has.
 _MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
@@ -197,14 +206,14 @@ def canonical_params(endpoint: Endpoint, body: Mapping[str, Any]) -> dict[str, A
     mean the same generation get equal dicts (a missing ``temperature`` and an explicit 1.0 both
     leave it out; 1 and 1.0 are the same number), and a field the module does not know is kept
     with its value, ``null`` included."""
-    return _params(endpoint, body, _CHAT_DEFAULTS if endpoint == "chat.completions" else _COMPLETION_DEFAULTS)
+    return _params(endpoint, body, _DEFAULTS[endpoint])
 
 
 def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
                       pool: str | None = None) -> dict[str, Any]:
     """The canonical, JSON-serialisable form of a request for exact matching.
 
-    endpoint: ``chat.completions`` or ``completions``; body: the request JSON; tenant: the
+    endpoint: ``chat.completions``, ``completions`` or ``embeddings``; body: the request JSON; tenant: the
     tenant name; pool: the model (pool) whose replicas answer, None = the body's ``model``.
     The router sends a request to the pool named by ``X-Model`` when present, so the pool and
     the body's ``model`` are both part of the key. Never raises on odd content: whatever is
@@ -212,6 +221,8 @@ def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
     """
     if endpoint == "chat.completions":
         payload: dict[str, Any] = {"messages": canonical_messages(body.get("messages"))}
+    elif endpoint == "embeddings":
+        payload = {"input": body.get("input")}
     else:
         payload = {"prompt": body.get("prompt")}
     return {

@@ -53,6 +53,8 @@ def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
     characters of English); pool: the pool that answers (None = the body's ``model``). Never
     raises on odd content.
     """
+    if endpoint == "embeddings":  # the embedding of a paraphrase is not this text's embedding
+        return Skip("endpoint")
     if body.get("echo") not in (None, False) or body.get("prompt_logprobs") is not None:
         return Skip("echo")
     if endpoint == "chat.completions":

@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 
 from cache import metrics
 from cache.embed import Encoder
-from cache.exact import ExactStore, is_complete_response, usage_tokens
+from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
 from cache.keys import exact_key
 from cache.scope import Skip, semantic_query
 from cache.semantic import SemanticCache
@@ -32,6 +32,24 @@ _ADMIN_TIMEOUT_S = 30.0
 # bounding it by the lookup's budget (50 ms by default) made one slow write mark Redis down and
 # turn every lookup off for _RETRY_AFTER_S.
 _OFF_PATH_TIMEOUT_S = 1.0
+
+
+def age_s(response: dict[str, Any], now: float | None = None) -> float | None:
+    """Seconds since the replica created ``response`` (its ``created``, Unix s), at least 0;
+    None when it has no numeric ``created``."""
+    created = response.get("created")
+    if type(created) not in (int, float):
+        return None
+    return max(0.0, (time.time() if now is None else now) - created)
+
+
+def fresh(response: dict[str, Any], max_age_s: int | None) -> bool:
+    """True when ``response`` may be served to a client accepting answers up to ``max_age_s``
+    seconds old (None: any age); an answer of unknown age is not fresh for a bounded client."""
+    if max_age_s is None:
+        return True
+    age = age_s(response)
+    return age is not None and age <= max_age_s
 
 
 class CacheUnavailable(Exception):
@@ -185,6 +203,9 @@ class ResponseCache:
                 response = self._exact.decode(key, raw)
                 if self._exact.corrupt > corrupt_before:
                     rejected["corrupt"] += 1  # skipped like a miss; counted with the semantic ones
+                if response is not None and not fresh(response, req.control.max_age_s):
+                    rejected["max_age"] += 1  # older than the client accepts: a miss for it
+                    response = None
                 if response is not None:
                     hit = CacheHit(kind="exact", response=response, similarity=None, key=key, raw=raw)
                 elif self.semantic is not None and not req.control.semantic:
@@ -237,6 +258,9 @@ class ResponseCache:
         if report.match is None:
             return None, report.skipped
         match = report.match
+        if not fresh(match.response, req.control.max_age_s):
+            rejected["max_age"] += 1
+            return None, None
         return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key), None
 
     def ttl_for(self, req: CacheRequest) -> int:
@@ -251,9 +275,12 @@ class ResponseCache:
         the exact entry was written. raw: ``response``'s JSON bytes as received, if at hand
         (stored as is instead of serialising ``response`` again).
 
-        Refuses (False) errors, partial responses, ``no-store`` requests and Redis failures.
+        Refuses (False) errors, partial responses (a choice without finish_reason, fewer or
+        other choices than the request's ``n`` per prompt), ``no-store`` requests and Redis
+        failures.
         """
-        if not self.settings.enabled or req.control.no_store or not is_complete_response(response):
+        if (not self.settings.enabled or req.control.no_store
+                or not is_complete_response(response, expected_choices(req.endpoint, req.body))):
             return False
         ttl_s = self.ttl_for(req)
 

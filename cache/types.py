@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Mapping
 
-Endpoint = Literal["chat.completions", "completions"]
+Endpoint = Literal["chat.completions", "completions", "embeddings"]
 HitKind = Literal["exact", "semantic"]
 Outcome = Literal["exact", "semantic", "miss"]
 
@@ -23,6 +23,8 @@ class CacheControl:
       matching below the operator's floor).
     semantic: False = exact stage only, for lookup and store (the router's policy for clients
       without an API key: ``PROMPTEDGE_ROUTER_ANONYMOUS_CACHE``).
+    max_age_s: the oldest answer the client accepts, in seconds since the replica created it
+      (``Cache-Control: max-age``, aged by the response's ``created``); None = any age.
     """
 
     no_cache: bool = False
@@ -30,6 +32,7 @@ class CacheControl:
     ttl_s: int | None = None
     threshold: float | None = None
     semantic: bool = True
+    max_age_s: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""OpenAI-compatible completion routes (thin: the flow lives in ``router.service``)."""
+"""OpenAI-compatible completion, embeddings and vLLM tokenizer routes (thin: the flow lives in
+``router.service``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router import service
+from router import responses, service
 
 
 def add_completion_routes(app: FastAPI) -> None:
-    """Register the two completion routes on the app itself, as plain Starlette routes.
+    """Register the completion routes (and embeddings, vLLM's /tokenize and /detokenize) on the
+    app itself, as plain Starlette routes.
 
     FastAPI's per-route machinery (dependency solving, endpoint context, exit stacks, telemetry
     hooks) does nothing these routes use: they read the raw body and validate it themselves
@@ -22,6 +24,10 @@ def add_completion_routes(app: FastAPI) -> None:
     """
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"], include_in_schema=False)
     app.add_route("/v1/completions", completions, methods=["POST"], include_in_schema=False)
+    app.add_route("/v1/embeddings", embeddings, methods=["POST"], include_in_schema=False)
+    app.add_route("/tokenize", tokenize, methods=["POST"], include_in_schema=False)
+    app.add_route("/detokenize", detokenize, methods=["POST"], include_in_schema=False)
+    app.add_route(responses.PATH, responses.responses, methods=["POST"], include_in_schema=False)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -32,3 +38,18 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     """OpenAI (legacy) text completions, stream or not, from the cache or a replica."""
     return await service.handle(request.app.state.router, request, "completions")
+
+
+async def embeddings(request: Request) -> Response:
+    """OpenAI embeddings, from the exact cache or a replica."""
+    return await service.handle(request.app.state.router, request, "embeddings")
+
+
+async def tokenize(request: Request) -> Response:
+    """vLLM's /tokenize, forwarded to a replica of the model's pool (never cached)."""
+    return await service.handle(request.app.state.router, request, "tokenize")
+
+
+async def detokenize(request: Request) -> Response:
+    """vLLM's /detokenize, forwarded to a replica of the model's pool (never cached)."""
+    return await service.handle(request.app.state.router, request, "detokenize")

@@ -27,12 +27,14 @@ from router.dispatch import Weights
 from router.errors import APIError, BadRequest
 from router.health import HealthConfig
 from router.metrics import RouterMetrics
+from router import other_paths
 from router.ops import ops
 from router.ratelimit import RateLimiter
 from router.replicas import Pools
 from router.scraper import Scraper
 from router.settings import RouterSettings
 from router.state import RouterState
+from router.tokens import PromptTokens
 from router.tracing import make_tracer
 from router.upstream import Upstream
 
@@ -88,7 +90,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             settings=settings, redis=redis, upstream=upstream, cache=cache,
             pools=pools, scraper=scraper, counters=counters, metrics=metrics,
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits, settings.api_keys),
-            tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s))
+            tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s),
+            prompt_tokens=PromptTokens.load(settings.tokenizers))
         await source.start(on_replicas)
         await scraper.start()
         counters.start()
@@ -115,6 +118,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                   redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
+    if settings.other_paths == "forward":  # last: only paths no route above serves
+        app.add_route("/{path:path}", other_paths.forward, methods=other_paths.METHODS, include_in_schema=False)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

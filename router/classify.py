@@ -1,6 +1,6 @@
 """Pure reading of request metadata: cache controls, priority, API key, token estimates.
 
-Header names (router/README.md): ``Cache-Control: no-cache | no-store``, ``X-Cache-TTL``
+Header names (router/README.md): ``Cache-Control: no-cache | no-store | max-age=N | private``, ``X-Cache-TTL``
 (seconds), ``X-Cache-Threshold`` (semantic similarity 0..1; 0 means 0), ``X-Priority``
 (P0 | P1 | P2, default P1), ``X-Session-ID``, ``X-Model`` (pool override).
 """
@@ -17,19 +17,55 @@ from router.errors import BadRequest
 PRIORITIES = ("P0", "P1", "P2")
 
 
+def directives(value: str | None) -> frozenset[str]:
+    """The directives of a ``Cache-Control`` header value, lower-cased (``max-age=60`` kept
+    whole); empty for none."""
+    return frozenset(d.strip().lower() for d in (value or "").split(",") if d.strip())
+
+
 def cache_control(headers: Mapping[str, str]) -> CacheControl:
-    """The cache controls of a request; raises BadRequest for a malformed TTL/threshold header."""
-    directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+    """The cache controls of a request; raises BadRequest for a malformed TTL/threshold
+    header or ``max-age``. ``Cache-Control`` as HTTP clients use it: ``no-cache`` (no cached
+    answer), ``no-store`` (do not keep this one), ``max-age=N`` (no answer older than N s;
+    ``max-age=0`` is ``no-cache``). ``private`` is read by :func:`is_private`."""
+    found = directives(headers.get("cache-control"))
     ttl = _number(headers, "x-cache-ttl", int)
     threshold = _number(headers, "x-cache-threshold", float)
     if ttl is not None and ttl < 0:
         raise BadRequest("X-Cache-TTL must be >= 0 seconds", param="X-Cache-TTL", code="invalid_header")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise BadRequest("X-Cache-Threshold must be within 0..1", param="X-Cache-Threshold", code="invalid_header")
-    if not ("no-cache" in directives or "no-store" in directives or ttl is not None or threshold is not None):
+    max_age = _max_age(found)
+    if not ("no-cache" in found or "no-store" in found or ttl is not None or threshold is not None
+            or max_age is not None):
         return _DEFAULT
-    return CacheControl(no_cache="no-cache" in directives, no_store="no-store" in directives,
-                        ttl_s=ttl, threshold=threshold)
+    return CacheControl(no_cache="no-cache" in found or max_age == 0, no_store="no-store" in found,
+                        ttl_s=ttl, threshold=threshold, max_age_s=max_age)
+
+
+def _max_age(found: frozenset[str]) -> int | None:
+    for directive in found:
+        name, _, value = directive.partition("=")
+        if name.strip() == "max-age":
+            value = value.strip().strip('"')
+            if not value.isdigit():
+                raise BadRequest("Cache-Control max-age must be a whole number of seconds >= 0",
+                                 param="Cache-Control", code="invalid_header")
+            return int(value)
+    return None
+
+
+def is_private(headers: Mapping[str, str]) -> bool:
+    """True for ``Cache-Control: private``: the answer is for this client alone (stored and
+    served only for the same API key, exact stage only; not at all without a key)."""
+    return "private" in directives(headers.get("cache-control"))
+
+
+def forbids_store(value: str | None) -> bool:
+    """True when a replica's ``Cache-Control`` (``value``) says a shared cache must not keep
+    its answer: ``no-store`` or ``private``."""
+    found = directives(value)
+    return "no-store" in found or "private" in found
 
 
 _DEFAULT = CacheControl()
@@ -88,9 +124,19 @@ def anonymous_control(control: CacheControl, policy: str) -> CacheControl:
     return control
 
 
+def private_scope(key: str, control: CacheControl) -> tuple[str, CacheControl]:
+    """The cache tenant and controls of a ``Cache-Control: private`` request: the key's own
+    tenant (as an unmapped key's, so a mapped tenant's other keys never see it) and the exact
+    stage only; without a key there is nobody to keep it for: neither lookup nor store."""
+    if not key:
+        return ANONYMOUS, CacheControl(no_cache=True, no_store=True)
+    return tenant(key, {}), replace(control, semantic=False)
+
+
 def max_output_tokens(body: Mapping[str, object]) -> int:
-    """The output tokens a request may use: max_completion_tokens, else max_tokens, else 0."""
-    for name in ("max_completion_tokens", "max_tokens"):
+    """The output tokens a request may use: max_completion_tokens, else max_tokens, else the
+    Responses API's max_output_tokens, else 0."""
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -128,7 +174,8 @@ def bounded_priority(claimed: str, key: str, mapping: Mapping[str, str], bounds:
 def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
     """Prompt size in tokens without a tokenizer: ceil(chars / 4) (OpenAI's rule of thumb of
     ~4 characters per token) plus 3 per chat message and 3 for reply priming (OpenAI cookbook,
-    "How to count tokens with tiktoken"); a pre-tokenised prompt counts its token ids."""
+    "How to count tokens with tiktoken"); a pre-tokenised prompt counts its token ids; an
+    embeddings ``input`` counts as a prompt."""
     messages = body.get("messages")
     if isinstance(messages, list):
         chars = 0
@@ -140,7 +187,7 @@ def estimate_prompt_tokens(body: Mapping[str, object]) -> int:
                 # only text counts (validation refuses a non-string text: 400, messages.N.content.M.text)
                 chars += sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         return -(-chars // 4) + 3 * len(messages) + 3
-    prompt = body.get("prompt")
+    prompt = body.get("prompt", body.get("input"))  # embeddings: ``input``
     if isinstance(prompt, str):
         return -(-len(prompt) // 4)
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):

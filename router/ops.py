@@ -1,4 +1,4 @@
-"""Operational routes: /health, /v1/models, /metrics, /cache/stats, DELETE /cache."""
+"""Operational routes: /health, /v1/models (and /v1/models/{id}), /metrics, /cache/stats, DELETE /cache."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cache import CacheUnavailable, metrics_text
 from router import lanes
 from router.classify import api_key
 from router.deps import StateDep
-from router.errors import APIError, BadRequest, Forbidden, Unauthorized
+from router.errors import APIError, BadRequest, Forbidden, ModelNotFound, Unauthorized
 from router.replicas import Replica
 
 ops = APIRouter()
@@ -60,16 +60,27 @@ async def health(state: StateDep) -> dict[str, Any]:
             "semantic": "disabled" if semantic is None else semantic.state, "pools": pools}
 
 
+def _model_entry(model: str, replicas: list[Replica], now: float) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": "promptedge",
+            "replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
+
+
 @ops.get("/v1/models")
 async def models(state: StateDep) -> dict[str, Any]:
     """OpenAI model list: one entry per pool, with its replica counts."""
     now = time.monotonic()
-    data = [
-        {"id": model, "object": "model", "created": 0, "owned_by": "promptedge",
-         "replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
-        for model, replicas in state.pools.by_model.items()
-    ]
-    return {"object": "list", "data": data}
+    return {"object": "list", "data": [_model_entry(model, replicas, now)
+                                       for model, replicas in state.pools.by_model.items()]}
+
+
+@ops.get("/v1/models/{model:path}")
+async def model(state: StateDep, model: str) -> dict[str, Any]:
+    """One pool's entry of the model list (ids may hold slashes, ``org/name``); 404
+    ``model_not_found`` for a model the router has no pool of."""
+    replicas = state.pools.by_model.get(model)
+    if replicas is None:
+        raise ModelNotFound(f"The model `{model}` does not exist.", param="model", code="model_not_found")
+    return _model_entry(model, replicas, time.monotonic())
 
 
 @ops.get("/metrics")

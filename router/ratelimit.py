@@ -46,6 +46,13 @@ for i = 1, #KEYS do
 end
 return tostring(wait)
 """
+_SETTLE = """
+local b = redis.call('HGET', KEYS[1], 'tokens')
+if not b then return 0 end
+local cap = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'tokens', tostring(math.max(-cap, math.min(cap, tonumber(b) + tonumber(ARGV[1])))))
+return 1
+"""
 _RETRY_AFTER_S = 1.0
 
 
@@ -77,7 +84,29 @@ class RateLimiter:
         self.known = frozenset(known)
         self.unavailable = 0
         self._script = redis.register_script(_BUCKETS)
+        self._settle = redis.register_script(_SETTLE)
         self._down_until = 0.0
+
+    def _owner(self, api_key: str) -> tuple[str, RateLimit | None]:
+        owner, limit = bucket_owner(api_key, self.limits, self.known)
+        # "*" is hashed like a key, so the shared buckets' names look like any other's
+        return f"promptedge:ratelimit:{hashlib.sha256(owner.encode()).hexdigest()[:24]}", limit
+
+    async def settle(self, api_key: str, charged: int, used: int) -> None:
+        """Correct the key's tokens bucket once the answer's real usage is known: it was
+        charged ``charged`` tokens (prompt count + output bound) at admission and used ``used``
+        (the replica's prompt + completion tokens), so the difference goes back (or, for an
+        under-estimate, is taken; the level stays within -capacity..capacity). Never raises."""
+        key, limit = self._owner(api_key)
+        if limit is None or limit.tokens_per_min is None or time.monotonic() < self._down_until:
+            return
+        delta = min(charged, limit.tokens_per_min) - used
+        if delta == 0:
+            return
+        try:
+            await self._settle(keys=[f"{key}:tokens"], args=[delta, limit.tokens_per_min])
+        except (RedisError, OSError) as exc:
+            log.warning("rate limiter unavailable, usage not settled: %r", exc)
 
     async def wait_s(self, api_key: str, tokens: int) -> float:
         """Seconds until this request would fit its key's buckets; 0.0 = admitted (and taken).
@@ -85,17 +114,15 @@ class RateLimiter:
         tokens: the request's token cost (prompt estimate + max_tokens). A cost larger than a
         bucket's capacity can never fit: it is charged the full capacity instead.
         """
-        owner, limit = bucket_owner(api_key, self.limits, self.known)
+        name, limit = self._owner(api_key)
         if limit is None or time.monotonic() < self._down_until:
             return 0.0
-        # "*" is hashed like a key, so the shared buckets' names look like any other's
-        digest = hashlib.sha256(owner.encode()).hexdigest()[:24]
         keys, args = [], []
         if limit.requests_per_s is not None:
-            keys.append(f"promptedge:ratelimit:{digest}:requests")
+            keys.append(f"{name}:requests")
             args += [limit.requests_per_s, limit.burst or max(1, math.ceil(limit.requests_per_s)), 1]
         if limit.tokens_per_min is not None:
-            keys.append(f"promptedge:ratelimit:{digest}:tokens")
+            keys.append(f"{name}:tokens")
             args += [limit.tokens_per_min / 60.0, limit.tokens_per_min, min(tokens, limit.tokens_per_min)]
         if not keys:
             return 0.0

@@ -40,6 +40,9 @@ class Record:
     first_byte_at: float | None = None
     retries: int = 0
     deferred: bool = False  # accounted for when the body has been sent (streams, misses)
+    demand: bool = True  # counted in the forecaster's traffic counters (not /tokenize, /detokenize)
+    api_key: str = ""  # whose token bucket was charged (never logged)
+    charged_tokens: int = 0  # what admission took from it: prompt count + output bound; 0 = nothing
 
     def finish(self, metrics: RouterMetrics, tracer: Tracer | None = None) -> None:
         """Count the request in the metrics, write its log line and spans (call exactly once)."""

@@ -24,7 +24,7 @@ from router.errors import APIError, UpstreamError, UpstreamTimeout
 from router.health import judged_ttft
 from router.record import Record
 from router.replicas import Lease
-from router.sse import DONE, StreamAssembler
+from router.sse import DONE, StreamAssembler, UsageFilter
 from router.state import RouterState
 from router.upstream import iter_body
 
@@ -49,10 +49,18 @@ class RelayResponse(StreamingResponse):
 
 
 def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
-                 lease: Lease, headers: dict[str, str]) -> RelayResponse:
+                 lease: Lease, headers: dict[str, str], strip_usage: bool = False,
+                 assembler: StreamAssembler | None = None,
+                 on_chunk: Callable[[], Awaitable[None]] | None = None) -> RelayResponse:
     """The client response for an open upstream SSE response; a complete stream is stored in
-    the cache under ``store`` (None: not stored)."""
-    assembler = StreamAssembler()
+    the cache under ``store`` (None: not stored). ``strip_usage``: the router asked the replica
+    for the usage chunk on the client's behalf (it did not ask for ``include_usage``): the
+    client's stream goes out event by event without it; it is still counted and stored.
+    ``assembler``: what reads the stream (default: a chat/completions StreamAssembler; the
+    Responses API has its own, router/responses.py); ``on_chunk``: awaited after each chunk
+    is read and before it is relayed."""
+    assembler = assembler if assembler is not None else StreamAssembler()
+    usage_filter = UsageFilter() if strip_usage else None
     url = lease.replica.url
     rec.deferred = True
     failed: list[APIError] = []
@@ -75,7 +83,14 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
                 assembler.feed(chunk)
-                yield chunk
+                if on_chunk is not None:
+                    await on_chunk()
+                if usage_filter is not None:
+                    chunk = usage_filter.feed(chunk)
+                if chunk:
+                    yield chunk
+            if usage_filter is not None and (rest := usage_filter.flush()):
+                yield rest
             if not assembler.done:
                 raise UpstreamError(f"replica {url} ended its stream without [DONE]", code="replica_error")
         except APIError as exc:
@@ -101,7 +116,8 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
             ttft = None if rec.first_byte_at is None or rec.forwarded_at is None \
                 else rec.first_byte_at - rec.forwarded_at
             lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
-        prompt, completion = usage_tokens(assembler.usage) or (0, 0)
+        usage = usage_tokens(assembler.usage)
+        prompt, completion = usage or (0, 0)
         rec.completion_tokens = completion
         rec.prompt_tokens = prompt or rec.prompt_tokens
         if result is not None and not failed and rec.forwarded_at is not None:
@@ -110,6 +126,8 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
         rec.finish(state.metrics, state.tracer)
+        if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
+            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
         if result is not None and store is not None:
             await state.cache.store(store, result)
 

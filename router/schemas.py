@@ -1,4 +1,5 @@
-"""Validation of OpenAI request bodies (chat.completions and completions).
+"""Validation of OpenAI request bodies (chat.completions, completions, embeddings) and of
+vLLM's /tokenize and /detokenize.
 
 The router forwards the client's bytes unchanged; these models only check them, so unknown
 fields are allowed and passed through. Types are strict (no "0.5" -> 0.5 coercion): a wrong
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from router.errors import BadRequest
 from router.limits import Limits
 
-Endpoint = Literal["chat.completions", "completions"]
+Endpoint = Literal["chat.completions", "completions", "embeddings", "tokenize", "detokenize", "responses"]
 
 
 class _Strict(BaseModel):
@@ -64,9 +65,54 @@ class CompletionRequest(_Sampling):
     echo: bool = False
 
 
-_MODELS: dict[str, type[_Sampling]] = {
+class EmbeddingRequest(_Strict):
+    """OpenAI embeddings (vLLM's pooling models): ``input`` one text, texts, or token ids."""
+
+    model: str = Field(min_length=1)
+    input: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+
+class TokenizeRequest(_Strict):
+    """vLLM's ``POST /tokenize``: a ``prompt`` or chat ``messages`` of ``model``."""
+
+    model: str = Field(min_length=1)
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None
+
+
+class DetokenizeRequest(_Strict):
+    """vLLM's ``POST /detokenize``: token ids of ``model`` back to text."""
+
+    model: str = Field(min_length=1)
+    tokens: list[int]
+
+
+class ResponsesRequest(_Strict):
+    """OpenAI's Responses API: ``input`` text or items; ``previous_response_id`` continues a
+    stored response (router/responses.py sends it to the replica holding it)."""
+
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    previous_response_id: str | None = Field(None, min_length=1)
+    instructions: str | None = None
+    stream: bool = False
+    store: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+
+
+_MODELS: dict[str, type[_Strict]] = {
     "chat.completions": ChatCompletionRequest,
     "completions": CompletionRequest,
+    "embeddings": EmbeddingRequest,
+    "tokenize": TokenizeRequest,
+    "detokenize": DetokenizeRequest,
+    "responses": ResponsesRequest,
 }
 
 
@@ -111,7 +157,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
         _MODELS[endpoint].model_validate(body)
     except ValidationError as exc:
         raise _bad_request(exc) from None
-    for field in ("max_tokens", "max_completion_tokens"):
+    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(field)
         if isinstance(value, int) and value > limits.max_output_tokens:
             raise BadRequest(f"invalid value for '{field}': at most {limits.max_output_tokens}",
@@ -194,7 +240,10 @@ def _text(value: str, path: tuple[str, ...]) -> None:
 
 def _check_counts(body: dict[str, Any], endpoint: Endpoint, limits: Limits) -> None:
     """Bound the items that each cost validation, key and estimate work before validating them."""
-    field = "messages" if endpoint == "chat.completions" else "prompt"
+    field = {"chat.completions": "messages", "embeddings": "input", "responses": "input",
+             "detokenize": "tokens"}.get(endpoint, "prompt")
+    if endpoint == "tokenize" and "messages" in body:
+        field = "messages"
     items = body.get(field)
     # a prompt of token ids is one prompt (bounded by the body size); a list of prompts is a batch
     if isinstance(items, list) and len(items) > limits.max_messages and not isinstance(items[0], int):

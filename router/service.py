@@ -1,7 +1,9 @@
-"""The request path of one completion: validate, cache, dispatch, forward, relay, store, count.
+"""The request path of one completion (or embedding, /tokenize, /detokenize): validate, cache,
+dispatch, forward, relay, store, count.
 
-Forwarded bodies are the client's bytes, never re-serialised. Work the client does not wait
-for (parsing a forwarded answer for usage, storing it) runs after the response is sent.
+Forwarded bodies are the client's bytes, re-serialised only to name a fallback pool's model or
+to ask a stream for its usage (``forward_body``). Work the client does not wait for (parsing a
+forwarded answer for usage, storing it) runs after the response is sent.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -20,8 +22,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cache import CacheHit, CacheRequest, usage_tokens
-from router import classify, lanes
+from cache import CacheControl, CacheHit, CacheRequest, age_s, usage_tokens
+from router import cachepolicy, classify, lanes
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
@@ -36,22 +38,38 @@ from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 log = logging.getLogger(__name__)
 
-_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
+_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions",
+          "embeddings": "/v1/embeddings", "tokenize": "/tokenize", "detokenize": "/detokenize"}
+# Endpoints whose answers are cached (embeddings: exact only, cache/scope.py); /tokenize and
+# /detokenize are cheap and not inference demand: neither cached nor in the traffic counters.
+_CACHED: frozenset[Endpoint] = frozenset({"chat.completions", "completions", "embeddings"})
+_STREAMED: frozenset[Endpoint] = frozenset({"chat.completions", "completions"})
 # The client's Authorization is its key to the router, not to a replica: never forwarded, except
 # with forward_client_key to a replica without a backend key of the router's (router/credentials.py).
 _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
 MAX_ATTEMPTS = 3
+_UNCACHED = CacheControl(no_cache=True, no_store=True)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
 async def handle(state: RouterState, request: Request, endpoint: Endpoint) -> Response:
-    """Answer one OpenAI completion request (stream or not). Raises APIError subclasses
+    """Answer one OpenAI completion request (stream or not), embeddings request (exact cache
+    only) or vLLM /tokenize, /detokenize (never cached, not counted as demand: same
+    dispatch, health, retries, metrics and log line). Raises APIError subclasses
     (after accounting for them); a streamed answer is accounted for when its stream ends."""
+    return await accounted(state, request, lambda rec: _handle(state, request, endpoint, rec))
+
+
+async def accounted(state: RouterState, request: Request,
+                    inner: Callable[[Record], Awaitable[Response]]) -> Response:
+    """Run ``inner`` with a new Record of the request and account for it: an APIError is
+    counted and logged, then raised with ``X-Request-ID``; a response carries it and is
+    accounted for now unless ``inner`` deferred that (``rec.deferred``: streams, misses)."""
     rec = Record(_request_id(request.headers.get("x-request-id")), time.perf_counter())
     try:
-        response = await _handle(state, request, endpoint, rec)
+        response = await inner(rec)
     except APIError as exc:
         rec.status = exc.status
         rec.finish(state.metrics, state.tracer)
@@ -76,7 +94,58 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     raw = await request.body()
     body = parse_request(raw, endpoint, state.settings.limits)
     headers = request.headers
-    pool = headers.get("x-model") or body["model"]
+    # /tokenize and /detokenize cost a request, not tokens of inference
+    api_key = await admit_request(state, rec, headers, body, headers.get("x-model") or body["model"],
+                                  inference=endpoint in _CACHED)
+    pool = rec.pool
+    control = classify.cache_control(headers)
+    if not api_key:
+        control = classify.anonymous_control(control, state.settings.anonymous_cache)
+    if cachepolicy.keeps_out(state.settings.cache_policy_for(pool), body):
+        control = _UNCACHED
+    # keyed by the pool that answers (X-Model or the body's model), not by the body alone
+    keys = state.settings.api_keys
+    tenant = classify.tenant(api_key, keys)
+    if classify.is_private(headers):  # this key's own entries: not its tenant's, never semantic
+        tenant, control = classify.private_scope(api_key, control)
+    creq = CacheRequest(endpoint=endpoint, body=body, tenant=tenant, control=control,
+                        pool=pool, tenant_label=classify.tenant_label(api_key, keys))
+    stream = body.get("stream") is True and endpoint in _STREAMED
+    include_usage = stream and _asks_usage(body)
+    hit = await state.cache.lookup(creq) if endpoint in _CACHED else None
+    if hit is not None:
+        rec.cache = hit.kind
+        return _serve_hit(state, rec, hit, stream, include_usage)
+    rec.cache = "miss"
+    rec.demand = endpoint in _CACHED
+    shed_or_fall_back(state, rec, fallback_allowed=endpoint in _STREAMED)
+    ask_usage = stream and not include_usage
+    raw = forward_body(body, raw, rec.target if rec.target != rec.pool else None, ask_usage)
+    # another model's answer is not this one's
+    store = creq if rec.target == rec.pool and endpoint in _CACHED else None
+    async with CancelOnDisconnect(request.receive):
+        upstream, lease = await open_upstream(state, rec, _PATHS[endpoint], body, raw, headers)
+        if upstream.status_code >= 400:
+            return await upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
+        if classify.forbids_store(upstream.headers.get("cache-control")):
+            store = None  # the replica said its answer is not for a shared cache
+        if stream:
+            return relay_stream(state, rec, store, upstream, lease, miss_headers(rec, lease), strip_usage=ask_usage)
+        content = await read_answer(upstream, lease)
+    rec.first_byte_at = time.perf_counter()
+    # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
+    lease.replica.health.on_success(time.monotonic())
+    rec.deferred = True
+    return Response(content, media_type=_JSON, headers=miss_headers(rec, lease),
+                    background=BackgroundTask(_after_miss, state, rec, store, content, lease.replica))
+
+
+async def admit_request(state: RouterState, rec: Record, headers: Any, body: dict[str, Any], pool: str,
+                        inference: bool = True) -> str:
+    """The checks every forwarded request passes before the cache and dispatch: ``pool``
+    served here (else 404 ``model_not_found``), priority bounded by the tenant's, prompt size
+    estimated and classed, rate limits (an ``inference`` request also spends tokens: its
+    prompt estimate + its output bound). Fills ``rec``; returns the request's API key."""
     if pool not in state.pools:
         raise ModelNotFound(f"The model `{pool}` does not exist.", param="model", code="model_not_found")
     rec.pool = rec.target = pool
@@ -84,38 +153,14 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     rec.claimed_priority = classify.priority(headers)
     rec.priority = classify.bounded_priority(rec.claimed_priority, api_key, state.settings.api_keys,
                                              state.settings.max_priority)
-    rec.prompt_tokens = classify.estimate_prompt_tokens(body)
+    rec.prompt_tokens = await state.prompt_tokens.count(pool, body)
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
-        await _rate_limit(state, api_key, rec.prompt_tokens + classify.max_output_tokens(body))
-    control = classify.cache_control(headers)
-    if not api_key:
-        control = classify.anonymous_control(control, state.settings.anonymous_cache)
-    # keyed by the pool that answers (X-Model or the body's model), not by the body alone
-    keys = state.settings.api_keys
-    creq = CacheRequest(endpoint=endpoint, body=body, tenant=classify.tenant(api_key, keys), control=control,
-                        pool=pool, tenant_label=classify.tenant_label(api_key, keys))
-    stream = body.get("stream") is True
-    hit = await state.cache.lookup(creq)
-    if hit is not None:
-        rec.cache = hit.kind
-        return _serve_hit(state, rec, hit, stream)
-    rec.cache = "miss"
-    raw = _admit(state, rec, body, raw)
-    store = creq if rec.target == rec.pool else None  # another model's answer is not this one's
-    async with CancelOnDisconnect(request.receive):
-        upstream, lease = await _open(state, rec, endpoint, body, raw, headers)
-        if upstream.status_code >= 400:
-            return await _upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
-        if stream:
-            return relay_stream(state, rec, store, upstream, lease, _miss_headers(rec, lease))
-        content = await _read(upstream, lease)
-    rec.first_byte_at = time.perf_counter()
-    # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
-    lease.replica.health.on_success(time.monotonic())
-    rec.deferred = True
-    return Response(content, media_type=_JSON, headers=_miss_headers(rec, lease),
-                    background=BackgroundTask(_after_miss, state, rec, store, content, lease.replica))
+        tokens = rec.prompt_tokens + classify.max_output_tokens(body) if inference else 0
+        await _rate_limit(state, api_key, tokens)
+        rec.api_key, rec.charged_tokens = api_key, tokens
+    return api_key
+
 
 
 async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
@@ -125,20 +170,43 @@ async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
                           headers={"retry-after": str(max(1, math.ceil(wait)))})
 
 
-def _admit(state: RouterState, rec: Record, body: dict[str, Any], raw: bytes) -> bytes:
-    """Shed by priority when the pool is saturated, or send to its fallback pool (returns the
-    bytes to forward: the body with the fallback's model name in that case)."""
+def shed_or_fall_back(state: RouterState, rec: Record, fallback_allowed: bool = True) -> None:
+    """Shed by priority when the pool is saturated, or send to its fallback pool (sets
+    ``rec.target`` to it; raises RateLimited when the request is shed). ``fallback_allowed``
+    False where another model's answer is no answer at all: embeddings (another vector
+    space), token ids, a Responses API conversation held by this pool's replicas."""
     settings, now = state.settings, time.monotonic()
     if _has_room(state, rec.pool, rec, now):
-        return raw
-    fallback = settings.fallback.get(rec.pool)
+        return
+    fallback = settings.fallback.get(rec.pool) if fallback_allowed else None
     if fallback is not None and fallback in state.pools and _has_room(state, fallback, rec, now):
         rec.target = fallback
-        return json.dumps({**body, "model": fallback}).encode()
+        return
     if state.pools.eligible(rec.pool, now):
         raise RateLimited(f"pool `{rec.pool}` is saturated: {rec.priority} requests are shed for now",
                           code="pool_saturated", headers={"retry-after": "1"})
-    return raw  # no replica at all: _open answers 503
+    # no replica at all: _open answers 503
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def forward_body(body: dict[str, Any], raw: bytes, model: str | None, ask_usage: bool) -> bytes:
+    """The bytes sent to the replica: the client's own ``raw`` bytes, unless the router must
+    change the body: ``model`` (a fallback pool's name, None = unchanged) or ``ask_usage``
+    (``stream_options.include_usage`` set, so that a stream's answer has usage to count and
+    store even when the client did not ask for it; relay_stream strips the usage chunk)."""
+    if model is None and not ask_usage:
+        return raw
+    out = dict(body)
+    if model is not None:
+        out["model"] = model
+    if ask_usage:
+        options = body.get("stream_options")
+        out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps(out).encode()
 
 
 def _has_room(state: RouterState, pool: str, rec: Record, now: float) -> bool:
@@ -157,7 +225,9 @@ def _lane(state: RouterState, replicas: list[Replica], size: str, now: float) ->
     return lanes.choose(lanes.own_lane(size), pressures)
 
 
-def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
+def miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
+    """Headers of a forwarded answer: ``X-Cache: miss``, the replica, and the fallback pool /
+    lane (and the lane it spilled from) when they apply."""
     headers = {"x-cache": "miss", "x-promptedge-replica": lease.replica.url}
     if rec.target != rec.pool:
         headers["x-promptedge-fallback"] = rec.target
@@ -168,7 +238,7 @@ def _miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
     return headers
 
 
-def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> Response:
+def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool) -> Response:
     response = hit.response
     prompt, completion = usage_tokens(response.get("usage")) or (0, 0)
     rec.prompt_tokens = prompt or rec.prompt_tokens
@@ -176,10 +246,13 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool) -> 
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
+    age = age_s(response)
+    if age is not None:
+        headers["age"] = str(int(age))  # HTTP's Age of a cached answer: seconds since the replica made it
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
-        return StreamingResponse(_aiter(replay(response)), media_type=_SSE, headers=headers)
+        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers)
     content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
     return Response(content, media_type=_JSON, headers=headers)
 
@@ -189,16 +262,19 @@ async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield event
 
 
-async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[str, Any], raw: bytes,
-                headers: Any) -> tuple[httpx.Response, Lease]:
-    """Send to a replica; on a connect error, 429 or 503 (nothing reached the client yet)
-    retry on a different replica, at most MAX_ATTEMPTS in all. Raises NoReplica (503) when
+async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[str, Any], raw: bytes,
+                        headers: Any, method: str = "POST", pinned: str | None = None,
+                        content_type: str = _JSON) -> tuple[httpx.Response, Lease]:
+    """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
+    connect error, 429 or 503 (nothing reached the client yet) retry on a different replica,
+    at most MAX_ATTEMPTS in all. ``pinned``: only the replica of that URL may take it (a
+    Responses API follow-up: no other replica holds its state). Raises NoReplica (503) when
     the pool has no eligible replica, else the last replica error."""
     tried: set[str] = set()
     last: APIError | None = None
     timeouts = state.settings.timeouts[rec.priority]
     prefix = prefix_key(body, state.settings.prefix_chars) if state.settings.prefix_affinity else None
-    forward = {"content-type": _JSON}
+    forward = {"content-type": content_type}
     for name in _FORWARD_HEADERS:
         if name in headers:
             forward[name] = headers[name]
@@ -211,6 +287,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
     for attempt in range(MAX_ATTEMPTS):
         now = time.monotonic()
         candidates = state.pools.eligible(rec.target, now, exclude=frozenset(tried))
+        if pinned is not None:
+            candidates = [r for r in candidates if r.url == pinned]
         if not candidates:
             break
         if reserved:
@@ -226,8 +304,8 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
         try:
             authorization = replica.authorization or client_key
             sent = forward if authorization is None else {**forward, "authorization": authorization}
-            response = await state.upstream.open(replica.url + _PATHS[endpoint], raw, sent,
-                                                 timeouts.connect_s, timeouts.ttfb_s)
+            response = await state.upstream.open(replica.url + path, raw, sent, timeouts.connect_s, timeouts.ttfb_s,
+                                                 method)
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
             replica.health.on_evidence(exc.evidence, time.monotonic())
@@ -250,7 +328,9 @@ async def _open(state: RouterState, rec: Record, endpoint: Endpoint, body: dict[
                     code="no_replica")
 
 
-async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
+async def read_answer(upstream: httpx.Response, lease: Lease) -> bytes:
+    """The whole body of an upstream answer; releases the lease; a transport failure counts
+    as the replica's health evidence and raises UpstreamError / UpstreamTimeout (502 / 504)."""
     try:
         return await read_body(upstream, lease.replica.url)
     except UpstreamError as exc:
@@ -260,7 +340,7 @@ async def _read(upstream: httpx.Response, lease: Lease) -> bytes:
         lease.release()
 
 
-async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
+async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
     """A replica answered >= 400: a client error (4xx) is relayed as is, a 5xx becomes 502.
     Neither is cached. A 401/403 is the replica refusing the router's credential (none or the
     backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
@@ -279,7 +359,7 @@ async def _upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, 
         lease.replica.health.on_success(time.monotonic())
         rec.status = status
         return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
-                        headers=_miss_headers(rec, lease))
+                        headers=miss_headers(rec, lease))
     lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
     # The replica's error body is for the operator: it can hold internals (paths, hosts, a
     # credential in a message), so it goes to the log under the request id, not to the client.
@@ -303,8 +383,11 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
         if rec.forwarded_at is not None and rec.first_byte_at is not None:
             replica.observe_answer(rec.first_byte_at - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens,
                                    time.monotonic())
-    state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
-                         completion_tokens=rec.completion_tokens)
+    if rec.demand:
+        state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
+                             completion_tokens=rec.completion_tokens)
     rec.finish(state.metrics, state.tracer)
+    if rec.charged_tokens and counts is not None:  # the real usage corrects what admission charged
+        await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(counts))
     if store is not None and isinstance(response, dict):
         await state.cache.store(store, response, content)

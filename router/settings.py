@@ -102,6 +102,18 @@ DEFAULT_TIMEOUTS = {
 }
 
 
+class CachePolicy(BaseModel):
+    """How one pool's answers are cached (router/cachepolicy.py; defaults and why: the
+    README's Caching policy). cache_sampled: cache answers of sampled requests (temperature
+    > 0, no seed, not greedy by top_k 1 or beam search); cache_n: cache answers of ``n`` > 1
+    (always as a whole: every choice, or nothing). Unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cache_sampled: bool = True
+    cache_n: bool = True
+
+
 class RouterSettings(BaseSettings):
     """All router settings; env names are ``PROMPTEDGE_`` + field name upper-cased.
 
@@ -152,6 +164,10 @@ class RouterSettings(BaseSettings):
     queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
     max_inflight_per_replica: int | None = Field(None, ge=1)
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
+    cache_policy: dict[str, CachePolicy] = Field(default_factory=dict)  # pool or "*" -> its policy
+    response_affinity_ttl_s: int = Field(86400, ge=1)  # how long a Responses API id remembers its replica
+    tokenizers: dict[str, Path] = Field(default_factory=dict)  # pool -> its model's tokenizer.json (router/tokens.py)
+    other_paths: Literal["refuse", "forward"] = "refuse"  # paths the router has no route for (router/other_paths.py)
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     otel_endpoint: str | None = None  # OTLP/HTTP traces endpoint (default: the exporter's own)
@@ -202,7 +218,12 @@ class RouterSettings(BaseSettings):
         return {**DEFAULT_TIMEOUTS, **value}
     log_requests: bool = True
 
+    def cache_policy_for(self, pool: str) -> CachePolicy:
+        """The pool's cache policy: its own entry, else ``"*"``'s, else the defaults."""
+        return self.cache_policy.get(pool) or self.cache_policy.get("*") or _DEFAULT_CACHE_POLICY
 
+
+_DEFAULT_CACHE_POLICY = CachePolicy()
 # Settings whose dict keys are API keys (secrets): an error names the setting, never the key.
 SECRET_KEYED = ("api_keys", "rate_limits")
 

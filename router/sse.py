@@ -1,41 +1,41 @@
 """OpenAI server-sent events: replay a cached response, assemble a streamed one.
 
 Shapes follow the OpenAI streaming API (``chat.completion.chunk`` / ``text_completion``
-chunks, a final chunk with ``usage`` and empty ``choices``, then ``data: [DONE]``), which is
-also what vLLM emits. Pure functions and a small incremental parser; no I/O.
+chunks, with ``stream_options.include_usage`` a final chunk with ``usage`` and empty
+``choices``, then ``data: [DONE]``), which is also what vLLM emits. Both directions go through
+the generic delta merge of ``router.deltas``, so every field of the answer survives either way.
+Pure functions and a small incremental parser; no I/O.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
+from router import deltas
+
 DONE = b"data: [DONE]\n\n"
-_PIECE_CHARS = 48  # replayed content is cut at whitespace into deltas of about this size
+# Top-level fields of a response that are not copied onto every replayed chunk / from chunks.
+_FRAME = ("id", "object", "created", "model", "choices", "usage")
+_CHOICE_PARTS = ("index", "message", "delta", "text", "logprobs", "finish_reason")
 
 
 def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _pieces(text: str) -> Iterator[str]:
-    start = 0
-    while start < len(text):
-        end = min(len(text), start + _PIECE_CHARS)
-        if end < len(text):
-            cut = text.rfind(" ", start + 1, end)
-            end = cut if cut > start else end
-        yield text[start:end]
-        start = end
-
-
-def replay(response: dict[str, Any]) -> Iterator[bytes]:
+def replay(response: dict[str, Any], include_usage: bool = True) -> Iterator[bytes]:
     """SSE events (bytes, each ``data: ...\\n\\n``) that stream a non-stream response.
 
-    response: an OpenAI ``chat.completion`` or ``text_completion`` JSON. Per choice: for chat
-    a role delta, content deltas, tool calls; for completions text deltas; then one
-    finish_reason chunk per choice, a usage chunk (when the response has usage), ``[DONE]``.
+    response: an OpenAI ``chat.completion`` or ``text_completion`` JSON. Every top-level field
+    but the answer's (``system_fingerprint``, ``service_tier``, ...) is on every chunk, as
+    OpenAI sends them. Per choice (``router.deltas.message_deltas``): for chat the role delta,
+    the text fields in pieces, tool calls; for completions text deltas; content with one
+    token's logprobs per chunk when they line up; then the choice's finish chunk (with its
+    other fields, e.g. vLLM's ``stop_reason``); with ``include_usage`` a usage chunk (when the
+    response has usage) and ``"usage": null`` on the chunks before it; then ``[DONE]``.
     """
     chat = response.get("object") == "chat.completion"
     head = {
@@ -43,38 +43,88 @@ def replay(response: dict[str, Any]) -> Iterator[bytes]:
         "object": "chat.completion.chunk" if chat else "text_completion",
         "created": response.get("created", 0),
         "model": response.get("model", ""),
+        **{k: v for k, v in response.items() if k not in _FRAME},
     }
+    if include_usage:
+        head["usage"] = None
 
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        return _event({**head, "choices": choices, **extra})
+    def chunk(choices: list[dict[str, Any]]) -> bytes:
+        return _event({**head, "choices": choices})
 
     for choice in response.get("choices", []):
         index = choice.get("index", 0)
+        extra = {k: v for k, v in choice.items() if k not in _CHOICE_PARTS}
         if chat:
-            message = choice.get("message") or {}
-            yield chunk([{"index": index, "delta": {"role": message.get("role", "assistant"), "content": ""},
-                          "logprobs": None, "finish_reason": None}])
-            for piece in _pieces(message.get("content") or ""):
-                yield chunk([{"index": index, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}])
-            calls = message.get("tool_calls")
-            if calls:
-                deltas = [{"index": i, **call} for i, call in enumerate(calls)]
-                yield chunk([{"index": index, "delta": {"tool_calls": deltas}, "logprobs": None,
-                              "finish_reason": None}])
-            yield chunk([{"index": index, "delta": {}, "logprobs": None,
-                          "finish_reason": choice.get("finish_reason", "stop")}])
+            for delta, logprobs in deltas.message_deltas(choice.get("message") or {}, choice.get("logprobs")):
+                yield chunk([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+            last: dict[str, Any] = {"delta": {}}
         else:
-            for piece in _pieces(choice.get("text") or ""):
-                yield chunk([{"index": index, "text": piece, "logprobs": None, "finish_reason": None}])
-            yield chunk([{"index": index, "text": "", "logprobs": None,
-                          "finish_reason": choice.get("finish_reason", "stop")}])
-    if response.get("usage") is not None:
-        yield chunk([], usage=response["usage"])
+            for piece, logprobs in deltas.split_text(choice.get("text") or "", choice.get("logprobs")):
+                yield chunk([{"index": index, "text": piece, "logprobs": logprobs, "finish_reason": None}])
+            last = {"text": ""}
+        yield chunk([{"index": index, **last, "logprobs": None,
+                      "finish_reason": choice.get("finish_reason", "stop"), **extra}])
+    if include_usage and response.get("usage") is not None:
+        yield _event({**head, "choices": [], "usage": response["usage"]})
     yield DONE
 
 
+# ``"usage": null``, which OpenAI (and the sim) put on every chunk of a stream that asked for
+# usage; a quote inside a JSON string is escaped, so this never matches text of the answer.
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
+
+
+def strip_usage_event(event: bytes) -> bytes | None:
+    """``event`` (one SSE event, without its blank line) as the client would have had it
+    without asking for usage: None for the usage chunk (``choices`` empty, ``usage`` set),
+    else the event without its ``"usage": null``. Used when the router asked the replica for
+    usage (``stream_options.include_usage``) on the client's behalf."""
+    if b'"usage"' not in event or not event.startswith(b"data:"):
+        return event
+    if _USAGE_NULL.search(event) is not None:
+        return _USAGE_NULL.sub(b"", event)
+    try:
+        obj = json.loads(event[5:].strip())
+    except ValueError:
+        return event
+    if isinstance(obj, dict) and obj.get("choices") == [] and obj.get("usage") is not None:
+        return None
+    return event
+
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+class UsageFilter:
+    """Passes a replica's SSE bytes on whole events at a time, without the usage chunk
+    (:func:`strip_usage_event`). ``feed`` returns the complete events so far (b"" while an
+    event is still incomplete); ``flush`` the rest at the end of the stream, as it came."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """The complete events of ``data`` and what came before it, usage chunk left out."""
+        self._buf += data
+        out: list[bytes] = []
+        start = 0
+        for end in _EVENT_END.finditer(self._buf):
+            event = strip_usage_event(self._buf[start:end.start()])
+            if event is not None:
+                out += (event, end.group())
+            start = end.end()
+        self._buf = self._buf[start:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """Whatever is left (an unterminated last event), unchanged."""
+        rest, self._buf = self._buf, b""
+        return rest
+
+
 class StreamAssembler:
-    """Rebuilds the non-stream response JSON from relayed SSE bytes.
+    """Rebuilds the non-stream response JSON from relayed SSE bytes (generic delta merge,
+    ``router.deltas``: every field of every choice, and the top-level fields of the chunks).
 
     Feed raw upstream bytes in any split; :meth:`result` returns the assembled
     ``chat.completion`` / ``text_completion`` JSON only if the stream ended normally
@@ -84,6 +134,7 @@ class StreamAssembler:
     def __init__(self) -> None:
         self._buf = b""
         self._head: dict[str, Any] | None = None
+        self._extra: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] | None = None
         self.done = False
@@ -117,33 +168,11 @@ class StreamAssembler:
             return
         if obj.get("usage"):
             self._usage = obj["usage"]
+        for key, value in obj.items():
+            if key not in _FRAME and (value is not None or key not in self._extra):
+                self._extra[key] = value  # system_fingerprint, service_tier, ...: the last one said
         for choice in choices:
-            self._merge(choice)
-
-    def _merge(self, choice: dict[str, Any]) -> None:
-        acc = self._choices.setdefault(choice.get("index", 0), {"parts": [], "role": None, "calls": {},
-                                                                "finish_reason": None})
-        delta = choice.get("delta")
-        if delta is None:  # text_completion chunk
-            acc["parts"].append(choice.get("text") or "")
-        else:
-            acc["role"] = delta.get("role") or acc["role"]
-            acc["parts"].append(delta.get("content") or "")
-            for call in delta.get("tool_calls") or []:
-                slot = acc["calls"].setdefault(call.get("index", 0), {"function": {"name": "", "arguments": ""}})
-                for key in ("id", "type"):
-                    if call.get(key):
-                        slot[key] = call[key]
-                fn = call.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-        if choice.get("finish_reason"):
-            acc["finish_reason"] = choice["finish_reason"]
-
-    @property
-    def first_token_seen(self) -> bool:
-        """True once any choice has received content."""
-        return any(any(acc["parts"]) for acc in self._choices.values())
+            deltas.merge(self._choices.setdefault(choice.get("index", 0), {}), choice)
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -154,27 +183,23 @@ class StreamAssembler:
         """The assembled response JSON, or None if the stream did not end normally."""
         if not self.done or self.failed or self._head is None or not self._choices:
             return None
-        if any(acc["finish_reason"] is None for acc in self._choices.values()):
+        if any(acc.get("finish_reason") is None for acc in self._choices.values()):
             return None
         chat = self._head.get("object") == "chat.completion.chunk"
         choices = []
         for index in sorted(self._choices):
             acc = self._choices[index]
-            text = "".join(acc["parts"])
-            if chat:
-                message: dict[str, Any] = {"role": acc["role"] or "assistant", "content": text}
-                if acc["calls"]:
-                    message["tool_calls"] = [acc["calls"][i] for i in sorted(acc["calls"])]
-                choices.append({"index": index, "message": message, "logprobs": None,
-                                "finish_reason": acc["finish_reason"]})
-            else:
-                choices.append({"index": index, "text": text, "logprobs": None,
-                                "finish_reason": acc["finish_reason"]})
+            extra = deltas.finish({k: v for k, v in acc.items() if k not in _CHOICE_PARTS})
+            part = ({"message": deltas.message_of(acc.get("delta") or {})} if chat
+                    else {"text": deltas.finish(acc.get("text")) or ""})
+            choices.append({"index": index, **part, "logprobs": deltas.finish(acc.get("logprobs")),
+                            "finish_reason": acc["finish_reason"], **extra})
         out: dict[str, Any] = {
             "id": self._head.get("id", ""),
             "object": "chat.completion" if chat else "text_completion",
             "created": self._head.get("created", 0),
             "model": self._head.get("model", ""),
+            **self._extra,
             "choices": choices,
         }
         if self._usage is not None:

@@ -17,6 +17,7 @@ from router.ratelimit import RateLimiter
 from router.replicas import Pools, Replica
 from router.scraper import Scraper
 from router.settings import RouterSettings
+from router.tokens import PromptTokens
 from router.upstream import Upstream
 
 
@@ -36,6 +37,7 @@ class RouterState:
     limiter: RateLimiter
     tracer: Tracer | None = None
     prefixes: PrefixMap = field(default_factory=lambda: PrefixMap(120.0))
+    prompt_tokens: PromptTokens = field(default_factory=PromptTokens)  # per-pool tokenizers (router/tokens.py)
     ticket: int = 0
     rng: random.Random = field(default_factory=random.Random)
 

@@ -128,8 +128,9 @@ class Upstream:
         await self.transport.aclose()
 
     async def open(self, url: str, body: bytes, headers: dict[str, str], connect_timeout_s: float,
-                   ttfb_timeout_s: float) -> httpx.Response:
-        """POST ``body`` to ``url`` and return the response with its body not yet read.
+                   ttfb_timeout_s: float, method: str = "POST") -> httpx.Response:
+        """Send ``body`` to ``url`` (``method``, POST by default) and return the response with
+        its body not yet read.
 
         Timeouts in seconds. Raises ConnectFailed when no connection was ever established
         (the only failure retried elsewhere), RetryableStatus (429/503), UpstreamTimeout (no
@@ -145,7 +146,7 @@ class Upstream:
         extensions: dict[str, Any] = {"timeout": timeout}
         if self._httpcore:
             extensions["trace"] = progress.httpcore_event
-        request = httpx.Request("POST", parsed, content=body, headers=headers, extensions=extensions)
+        request = httpx.Request(method, parsed, content=body, headers=headers, extensions=extensions)
         token = _PROGRESS.set(progress)
         try:
             response = await self.transport.handle_async_request(request)

@@ -9,17 +9,23 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sim import output
 from sim import responses as r
 from sim.engine import Engine, Handle
 from sim.latency import ModelLimitError, Profile
 from sim.profiles import get_profile
-from sim.schemas import ChatRequest, CompletionRequest, error_body, validation_error_body
+from sim import surface
+from sim.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, ResponsesRequest,
+                         TokenizeRequest,
+                         error_body, validation_error_body)
 from sim.settings import SimSettings
+from sim.schemas import DEFAULT_MAX_TOKENS
 from sim.tokens import estimate_chat_tokens, estimate_text_tokens, filler
 
 
@@ -39,6 +45,7 @@ class Replica:
     faults: Faults
     rng: random.Random
     draining: bool = False
+    responses: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # kept ones, by id
 
 
 def _error(message: str, err_type: str, param: str | None, status: int) -> JSONResponse:
@@ -102,6 +109,22 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
     async def completions(request: Request) -> Response:
         return await _complete(request, "text")
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        return await _surface(request, EmbeddingRequest, _embed)
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        return await _respond(request)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        return await _surface(request, TokenizeRequest, _tokenize)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        return await _surface(request, DetokenizeRequest, _detokenize)
+
     return app
 
 
@@ -116,6 +139,121 @@ def _authorized(request: Request, rep: Replica) -> bool:
 
 def _unauthorized() -> JSONResponse:
     return _error("invalid or missing API key", "AuthenticationError", None, 401)
+
+
+async def _parse(request: Request, schema: type[BaseModel]) -> tuple[Replica, Any] | Response:
+    """(replica, validated request) of a request to this replica, or the error to answer:
+    401 without the key, 400 for a body ``schema`` refuses, 404 for another ``model``."""
+    rep: Replica = request.app.state.replica
+    if not _authorized(request, rep):
+        return _unauthorized()
+    try:
+        req = schema.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return JSONResponse(validation_error_body(exc), status_code=400)
+    model = getattr(req, "model", None)
+    if model is not None and model != rep.settings.model:
+        return _error(f"The model `{model}` does not exist.", "NotFoundError", "model", 404)
+    return rep, req
+
+
+async def _surface(request: Request, schema: type[BaseModel], answer: Any) -> Response:
+    """An embeddings / tokenizer request: authorized, validated, the model checked, the
+    replica up; then ``answer(replica, request model)``'s JSON (no engine time: these are
+    cheap next to a generation)."""
+    parsed = await _parse(request, schema)
+    if isinstance(parsed, Response):
+        return parsed
+    rep, req = parsed
+    if rep.draining or not rep.engine.ready:
+        return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
+    try:
+        return JSONResponse(answer(rep, req))
+    except ValueError as exc:
+        return _error(str(exc), "BadRequestError", None, 400)
+
+
+def _embed(rep: Replica, req: EmbeddingRequest) -> dict[str, Any]:
+    texts = req.texts()
+    return surface.embeddings_body(rep.settings.model, texts, req.encoding_format, req.dimensions,
+                                   sum(estimate_text_tokens(t) for t in texts))
+
+
+def _tokenize(rep: Replica, req: TokenizeRequest) -> dict[str, Any]:
+    tokens = surface.tokenize(req.text())
+    return {"count": len(tokens), "max_model_len": rep.profile.max_model_len, "tokens": tokens}
+
+
+def _detokenize(rep: Replica, req: DetokenizeRequest) -> dict[str, Any]:
+    try:
+        return {"prompt": surface.detokenize(req.tokens)}
+    except (UnicodeDecodeError, OverflowError):
+        raise ValueError("tokens: not token ids of this model") from None
+
+
+_KEPT_RESPONSES = 10_000
+
+
+async def _respond(request: Request) -> Response:
+    """``POST /v1/responses``: generated like a completion (engine time, filler text), kept
+    by this replica when ``store`` (the oldest dropped past _KEPT_RESPONSES); an unknown
+    ``previous_response_id`` is a 404 as vLLM's. Stream: ``response.created``, text deltas,
+    ``response.completed``."""
+    parsed = await _parse(request, ResponsesRequest)
+    if isinstance(parsed, Response):
+        return parsed
+    rep, req = parsed
+    if req.previous_response_id is not None and req.previous_response_id not in rep.responses:
+        return _error(f"Response with id '{req.previous_response_id}' not found.", "NotFoundError",
+                      "previous_response_id", 404)
+    if rep.draining or not rep.engine.ready:
+        return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
+    prompt_tokens, max_tokens = estimate_text_tokens(req.text()), req.max_output_tokens or DEFAULT_MAX_TOKENS
+    try:
+        handle = rep.engine.submit(prompt_tokens, max_tokens)
+    except ModelLimitError as exc:
+        return _error(str(exc), "BadRequestError", "max_output_tokens", 400)
+    response_id = "resp_" + r.new_id("text")[5:]
+
+    def final() -> dict[str, Any]:
+        body = surface.response_body(response_id, req.model, filler(0, max_tokens), req.previous_response_id,
+                                     prompt_tokens, max_tokens)
+        if req.store:
+            rep.responses[response_id] = body
+            while len(rep.responses) > _KEPT_RESPONSES:
+                rep.responses.pop(next(iter(rep.responses)))
+        return body
+
+    if req.stream:
+        return StreamingResponse(_response_events(rep, handle, req, response_id, final), media_type="text/event-stream")
+    try:
+        await handle.done.wait()
+    finally:
+        rep.engine.abort(handle)
+    return JSONResponse(final())
+
+
+async def _response_events(rep: Replica, handle: Handle, req: ResponsesRequest, response_id: str,
+                           final: Any) -> AsyncIterator[bytes]:
+    try:
+        created = surface.response_body(response_id, req.model, "", req.previous_response_id, 0, 0, "in_progress")
+        yield surface.response_event("response.created", 0, response=created)
+        await handle.first_token.wait()
+        sent, sequence = 0, 1
+        while sent < handle.max_tokens:
+            upto = handle.generated
+            if upto > sent:
+                yield surface.response_event("response.output_text.delta", sequence, output_index=0, content_index=0,
+                                             item_id="msg_" + response_id[5:], delta=filler(sent, upto - sent))
+                sent, sequence = upto, sequence + 1
+            if sent < handle.max_tokens:
+                try:
+                    await asyncio.wait_for(handle.done.wait(), rep.settings.stream_interval_s)
+                except TimeoutError:
+                    pass
+        yield surface.response_event("response.completed", sequence, response=final())
+    finally:
+        rep.engine.abort(handle)
 
 
 async def _complete(request: Request, kind: r.Kind) -> Response:
@@ -154,23 +292,35 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
     except ModelLimitError as exc:
         return _error(str(exc), "BadRequestError", "max_tokens", 400)
     req_id = r.new_id(kind)
+    shape = _shape(rep, req)
+    extra = {} if rep.settings.system_fingerprint is None else {"system_fingerprint": rep.settings.system_fingerprint}
     if req.stream:
-        events = _stream(rep, handle, kind, req_id, req.model, req.include_usage)
+        events = _stream(rep, handle, shape, r.Head(kind, req_id, req.model, req.include_usage, extra))
         return StreamingResponse(events, media_type="text/event-stream")
     try:
         await handle.done.wait()
     finally:
         rep.engine.abort(handle)
     echoed = req.prompt_text() if isinstance(req, CompletionRequest) and req.echo else ""
-    body = r.completion_body(kind, req_id, req.model, echoed + filler(0, max_tokens), prompt_tokens, max_tokens)
+    body = r.completion_body(kind, req_id, req.model, output.whole(shape, max_tokens, echoed), prompt_tokens,
+                             max_tokens, extra)
     return JSONResponse(body)
 
 
-async def _stream(
-    rep: Replica, handle: Handle, kind: r.Kind, req_id: str, model: str, include_usage: bool
-) -> AsyncIterator[bytes]:
-    """SSE events: role chunk, content chunks (tokens batched per stream interval), a finish
-    chunk, an optional usage chunk, then ``data: [DONE]``. Aborts the request on disconnect.
+def _shape(rep: Replica, req: ChatRequest | CompletionRequest) -> output.Shape:
+    """What the answer holds besides text (sim/output.py), from the request and the replica's settings."""
+    if isinstance(req, CompletionRequest):
+        return output.Shape(chat=False, logprobs=req.logprobs)
+    tool = output.chosen_tool(req.tools, req.tool_choice)
+    return output.Shape(chat=True, reasoning=rep.settings.reasoning_tokens, tool=tool,
+                        call_id="call_" + r.new_id("text")[5:21] if tool else "",
+                        logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+
+
+async def _stream(rep: Replica, handle: Handle, shape: output.Shape, head: r.Head) -> AsyncIterator[bytes]:
+    """SSE events: role chunk, content chunks (tokens batched per stream interval; reasoning,
+    tool-call arguments and logprobs as sim/output.py says), a finish chunk, an optional usage
+    chunk, then ``data: [DONE]``. Aborts the request on disconnect.
 
     Nothing is sent before the first token exists (queueing and prefill done): the chat role
     chunk goes out right before the first content chunk, as vLLM sends it with its first
@@ -179,23 +329,26 @@ async def _stream(
     interval = rep.settings.stream_interval_s
     try:
         await handle.first_token.wait()
-        if kind == "chat":
-            yield r.sse(r.chunk(kind, req_id, model, "", first=True, include_usage=include_usage))
+        if shape.chat:
+            yield r.sse(r.chunk(head, {"role": "assistant", "content": ""}))
         sent = 0
         while sent < handle.max_tokens:
             upto = handle.generated
             if upto > sent:
-                yield r.sse(r.chunk(kind, req_id, model, filler(sent, upto - sent), include_usage=include_usage))
+                fields, logprobs = output.delta(shape, sent, upto, first=sent == 0)
+                yield r.sse(r.chunk(head, fields, logprobs))
                 sent = upto
             if sent < handle.max_tokens:
                 try:
                     await asyncio.wait_for(handle.done.wait(), interval)
                 except TimeoutError:
                     pass
-        yield r.sse(r.chunk(kind, req_id, model, None if kind == "chat" else "", finish=True,
-                            include_usage=include_usage))
-        if include_usage:
-            yield r.sse(r.usage_chunk(kind, req_id, model, handle.prompt_tokens, handle.max_tokens))
+        closing = output.closing_delta(shape)
+        if closing is not None:
+            yield r.sse(r.chunk(head, closing))
+        yield r.sse(r.chunk(head, {} if shape.chat else {"text": ""}, finish=output.finish_reason(shape)))
+        if head.include_usage:
+            yield r.sse(r.usage_chunk(head, handle.prompt_tokens, handle.max_tokens))
         yield r.sse("[DONE]")
     finally:
         rep.engine.abort(handle)

@@ -1,6 +1,7 @@
 """OpenAI response bodies and SSE chunks (chat.completion / text_completion shapes).
 
-Every completion stops at max_tokens, so ``finish_reason`` is always ``"length"``.
+Every completion stops at max_tokens, so ``finish_reason`` is ``"length"`` (``"tool_calls"``
+for a forced tool call, sim/output.py).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["chat", "text"]
@@ -25,69 +27,56 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def completion_body(
-    kind: Kind, req_id: str, model: str, text: str, prompt_tokens: int, completion_tokens: int
-) -> dict[str, Any]:
-    """Non-stream response body with ``usage`` always filled in."""
-    if kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text}
-        obj = "text_completion"
-    choice.update(logprobs=None, finish_reason="length")
+@dataclass(frozen=True)
+class Head:
+    """What every chunk of one stream repeats: kind, id, model, whether usage was asked for
+    (then OpenAI puts ``"usage": null`` on every chunk before the usage chunk), and extra
+    top-level fields (``system_fingerprint``)."""
+
+    kind: Kind
+    req_id: str
+    model: str
+    include_usage: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def object(self) -> str:
+        return "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+
+
+def completion_body(kind: Kind, req_id: str, model: str, choice: dict[str, Any], prompt_tokens: int,
+                    completion_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Non-stream response body with ``usage`` always filled in; ``choice``: the choice's
+    fields but its index (sim/output.py ``whole``); ``extra``: more top-level fields."""
     return {
         "id": req_id,
-        "object": obj,
+        "object": "chat.completion" if kind == "chat" else "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [choice],
+        **(extra or {}),
+        "choices": [{"index": 0, **choice, "stop_reason": None}],
         "usage": usage(prompt_tokens, completion_tokens),
     }
 
 
-def chunk(
-    kind: Kind,
-    req_id: str,
-    model: str,
-    text: str | None,
-    *,
-    first: bool = False,
-    finish: bool = False,
-    include_usage: bool = False,
-) -> dict[str, Any]:
-    """One streamed chunk. ``first`` adds the assistant role (chat); ``finish`` sets
-    finish_reason. With include_usage, OpenAI puts ``"usage": null`` on every content chunk."""
-    if kind == "chat":
-        delta: dict[str, Any] = {}
-        if first:
-            delta["role"] = "assistant"
-        if text is not None:
-            delta["content"] = text
-        choice: dict[str, Any] = {"index": 0, "delta": delta}
-        obj = "chat.completion.chunk"
-    else:
-        choice = {"index": 0, "text": text or ""}
-        obj = "text_completion"
-    choice.update(logprobs=None, finish_reason="length" if finish else None)
-    body: dict[str, Any] = {
-        "id": req_id, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]
-    }
-    if include_usage:
+def chunk(head: Head, fields: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
+    """One streamed chunk of choice 0: ``fields`` is the chat ``delta`` or the completion's
+    ``{"text": ...}``; ``finish`` the finish_reason of the last one (vLLM adds ``stop_reason``)."""
+    choice: dict[str, Any] = {"index": 0, **({"delta": fields} if head.kind == "chat" else fields),
+                              "logprobs": logprobs, "finish_reason": finish}
+    if finish is not None:
+        choice["stop_reason"] = None
+    body: dict[str, Any] = {"id": head.req_id, "object": head.object, "created": int(time.time()),
+                            "model": head.model, **head.extra, "choices": [choice]}
+    if head.include_usage:
         body["usage"] = None
     return body
 
 
-def usage_chunk(kind: Kind, req_id: str, model: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def usage_chunk(head: Head, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     """The final chunk sent when stream_options.include_usage: no choices, usage filled in."""
-    return {
-        "id": req_id,
-        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
+    return {"id": head.req_id, "object": head.object, "created": int(time.time()), "model": head.model,
+            **head.extra, "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def sse(data: dict[str, Any] | str) -> bytes:

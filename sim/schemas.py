@@ -54,6 +54,10 @@ class _Common(_Strict):
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
     def output_tokens(self) -> int:
         """max_completion_tokens (newer OpenAI name) wins over max_tokens; default 16."""
@@ -66,6 +70,7 @@ class ChatRequest(_Common):
 class CompletionRequest(_Common):
     prompt: str | list[str] = Field(min_length=1)
     echo: bool = False  # as OpenAI/vLLM: the answer's text starts with the prompt (non-stream only here)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
 
     def prompt_text(self) -> str:
         """The single prompt; a batch of several prompts is refused by the API layer."""
@@ -73,6 +78,54 @@ class CompletionRequest(_Common):
 
     def output_tokens(self) -> int:
         return self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS
+
+
+class EmbeddingRequest(_Strict):
+    """OpenAI embeddings: texts only in the sim (token-id input is refused, 400)."""
+
+    model: str
+    input: str | list[str] = Field(min_length=1)
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1, le=4096)
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class TokenizeRequest(_Strict):
+    """vLLM's /tokenize: a prompt, or chat messages (their texts joined)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+
+    def text(self) -> str:
+        if self.prompt is not None:
+            return self.prompt
+        return "".join(m.text() for m in self.messages or [])
+
+
+class DetokenizeRequest(_Strict):
+    """vLLM's /detokenize: token ids back to text."""
+
+    model: str | None = None
+    tokens: list[int]
+
+
+class ResponsesRequest(_Strict):
+    """OpenAI's Responses API, the part the sim serves: text or message-item ``input``."""
+
+    model: str
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    previous_response_id: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    store: bool = True
+
+    def text(self) -> str:
+        if isinstance(self.input, str):
+            return self.input
+        return "".join(str(item.get("content", "")) for item in self.input)
 
 
 def error_body(message: str, err_type: str, param: str | None, code: int) -> dict[str, Any]:

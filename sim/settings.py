@@ -20,7 +20,10 @@ class SimSettings(BaseSettings):
     ``/sim/faults`` stay open, as vLLM leaves its non-``/v1`` routes open; ``time_scale``: simulated seconds per wall second (step times, warm-up and every sleep are divided by it; metrics
     stay in simulated seconds); ``warmup_from``: Unix time (wall seconds) the warm-up counts
     from, e.g. when a node launched the process, so the interpreter's start-up (wall time the
-    scale would multiply) is not added to the simulated warm-up; None: from the engine's start."""
+    scale would multiply) is not added to the simulated warm-up; None: from the engine's start;
+    ``reasoning_tokens``: the first tokens of every chat answer are reasoning
+    (``reasoning_content``, as vLLM with ``--reasoning-parser``), 0 = none;
+    ``system_fingerprint``: put on every answer and chunk (None: left out, as vLLM does)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -37,3 +40,5 @@ class SimSettings(BaseSettings):
     api_key: str | None = Field(default=None, min_length=1, repr=False)
     time_scale: float = Field(default=1.0, gt=0)
     warmup_from: float | None = None
+    reasoning_tokens: int = Field(default=0, ge=0)
+    system_fingerprint: str | None = None

@@ -159,3 +159,21 @@ async def test_a_slow_store_is_not_an_outage(redis_url: str) -> None:
     finally:
         await client.aclose()
 
+
+
+def test_an_answer_is_complete_only_with_every_choice_or_embedding_asked_for() -> None:
+    # issue 12: n > 1 is cached whole or not at all; an embeddings list has one item per input
+    from cache.exact import expected_choices, is_complete_response
+
+    def chat(*indices: int) -> dict:
+        return {"object": "chat.completion", "choices": [
+            {"index": i, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"} for i in indices]}
+
+    assert expected_choices("chat.completions", {"n": 3}) == 3
+    assert expected_choices("completions", {"n": 2, "prompt": ["a", "b"]}) == 4
+    assert is_complete_response(chat(0, 1), 2) and not is_complete_response(chat(0), 2)
+    assert not is_complete_response(chat(0, 0), 2) and is_complete_response(chat(0))
+    embeddings = {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [0.1]} for i in (0, 1)]}
+    assert expected_choices("embeddings", {"input": ["a", "b"]}) == 2
+    assert is_complete_response(embeddings, 2) and not is_complete_response(embeddings, 3)
+    assert not is_complete_response({"object": "list", "data": []})

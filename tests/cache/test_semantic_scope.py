@@ -97,3 +97,8 @@ def test_answers_that_repeat_the_prompt_are_never_matched_by_meaning() -> None:
         assert semantic_query("chat.completions", chat(("user", "Hi there"), **extra), "t1") == Skip("echo"), extra
     assert isinstance(semantic_query("completions", {**prompt, "echo": False, "prompt_logprobs": None}, "t1"),
                       SemanticQuery)
+
+
+def test_embeddings_are_never_matched_by_meaning() -> None:
+    # issue 12: the embedding of a paraphrase is not the embedding of this text
+    assert semantic_query("embeddings", {"model": "m", "input": "How do I turn on the lights?"}, "t") == Skip("endpoint")

@@ -61,6 +61,14 @@ def patient_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture()
+def exact_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routers started by the test have no semantic stage (no embedding model to load), for
+    tests of the exact path alone: on this 2-core machine the model's load slows everything
+    around it."""
+    monkeypatch.setenv("PROMPTEDGE_CACHE_SEMANTIC_ENABLED", "false")
+
+
+@pytest.fixture()
 async def servers() -> AsyncIterator[list[Served]]:
     """Every server started by a test; all are stopped at its end."""
     running: list[Served] = []

@@ -13,7 +13,7 @@ router's probes mark it up) and fails completion requests (``POST``) at the stag
 
 In ``ok`` mode ``answer`` (a non-stream body) and ``events`` (SSE ``data:`` payloads, sent for
 a ``stream: true`` request with ``[DONE]`` after them) can be set to what a misbehaving replica
-would send. With ``idle_close_s`` it closes a keep-alive connection that carried no request for that
+would send, and ``headers`` (raw header lines) added to the non-stream answer. With ``idle_close_s`` it closes a keep-alive connection that carried no request for that
 long, as servers do (uvicorn after 5 s). ``connections`` counts accepted connections that carried (or could have carried) a completion
 request; ``requests`` counts completion requests read whole. Every socket is closed by
 :meth:`stop`.
@@ -44,6 +44,7 @@ class RawReplica:
     def __init__(self, mode: str = "ok", idle_close_s: float | None = None) -> None:
         self.mode = mode
         self.answer = _ANSWER
+        self.headers = b""  # more header lines of an ``ok`` answer, each ending in \r\n
         self.events: list[bytes] | None = None
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long (None: never)
         self.connections = 0
@@ -120,7 +121,7 @@ class RawReplica:
                                  b"Transfer-Encoding: chunked\r\n\r\n" + sse + b"0\r\n\r\n")
                     await writer.drain()
                     continue
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                writer.write(b"HTTP/1.1 200 OK\r\n" + self.headers + b"Content-Type: application/json\r\nContent-Length: "
                              + str(len(self.answer)).encode() + b"\r\n\r\n" + self.answer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -78,6 +78,10 @@ async def test_fallback_pool_takes_the_overflow_and_says_so(start_replica, clien
     assert response.headers["x-promptedge-fallback"] == "sim-small"
     assert response.headers["x-promptedge-replica"] == small.url
     assert response.json()["model"] == "sim-small"
+    # issue 12: another model's embedding is in another vector space: shed, never a fallback
+    embedding = await client.post(router.url + "/v1/embeddings", json={"model": MODEL, "input": "x"},
+                                  headers={"x-priority": "P2"})
+    assert embedding.status_code == 429 and embedding.json()["error"]["code"] == "pool_saturated"
     await asyncio.gather(*tasks)
     again = await client.post(router.url + "/v1/chat/completions", json=CHAT)
     assert again.headers["x-cache"] == "miss"  # the small model's answer was not cached as the big one's

@@ -96,9 +96,9 @@ async def test_bad_input_gets_openai_error_json_naming_the_field(start_replica, 
         assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
     missing_prompt = await client.post(router.url + "/v1/completions", json={"model": MODEL})
     assert missing_prompt.status_code == 400 and missing_prompt.json()["error"]["param"] == "prompt"
-    unknown = await client.post(router.url + "/v1/embeddings", json={"model": MODEL, "input": "x"})
+    unknown = await client.post(router.url + "/v1/audio/speech", json={"model": MODEL, "input": "x"})
     assert unknown.status_code == 404
-    assert unknown.json()["error"] == {"message": "Invalid URL (POST /v1/embeddings)",
+    assert unknown.json()["error"] == {"message": "Invalid URL (POST /v1/audio/speech)",
                                        "type": "invalid_request_error", "param": None, "code": None}
     wrong_method = await client.get(url)
     assert wrong_method.status_code == 405 and "POST" in wrong_method.headers["allow"]

@@ -1,0 +1,138 @@
+"""Stored answers are the answer (issue 12): a stream assembled into a response and a response
+replayed as a stream keep every field, pure (no I/O). The live versions through the router and
+the sim are in test_fidelity_live.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from router.sse import StreamAssembler, UsageFilter, replay, strip_usage_event
+
+HEAD = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1700000000, "model": "m",
+        "system_fingerprint": "fp_abc"}
+
+
+def sse(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def assemble(raw: bytes) -> dict[str, Any] | None:
+    assembler = StreamAssembler()
+    for i in range(0, len(raw), 5):  # any byte split
+        assembler.feed(raw[i:i + 5])
+    return assembler.result()
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, **extra: Any) -> dict[str, Any]:
+    return {**HEAD, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+                                 **extra}]}
+
+
+def token(text: str, lp: float) -> dict[str, Any]:
+    return {"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": [{"token": text, "logprob": lp,
+                                                                                           "bytes": list(text.encode())}]}
+
+
+def test_a_streamed_tool_call_assembles_to_content_null() -> None:
+    raw = sse(chunk({"role": "assistant", "content": ""}),
+              chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": ""}}]}),
+              chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
+              chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+              chunk({}, "tool_calls", stop_reason=None))
+    result = assemble(raw)
+    assert result is not None
+    message = result["choices"][0]["message"]
+    assert message["content"] is None  # what the non-stream answer says: was ""
+    assert message["tool_calls"] == [{"id": "call_1", "type": "function",
+                                      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]
+    assert result["choices"][0]["stop_reason"] is None and "stop_reason" in result["choices"][0]
+
+
+def test_a_stream_keeps_logprobs_reasoning_and_the_system_fingerprint() -> None:
+    raw = sse(chunk({"role": "assistant", "content": ""}),
+              chunk({"reasoning_content": "Think "}), chunk({"reasoning_content": "hard."}),
+              chunk({"content": "Hi"}, logprobs={"content": [token("Hi", -0.1)]}),
+              chunk({"content": " there"}, logprobs={"content": [token(" there", -0.5)]}),
+              chunk({}, "stop"),
+              {**HEAD, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+    result = assemble(raw)
+    assert result is not None
+    assert result["system_fingerprint"] == "fp_abc" and result["object"] == "chat.completion"
+    choice = result["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "Hi there", "reasoning_content": "Think hard."}
+    assert choice["logprobs"] == {"content": [token("Hi", -0.1), token(" there", -0.5)]}
+    assert result["usage"]["total_tokens"] == 5
+
+
+RESPONSES = [
+    {"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m",
+     "system_fingerprint": "fp_1", "service_tier": "default",
+     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi there", "refusal": None,
+                                          "reasoning_content": "Short thought " * 9},
+                  "logprobs": {"content": [token("Hi", -0.1), token(" there", -0.5)], "refusal": None},
+                  "finish_reason": "stop", "stop_reason": None}],
+     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
+    {"id": "chatcmpl-2", "object": "chat.completion", "created": 1700000000, "model": "m",
+     "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
+         {"id": "call_2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+                  "logprobs": None, "finish_reason": "tool_calls"},
+                 {"index": 1, "message": {"role": "assistant", "content": "", "refusal": "I can't."},
+                  "logprobs": None, "finish_reason": "stop"}],
+     "usage": {"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12}},
+    {"id": "cmpl-3", "object": "text_completion", "created": 1700000000, "model": "m", "system_fingerprint": None,
+     "choices": [{"index": 0, "text": "ab cd", "finish_reason": "length", "stop_reason": None,
+                  "logprobs": {"tokens": ["ab", " cd"], "token_logprobs": [-0.2, -0.3],
+                               "top_logprobs": [{"ab": -0.2}, {" cd": -0.3}], "text_offset": [0, 2]}}],
+     "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}},
+]
+
+
+@pytest.mark.parametrize("response", RESPONSES, ids=["logprobs-reasoning", "tools-refusal-n2", "text-logprobs"])
+def test_replay_then_assembly_gives_back_every_field(response: dict[str, Any]) -> None:
+    assert assemble(b"".join(replay(response, include_usage=True))) == response
+
+
+def test_replayed_chunks_carry_the_fingerprint_and_token_logprobs() -> None:
+    events = [json.loads(e[6:]) for e in b"".join(replay(RESPONSES[0], include_usage=True)).decode().split("\n\n")
+              if e.startswith("data: {")]
+    assert all(e["system_fingerprint"] == "fp_1" for e in events)
+    per_token = [e["choices"][0]["logprobs"]["content"] for e in events
+                 if e["choices"] and (e["choices"][0].get("logprobs") or {}).get("content")]
+    assert per_token == [[token("Hi", -0.1)], [token(" there", -0.5)]]  # one token's logprobs per chunk
+
+
+def test_replay_has_a_usage_chunk_only_when_asked() -> None:
+    without = b"".join(replay(RESPONSES[0], include_usage=False))
+    assert b'"usage"' not in without and without.endswith(b"data: [DONE]\n\n")
+    with_usage = b"".join(replay(RESPONSES[0], include_usage=True)).split(b"\n\n")
+    assert json.loads(with_usage[-3][6:])["usage"]["total_tokens"] == 5
+
+
+def test_strip_usage_event_drops_only_the_usage_chunk() -> None:
+    usage = {**HEAD, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    content = chunk({"content": "x"})
+    assert strip_usage_event(b"data: " + json.dumps(usage).encode()) is None
+    event = b"data: " + json.dumps(content).encode()
+    assert strip_usage_event(event) == event
+    for spaced in (False, True):  # the "usage": null a stream that asked for usage has on each chunk
+        with_null = json.dumps({**content, "usage": None}, separators=None if spaced else (",", ":")).encode()
+        assert json.loads(strip_usage_event(b"data: " + with_null)[6:]) == content
+        first = json.dumps({"usage": None, **content}).encode()
+        assert json.loads(strip_usage_event(b"data: " + first)[6:]) == content
+    quoted = chunk({"content": 'say ,"usage":null please'})
+    assert strip_usage_event(b"data: " + json.dumps(quoted).encode()) == b"data: " + json.dumps(quoted).encode()
+
+
+@pytest.mark.parametrize("response", RESPONSES, ids=["logprobs-reasoning", "tools-refusal-n2", "text-logprobs"])
+def test_the_usage_filter_gives_the_stream_the_client_asked_for_in_any_byte_split(response: dict[str, Any]) -> None:
+    # regression: the filter dropped the usage chunk but relayed the other events unchanged,
+    # "usage": null and all
+    asked = b"".join(replay(response, include_usage=True))
+    usage_filter = UsageFilter()
+    out = b"".join(usage_filter.feed(asked[i:i + 7]) for i in range(0, len(asked), 7)) + usage_filter.flush()
+    assert out == b"".join(replay(response, include_usage=False))
