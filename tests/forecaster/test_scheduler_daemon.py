@@ -24,7 +24,9 @@ def test_daemon_process_plans_every_interval_and_exits_0_on_sigterm(redis_url: s
         client.hset(f"promptedge:traffic:m:{minute // 1440}", f"{minute}:requests", 120)
     client.sadd("promptedge:traffic:models", "m")
     env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
-           "PROMPTEDGE_FORECASTER_HISTORY_S": "3600", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1"}
+           "PROMPTEDGE_FORECASTER_HISTORY_S": "3600", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
+           # no fixed metrics port: another process on the machine may hold 9464
+           "PROMPTEDGE_FORECASTER_METRICS_PORT": "0"}
     for key in ("PROMPTEDGE_ACTUATOR_DEPLOYMENT", "KUBECONFIG"):
         env.pop(key, None)
     log = tmp_path / "daemon.log"
