@@ -53,7 +53,7 @@ def targets(report: dict) -> list[tuple[str, str, bool | None]]:  # type: ignore
 
 def main(
     hours: float = 1.0,
-    speedup: float = 6.0,
+    speedup: float = 7.0,
     start_hour: Optional[float] = None,
     policies: str = "predictive,reactive,fixed_peak,fixed_mean",
     json_path: Path = typer.Option(Path("out/closed_loop.json"), "--json"),

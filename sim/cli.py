@@ -188,7 +188,7 @@ def loop(
     trace: Annotated[Path, typer.Option(help="ServeGen folder or timestamp,value CSV (NAB) of per-window rates.")],
     start_hour: Annotated[Optional[float], typer.Option(help="Segment start, hours from the trace start (default: the steepest ramp after the history days).")] = None,
     hours: Annotated[float, typer.Option(help="Segment length, hours.")] = 1.0,
-    speedup: Annotated[float, typer.Option(help="Simulated seconds per wall second, in every process.")] = 6.0,
+    speedup: Annotated[float, typer.Option(help="Simulated seconds per wall second, in every process.")] = 7.0,
     warmup_s: Annotated[float, typer.Option("--warmup-s", help="Replica cold start, simulated seconds.")] = 300.0,
     policies: Annotated[str, typer.Option(help="Comma-separated: predictive,reactive,fixed_peak,fixed_mean.")] = "predictive,reactive,fixed_peak,fixed_mean",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,

@@ -38,7 +38,7 @@ class LoopConfig:
     trace: Path
     start_hour: float | None = None
     hours: float = 1.0
-    speedup: float = 6.0
+    speedup: float = 7.0
     warmup_s: float = 300.0
     policies: tuple[str, ...] = POLICIES
     json_path: Path | None = None
