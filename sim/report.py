@@ -32,8 +32,8 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
     (hits / requests), latency_ms and ttft_ms (p50/p95/p99 over ok requests), replica_share
     (replica -> fraction of forwarded requests, i.e. ok responses naming a replica), by_kind
     (prompt kind -> requests and hits), repeats_after_answer (repeats sent at least
-    STORE_SLACK_S after an identical request was answered: requests and exact hits; a working
-    cache hits every one), wall_s, lag_ms (how late requests started)."""
+    STORE_SLACK_S after an identical request was answered by a replica: requests and exact hits;
+    a working cache hits every one), wall_s, lag_ms (how late requests started)."""
     ok = [o for o in outcomes if o.ok]
     exact = sum(1 for o in ok if o.cache in EXACT_VALUES)
     semantic = sum(1 for o in ok if o.cache in SEMANTIC_VALUES)
@@ -47,8 +47,12 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
             "exact_hits": sum(1 for o in of_kind if o.ok and o.cache in EXACT_VALUES),
             "semantic_hits": sum(1 for o in of_kind if o.ok and o.cache in SEMANTIC_VALUES),
         }
-    answered: dict[str, float] = {}  # prompt -> earliest end of an ok answer
+    # prompt -> earliest end of an answer a replica gave: only those are stored under their own
+    # body (a semantic hit is not stored again, so its repeats may hit semantically again)
+    answered: dict[str, float] = {}
     for o in ok:
+        if o.cache in EXACT_VALUES or o.cache in SEMANTIC_VALUES:
+            continue
         end = o.sent_s + o.latency_s
         answered[o.prompt] = min(end, answered.get(o.prompt, end))
     after = [o for o in outcomes if o.kind == "repeat" and o.prompt in answered

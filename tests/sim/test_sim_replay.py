@@ -110,6 +110,10 @@ def test_repeats_after_an_answer_are_the_ones_a_cache_must_hit() -> None:
         outcome("repeat", "a", sent=5.0, cache="miss"),  # must have hit: counted, not a hit
         outcome("new", "b", sent=0.0, cache=None, ok=False),  # never answered
         outcome("repeat", "b", sent=9.0, cache="miss"),
+        # Regression (make demo: 17 of 658 "missed"): an answer served by the semantic stage is
+        # not stored under its own body, so its repeat need not be an exact hit.
+        outcome("new", "c", sent=0.0, cache="semantic"),
+        outcome("repeat", "c", sent=5.0, cache="semantic"),
     ]
     after = summarize(outcomes, 10.0)["repeats_after_answer"]
     assert after == {"requests": 2, "exact_hits": 1}
