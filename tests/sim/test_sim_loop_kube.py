@@ -57,9 +57,11 @@ def _first_ready_at(report: dict, policy: str, replicas: int) -> float | None:  
     return None
 
 
-# Runs in CI, but does not gate it yet: 2 of 4 runs on 2 December failed. Once predictive was
-# Ready at minute 18 (with the sampled history, since switched off), once 56 requests got 503
-# in one policy. The loop's scaling story is not yet reliable on a loaded 2-core machine (issue 10).
+# Runs in CI, but does not gate it yet: 2 of 4 runs on 2 December (first stop) failed. Once
+# predictive was Ready at minute 18 (with the sampled history, since switched off), once 56
+# requests got 503 in one policy, a cause not found. After the engine's step clock and the
+# forecaster's scale-down stabilisation, 3 of 3 runs passed (second stop); the 503s are not
+# explained, so the test does not gate yet (issue 10).
 @pytest.mark.xfail(reason="closed-loop e2e not yet reliable on this machine (issue 10)", strict=False)
 def test_predictive_is_ready_before_the_step_reactive_after_and_nothing_fails(tmp_path: Path) -> None:
     _needs_control_plane()
