@@ -114,7 +114,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     # (environment lookups) on every request, ~2 % of the CPU of a proxied request (py-spy).
     # redirect_slashes off: Starlette answered a trailing slash with a 307 to the Host header's
     # host (an open redirect that keeps the POST body); a wrong path is an OpenAI 404 instead.
-    app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None,
+    # No /openapi.json: an edge router need not list its admin routes to the internet.
+    app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
                   redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)

@@ -199,3 +199,11 @@ async def test_a_trailing_slash_is_an_openai_404_not_a_redirect_to_the_host_head
     response = await client.post(router.url + path, json=CHAT, headers={"host": "evil.example"})
     assert response.status_code in (404, 405) and "location" not in response.headers
     assert "error" in response.json()
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs", "/redoc"])
+async def test_the_router_does_not_publish_its_schema(path, start_replica, start_router, client) -> None:
+    # An edge router answering the public internet need not list its admin routes to anyone.
+    router = await start_router([(await start_replica()).url])
+    response = await client.get(router.url + path)
+    assert response.status_code == 404 and response.json()["error"]["type"] == "invalid_request_error"
