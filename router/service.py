@@ -66,7 +66,9 @@ async def accounted(state: RouterState, request: Request,
                     inner: Callable[[Record], Awaitable[Response]]) -> Response:
     """Run ``inner`` with a new Record of the request and account for it: an APIError is
     counted and logged, then raised with ``X-Request-ID``; a response carries it and is
-    accounted for now unless ``inner`` deferred that (``rec.deferred``: streams, misses)."""
+    accounted for now unless ``inner`` deferred that (``rec.deferred``: streams, misses). Any
+    other exception is a bug: logged under the request id, counted, and raised as a 500 APIError
+    with ``X-Request-ID``."""
     rec = Record(_request_id(request.headers.get("x-request-id")), time.perf_counter())
     try:
         response = await inner(rec)
@@ -75,6 +77,13 @@ async def accounted(state: RouterState, request: Request,
         rec.finish(state.metrics, state.tracer)
         exc.headers = {**exc.headers, "x-request-id": rec.request_id}  # error answers carry it too
         raise
+    except Exception:  # a bug: still counted, logged under the request id, answered as a 500 with it
+        log.exception("unhandled error in request %s", rec.request_id)
+        error = APIError("internal router error", code="internal_error")
+        rec.status = error.status
+        rec.finish(state.metrics, state.tracer)
+        error.headers = {**error.headers, "x-request-id": rec.request_id}
+        raise error from None
     response.headers["x-request-id"] = rec.request_id
     if not rec.deferred:
         rec.finish(state.metrics, state.tracer)

@@ -207,3 +207,22 @@ async def test_the_router_does_not_publish_its_schema(path, start_replica, start
     router = await start_router([(await start_replica()).url])
     response = await client.get(router.url + path)
     assert response.status_code == 404 and response.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_an_unexpected_error_is_a_counted_500_with_the_request_id(start_replica, start_router, client,
+                                                                          monkeypatch) -> None:
+    # Left from the third attack round: an exception outside APIError skipped the accounting, so
+    # the 500 had no X-Request-ID to find its log line by and no access-log line at all.
+    import router.service
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("secret internals")
+
+    router_ = await start_router([(await start_replica()).url])
+    monkeypatch.setattr(router.service, "_handle", broken)
+    response = await client.post(router_.url + "/v1/chat/completions", json=CHAT,
+                                 headers={"x-request-id": "trace-me-42"})
+    assert response.status_code == 500 and response.headers.get("x-request-id") == "trace-me-42"
+    assert response.json()["error"]["code"] == "internal_error" and "secret" not in response.text
+    metrics = (await client.get(router_.url + "/metrics")).text
+    assert any('status="500"' in line for line in metrics.splitlines() if line.startswith("promptedge_router_requests_total"))
