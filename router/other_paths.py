@@ -62,7 +62,7 @@ async def _forward(state: RouterState, request: Request, rec: Record) -> Respons
             content_type=headers.get("content-type", "application/json"))
         if upstream.status_code >= 400:
             return await service.upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
-        content = await service.read_answer(upstream, lease)
+        content = await service.read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
     lease.replica.health.on_success(time.monotonic())
     return Response(content, status_code=upstream.status_code,
                     media_type=upstream.headers.get("content-type", "application/json"),

@@ -118,7 +118,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
 
             return relay_stream(state, rec, None, upstream, lease, service.miss_headers(rec, lease),
                                 assembler=stream, on_chunk=note_id)
-        content = await service.read_answer(upstream, lease)
+        content = await service.read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
     lease.replica.health.on_success(time.monotonic())
     try:
         answer = json.loads(content)

@@ -140,7 +140,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
             store = None  # the replica said its answer is not for a shared cache
         if stream:
             return relay_stream(state, rec, store, upstream, lease, miss_headers(rec, lease), strip_usage=ask_usage)
-        content = await read_answer(upstream, lease)
+        content = await read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
     rec.first_byte_at = time.perf_counter()
     # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
     lease.replica.health.on_success(time.monotonic())
@@ -337,11 +337,13 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
                     code="no_replica")
 
 
-async def read_answer(upstream: httpx.Response, lease: Lease) -> bytes:
-    """The whole body of an upstream answer; releases the lease; a transport failure counts
-    as the replica's health evidence and raises UpstreamError / UpstreamTimeout (502 / 504)."""
+async def read_answer(upstream: httpx.Response, lease: Lease, total_s: float) -> bytes:
+    """The whole body of an upstream answer within ``total_s`` seconds (the priority's
+    ``ttfb_s``: for a non-stream answer, the whole generation); releases the lease; a transport
+    failure counts as the replica's health evidence and raises UpstreamError / UpstreamTimeout
+    (502 / 504)."""
     try:
-        return await read_body(upstream, lease.replica.url)
+        return await read_body(upstream, lease.replica.url, total_s)
     except UpstreamError as exc:
         lease.replica.health.on_evidence(exc.evidence, time.monotonic())
         raise

@@ -171,10 +171,16 @@ def _failed(exc: httpx.HTTPError, progress: Progress, url: str, ttfb_timeout_s: 
     return UpstreamError(f"replica {url} failed {stage}: {exc!r}", code="replica_error")
 
 
-async def read_body(response: httpx.Response, url: str) -> bytes:
-    """The whole body of an open response; translates transport errors (502/504)."""
+async def read_body(response: httpx.Response, url: str, total_s: float | None = None) -> bytes:
+    """The whole body of an open response, within ``total_s`` seconds in all (None: no bound
+    but the read timeout, which every chunk resets, so a replica sending a byte at a time could
+    hold the request for ever); translates transport errors and the bound (502/504)."""
     try:
-        return await response.aread()
+        async with asyncio.timeout(total_s):
+            return await response.aread()
+    except TimeoutError:
+        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its response",
+                              code="replica_timeout") from None
     except httpx.HTTPError as exc:
         if _timed_out(exc):
             raise UpstreamTimeout(f"replica {url} timed out sending its response", code="replica_timeout") from None

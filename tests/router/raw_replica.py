@@ -9,7 +9,9 @@ router's probes mark it up) and fails completion requests (``POST``) at the stag
 - ``close_after_request``: reads the whole request (headers and body), then closes;
 - ``partial_headers``: reads the request, sends part of a status line and headers, closes;
 - ``partial_body``: reads the request, sends complete headers and part of the body (for a
-  ``stream: true`` request, one SSE event of a chunked stream), closes.
+  ``stream: true`` request, one SSE event of a chunked stream), closes;
+- ``trickle``: reads the request, sends headers and then the non-stream answer one byte every
+  0.5 s (each byte well inside any read timeout, the whole far past one).
 
 In ``ok`` mode ``answer`` (a non-stream body) and ``events`` (SSE ``data:`` payloads, sent for
 a ``stream: true`` request with ``[DONE]`` after them) can be set to what a misbehaving replica
@@ -115,6 +117,14 @@ class RawReplica:
                                  + str(len(_ANSWER)).encode() + b"\r\n\r\n" + _ANSWER[:20])
                     await writer.drain()
                     return
+                if self.mode == "trickle":  # a whole answer, one byte every half second
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                                 + str(len(self.answer)).encode() + b"\r\n\r\n")
+                    for i in range(len(self.answer)):
+                        writer.write(self.answer[i:i + 1])
+                        await writer.drain()
+                        await asyncio.sleep(0.5)
+                    continue
                 if self.events is not None and b'"stream":true' in body.replace(b" ", b""):
                     sse = b"".join(_chunk(b"data: " + e + b"\n\n") for e in [*self.events, b"[DONE]"])
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

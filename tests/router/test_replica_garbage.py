@@ -74,3 +74,13 @@ async def test_a_malformed_stream_is_relayed_counted_and_never_cached(choices, r
     counted = [line for line in metrics.splitlines()
                if line.startswith("promptedge_router_requests_total{") and 'cache="miss"' in line]
     assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) == 2, counted
+
+
+async def test_a_replica_trickling_its_answer_is_cut_at_the_time_to_first_byte_bound(replica, start_router,
+                                                                                      client) -> None:
+    # Left from the third attack round: each byte came well inside the read timeout, which every
+    # byte reset, so one trickling replica held the request (and a router slot) with no bound.
+    replica.mode = "trickle"  # ~130 bytes at one every 0.5 s: over a minute for the whole answer
+    router = await start_router([replica.url], timeouts={"P1": {"connect_s": 1.0, "ttfb_s": 2.0, "idle_s": 1.0}})
+    response = await client.post(router.url + URL, json=CHAT, headers=FRESH, timeout=20.0)
+    assert response.status_code == 504 and response.json()["error"]["code"] == "replica_timeout"
