@@ -35,7 +35,7 @@ from router.errors import APIError, NoReplica
 from router.record import Record
 from router.relay import relay_stream
 from router.schemas import parse_request
-from router.sse import StreamAssembler
+from router.sse import StreamAssembler, parse_json
 from router.state import RouterState
 
 PATH = "/v1/responses"
@@ -70,7 +70,7 @@ class ResponseStream(StreamAssembler):
 
     def _on_data(self, payload: bytes) -> None:
         try:
-            event = json.loads(payload)
+            event = parse_json(payload)
         except ValueError:
             return
         response = event.get("response") if isinstance(event, dict) else None
@@ -122,7 +122,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
         content = await service.read_answer(upstream, lease)
     lease.replica.health.on_success(time.monotonic())
     try:
-        answer = json.loads(content)
+        answer = parse_json(content)
     except ValueError:
         answer = None
     if isinstance(answer, dict):

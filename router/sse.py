@@ -22,6 +22,26 @@ _FRAME = ("id", "object", "created", "model", "choices", "usage")
 _CHOICE_PARTS = ("index", "message", "delta", "text", "logprobs", "finish_reason")
 
 
+MAX_DEPTH = 64  # nesting of a replica's answer; OpenAI's deepest (logprobs' top_logprobs) is under 10
+
+
+def parse_json(payload: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """``payload`` parsed as JSON, as a replica's answer or stream chunk is read: raises
+    ValueError for invalid JSON and for nesting deeper than ``max_depth`` (arrays and objects),
+    which ``json.loads`` reports as RecursionError past Python's recursion limit and which the
+    recursive delta merge, the cache and ``json.dumps`` would all raise on further in."""
+    try:
+        value = json.loads(payload)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    level: list[Any] = [value]
+    for _ in range(max_depth + 1):
+        level = [v for c in level if isinstance(c, (dict, list)) for v in (c.values() if isinstance(c, dict) else c)]
+        if not level:
+            return value
+    raise ValueError(f"JSON nested deeper than {max_depth}")
+
+
 def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
@@ -153,7 +173,7 @@ class StreamAssembler:
             self.done = True
             return
         try:
-            obj = json.loads(payload)
+            obj = parse_json(payload)
         except ValueError:
             self.failed = True
             return
