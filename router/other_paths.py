@@ -67,7 +67,7 @@ def pool_of(headers_model: str | None, raw: bytes, pools: list[str]) -> str:
         return headers_model
     try:
         body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested past the recursion limit
         body = None
     if isinstance(body, dict) and isinstance(body.get("model"), str) and body["model"]:
         return body["model"]

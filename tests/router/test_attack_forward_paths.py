@@ -54,3 +54,14 @@ async def test_an_openai_path_is_still_forwarded(start_replica, start_router, cl
     router = await start_router([replica.url], other_paths="forward")
     relayed = await client.get(router.url + "/v1/files?limit=1")
     assert relayed.status_code == 404 and relayed.headers["x-promptedge-replica"] == replica.url
+
+
+async def test_a_body_nested_past_the_recursion_limit_is_forwarded_not_a_500(start_replica, start_router,
+                                                                             client) -> None:
+    """Found the same day: ``json.loads`` of such a body (looking for its ``model``) raised
+    RecursionError, a 500 ``internal_error`` with a traceback in the log."""
+    replica = await start_replica()
+    router = await start_router([replica.url], other_paths="forward")
+    deep = await client.post(router.url + "/v1/files", content=b"[" * 100_000,
+                             headers={"content-type": "application/json"})
+    assert deep.status_code == 404 and deep.headers["x-promptedge-replica"] == replica.url, deep.text
