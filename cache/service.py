@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from typing import Any, Awaitable, TypeVar
@@ -34,13 +35,26 @@ _ADMIN_TIMEOUT_S = 30.0
 _OFF_PATH_TIMEOUT_S = 1.0
 
 
+FUTURE_SKEW_S = 60.0  # a replica's clock may run this far ahead of ours; further is no time at all
+
+
 def age_s(response: dict[str, Any], now: float | None = None) -> float | None:
     """Seconds since the replica created ``response`` (its ``created``, Unix s), at least 0;
-    None when it has no numeric ``created``."""
+    None when it has no numeric ``created``, or one that is no time (``NaN``, ``Infinity``, a
+    JSON number past the float range) or more than ``FUTURE_SKEW_S`` in the future: a replica
+    that says so does not make its answer fresh for every ``max-age`` (nor an ``Age`` header
+    that cannot be written)."""
     created = response.get("created")
     if type(created) not in (int, float):
         return None
-    return max(0.0, (time.time() if now is None else now) - created)
+    now = time.time() if now is None else now
+    try:
+        age = now - float(created)
+    except OverflowError:  # an int beyond the float range
+        return None
+    if not math.isfinite(age) or age < -FUTURE_SKEW_S:
+        return None
+    return max(0.0, age)
 
 
 def fresh(response: dict[str, Any], max_age_s: int | None) -> bool:

@@ -140,3 +140,10 @@ class NoReplica(APIError):
 
     status = 503
     type = "service_unavailable"
+
+
+class InvalidURL(APIError):
+    """404: no route for this path (OpenAI's ``Invalid URL (METHOD /path)``)."""
+
+    status = 404
+    type = "invalid_request_error"

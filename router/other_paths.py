@@ -4,6 +4,14 @@ replica answered. With ``refuse`` (the default) they are OpenAI 404s (``Invalid 
 
 The pool is ``X-Model``, else the ``model`` of a JSON object body, else the only pool when the
 router has one (400 ``missing_field`` otherwise; 404 ``model_not_found`` for an unknown one).
+Only an OpenAI API path is forwarded (:func:`forwardable`): under ``/v1/``, without dot or
+empty segments (raw or percent-encoded), and not a replica's operator route
+(``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``) nor a stored response of
+``/v1/responses/{id}`` (vLLM answers it to anyone, the router's tenants are not its); anything
+else is the same OpenAI 404 as with ``refuse``. The router's backend key goes with a forwarded
+request, so without this a client reached the replica's ``/metrics``, ``/sim/faults`` (vLLM's
+``/sleep``, ``/reset_prefix_cache``, ``/collective_rpc``) through ``/../metrics``.
+
 Same admission (priority, rate limit: a request, no tokens), dispatch, retries, health, metrics
 and log line as completions; never cached, not counted as demand for the forecaster.
 """
@@ -12,22 +20,43 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from router import service
 from router.disconnect import CancelOnDisconnect
-from router.errors import BadRequest
+from router.errors import BadRequest, InvalidURL
 from router.record import Record
 from router.state import RouterState
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+_OPERATOR = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
+
+
+def forwardable(raw_path: str) -> bool:
+    """True when ``raw_path`` (the request target's path as sent, not yet decoded) may be
+    forwarded to a replica: under ``/v1/``; no ``.``, ``..`` or empty segment, no backslash or
+    control character, as sent or once percent-decoded; not an operator route of the replica
+    nor ``/v1/responses/...``."""
+    for path in (raw_path, unquote(raw_path)):
+        if not path.startswith("/v1/") or "\\" in path or any(ord(c) < 0x21 or c == "\x7f" for c in path):
+            return False
+        segments = path.split("/")[1:]
+        if any(seg in ("", ".", "..") for seg in segments):
+            return False
+        if path.rstrip("/") in _OPERATOR or path.startswith("/v1/responses/"):
+            return False
+    return True
 
 
 async def forward(request: Request) -> Response:
     """Forward a request for a path the router does not serve itself (see the module docstring)."""
     state: RouterState = request.app.state.router
+    raw_path = request.scope.get("raw_path") or request.url.path.encode()
+    if not forwardable(raw_path.decode("latin-1")):
+        raise InvalidURL(f"Invalid URL ({request.method} {request.url.path})")
     return await service.accounted(state, request, lambda rec: _forward(state, request, rec))
 
 
@@ -38,7 +67,7 @@ def pool_of(headers_model: str | None, raw: bytes, pools: list[str]) -> str:
         return headers_model
     try:
         body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested past the recursion limit
         body = None
     if isinstance(body, dict) and isinstance(body.get("model"), str) and body["model"]:
         return body["model"]
@@ -55,7 +84,8 @@ async def _forward(state: RouterState, request: Request, rec: Record) -> Respons
     await service.admit_request(state, rec, headers, {}, pool, inference=False)
     rec.cache, rec.demand = "miss", False
     service.shed_or_fall_back(state, rec, fallback_allowed=False)
-    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
+    path = raw_path + (f"?{request.url.query}" if request.url.query else "")  # as checked, not re-encoded
     async with CancelOnDisconnect(request.receive):
         upstream, lease = await service.open_upstream(
             state, rec, path, {}, raw, headers, method=request.method,

@@ -29,13 +29,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cache import usage_tokens
-from router import service
+from router import classify, service
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica
 from router.record import Record
 from router.relay import relay_stream
 from router.schemas import parse_request
-from router.sse import StreamAssembler
+from router.sse import StreamAssembler, parse_json
 from router.state import RouterState
 
 PATH = "/v1/responses"
@@ -70,7 +70,7 @@ class ResponseStream(StreamAssembler):
 
     def _on_data(self, payload: bytes) -> None:
         try:
-            event = json.loads(payload)
+            event = parse_json(payload)
         except ValueError:
             return
         response = event.get("response") if isinstance(event, dict) else None
@@ -98,9 +98,10 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
     raw = await request.body()
     body = parse_request(raw, "responses", state.settings.limits)
     headers = request.headers
-    await service.admit_request(state, rec, headers, body, headers.get("x-model") or body["model"])
+    api_key = await service.admit_request(state, rec, headers, body, headers.get("x-model") or body["model"])
+    owner = classify.tenant(api_key, state.settings.api_keys)
     previous = body.get("previous_response_id")
-    pinned = await _holder(state, previous, rec.pool) if isinstance(previous, str) else None
+    pinned = await _holder(state, owner, previous, rec.pool) if isinstance(previous, str) else None
     rec.cache = "miss"
     service.shed_or_fall_back(state, rec, fallback_allowed=False)
     async with CancelOnDisconnect(request.receive):
@@ -114,19 +115,19 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
             async def note_id() -> None:
                 if stream.response_id is not None and not noted:
                     noted.append(stream.response_id)
-                    await _remember(state, stream.response_id, lease.replica.url)
+                    await _remember(state, owner, stream.response_id, lease.replica.url)
 
             return relay_stream(state, rec, None, upstream, lease, service.miss_headers(rec, lease),
                                 assembler=stream, on_chunk=note_id)
         content = await service.read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
     lease.replica.health.on_success(time.monotonic())
     try:
-        answer = json.loads(content)
+        answer = parse_json(content)
     except ValueError:
         answer = None
     if isinstance(answer, dict):
         if isinstance(answer.get("id"), str):
-            await _remember(state, answer["id"], lease.replica.url)
+            await _remember(state, owner, answer["id"], lease.replica.url)
         counts = usage_counts(answer.get("usage"))
         used = usage_tokens(counts)
         if used is not None:
@@ -138,21 +139,30 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
     return Response(content, media_type="application/json", headers=service.miss_headers(rec, lease))
 
 
-async def _remember(state: RouterState, response_id: str, url: str) -> None:
-    """Note which replica holds ``response_id`` (for ``response_affinity_ttl_s``); a Redis
-    failure is logged by nobody and costs only the affinity of that response."""
+def affinity_key(owner: str, response_id: str) -> str:
+    """The Redis key of ``response_id`` made for tenant ``owner`` (router/classify.py
+    ``tenant``): another tenant's follow-up with the same id finds nothing (404), so knowing
+    an id is not enough to continue someone else's conversation on the replica holding it."""
+    return f"{_KEY}{owner}:{response_id}"
+
+
+async def _remember(state: RouterState, owner: str, response_id: str, url: str) -> None:
+    """Note which replica holds ``response_id`` of tenant ``owner`` (for
+    ``response_affinity_ttl_s``); a Redis failure is logged by nobody and costs only the
+    affinity of that response."""
     try:
-        await state.redis.set(_KEY + response_id, url, ex=state.settings.response_affinity_ttl_s)
+        await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
     except (RedisError, OSError):
         pass
 
 
-async def _holder(state: RouterState, response_id: str, pool: str) -> str | None:
-    """The URL of the replica of ``pool`` holding ``response_id``; raises
-    PreviousResponseNotFound (unknown id, or its replica left the pool) or NoReplica (its
-    replica does not admit requests now); None when Redis does not answer (no affinity)."""
+async def _holder(state: RouterState, owner: str, response_id: str, pool: str) -> str | None:
+    """The URL of the replica of ``pool`` holding ``response_id`` of tenant ``owner``; raises
+    PreviousResponseNotFound (unknown id, another tenant's, or its replica left the pool) or
+    NoReplica (its replica does not admit requests now); None when Redis does not answer (no
+    affinity)."""
     try:
-        url = await state.redis.get(_KEY + response_id)
+        url = await state.redis.get(affinity_key(owner, response_id))
     except (RedisError, OSError):
         return None
     if url is None:

@@ -32,7 +32,7 @@ from router.record import Record
 from router.relay import relay_stream
 from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
-from router.sse import replay
+from router.sse import parse_json, replay
 from router.state import RouterState
 from router.upstream import ConnectFailed, RetryableStatus, read_body
 
@@ -384,7 +384,7 @@ async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, c
 async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | None, content: bytes,
                       replica: Replica) -> None:
     try:
-        response = json.loads(content)
+        response = parse_json(content)
     except ValueError:
         response = None
     counts = usage_tokens(response.get("usage")) if isinstance(response, dict) else None
