@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings, LogFormat
 
 
-class SimSettings(BaseSettings):
+class SimSettings(FileSettings):
     """One replica. ``fail_rate``: fraction 0..1 of completion requests answered 500;
     ``hang``: completion requests are held (a stall) until the fault is cleared with
     ``POST /sim/faults``, then served, or until their client leaves;
@@ -20,7 +22,8 @@ class SimSettings(BaseSettings):
     ``/sim/faults`` stay open, as vLLM leaves its non-``/v1`` routes open; ``time_scale``: simulated seconds per wall second (step times, warm-up and every sleep are divided by it; metrics
     stay in simulated seconds); ``warmup_from``: Unix time (wall seconds) the warm-up counts
     from, e.g. when a node launched the process, so the interpreter's start-up (wall time the
-    scale would multiply) is not added to the simulated warm-up; None: from the engine's start."""
+    scale would multiply) is not added to the simulated warm-up; None: from the engine's start;
+    ``log_format``: json (one object per stderr line) or text."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -37,3 +40,4 @@ class SimSettings(BaseSettings):
     api_key: str | None = Field(default=None, min_length=1, repr=False)
     time_scale: float = Field(default=1.0, gt=0)
     warmup_from: float | None = None
+    log_format: LogFormat = "json"  # stderr lines as JSON objects (opskit); "text" for a terminal
