@@ -8,10 +8,12 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings
 
 
-class CacheSettings(BaseSettings):
+class CacheSettings(FileSettings):
     """Settings of the response cache.
 
     ttl_s: fixed time to live of an entry in seconds (not sliding: a hit never extends it).

@@ -25,6 +25,7 @@ RUN pip install -c /tmp/constraints.txt \
 COPY pyproject.toml README.md ./
 COPY router ./router
 COPY cache ./cache
+COPY opskit ./opskit
 RUN pip install --no-deps .
 
 ENV PROMPTEDGE_CACHE_ONNX_CACHE_DIR=/opt/promptedge/onnx HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

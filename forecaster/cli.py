@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,6 +17,7 @@ import typer
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
+from opskit import configure as configure_logging, settings_table
 
 from forecaster.actuate import build_actuator, load_actuator_settings
 from forecaster.errors import ForecasterError
@@ -73,6 +73,7 @@ def _group() -> None:
 @app.command(help=(
     "Forecast the next 30 minutes, decide the replicas and carry the decision out "
     "(PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda). With --trace: a what-if on a trace."
+    " Every setting with its env name and default: python -m forecaster settings."
     "\n\n"
     "Exit codes: 0 decided and carried out; 1 held the last decision (source unreachable, empty, or its "
     "last bucket missing); 2 bad input (flags, settings, a trace row); 3 actuation failed."
@@ -117,6 +118,7 @@ def run(
 @app.command(help=(
     "Plan and act every interval until SIGTERM or Ctrl-C (no overlapping runs; a failed run is logged and "
     "the schedule goes on); serves Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (default 9464)."
+    " Every setting with its env name and default: python -m forecaster settings."
 ))
 def daemon(
     interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Simulated seconds between runs, also the planner's decision interval (default: setting).")] = None,
@@ -230,7 +232,21 @@ def backtest(
         plot_backtest(result, plot)
 
 
+@app.command("settings", help="List every setting: environment variable, default, and its key in the "
+                              "YAML file named by PROMPTEDGE_SETTINGS_FILE.")
+def settings_command() -> None:
+    """Print the forecaster's and the actuator's settings (opskit.settings_table)."""
+    from forecaster.actuate.settings import ActuatorSettings
+
+    typer.echo(settings_table((ForecasterSettings, ActuatorSettings)))
+
+
 def main() -> None:
-    """Entry point for ``python -m forecaster``."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    """Entry point for ``python -m forecaster`` and ``promptedge-forecaster``: logs to stderr in
+    PROMPTEDGE_FORECASTER_LOG_FORMAT (json or text; invalid settings are reported by the command)."""
+    try:
+        fmt = ForecasterSettings().log_format
+    except (ValidationError, SettingsError):
+        fmt = ForecasterSettings.model_fields["log_format"].default
+    configure_logging(fmt, logging.INFO)
     app()

@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings, LogFormat
 
 from forecaster.clock import SimClock
 from forecaster.plan import PlannerConfig
 
 
-class ForecasterSettings(BaseSettings):
+class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore")
@@ -33,6 +35,7 @@ class ForecasterSettings(BaseSettings):
     prometheus_query: str = "sum(rate(vllm:request_success_total[1m]))"
     source_timeout_s: PositiveFloat = 5.0  # bound on every source call
     trace_tz: str = "UTC"  # time zone of naive timestamps in trace files
+    log_format: LogFormat = "json"  # stderr lines as JSON objects (opskit); "text" for a terminal
 
     step_s: PositiveFloat = 60.0
     # Demand is the mean rate over this trailing window (s), as PromQL's rate(x[5m]), before it

@@ -7,6 +7,7 @@ import logging
 import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
+from opskit import configure as configure_logging, settings_table
 
 from router.app import create_app
 from router.credentials import CredentialError, Credentials
@@ -26,7 +27,9 @@ def main() -> None:
     """PromptEdge router. Settings come from PROMPTEDGE_* environment variables (router/README.md)."""
 
 
-@cli.command()
+@cli.command(help="Serve the OpenAI API on HOST:PORT (uvicorn with uvloop and httptools). Settings come from "
+                  "PROMPTEDGE_* environment variables and the YAML file named by PROMPTEDGE_SETTINGS_FILE; every "
+                  "setting with its env name and default: python -m router settings.")
 def serve(
     host: str = typer.Option(None, help="Bind address (default PROMPTEDGE_ROUTER_HOST or 127.0.0.1)."),
     port: int = typer.Option(None, help="Port (default PROMPTEDGE_ROUTER_PORT or 8000)."),
@@ -59,10 +62,25 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     settings = settings.model_copy(update={"max_connections": budget.upstream})
-    logging.basicConfig(level=log_level.upper(), format="%(message)s")
+    configure_logging(settings.log_format, log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     serve_app(create_app(settings, source), settings.limits, budget, host=settings.host if host is None else host,
               port=settings.port if port is None else port, log_level=log_level)
+
+
+@cli.command("settings", help="List every setting of the router, its Kubernetes discovery and its cache: "
+                              "environment variable, default, and its key in the YAML settings file.")
+def settings_command() -> None:
+    """Print the router's, discovery's and cache's settings (opskit.settings_table)."""
+    from cache.settings import CacheSettings
+    from router.discovery_kube import KubeDiscoverySettings
+
+    typer.echo(settings_table((RouterSettings, KubeDiscoverySettings, CacheSettings)))
+
+
+def run() -> None:
+    """Entry point of the ``promptedge-router`` console script (the same CLI as ``python -m router``)."""
+    cli(prog_name="promptedge-router")
 
 
 if __name__ == "__main__":

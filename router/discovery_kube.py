@@ -38,7 +38,9 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings
 
 from router.discovery import DiscoveredReplica, DiscoveryError, Publish, SourceStats
 from router.discovery_slices import GROUP, SliceRules, choose_version, merge, replicas_of, slice_key
@@ -51,7 +53,7 @@ log = logging.getLogger("router.discovery")
 _TRANSIENT = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError)
 
 
-class KubeDiscoverySettings(BaseSettings):
+class KubeDiscoverySettings(FileSettings):
     """EndpointSlice discovery settings (env ``PROMPTEDGE_ROUTER_K8S_`` + field name upper-cased).
 
     label_selector: which slices, e.g. ``kubernetes.io/service-name=vllm`` (required; any

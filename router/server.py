@@ -299,7 +299,7 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
     if budget.note:
         log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", budget.nofile, budget.note)
     config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http=protocol_class(limits, budget),
-                            log_level=log_level, access_log=False, timeout_keep_alive=limits.keepalive_timeout_s)
+                            log_level=log_level, access_log=False, log_config=None, timeout_keep_alive=limits.keepalive_timeout_s)
     logging.getLogger("uvicorn.error").addFilter(_not_cancelled)  # after Config set up uvicorn's logging
     server = uvicorn.Server(config)
     try:

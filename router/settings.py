@@ -11,7 +11,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings, LogFormat
 
 from router.credentials import SecretRef
 from router.limits import Limits
@@ -114,7 +116,7 @@ class CachePolicy(BaseModel):
     cache_n: bool = True
 
 
-class RouterSettings(BaseSettings):
+class RouterSettings(FileSettings):
     """All router settings; env names are ``PROMPTEDGE_`` + field name upper-cased.
 
     ``redis_url`` is shared with cache and forecaster (PROMPTEDGE_REDIS_URL); the rest use the
@@ -132,6 +134,7 @@ class RouterSettings(BaseSettings):
     discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery_kube.py)
     host: str = "127.0.0.1"
     port: int = 8000
+    log_format: LogFormat = "json"  # every stderr line one JSON object (opskit); "text" for a terminal
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
     # pool or "*" -> where the router's key for that pool's replicas lives (router/credentials.py)
     backend_keys: dict[str, SecretRef] = Field(default_factory=dict)

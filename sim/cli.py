@@ -19,7 +19,8 @@ def main() -> None:
     """Simulated vLLM replicas, trace replay and the local demo stack."""
 
 
-@app.command()
+@app.command(help="Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics); drains on SIGTERM. "
+                  "Every setting with its env name and default: python -m sim settings.")
 def serve(
     port: Annotated[Optional[int], typer.Option(help="TCP port (env PROMPTEDGE_SIM_PORT).")] = None,
     model: Annotated[Optional[str], typer.Option(help="Served model name.")] = None,
@@ -55,6 +56,22 @@ def serve(
             raise typer.BadParameter(str(exc), param_hint=exc.param) from None
         raise _fail(str(exc)) from None
     serve_replica(app_, settings)
+
+
+@app.command("settings", help="List every setting of a replica (sim serve) and of the stand-in node (sim node): "
+                              "environment variable, default, and its key in the YAML settings file.")
+def settings_command() -> None:
+    """Print SimSettings and NodeSettings (opskit.settings_table)."""
+    from opskit import settings_table
+    from sim.node.settings import NodeSettings
+    from sim.settings import SimSettings
+
+    typer.echo(settings_table((SimSettings, NodeSettings)))
+
+
+def run() -> None:
+    """Entry point of the ``promptedge-sim`` console script (the same CLI as ``python -m sim``)."""
+    app(prog_name="promptedge-sim")
 
 
 def _fail(message: str) -> typer.Exit:

@@ -154,6 +154,7 @@ class Engine:
                 if handle is not None:
                     handle.generated = handle.max_tokens
                     self.metrics.e2e.observe((now - handle.arrived) * self.time_scale)
+                    self.metrics.request_success["length"].inc()  # every completion ends at max_tokens
                     # As vLLM: observed once the request finishes; aborted ones are not counted.
                     queued = (handle.scheduled if handle.scheduled is not None else now) - handle.arrived
                     self.metrics.queue_time.observe(queued * self.time_scale)

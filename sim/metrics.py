@@ -11,6 +11,13 @@ buckets as ``vllm:e2e_request_latency_seconds`` (vLLM's ``request_latency_bucket
 observes it once per request when the request finishes (``vllm/v1/metrics/stats.py``,
 ``IterationStats.update_from_finished_request``: ``queued_time = scheduled_ts - queued_ts``,
 from entering the waiting queue to being first scheduled).
+
+``vllm:request_success`` (exported as ``vllm:request_success_total``) is the same logger's
+``counter_request_success``: "Count of successfully processed requests.", labelled
+``model_name``, ``engine`` and ``finished_reason``, one series per reason (``str`` of vLLM's
+``FinishReason``: stop, length, abort) created at start, so each reads 0 before its first
+request. A simulated completion always ends at ``max_tokens``: ``finished_reason="length"``.
+The forecaster's default Prometheus query (``forecaster/settings.py``) reads this counter.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ E2E_BUCKETS = (
 # vLLM reuses its request-latency buckets for the queue-time histogram.
 QUEUE_BUCKETS = E2E_BUCKETS
 LABELS = ("model_name", "engine")
+FINISHED_REASONS = ("stop", "length", "abort")
 
 
 class ReplicaMetrics:
@@ -70,6 +78,13 @@ class ReplicaMetrics:
             "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
             LABELS, buckets=QUEUE_BUCKETS, registry=self.registry,
         ).labels(**labels)
+
+        success = Counter(
+            "vllm:request_success", "Count of successfully processed requests.",
+            (*LABELS, "finished_reason"), registry=self.registry,
+        )
+        self.request_success = {reason: success.labels(**labels, finished_reason=reason)
+                                for reason in FINISHED_REASONS}
 
     def render(self) -> bytes:
         """Prometheus text exposition of this replica's metrics."""

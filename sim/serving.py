@@ -9,17 +9,22 @@ SIGTERM bounds the drain (the stand-in kubelet sends SIGKILL after the Pod's gra
 
 from __future__ import annotations
 
+import logging
 import signal
+import socket
 from types import FrameType
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
+from opskit import configure as configure_logging
 
 from sim.api import create_app
 from sim.profiles import PROFILES
 from sim.settings import SimSettings
+
+log = logging.getLogger("sim.serve")
 
 
 class ReplicaConfigError(ValueError):
@@ -49,18 +54,31 @@ def build_replica(overrides: dict[str, Any]) -> tuple[FastAPI, SimSettings]:
 
 
 def serve_replica(app: FastAPI, settings: SimSettings) -> None:
-    """Serve ``app`` on ``settings.host:port`` until SIGTERM drains it (or SIGINT stops it)."""
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
-    DrainingServer(config, app).run()
+    """Serve ``app`` on ``settings.host:port`` until SIGTERM drains it (or SIGINT stops it).
+    Logs go to stderr in ``settings.log_format``: one INFO line saying where the replica
+    listens once its socket is bound, then uvicorn's warnings and errors only."""
+    configure_logging(settings.log_format)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                            log_config=None)
+    DrainingServer(config, app, settings).run()
 
 
 class DrainingServer(uvicorn.Server):
     """uvicorn server for ``create_app``'s app that drains on SIGTERM (see the module)."""
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, app: FastAPI, settings: SimSettings | None = None) -> None:
         super().__init__(config)
         self._app = app
+        self._settings = settings
         self.draining = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._settings is not None and self.servers:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            s = self._settings
+            log.info("replica %s (profile %s, time scale %g) listening on http://%s:%d",
+                     s.model, s.profile, s.time_scale, host, port)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and not self.draining and not self.should_exit:

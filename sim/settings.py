@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings, LogFormat
 
 
-class SimSettings(BaseSettings):
+class SimSettings(FileSettings):
     """One replica. ``fail_rate``: fraction 0..1 of completion requests answered 500;
     ``hang``: completion requests are held (a stall) until the fault is cleared with
     ``POST /sim/faults``, then served, or until their client leaves;
@@ -23,7 +25,8 @@ class SimSettings(BaseSettings):
     scale would multiply) is not added to the simulated warm-up; None: from the engine's start;
     ``reasoning_tokens``: the first tokens of every chat answer are reasoning
     (``reasoning_content``, as vLLM with ``--reasoning-parser``), 0 = none;
-    ``system_fingerprint``: put on every answer and chunk (None: left out, as vLLM does)."""
+    ``system_fingerprint``: put on every answer and chunk (None: left out, as vLLM does);
+    ``log_format``: json (one object per stderr line) or text."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -42,3 +45,4 @@ class SimSettings(BaseSettings):
     warmup_from: float | None = None
     reasoning_tokens: int = Field(default=0, ge=0)
     system_fingerprint: str | None = None
+    log_format: LogFormat = "json"  # stderr lines as JSON objects (opskit); "text" for a terminal

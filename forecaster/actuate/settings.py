@@ -6,14 +6,16 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings
 
 from forecaster.actuate.errors import ActuationConfigError
 
 Mode = Literal["dry-run", "kubernetes", "keda"]
 
 
-class ActuatorSettings(BaseSettings):
+class ActuatorSettings(FileSettings):
     """Where and how decisions are carried out.
 
     mode: ``dry-run`` (log only; reads the scale when a deployment is set), ``kubernetes``

@@ -9,6 +9,7 @@ import threading
 from types import FrameType
 
 from kubernetes import client, config
+from opskit import configure as configure_logging
 
 from sim.node.kubeapi import KubeApi
 from sim.node.kubelet import SimNode
@@ -26,7 +27,7 @@ def core_api(settings: NodeSettings) -> client.CoreV1Api:
 def run_node(settings: NodeSettings, stop: threading.Event | None = None) -> None:
     """Run the node until SIGTERM/SIGINT (or ``stop`` is set); every replica it started is
     stopped on the way out, however the loop ends."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging(settings.log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per readiness probe
     stop = stop or threading.Event()
     node = SimNode(KubeApi(core_api(settings)), settings)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from opskit import FileSettings, LogFormat
 
 
-class NodeSettings(BaseSettings):
+class NodeSettings(FileSettings):
     """One stand-in node. ``kubeconfig``/``context``: how to reach the API server (None: the
     client's defaults, ``KUBECONFIG`` or ~/.kube/config); ``name``: the Node's name; ``gpus``:
     its ``nvidia.com/gpu`` capacity; ``ip_base``: three loopback octets, Pods get
@@ -17,7 +19,8 @@ class NodeSettings(BaseSettings):
     defaults when a Pod's annotations name none (warm-up in seconds or a distribution name);
     ``log_dir``: where replica logs go (None: a temporary folder removed at exit); ``spares``:
     replica processes kept started with their imports done, so a Pod's replica starts in
-    milliseconds instead of seconds of wall time that the time scale would multiply (0: none)."""
+    milliseconds instead of seconds of wall time that the time scale would multiply (0: none);
+    ``log_format``: the node's stderr lines as JSON objects (json) or text."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_NODE_")
 
@@ -35,3 +38,4 @@ class NodeSettings(BaseSettings):
     log_dir: Path | None = None
     spares: int = Field(default=2, ge=0, le=16)
     sync_interval_s: float = Field(default=0.2, gt=0, le=5)  # wall seconds between Pod lists
+    log_format: LogFormat = "json"

@@ -76,7 +76,7 @@ def third_party_imports(*packages: str) -> set[str]:
                     imported.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     imported.add(node.module.split(".")[0])
-    return imported - set(sys.stdlib_module_names) - {"router", "cache", "forecaster", "sim", "__future__"}
+    return imported - set(sys.stdlib_module_names) - {"router", "cache", "forecaster", "sim", "opskit", "__future__"}
 
 
 def uncovered(modules: set[str], installed: set[str]) -> dict[str, list[str]]:

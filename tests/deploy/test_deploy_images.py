@@ -33,7 +33,7 @@ def test_torch_is_the_cpu_build_at_the_makefiles_version() -> None:
 
 def test_the_image_installs_every_third_party_import_of_router_and_cache() -> None:
     installed = set(closure({**listed(DOCKERFILE), "torch": []}))
-    missing = uncovered(third_party_imports("router", "cache"), installed)
+    missing = uncovered(third_party_imports("router", "cache", "opskit"), installed)
     assert not missing, f"add to deploy/router.Dockerfile's pip install: {missing}"
 
 

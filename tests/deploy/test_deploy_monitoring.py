@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.kustomize import DEPLOY, needs_kustomize, one, render, rendered
-from tests.deploy.promtool import exported_names, metric_names, needs_promtool, promtool
+from tests.deploy.promtool import VLLM_NOT_SIMULATED, exported_names, metric_names, needs_promtool, promtool
 from tests.deploy.test_deploy_wiring import selects
 
 MONITORING = DEPLOY / "monitoring"
@@ -129,3 +129,13 @@ def test_the_forecast_offset_is_the_default_lead_time() -> None:
     (expr,) = [a["expr"] for a in alerts() if a["alert"] == "PromptEdgeForecastAboveBand"]
     assert f"offset {lead_min}m" in expr
     assert all(f"offset {lead_min}m" in e for e in panel_exprs() if "offset" in e)
+
+
+def test_the_forecasters_default_query_reads_what_vllm_and_the_sim_export() -> None:
+    """forecaster/settings.py's default ``prometheus_query`` reads vLLM's request counter, which
+    the simulated replica exports under the same name (the live test below evaluates it)."""
+    from forecaster.settings import ForecasterSettings
+
+    query = ForecasterSettings.model_fields["prometheus_query"].default
+    assert metric_names(query) == {"vllm:request_success_total"}
+    assert metric_names(query) <= exported_names() - VLLM_NOT_SIMULATED

@@ -37,7 +37,7 @@ def test_daemon_process_plans_every_interval_and_exits_0_on_sigterm(redis_url: s
         )
         try:
             deadline = time.monotonic() + 120
-            while log.read_text().count("INFO forecaster: decision") < 2:
+            while log.read_text().count('"logger": "forecaster", "message": "decision') < 2:
                 assert process.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.2)

@@ -180,6 +180,31 @@ async def test_metrics_move_as_load_comes_and_goes(serve_replica) -> None:
     assert done["vllm:e2e_request_latency_seconds_count"] == 4
 
 
+def request_success(text: str) -> dict[str, float]:
+    """finished_reason -> value of ``vllm:request_success_total`` (labels as vLLM sets them)."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "vllm:request_success_total":
+                assert set(sample.labels) == {"model_name", "engine", "finished_reason"}
+                found[sample.labels["finished_reason"]] = sample.value
+    return found
+
+
+async def test_finished_requests_count_in_request_success_as_vllm(serve_replica) -> None:
+    """The series the forecaster's default Prometheus query reads: one per finish reason from the
+    start (0), each finished request counted once under "length" (the sim stops at max_tokens)."""
+    url = await serve_replica()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        before = request_success((await client.get("/metrics")).text)
+        replies = await asyncio.gather(*(client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3})
+                                         for _ in range(3)))
+        after = request_success((await client.get("/metrics")).text)
+    assert [r.json()["choices"][0]["finish_reason"] for r in replies] == ["length"] * 3
+    assert before == {"stop": 0, "length": 0, "abort": 0}
+    assert after == {"stop": 0, "length": 3, "abort": 0}
+
+
 async def test_fault_knobs_fail_and_recover(serve_replica) -> None:
     url = await serve_replica()
     async with httpx.AsyncClient(base_url=url) as client:

@@ -1,0 +1,16 @@
+"""What every PromptEdge process shares to be operable: one log format, settings that can also
+come from a YAML file, and a listing of every setting with its env name and default.
+
+Public surface: :func:`configure` (root logging on stderr, uvicorn's loggers folded into it),
+:class:`JsonFormatter`, :class:`TextFormatter`, :data:`FORMATS`, :data:`LogFormat`;
+:class:`FileSettings` (a BaseSettings reading ``PROMPTEDGE_SETTINGS_FILE`` too),
+:data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`env_name`, :func:`section_name`.
+Standard library, PyYAML and pydantic-settings only, so the product packages and ``sim`` can all
+use it without importing each other (pyproject.toml's import-linter contracts).
+"""
+
+from opskit._logfmt import FORMATS, JsonFormatter, LogFormat, TextFormatter, configure
+from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table
+
+__all__ = ["FORMATS", "SETTINGS_FILE_ENV", "FileSettings", "JsonFormatter", "LogFormat", "TextFormatter",
+           "configure", "env_name", "section_name", "settings_table"]

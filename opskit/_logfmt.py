@@ -1,0 +1,87 @@
+"""The JSON and plain-text log formats and the root logging set-up shared by every service."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import Any, Literal, TextIO
+
+LogFormat = Literal["json", "text"]
+FORMATS: tuple[LogFormat, ...] = ("json", "text")
+# uvicorn's loggers: with ``log_config=None`` uvicorn installs no handlers, so they propagate here.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line: ``timestamp`` (ISO 8601, UTC, milliseconds),
+    ``level``, ``logger``, ``message``, ``request_id`` (the record's ``request_id`` attribute,
+    from ``extra=``, else null), and when the record carries an exception ``reason``
+    (``"ExceptionType: text"``) and ``traceback``. A message that is itself a JSON object
+    (the router's access line) is merged in: its keys join the line, the standard keys win, and
+    ``message`` is its own ``message`` or ``"request"``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        line: dict[str, Any] = {}
+        if message.startswith("{"):
+            try:
+                parsed = json.loads(message)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                message = str(parsed.pop("message", "request"))
+                line.update(parsed)
+        line.update({
+            "timestamp": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": message,
+            "request_id": getattr(record, "request_id", line.get("request_id")),
+        })
+        if record.exc_info and record.exc_info[0] is not None:
+            exc = record.exc_info[1]
+            line["reason"] = f"{type(exc).__name__}: {exc}"
+            line["traceback"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["traceback"] = record.exc_text
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``2026-01-01T00:00:00.000+00:00 INFO router: message`` (plus ``[request_id]`` when the
+    record has one, and the traceback on following lines): for reading in a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+        request_id = getattr(record, "request_id", None)
+        text = f"{stamp} {record.levelname} {record.name}: {record.getMessage()}"
+        if request_id:
+            text += f" [{request_id}]"
+        if record.exc_info and record.exc_info[0] is not None:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def configure(fmt: LogFormat = "json", level: int | str = logging.INFO, stream: TextIO | None = None) -> logging.Handler:
+    """Send every record of the process to ``stream`` (default stderr) in ``fmt``: one handler
+    on the root logger, replacing any it had; uvicorn's loggers lose their own handlers and
+    propagate to it (serve uvicorn with ``log_config=None``); Python warnings become records of
+    logger ``py.warnings``. ``level``: a logging level or its
+    name. Returns the handler. Raises ValueError for an unknown ``fmt``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; known: {', '.join(FORMATS)}")
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    for name in UVICORN_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    logging.captureWarnings(True)  # warnings.warn output as records (logger py.warnings), not raw stderr
+    return handler

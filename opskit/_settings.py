@@ -1,0 +1,149 @@
+"""Settings from a YAML file besides the environment, and the listing of every setting.
+
+One file for every package, named by ``PROMPTEDGE_SETTINGS_FILE`` (for example mounted from a
+ConfigMap), with one section per settings class: the class's env prefix without
+``PROMPTEDGE_`` in lower case (``router``, ``router_k8s``, ``cache``, ``forecaster``,
+``actuator``, ``sim``, ``sim_node``), keys the field names::
+
+    router:
+      port: 8000
+      replicas: [{url: "http://10.0.0.5:8000", model: llama-3.1-8b}]
+    cache:
+      ttl_s: 600
+
+Priority, highest first: arguments, environment variables, the file, defaults. pydantic-settings'
+own ``YamlConfigSettingsSource`` reads the section; a missing file, a section that is not a
+mapping, or a key no field has (a typo would silently keep the default) is a SettingsError.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AliasChoices
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsError,
+                               YamlConfigSettingsSource)
+
+SETTINGS_FILE_ENV = "PROMPTEDGE_SETTINGS_FILE"
+
+
+def section_name(settings_cls: type[BaseSettings]) -> str:
+    """The YAML section of ``settings_cls``: ``PROMPTEDGE_ROUTER_K8S_`` -> ``router_k8s``."""
+    prefix = str(settings_cls.model_config.get("env_prefix", ""))
+    return prefix.removeprefix("PROMPTEDGE_").strip("_").lower()
+
+
+def _keys(settings_cls: type[BaseSettings]) -> set[str]:
+    keys = set()
+    for name, field in settings_cls.model_fields.items():
+        keys.add(name)
+        alias = field.validation_alias
+        if isinstance(alias, str):
+            keys.add(alias)
+        elif isinstance(alias, AliasChoices):
+            keys.update(str(choice) for choice in alias.choices)
+    return keys
+
+
+def _section(settings_cls: type[BaseSettings], path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        raise SettingsError(f"{SETTINGS_FILE_ENV}: no such file {path}")
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: not YAML: {exc}") from None
+    section = section_name(settings_cls)
+    if not isinstance(document, dict):
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: a mapping of sections expected")
+    if section not in document:
+        return None
+    values = document[section]
+    if not isinstance(values, dict):
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: section {section!r} is not a mapping")
+    unknown = sorted(set(values) - _keys(settings_cls))
+    if unknown:
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: section {section!r} has unknown settings {unknown}")
+    return values
+
+
+def _aliases(settings_cls: type[BaseSettings]) -> dict[str, str]:
+    """Field name -> the alias pydantic validates by, for the fields that have one."""
+    found = {}
+    for name, field in settings_cls.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, str):
+            found[name] = alias
+        elif isinstance(alias, AliasChoices):
+            found[name] = str(alias.choices[0])
+    return found
+
+
+class _SectionSource(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source over one section, where a field with an alias (the
+    shared ``redis_url``) is also written by its field name, like every other key."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        self._renames = _aliases(settings_cls)
+        self._section_key = section_name(settings_cls)
+        super().__init__(settings_cls, yaml_file=path, yaml_config_section=self._section_key)
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        data = super()._read_file(file_path)
+        section = data.get(self._section_key)
+        if isinstance(section, dict):
+            data[self._section_key] = {self._renames.get(k, k): v for k, v in section.items()}
+        return data
+
+
+class FileSettings(BaseSettings):
+    """A BaseSettings whose values can also come from ``PROMPTEDGE_SETTINGS_FILE`` (see module)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, environment, .env, the YAML section (when the file has one), secrets."""
+        path = os.environ.get(SETTINGS_FILE_ENV)
+        if not path or _section(settings_cls, Path(path)) is None:
+            return init_settings, env_settings, dotenv_settings, file_secret_settings
+        return init_settings, env_settings, dotenv_settings, _SectionSource(settings_cls, Path(path)), file_secret_settings
+
+
+def env_name(settings_cls: type[BaseSettings], name: str, field: FieldInfo) -> str:
+    """The environment variable that sets field ``name``: its alias (the first of several), else
+    the class's env prefix + the name, upper-cased."""
+    alias = _aliases(settings_cls).get(name) if field.validation_alias is not None else None
+    return (alias or f"{settings_cls.model_config.get('env_prefix', '')}{name}").upper()
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()  # type: ignore[call-arg]
+    elif field.default is PydanticUndefined:
+        return "(required)"
+    else:
+        value = field.default
+    if field.repr is False and value:
+        return "(secret)"
+    return "-" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def settings_table(classes: tuple[type[BaseSettings], ...]) -> str:
+    """Every setting of ``classes`` as text lines ``ENV_NAME  default  [section.key in the file]``,
+    one per field, with a header naming the settings file's variable."""
+    rows = [(env_name(c, n, f), _default(f), f"{section_name(c)}.{n}")
+            for c in classes for n, f in c.model_fields.items()]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"Environment variables (or the YAML file named by {SETTINGS_FILE_ENV}, section.key):", ""]
+    lines += [f"{env.ljust(width)}  {default}  [{key}]" for env, default, key in rows]
+    return "\n".join(lines)

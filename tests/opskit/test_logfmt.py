@@ -1,0 +1,75 @@
+"""opskit: every record one JSON line with the standard keys (request id, the reason on
+errors), the router's JSON access message merged rather than nested, a text form for terminals,
+and uvicorn's own loggers folded into the same handler."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from opskit import JsonFormatter, TextFormatter, configure
+
+
+def record(msg: str, *args: object, exc: BaseException | None = None, **extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord("router.server", logging.ERROR if exc else logging.INFO, __file__, 1, msg, args,
+                            (type(exc), exc, exc.__traceback__) if exc else None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_a_json_line_has_the_standard_keys() -> None:
+    line = json.loads(JsonFormatter().format(record("listening on %s", "http://h:1", request_id="r-1")))
+    assert line["level"] == "INFO" and line["logger"] == "router.server"
+    assert line["message"] == "listening on http://h:1" and line["request_id"] == "r-1"
+    assert line["timestamp"].endswith("+00:00") and "T" in line["timestamp"]
+    assert "reason" not in line
+
+
+def test_an_error_line_carries_the_reason_and_traceback() -> None:
+    try:
+        raise ConnectionError("redis gone")
+    except ConnectionError as exc:
+        line = json.loads(JsonFormatter().format(record("cache down", exc=exc)))
+    assert line["reason"] == "ConnectionError: redis gone"
+    assert "Traceback" in line["traceback"] and line["request_id"] is None
+
+
+def test_a_json_message_is_merged_not_nested() -> None:
+    access = json.dumps({"request_id": "abc", "status": 200, "level": "spoofed"})
+    line = json.loads(JsonFormatter().format(record(access)))
+    assert (line["request_id"], line["status"], line["message"], line["level"]) == ("abc", 200, "request", "INFO")
+    assert json.loads(JsonFormatter().format(record("{not json")))["message"] == "{not json"
+
+
+def test_text_is_one_readable_line() -> None:
+    text = TextFormatter().format(record("listening on %s", "http://h:1", request_id="r-1"))
+    assert text.endswith(" INFO router.server: listening on http://h:1 [r-1]") and "\n" not in text
+
+
+@pytest.fixture()
+def clean_root() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_configure_folds_uvicorns_loggers_into_one_handler(clean_root: None) -> None:
+    logging.getLogger("uvicorn.error").addHandler(logging.StreamHandler(io.StringIO()))
+    out = io.StringIO()
+    configure("json", "info", stream=out)
+    logging.getLogger("uvicorn.error").info("Uvicorn running on %s", "http://127.0.0.1:8000")
+    logging.getLogger("router").debug("not at info")
+    (line,) = [json.loads(s) for s in out.getvalue().splitlines()]
+    assert line["logger"] == "uvicorn.error" and line["message"] == "Uvicorn running on http://127.0.0.1:8000"
+    assert logging.getLogger("uvicorn.error").handlers == []
+
+
+def test_configure_refuses_an_unknown_format(clean_root: None) -> None:
+    with pytest.raises(ValueError, match="json, text"):
+        configure("yaml")  # type: ignore[arg-type]

@@ -1,0 +1,92 @@
+"""Every line the services print on stderr is one JSON object with the standard keys, uvicorn's
+own lines included, as real processes print them: the router serving a request through a
+simulated replica, ``sim serve`` (which says where it listens; text on request) and the
+forecaster's ``run --once``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.router.router_process import free_port, start_router
+from tests.sim.replica_process import start_replica
+
+KEYS = {"timestamp", "level", "logger", "message", "request_id"}
+
+
+def json_lines(text: str) -> list[dict]:
+    """Each non-empty line parsed; fails on a line that is not a JSON object with KEYS."""
+    lines = []
+    for line in text.splitlines():
+        if line.strip():
+            parsed = json.loads(line)
+            assert isinstance(parsed, dict) and KEYS <= set(parsed), line
+            lines.append(parsed)
+    return lines
+
+
+def test_router_lines_are_json_with_uvicorn_and_access_lines(tmp_path: Path, redis_url: str) -> None:
+    port = free_port()
+    replica = start_replica(port, "--model", "m", "--time-scale", "50")
+    try:
+        router = start_router(tmp_path, {
+            "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": f"http://127.0.0.1:{port}", "model": "m"}])})
+        try:
+            reply = httpx.post(router.url + "/v1/chat/completions", timeout=30, headers={"X-Request-Id": "req-logs-1"},
+                               json={"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+            assert reply.status_code == 200
+        finally:
+            router.stop()
+    finally:
+        replica.terminate()
+        replica.wait(timeout=30)
+    lines = json_lines(router.log_text())
+    assert any(line["logger"] == "uvicorn.error" and "Uvicorn running on" in line["message"] for line in lines)
+    (access,) = [line for line in lines if line["logger"] == "router.access"]
+    assert (access["status"], access["request_id"], access["message"]) == (200, "req-logs-1", "request")
+
+
+def _sim_serve(port: int, env: dict[str, str]) -> str:
+    """stderr of ``python -m sim serve`` from start until it has answered /health once and stopped."""
+    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port)], stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, **env})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    return err
+
+
+def test_sim_serve_says_where_it_listens_in_json_or_text() -> None:
+    port = free_port()
+    (line,) = json_lines(_sim_serve(port, {"PROMPTEDGE_SIM_LOG_FORMAT": "json"}))
+    assert line["logger"] == "sim.serve" and line["level"] == "INFO"
+    assert line["message"].endswith(f"listening on http://127.0.0.1:{port}")
+    port = free_port()
+    text = _sim_serve(port, {"PROMPTEDGE_SIM_LOG_FORMAT": "text"}).strip()
+    assert text.endswith(f" INFO sim.serve: replica sim-llama-8b (profile a100, time scale 1) "
+                         f"listening on http://127.0.0.1:{port}"), text
+
+
+def test_forecaster_run_once_logs_json_on_stderr_and_reports_on_stdout() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_")}
+    proc = subprocess.run([sys.executable, "-m", "forecaster", "run", "--once"], capture_output=True, text=True,
+                          timeout=120, env={**env, "PROMPTEDGE_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert proc.returncode == 1  # held: no demand data
+    lines = json_lines(proc.stderr)
+    assert any(line["level"] == "WARNING" and line["message"].startswith("hold: source unavailable") for line in lines)
+    assert proc.stdout.startswith("series ")  # the report stays plain text for the terminal
