@@ -20,9 +20,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m sim demo $(ARGS)
 
-# The closed loop (sim/README.md): needs ../shared/tools/kube built (controller manager, scheduler).
+# The closed loop (sim/README.md): needs the kube tools built (controller manager, scheduler).
+# The data folder: PROMPTEDGE_DATA_DIR, else ../shared/data next to this checkout.
+DATA_DIR ?= $(or $(PROMPTEDGE_DATA_DIR),../shared/data)
 loop: $(STAMP)
-	$(PY) -m sim loop --trace ../shared/data/traces/servegen-m-large --json out/loop.json --plot out/loop.png $(ARGS)
+	$(PY) -m sim loop --trace $(DATA_DIR)/traces/servegen-m-large --json out/loop.json --plot out/loop.png $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)

@@ -67,7 +67,7 @@ class TextFormatter(logging.Formatter):
 def configure(fmt: LogFormat = "json", level: int | str = logging.INFO, stream: TextIO | None = None) -> logging.Handler:
     """Send every record of the process to ``stream`` (default stderr) in ``fmt``: one handler
     on the root logger, replacing any it had; uvicorn's loggers lose their own handlers and
-    propagate to it (serve uvicorn with ``log_config=None``); Python warnings become records of
+    levels and propagate to it (serve uvicorn with ``log_config=None``); Python warnings become records of
     logger ``py.warnings``. ``level``: a logging level or its
     name. Returns the handler. Raises ValueError for an unknown ``fmt``."""
     if fmt not in FORMATS:
@@ -83,5 +83,9 @@ def configure(fmt: LogFormat = "json", level: int | str = logging.INFO, stream: 
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+        # An earlier logging.config (uvicorn's own dictConfig) may have set a level or disabled
+        # the logger: the root's level rules here.
+        logger.setLevel(logging.NOTSET)
+        logger.disabled = False
     logging.captureWarnings(True)  # warnings.warn output as records (logger py.warnings), not raw stderr
     return handler

@@ -119,7 +119,7 @@ def terminate(process: subprocess.Popen[bytes] | None) -> None:
             process.wait(timeout=10)
 
 
-_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) sim\.node INFO pod [^/]+/(\S+): (.*)$")
+_POD_MESSAGE = re.compile(r"^pod [^/]+/(\S+): (.*)$")
 NODE_EVENTS = {"deletion seen": "deletion_seen", "SIGTERM to replica": "sigterm", "exited with code": "exited"}
 
 
@@ -151,20 +151,31 @@ class SimNodeProcess:
     def events(self) -> dict[str, dict[str, float]]:
         """event ("deletion_seen", "sigterm", "exited") -> Pod name -> wall time (first seen)."""
         found: dict[str, dict[str, float]] = {e: {} for e in NODE_EVENTS.values()}
-        for line in self.log.read_text(errors="replace").splitlines():
-            m = _LOG_LINE.match(line)
-            if not m:
+        for record in self._records():
+            m = _POD_MESSAGE.match(str(record.get("message", "")))
+            if record.get("logger") != "sim.node" or not m:
                 continue
             for needle, event in NODE_EVENTS.items():
-                if needle in m.group(3):
-                    found[event].setdefault(m.group(2), datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
-                                            .timestamp())
+                if needle in m.group(2):
+                    found[event].setdefault(m.group(1), datetime.fromisoformat(record["timestamp"]).timestamp())
         return found
+
+    def _records(self) -> list[dict[str, Any]]:
+        """The node's log lines, one JSON object each (opskit's format); other lines skipped."""
+        records = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
 
     def problems(self) -> list[str]:
         """Tracebacks and warnings in the node's log (none expected in these tests)."""
         return [ln for ln in self.log.read_text(errors="replace").splitlines()
-                if "Traceback" in ln or " WARNING " in ln or " ERROR " in ln]
+                if "Traceback" in ln or '"level": "WARNING"' in ln or '"level": "ERROR"' in ln]
 
 
 class RouterProcess:
