@@ -1,9 +1,10 @@
 """A replica that answers 200 with a body of the wrong shape: the client gets what the replica
 said (or a clean error), nothing is cached, the request is counted, and no traceback is logged.
 
-Found by an attack helper (Dec 2): ``usage.prompt_tokens: -1`` was cached and every later hit of
+Found by attack helpers (Dec 2): ``usage.prompt_tokens: -1`` was cached and every later hit of
 that entry was a 500 until its TTL; ``choices: [1]`` or ``delta.content: 5`` in a stream raised
-in the relay, so the request was neither counted nor logged.
+in the relay, so the request was neither counted nor logged; JSON nested past the recursion
+limit raised RecursionError in the delta merge or in ``json.loads``.
 """
 
 from __future__ import annotations
@@ -44,15 +45,8 @@ async def replica():  # type: ignore[no-untyped-def]
 async def test_an_answer_with_bad_usage_is_relayed_and_never_cached(usage, replica, start_router, client,
                                                                    caplog) -> None:
     replica.answer = _answer(usage).replace(b"Infinity", b"1e400")
-    router = await start_router([replica.url])
-    body = {**CHAT, "messages": [{"role": "user", "content": f"bad usage {usage!r}"}]}
-    with caplog.at_level(logging.ERROR):
-        first = await client.post(router.url + URL, json=body)
-        second = await client.post(router.url + URL, json=body)
-    assert first.status_code == second.status_code == 200, second.text
-    assert (first.headers["x-cache"], second.headers["x-cache"]) == ("miss", "miss")
-    assert replica.requests == 2
-    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    first, _ = await _asked_twice(replica, start_router, client, caplog, f"bad usage {usage!r}")
+    assert first.headers["x-cache"] == "miss" and replica.requests == 2
 
 
 @pytest.mark.parametrize("choices", [[1], [{"index": 0, "delta": {"content": 5}, "finish_reason": "stop"}],
@@ -62,18 +56,63 @@ async def test_an_answer_with_bad_usage_is_relayed_and_never_cached(usage, repli
 async def test_a_malformed_stream_is_relayed_counted_and_never_cached(choices, replica, start_router, client,
                                                                       caplog) -> None:
     replica.events = [_event(choices)]
+    first, router = await _asked_twice(replica, start_router, client, caplog, f"bad stream {choices!r}", stream=True)
+    assert "[DONE]" in first.text
+    await _counted_misses(client, router, 2)
+
+
+def _nested(depth: int) -> str:
+    return '{"x":' * depth + "1" + "}" * depth
+
+
+@pytest.mark.usefixtures("exact_only")
+@pytest.mark.parametrize("depth", [900, 5000])
+async def test_a_deeply_nested_stream_is_relayed_counted_and_never_cached(depth, replica, start_router, client,
+                                                                          caplog) -> None:
+    # Attack helper (Dec 2): ``delta.extra`` nested 900 deep raised RecursionError in the delta
+    # merge mid-relay (the stream broke off, uncounted); 2000+ deep json.loads itself raised it.
+    head = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": CHAT["model"]}
+    replica.events = [(json.dumps(head)[:-1] + ',"choices":[{"index":0,"delta":{"content":"a","extra":'
+                       + _nested(depth) + '},"finish_reason":"stop"}]}').encode()]
+    first, router = await _asked_twice(replica, start_router, client, caplog, f"deep stream {depth}", stream=True)
+    assert "[DONE]" in first.text and '"extra"' in first.text
+    await _counted_misses(client, router, 2)
+
+
+@pytest.mark.usefixtures("exact_only")
+@pytest.mark.parametrize("depth", [900, 5000])
+async def test_a_deeply_nested_answer_is_relayed_counted_and_never_cached(depth, replica, start_router, client,
+                                                                          caplog) -> None:
+    # Same attack, non-stream: it raised in the background task after the answer went out.
+    replica.answer = ('{"id":"x","object":"chat.completion","created":0,"model":"' + CHAT["model"] + '","choices":'
+                      '[{"index":0,"message":{"role":"assistant","content":"ok","extra":' + _nested(depth) + '},'
+                      '"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,'
+                      '"total_tokens":4}}').encode()
+    first, router = await _asked_twice(replica, start_router, client, caplog, f"deep answer {depth}")
+    assert first.content == replica.answer
+    await _counted_misses(client, router, 2)
+
+
+async def _asked_twice(replica: RawReplica, start_router, client, caplog, text: str,  # type: ignore[no-untyped-def]
+                       stream: bool = False):
+    """The same request twice through a router in front of ``replica``: both 200, the second not
+    a hit (nothing was cached), no traceback logged. Returns (first response, router)."""
     router = await start_router([replica.url])
-    body = {**CHAT, "stream": True, "messages": [{"role": "user", "content": f"bad stream {choices!r}"}]}
+    body = {**CHAT, "stream": stream, "messages": [{"role": "user", "content": text}]}
     with caplog.at_level(logging.ERROR):
         first = await client.post(router.url + URL, json=body)
         second = await client.post(router.url + URL, json=body)
-    assert first.status_code == second.status_code == 200
-    assert "[DONE]" in first.text and second.headers["x-cache"] == "miss"
+    assert first.status_code == second.status_code == 200, second.text
+    assert second.headers["x-cache"] == "miss"
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    return first, router
+
+
+async def _counted_misses(client, router, n: int) -> None:  # type: ignore[no-untyped-def]
     metrics = (await client.get(router.url + "/metrics")).text
     counted = [line for line in metrics.splitlines()
                if line.startswith("promptedge_router_requests_total{") and 'cache="miss"' in line]
-    assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) == 2, counted
+    assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) == n, counted
 
 
 async def test_a_replica_trickling_its_answer_is_cut_at_the_time_to_first_byte_bound(replica, start_router,
