@@ -4,11 +4,10 @@ miss (``usage`` present, so ``r.usage.total_tokens`` does not raise, whatever sh
 
 from __future__ import annotations
 
+import openai
 import pytest
 
 from tests.router.conftest import MODEL, cache_entries
-
-openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("exact_only")]
 QUESTION = [{"role": "user", "content": "How do I turn on the kitchen lights?"}]
