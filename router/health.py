@@ -17,7 +17,13 @@ unlucky answers:
   a server error or connect failure opens it again, a trial without a verdict (timed out,
   client gone, 429/503) lets the next request be the trial.
 - Timeouts and 429 and 503 answers are no evidence either way (the caller records nothing);
-  a 4xx answer is a good answer (the replica works, the request was bad).
+  a 4xx answer is a good answer (the replica works, the request was bad). But a replica that
+  answered 429 or 503 said "not now": it is *refused* for its ``Retry-After`` (capped at
+  ``REFUSED_MAX_S``) or ``REFUSED_DEFAULT_S`` without one, and takes no new request until then
+  (:meth:`HealthState.on_refused`). A draining replica (SIGTERM, before discovery or the next
+  probe says so) answers every new request 503; without the back-off, least-load dispatch sent
+  it more of them, since it is the idlest replica of the pool (issue 10's closed loop lost 56
+  requests to a scale-down that way).
 - Outlier ejection: when the p99 of the last ``window`` TTFTs is above ``outlier_p99_s``
   (default 2 s), the replica is ejected for ``eject_s``. Only requests with a *short* prompt
   give TTFT samples (:func:`judged_ttft`): a long prompt's TTFT is mostly its own prefill,
@@ -32,6 +38,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+
+REFUSED_DEFAULT_S = 2.0  # back-off after a 429/503 without Retry-After (seconds)
+REFUSED_MAX_S = 30.0  # a longer Retry-After is cut to this: the /health probes still judge
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,7 @@ class HealthState:
         self._ttfts: deque[float] = deque(maxlen=config.window)
         self.ejected_until = 0.0
         self.draining = False  # set by discovery: open requests finish, nothing new is admitted
+        self.refused_until = 0.0  # the replica answered 429/503: no new request before this
 
     def probe(self, ok: bool) -> None:
         """Record one active ``/health`` probe result."""
@@ -103,7 +113,7 @@ class HealthState:
         """True if a request may be sent now (probe up, not draining, circuit not open, not
         ejected). ``last_resort``: ignore ejection and a circuit opened by server errors (the
         replica answers), not one opened by connect failures."""
-        if not self.up or self.draining:
+        if not self.up or self.draining or now < self.refused_until:
             return False
         if last_resort:
             return self._open_until is None or self._open_reason != CONNECT_FAILURE or now >= self._open_until
@@ -136,6 +146,13 @@ class HealthState:
             if len(self._ttfts) >= self.config.min_samples and self.p99() > self.config.outlier_p99_s:
                 self.ejected_until = now + self.config.eject_s
                 self._ttfts.clear()
+
+    def on_refused(self, now: float, retry_after_s: float | None = None) -> None:
+        """The replica answered 429 or 503 (busy, warming up or draining): admit nothing new to
+        it for ``retry_after_s`` seconds (its ``Retry-After``, at most ``REFUSED_MAX_S``), or
+        ``REFUSED_DEFAULT_S`` without one. Not a fault: the circuit is not touched."""
+        wait = REFUSED_DEFAULT_S if retry_after_s is None else min(max(retry_after_s, 0.0), REFUSED_MAX_S)
+        self.refused_until = max(self.refused_until, now + wait)
 
     def on_evidence(self, evidence: str | None, now: float) -> None:
         """A request failed: ``evidence`` is ``server_error``, ``connect_failure`` or None

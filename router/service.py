@@ -49,7 +49,8 @@ _STREAMED: frozenset[Endpoint] = frozenset({"chat.completions", "completions"})
 _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 3  # replicas tried that could not be connected to
+MAX_REFUSALS = 8  # replicas tried that answered 429/503
 _UNCACHED = CacheControl(no_cache=True, no_store=True)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
@@ -275,8 +276,10 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
                         headers: Any, method: str = "POST", pinned: str | None = None,
                         content_type: str = _JSON) -> tuple[httpx.Response, Lease]:
     """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
-    connect error, 429 or 503 (nothing reached the client yet) retry on a different replica,
-    at most MAX_ATTEMPTS in all. ``pinned``: only the replica of that URL may take it (a
+    connect error, 429 or 503 (nothing reached the client yet) retry on a different replica:
+    at most MAX_ATTEMPTS replicas that could not be connected to (each may cost the connect
+    timeout), at most MAX_REFUSALS that answered 429/503 (each costs one round trip; a
+    scale-down drains several replicas at once, and every one of them refuses). ``pinned``: only the replica of that URL may take it (a
     Responses API follow-up: no other replica holds its state). Raises NoReplica (503) when
     the pool has no eligible replica, else the last replica error."""
     tried: set[str] = set()
@@ -293,7 +296,8 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
     # A pool with replicas reserved for long prompts (router/lanes.py); even when they are down,
     # so that the answer says the request left its lane.
     reserved = any(r.spec.role != lanes.NORMAL for r in state.pools.by_model.get(rec.target, ()))
-    for attempt in range(MAX_ATTEMPTS):
+    connect_failures = refusals = 0
+    while connect_failures < MAX_ATTEMPTS and refusals < MAX_REFUSALS:
         now = time.monotonic()
         candidates = state.pools.eligible(rec.target, now, exclude=frozenset(tried))
         if pinned is not None:
@@ -318,9 +322,14 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             opened = True
         except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
             replica.health.on_evidence(exc.evidence, time.monotonic())
+            if isinstance(exc, RetryableStatus):
+                replica.health.on_refused(time.monotonic(), exc.retry_after_s)
+                refusals += 1
+            else:
+                connect_failures += 1
             tried.add(replica.url)
             last = exc
-            if attempt + 1 < MAX_ATTEMPTS:
+            if connect_failures < MAX_ATTEMPTS and refusals < MAX_REFUSALS:
                 rec.retries += 1
                 state.metrics.retries.labels(rec.pool).inc()
             continue
@@ -331,6 +340,11 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             if not opened:  # also on cancellation (client gone while connecting)
                 lease.release()
         return response, lease
+    if isinstance(last, RetryableStatus):  # every replica tried said "not now": so do we
+        wait = max(1, math.ceil(min((r.health.refused_until for r in state.pools.by_model.get(rec.target, ())),
+                                    default=now) - time.monotonic()))
+        raise NoReplica(f"every replica of pool `{rec.target}` tried is busy or draining (429/503); retry later",
+                        code="replica_busy", headers={"retry-after": str(wait)})
     if last is not None:
         raise last
     raise NoReplica(f"no replica of pool `{rec.target}` is available (all down, warming up or ejected)",

@@ -35,9 +35,22 @@ class ConnectFailed(UpstreamError):
 
 
 class RetryableStatus(UpstreamError):
-    """The replica answered 429 or 503 before any byte reached the client: retry elsewhere."""
+    """The replica answered 429 or 503 before any byte reached the client: retry elsewhere.
+    ``retry_after_s``: its ``Retry-After`` in seconds (RFC 9110 section 10.2.3, delay-seconds
+    form only; None when absent or an HTTP date), for the replica's back-off."""
 
     evidence = None  # busy or not ready: not a fault (the /health probes judge readiness)
+
+    def __init__(self, message: str, retry_after_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """``Retry-After`` as seconds when it is delay-seconds (a non-negative integer), else None."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(value.strip())
 
 
 class Progress:
@@ -157,7 +170,8 @@ class Upstream:
         response.request = request
         if response.status_code in RETRYABLE_STATUS:
             await response.aclose()
-            raise RetryableStatus(f"replica {url} answered {response.status_code}", code="replica_busy")
+            raise RetryableStatus(f"replica {url} answered {response.status_code}",
+                                  retry_after_s(response.headers.get("retry-after")), code="replica_busy")
         return response
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from router.counters import SimClock
-from router.health import HealthConfig, HealthState, judged_ttft
+from router.health import REFUSED_DEFAULT_S, REFUSED_MAX_S, HealthConfig, HealthState, judged_ttft
 from router.signals import parse_metrics
+from router.upstream import retry_after_s
 
 VLLM_NEW = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -153,3 +154,19 @@ def test_sim_clock_is_identity_at_scale_1_and_compresses_time_otherwise() -> Non
     assert abs(SimClock(None, 1.0).now() - time.time()) < 1.0
     clock = SimClock(time.time() - 10.0, 60.0)
     assert 590.0 < clock.now() - clock.origin < 700.0
+
+
+def test_a_replica_that_refused_gets_nothing_new_for_its_retry_after_even_as_last_resort() -> None:
+    h = HealthState(HealthConfig(rise=1))
+    h.probe(True)
+    h.on_refused(100.0, None)  # no Retry-After: the default back-off
+    assert not h.admits(101.0) and not h.admits(101.0, last_resort=True)
+    assert h.admits(100.0 + REFUSED_DEFAULT_S)
+    h.on_refused(200.0, 3600.0)  # a Retry-After of an hour is cut: the probes still judge
+    assert not h.admits(200.0 + REFUSED_MAX_S - 1) and h.admits(200.0 + REFUSED_MAX_S)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("7", 7.0), (" 0 ", 0.0), (None, None), ("-1", None),
+                                                ("1.5", None), ("Wed, 21 Oct 2026 07:28:00 GMT", None)])
+def test_retry_after_is_read_in_its_delay_seconds_form_only(value: str | None, seconds: float | None) -> None:
+    assert retry_after_s(value) == seconds
