@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -290,11 +291,15 @@ class ResponseCache:
         (stored as is instead of serialising ``response`` again).
 
         Refuses (False) errors, partial responses (a choice without finish_reason, fewer or
-        other choices than the request's ``n`` per prompt), ``no-store`` requests and Redis
-        failures.
+        other choices than the request's ``n`` per prompt), ``no-store`` requests, entries
+        over ``max_entry_bytes`` and Redis failures.
         """
         if (not self.settings.enabled or req.control.no_store
                 or not is_complete_response(response, expected_choices(req.endpoint, req.body))):
+            return False
+        if raw is None:  # serialised here once, as ExactStore would: its size is the entry's
+            raw = json.dumps(response, separators=(",", ":")).encode()
+        if len(raw) > self.settings.max_entry_bytes:
             return False
         ttl_s = self.ttl_for(req)
 

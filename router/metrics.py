@@ -40,6 +40,10 @@ class RouterMetrics:
         self.retries = Counter(
             "promptedge_router_retries", "Requests re-sent to another replica before the first byte",
             ["pool"], registry=self.registry)
+        self.store_skipped = Counter(
+            "promptedge_router_cache_store_skipped",
+            "Answers the router did not store in the cache, by pool and reason (too_large, replica_cache_control)",
+            ["pool", "reason"], registry=self.registry)
         self.affinity_unavailable = Counter(
             "promptedge_router_response_affinity_unavailable",
             "Responses API affinity store (Redis) failures, by pool and operation (lookup: a follow-up "

@@ -34,6 +34,7 @@ from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
 from router.sse import parse_json, replay
 from router.state import RouterState
+from router.storing import store_answer
 from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 log = logging.getLogger(__name__)
@@ -401,4 +402,4 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
     if rec.charged_tokens and counts is not None:  # the real usage corrects what admission charged
         await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(counts))
     if store is not None and isinstance(response, dict):
-        await state.cache.store(store, response, content)
+        await store_answer(state, rec, store, response, content)

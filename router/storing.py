@@ -1,0 +1,37 @@
+"""Keeping a forwarded answer in the cache, and counting the answers the router does not keep.
+
+The cache refuses what is not a complete answer on its own (cache/service.py ``store``); the
+router decides, and counts in ``promptedge_router_cache_store_skipped_total{pool,reason}``:
+
+- ``too_large``: the answer's JSON is over the cache's ``max_entry_bytes``
+  (``PROMPTEDGE_CACHE_MAX_ENTRY_BYTES``); a stream past it is relayed whole but no longer
+  assembled (router/sse.py ``StreamAssembler.max_bytes``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cache import CacheRequest
+from router.record import Record
+from router.state import RouterState
+
+
+async def store_answer(state: RouterState, rec: Record, store: CacheRequest, response: dict[str, Any],
+                       raw: bytes | None = None) -> None:
+    """Store ``response`` under ``store`` unless its JSON (``raw``, the replica's bytes, else
+    serialised here, once) is over the cache's ``max_entry_bytes``: then counted ``too_large``."""
+    if store.control.no_store or not state.cache.settings.enabled:
+        return  # not stored anyway: no need to serialise it
+    if raw is None:
+        raw = json.dumps(response, separators=(",", ":")).encode()
+    if len(raw) > state.cache.settings.max_entry_bytes:
+        skipped(state, rec, "too_large")
+        return
+    await state.cache.store(store, response, raw)
+
+
+def skipped(state: RouterState, rec: Record, reason: str) -> None:
+    """Count one answer of ``rec``'s pool not stored, for ``reason`` (a bounded set, above)."""
+    state.metrics.store_skipped.labels(rec.pool, reason).inc()
