@@ -34,7 +34,7 @@ from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
 from router.sse import parse_json, replay
 from router.state import RouterState
-from router.storing import store_answer
+from router.storing import store_answer, with_replica_control
 from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 log = logging.getLogger(__name__)
@@ -137,8 +137,8 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
         upstream, lease = await open_upstream(state, rec, _PATHS[endpoint], body, raw, headers)
         if upstream.status_code >= 400:
             return await upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
-        if classify.forbids_store(upstream.headers.get("cache-control")):
-            store = None  # the replica said its answer is not for a shared cache
+        # the replica may say its answer is not for a shared cache, or fresh for so long only
+        store = with_replica_control(state, rec, store, upstream.headers.get("cache-control"))
         if stream:
             return relay_stream(state, rec, store, upstream, lease, miss_headers(rec, lease), strip_usage=ask_usage)
         content = await read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)

@@ -3,6 +3,8 @@
 The cache refuses what is not a complete answer on its own (cache/service.py ``store``); the
 router decides, and counts in ``promptedge_router_cache_store_skipped_total{pool,reason}``:
 
+- ``replica_cache_control``: the replica's ``Cache-Control`` said a shared cache must not keep
+  it (router/cachepolicy.py ``replica_control``);
 - ``too_large``: the answer's JSON is over the cache's ``max_entry_bytes``
   (``PROMPTEDGE_CACHE_MAX_ENTRY_BYTES``); a stream past it is relayed whole but no longer
   assembled (router/sse.py ``StreamAssembler.max_bytes``).
@@ -11,11 +13,30 @@ router decides, and counts in ``promptedge_router_cache_store_skipped_total{pool
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from cache import CacheRequest
+from router import cachepolicy
 from router.record import Record
 from router.state import RouterState
+
+
+def with_replica_control(state: RouterState, rec: Record, store: CacheRequest | None,
+                         cache_control: str | None) -> CacheRequest | None:
+    """``store`` (what the answer would be stored under; None: not stored) as the replica's
+    ``Cache-Control`` (``cache_control``) allows: None when it forbids storing (counted), its
+    TTL capped by the replica's ``s-maxage`` / ``max-age``, else unchanged."""
+    if store is None or cache_control is None:
+        return store
+    control = cachepolicy.replica_control(cache_control)
+    if not control.store:
+        if not store.control.no_store:  # would have been stored
+            skipped(state, rec, "replica_cache_control")
+        return None
+    if control.ttl_cap_s is None:
+        return store
+    return replace(store, control=replace(store.control, ttl_cap_s=control.ttl_cap_s))
 
 
 async def store_answer(state: RouterState, rec: Record, store: CacheRequest, response: dict[str, Any],
