@@ -27,7 +27,7 @@ from router import cachepolicy, classify, lanes
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
-from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError
+from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError, replica_error_body
 from router.record import Record
 from router.relay import relay_stream
 from router.replicas import Lease, Replica
@@ -353,7 +353,9 @@ async def read_answer(upstream: httpx.Response, lease: Lease, total_s: float) ->
 
 
 async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
-    """A replica answered >= 400: a client error (4xx) is relayed as is, a 5xx becomes 502.
+    """A replica answered >= 400: a client error (4xx) is relayed with its status, as it came
+    when it is OpenAI error JSON, else wrapped in it (router/errors.py ``replica_error_body``);
+    a 5xx becomes 502.
     Neither is cached. A 401/403 is the replica refusing the router's credential (none or the
     backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
     unless the client's own key was forwarded (``forward_client_key``), then relayed."""
@@ -370,8 +372,13 @@ async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, c
     if status < 500:
         lease.replica.health.on_success(time.monotonic())
         rec.status = status
-        return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
-                        headers=miss_headers(rec, lease))
+        # OpenAI error JSON as it came; anything else (an HTML page, FastAPI's {"detail": ...})
+        # in OpenAI's shape with the same status, which OpenAI clients can read
+        content_type = upstream.headers.get("content-type", _JSON)
+        wrapped = replica_error_body(status, content, content_type)
+        if wrapped is not None:
+            content, content_type = wrapped, _JSON
+        return Response(content, status_code=status, media_type=content_type, headers=miss_headers(rec, lease))
     lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
     # The replica's error body is for the operator: it can hold internals (paths, hosts, a
     # credential in a message), so it goes to the log under the request id, not to the client.
