@@ -250,9 +250,14 @@ def miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
 
 def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool) -> Response:
     response = hit.response
-    prompt, completion = usage_tokens(response.get("usage")) or (0, 0)
+    used = usage_tokens(response.get("usage"))
+    prompt, completion = used or (0, 0)
     rec.prompt_tokens = prompt or rec.prompt_tokens
     rec.completion_tokens = completion
+    # admission charged prompt + max_tokens; the stored answer's usage settles it, as for a miss
+    # (after the answer is sent: a hit needs no other Redis round trip before it)
+    settle = BackgroundTask(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used)) \
+        if rec.charged_tokens and used is not None else None
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
@@ -262,9 +267,10 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
-        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers)
+        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
+                                 background=settle)
     content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
-    return Response(content, media_type=_JSON, headers=headers)
+    return Response(content, media_type=_JSON, headers=headers, background=settle)
 
 
 async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
