@@ -135,7 +135,8 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
             await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
         if store is not None and assembler.too_large:
-            skipped(state, rec, "too_large")
+            if complete and not failed:  # a broken stream is not stored whatever its size
+                skipped(state, rec, "too_large")
         elif result is not None and store is not None:
             await store_answer(state, rec, store, result)
 
