@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -278,11 +279,12 @@ class ResponseCache:
         return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key), None
 
     def ttl_for(self, req: CacheRequest) -> int:
-        """TTL in seconds: the per-request override clamped to the bounds, else the default."""
+        """TTL in seconds: the per-request override clamped to the bounds, else the default;
+        then at most ``control.ttl_cap_s`` (how long the replica said its answer stays fresh)."""
         s = self.settings
-        if req.control.ttl_s is None:
-            return s.ttl_s
-        return max(s.min_ttl_s, min(s.max_ttl_s, req.control.ttl_s))
+        ttl = s.ttl_s if req.control.ttl_s is None else max(s.min_ttl_s, min(s.max_ttl_s, req.control.ttl_s))
+        cap = req.control.ttl_cap_s
+        return ttl if cap is None else max(1, min(ttl, cap))
 
     async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None) -> bool:
         """Store a complete, successful response (exact, and semantic when eligible); True when
@@ -290,11 +292,15 @@ class ResponseCache:
         (stored as is instead of serialising ``response`` again).
 
         Refuses (False) errors, partial responses (a choice without finish_reason, fewer or
-        other choices than the request's ``n`` per prompt), ``no-store`` requests and Redis
-        failures.
+        other choices than the request's ``n`` per prompt), ``no-store`` requests, entries
+        over ``max_entry_bytes`` and Redis failures.
         """
         if (not self.settings.enabled or req.control.no_store
                 or not is_complete_response(response, expected_choices(req.endpoint, req.body))):
+            return False
+        if raw is None:  # serialised here once, as ExactStore would: its size is the entry's
+            raw = json.dumps(response, separators=(",", ":")).encode()
+        if len(raw) > self.settings.max_entry_bytes:
             return False
         ttl_s = self.ttl_for(req)
 

@@ -20,6 +20,9 @@ class CacheSettings(FileSettings):
     min_ttl_s / max_ttl_s: bounds for a per-request TTL override.
     redis_timeout_s: upper bound on one cache round trip; past it the request is served uncached.
     key_prefix: prefix of every Redis key the cache writes.
+    max_entry_bytes: largest entry stored, in bytes of its JSON (default 4 MiB: a 32k-token
+      answer is ~150 kB without logprobs, a few MB with top_logprobs); a larger answer is served
+      and not stored, and the router stops assembling a stream for the cache past it.
     health_interval_s: seconds between background PINGs (from ``ResponseCache.start``) that keep
       ``healthy`` true to Redis while no request arrives (bounded to 0.05..60 s).
 
@@ -65,6 +68,7 @@ class CacheSettings(FileSettings):
     max_ttl_s: int = Field(7 * 24 * 3600, ge=1)
     redis_timeout_s: float = Field(0.05, gt=0)
     key_prefix: str = "promptedge:cache"
+    max_entry_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     health_interval_s: float = Field(1.0, ge=0.05, le=60)
 
     semantic_enabled: bool = True

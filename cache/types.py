@@ -25,6 +25,8 @@ class CacheControl:
       without an API key: ``PROMPTEDGE_ROUTER_ANONYMOUS_CACHE``).
     max_age_s: the oldest answer the client accepts, in seconds since the replica created it
       (``Cache-Control: max-age``, aged by the response's ``created``); None = any age.
+    ttl_cap_s: the longest an answer may be kept, in seconds, applied after the TTL's bounds
+      (the replica's ``s-maxage`` / ``max-age``); None = no cap.
     """
 
     no_cache: bool = False
@@ -33,6 +35,7 @@ class CacheControl:
     threshold: float | None = None
     semantic: bool = True
     max_age_s: int | None = None
+    ttl_cap_s: int | None = None
 
 
 @dataclass(frozen=True)

@@ -61,13 +61,6 @@ def is_private(headers: Mapping[str, str]) -> bool:
     return "private" in directives(headers.get("cache-control"))
 
 
-def forbids_store(value: str | None) -> bool:
-    """True when a replica's ``Cache-Control`` (``value``) says a shared cache must not keep
-    its answer: ``no-store`` or ``private``."""
-    found = directives(value)
-    return "no-store" in found or "private" in found
-
-
 _DEFAULT = CacheControl()
 
 

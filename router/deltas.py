@@ -42,51 +42,70 @@ class _List(list[Any]):
         self.by_index: dict[int, dict[str, Any]] = {}
 
 
-def merge(acc: dict[str, Any], delta: dict[str, Any]) -> None:
+def merge(acc: dict[str, Any], delta: dict[str, Any]) -> int:
     """Merge ``delta`` (one chunk's object) into ``acc`` in place by the rules of the module.
-    ``acc`` holds accumulators until :func:`finish` turns it into plain JSON values."""
+    ``acc`` holds accumulators until :func:`finish` turns it into plain JSON values.
+
+    Returns about how many bytes the merged answer's JSON grew by: each new text piece's
+    characters, a new key's name and quotes, a new scalar's few bytes (escapes and UTF-8 widths
+    not counted). The chunk's framing repeated on every delta (``index``, the ``delta`` key
+    itself) counts once, as the merged answer holds it once: this is what the stream assembler
+    bounds (router/sse.py ``max_bytes``), not the bytes of the stream."""
+    grown = 0
     for key, value in delta.items():
         old = acc.get(key)
+        new = key not in acc
+        if new:
+            grown += len(key) + 4  # "key":
         if value is None:
             acc.setdefault(key, None)
         elif isinstance(value, str) and key not in _REPLACED and (old is None or isinstance(old, _Parts)):
+            grown += len(value)
             if old is None:
                 acc[key] = _Parts([value])
+                grown += 2
             else:
                 old.append(value)
         elif isinstance(value, dict) and isinstance(old, dict):
-            merge(old, value)
+            grown += merge(old, value)
         elif isinstance(value, list) and isinstance(old, list) and not isinstance(old, _Parts):
-            _merge_list(old, value)
+            grown += _merge_list(old, value)
         else:
-            acc[key] = _fresh(value)
+            acc[key], size = _fresh(value)
+            if new or isinstance(value, (dict, list)):  # a scalar said again (index, role) takes no more room
+                grown += size
+    return grown
 
 
-def _fresh(value: Any) -> Any:
-    """A copy of a delta's value in accumulator form (so later deltas can be merged into it)."""
+def _fresh(value: Any) -> tuple[Any, int]:
+    """A copy of a delta's value in accumulator form (so later deltas can be merged into it),
+    and its size as :func:`merge` counts it."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
-        merge(out, value)
-        return out
+        return out, merge(out, value) + 2
     if isinstance(value, list):
         items = _List()
-        _merge_list(items, value)
-        return items
-    return value
+        return items, _merge_list(items, value) + 2
+    if isinstance(value, str):
+        return value, len(value) + 2
+    return value, 8  # a number, a boolean
 
 
-def _merge_list(acc: list[Any], items: list[Any]) -> None:
+def _merge_list(acc: list[Any], items: list[Any]) -> int:
     by_index = acc.by_index if isinstance(acc, _List) else {
         e["index"]: e for e in acc if isinstance(e, dict) and type(e.get("index")) is int}
+    grown = 0
     for item in items:
         index = item.get("index") if isinstance(item, dict) else None
         if type(index) is int and index in by_index:
-            merge(by_index[index], item)
+            grown += merge(by_index[index], item)
             continue
-        fresh = _fresh(item)
+        fresh, size = _fresh(item)
+        grown += size + 1
         acc.append(fresh)
         if type(index) is int and isinstance(fresh, dict) and type(fresh.get("index")) is int:
             by_index.setdefault(fresh["index"], fresh)
+    return grown
 
 
 def finish(value: Any, drop_index: bool = False) -> Any:

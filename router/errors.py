@@ -8,6 +8,8 @@ and redis are translated into this tree at one boundary each (``upstream.py`` an
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
+from typing import Any
 
 
 class APIError(Exception):
@@ -147,3 +149,51 @@ class InvalidURL(APIError):
 
     status = 404
     type = "invalid_request_error"
+
+
+MAX_REPLICA_MESSAGE = 200  # characters of a replica's own error text that reach the client
+_PARSED_ERROR_BYTES = 65_536  # a larger error body is not read for a message (no JSON parse of it)
+
+
+def is_openai_error(body: Any) -> bool:
+    """True for OpenAI's error shape: an object whose ``error`` is an object with a text ``message``."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and isinstance(error.get("message"), str)
+
+
+def replica_error_body(status: int, content: bytes, content_type: str) -> bytes | None:
+    """The body to answer for a replica's own 4xx ``status`` with ``content``: None when it is
+    already OpenAI error JSON (relayed as it came); else OpenAI error JSON with a message of at
+    most MAX_REPLICA_MESSAGE printable characters: the text of a JSON ``detail`` / ``message``
+    / ``error`` string (FastAPI, older vLLM, TGI) or the first line of a plain-text body, and
+    for anything else (HTML, binary, a JSON shape without text) only the status (a page can
+    name paths, hosts and versions of the replica's)."""
+    text = None
+    if len(content) <= _PARSED_ERROR_BYTES:
+        try:
+            body = json.loads(content)
+        except (ValueError, RecursionError):
+            body = None
+        if is_openai_error(body):
+            return None
+        if isinstance(body, dict):
+            text = next((body[k] for k in ("detail", "message", "error") if isinstance(body.get(k), str)), None)
+        elif body is None and content_type.split(";")[0].strip().lower() == "text/plain":
+            text = content.decode("utf-8", errors="replace").strip().split("\n", 1)[0]
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    message = _printable(text) if text else ""
+    if not message:
+        message = f"the replica answered {status} {phrase}"
+    code = phrase.lower().replace(" ", "_").replace("-", "_") if phrase != "Error" else "replica_error"
+    error = APIError(message, code=code)
+    error.type = "rate_limit_error" if status == 429 else "invalid_request_error"
+    return json.dumps(error.body()).encode()
+
+
+def _printable(text: str) -> str:
+    """``text`` without control characters, whitespace runs made one space, cut to MAX_REPLICA_MESSAGE."""
+    clean = " ".join("".join(c if c.isprintable() else " " for c in text[:4 * MAX_REPLICA_MESSAGE]).split())
+    return clean if len(clean) <= MAX_REPLICA_MESSAGE else clean[:MAX_REPLICA_MESSAGE - 3] + "..."

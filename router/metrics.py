@@ -40,6 +40,14 @@ class RouterMetrics:
         self.retries = Counter(
             "promptedge_router_retries", "Requests re-sent to another replica before the first byte",
             ["pool"], registry=self.registry)
+        self.store_skipped = Counter(
+            "promptedge_router_cache_store_skipped",
+            "Answers the router did not store in the cache, by pool and reason (too_large, replica_cache_control)",
+            ["pool", "reason"], registry=self.registry)
+        self.affinity_unavailable = Counter(
+            "promptedge_router_response_affinity_unavailable",
+            "Responses API affinity store (Redis) failures, by pool and operation (lookup: a follow-up "
+            "refused with 503; note: a response id not noted)", ["pool", "op"], registry=self.registry)
         self.registry.register(_ReplicaCollector(pools, weights, clock))
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}

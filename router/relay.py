@@ -26,6 +26,7 @@ from router.record import Record
 from router.replicas import Lease
 from router.sse import DONE, StreamAssembler, UsageFilter
 from router.state import RouterState
+from router.storing import skipped, store_answer
 from router.upstream import iter_body
 
 
@@ -53,13 +54,16 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                  assembler: StreamAssembler | None = None,
                  on_chunk: Callable[[], Awaitable[None]] | None = None) -> RelayResponse:
     """The client response for an open upstream SSE response; a complete stream is stored in
-    the cache under ``store`` (None: not stored). ``strip_usage``: the router asked the replica
+    the cache under ``store`` (None: not stored) unless its answer is over the cache's
+    ``max_entry_bytes`` (then it is relayed whole but no longer assembled, and counted
+    ``too_large``, router/storing.py). ``strip_usage``: the router asked the replica
     for the usage chunk on the client's behalf (it did not ask for ``include_usage``): the
     client's stream goes out event by event without it; it is still counted and stored.
     ``assembler``: what reads the stream (default: a chat/completions StreamAssembler; the
     Responses API has its own, router/responses.py); ``on_chunk``: awaited after each chunk
     is read and before it is relayed."""
-    assembler = assembler if assembler is not None else StreamAssembler()
+    if assembler is None:  # bounded by the cache's entry size: past it, relayed but not assembled
+        assembler = StreamAssembler(state.cache.settings.max_entry_bytes)
     usage_filter = UsageFilter() if strip_usage else None
     url = lease.replica.url
     rec.deferred = True
@@ -104,11 +108,13 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         lease.release()
         await upstream.aclose()
         result = assembler.result()
+        # a stream too large to assemble that ended normally is a complete answer all the same
+        complete = result is not None or (assembler.too_large and assembler.done and not assembler.failed)
         now = time.monotonic()
         if failed:
             rec.status = failed[0].status
             lease.replica.health.on_evidence(getattr(failed[0], "evidence", None), now)
-        elif result is None:
+        elif not complete:
             rec.status = 499  # the client left before the end
         else:
             # from the forward, not the request's start: the client's upload and the cache
@@ -120,7 +126,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         prompt, completion = usage or (0, 0)
         rec.completion_tokens = completion
         rec.prompt_tokens = prompt or rec.prompt_tokens
-        if result is not None and not failed and rec.forwarded_at is not None:
+        if complete and not failed and rec.forwarded_at is not None:
             lease.replica.observe_answer(time.perf_counter() - rec.forwarded_at, rec.completion_tokens,
                                          rec.prompt_tokens, now)
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
@@ -128,7 +134,10 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         rec.finish(state.metrics, state.tracer)
         if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
             await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
-        if result is not None and store is not None:
-            await state.cache.store(store, result)
+        if store is not None and assembler.too_large:
+            if complete and not failed:  # a broken stream is not stored whatever its size
+                skipped(state, rec, "too_large")
+        elif result is not None and store is not None:
+            await store_answer(state, rec, store, result)
 
     return RelayResponse(relay(), on_close, media_type="text/event-stream", headers=headers)

@@ -11,7 +11,12 @@ follow-up to that replica only:
   saying so, since no other replica holds it;
 - its replica is in the pool but does not admit requests now (down, warming up, circuit
   open): 503 ``replica_unavailable``, retry later;
-- Redis does not answer: dispatched as any request (the replica answers 404 if it lacks it).
+- Redis does not answer: 503 ``state_store_unavailable`` (``Retry-After: 1``), counted in
+  ``promptedge_router_response_affinity_unavailable_total{op="lookup"}``. Fail closed: without
+  the store the router cannot tell whose response an id is, and a replica holding it would
+  continue another tenant's conversation (vLLM knows no tenants). A request without
+  ``previous_response_id`` is served as usual; its id is then not noted (``op="note"``), so
+  a later follow-up of it is a 404.
 
 Answers are relayed, never cached (a response is stateful: ``store``, conversation state);
 same admission, dispatch, retries (never past the pinned replica), health, metrics, log line and
@@ -20,7 +25,7 @@ traffic counters as completions (usage ``input_tokens`` / ``output_tokens``).
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from typing import Any
 
@@ -38,9 +43,14 @@ from router.schemas import parse_request
 from router.sse import StreamAssembler, parse_json
 from router.state import RouterState
 
+log = logging.getLogger(__name__)
 PATH = "/v1/responses"
 _KEY = "promptedge:responses:"
 _REDIS_TIMEOUT_S = 0.25
+
+
+class StateStoreUnavailable(NoReplica):
+    """503: the store of response ids (Redis) does not answer, so a follow-up cannot be checked."""
 
 
 class PreviousResponseNotFound(APIError):
@@ -101,7 +111,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
     api_key = await service.admit_request(state, rec, headers, body, headers.get("x-model") or body["model"])
     owner = classify.tenant(api_key, state.settings.api_keys)
     previous = body.get("previous_response_id")
-    pinned = await _holder(state, owner, previous, rec.pool) if isinstance(previous, str) else None
+    pinned = await _holder(state, rec, owner, previous) if isinstance(previous, str) else None
     rec.cache = "miss"
     service.shed_or_fall_back(state, rec, fallback_allowed=False)
     async with CancelOnDisconnect(request.receive):
@@ -115,7 +125,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
             async def note_id() -> None:
                 if stream.response_id is not None and not noted:
                     noted.append(stream.response_id)
-                    await _remember(state, owner, stream.response_id, lease.replica.url)
+                    await _remember(state, rec, owner, stream.response_id, lease.replica.url)
 
             return relay_stream(state, rec, None, upstream, lease, service.miss_headers(rec, lease),
                                 assembler=stream, on_chunk=note_id)
@@ -127,7 +137,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
         answer = None
     if isinstance(answer, dict):
         if isinstance(answer.get("id"), str):
-            await _remember(state, owner, answer["id"], lease.replica.url)
+            await _remember(state, rec, owner, answer["id"], lease.replica.url)
         counts = usage_counts(answer.get("usage"))
         used = usage_tokens(counts)
         if used is not None:
@@ -146,25 +156,33 @@ def affinity_key(owner: str, response_id: str) -> str:
     return f"{_KEY}{owner}:{response_id}"
 
 
-async def _remember(state: RouterState, owner: str, response_id: str, url: str) -> None:
+async def _remember(state: RouterState, rec: Record, owner: str, response_id: str, url: str) -> None:
     """Note which replica holds ``response_id`` of tenant ``owner`` (for
-    ``response_affinity_ttl_s``); a Redis failure is logged by nobody and costs only the
-    affinity of that response."""
+    ``response_affinity_ttl_s``); a Redis failure costs the affinity of that response (a later
+    follow-up is a 404), counted and logged (without a traceback), never the answer."""
     try:
         await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
-    except (RedisError, OSError):
-        pass
+    except (RedisError, OSError) as exc:
+        state.metrics.affinity_unavailable.labels(rec.pool, "note").inc()
+        log.warning("response %s of request %s not noted for affinity: Redis unavailable (%s)", response_id,
+                    rec.request_id, type(exc).__name__)
 
 
-async def _holder(state: RouterState, owner: str, response_id: str, pool: str) -> str | None:
-    """The URL of the replica of ``pool`` holding ``response_id`` of tenant ``owner``; raises
-    PreviousResponseNotFound (unknown id, another tenant's, or its replica left the pool) or
-    NoReplica (its replica does not admit requests now); None when Redis does not answer (no
-    affinity)."""
+async def _holder(state: RouterState, rec: Record, owner: str, response_id: str) -> str:
+    """The URL of the replica of ``rec.pool`` holding ``response_id`` of tenant ``owner``;
+    raises PreviousResponseNotFound (unknown id, another tenant's, or its replica left the
+    pool), NoReplica (its replica does not admit requests now) or StateStoreUnavailable (Redis
+    does not answer: the id's owner cannot be checked, so it is sent nowhere)."""
+    pool = rec.pool
     try:
         url = await state.redis.get(affinity_key(owner, response_id))
-    except (RedisError, OSError):
-        return None
+    except (RedisError, OSError) as exc:
+        state.metrics.affinity_unavailable.labels(pool, "lookup").inc()
+        log.warning("request %s refused: Redis unavailable for the affinity of previous_response_id (%s)",
+                    rec.request_id, type(exc).__name__)
+        raise StateStoreUnavailable("the router's store of responses is unavailable, so previous_response_id "
+                                    "cannot be checked now; retry later", param="previous_response_id",
+                                    code="state_store_unavailable", headers={"retry-after": "1"}) from None
     if url is None:
         raise PreviousResponseNotFound(f"Previous response with id '{response_id}' not found.",
                                        param="previous_response_id", code="previous_response_not_found")

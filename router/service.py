@@ -27,13 +27,14 @@ from router import cachepolicy, classify, lanes
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
-from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError
+from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError, replica_error_body
 from router.record import Record
 from router.relay import relay_stream
 from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
 from router.sse import parse_json, replay
 from router.state import RouterState
+from router.storing import store_answer, with_replica_control
 from router.upstream import ConnectFailed, RetryableStatus, read_body
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,8 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
         upstream, lease = await open_upstream(state, rec, _PATHS[endpoint], body, raw, headers)
         if upstream.status_code >= 400:
             return await upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
-        if classify.forbids_store(upstream.headers.get("cache-control")):
-            store = None  # the replica said its answer is not for a shared cache
+        # the replica may say its answer is not for a shared cache, or fresh for so long only
+        store = with_replica_control(state, rec, store, upstream.headers.get("cache-control"))
         if stream:
             return relay_stream(state, rec, store, upstream, lease, miss_headers(rec, lease), strip_usage=ask_usage)
         content = await read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
@@ -250,9 +251,14 @@ def miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
 
 def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool) -> Response:
     response = hit.response
-    prompt, completion = usage_tokens(response.get("usage")) or (0, 0)
+    used = usage_tokens(response.get("usage"))
+    prompt, completion = used or (0, 0)
     rec.prompt_tokens = prompt or rec.prompt_tokens
     rec.completion_tokens = completion
+    # admission charged prompt + max_tokens; the stored answer's usage settles it, as for a miss
+    # (after the answer is sent: a hit needs no other Redis round trip before it)
+    settle = BackgroundTask(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used)) \
+        if rec.charged_tokens and used is not None else None
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
@@ -262,9 +268,10 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if stream:
-        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers)
+        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
+                                 background=settle)
     content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
-    return Response(content, media_type=_JSON, headers=headers)
+    return Response(content, media_type=_JSON, headers=headers, background=settle)
 
 
 async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
@@ -366,7 +373,9 @@ async def read_answer(upstream: httpx.Response, lease: Lease, total_s: float) ->
 
 
 async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool) -> Response:
-    """A replica answered >= 400: a client error (4xx) is relayed as is, a 5xx becomes 502.
+    """A replica answered >= 400: a client error (4xx) is relayed with its status, as it came
+    when it is OpenAI error JSON, else wrapped in it (router/errors.py ``replica_error_body``);
+    a 5xx becomes 502.
     Neither is cached. A 401/403 is the replica refusing the router's credential (none or the
     backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
     unless the client's own key was forwarded (``forward_client_key``), then relayed."""
@@ -383,8 +392,13 @@ async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, c
     if status < 500:
         lease.replica.health.on_success(time.monotonic())
         rec.status = status
-        return Response(content, status_code=status, media_type=upstream.headers.get("content-type", _JSON),
-                        headers=miss_headers(rec, lease))
+        # OpenAI error JSON as it came; anything else (an HTML page, FastAPI's {"detail": ...})
+        # in OpenAI's shape with the same status, which OpenAI clients can read
+        content_type = upstream.headers.get("content-type", _JSON)
+        wrapped = replica_error_body(status, content, content_type)
+        if wrapped is not None:
+            content, content_type = wrapped, _JSON
+        return Response(content, status_code=status, media_type=content_type, headers=miss_headers(rec, lease))
     lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
     # The replica's error body is for the operator: it can hold internals (paths, hosts, a
     # credential in a message), so it goes to the log under the request id, not to the client.
@@ -415,4 +429,4 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
     if rec.charged_tokens and counts is not None:  # the real usage corrects what admission charged
         await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(counts))
     if store is not None and isinstance(response, dict):
-        await state.cache.store(store, response, content)
+        await store_answer(state, rec, store, response, content)

@@ -147,40 +147,84 @@ class UsageFilter:
         return rest
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 class StreamAssembler:
     """Rebuilds the non-stream response JSON from relayed SSE bytes (generic delta merge,
     ``router.deltas``: every field of every choice, and the top-level fields of the chunks).
 
-    Feed raw upstream bytes in any split; :meth:`result` returns the assembled
-    ``chat.completion`` / ``text_completion`` JSON only if the stream ended normally
-    (``[DONE]`` seen, every choice has a finish_reason, no error event), else None.
+    Feed raw upstream bytes in any split; lines may end in CRLF, LF or CR alone (WHATWG HTML,
+    "event stream interpretation"; a CRLF cut between two feeds is one line end).
+    :meth:`result` returns the assembled ``chat.completion`` / ``text_completion`` JSON only if
+    the stream ended normally (``[DONE]`` seen, every choice has a finish_reason, no error
+    event), else None.
+
+    max_bytes: bound on the answer being assembled (bytes of JSON as ``deltas.merge`` counts
+    them, and of one line not yet ended); past it the assembler sets ``too_large``, drops what
+    it holds and assembles no more, while it still reads the end (``done``), error events and
+    ``usage`` (so the request is accounted for as any other). None: no bound.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
         self._pending: list[bytes] = []  # the bytes of the line being received
+        self._pending_bytes = 0
+        self._skip_lf = False  # the last feed ended in CR: a LF opening the next one ends no line
+        self._discarding = False  # the line being received is over max_bytes: dropped up to its end
         self._head: dict[str, Any] | None = None
         self._extra: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] | None = None
+        self._size = 0
         self.done = False
         self.failed = False
+        self.too_large = False
 
     def feed(self, data: bytes) -> None:
         """Consume a piece of the upstream body (bytes, any boundaries)."""
-        if b"\n" not in data:  # a line still coming: kept, not split again (linear in the bytes fed)
-            self._pending.append(data)
+        if self._skip_lf and data:
+            self._skip_lf = False
+            if data[:1] == b"\n":
+                data = data[1:]
+        if b"\n" not in data and b"\r" not in data:  # a line still coming: kept, not split again (linear)
+            self._hold(data)
             return
         self._pending.append(data)
-        *lines, rest = b"".join(self._pending).split(b"\n")
-        self._pending = [rest]
+        *lines, rest = _LINE_END.split(b"".join(self._pending))
+        self._skip_lf = data.endswith(b"\r")
+        self._pending, self._pending_bytes = [], 0
+        if self._discarding:  # the end of a line too long to keep: nothing of it is read
+            self._discarding = False
+            lines = lines[1:]
         for line in lines:
             if line.startswith(b"data:"):
                 self._on_data(line[5:].strip())
+        self._hold(rest)
+
+    def _hold(self, data: bytes) -> None:
+        """Keep ``data`` as (part of) the line being received, unless that line is over the bound."""
+        if self._discarding or not data:
+            return
+        self._pending_bytes += len(data)
+        if self.max_bytes is not None and self._pending_bytes > self.max_bytes:
+            self._too_large()
+            self._discarding = True
+            self._pending, self._pending_bytes = [], 0
+            return
+        self._pending.append(data)
+
+    def _too_large(self) -> None:
+        self.too_large = True
+        self._choices.clear()  # what was assembled so far goes: it will not be stored
+        self._extra.clear()
 
     def _on_data(self, payload: bytes) -> None:
         if payload == b"[DONE]":
             self.done = True
             return
+        if self.too_large and b'"usage"' not in payload and b'"error"' not in payload:
+            return  # nothing more is assembled: only the usage and an error event still matter
         try:
             obj = parse_json(payload)
         except ValueError:
@@ -197,11 +241,15 @@ class StreamAssembler:
             return
         if obj.get("usage"):
             self._usage = obj["usage"]
+        if self.too_large:
+            return
         for key, value in obj.items():
             if key not in _FRAME and (value is not None or key not in self._extra):
                 self._extra[key] = value  # system_fingerprint, service_tier, ...: the last one said
         for choice in choices:
-            deltas.merge(self._choices.setdefault(choice.get("index", 0), {}), choice)
+            self._size += deltas.merge(self._choices.setdefault(choice.get("index", 0), {}), choice)
+        if self.max_bytes is not None and self._size > self.max_bytes:
+            self._too_large()
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -210,7 +258,7 @@ class StreamAssembler:
 
     def result(self) -> dict[str, Any] | None:
         """The assembled response JSON, or None if the stream did not end normally."""
-        if not self.done or self.failed or self._head is None or not self._choices:
+        if not self.done or self.failed or self.too_large or self._head is None or not self._choices:
             return None
         if any(acc.get("finish_reason") is None for acc in self._choices.values()):
             return None

@@ -14,9 +14,11 @@ router's probes mark it up) and fails completion requests (``POST``) at the stag
   0.5 s (each byte well inside any read timeout, the whole far past one).
 
 In ``ok`` mode ``answer`` (a non-stream body) and ``events`` (SSE ``data:`` payloads, sent for
-a ``stream: true`` request with ``[DONE]`` after them) can be set to what a misbehaving replica
-would send, and ``headers`` (raw header lines) added to the non-stream answer. With ``idle_close_s`` it closes a keep-alive connection that carried no request for that
-long, as servers do (uvicorn after 5 s). ``connections`` counts accepted connections that carried (or could have carried) a completion
+a ``stream: true`` request with ``[DONE]`` after them, each ended by ``event_end``) can be set
+to what a misbehaving replica would send, ``headers`` (raw header lines) added to either, and
+``status`` / ``content_type`` of the non-stream answer changed (an error page). With
+``idle_close_s`` it closes a keep-alive connection that carried no request for that long, as
+servers do (uvicorn after 5 s). ``connections`` counts accepted connections that carried (or could have carried) a completion
 request; ``requests`` counts completion requests read whole. Every socket is closed by
 :meth:`stop`.
 """
@@ -48,6 +50,9 @@ class RawReplica:
         self.answer = _ANSWER
         self.headers = b""  # more header lines of an ``ok`` answer, each ending in \r\n
         self.events: list[bytes] | None = None
+        self.event_end = b"\n\n"  # what ends each SSE event: LF LF, CRLF CRLF or CR CR are all valid
+        self.status = b"200 OK"  # status line of an ``ok`` non-stream answer
+        self.content_type = b"application/json"
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long (None: never)
         self.connections = 0
         self.requests = 0
@@ -126,12 +131,13 @@ class RawReplica:
                         await asyncio.sleep(0.5)
                     continue
                 if self.events is not None and b'"stream":true' in body.replace(b" ", b""):
-                    sse = b"".join(_chunk(b"data: " + e + b"\n\n") for e in [*self.events, b"[DONE]"])
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    sse = b"".join(_chunk(b"data: " + e + self.event_end) for e in [*self.events, b"[DONE]"])
+                    writer.write(b"HTTP/1.1 200 OK\r\n" + self.headers + b"Content-Type: text/event-stream\r\n"
                                  b"Transfer-Encoding: chunked\r\n\r\n" + sse + b"0\r\n\r\n")
                     await writer.drain()
                     continue
-                writer.write(b"HTTP/1.1 200 OK\r\n" + self.headers + b"Content-Type: application/json\r\nContent-Length: "
+                writer.write(b"HTTP/1.1 " + self.status + b"\r\n" + self.headers + b"Content-Type: "
+                             + self.content_type + b"\r\nContent-Length: "
                              + str(len(self.answer)).encode() + b"\r\n\r\n" + self.answer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

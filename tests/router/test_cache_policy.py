@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio
 
-from router.cachepolicy import is_sampled
+from router.cachepolicy import ReplicaControl, is_sampled, replica_control
 from tests.router.conftest import CHAT, MODEL, cache_entries
 from tests.router.raw_replica import RawReplica
 
@@ -122,14 +122,58 @@ async def test_max_age_bounds_the_age_of_a_served_answer(raw, start_router, clie
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_header"
 
 
-@pytest.mark.parametrize("directive", ["no-store", "private, max-age=60"])
-async def test_a_replica_answer_marked_no_store_or_private_is_not_cached(directive, raw, start_router, client,
-                                                                        redis_url) -> None:
+def test_a_replicas_cache_control_is_read_as_a_shared_cache_reads_it() -> None:
+    not_stored = ReplicaControl(store=False)
+    for value in ("no-store", "private", "no-cache", "NO-CACHE", "max-age=0", 's-maxage="0", max-age=60',
+                  "max-age=soon", "max-age=1, max-age=2", "public, no-cache, max-age=60"):
+        assert replica_control(value) == not_stored, value
+    assert replica_control(None) == replica_control("") == replica_control("public, must-revalidate") == ReplicaControl()
+    assert replica_control('no-cache="set-cookie, x-user", private="x-user"') == ReplicaControl()
+    assert replica_control("max-age=30") == ReplicaControl(ttl_cap_s=30)
+    assert replica_control("max-age=600, s-maxage=20") == ReplicaControl(ttl_cap_s=20)  # s-maxage wins
+
+
+# Attack review (Dec 2, F11): no-cache and max-age=0 (and s-maxage=0) were ignored, the answer
+# stored; RFC 9111 lets a shared cache store those only to revalidate each use, which a router in
+# front of replicas cannot do, so they are not stored. A qualified no-cache / private names header
+# fields only, and the cache keeps no header of the replica's: such an answer is stored.
+NOT_STORED = ["no-store", "private, max-age=60", "no-cache", "max-age=0", "public, s-maxage=0, max-age=60",
+              "No-Cache", 'max-age="0"']
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("directive", NOT_STORED)
+async def test_a_replica_answer_marked_not_for_a_shared_cache_is_not_cached(directive, stream, raw, start_router,
+                                                                           client, redis_url) -> None:
     raw.headers = f"Cache-Control: {directive}\r\n".encode()
+    raw.events = [json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
+                              "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}).encode()]
     router = await start_router([raw.url])
     for _ in range(2):
-        assert (await client.post(router.url + URL, json=chat("not for sharing"))).headers["x-cache"] == "miss"
-    raw.headers = b""
-    assert (await client.post(router.url + URL, json=chat("shareable"))).headers["x-cache"] == "miss"
+        response = await client.post(router.url + URL, json=chat("not for sharing", stream=stream))
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+    assert raw.requests == 2
+    raw.headers = b'Cache-Control: no-cache="set-cookie", private="x-user"\r\n'
+    assert (await client.post(router.url + URL, json=chat("shareable", stream=stream))).headers["x-cache"] == "miss"
     await cache_entries(redis_url, 1)
     assert await entries(redis_url) == 1
+    metrics = (await client.get(router.url + "/metrics")).text
+    assert 'promptedge_router_cache_store_skipped_total{pool="sim-llama-8b",reason="replica_cache_control"} 2.0' \
+        in metrics
+
+
+@pytest.mark.parametrize(("directive", "bound"), [("max-age=30", 30), ("s-maxage=20, max-age=600", 20),
+                                                  ("max-age=999999999", 3600)])
+async def test_a_replicas_max_age_bounds_the_entrys_time_to_live(directive, bound, raw, start_router, client,
+                                                                 redis_url) -> None:
+    raw.headers = f"Cache-Control: {directive}\r\n".encode()
+    router = await start_router([raw.url])  # TTL 3600 s (the default)
+    assert (await client.post(router.url + URL, json=chat("fresh for a while"))).headers["x-cache"] == "miss"
+    await cache_entries(redis_url, 1)
+    store = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        (key,) = await store.keys("promptedge:cache:exact:*")
+        assert bound - 5 <= await store.ttl(key) <= bound
+    finally:
+        await store.aclose()
+    assert (await client.post(router.url + URL, json=chat("fresh for a while"))).headers["x-cache"] == "exact"

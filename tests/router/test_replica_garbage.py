@@ -9,12 +9,13 @@ limit raised RecursionError in the delta merge or in ``json.loads``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 import pytest
 
-from tests.router.conftest import CHAT
+from tests.router.conftest import CHAT, cache_entries
 from tests.router.raw_replica import RawReplica
 
 URL = "/v1/chat/completions"
@@ -123,3 +124,73 @@ async def test_a_replica_trickling_its_answer_is_cut_at_the_time_to_first_byte_b
     router = await start_router([replica.url], timeouts={"P1": {"connect_s": 1.0, "ttfb_s": 2.0, "idle_s": 1.0}})
     response = await client.post(router.url + URL, json=CHAT, headers=FRESH, timeout=20.0)
     assert response.status_code == 504 and response.json()["error"]["code"] == "replica_timeout"
+
+
+def _delta(content: str | None, finish: str | None = None) -> bytes:
+    return _event([{"index": 0, "delta": {} if content is None else {"content": content}, "finish_reason": finish}])
+
+
+def _sse(replica: RawReplica) -> bytes:
+    """The SSE body ``replica`` sends for a stream, as it sends it."""
+    return b"".join(b"data: " + e + replica.event_end for e in [*(replica.events or []), b"[DONE]"])
+
+
+async def _store_skipped(client, router, reason: str) -> float:  # type: ignore[no-untyped-def]
+    metrics = (await client.get(router.url + "/metrics")).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("promptedge_router_cache_store_skipped_total{") and f'reason="{reason}"' in line)
+
+
+@pytest.mark.usefixtures("exact_only")
+@pytest.mark.parametrize("end", [b"\r\r", b"\r\n\r\n", b"\n\n"])
+async def test_a_stream_is_relayed_and_cached_whatever_line_ends_it_uses(end, replica, start_router, client,
+                                                                        redis_url) -> None:
+    # Attack review (Dec 2, F13): events ended by CR alone (valid SSE) were relayed, then an
+    # error event "ended its stream without [DONE]" was added, and nothing was cached.
+    replica.events = [_delta("Par"), _delta("is"), _delta(None, "stop")]
+    replica.event_end = end
+    router = await start_router([replica.url])
+    body = {**CHAT, "stream": True, "messages": [{"role": "user", "content": f"capital {end!r}"}]}
+    streamed = await client.post(router.url + URL, json=body)
+    assert streamed.status_code == 200 and streamed.headers["x-cache"] == "miss"
+    assert streamed.content == _sse(replica)  # as the replica sent it
+    await cache_entries(redis_url, 1)
+    hit = await client.post(router.url + URL, json={**body, "stream": False})
+    assert hit.headers["x-cache"] == "exact" and hit.json()["choices"][0]["message"]["content"] == "Paris"
+    assert replica.requests == 1
+
+
+@pytest.mark.usefixtures("exact_only")
+async def test_an_answer_larger_than_a_cache_entry_is_relayed_whole_and_not_stored(replica, start_router, client,
+                                                                                  redis_url, monkeypatch) -> None:
+    # Attack review (Dec 2, F9): a streamed answer was assembled for the cache without bound.
+    monkeypatch.setenv("PROMPTEDGE_CACHE_MAX_ENTRY_BYTES", "65536")
+    replica.events = [_delta("x" * 1000)] * 100 + [_delta(None, "stop")]  # ~100 kB of answer
+    router = await start_router([replica.url])
+    big = {**CHAT, "stream": True, "messages": [{"role": "user", "content": "a long one"}]}
+    streamed = await client.post(router.url + URL, json=big)
+    assert streamed.status_code == 200 and streamed.content == _sse(replica)  # whole, unchanged, no error event
+    for _ in range(100):  # counted when the stream has been accounted for, after the response ended
+        if await _store_skipped(client, router, "too_large") == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert await _store_skipped(client, router, "too_large") == 1
+    again = await client.post(router.url + URL, json={**big, "stream": False})  # nothing stored: asked again
+    assert again.headers["x-cache"] == "miss" and replica.requests == 2  # (its small answer is stored)
+    # a non-stream answer over the bound: relayed byte for byte, not stored either
+    replica.answer = json.dumps(json.loads(_answer({"prompt_tokens": 1, "completion_tokens": 1}))
+                                | {"padding": "y" * 70_000}).encode()
+    plain = {**CHAT, "messages": [{"role": "user", "content": "a big plain one"}]}
+    assert (await client.post(router.url + URL, json=plain)).content == replica.answer
+    for _ in range(100):
+        if await _store_skipped(client, router, "too_large") == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert await _store_skipped(client, router, "too_large") == 2
+    assert (await client.post(router.url + URL, json=plain)).headers["x-cache"] == "miss"
+    # under the bound a stream is stored as before
+    replica.events = [_delta("x" * 1000)] * 10 + [_delta(None, "stop")]
+    small = {**CHAT, "stream": True, "messages": [{"role": "user", "content": "a short one"}]}
+    assert (await client.post(router.url + URL, json=small)).status_code == 200
+    await cache_entries(redis_url, 2)
+    assert (await client.post(router.url + URL, json={**small, "stream": False})).headers["x-cache"] == "exact"

