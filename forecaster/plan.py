@@ -39,7 +39,9 @@ class PlannerConfig:
     upper_headroom: headroom over the upper forecast (None: ``headroom``). A plan step needs
     max(replicas of the mean at ``headroom``, replicas of the upper at ``upper_headroom``), so
     0 reads "the expected demand at the utilisation target, the upper quantile at full
-    capacity"."""
+    capacity"; observe_s: how long after a bucket starts its demand is first counted (s; the
+    router's counter minute): a recommendation that only the upper band of a bucket asked for
+    stops holding replicas up then (see ``decide``)."""
 
     capacity_per_replica: float
     headroom: float = 0.2
@@ -51,6 +53,26 @@ class PlannerConfig:
     max_step: int = 4
     decision_interval_s: float = 60.0
     upper_headroom: float | None = None
+    observe_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What one decision asked for, as the scale-down stabilisation remembers it.
+
+    at: Unix s of the decision; replicas: what it recommended; base: what the reactive floor
+    and the mean forecast alone asked for (<= replicas); band_until: Unix s when the bucket
+    whose upper band asked for more than ``base`` is first counted (None: no such bucket).
+    Until then the recommendation holds ``replicas``, after it only ``base``."""
+
+    at: float
+    replicas: int
+    base: int
+    band_until: float | None = None
+
+    def standing(self, now: float) -> int:
+        """The replicas this recommendation still asks for at ``now``."""
+        return self.replicas if self.band_until is None or now < self.band_until else self.base
 
 
 @dataclass(frozen=True)
@@ -59,15 +81,15 @@ class PlannerState:
 
     replicas: the last decided replica count; at: when it was decided (Unix s);
     last_up_at / last_down_at: when replicas last went up / down (Unix s), None if never;
-    recent: (Unix s, replicas recommended) of the decisions inside the scale-down window,
-    oldest first (what the stabilisation takes the highest of).
+    recent: the recommendations of the decisions inside the scale-down window, oldest first
+    (what the stabilisation takes the highest of).
     """
 
     replicas: int
     at: float
     last_up_at: float | None = None
     last_down_at: float | None = None
-    recent: tuple[tuple[float, int], ...] = ()
+    recent: tuple[Recommendation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,14 +98,14 @@ class Decision:
     annotations; action: "up", "down", "keep", "set" (first decision) or "hold" (data missing); at: Unix s;
     current: replica count the decision started from (None when unknown); recommended: what
     the forecast and the reactive floor asked for before cooldowns, stabilisation and the max
-    step (None for a hold)."""
+    step (None for a hold), with what part of it only the upper band asked for."""
 
     replicas: int
     reason: str
     action: str = "keep"
     at: float = 0.0
     current: int | None = None
-    recommended: int | None = None
+    recommended: Recommendation | None = None
 
 
 @dataclass(frozen=True)
@@ -196,7 +218,13 @@ def decide(
         f"upper forecast {at_lead.upper:.3g} at +{(at_lead.start - now) / 60:.0f} min needs "
         f"{at_lead.replicas}, current demand {current_demand:.3g} needs {floor}"
     )
-    recommended = target
+    # What only the upper band of a bucket not yet counted asks for is uncertainty about that
+    # bucket: once its first minute is counted, it no longer holds replicas up (HPA's window
+    # guards against noisy observations; it would otherwise keep the margin before every
+    # bucket boundary for a whole window after the boundary's demand is known).
+    base = max(floor, replicas_for(at_lead.forecast, config))
+    recommended = Recommendation(now, target, min(base, target),
+                                 at_lead.start + config.observe_s if target > base else None)
     if current is None:
         return Decision(target, f"{why}; first decision", "set", now, None, recommended)
     if target < current:
@@ -218,7 +246,7 @@ def decide(
         capped = f"; capped by max step {config.max_step}" if new < target else ""
         return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current, recommended)
     if target < current:
-        window = [r for t, r in (state.recent if state else ()) if now - t < config.down_cooldown_s]
+        window = [r.standing(now) for r in (state.recent if state else ()) if now - r.at < config.down_cooldown_s]
         stable = max([target, *window])
         if stable > target:
             why += f"; scale-down stabilisation: {stable} recommended within {config.down_cooldown_s:.0f} s"
@@ -239,7 +267,7 @@ def advance(state: PlannerState | None, decision: Decision, window_s: float = 0.
         up = decision.at
     if decision.action == "down":
         down = decision.at
-    recent = [(t, r) for t, r in (state.recent if state else ()) if decision.at - t < window_s]
+    recent = [r for r in (state.recent if state else ()) if decision.at - r.at < window_s]
     if decision.recommended is not None and window_s > 0:
-        recent.append((decision.at, decision.recommended))
+        recent.append(decision.recommended)
     return PlannerState(decision.replicas, decision.at, up, down, tuple(recent))

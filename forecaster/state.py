@@ -7,11 +7,12 @@ by ``timeout_s``; Redis errors raise SourceUnavailable (the runner logs them and
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
 from forecaster.errors import SourceUnavailable
-from forecaster.plan import PlannerState
+from forecaster.plan import PlannerState, Recommendation
 
 
 class RedisStateStore:
@@ -37,7 +38,7 @@ class RedisStateStore:
             at=float(data["at"]),
             last_up_at=data.get("last_up_at"),
             last_down_at=data.get("last_down_at"),
-            recent=tuple((float(t), int(r)) for t, r in data.get("recent", ())),
+            recent=tuple(_recommendation(x) for x in data.get("recent", ())),
         )
 
     def save(self, state: PlannerState) -> None:
@@ -48,10 +49,19 @@ class RedisStateStore:
                 "at": state.at,
                 "last_up_at": state.last_up_at,
                 "last_down_at": state.last_down_at,
-                "recent": [list(x) for x in state.recent],
+                "recent": [[r.at, r.replicas, r.base, r.band_until] for r in state.recent],
             }
         )
         try:
             self._client.set(self.key, payload)
         except redis.RedisError as exc:
             raise SourceUnavailable(f"planner state unwritable in Redis: {exc}") from None
+
+
+def _recommendation(item: list[Any]) -> Recommendation:
+    """[at, replicas, base, band_until] as saved; [at, replicas] as saved before the band was
+    told apart (it then stands whole for its window)."""
+    at, replicas = float(item[0]), int(item[1])
+    if len(item) < 4:
+        return Recommendation(at, replicas, replicas)
+    return Recommendation(at, replicas, int(item[2]), None if item[3] is None else float(item[3]))

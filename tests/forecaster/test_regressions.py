@@ -4,10 +4,12 @@ below the current need (reactive floor). The 409 one lives with the actuator's t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 from prometheus_client import REGISTRY
 
 from forecaster import (
@@ -21,7 +23,7 @@ from forecaster import (
 )
 from forecaster.errors import SourceUnavailable
 from forecaster.models.ets import HoltWinters
-from forecaster.plan import Decision, advance, decide, plan_steps, replicas_for
+from forecaster.plan import Decision, Recommendation, advance, decide, plan_steps, replicas_for
 
 TRACES = "traces"
 
@@ -142,8 +144,20 @@ def test_the_scale_down_window_survives_a_restart(redis_url: str) -> None:
     # The stabilisation keeps the recommendations of the last window in the persisted state: a
     # daemon restarted right after a busy minute must not scale down on the next quiet one.
     store = RedisStateStore(redis_url, "promptedge:forecaster:state:test")
-    state = advance(None, Decision(3, "busy", "set", 1_700_000_000.0, None, 3), window_s=300.0)
-    state = advance(state, Decision(3, "quiet", "keep", 1_700_000_060.0, 3, 1), window_s=300.0)
+    busy = Recommendation(1_700_000_000.0, 3, 2, 1_700_000_360.0)  # the band asked for the third
+    quiet = Recommendation(1_700_000_060.0, 1, 1)
+    state = advance(None, Decision(3, "busy", "set", busy.at, None, busy), window_s=300.0)
+    state = advance(state, Decision(3, "quiet", "keep", quiet.at, 3, quiet), window_s=300.0)
     store.save(state)
     loaded = RedisStateStore(redis_url, "promptedge:forecaster:state:test").load()
-    assert loaded is not None and loaded.recent == ((1_700_000_000.0, 3), (1_700_000_060.0, 1))
+    assert loaded is not None and loaded.recent == (busy, quiet)
+
+
+def test_a_state_saved_before_the_band_was_told_apart_still_loads(redis_url: str) -> None:
+    # Saved by the previous release: recommendations as [at, replicas]; each stands whole.
+    redis.Redis.from_url(redis_url).set("promptedge:forecaster:state:old", json.dumps(
+        {"replicas": 3, "at": 1_700_000_060.0, "last_up_at": None, "last_down_at": None,
+         "recent": [[1_700_000_000.0, 3], [1_700_000_060.0, 1]]}))
+    loaded = RedisStateStore(redis_url, "promptedge:forecaster:state:old").load()
+    assert loaded is not None
+    assert loaded.recent == (Recommendation(1_700_000_000.0, 3, 3), Recommendation(1_700_000_060.0, 1, 1))
