@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tests.deploy.kustomize import DEPLOY, needs_kustomize, one, render, rendered
+from tests.deploy.kustomize import DEPLOY, kubectl, needs_kustomize, one, render, rendered
 from tests.deploy.test_deploy_settings import container_env
 
 
@@ -182,3 +182,22 @@ def test_one_change_in_the_overlay_reaches_every_dependent_field(tmp_path: Path)
     assert urlsplit(scaled["triggers"][0]["metadata"]["url"]).hostname == "promptedge-desired.pop-7.svc"
     assert 'namespace="pop-7"' in scaled["triggers"][1]["metadata"]["query"]
     assert container_env(tuple(objects), "promptedge-forecaster")["PROMPTEDGE_ACTUATOR_DEPLOYMENT"] == "vllm-big"
+
+
+def _scaled_objects() -> list[dict[str, Any]]:
+    plain = [d for d in yaml.safe_load_all((DEPLOY / "keda-scaledobject.yaml").read_text()) if d and d["kind"] == "ScaledObject"]
+    # the rendered overlay too where kubectl can render it (the plain file alone otherwise)
+    return plain + ([one(rendered("central-keda"), "ScaledObject", "vllm")] if kubectl() is not None else [])
+
+
+def test_every_keda_trigger_says_average_value() -> None:
+    """KEDA's ScaledObject reference (keda-docs content/docs/2.17/reference/scaledobject-spec.md,
+    "triggers"): with AverageValue the HPA's desired count is metric / target whatever runs now
+    (the forecast's desiredReplicas / 1; waiting requests / 8), with Value it is current
+    replicas x metric / target, which would multiply a replica count; and `fallback` works only
+    for AverageValue triggers. Explicit, not left to the default, so an edit cannot drift."""
+    scaled = _scaled_objects()
+    assert scaled
+    for obj in scaled:
+        for trigger in obj["spec"]["triggers"]:
+            assert trigger.get("metricType") == "AverageValue", (obj["metadata"]["name"], trigger["name"])
