@@ -8,7 +8,7 @@ The fresh virtualenv borrows the third-party dependencies of the running one (a 
 naming its site-packages, which adds the directory without running that directory's own
 ``.pth`` hooks, so the editable install of the checkout stays out): the images' dependency pins
 are checked by tests/deploy/test_deploy_images.py; what is checked here is the project's own
-install step, its entry points and its package data. About 30 s here (three wheels and
+install step, its entry points and its package data. About 40 s of CPU (three wheels and
 virtualenvs, one process per console script: importing a package takes seconds).
 """
 
