@@ -1,4 +1,4 @@
-# PromptEdge router image: `python -m router serve` (deploy/base/router).
+# PromptEdge router image: `promptedge-router serve` (deploy/base/router).
 # Build from the repository root:
 #   docker build -f deploy/router.Dockerfile -t promptedge/router:0.1.0 .
 # torch is PyTorch's CPU build (never the CUDA wheels); the router's and the cache's own
@@ -34,5 +34,8 @@ RUN python -c "from cache.embed import load_encoder; print(load_encoder(backend=
 USER 65532:65532
 ENV HOME=/tmp
 EXPOSE 8000
-ENTRYPOINT ["python", "-m", "router"]
+# The console script `pip install .` put on PATH (pyproject.toml [project.scripts]), the same
+# CLI as `python -m router`; tests/test_installed_package.py installs this file's COPY lines the
+# same way into a fresh virtualenv and starts it.
+ENTRYPOINT ["promptedge-router"]
 CMD ["serve"]

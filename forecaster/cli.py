@@ -232,6 +232,24 @@ def backtest(
         plot_backtest(result, plot)
 
 
+@app.command(help=(
+    "Serve the published decision for KEDA's metrics-api scaler: GET /desired (desiredReplicas), "
+    "/metrics, /health on PROMPTEDGE_ACTUATOR_PUBLISH_HOST:PUBLISH_PORT (default 127.0.0.1:8090), "
+    "logging like every service (PROMPTEDGE_FORECASTER_LOG_FORMAT). "
+    "Every setting with its env name and default: python -m forecaster settings."
+))
+def desired() -> None:
+    """Serve forecaster.actuate.publish's endpoint (blocking) with uvicorn's lines in the log format."""
+    from forecaster.actuate.publish import serve_desired
+    from forecaster.actuate.settings import ActuatorSettings
+
+    try:
+        settings = ActuatorSettings()
+    except (ValidationError, SettingsError) as exc:
+        raise _fail(f"settings: {exc}") from None
+    serve_desired(settings)
+
+
 @app.command("settings", help="List every setting: environment variable, default, and its key in the "
                               "YAML file named by PROMPTEDGE_SETTINGS_FILE.")
 def settings_command() -> None:

@@ -160,6 +160,11 @@ def create_app(settings: ActuatorSettings | None = None, store: DesiredStore | N
 
 
 def serve_desired(settings: ActuatorSettings | None = None) -> None:
-    """Run the endpoint on ``publish_host:publish_port`` until interrupted (blocking)."""
+    """Run the endpoint on ``publish_host:publish_port`` until interrupted (blocking).
+
+    uvicorn installs no logging of its own (``log_config=None``): its start-up, error and
+    access lines go to the process's root logger, which ``python -m forecaster desired`` sets
+    to the services' one format (opskit.configure)."""
     settings = settings or ActuatorSettings()
-    uvicorn.run(create_app(settings), host=settings.publish_host, port=settings.publish_port, log_level="info")
+    uvicorn.run(create_app(settings), host=settings.publish_host, port=settings.publish_port,
+                log_config=None, log_level="info")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -73,10 +74,45 @@ def test_the_onnx_export_is_where_the_deployment_reads_it_as_the_image_user() ->
     (user,) = re.findall(r"^USER (\d+):(\d+)$", text, re.M)
     assert int(user[0]) != 0 and int(user[1]) != 0
     (export_dir,) = re.findall(r"load_encoder\(backend='onnx', cache_dir='([^']+)'\)", text)
-    settings = yaml.safe_load((ROOT / "deploy/base/router/kustomization.yaml").read_text())
-    (literals,) = [g["literals"] for g in settings["configMapGenerator"] if g["name"] == "promptedge-router-settings"]
-    assert f"PROMPTEDGE_CACHE_ONNX_CACHE_DIR={export_dir}" in literals
     deployment = yaml.safe_load((ROOT / "deploy/base/router/deployment.yaml").read_text())
     container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PROMPTEDGE_CACHE_ONNX_CACHE_DIR"] == export_dir
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(user[0])
+
+
+def _containers(path: Path) -> list[dict]:
+    found = []
+    for doc in yaml.safe_load_all(path.read_text()):
+        spec = (doc or {}).get("spec", {})
+        pod = spec.get("jobTemplate", {}).get("spec", spec).get("template", {}).get("spec", {})
+        found += pod.get("containers", [])
+    return found
+
+
+def test_every_manifest_runs_its_images_console_script_with_a_real_command() -> None:
+    """Each promptedge/* container leaves the image's ENTRYPOINT (the console script, checked
+    installed and started by tests/test_installed_package.py) in place and gives it a command
+    that script has."""
+    import typer
+
+    from forecaster.cli import app as forecaster_cli
+    from router.__main__ import cli as router_cli
+
+    commands = {"router": set(typer.main.get_command(router_cli).commands),  # type: ignore[attr-defined]
+                "forecaster": set(typer.main.get_command(forecaster_cli).commands)}  # type: ignore[attr-defined]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    seen = 0
+    for path in [*sorted((ROOT / "deploy").glob("*.yaml")), *sorted((ROOT / "deploy").glob("*/*/*.yaml"))]:
+        if path.name == "compose.yaml":
+            continue
+        for container in _containers(path):
+            image = container.get("image", "").removeprefix("promptedge/").split(":")[0]
+            if image not in IMAGES:
+                continue
+            seen += 1
+            (entrypoint,) = re.findall(r'^ENTRYPOINT \["([^"]+)"\]$', IMAGES[image].read_text(), re.M)
+            assert entrypoint in scripts and "command" not in container, f"{path.name}: {container['name']}"
+            assert container["args"][0] in commands[image], f"{path.name}: {container['args']}"
+    assert seen >= 6  # router; forecaster daemon x2, CronJob, /desired x2

@@ -1,24 +1,32 @@
 """The settings the overlays hand to the router and the forecaster are their real settings:
-every PROMPTEDGE_* name is one the code reads (pydantic-settings ignores unknown ones, so a
-misspelt name would silently keep the default), and the rendered values load and say what
-deploy/README.md promises (Kubernetes discovery in the Pod's namespace, KEDA mode, ...)."""
+each Deployment mounts its ConfigMap's ``settings.yaml`` where ``PROMPTEDGE_SETTINGS_FILE``
+points, and that file is the overlay's ``settings.yaml`` as the user wrote it; the real loader
+(opskit's pydantic-settings YAML source, which refuses a key no setting has) reads the rendered
+file together with the Pod's environment; every PROMPTEDGE_* name in that environment is one the
+code reads (pydantic-settings ignores unknown ones, so a misspelt name would silently keep the
+default), and no key of the file is one the environment overrides (it would silently lose);
+the loaded values say what deploy/README.md promises (Kubernetes discovery in the Pod's
+namespace, KEDA mode, ...)."""
 
 from __future__ import annotations
 
 import base64
 import os
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import AliasChoices
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, SettingsError
 
 from cache.settings import CacheSettings
 from forecaster.actuate.settings import ActuatorSettings
 from forecaster.settings import ForecasterSettings
 from router.discovery_kube import KubeDiscoverySettings, load_kube_settings
+from opskit import SETTINGS_FILE_ENV, env_name, section_name
 from router.settings import RouterSettings
-from tests.deploy.kustomize import needs_kustomize, one, rendered
+from tests.deploy.kustomize import DEPLOY, needs_kustomize, one, rendered
 
 ROUTER_SETTINGS = (RouterSettings, KubeDiscoverySettings, CacheSettings)
 FORECASTER_SETTINGS = (ForecasterSettings, ActuatorSettings)
@@ -56,6 +64,40 @@ def container_env(objects: tuple[dict[str, Any], ...], deployment: str) -> dict[
             env[item["name"]] = item["value"]
         elif item["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
             env[item["name"]] = NAMESPACE
+        elif "configMapKeyRef" in item["valueFrom"]:
+            ref = item["valueFrom"]["configMapKeyRef"]
+            env[item["name"]] = one(objects, "ConfigMap", _base_name(ref["name"]))["data"][ref["key"]]
+    return env
+
+
+def mounted_settings(objects: tuple[dict[str, Any], ...], deployment: str) -> tuple[dict[str, Any], str]:
+    """(the volumeMount, the file's text) that the Deployment's first container reads at
+    ``PROMPTEDGE_SETTINGS_FILE``: a configMap volume item, resolved to the rendered ConfigMap's
+    data; fails when the variable is unset or no mounted ConfigMap key lands on that path."""
+    spec = one(objects, "Deployment", deployment)["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    path = PurePosixPath(container_env(objects, deployment)[SETTINGS_FILE_ENV])
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        configmap = volumes[mount["name"]].get("configMap")
+        if configmap is None or not path.is_relative_to(mount["mountPath"]):
+            continue
+        relative = str(path.relative_to(mount["mountPath"]))
+        data = one(objects, "ConfigMap", _base_name(configmap["name"]))["data"]
+        keys = {i["path"]: i["key"] for i in configmap.get("items", [])} or {k: k for k in data}
+        if relative in keys:
+            return mount, data[keys[relative]]
+    raise AssertionError(f"{deployment}: no ConfigMap key mounted at {SETTINGS_FILE_ENV}={path}")
+
+
+def use_pod_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, objects: tuple[dict[str, Any], ...],
+                     deployment: str, text: str | None = None) -> dict[str, str]:
+    """The Pod's settings in this process: its environment, with PROMPTEDGE_SETTINGS_FILE
+    pointing at a copy of the mounted file (or ``text``) in ``tmp_path``. Returns the env."""
+    env = container_env(objects, deployment)
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(mounted_settings(objects, deployment)[1] if text is None else text)
+    use_env(monkeypatch, {**env, SETTINGS_FILE_ENV: str(settings_file)})
     return env
 
 
@@ -64,8 +106,8 @@ def _base_name(generated: str) -> str:
 
 
 def unknown(env: dict[str, str], classes: tuple[type[BaseSettings], ...]) -> set[str]:
-    """PROMPTEDGE_* names in ``env`` that none of ``classes`` reads."""
-    known = set().union(*(env_names(c) for c in classes))
+    """PROMPTEDGE_* names in ``env`` that none of ``classes`` reads (nor the settings file's)."""
+    known = set().union(*(env_names(c) for c in classes)) | {SETTINGS_FILE_ENV}
     return {name for name in env if name.startswith("PROMPTEDGE_") and name not in known}
 
 
@@ -83,17 +125,49 @@ def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
         monkeypatch.setenv(name, value)
 
 
+# (overlay, Deployment, the overlay file its settings file must be, the settings classes it loads)
+PODS = [
+    ("edge-pop", "promptedge-router", "edge-pop/settings.yaml", ROUTER_SETTINGS),
+    ("central", "promptedge-forecaster", "central/settings.yaml", FORECASTER_SETTINGS),
+    ("central-keda", "promptedge-forecaster", "central/settings.yaml", FORECASTER_SETTINGS),
+    ("central-keda", "promptedge-desired", "central/settings.yaml", FORECASTER_SETTINGS),
+]
+
+
 @needs_kustomize
-def test_router_settings_are_real_and_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = container_env(rendered("edge-pop"), "promptedge-router")
-    assert not unknown(env, ROUTER_SETTINGS)
-    use_env(monkeypatch, env)
+@pytest.mark.parametrize(("overlay", "deployment", "source", "classes"), PODS, ids=[f"{p[0]}-{p[1]}" for p in PODS])
+def test_the_pod_reads_the_overlays_settings_file(overlay: str, deployment: str, source: str,
+                                                  classes: tuple[type[BaseSettings], ...]) -> None:
+    """What the user edits (the overlay's settings.yaml) is, byte for byte, the file the Pod's
+    PROMPTEDGE_SETTINGS_FILE names, mounted read-only; the environment sets no PROMPTEDGE_*
+    name the code ignores and none that shadows a key of the file."""
+    objects = rendered(overlay)
+    mount, text = mounted_settings(objects, deployment)
+    assert text == (DEPLOY / "overlays" / source).read_text()
+    assert mount.get("readOnly") is True
+    env = container_env(objects, deployment)
+    assert not unknown(env, classes)
+    document = yaml.safe_load(text)
+    sections = {section_name(c): c for c in classes}
+    assert set(document) <= set(sections), f"sections no settings class of {deployment} reads: {set(document) - set(sections)}"
+    shadowed = {f"{s}.{key}" for s, values in document.items() for key in values
+                if env_name(sections[s], key, sections[s].model_fields[key]) in env}
+    assert not shadowed, f"the Pod's environment overrides these keys of {source}: {shadowed}"
+
+
+@needs_kustomize
+def test_router_settings_load_from_the_mounted_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    use_pod_settings(monkeypatch, tmp_path, rendered("edge-pop"), "promptedge-router")
     settings = RouterSettings()
     assert (settings.discovery, settings.host, settings.port) == ("kubernetes", "0.0.0.0", 8000)
+    assert settings.redis_url == "redis://promptedge-redis:6379/0"
     assert settings.api_keys and not settings.admin_key  # placeholders: a key, DELETE /cache off
     kube = load_kube_settings()
     assert kube.namespace == NAMESPACE and kube.model_label == "promptedge.io/model"
-    assert str(CacheSettings().onnx_cache_dir) == "/opt/promptedge/onnx"  # baked into the image
+    assert (kube.label_selector, kube.port_name) == ("kubernetes.io/service-name=vllm", "http")
+    cache = CacheSettings()
+    assert str(cache.onnx_cache_dir) == "/opt/promptedge/onnx"  # baked into the image
+    assert (cache.ttl_s, cache.semantic_enabled) == (3600, True)  # from the overlay's file
 
 
 @needs_kustomize
@@ -102,14 +176,28 @@ def test_router_settings_are_real_and_load(monkeypatch: pytest.MonkeyPatch) -> N
     ("central-keda", "promptedge-forecaster", "keda"),
     ("central-keda", "promptedge-desired", "keda"),
 ])
-def test_forecaster_settings_are_real_and_load(monkeypatch: pytest.MonkeyPatch, overlay: str,
-                                               deployment: str, mode: str) -> None:
-    env = container_env(rendered(overlay), deployment)
-    assert not unknown(env, FORECASTER_SETTINGS)
-    use_env(monkeypatch, env)
+def test_forecaster_settings_load_from_the_mounted_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, overlay: str,
+                                                        deployment: str, mode: str) -> None:
+    use_pod_settings(monkeypatch, tmp_path, rendered(overlay), deployment)
     actuator = ActuatorSettings()
     assert (actuator.mode, actuator.namespace, actuator.deployment) == (mode, NAMESPACE, "vllm")
-    assert ForecasterSettings().metrics_port == 9464
+    forecaster = ForecasterSettings()
+    assert forecaster.metrics_port == 9464
+    assert (forecaster.model_name, forecaster.capacity_per_replica, forecaster.max_replicas) == ("llama-3.1-8b", 2.0, 10)
+    # one Redis for both: the daemon publishes where the KEDA endpoint reads (a YAML anchor)
+    assert actuator.redis_url == forecaster.redis_url == "redis://promptedge-redis:6379/0"
+    if deployment == "promptedge-desired":
+        assert (actuator.publish_host, actuator.publish_port) == ("0.0.0.0", 8090)
+
+
+@needs_kustomize
+def test_the_loader_really_reads_the_mounted_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Not vacuous: the same rendered file with one key misspelt stops the router's settings."""
+    objects = rendered("edge-pop")
+    text = mounted_settings(objects, "promptedge-router")[1].replace("ttl_s:", "ttl_secs:")
+    use_pod_settings(monkeypatch, tmp_path, objects, "promptedge-router", text)
+    with pytest.raises(SettingsError, match=r"section 'cache' has unknown settings \['ttl_secs'\]"):
+        CacheSettings()
 
 
 def test_a_misspelt_setting_is_caught() -> None:

@@ -7,14 +7,18 @@ kustomization.yaml (namespace, scaled Deployment) reaches every object that depe
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
-from tests.deploy.kustomize import DEPLOY, needs_kustomize, one, render, rendered
-from tests.deploy.test_deploy_settings import container_env
+from router.discovery_kube import KubeDiscoverySettings
+from router.settings import RouterSettings
+from tests.deploy.kustomize import DEPLOY, kubectl, needs_kustomize, one, render, rendered
+from tests.deploy.test_deploy_settings import container_env, use_pod_settings
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
@@ -69,15 +73,16 @@ def test_selector_semantics() -> None:
 
 
 @needs_kustomize
-def test_router_discovers_the_example_pool_and_may_reach_it() -> None:
+def test_router_discovers_the_example_pool_and_may_reach_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     objects = rendered("edge-pop")
-    env = container_env(objects, "promptedge-router")
-    key, _, service_name = env["PROMPTEDGE_ROUTER_K8S_LABEL_SELECTOR"].partition("=")
+    use_pod_settings(monkeypatch, tmp_path, objects, "promptedge-router")
+    kube = KubeDiscoverySettings()
+    key, _, service_name = kube.label_selector.partition("=")
     assert key == "kubernetes.io/service-name"  # the label the EndpointSlice controller sets
     service = one(objects, "Service", service_name)
-    port = next(p for p in service["spec"]["ports"] if p["name"] == env["PROMPTEDGE_ROUTER_K8S_PORT_NAME"])
+    port = next(p for p in service["spec"]["ports"] if p["name"] == kube.port_name)
     # The slices carry the Service's labels: the pool name comes from there.
-    assert env["PROMPTEDGE_ROUTER_K8S_MODEL_LABEL"] in service["metadata"]["labels"]
+    assert kube.model_label in service["metadata"]["labels"]
     vllm = one(objects, "Deployment", "vllm")
     assert selects({"matchLabels": service["spec"]["selector"]}, pod_labels(vllm))
     container_port = next(p["containerPort"] for p in pod_spec(vllm)["containers"][0]["ports"]
@@ -88,9 +93,10 @@ def test_router_discovers_the_example_pool_and_may_reach_it() -> None:
 
 
 @needs_kustomize
-def test_router_finds_redis_and_may_reach_it() -> None:
+def test_router_finds_redis_and_may_reach_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     objects = rendered("edge-pop")
-    url = urlsplit(container_env(objects, "promptedge-router")["PROMPTEDGE_REDIS_URL"])
+    use_pod_settings(monkeypatch, tmp_path, objects, "promptedge-router")
+    url = urlsplit(RouterSettings().redis_url)
     service = one(objects, "Service", url.hostname)
     assert url.port in [p["port"] for p in service["spec"]["ports"]]
     redis = one(objects, "StatefulSet", service["metadata"]["name"])
@@ -142,6 +148,8 @@ def test_every_referenced_configmap_and_secret_is_rendered() -> None:
             refs = [("ConfigMap", v["configMap"]["name"]) for v in spec.get("volumes", []) if "configMap" in v]
             for c in spec["containers"]:
                 refs += [("ConfigMap", s["configMapRef"]["name"]) for s in c.get("envFrom", []) if "configMapRef" in s]
+                refs += [("ConfigMap", e["valueFrom"]["configMapKeyRef"]["name"]) for e in c.get("env", [])
+                         if "configMapKeyRef" in e.get("valueFrom", {})]
                 refs += [("Secret", s["secretRef"]["name"]) for s in c.get("envFrom", []) if "secretRef" in s]
             assert set(refs) <= names, f"{overlay}: {workload['metadata']['name']} names {set(refs) - names}"
 
@@ -158,13 +166,14 @@ def test_base_rbac_equals_the_plain_manifests() -> None:
 
 
 def _copy_overlay(source: Path, target: Path, edits: dict[str, str]) -> None:
-    """``source``'s kustomization.yaml in ``target`` (a sibling of the other copies) with its
-    paths into deploy/ rewritten relative to ``target`` (kustomize refuses absolute ones) and ``edits``."""
+    """``source`` (its kustomization.yaml and the files next to it, settings.yaml among them) in
+    ``target`` (a sibling of the other copies) with the paths into deploy/ rewritten relative to
+    ``target`` (kustomize refuses absolute ones) and ``edits``."""
     text = (source / "kustomization.yaml").read_text().replace("../../", os.path.relpath(DEPLOY, target) + "/")
     for old, new in edits.items():
         assert old in text, old
         text = text.replace(old, new)
-    target.mkdir(parents=True)
+    shutil.copytree(source, target)
     (target / "kustomization.yaml").write_text(text)
 
 
@@ -182,3 +191,22 @@ def test_one_change_in_the_overlay_reaches_every_dependent_field(tmp_path: Path)
     assert urlsplit(scaled["triggers"][0]["metadata"]["url"]).hostname == "promptedge-desired.pop-7.svc"
     assert 'namespace="pop-7"' in scaled["triggers"][1]["metadata"]["query"]
     assert container_env(tuple(objects), "promptedge-forecaster")["PROMPTEDGE_ACTUATOR_DEPLOYMENT"] == "vllm-big"
+
+
+def _scaled_objects() -> list[dict[str, Any]]:
+    plain = [d for d in yaml.safe_load_all((DEPLOY / "keda-scaledobject.yaml").read_text()) if d and d["kind"] == "ScaledObject"]
+    # the rendered overlay too where kubectl can render it (the plain file alone otherwise)
+    return plain + ([one(rendered("central-keda"), "ScaledObject", "vllm")] if kubectl() is not None else [])
+
+
+def test_every_keda_trigger_says_average_value() -> None:
+    """KEDA's ScaledObject reference (keda-docs content/docs/2.17/reference/scaledobject-spec.md,
+    "triggers"): with AverageValue the HPA's desired count is metric / target whatever runs now
+    (the forecast's desiredReplicas / 1; waiting requests / 8), with Value it is current
+    replicas x metric / target, which would multiply a replica count; and `fallback` works only
+    for AverageValue triggers. Explicit, not left to the default, so an edit cannot drift."""
+    scaled = _scaled_objects()
+    assert scaled
+    for obj in scaled:
+        for trigger in obj["spec"]["triggers"]:
+            assert trigger.get("metricType") == "AverageValue", (obj["metadata"]["name"], trigger["name"])
