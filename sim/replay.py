@@ -10,6 +10,13 @@ the prompt is the question alone. With ``pad_context`` a system message of fille
 prompt to the context size of the source's first row (capped), so replicas do realistic
 prefill work; repeats stay identical, paraphrases get their source's padding.
 
+With ``shared_prefixes`` a trace row that has prefix block ids (Mooncake ``hash_ids``) is sent
+instead as one user message made of its blocks' texts (sim/prefix_text.py), trimmed to its
+context tokens (capped at ``max_context_tokens``), with its own generated-token count as
+``max_tokens``: requests share exactly the prefixes the trace says they share, so replicas'
+prefix caches and the router's prefix-aware dispatch see the trace's reuse. Such requests
+are of kind ``new``; rows without block ids are planned as above.
+
 Every request is sent with ``stream: true`` (TTFT is measured at the first content chunk)
 unless ``stream`` is off. ``X-Cache`` and ``X-PromptEdge-Replica`` response headers are
 recorded per request.
@@ -27,6 +34,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from sim.prefix_text import prompt_from_blocks
 from sim.questions import Kind, QuestionMix
 from sim.traces import TraceRequest
 
@@ -44,6 +52,7 @@ class ReplayConfig:
     concurrency: int = 256
     stream: bool = True
     pad_context: bool = False
+    shared_prefixes: bool = False
     max_context_tokens: int = 6000
     sample_fraction: float = 1.0
     seed: int = 0
@@ -97,6 +106,9 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
             break
         if cfg.sample_fraction < 1 and rng.random() >= cfg.sample_fraction:
             continue
+        if cfg.shared_prefixes and row.hash_ids:
+            plan.append(_shared_prefix_request(row, at, cfg))
+            continue
         prompt = mix.next()
         wanted_pad = max(0, min(row.context_tokens, cfg.max_context_tokens) - len(prompt.source) // 4)
         max_tokens, pad = params_for.setdefault(prompt.source, (max(1, row.generated_tokens), wanted_pad))
@@ -109,6 +121,16 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         plan.append(PlannedRequest(at, prompt.kind, max_tokens, body))
     return plan
+
+
+def _shared_prefix_request(row: TraceRequest, at: float, cfg: ReplayConfig) -> PlannedRequest:
+    text = prompt_from_blocks(row.hash_ids, max(1, min(row.context_tokens, cfg.max_context_tokens)))
+    max_tokens = max(1, row.generated_tokens)
+    body: dict[str, Any] = {"model": cfg.model, "messages": [{"role": "user", "content": text}],
+                            "max_tokens": max_tokens, "temperature": 0}
+    if cfg.stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return PlannedRequest(at, "new", max_tokens, body)
 
 
 def _has_content(chunk: dict[str, Any]) -> bool:
