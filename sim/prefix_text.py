@@ -22,7 +22,7 @@ BLOCK_TOKENS = 512  # Mooncake's hash_ids block size (tokens)
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=4096)  # 8 MB of block texts at most
 def block_text(hash_id: int) -> str:
     """The text of prefix block ``hash_id``: BLOCK_CHARS hex characters drawn from SHA-256 of
     the id (the same id always gives the same text, in any process)."""

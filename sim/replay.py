@@ -8,7 +8,9 @@ repeated question is a byte-identical request (as a repeating client sends) and 
 differs from its source in the text only. The trace's context tokens are not sent by default:
 the prompt is the question alone. With ``pad_context`` a system message of filler pads the
 prompt to the context size of the source's first row (capped), so replicas do realistic
-prefill work; repeats stay identical, paraphrases get their source's padding.
+prefill work; repeats stay identical, paraphrases get their source's padding. The padding is
+the source question's own text (drawn from its hash), so different questions share no prompt
+prefix and replicas' prefix caches (sim/prefix.py) reuse only what repeats repeat.
 
 With ``shared_prefixes`` a trace row that has prefix block ids (Mooncake ``hash_ids``) is sent
 instead as one user message made of its blocks' texts (sim/prefix_text.py), trimmed to its
@@ -25,6 +27,7 @@ recorded per request.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -34,7 +37,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from sim.prefix_text import prompt_from_blocks
+from sim.prefix_text import BLOCK_TOKENS, prompt_from_blocks
 from sim.questions import Kind, QuestionMix
 from sim.traces import TraceRequest
 
@@ -90,9 +93,12 @@ class Outcome:
     prompt: str = ""
 
 
-def _padding(tokens: int) -> str:
-    # ~4 characters per token, the same estimate the sim uses for prompts.
-    return ("context " * (tokens // 2 + 1))[: 4 * tokens]
+def _padding(tokens: int, source: str) -> str:
+    # ~4 characters per token, the same estimate the sim uses for prompts. The text is the
+    # source question's own (blocks drawn from its hash): one padding shared by every request
+    # would make every padded prompt a prefix-cache hit on the replicas (sim/prefix.py).
+    seed = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big")
+    return prompt_from_blocks([seed + k for k in range(tokens // BLOCK_TOKENS + 1)], tokens)
 
 
 def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig) -> list[PlannedRequest]:
@@ -114,7 +120,7 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
         max_tokens, pad = params_for.setdefault(prompt.source, (max(1, row.generated_tokens), wanted_pad))
         messages = [{"role": "user", "content": prompt.text}]
         if cfg.pad_context and pad:
-            messages.insert(0, {"role": "system", "content": _padding(pad)})
+            messages.insert(0, {"role": "system", "content": _padding(pad, prompt.source)})
         body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
                                 "temperature": 0}
         if cfg.stream:

@@ -143,3 +143,22 @@ def test_equal_hash_ids_give_equal_prompt_prefixes() -> None:
     tb = block_hashes(chat_token_ids([("user", texts[1])]), 16)
     shared = next(i for i, (x, y) in enumerate(zip(ta, tb)) if x != y)
     assert shared == (3 + 2 * 512) // 16
+
+
+def test_padded_prompts_of_different_questions_share_no_prefix_blocks() -> None:
+    # With prefix caching on, a padding text common to every request would make every padded
+    # prompt's prefill a cache hit; padding belongs to its source question instead.
+    from sim.questions import MixConfig, QuestionMix, load_pairs
+    from sim.sample import QUESTIONS_FILE, TRACE_FILE
+    from sim.traces import read_trace
+
+    cfg = ReplayConfig(target="http://x", pad_context=True, max_context_tokens=1000)
+    plan = plan_requests(read_trace(TRACE_FILE)[:200], QuestionMix(load_pairs(QUESTIONS_FILE), MixConfig(seed=1)), cfg)
+    firsts: dict[str, str] = {}
+    for p in plan:
+        if p.kind == "new" and len(p.body["messages"]) == 2:
+            firsts.setdefault(p.body["messages"][1]["content"], p.body["messages"][0]["content"])
+    pads = list(firsts.values())
+    assert len(pads) > 20
+    heads = {pad[:64] for pad in pads}  # one 16-token block of 4-character tokens
+    assert len(heads) == len(pads)
