@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 
 from cache import CacheSettings, ResponseCache
 from router.affinity import PrefixMap
+from router.prefix_index import PrefixIndexes
 from router.api import add_completion_routes
 from router.bodylimit import BodyLimit
 from router.counters import SimClock, TrafficCounters
@@ -62,7 +63,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         probe_client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
         pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall), credentials)
-        weights = Weights(stale_after_s=settings.stale_after_s)
+        weights = Weights(stale_after_s=settings.stale_after_s, prefix=settings.prefix_weight)
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         counters = TrafficCounters(redis, SimClock(settings.clock_origin, settings.clock_scale),
                                    settings.counters_flush_s, [])
@@ -75,6 +76,9 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             counters.models = sorted(pools.by_model)
             if changes.removed:
                 metrics.forget_replicas(changes.removed)  # bounded series under autoscaling
+                state = getattr(app.state, "router", None)
+                if state is not None:  # and bounded prefix indexes (router/prefix_index.py)
+                    state.prefix_index.forget([r.url for r in pools.all()])
             if changes:
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
                          changes.draining)
@@ -91,6 +95,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             pools=pools, scraper=scraper, counters=counters, metrics=metrics,
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits, settings.api_keys),
             tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s),
+            prefix_index=PrefixIndexes(settings.prefix_chunk_chars, settings.prefix_kv_tokens),
             prompt_tokens=PromptTokens.load(settings.tokenizers))
         await source.start(on_replicas)
         await scraper.start()

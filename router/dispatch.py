@@ -22,6 +22,22 @@ and the score becomes the cost of adding this request, scaled by how slowly it w
     score' = (score + 1) * f - 1          # f = 1 (unknown or fastest): the score as above
 
 so an idle T4 three times slower than an A100 ranks with an A100 that already has two requests.
+
+Prefix-cache-aware (``prefix_aware``): the ``gpu_load`` score (speed included) minus a bonus
+for the prompt prefix the replica probably holds in its KV cache (``Context.prefix_match``:
+fraction 0..1 of the prompt's leading chunks in the router's index of what it sent there,
+router/prefix_index.py)::
+
+    score'' = score' - W_prefix * match          # only while load + 1 <= bound, else score'
+    bound   = ceil(c * (sum of loads + 1) / n)   # loads: estimated open requests, c = 1.25
+
+The bonus is in the score's unit (equivalent running requests): with ``W_prefix`` = 12 a fully
+matched prompt outweighs up to 12 more open requests' worth of score, a half-matched one 6;
+12 was the best of 3, 6 and 12 in bench/prefix_dispatch.py (router/README.md). What keeps
+that from piling requests onto one replica is the bound: a replica above it gets no bonus at
+all, so locality is never followed into a hotspot (consistent hashing with bounded loads,
+Mirrokni, Thorup and Zadimoghaddam, SODA 2018: no bin takes more than ceil(c x the mean) of
+the load).
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ import bisect
 import hashlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -70,6 +86,7 @@ class Weights:
     hot_util: float = 0.90
     stale_after_s: float = 1.0
     affinity_load_factor: float = 1.25
+    prefix: float = 12.0  # W_prefix: bonus of a fully matched prompt prefix (prefix_aware), requests
     speed: SpeedConfig | None = SpeedConfig()  # None: ignore replica speed
 
 
@@ -80,7 +97,9 @@ class Context:
     ticket: a counter that grows by one per decision (round robin, tie-breaking);
     rng: random source for ``power_of_two``; session: ``X-Session-ID`` or None;
     preferred: replica that served this request's prompt prefix recently, or None;
-    now: the clock of ``ReplicaView.speed.at`` (seconds), for the age of speed estimates.
+    now: the clock of ``ReplicaView.speed.at`` (seconds), for the age of speed estimates;
+    prefix_match: replica key -> fraction 0..1 of the prompt's prefix its KV cache probably
+    holds (``prefix_aware``; a missing key counts as 0).
     """
 
     ticket: int = 0
@@ -88,6 +107,7 @@ class Context:
     session: str | None = None
     preferred: str | None = None
     now: float = 0.0
+    prefix_match: Mapping[str, float] = field(default_factory=dict)
 
 
 def fresh(view: ReplicaView, weights: Weights) -> bool:
@@ -149,7 +169,7 @@ def _argmin(views: Sequence[ReplicaView], values: Sequence[float], ticket: int) 
 def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weights = Weights()) -> ReplicaView:
     """Choose one replica from ``views`` (the eligible ones, non-empty) under ``policy``.
 
-    policy: round_robin | least_request | gpu_load | power_of_two. With ``ctx.session`` the
+    policy: round_robin | least_request | gpu_load | power_of_two | prefix_aware. With ``ctx.session`` the
     choice is sticky by consistent hashing, with ``ctx.preferred`` by prompt prefix; both are
     bounded by load (a replica above ``affinity_load_factor`` x the mean open requests is skipped).
     Raises ValueError for an empty ``views`` or an unknown policy.
@@ -160,7 +180,7 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
         return views[ctx.ticket % len(views)]
     if policy == "least_request":
         return _argmin(views, [float(v.inflight) for v in views], ctx.ticket)
-    if policy not in ("gpu_load", "power_of_two"):
+    if policy not in ("gpu_load", "power_of_two", "prefix_aware"):
         raise ValueError(f"unknown dispatch policy {policy!r}")
     cool = [v for v in views if not hot(v, weights)] or list(views)
     scores = [score(v, weights) for v in cool]
@@ -173,16 +193,34 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
         sticky = _affine(cool, [estimated_requests(v, weights) for v in cool], ctx, weights)
         if sticky is not None:
             return sticky
+    if policy == "prefix_aware" and ctx.prefix_match:
+        loads = [estimated_requests(v, weights) for v in cool]
+        scores = prefix_scores(cool, scores, loads, ctx.prefix_match, weights)
     if policy == "power_of_two" and len(cool) > 2:
         a, b = ctx.rng.sample(range(len(cool)), 2)
         return cool[a] if scores[a] <= scores[b] else cool[b]
     return _argmin(cool, scores, ctx.ticket)
 
 
+def load_bound(loads: Sequence[float], factor: float) -> float:
+    """Most open requests a replica may have and still take a locality-driven request:
+    ``ceil(factor x mean load after adding it)`` (bounded loads, Mirrokni et al. 2018)."""
+    return math.ceil(factor * (sum(loads) + 1.0) / len(loads))
+
+
+def prefix_scores(views: Sequence[ReplicaView], scores: Sequence[float], loads: Sequence[float],
+                  match: Mapping[str, float], weights: Weights) -> list[float]:
+    """``scores`` minus ``weights.prefix`` x each replica's prefix match (0..1), for replicas
+    within the load bound only (see the module docstring); lower is better."""
+    bound = load_bound(loads, weights.affinity_load_factor)
+    return [s - weights.prefix * match.get(v.key, 0.0) if load + 1.0 <= bound else s
+            for v, s, load in zip(views, scores, loads, strict=True)]
+
+
 def _affine(views: list[ReplicaView], loads: list[float], ctx: Context, weights: Weights) -> ReplicaView | None:
     # Bounded load (Mirrokni, Thorup, Zadimoghaddam 2018): a replica may take a sticky request
     # only while its open requests stay within ceil(c x the mean after adding this request).
-    bound = math.ceil(weights.affinity_load_factor * (sum(loads) + 1.0) / len(loads))
+    bound = load_bound(loads, weights.affinity_load_factor)
     by_key = {v.key: (v, s) for v, s in zip(views, loads, strict=True)}
     if ctx.preferred is not None and ctx.preferred in by_key:
         view, load = by_key[ctx.preferred]

@@ -293,6 +293,8 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
     last: APIError | None = None
     timeouts = state.settings.timeouts[rec.priority]
     prefix = prefix_key(body, state.settings.prefix_chars) if state.settings.prefix_affinity else None
+    # prefix_aware scores each replica's probable prefix cache (router/prefix_index.py) instead
+    chunks = state.prefix_index.hashes(body) if state.settings.policy == "prefix_aware" else None
     forward = {"content-type": content_type}
     for name in _FORWARD_HEADERS:
         if name in headers:
@@ -316,7 +318,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             assert lane is not None  # candidates is not empty
             rec.lane = lane.name
             candidates = [r for r in candidates if r.spec.role == lane.name]
-        replica = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix)
+        replica = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix, chunks=chunks)
         rec.replica, rec.profile = replica.url, replica.spec.profile or ""
         rec.forwarded_at = time.perf_counter()
         lease = replica.lease()

@@ -18,7 +18,7 @@ from opskit import FileSettings, LogFormat
 from router.credentials import SecretRef
 from router.limits import Limits
 
-Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two"]
+Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware"]
 Transport = Literal["aiohttp", "httpx"]
 Discovery = Literal["static", "kubernetes"]
 
@@ -177,6 +177,12 @@ class RouterSettings(FileSettings):
     prefix_affinity: bool = True
     prefix_chars: int = Field(2048, ge=64)  # characters of prompt that make its prefix key
     prefix_ttl_s: float = Field(120.0, gt=0)  # how long a prefix remembers its replica
+    # policy prefix_aware (router/prefix_index.py, router/dispatch.py): prompt chunk size in
+    # characters, KV size (tokens) assumed for a replica that exports no vllm:cache_config_info
+    # (the sim a100 profile's: vLLM on an 80 GB A100 with an 8B model), bonus of a full match
+    prefix_chunk_chars: int = Field(256, ge=16, le=65_536)
+    prefix_kv_tokens: int = Field(400_000, ge=1)
+    prefix_weight: float = Field(12.0, ge=0)
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
     limits: Limits = Field(default_factory=Limits)  # JSON; every resource limit (router/limits.py)
 

@@ -8,6 +8,9 @@ Metric names by source (current and older servers, so one router fronts all of t
 - SGLang: ``sglang:num_queue_reqs``, ``sglang:num_running_reqs``, ``sglang:token_usage`` (0..1).
 - llama.cpp server (``--metrics``): ``llamacpp:requests_deferred``,
   ``llamacpp:requests_processing``, ``llamacpp:kv_cache_usage_ratio`` (0..1, older builds).
+- KV size: vLLM's info gauge ``vllm:cache_config_info`` (labels: its CacheConfig's fields as
+  strings, ``vllm/v1/metrics/loggers.py`` ``log_metrics_info``): ``num_gpu_blocks`` x
+  ``block_size`` tokens, summed over engines.
 - NVIDIA DCGM exporter: ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB),
   ``DCGM_FI_DEV_GPU_UTIL`` (percent), ``DCGM_FI_DEV_GPU_TEMP`` (degrees C).
 
@@ -27,7 +30,8 @@ _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_us
        "llamacpp:kv_cache_usage_ratio")
 _FB_USED, _FB_FREE = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"
 _UTIL, _TEMP = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"
-_WANTED = (*_WAITING, *_RUNNING, *_KV, _FB_USED, _FB_FREE, _UTIL, _TEMP)
+_CACHE_INFO = "vllm:cache_config_info"
+_WANTED = (*_WAITING, *_RUNNING, *_KV, _FB_USED, _FB_FREE, _UTIL, _TEMP, _CACHE_INFO)
 _WANTED_BYTES = tuple(name.encode() for name in _WANTED)
 
 
@@ -36,7 +40,7 @@ class Signals:
     """One scrape's load signals; None = the replica does not export it.
 
     waiting/running: requests (count); kv_usage, mem_used, gpu_util: fractions 0..1;
-    temp_c: degrees Celsius.
+    temp_c: degrees Celsius; kv_capacity_tokens: KV cache size in tokens.
     """
 
     waiting: float | None = None
@@ -45,10 +49,12 @@ class Signals:
     mem_used: float | None = None
     gpu_util: float | None = None
     temp_c: float | None = None
+    kv_capacity_tokens: float | None = None
 
     def merged(self, gpu: Signals) -> Signals:
         """These engine signals completed with a GPU exporter's (memory, utilisation, temperature)."""
-        return Signals(self.waiting, self.running, self.kv_usage, gpu.mem_used, gpu.gpu_util, gpu.temp_c)
+        return Signals(self.waiting, self.running, self.kv_usage, gpu.mem_used, gpu.gpu_util, gpu.temp_c,
+                       self.kv_capacity_tokens)
 
 
 def parse_metrics(text: bytes) -> Signals:
@@ -60,9 +66,14 @@ def parse_metrics(text: bytes) -> Signals:
     """
     kept = [line for line in text.split(b"\n") if line.startswith(_WANTED_BYTES)]
     values: dict[str, list[float]] = {}
+    kv_capacity: float | None = None
     for family in text_string_to_metric_families(b"\n".join(kept).decode() + "\n"):
         for sample in family.samples:
             values.setdefault(sample.name, []).append(sample.value)
+            if sample.name == _CACHE_INFO:
+                tokens = _kv_tokens(sample.labels)
+                if tokens is not None:
+                    kv_capacity = (kv_capacity or 0.0) + tokens
 
     def total(names: tuple[str, ...]) -> float | None:
         for name in names:
@@ -88,4 +99,14 @@ def parse_metrics(text: bytes) -> Signals:
         mem_used=mem_used,
         gpu_util=None if util is None else util / 100.0,
         temp_c=peak((_TEMP,)),
+        kv_capacity_tokens=kv_capacity,
     )
+
+
+def _kv_tokens(labels: dict[str, str]) -> float | None:
+    # num_gpu_blocks is "None" until vLLM has profiled memory; anything not a positive count is unknown
+    try:
+        tokens = int(labels.get("num_gpu_blocks", "")) * int(labels.get("block_size", ""))
+    except ValueError:
+        return None
+    return float(tokens) if tokens > 0 else None

@@ -10,6 +10,7 @@ from opentelemetry.trace import Tracer
 
 from cache import ResponseCache
 from router.affinity import PrefixMap
+from router.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes
 from router.counters import TrafficCounters
 from router.dispatch import Context, ReplicaView, Weights, pick
 from router.metrics import RouterMetrics
@@ -37,18 +38,29 @@ class RouterState:
     limiter: RateLimiter
     tracer: Tracer | None = None
     prefixes: PrefixMap = field(default_factory=lambda: PrefixMap(120.0))
+    # what prompt prefixes went where, for policy prefix_aware (router/prefix_index.py)
+    prefix_index: PrefixIndexes = field(default_factory=lambda: PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000))
     prompt_tokens: PromptTokens = field(default_factory=PromptTokens)  # per-pool tokenizers (router/tokens.py)
     ticket: int = 0
     rng: random.Random = field(default_factory=random.Random)
 
     def choose(self, replicas: list[Replica], now: float, session: str | None = None,
-               prefix: int | None = None) -> Replica:
+               prefix: int | None = None, chunks: list[int] | None = None) -> Replica:
         """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
-        ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds."""
+        ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds;
+        ``chunks``: the prompt's chunk hashes (router/prefix_index.py) for ``prefix_aware``,
+        which scores each replica's probable prefix cache instead of the sticky prefix key."""
         self.ticket += 1
         views: list[ReplicaView] = [r.view(now) for r in replicas]
-        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=self.prefixes.get(prefix, now),
-                      now=now)
+        match = self.prefix_index.matches([r.url for r in replicas], chunks) if chunks else {}
+        preferred = None if chunks else self.prefixes.get(prefix, now)
+        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=preferred, now=now,
+                      prefix_match=match)
         chosen = pick(views, self.settings.policy, ctx, self.weights)
-        self.prefixes.put(prefix, chosen.key, now)
-        return next(r for r in replicas if r.url == chosen.key)
+        replica = next(r for r in replicas if r.url == chosen.key)
+        if chunks:
+            kv_tokens = replica.signals.kv_capacity_tokens if replica.signals is not None else None
+            self.prefix_index.record(replica.url, chunks, kv_tokens)
+        else:
+            self.prefixes.put(prefix, chosen.key, now)
+        return replica

@@ -26,7 +26,7 @@ from sim.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, Embe
                          error_body, validation_error_body)
 from sim.settings import SimSettings
 from sim.schemas import DEFAULT_MAX_TOKENS
-from sim.tokens import estimate_chat_tokens, estimate_text_tokens, filler
+from sim.tokens import chat_token_ids, estimate_chat_tokens, estimate_text_tokens, filler, text_token_ids
 
 
 class Faults(BaseModel):
@@ -62,7 +62,8 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(prof, settings.model, settings.warmup_s, settings.time_scale)
+        engine = Engine(prof, settings.model, settings.warmup_s, settings.time_scale,
+                        settings.enable_prefix_caching, settings.block_size)
         faults = Faults(fail_rate=settings.fail_rate, hang=settings.hang)
         app.state.replica = Replica(settings, prof, engine, faults, random.Random(settings.seed))
         engine.start(settings.warmup_from)
@@ -210,7 +211,7 @@ async def _respond(request: Request) -> Response:
         return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
     prompt_tokens, max_tokens = estimate_text_tokens(req.text()), req.max_output_tokens or DEFAULT_MAX_TOKENS
     try:
-        handle = rep.engine.submit(prompt_tokens, max_tokens)
+        handle = rep.engine.submit(prompt_tokens, max_tokens, text_token_ids(req.text()))
     except ModelLimitError as exc:
         return _error(str(exc), "BadRequestError", "max_output_tokens", 400)
     response_id = "resp_" + r.new_id("text")[5:]
@@ -271,10 +272,12 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         if isinstance(req.prompt, list) and len(req.prompt) > 1:
             return _error("prompt: batched prompts are not supported by the sim", "BadRequestError", "prompt", 400)
         prompt_tokens = estimate_text_tokens(req.prompt_text())
+        token_ids = text_token_ids(req.prompt_text())
         if req.echo and req.stream:
             return _error("echo: not supported with stream by the sim", "BadRequestError", "echo", 400)
     else:
         prompt_tokens = estimate_chat_tokens(m.text() for m in req.messages)
+        token_ids = chat_token_ids((m.role, m.text()) for m in req.messages)
     if rep.draining:
         return _error("replica is shutting down", "ServiceUnavailableError", None, 503)
     if not rep.engine.ready:
@@ -288,7 +291,7 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
         return _error("simulated replica failure", "InternalServerError", None, 500)
     max_tokens = req.output_tokens()
     try:
-        handle = rep.engine.submit(prompt_tokens, max_tokens)
+        handle = rep.engine.submit(prompt_tokens, max_tokens, token_ids)
     except ModelLimitError as exc:
         return _error(str(exc), "BadRequestError", "max_tokens", 400)
     req_id = r.new_id(kind)

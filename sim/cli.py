@@ -37,6 +37,11 @@ def serve(
     time_scale: Annotated[Optional[float], typer.Option(
         "--time-scale", help="Simulated seconds per wall second: step times, warm-up and sleeps are divided by it; "
                              "metrics stay in simulated seconds (env PROMPTEDGE_SIM_TIME_SCALE, default 1).")] = None,
+    enable_prefix_caching: Annotated[Optional[bool], typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="vLLM's automatic prefix caching: cached prompt blocks are not prefilled again (default on).")] = None,
+    block_size: Annotated[Optional[int], typer.Option(
+        min=1, max=256, help="Tokens per KV-cache block, as vLLM's --block-size (default 16).")] = None,
 ) -> None:
     """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics); drains on SIGTERM."""
     from sim.serving import ReplicaConfigError, build_replica, serve_replica
@@ -44,7 +49,8 @@ def serve(
     overrides = {
         k: v
         for k, v in dict(port=port, model=model, profile=profile, warmup_s=warmup_s, host=host, fail_rate=fail_rate,
-                         max_model_len=max_model_len, api_key=api_key, time_scale=time_scale).items()
+                         max_model_len=max_model_len, api_key=api_key, time_scale=time_scale,
+                         enable_prefix_caching=enable_prefix_caching, block_size=block_size).items()
         if v is not None
     }
     if hang:
@@ -130,6 +136,9 @@ def replay(
     concurrency: Annotated[int, typer.Option(help="Most requests in flight.")] = 256,
     sample_fraction: Annotated[float, typer.Option(help="Keep each trace request with this probability.")] = 1.0,
     pad_context: Annotated[bool, typer.Option("--pad-context", help="Pad prompts to the trace's context tokens.")] = False,
+    shared_prefixes: Annotated[bool, typer.Option(
+        "--shared-prefixes", help="Mooncake rows: prompts built from their hash_ids blocks (equal ids, equal text).")] = False,
+    max_context_tokens: Annotated[int, typer.Option(min=1, help="Cap of a padded or shared-prefix prompt (tokens).")] = 6000,
     no_stream: Annotated[bool, typer.Option("--no-stream", help="Non-stream requests (no TTFT).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the prompt mix and sampling.")] = 0,
 ) -> None:
@@ -143,7 +152,8 @@ def replay(
     try:
         cfg = ReplayConfig(target=target, model=model, speedup=speedup, duration_s=duration,
                            concurrency=concurrency, sample_fraction=sample_fraction,
-                           pad_context=pad_context, stream=not no_stream, seed=seed)
+                           pad_context=pad_context, shared_prefixes=shared_prefixes,
+                           max_context_tokens=max_context_tokens, stream=not no_stream, seed=seed)
         plan = build_plan(*load_inputs(trace, questions), cfg, MixConfig(seed=seed))
     except (TraceFormatError, QuestionsFormatError, ValueError) as exc:
         raise _fail(str(exc)) from None

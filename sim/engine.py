@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sim.latency import BatchModel, Profile
 from sim.metrics import ReplicaMetrics
+from sim.prefix import DEFAULT_BLOCK_SIZE, block_hashes
 
 
 # How far behind its step clock a replica may fall and still catch up (simulated seconds): late
@@ -57,17 +58,23 @@ class Engine:
     wall second (> 0): each step lasts ``step_s / time_scale`` wall seconds on the step clock and the
     warm-up lasts ``warmup_s / time_scale`` wall seconds, while every duration it records (TTFT
     and e2e histograms, queue time) is in simulated seconds, so the metrics keep their meaning.
+    ``prefix_caching`` / ``block_size``: vLLM's automatic prefix caching over blocks of that
+    many tokens (sim/prefix.py; on by default, as in vLLM V1).
     """
 
-    def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0, time_scale: float = 1.0) -> None:
+    def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0, time_scale: float = 1.0,
+                 prefix_caching: bool = True, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
-        self.model = BatchModel(profile)
+        self.model = BatchModel(profile, prefix_caching, block_size)
         self.metrics = ReplicaMetrics(
             model_name,
             running=lambda: len(self.model.running),
             waiting=lambda: len(self.model.waiting),
             kv_usage=lambda: self.model.kv_usage,
+            cache_config={"block_size": str(self.model.pool.block_size),
+                          "num_gpu_blocks": str(self.model.pool.num_blocks),
+                          "enable_prefix_caching": str(prefix_caching)},
         )
         self.warmup_s = warmup_s
         self.time_scale = time_scale
@@ -105,10 +112,13 @@ class Engine:
         """True when no request is queued, running or awaiting its last tokens' delivery."""
         return not self._handles
 
-    def submit(self, prompt_tokens: int, max_tokens: int) -> Handle:
-        """Queue a request; raises latency.ModelLimitError if it can never fit."""
+    def submit(self, prompt_tokens: int, max_tokens: int, token_ids: list[int] | None = None) -> Handle:
+        """Queue a request; ``token_ids``: its prompt's token ids (sim/tokens.py), which the
+        prefix cache hashes in blocks (None: nothing of it can be cached). Raises
+        latency.ModelLimitError if it can never fit."""
         req_id = next(self._ids)
-        self.model.submit(req_id, prompt_tokens, max_tokens)
+        hashes = block_hashes(token_ids, self.model.pool.block_size) if token_ids and self.model.pool.caching else []
+        self.model.submit(req_id, prompt_tokens, max_tokens, hashes)
         handle = Handle(req_id, prompt_tokens, max_tokens, asyncio.get_running_loop().time())
         self._handles[req_id] = handle
         self._wake.set()
@@ -138,7 +148,10 @@ class Engine:
             step_end = scheduled_at + out.duration_s / self.time_scale
             await asyncio.sleep(max(0.0, step_end - loop.time()))
             now = loop.time()
-            self.metrics.prompt_tokens.inc(out.prompt_tokens)
+            # the whole prompt, computed or found cached, so the counter means what it did before
+            self.metrics.prompt_tokens.inc(out.prompt_tokens + out.cached_tokens)
+            self.metrics.prefix_cache_queries.inc(out.queried_tokens)
+            self.metrics.prefix_cache_hits.inc(out.cached_tokens)
             self.metrics.generation_tokens.inc(out.generated_tokens)
             for req_id in out.first_token:
                 handle = self._handles.get(req_id)

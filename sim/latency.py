@@ -6,6 +6,11 @@ scheduler in shape (decode first, then chunked prefill under a per-step token bu
 documented simplification: a request is admitted only when its whole footprint
 (prompt + max_tokens) fits in the free KV cache, so there is never a preemption.
 
+With prefix caching on (``prefix_caching=True``, sim/prefix.py) the KV cache is counted in
+blocks of ``block_size`` tokens; a request's prompt starts prefilled by the tokens found in
+the cache, so only its uncached tokens are prefilled and charged ``prefill_s_per_token``.
+Off, the pool is counted in tokens (block size 1, nothing cached), as before.
+
 Step time (seconds)::
 
     step = decode_base_s
@@ -20,7 +25,10 @@ prompt's prefill also yields its first token (as in vLLM, where the prefill step
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
+
+from sim.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool
 
 
 class ModelLimitError(ValueError):
@@ -67,13 +75,17 @@ class Profile:
 
 @dataclass
 class Sequence:
-    """One request inside the model. Token counts only; text lives in the API layer."""
+    """One request inside the model. Token counts only; text lives in the API layer.
+    ``block_hashes``: chained hashes of its prompt's full blocks (sim/prefix.py), empty when
+    unknown; ``cached``: prompt tokens found in the prefix cache at admission."""
 
     req_id: int
     prompt_tokens: int
     max_tokens: int
     prefilled: int = 0
     generated: int = 0
+    block_hashes: tuple[int, ...] = ()
+    cached: int = 0
 
     @property
     def footprint(self) -> int:
@@ -87,7 +99,10 @@ class Sequence:
 
 @dataclass
 class StepOutcome:
-    """What one engine step did. ``duration_s`` is 0 when there was nothing to run."""
+    """What one engine step did. ``duration_s`` is 0 when there was nothing to run.
+    ``prompt_tokens``: prompt tokens computed (prefilled) in the step; ``cached_tokens``:
+    prompt tokens of the requests admitted in the step that were found in the prefix cache
+    (not computed); ``queried_tokens``: prompt tokens of those requests looked up in it."""
 
     duration_s: float
     admitted: list[int] = field(default_factory=list)
@@ -95,6 +110,8 @@ class StepOutcome:
     finished: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    cached_tokens: int = 0
+    queried_tokens: int = 0
 
 
 class BatchModel:
@@ -102,27 +119,33 @@ class BatchModel:
 
     ``submit`` queues a request (FIFO waiting queue), ``step`` runs one engine iteration and
     returns a :class:`StepOutcome`, ``abort`` drops a request wherever it is.
+    ``prefix_caching``: model vLLM's automatic prefix caching over blocks of ``block_size``
+    tokens (the pool has ``kv_capacity_tokens // block_size`` blocks); off by default here
+    (the replica's engine turns it on, as vLLM V1 does).
     """
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, prefix_caching: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         self.profile = profile
         self.waiting: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}
-        self._reserved = 0
+        size = block_size if prefix_caching else 1
+        self.pool = KVBlockPool(profile.kv_capacity_tokens // size, size, caching=prefix_caching)
 
-    def submit(self, req_id: int, prompt_tokens: int, max_tokens: int) -> None:
-        """Queue a request. Raises ModelLimitError when it can never fit this replica."""
+    def submit(self, req_id: int, prompt_tokens: int, max_tokens: int, block_hashes: Seq[int] = ()) -> None:
+        """Queue a request. ``block_hashes``: its prompt's chained block hashes
+        (sim/prefix.py ``block_hashes`` of its token ids), for the prefix cache. Raises
+        ModelLimitError when it can never fit this replica."""
         if prompt_tokens < 1 or max_tokens < 1:
             raise ValueError("prompt_tokens and max_tokens must be >= 1")
         if prompt_tokens + max_tokens > self.profile.max_model_len:
             raise ModelLimitError(prompt_tokens, max_tokens, self.profile.max_model_len)
-        self.waiting.append(Sequence(req_id, prompt_tokens, max_tokens))
+        self.waiting.append(Sequence(req_id, prompt_tokens, max_tokens, block_hashes=tuple(block_hashes)))
 
     def abort(self, req_id: int) -> None:
-        """Forget a request (client went away); frees its KV reservation."""
+        """Forget a request (client went away); frees its KV blocks."""
         seq = self.running.pop(req_id, None)
         if seq is not None:
-            self._reserved -= seq.footprint
+            self.pool.release(req_id)
             return
         self.waiting = deque(s for s in self.waiting if s.req_id != req_id)
 
@@ -132,33 +155,37 @@ class BatchModel:
 
     @property
     def kv_tokens_in_use(self) -> int:
-        return sum(s.kv_in_use for s in self.running.values())
+        """KV tokens the running requests use (a cached block shared by several counted once)."""
+        return sum(s.kv_in_use for s in self.running.values()) - self.pool.shared_tokens
 
     @property
     def kv_usage(self) -> float:
         """Fraction 0..1 of the KV cache holding tokens (vLLM's kv_cache_usage_perc)."""
         return self.kv_tokens_in_use / self.profile.kv_capacity_tokens
 
-    def _admit(self) -> list[int]:
-        admitted = []
+    def _admit(self, out: StepOutcome) -> None:
         p = self.profile
         # FIFO without skipping: a big request at the head blocks smaller ones behind it, as in vLLM.
         while self.waiting and len(self.running) < p.max_num_seqs:
             head = self.waiting[0]
-            if self._reserved + head.footprint > p.kv_capacity_tokens:
+            if not self.pool.can_admit(head.block_hashes, head.prompt_tokens, head.footprint):
                 break
             self.waiting.popleft()
+            head.cached = self.pool.admit(head.req_id, head.block_hashes, head.prompt_tokens, head.footprint)
+            head.prefilled = head.cached
             self.running[head.req_id] = head
-            self._reserved += head.footprint
-            admitted.append(head.req_id)
-        return admitted
+            out.admitted.append(head.req_id)
+            out.cached_tokens += head.cached
+            if self.pool.caching:
+                out.queried_tokens += head.prompt_tokens
 
     def step(self) -> StepOutcome:
         """Run one engine iteration; see the module docstring for the step-time formula."""
         p = self.profile
-        admitted = self._admit()
+        out = StepOutcome(0.0)
+        self._admit(out)
         if not self.running:
-            return StepOutcome(0.0, admitted)
+            return out
         kv_before = self.kv_tokens_in_use
         budget = p.max_num_batched_tokens
         decoding = [s for s in self.running.values() if s.prefilled == s.prompt_tokens]
@@ -178,11 +205,12 @@ class BatchModel:
             + p.kv_read_s_per_token * kv_before
             + p.prefill_s_per_token * prefill_tokens
         )
-        out = StepOutcome(duration, admitted, prompt_tokens=prefill_tokens)
+        out.duration_s, out.prompt_tokens = duration, prefill_tokens
         for seq in decoding:
             seq.generated += 1
         for seq, chunk in chunks:
             seq.prefilled += chunk
+            self.pool.computed(seq.req_id, seq.block_hashes, seq.prefilled)
             if seq.prefilled == seq.prompt_tokens:
                 seq.generated = 1
                 out.first_token.append(seq.req_id)
@@ -190,7 +218,7 @@ class BatchModel:
         for seq in decoding + [s for s, _ in chunks]:
             if seq.generated >= seq.max_tokens:
                 del self.running[seq.req_id]
-                self._reserved -= seq.footprint
+                self.pool.release(seq.req_id)
                 out.finished.append(seq.req_id)
         return out
 

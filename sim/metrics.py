@@ -18,6 +18,17 @@ from entering the waiting queue to being first scheduled).
 ``FinishReason``: stop, length, abort) created at start, so each reads 0 before its first
 request. A simulated completion always ends at ``max_tokens``: ``finished_reason="length"``.
 The forecaster's default Prometheus query (``forecaster/settings.py``) reads this counter.
+
+Prefix cache (vLLM V1, same ``loggers.py``): counters ``vllm:prefix_cache_queries`` ("Prefix
+cache queries, in terms of number of queried tokens.") and ``vllm:prefix_cache_hits``
+("Prefix cache hits, in terms of number of cached tokens."), exported with ``_total``;
+queries add every looked-up request's prompt tokens, hits the tokens found cached
+(``vllm/v1/core/kv_cache_manager.py``). vLLM V1 exports no hit-rate gauge (V0's
+``vllm:gpu_prefix_cache_hit_rate`` is gone; the rate is hits / queries, and V1 prints it
+only in its log line), so neither does the sim. ``vllm:cache_config_info`` is V1's info
+gauge (always 1) whose labels are the CacheConfig's fields as strings plus ``engine``
+(``log_metrics_info``); the sim sets ``block_size``, ``num_gpu_blocks`` and
+``enable_prefix_caching``, from which a router reads the KV size (blocks x block size).
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ class ReplicaMetrics:
         running: Callable[[], float],
         waiting: Callable[[], float],
         kv_usage: Callable[[], float],
+        cache_config: dict[str, str] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         labels = {"model_name": model_name, "engine": "0"}
@@ -78,6 +90,19 @@ class ReplicaMetrics:
             "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
             LABELS, buckets=QUEUE_BUCKETS, registry=self.registry,
         ).labels(**labels)
+
+        self.prefix_cache_queries = Counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", LABELS,
+            registry=self.registry,
+        ).labels(**labels)
+        self.prefix_cache_hits = Counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", LABELS,
+            registry=self.registry,
+        ).labels(**labels)
+        if cache_config is not None:
+            info = {**cache_config, "engine": "0"}
+            Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", tuple(info),
+                  registry=self.registry).labels(**info).set(1)
 
         success = Counter(
             "vllm:request_success", "Count of successfully processed requests.",

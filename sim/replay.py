@@ -8,7 +8,16 @@ repeated question is a byte-identical request (as a repeating client sends) and 
 differs from its source in the text only. The trace's context tokens are not sent by default:
 the prompt is the question alone. With ``pad_context`` a system message of filler pads the
 prompt to the context size of the source's first row (capped), so replicas do realistic
-prefill work; repeats stay identical, paraphrases get their source's padding.
+prefill work; repeats stay identical, paraphrases get their source's padding. The padding is
+the source question's own text (drawn from its hash), so different questions share no prompt
+prefix and replicas' prefix caches (sim/prefix.py) reuse only what repeats repeat.
+
+With ``shared_prefixes`` a trace row that has prefix block ids (Mooncake ``hash_ids``) is sent
+instead as one user message made of its blocks' texts (sim/prefix_text.py), trimmed to its
+context tokens (capped at ``max_context_tokens``), with its own generated-token count as
+``max_tokens``: requests share exactly the prefixes the trace says they share, so replicas'
+prefix caches and the router's prefix-aware dispatch see the trace's reuse. Such requests
+are of kind ``new``; rows without block ids are planned as above.
 
 Every request is sent with ``stream: true`` (TTFT is measured at the first content chunk)
 unless ``stream`` is off. ``X-Cache`` and ``X-PromptEdge-Replica`` response headers are
@@ -18,6 +27,7 @@ recorded per request.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -27,6 +37,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from sim.prefix_text import BLOCK_TOKENS, prompt_from_blocks
 from sim.questions import Kind, QuestionMix
 from sim.traces import TraceRequest
 
@@ -44,6 +55,7 @@ class ReplayConfig:
     concurrency: int = 256
     stream: bool = True
     pad_context: bool = False
+    shared_prefixes: bool = False
     max_context_tokens: int = 6000
     sample_fraction: float = 1.0
     seed: int = 0
@@ -81,9 +93,12 @@ class Outcome:
     prompt: str = ""
 
 
-def _padding(tokens: int) -> str:
-    # ~4 characters per token, the same estimate the sim uses for prompts.
-    return ("context " * (tokens // 2 + 1))[: 4 * tokens]
+def _padding(tokens: int, source: str) -> str:
+    # ~4 characters per token, the same estimate the sim uses for prompts. The text is the
+    # source question's own (blocks drawn from its hash): one padding shared by every request
+    # would make every padded prompt a prefix-cache hit on the replicas (sim/prefix.py).
+    seed = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big")
+    return prompt_from_blocks([seed + k for k in range(tokens // BLOCK_TOKENS + 1)], tokens)
 
 
 def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig) -> list[PlannedRequest]:
@@ -97,18 +112,31 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
             break
         if cfg.sample_fraction < 1 and rng.random() >= cfg.sample_fraction:
             continue
+        if cfg.shared_prefixes and row.hash_ids:
+            plan.append(_shared_prefix_request(row, at, cfg))
+            continue
         prompt = mix.next()
         wanted_pad = max(0, min(row.context_tokens, cfg.max_context_tokens) - len(prompt.source) // 4)
         max_tokens, pad = params_for.setdefault(prompt.source, (max(1, row.generated_tokens), wanted_pad))
         messages = [{"role": "user", "content": prompt.text}]
         if cfg.pad_context and pad:
-            messages.insert(0, {"role": "system", "content": _padding(pad)})
+            messages.insert(0, {"role": "system", "content": _padding(pad, prompt.source)})
         body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
                                 "temperature": 0}
         if cfg.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         plan.append(PlannedRequest(at, prompt.kind, max_tokens, body))
     return plan
+
+
+def _shared_prefix_request(row: TraceRequest, at: float, cfg: ReplayConfig) -> PlannedRequest:
+    text = prompt_from_blocks(row.hash_ids, max(1, min(row.context_tokens, cfg.max_context_tokens)))
+    max_tokens = max(1, row.generated_tokens)
+    body: dict[str, Any] = {"model": cfg.model, "messages": [{"role": "user", "content": text}],
+                            "max_tokens": max_tokens, "temperature": 0}
+    if cfg.stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return PlannedRequest(at, "new", max_tokens, body)
 
 
 def _has_content(chunk: dict[str, Any]) -> bool:

@@ -26,7 +26,11 @@ class SimSettings(FileSettings):
     ``reasoning_tokens``: the first tokens of every chat answer are reasoning
     (``reasoning_content``, as vLLM with ``--reasoning-parser``), 0 = none;
     ``system_fingerprint``: put on every answer and chunk (None: left out, as vLLM does);
-    ``log_format``: json (one object per stderr line) or text."""
+    ``log_format``: json (one object per stderr line) or text;
+    ``enable_prefix_caching``: vLLM's automatic prefix caching (on by default, as in vLLM V1;
+    ``--no-enable-prefix-caching`` there): a prompt's leading blocks found in the KV cache are
+    not prefilled again (sim/prefix.py); ``block_size``: tokens per KV block (vLLM's
+    ``--block-size``, default 16, 1..256)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")
 
@@ -45,4 +49,6 @@ class SimSettings(FileSettings):
     warmup_from: float | None = None
     reasoning_tokens: int = Field(default=0, ge=0)
     system_fingerprint: str | None = None
+    enable_prefix_caching: bool = True
+    block_size: int = Field(default=16, ge=1, le=256)
     log_format: LogFormat = "json"  # stderr lines as JSON objects (opskit); "text" for a terminal

@@ -22,15 +22,14 @@ import time
 import uuid
 from typing import Any
 
-from sim.tokens import CHARS_PER_TOKEN
+from sim.tokens import text_token_ids
 
 EMBEDDING_DIM = 8
 
 
 def tokenize(text: str) -> list[int]:
-    """Sim token ids of ``text`` (one per 4 characters)."""
-    return [int.from_bytes(text[i:i + CHARS_PER_TOKEN].encode(), "big")
-            for i in range(0, len(text), CHARS_PER_TOKEN)]
+    """Sim token ids of ``text`` (one per 4 characters; sim/tokens.py ``text_token_ids``)."""
+    return text_token_ids(text)
 
 
 def detokenize(tokens: list[int]) -> str:

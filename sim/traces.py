@@ -6,8 +6,9 @@ Formats (see ../shared/data/README.md):
   header ``TIMESTAMP,ContextTokens,GeneratedTokens``; timestamps ``YYYY-MM-DD HH:MM:SS.fffffff``
   without time zone (7 fractional digits; read as naive wall-clock time).
 - Mooncake FAST'25 traces (kvcache-ai/Mooncake ``*_trace.jsonl``): one JSON object per line with
-  ``timestamp`` (ms since trace start), ``input_length``, ``output_length`` (tokens); other
-  fields (``hash_ids``) are ignored.
+  ``timestamp`` (ms since trace start), ``input_length``, ``output_length`` (tokens) and,
+  when present, ``hash_ids`` (ids of the prompt's 512-token prefix blocks; equal ids = a
+  shared prefix block; sim/prefix_text.py turns them into prompt texts).
 
 A bad row raises :class:`TraceFormatError` naming the file, line and column.
 """
@@ -36,11 +37,13 @@ class TraceFormatError(ValueError):
 
 @dataclass(frozen=True)
 class TraceRequest:
-    """One request of a trace: seconds since the trace's first request, token counts."""
+    """One request of a trace: seconds since the trace's first request, token counts;
+    ``hash_ids``: its prompt's prefix block ids (Mooncake), empty when the trace has none."""
 
     offset_s: float
     context_tokens: int
     generated_tokens: int
+    hash_ids: tuple[int, ...] = ()
 
 
 def read_trace(path: Path | str) -> list[TraceRequest]:
@@ -107,7 +110,7 @@ def read_azure_csv(path: Path | str) -> list[TraceRequest]:
 def read_mooncake_jsonl(path: Path | str) -> list[TraceRequest]:
     """Mooncake JSONL -> requests sorted by arrival. Raises TraceFormatError."""
     path = Path(path)
-    rows: list[tuple[float, int, int]] = []
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
     with path.open() as f:
         for line, text in enumerate(f, start=1):
             if not text.strip():
@@ -126,13 +129,19 @@ def read_mooncake_jsonl(path: Path | str) -> list[TraceRequest]:
                 raise TraceFormatError(path, line, "timestamp", f"expected milliseconds >= 0, got {ts!r}")
             context = _tokens(path, line, "input_length", obj["input_length"], 0)
             generated = _tokens(path, line, "output_length", obj["output_length"], 0)
-            rows.append((ts / 1000.0, context, generated))
+            rows.append((ts / 1000.0, context, generated, _hash_ids(path, line, obj.get("hash_ids", []))))
     return _relative(rows)
 
 
-def _relative(rows: list[tuple[float, int, int]]) -> list[TraceRequest]:
+def _hash_ids(path: Path, line: int, raw: object) -> tuple[int, ...]:
+    if not isinstance(raw, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in raw):
+        raise TraceFormatError(path, line, "hash_ids", "expected a list of block ids (integers >= 0)")
+    return tuple(raw)
+
+
+def _relative(rows: list[tuple[float, int, int]] | list[tuple[float, int, int, tuple[int, ...]]]) -> list[TraceRequest]:
     rows.sort(key=lambda r: r[0])
     if not rows:
         return []
     t0 = rows[0][0]
-    return [TraceRequest(t - t0, c, g) for t, c, g in rows]
+    return [TraceRequest(row[0] - t0, *row[1:]) for row in rows]

@@ -17,11 +17,12 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "What is a KV c
 
 
 def metric_values(text: str) -> dict[str, float]:
-    """Sample name -> value for the unbucketed samples of the sim's model."""
+    """Sample name -> value for the unbucketed samples of the sim's model (the info gauge
+    vllm:cache_config_info carries CacheConfig labels and no model_name, as in vLLM)."""
     values = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if "le" not in sample.labels:
+            if "le" not in sample.labels and not sample.name.endswith("_info"):
                 assert sample.labels["model_name"] == MODEL
                 values[sample.name] = sample.value
     return values

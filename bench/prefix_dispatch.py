@@ -1,0 +1,369 @@
+"""Prefix-cache-aware dispatch: TTFT, prefix cache hit rate and balance per policy, 4 replicas.
+
+    nice -n 10 python bench/prefix_dispatch.py [--json PATH] [--requests N] [--offset N]
+        [--mooncake-speedup X] [--conversations N] [--chat-rate X]
+
+A discrete-event simulation in virtual time (as bench/dispatch_quality.py), so a whole
+comparison takes about a minute of CPU and is exactly repeatable:
+
+- replicas: 4 x the sim's ``a100`` profile, each a ``sim.latency.BatchModel`` with vLLM's
+  automatic prefix caching on (sim/prefix.py: 16-token blocks, chained hashes, LRU eviction of
+  free cached blocks, prefill charged only for uncached tokens), the model the simulated vLLM
+  replica serves with; each replica's step outcomes feed a ``sim.metrics.ReplicaMetrics``
+  exactly as the sim's engine does, and the hit rate is read back from that registry's
+  Prometheus text (``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``);
+- requests: chat bodies as the replayer builds them. Mooncake: ``sim.replay.plan_requests``
+  with ``shared_prefixes`` (each ``hash_ids`` block one deterministic text, so requests share
+  the prefixes the trace says), prompts capped to fit the a100's ``max_model_len``. Chat: a
+  small multi-turn replay built here (``chat_sessions``): conversations of several turns, each
+  turn's prompt = the app's system prompt + the whole conversation so far + a new user
+  message, the assistant's turns being the sim's filler answer (sim/tokens.py), so each turn
+  extends the previous turn's prompt; the replica gets the token ids of the body
+  (``sim.tokens.chat_token_ids``) as the sim's API computes them;
+- the router: ``router.dispatch.pick`` (production code) over ``ReplicaView`` snapshots built as
+  the router builds them (a scrape every 0.25 s with waiting, running, KV usage and the KV size
+  of ``vllm:cache_config_info``, the exact in-flight counts, learned speeds), with the router's
+  own prefix state: ``router.affinity`` (today's prefix affinity: the replica that served the
+  first 2,048 characters in the last 120 s) or ``router.prefix_index`` (``prefix_aware``: what
+  prefixes went where, chunked by 256 characters, LRU per replica sized from its KV cache).
+
+Policies: ``round_robin``, ``least_request``, ``gpu_load`` (load only; the router's default),
+``prefix_affinity`` (gpu_load + today's prefix affinity), ``prefix_aware`` (the new score with
+bounded load), ``llm_d_like``: llm-d's inference-scheduler shape, implemented here from its
+documented scorers (prefix-cache scorer: fraction of the prompt's blocks the replica is
+believed to hold, from the same approximate index; queue scorer: (max - q) / (max - min) of
+the waiting queues; KV-cache-utilization scorer: 1 - KV usage), weights 1:1:1, highest total
+wins, no load bound. ``oracle``: not a policy but the hit rate a perfect-locality router would
+reach: every prompt served where every earlier prompt's blocks are, with no eviction (one
+unbounded cache), the ceiling of any dispatch.
+
+Reported per workload and policy: TTFT p50/p99 (ms), prefix cache hit rate (from the replicas'
+metrics) and its ratio to the oracle's, throughput (completed requests per second of virtual
+time), max/mean replica load (time-averaged open requests per replica, max over mean) and
+max/mean of requests served.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from router.affinity import PrefixMap, prefix_key  # noqa: E402
+from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
+from router.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes  # noqa: E402
+from router.signals import Signals  # noqa: E402
+from router.speed import Speed, observe, sample  # noqa: E402
+from sim import A100, BatchModel, Profile  # noqa: E402
+from sim.metrics import ReplicaMetrics  # noqa: E402
+from sim.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool, block_hashes  # noqa: E402
+from sim.replay import ReplayConfig, plan_requests  # noqa: E402
+from sim.tokens import chat_token_ids, estimate_chat_tokens, filler  # noqa: E402
+from sim.traces import read_trace  # noqa: E402
+
+POLICIES = ("round_robin", "least_request", "gpu_load", "prefix_affinity", "prefix_aware", "llm_d_like")
+FLEET = (A100, A100, A100, A100)
+SCRAPE_S = 0.25
+MOONCAKE = "traces/mooncake/conversation_trace.jsonl"
+
+
+@dataclass(frozen=True)
+class Req:
+    """One request: arrival (virtual s), prompt and output tokens, the replica's block hashes,
+    the router's chunk hashes and today's prefix key."""
+
+    at: float
+    prompt: int
+    output: int
+    blocks: tuple[int, ...]
+    chunks: tuple[int, ...]
+    key: int | None
+
+
+def prepare(bodies: list[tuple[float, dict[str, Any]]]) -> list[Req]:
+    """Requests from (arrival s, chat body): token ids as the sim's API computes them."""
+    index = PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000)
+    out = []
+    for at, body in bodies:
+        messages = [(m["role"], m["content"]) for m in body["messages"]]
+        ids = chat_token_ids(messages)
+        assert len(ids) == estimate_chat_tokens(c for _, c in messages)
+        out.append(Req(at, len(ids), body["max_tokens"], tuple(block_hashes(ids, DEFAULT_BLOCK_SIZE)),
+                       tuple(index.hashes(body)), prefix_key(body, 2048)))
+    return out
+
+
+def mooncake(data_dir: Path, n: int, offset: int, speedup: float) -> list[Req]:
+    """``n`` Mooncake requests from the ``offset``-th, arrivals / ``speedup``, prompts built
+    from their hash_ids by the replayer and capped so prompt + output fits an a100."""
+    rows = read_trace(data_dir / MOONCAKE)[offset:offset + n]
+    t0 = rows[0].offset_s
+    cap = A100.max_model_len
+    rows = [type(r)(r.offset_s - t0, r.context_tokens, max(1, min(r.generated_tokens, 2048)), r.hash_ids)
+            for r in rows]
+    cfg = ReplayConfig(target="", speedup=speedup, shared_prefixes=True, max_context_tokens=cap - 2048 - 16,
+                       stream=False)
+    plan = plan_requests(rows, None, cfg)  # type: ignore[arg-type]  # every Mooncake row has hash_ids
+    return prepare([(p.at_s, p.body) for p in plan])
+
+
+def chat_sessions(conversations: int, rate: float, seed: int = 0) -> list[Req]:
+    """A multi-turn chat replay: ``conversations`` starting as a Poisson process of ``rate``
+    per second; 4 apps, each with its own system prompt (~1,500 tokens); 3-8 turns per
+    conversation, 20-60 s apart; user messages of 50-400 tokens, answers of 50-300 tokens
+    (sent back as the next turn's history, as the sim writes them)."""
+    rng = random.Random(seed)
+    apps = [f"app {a}: " + "".join(rng.choice("abcdefghij ") for _ in range(6000)) for a in range(4)]
+    bodies: list[tuple[float, dict[str, Any]]] = []
+    start = 0.0
+    for c in range(conversations):
+        start += rng.expovariate(rate)
+        messages = [{"role": "system", "content": rng.choice(apps)}]
+        at = start
+        for _ in range(rng.randint(3, 8)):
+            words = rng.randint(50, 400)
+            messages.append({"role": "user", "content": f"[{c}] " + " ".join(f"w{rng.randrange(999)}"
+                                                                            for _ in range(words))[:4 * words]})
+            answer = rng.randint(50, 300)
+            bodies.append((at, {"model": "sim", "messages": list(messages), "max_tokens": answer}))
+            messages.append({"role": "assistant", "content": filler(0, answer)})
+            at += rng.uniform(20, 60)
+    bodies.sort(key=lambda b: b[0])
+    return prepare(bodies)
+
+
+def oracle_hit_rate(reqs: list[Req], kv_tokens: int | None = None) -> float:
+    """Tokens found cached / tokens queried by a perfect-locality router: every request served
+    where all earlier prompts' blocks are, i.e. the fleet as one prefix cache that saw every
+    request in arrival order. ``kv_tokens`` None: unbounded (no eviction, the ceiling of any
+    dispatch); else that many tokens of cache, LRU (the fleet's KV pooled without duplicates:
+    what perfect locality can keep in the same memory)."""
+    blocks = (kv_tokens or 10**12) // DEFAULT_BLOCK_SIZE
+    pool = KVBlockPool(blocks, DEFAULT_BLOCK_SIZE)
+    for i, r in enumerate(sorted(reqs, key=lambda r: r.at)):
+        pool.admit(i, r.blocks, r.prompt, r.prompt)
+        pool.computed(i, r.blocks, r.prompt)
+        pool.release(i)
+    return pool.hits / pool.queries
+
+
+@dataclass
+class _Replica:
+    key: str
+    profile: Profile
+    model: BatchModel
+    metrics: ReplicaMetrics
+    inflight: int = 0
+    busy: bool = False
+    signals: Signals | None = None
+    scraped_at: float | None = None
+    inflight_at_scrape: int = 0
+    served: int = 0
+    pending: Any = None
+    speed: Speed | None = None
+    load_area: float = 0.0  # integral of open requests over virtual time
+    load_since: float = 0.0
+    arrivals: list[int] = field(default_factory=list)
+
+    def account(self, now: float) -> None:
+        self.load_area += self.inflight * (now - self.load_since)
+        self.load_since = now
+
+
+def llm_d_like(views: list[ReplicaView], match: dict[str, float], ticket: int) -> ReplicaView:
+    """Sum of three 0..1 scorers, equal weights, highest wins (see the module docstring)."""
+    queues = [(v.signals.waiting or 0.0) if v.signals else 0.0 for v in views]
+    lo, hi = min(queues), max(queues)
+    totals = []
+    for v, q in zip(views, queues, strict=True):
+        queue_score = 1.0 if hi == lo else (hi - q) / (hi - lo)
+        kv_score = 1.0 - ((v.signals.kv_usage or 0.0) if v.signals else 0.0)
+        totals.append(match.get(v.key, 0.0) + queue_score + kv_score)
+    n = len(views)
+    return views[max(range(n), key=lambda i: (totals[i], -((i - ticket) % n)))]
+
+
+def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[str, Any]:
+    """Simulate one policy over ``reqs``; returns its row of the table."""
+    replicas = [_Replica(f"r{i}", p, BatchModel(p, prefix_caching=True),
+                         ReplicaMetrics(f"r{i}", lambda: 0.0, lambda: 0.0, lambda: 0.0))
+                for i, p in enumerate(FLEET)]
+    rng = random.Random(seed)
+    affinity = PrefixMap(120.0)
+    index = PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000)
+    events: list[tuple[float, int, str, int]] = []
+    order = 0
+
+    def push(t: float, kind: str, data: int) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(events, (t, order, kind, data))
+
+    for i, r in enumerate(reqs):
+        push(r.at, "arrive", i)
+    push(0.0, "scrape", 0)
+    first: dict[int, float] = {}
+    done: dict[int, float] = {}
+    ticket = 0
+    remaining = len(reqs)
+
+    def start_step(r: int, now: float) -> None:
+        rep = replicas[r]
+        outcome = rep.model.step()
+        if outcome.duration_s == 0.0:
+            rep.busy = False
+            return
+        rep.busy = True
+        rep.pending = outcome
+        push(now + outcome.duration_s, "step", r)
+
+    while events and remaining:
+        now, _, kind, data = heapq.heappop(events)
+        if kind == "scrape":
+            for rep in replicas:
+                pool = rep.model.pool
+                rep.signals = Signals(waiting=float(len(rep.model.waiting)), running=float(len(rep.model.running)),
+                                      kv_usage=rep.model.kv_usage,
+                                      kv_capacity_tokens=float(pool.num_blocks * pool.block_size))
+                rep.scraped_at, rep.inflight_at_scrape = now, rep.inflight
+            push(now + SCRAPE_S, "scrape", 0)
+        elif kind == "arrive":
+            req = reqs[data]
+            views = [ReplicaView(rep.key, rep.inflight, rep.signals, rep.inflight_at_scrape,
+                                 None if rep.scraped_at is None else now - rep.scraped_at, rep.speed)
+                     for rep in replicas]
+            ticket += 1
+            ctx = Context(ticket=ticket, rng=rng, now=now)
+            if policy == "prefix_affinity":
+                ctx.preferred = affinity.get(req.key, now)
+                chosen = pick(views, "gpu_load", ctx, weights).key
+                affinity.put(req.key, chosen, now)
+            elif policy in ("prefix_aware", "llm_d_like"):
+                ctx.prefix_match = index.matches([v.key for v in views], req.chunks)
+                chosen = (pick(views, policy, ctx, weights) if policy == "prefix_aware"
+                          else llm_d_like(views, dict(ctx.prefix_match), ticket)).key
+                rep_signals = replicas[int(chosen[1:])].signals
+                index.record(chosen, req.chunks, rep_signals.kv_capacity_tokens if rep_signals else None)
+            else:
+                chosen = pick(views, policy, ctx, weights).key
+            r = int(chosen[1:])
+            rep = replicas[r]
+            rep.model.submit(data, req.prompt, req.output, req.blocks)
+            rep.account(now)
+            rep.inflight += 1
+            rep.served += 1
+            if not rep.busy:
+                start_step(r, now)
+        else:  # a step of replica `data` ended: publish it as the sim's engine does
+            rep = replicas[data]
+            out = rep.pending
+            m = rep.metrics
+            m.prompt_tokens.inc(out.prompt_tokens + out.cached_tokens)
+            m.prefix_cache_queries.inc(out.queried_tokens)
+            m.prefix_cache_hits.inc(out.cached_tokens)
+            for i in out.first_token:
+                first[i] = now
+            for i in out.finished:
+                done[i] = now
+                rep.account(now)
+                rep.inflight -= 1
+                remaining -= 1
+                per_token = sample(now - reqs[i].at, reqs[i].output, reqs[i].prompt)
+                if per_token is not None:
+                    rep.speed = observe(rep.speed, per_token, now)
+            start_step(data, now)
+    end = max(done.values())
+    for rep in replicas:
+        rep.account(end)
+    hits = queries = 0.0
+    for rep in replicas:
+        for family in text_string_to_metric_families(rep.metrics.render().decode()):
+            for s in family.samples:
+                if s.name == "vllm:prefix_cache_hits_total":
+                    hits += s.value
+                elif s.name == "vllm:prefix_cache_queries_total":
+                    queries += s.value
+    ttft = np.array([(first[i] - reqs[i].at) * 1000 for i in done])
+    loads = [rep.load_area / (end - reqs[0].at) for rep in replicas]
+    served = [rep.served for rep in replicas]
+    return {
+        "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 1),
+        "ttft_p99_ms": round(float(np.percentile(ttft, 99)), 1),
+        "hit_rate": round(hits / queries, 4) if queries else 0.0,
+        "throughput_rps": round(len(done) / (end - reqs[0].at), 3),
+        "load_max_mean": round(max(loads) / (sum(loads) / len(loads)), 3),
+        "served_max_mean": round(max(served) / (sum(served) / len(served)), 3),
+        "served": served,
+    }
+
+
+def main(
+    json_path: Path = typer.Option(None, "--json", help="Write {workload: {policy: {...}}} here."),
+    data_dir: Path = typer.Option(ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR",
+                                  help="The shared real-data folder."),
+    requests: int = typer.Option(1000, help="Mooncake requests replayed."),
+    offset: int = typer.Option(0, help="Skip this many Mooncake requests first (another window)."),
+    mooncake_speedup: float = typer.Option(0.5, help="Time compression of the Mooncake trace."),
+    conversations: int = typer.Option(300, help="Conversations of the multi-turn chat replay."),
+    chat_rate: float = typer.Option(3.0, help="Conversations starting per second (chat replay)."),
+    prefix_weight: float = typer.Option(Weights().prefix, help="prefix_aware's W_prefix (router PREFIX_WEIGHT)."),
+    policies: str = typer.Option(",".join(POLICIES), help="Comma-separated subset of the policies to run."),
+) -> None:
+    """Replay both workloads under every policy; print a table and write JSON."""
+    weights = Weights(stale_after_s=1.0, prefix=prefix_weight)
+    workloads = {
+        "mooncake": (mooncake(data_dir, requests, offset, mooncake_speedup),
+                     {"speedup": mooncake_speedup, "offset": offset}),
+        "chat": (chat_sessions(conversations, chat_rate), {"conversations": conversations, "rate": chat_rate}),
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for name, (reqs, params) in workloads.items():
+        span = reqs[-1].at - reqs[0].at
+        entry: dict[str, Any] = {**params, "requests": len(reqs), "offered_rps": round(len(reqs) / span, 2),
+                                 "mean_prompt_tokens": round(sum(r.prompt for r in reqs) / len(reqs)),
+                                 "oracle_hit_rate": round(oracle_hit_rate(reqs), 4),
+                                 "pooled_oracle_hit_rate": round(oracle_hit_rate(
+                                     reqs, sum(p.kv_capacity_tokens for p in FLEET)), 4),
+                                 "prefix_weight": prefix_weight}
+        for policy in policies.split(","):
+            entry[policy] = run(reqs, policy, weights)
+            entry[policy]["hit_vs_oracle"] = round(entry[policy]["hit_rate"] / entry["oracle_hit_rate"], 3)
+            entry[policy]["hit_vs_pooled_oracle"] = round(entry[policy]["hit_rate"] / entry["pooled_oracle_hit_rate"], 3)
+        results[name] = entry
+    print_table(results)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(results, indent=2))
+
+
+def print_table(results: dict[str, dict[str, Any]]) -> None:
+    print("| workload (offered req/s, mean prompt tokens; oracle hit rate unbounded / pooled KV) | policy "
+          "| TTFT p50 ms | TTFT p99 ms | hit rate | vs oracle | vs pooled oracle | req/s | load max/mean "
+          "| served max/mean |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, e in results.items():
+        label = (f"{name} ({e['offered_rps']}, {e['mean_prompt_tokens']}; {e['oracle_hit_rate']:.3f} / "
+                 f"{e['pooled_oracle_hit_rate']:.3f})")
+        for policy in [p for p in POLICIES if p in e]:
+            r = e[policy]
+            print(f"| {label} | {policy} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['hit_rate']:.3f} "
+                  f"| {r['hit_vs_oracle']:.2f} | {r['hit_vs_pooled_oracle']:.2f} | {r['throughput_rps']:.2f} "
+                  f"| {r['load_max_mean']:.2f} | {r['served_max_mean']:.2f} |")
+        for base in [b for b in ("gpu_load", "least_request") if b in e and "prefix_aware" in e]:
+            ratio = e[base]["ttft_p99_ms"] / max(e["prefix_aware"]["ttft_p99_ms"], 1e-9)
+            print(f"| {label} | prefix_aware vs {base}: TTFT p99 {ratio:.2f}x lower | | | | | | | | |")
+
+
+if __name__ == "__main__":
+    typer.run(main)
