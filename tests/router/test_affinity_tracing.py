@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 
+import pytest
+
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -42,6 +44,7 @@ def test_size_classes() -> None:
     assert [size_class(t, (512, 4096)) for t in (10, 512, 4095, 4096)] == ["short", "medium", "medium", "long"]
 
 
+@pytest.mark.usefixtures("exact_only")  # dispatch only: no embedding model to load
 async def test_shared_prefix_and_session_stick_to_one_replica(start_replica, start_router, client) -> None:
     replicas = [await start_replica() for _ in range(3)]
     router = await start_router([r.url for r in replicas], scrape_interval_s=60)

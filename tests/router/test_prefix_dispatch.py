@@ -85,6 +85,7 @@ def test_kv_size_is_read_from_cache_config_info() -> None:
     assert parse_metrics(b'vllm:num_requests_running{engine="0"} 1.0\n').kv_capacity_tokens is None
 
 
+@pytest.mark.usefixtures("exact_only")  # dispatch only: no embedding model to load
 async def test_a_shared_prefix_goes_where_it_is_cached(start_replica, start_router, client) -> None:
     replicas = [await start_replica() for _ in range(3)]
     router = await start_router([r.url for r in replicas], policy="prefix_aware", scrape_interval_s=60)
