@@ -21,7 +21,13 @@ from redis.sentinel import Sentinel
 
 from opskit._redis_url import SENTINEL_TIMEOUT_S, RedisTarget, RedisURLError, parse_redis_url
 
-__all__ = ["RedisURLError", "async_redis", "sync_redis"]
+__all__ = ["REDIS_ERRORS", "RedisURLError", "async_redis", "sync_redis"]
+
+# What a Redis call can raise when Redis is down, slow or refuses a command: redis-py's cluster
+# client raises its own RedisClusterException, which is no RedisError (a script whose keys span
+# two slots; a cluster none of whose nodes answers), so a handler that catches RedisError alone
+# lets a cluster outage through as a 500. Every fail-open handler catches this tuple.
+REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException, OSError)
 
 
 def _target(url: str | RedisTarget) -> RedisTarget:

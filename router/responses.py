@@ -24,11 +24,11 @@ import json
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from cache import usage_tokens
+from opskit.redis_client import REDIS_ERRORS
 from router import classify, service
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica
@@ -152,7 +152,7 @@ async def _remember(state: RouterState, owner: str, response_id: str, url: str) 
     affinity of that response."""
     try:
         await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
-    except (RedisError, OSError):
+    except REDIS_ERRORS:
         pass
 
 
@@ -163,7 +163,7 @@ async def _holder(state: RouterState, owner: str, response_id: str, pool: str) -
     affinity)."""
     try:
         url = await state.redis.get(affinity_key(owner, response_id))
-    except (RedisError, OSError):
+    except REDIS_ERRORS:
         return None
     if url is None:
         raise PreviousResponseNotFound(f"Previous response with id '{response_id}' not found.",

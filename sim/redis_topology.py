@@ -11,7 +11,8 @@ sentinel.conf --sentinel``) watching service ``SERVICE`` with ``down-after-milli
 (default 1,000 ms) and ``failover-timeout`` (default 3,000 ms) set low so a failover takes a few
 seconds; ``url`` is ``redis+sentinel://127.0.0.1:s1,.../SERVICE/0``. :meth:`LocalSentinel.kill_master`
 SIGKILLs the current master process (no goodbye to clients); :meth:`LocalSentinel.wait_failover`
-waits until the sentinels name another master that answers as one.
+waits until the sentinels name another master that answers as one; replication is asynchronous,
+so :meth:`LocalSentinel.wait_replica_synced` first makes sure the replica has every write.
 
 Both raise StackError when ``redis-server`` / ``redis-cli`` is missing or a step does not finish
 in time (the message says which). Ports: free ports from a high range whose cluster-bus twin
@@ -200,6 +201,14 @@ class LocalSentinel:
             self.stop()
             raise
         return self
+
+    def wait_replica_synced(self, timeout_ms: int = 5000) -> None:
+        """Wait until the replica acknowledged every write the master has (``WAIT 1``): what
+        was written before this returns survives a failover."""
+        port = self.master_port()
+        acked = _cli(port, "wait", "1", str(timeout_ms), timeout=timeout_ms / 1000 + 5).strip() if port else ""
+        if acked != "1":
+            raise StackError(f"the replica did not acknowledge the master's writes within {timeout_ms} ms")
 
     def kill_master(self) -> int:
         """SIGKILL the current master's process; returns its port."""
