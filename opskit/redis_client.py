@@ -58,7 +58,7 @@ def _auth(target: RedisTarget) -> dict[str, Any]:
 
 
 def async_redis(url: str | RedisTarget, **options: Any) -> aioredis.Redis:
-    """An asyncio client for ``url`` (module table): ``redis.asyncio.Redis``,
+    """An asyncio client for ``url`` (the table in opskit/_redis_url.py): ``redis.asyncio.Redis``,
     ``redis.asyncio.RedisCluster`` or a Sentinel-managed ``redis.asyncio.Redis`` that finds the
     current master on every (re)connect, so it follows a failover by itself.
 
