@@ -15,6 +15,8 @@ from pydantic_settings import SettingsError
 
 from cache.service import CacheUnavailable, ResponseCache
 from cache.settings import CacheSettings, redact_url
+from opskit import RedisURLError
+from opskit.redis_client import async_redis
 
 app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_completion=False)
 
@@ -37,6 +39,16 @@ def _settings(**overrides: float) -> CacheSettings:
         raise typer.Exit(2) from None
 
 
+def _client() -> aioredis.Redis:
+    """The client of PROMPTEDGE_REDIS_URL (one server, Redis Cluster or Sentinel); a bad URL
+    exits 2 with a message that does not repeat it."""
+    try:
+        return async_redis(_redis_url(), socket_connect_timeout=2)
+    except RedisURLError as exc:
+        typer.echo(f"error: PROMPTEDGE_REDIS_URL: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 @app.callback()
 def main() -> None:
     """PromptEdge response cache (Redis: PROMPTEDGE_REDIS_URL)."""
@@ -47,7 +59,7 @@ def stats() -> None:
     """Print the cache statistics (the router's /cache/stats) as JSON."""
 
     async def run() -> dict:
-        client = aioredis.Redis.from_url(_redis_url(), socket_connect_timeout=2)
+        client = _client()
         try:
             settings = _settings(redis_timeout_s=5)
             return await ResponseCache(client, settings).stats()
@@ -73,7 +85,7 @@ def delete(
         raise typer.Exit(2)
 
     async def run() -> dict[str, int]:
-        client = aioredis.Redis.from_url(_redis_url(), socket_connect_timeout=2)
+        client = _client()
         try:
             return await ResponseCache(client, _settings(redis_timeout_s=5)).delete(tenant, model)
         finally:

@@ -9,6 +9,8 @@ from typing import Any, Mapping
 
 import redis.asyncio as aioredis
 
+from cache.keys import exact_owners_key
+
 log = logging.getLogger(__name__)
 
 
@@ -84,19 +86,30 @@ def is_complete_response(response: Any, count: int | None = None) -> bool:
     return count is None or sorted(c.get("index", 0) for c in choices) == list(range(count))
 
 
+# KEYS[1] = the entry, KEYS[2] = its scope's owners list (one slot: cache/keys.py's scope tag).
 _SET_LUA = """
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 """
+# KEYS[1] = a scope's owners list, KEYS[2..] = entries of that scope; ARGV = their owner members.
+# Returns how many entries existed.
+_DELETE_LUA = """
+local n = 0
+if #KEYS > 1 then n = redis.call('DEL', unpack(KEYS, 2)) end
+redis.call('ZREM', KEYS[1], unpack(ARGV))
+return n
+"""
+_DELETE_CHUNK = 500  # keys per script call (Lua's unpack limit is far above it)
 
 
 class ExactStore:
     """Exact-cache entries: ``key -> JSON`` with ``SET .. EX ttl`` (never refreshed on read).
 
-    Every key is also listed in the sorted set ``{prefix}:exact-owners`` as the JSON member
+    Every key is also listed in its scope's sorted set (``exact_owners_key``:
+    ``{prefix}:exact-owners:{<scope tag>}``, the entry's Redis Cluster slot) as the JSON member
     ``[tenant, model, key]`` scored by its expiry time (Unix s), so entries can be deleted by
-    tenant and/or model; members past their expiry are pruned on every write.
+    tenant and/or model; members past their expiry are pruned on every write of that scope.
 
     Errors: redis exceptions propagate; the caller (ResponseCache) bounds and absorbs them.
     A corrupt entry (not JSON, or not a complete response) is counted in ``corrupt`` and
@@ -105,8 +118,9 @@ class ExactStore:
 
     def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
-        self._owners = f"{prefix}:exact-owners"
+        self._prefix = prefix
         self._set = redis.register_script(_SET_LUA)
+        self._delete = redis.register_script(_DELETE_LUA)
         self.corrupt = 0
 
     async def get(self, key: str) -> dict[str, Any] | None:
@@ -132,27 +146,35 @@ class ExactStore:
 
     async def set(self, key: str, response: dict[str, Any], ttl_s: int, tenant: str, model: str,
                   raw: bytes | None = None) -> None:
-        """Store ``response``; ``raw``: its JSON as received (stored as is, instead of
-        serialising ``response`` again)."""
+        """Store ``response`` (``key``: ``exact_key`` of the same tenant and model); ``raw``:
+        its JSON as received (stored as is, instead of serialising ``response`` again)."""
         now = time.time()
         value = raw if raw is not None else json.dumps(response, separators=(",", ":"))
         # One script (atomic, like MULTI, but one command to send and one reply to parse).
-        await self._set(keys=[key, self._owners], args=[value, ttl_s, now, now + ttl_s,
-                                                        json.dumps([tenant, model, key])])
+        await self._set(keys=[key, exact_owners_key(self._prefix, tenant, model)],
+                        args=[value, ttl_s, now, now + ttl_s, json.dumps([tenant, model, key])])
+
+    async def _owner_lists(self, tenant: str | None, model: str | None) -> list[str]:
+        if tenant is not None and model is not None:
+            return [exact_owners_key(self._prefix, tenant, model)]
+        # Any tenant or any model: every scope's list. SCAN, not KEYS (no stall of Redis); a
+        # cluster client's scan_iter visits every primary, so it finds lists on all nodes.
+        match = f"{self._prefix}:exact-owners:*"
+        return sorted({k.decode() if isinstance(k, bytes) else k
+                       async for k in self._redis.scan_iter(match=match, count=1000, _type="zset")})
 
     async def delete_where(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model (None = any); returns how many existed."""
-        members = await self._redis.zrange(self._owners, 0, -1)
-        doomed: list[tuple[bytes | str, str]] = []
-        for member in members:
-            owner_tenant, owner_model, key = json.loads(member)
-            if (tenant is None or owner_tenant == tenant) and (model is None or owner_model == model):
-                doomed.append((member, key))
         deleted = 0
-        for start in range(0, len(doomed), 500):
-            chunk = doomed[start : start + 500]
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.delete(*(key for _, key in chunk))
-            pipe.zrem(self._owners, *(member for member, _ in chunk))
-            deleted += int((await pipe.execute())[0])
+        for owners in await self._owner_lists(tenant, model):
+            members = await self._redis.zrange(owners, 0, -1)
+            doomed: list[tuple[bytes | str, str]] = []
+            for member in members:
+                owner_tenant, owner_model, key = json.loads(member)
+                if (tenant is None or owner_tenant == tenant) and (model is None or owner_model == model):
+                    doomed.append((member, key))
+            for start in range(0, len(doomed), _DELETE_CHUNK):
+                chunk = doomed[start : start + _DELETE_CHUNK]
+                deleted += int(await self._delete(keys=[owners, *(key for _, key in chunk)],
+                                                  args=[member for member, _ in chunk]))
         return deleted

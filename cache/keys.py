@@ -247,9 +247,29 @@ def request_digest(endpoint: Endpoint, body: Mapping[str, Any], tenant: str, poo
     return digest(canonical_request(endpoint, body, tenant, pool))
 
 
+# Redis Cluster hash tags (the part of a key inside its first ``{...}`` picks the slot). Every
+# Lua script and transaction of the exact cache touches one entry and the owners list of its
+# scope, so both carry the scope's tag: a tenant+pool's entries share a slot, different scopes
+# spread over the cluster's nodes. The tag is a digest, not the names: a tenant or pool name may
+# hold a ``}`` (which would end the tag early) and may be long.
+def exact_scope_tag(tenant: str, model: str) -> str:
+    """Hash tag of one tenant+pool scope of exact entries: 16 hex digits of SHA-256 (pure)."""
+    return digest([tenant, model])[:16]
+
+
+def exact_owners_key(prefix: str, tenant: str, model: str) -> str:
+    """Redis key of the sorted set listing a scope's exact entries (delete by tenant/model):
+    ``{prefix}:exact-owners:{<scope tag>}``, in the slot of that scope's entries."""
+    return f"{prefix}:exact-owners:{{{exact_scope_tag(tenant, model)}}}"
+
+
 def exact_key(prefix: str, endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
               request_sha: str | None = None, pool: str | None = None) -> str:
-    """Redis key of the exact-cache entry: ``{prefix}:exact:{sha256 of canonical request}``;
-    ``request_sha``: that digest if already computed (``CacheRequest.digest``); pool: the pool
-    that answers (None = the body's ``model``)."""
-    return f"{prefix}:exact:{request_sha or request_digest(endpoint, body, tenant, pool)}"
+    """Redis key of the exact-cache entry: ``{prefix}:exact:{<scope tag>}:{sha256 of canonical
+    request}``; the scope tag (:func:`exact_scope_tag`) is that of ``tenant`` and the pool that
+    answers (``pool``, None = the body's ``model``), so the entry and its scope's owners list
+    share a Redis Cluster slot. ``request_sha``: that digest if already computed
+    (``CacheRequest.digest``)."""
+    model = pool if pool is not None else str(body.get("model", ""))
+    sha = request_sha or request_digest(endpoint, body, tenant, pool)
+    return f"{prefix}:exact:{{{exact_scope_tag(tenant, model)}}}:{sha}"

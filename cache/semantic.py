@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+
+from opskit.redis_client import REDIS_ERRORS
 
 from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
@@ -38,6 +39,7 @@ T = TypeVar("T")
 Bounded = Callable[[Awaitable[T]], Awaitable[T]]
 
 _FOLLOW_BLOCK_MS = 1000
+FOLLOW_SOCKET_TIMEOUT_S = _FOLLOW_BLOCK_MS / 1000 + 5  # the follower client's socket timeout
 _HEAD_CHECK_S = 30.0
 _STORE_EMBED_TIMEOUT_S = 5.0
 INDEX_SLACK = 1024  # vectors an index may hold above max_entries until Redis's `del` events arrive
@@ -78,12 +80,17 @@ class SemanticCache:
     state: "idle" -> "loading" -> "ready", or "failed" (``error`` says why; the exact cache keeps
     working and the router's /health reports degraded). encoder: inject one (tests, benchmarks);
     None uses the process-wide ``shared_encoder`` of ``settings.embedding_model``, loaded in a
-    thread at start.
+    thread at start. follow_redis: the client of the stream follower's blocking ``XREAD`` (its
+    socket timeout must outlive the 1 s block: ``FOLLOW_SOCKET_TIMEOUT_S``); None: a copy of
+    ``redis``'s connection settings with that timeout for a one-server client, ``redis`` itself
+    for a Redis Cluster or Sentinel client (make one with ``opskit.redis_client.async_redis`` to bound it).
     """
 
-    def __init__(self, redis: aioredis.Redis, settings: CacheSettings, encoder: Encoder | None = None) -> None:
+    def __init__(self, redis: aioredis.Redis, settings: CacheSettings, encoder: Encoder | None = None,
+                 follow_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings
         self._redis = redis
+        self._given_follow_client = follow_redis
         self._encoder = encoder
         self.origin = uuid.uuid4().hex[:12]
         self.state = "idle"
@@ -143,21 +150,27 @@ class SemanticCache:
         self.store = SemanticStore(self._redis, prefix=s.key_prefix, dim=encoder.dim,
                                    max_entries=s.max_entries, stream_maxlen=s.stream_maxlen,
                                    origin=self.origin)
-        pool = self._redis.connection_pool
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["socket_timeout"] = _FOLLOW_BLOCK_MS / 1000 + 5  # XREAD BLOCK outlives short timeouts
-        self._follow_client = aioredis.Redis(
-            connection_pool=aioredis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+        self._follow_client = self._given_follow_client or self._own_follow_client()
         try:
             await self._rebuild()
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             log.warning("semantic index rebuild failed (%s); the follower retries", exc.__class__.__name__)
             self._last_id = ""
         self.state = "ready"
         self._follower = asyncio.create_task(self._follow())
 
+    def _own_follow_client(self) -> aioredis.Redis | None:
+        """A one-server client like ``redis`` with the follower's socket timeout; None (use
+        ``redis`` itself) for a cluster or Sentinel client, whose pools cannot be copied so."""
+        pool = getattr(self._redis, "connection_pool", None)
+        if type(pool) is not aioredis.ConnectionPool:
+            return None
+        kwargs = dict(pool.connection_kwargs)
+        kwargs["socket_timeout"] = FOLLOW_SOCKET_TIMEOUT_S  # XREAD BLOCK outlives short timeouts
+        return aioredis.Redis(connection_pool=aioredis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+
     async def _rebuild(self) -> None:
-        """Reload the index from Redis; raises RedisError, OSError or TimeoutError (after
+        """Reload the index from Redis; raises one of REDIS_ERRORS or TimeoutError (after
         _REBUILD_TIMEOUT_S)."""
         assert self.store is not None and self.index is not None
         async with asyncio.timeout(_REBUILD_TIMEOUT_S):
@@ -170,8 +183,9 @@ class SemanticCache:
         self.rebuilds += 1
 
     async def _follow(self) -> None:
-        assert self._follow_client is not None and self.index is not None
-        reader = SemanticStore(self._follow_client, prefix=self.settings.key_prefix, dim=self.index.dim,
+        assert self.index is not None
+        reader = SemanticStore(self._follow_client or self._redis, prefix=self.settings.key_prefix,
+                               dim=self.index.dim,
                                max_entries=self.settings.max_entries,
                                stream_maxlen=self.settings.stream_maxlen, origin=self.origin)
         backoff = 0.5
@@ -198,7 +212,7 @@ class SemanticCache:
                     self._last_id = event.stream_id
                 self.index.drop_expired(time.time())
                 backoff = 0.5
-            except (RedisError, OSError) as exc:
+            except REDIS_ERRORS as exc:
                 log.warning("semantic index follower: %s; retrying in %.1f s", exc.__class__.__name__, backoff)
                 self._last_id = ""  # events may be lost while down: rebuild on reconnect
                 await asyncio.sleep(backoff)
@@ -322,5 +336,5 @@ class SemanticCache:
                     pass
         if self.embedder is not None:
             self.embedder.close()
-        if self._follow_client is not None:
-            await self._follow_client.aclose()
+        if self._follow_client is not None and self._given_follow_client is None:
+            await self._follow_client.aclose()  # its own; a given client is its owner's to close

@@ -4,15 +4,15 @@ Redis is the source of truth; the in-process ScopedIndex of every router worker 
 copy, rebuilt from here at start and kept in sync by following one Redis Stream of inserts and
 deletes.
 
-Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``; all under ``{prefix}:sem:``):
+Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``):
 
 | key | type | content | TTL |
 |---|---|---|---|
-| ``entry:{id}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens`` | fixed, = entry TTL |
-| ``expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
-| ``group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
-| ``groups`` | set | the labels that have a ``group:`` set | none |
-| ``events`` | stream | ``op`` = ``add`` (``id``, ``scope``, ``exp``, ``vec``, ``origin``) or ``del`` (``id``, ``origin``); trimmed to about ``stream_maxlen`` | none |
+| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens`` | fixed, = entry TTL |
+| ``{prefix}:{sem}:expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
+| ``{prefix}:{sem}:group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
+| ``{prefix}:{sem}:groups`` | set | the labels that have a ``group:`` set | none |
+| ``{prefix}:{sem}:events`` | stream | ``op`` = ``add`` (``id``, ``scope``, ``exp``, ``vec``, ``origin``) or ``del`` (``id``, ``origin``); trimmed to about ``stream_maxlen`` | none |
 
 Eviction (fair between tenants): when more than ``max_entries`` ids are live, the victim is the
 soonest-expiring entry of the *group holding the most live entries* (ties: the smaller label),
@@ -21,6 +21,14 @@ neither a tenant's volume nor its ``X-Cache-TTL`` can push another tenant's entr
 TTL only orders eviction within its own group. Groups are statistics labels, a bounded set, so
 sending random API keys (each an isolation tenant of its own) does not make new groups. A
 ``del`` event is published for every victim, so all workers drop the same entries.
+
+Redis Cluster hash tags (the text inside a key's first ``{...}`` picks its slot): the index's
+bookkeeping (expiry, groups, group sets, the stream) is read and written together by one Lua
+script per insert or delete and holds the global view fair eviction needs, so it shares the tag
+``{sem}``: one slot. Each entry's tag is its own id: no script or transaction touches an entry
+together with another key (it is written by a one-key script before its ``add`` event, deleted
+before its ``del`` event), so the entries, nearly all the bytes, spread over every node. Two
+caches with different prefixes on one cluster share the ``{sem}`` slot, never a key.
 """
 
 from __future__ import annotations
@@ -36,12 +44,19 @@ from typing import Any
 import numpy as np
 import redis.asyncio as aioredis
 
-# KEYS[1] = expiry, KEYS[2] = groups; ARGV = now, max_entries, group key prefix. Returns the
-# victims (already removed from expiry and their group; the caller deletes entries, publishes).
-# It names group keys it builds itself: a standalone Redis (not Redis Cluster) is assumed.
-_EVICT = """
+# The index side of an insert, then eviction, in one script (one slot: the ``{sem}`` tag).
+# KEYS = expiry, groups, the entry's group set, events; ARGV = now, max_entries, group key
+# prefix, id, expires_at, label, stream maxlen, then the ``add`` event's field/value pairs.
+# Returns the victims (already removed from expiry and their group; the caller deletes their
+# entries and publishes their ``del``). It names group keys it builds itself: legal in Redis
+# Cluster too, because every group key carries the same ``{sem}`` tag, so the same slot.
+_INDEX_ADD = """
 local now, limit, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], ARGV[5], ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+redis.call('SADD', KEYS[2], ARGV[6])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', unpack(ARGV, 8))
 local over = redis.call('ZCARD', KEYS[1]) - limit
 local victims = {}
 if over <= 0 then return victims end
@@ -72,14 +87,38 @@ if over > 0 then
 end
 return victims
 """
+# The index side of a delete (one slot, ``{sem}``): KEYS = expiry, groups, events; ARGV = group
+# key prefix, stream maxlen, origin, then the ids.
+_INDEX_DEL = """
+local prefix, maxlen, origin = ARGV[1], ARGV[2], ARGV[3]
+local ids = {unpack(ARGV, 4)}
+redis.call('ZREM', KEYS[1], unpack(ids))
+for _, g in ipairs(redis.call('SMEMBERS', KEYS[2])) do redis.call('ZREM', prefix .. g, unpack(ids)) end
+for _, id in ipairs(ids) do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'op', 'del', 'id', id, 'origin', origin)
+end
+"""
+# One entry, replaced whole with a fixed expiry (one key: the entry's own slot).
+# KEYS[1] = the entry; ARGV = expiry (Unix ms), then field/value pairs.
+_ENTRY_SET = """
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+"""
+_CHUNK = 500  # ids per script call or pipeline
 
 _ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
                  "prompt_tokens", "completion_tokens")
 
 
 def entry_key(prefix: str, entry_id: str) -> str:
-    """Redis key of one semantic entry."""
-    return f"{prefix}:sem:entry:{entry_id}"
+    """Redis key of one semantic entry, tagged with its own id (its own Redis Cluster slot)."""
+    return f"{prefix}:sem:entry:{{{entry_id}}}"
+
+
+def _pairs(mapping: dict[str, Any]) -> list[Any]:
+    """{field: value} -> [field, value, ...], as HSET and XADD take them in a script."""
+    return [item for pair in mapping.items() for item in pair]
 
 
 class CorruptEntry(ValueError):
@@ -167,11 +206,14 @@ class SemanticStore:
                  stream_maxlen: int, origin: str) -> None:
         self._redis = redis
         self.prefix = prefix
-        self._expiry = f"{prefix}:sem:expiry"
-        self._events = f"{prefix}:sem:events"
-        self._groups = f"{prefix}:sem:groups"
-        self._group_prefix = f"{prefix}:sem:group:"
-        self._evict = redis.register_script(_EVICT)
+        index = f"{prefix}:{{sem}}"  # the index's one slot (module doc)
+        self._expiry = f"{index}:expiry"
+        self._events = f"{index}:events"
+        self._groups = f"{index}:groups"
+        self._group_prefix = f"{index}:group:"
+        self._index_add = redis.register_script(_INDEX_ADD)
+        self._index_del = redis.register_script(_INDEX_DEL)
+        self._entry_set = redis.register_script(_ENTRY_SET)
         self.dim = dim
         self.max_entries = max_entries
         self.stream_maxlen = stream_maxlen
@@ -187,27 +229,24 @@ class SemanticStore:
         now = time.time() if now is None else now
         expires_at = now + ttl_s
         vec = encode_vector(vector)
-        pipe = self._redis.pipeline(transaction=True)
-        key = entry_key(self.prefix, entry_id)
-        pipe.delete(key)
-        pipe.hset(key, mapping={
+        fields: dict[str, str | int] = {
             "response": json.dumps(response, separators=(",", ":")),
             "embedding": vec, "scope": scope, "text": text, "tenant": tenant, "model": model,
             "created_at": repr(now), "expires_at": repr(expires_at),
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-        })
-        pipe.pexpireat(key, int(expires_at * 1000))
-        pipe.zremrangebyscore(self._expiry, "-inf", now)
-        pipe.zadd(self._expiry, {entry_id: expires_at})
+        }
+        # The entry first, then its `add` event: a worker that sees the event finds the entry.
+        # Cut off between the two, the entry is orphaned but invisible (no index lists it) and
+        # expires at its TTL.
+        await self._entry_set(keys=[entry_key(self.prefix, entry_id)],
+                              args=[int(expires_at * 1000), *_pairs(fields)])
         label = tenant if group is None else group
-        pipe.zadd(self._group_prefix + label, {entry_id: expires_at})
-        pipe.sadd(self._groups, label)
-        pipe.xadd(self._events, {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at),
-                               "vec": vec, "origin": self.origin},
-                  maxlen=self.stream_maxlen, approximate=True)
-        await pipe.execute()
-        popped = await self._evict(keys=[self._expiry, self._groups],
-                                   args=[repr(now), self.max_entries, self._group_prefix])
+        event = {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at), "vec": vec,
+                 "origin": self.origin}
+        popped = await self._index_add(
+            keys=[self._expiry, self._groups, self._group_prefix + label, self._events],
+            args=[repr(now), self.max_entries, self._group_prefix, entry_id, repr(expires_at), label,
+                  self.stream_maxlen, *_pairs(event)])
         evicted = [_s(member) for member in popped]
         await self.delete_ids(evicted)
         return evicted
@@ -229,19 +268,19 @@ class SemanticStore:
     async def delete_ids(self, entry_ids: Iterable[str]) -> int:
         """Delete entries and publish ``del`` events; returns how many keys existed."""
         ids = list(entry_ids)
-        if not ids:
-            return 0
-        groups = [_s(g) for g in await self._redis.smembers(self._groups)]  # a bounded set of labels
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(*(entry_key(self.prefix, i) for i in ids))
-        pipe.zrem(self._expiry, *ids)
-        for label in groups:
-            pipe.zrem(self._group_prefix + label, *ids)
-        for entry_id in ids:
-            pipe.xadd(self._events, {"op": "del", "id": entry_id, "origin": self.origin},
-                      maxlen=self.stream_maxlen, approximate=True)
-        results = await pipe.execute()
-        return int(results[0])
+        existed = 0
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            # one DEL per key in a plain pipeline: the entries live in different slots, and a
+            # cluster client sends each to its node (a multi-key DEL would be cross-slot)
+            pipe = self._redis.pipeline(transaction=False)
+            for entry_id in chunk:
+                pipe.delete(entry_key(self.prefix, entry_id))
+            existed += sum(int(n) for n in await pipe.execute())
+            # entries first: the index never lists an entry whose `del` went out before it was gone
+            await self._index_del(keys=[self._expiry, self._groups, self._events],
+                                  args=[self._group_prefix, self.stream_maxlen, self.origin, *chunk])
+        return existed
 
     async def delete_where(self, tenant: str | None = None, model: str | None = None) -> list[str]:
         """Delete every entry of a tenant and/or model (None = any); returns the ids deleted."""

@@ -11,7 +11,8 @@ from collections import Counter
 from typing import Any, Awaitable, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+
+from opskit.redis_client import REDIS_ERRORS
 
 from cache import metrics
 from cache.embed import Encoder
@@ -84,11 +85,15 @@ class ResponseCache:
     model. bounded_redis: the client for the entries (exact and semantic) and the stats
     (default: ``redis``), every call of which this class bounds itself; it can do without a
     socket timeout, which redis-py (8.x, Python 3.11) implements with ``asyncio.wait_for``: a
-    Task per command.
+    Task per command. follow_redis: the semantic index follower's client (SemanticCache; its
+    socket timeout ``cache.semantic.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of
+    the three may be a one-server, Redis Cluster or Sentinel client (``opskit.redis_client.async_redis``):
+    every script and transaction here touches keys of one hash slot (cache/README.md).
     """
 
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
-                 encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None) -> None:
+                 encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None,
+                 follow_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
         client = bounded_redis or redis
         self._exact = ExactStore(client, self.settings.key_prefix)
@@ -96,8 +101,8 @@ class ResponseCache:
         # the semantic stage too: every call of it is bounded here (or, the index rebuild, in
         # SemanticCache), and the router's 0.25 s socket timeout turned one slow semantic write
         # under load into a cache marked down for a second
-        self.semantic = (SemanticCache(client, self.settings, encoder) if self.settings.semantic_enabled
-                         else None)
+        self.semantic = (SemanticCache(client, self.settings, encoder, follow_redis)
+                         if self.settings.semantic_enabled else None)
         self._redis_ok = True
         self._down_until = 0.0
         self._pending = PendingCounts()
@@ -144,7 +149,7 @@ class ResponseCache:
         try:
             async with asyncio.timeout(self._off_path_timeout_s):
                 await self._client.ping()
-        except (RedisError, OSError, asyncio.TimeoutError):
+        except (*REDIS_ERRORS, asyncio.TimeoutError):
             self._redis_ok = False
             return False
         if not self._redis_ok:
@@ -179,7 +184,7 @@ class ResponseCache:
             # its own, a measurable share of the router's CPU per request (bench/router_overhead.py)
             async with asyncio.timeout(self.settings.redis_timeout_s if timeout_s is None else timeout_s):
                 result = await op
-        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+        except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
             self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S
             log.warning("cache unavailable: %s in %s", exc.__class__.__name__, getattr(op, "__qualname__", "redis call"))

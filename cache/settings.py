@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings
+from opskit import redact_url as _redact
 
 
 class CacheSettings(FileSettings):
@@ -19,7 +19,8 @@ class CacheSettings(FileSettings):
     ttl_s: fixed time to live of an entry in seconds (not sliding: a hit never extends it).
     min_ttl_s / max_ttl_s: bounds for a per-request TTL override.
     redis_timeout_s: upper bound on one cache round trip; past it the request is served uncached.
-    key_prefix: prefix of every Redis key the cache writes.
+    key_prefix: prefix of every Redis key the cache writes; no ``{`` or ``}`` (the keys' Redis
+      Cluster hash tags come after it, cache/README.md).
     max_entry_bytes: largest entry stored, in bytes of its JSON (default 4 MiB: a 32k-token
       answer is ~150 kB without logprobs, a few MB with top_logprobs); a larger answer is served
       and not stored, and the router stops assembling a stream for the cache past it.
@@ -92,6 +93,15 @@ class CacheSettings(FileSettings):
     prefill_tokens_per_s: float = Field(10_000.0, gt=0)
     decode_tokens_per_s: float = Field(110.0, gt=0)
 
+    @field_validator("key_prefix")
+    @classmethod
+    def _no_hash_tag(cls, value: str) -> str:
+        # a brace in the prefix would become the hash tag of every key (Redis Cluster hashes the
+        # first {...}): all entries on one node, and scripts' keys no longer in one slot
+        if "{" in value or "}" in value:
+            raise ValueError("key_prefix cannot contain '{' or '}' (Redis Cluster hash tags)")
+        return value
+
     @model_validator(mode="after")
     def _bounds(self) -> "CacheSettings":
         if not self.min_ttl_s <= self.ttl_s <= self.max_ttl_s:
@@ -118,13 +128,6 @@ class CacheSettings(FileSettings):
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its user information (``user:password@``) replaced by ``***@``, for log lines
-    and error messages; a URL without user information comes back unchanged, one that does not
-    parse as ``***`` when it contains ``@``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "***" if "@" in url else url
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+    """``url`` with its user information replaced by ``***@`` (``opskit.redact_url``: also a
+    Sentinel URL's ``sentinel_password``), for log lines and error messages."""
+    return _redact(url)

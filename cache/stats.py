@@ -4,8 +4,8 @@ Layout (``{prefix}`` = settings.key_prefix):
 
 | key | type | content | TTL |
 |---|---|---|---|
-| ``{prefix}:stats:all`` | hash | all-time counters | none |
-| ``{prefix}:stats:b:{t // 10}`` | hash | the same counters for one 10-second bucket (Unix s ``t``) | 3,700 s |
+| ``{prefix}:{stats}:all`` | hash | all-time counters | none |
+| ``{prefix}:{stats}:b:{t // 10}`` | hash | the same counters for one 10-second bucket (Unix s ``t``) | 3,700 s |
 
 A field is ``{group}|{counter}``: group ``*`` (everything), ``m={model}`` (the pool that
 answered) or ``t={tenant label}`` (``CacheRequest.label``: a bounded set, the router folds API
@@ -16,6 +16,11 @@ CacheSettings), ``sim:{x.xx}`` (semantic hits with similarity in [x.xx, x.xx + 0
 ``*`` also has ``skip:{reason}`` (requests the semantic stage could not judge) and
 ``reject:{reason}`` (entries found but not served: a verification rule, ``stale``, ``corrupt``). Windows of 1 min,
 5 min and 1 h sum the newest 6, 30 and 360 buckets.
+
+Redis Cluster: one script adds to the all-time hash and a bucket together, and a read takes the
+all-time hash and 360 buckets in one pipeline, so every stats key carries the tag ``{stats}``
+(one slot, one node, one round trip). The counters are a few kilobytes, written at most once per
+worker per event-loop turn: one slot holds them easily.
 """
 
 from __future__ import annotations
@@ -159,6 +164,8 @@ class StatsStore:
     def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
         self._prefix = prefix
+        self._all = f"{prefix}:{{stats}}:all"  # the module doc's hash tag: every key in one slot
+        self._bucket = f"{prefix}:{{stats}}:b:"
         self._record = redis.register_script(_RECORD_LUA)
 
     def _script_input(self, bucket_t: float, ints: dict[str, int],
@@ -169,7 +176,7 @@ class StatsStore:
         for name, x in floats.items():
             if x:
                 args += ["f", name, repr(x)]
-        return [f"{self._prefix}:stats:all", f"{self._prefix}:stats:b:{int(bucket_t // BUCKET_S)}"], args
+        return [self._all, f"{self._bucket}{int(bucket_t // BUCKET_S)}"], args
 
     async def record_pending(self, taken: dict[int, tuple[Counter[str], Counter[str]]]) -> None:
         """Add a ``PendingCounts.take()`` batch: one script call per bucket (usually one; each
@@ -190,9 +197,9 @@ class StatsStore:
         now = time.time() if now is None else now
         newest = int(now // BUCKET_S)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hgetall(f"{self._prefix}:stats:all")
+        pipe.hgetall(self._all)
         for i in range(WINDOWS["1h"]):
-            pipe.hgetall(f"{self._prefix}:stats:b:{newest - i}")
+            pipe.hgetall(f"{self._bucket}{newest - i}")
         rows = [{_text(k): float(v) for k, v in row.items()} for row in await pipe.execute()]
         all_time = report(rows[0])
         windows: dict[str, Any] = {}

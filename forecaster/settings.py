@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt
 from pydantic_settings import SettingsConfigDict
 
-from opskit import FileSettings, LogFormat
+from opskit import FileSettings, LogFormat, RedisURL
 
 from forecaster.clock import SimClock
 from forecaster.plan import PlannerConfig
@@ -23,7 +23,7 @@ class ForecasterSettings(FileSettings):
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore")
 
-    redis_url: str = Field(
+    redis_url: RedisURL = Field(  # one server, Redis Cluster or Sentinel (opskit/_redis_url.py)
         "redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("PROMPTEDGE_REDIS_URL", "PROMPTEDGE_FORECASTER_REDIS_URL"),
     )

@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from opskit.redis_client import sync_redis
+
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, Recommendation
 
@@ -19,15 +21,24 @@ class RedisStateStore:
     """Load / save the PlannerState of one target (key ``key``) in Redis at ``url``."""
 
     def __init__(self, url: str, key: str, timeout_s: float = 2.0) -> None:
-        self._client = redis.Redis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, decode_responses=True
-        )
+        self._url = url
+        self._timeout_s = timeout_s
+        self._conn: redis.Redis | None = None
         self.key = key
+
+    def _client(self) -> redis.Redis:
+        # one server, Redis Cluster or Sentinel (opskit/_redis_url.py), built on first use inside
+        # the callers' error handling (a cluster client connects at once). One key per target,
+        # no command touches two, so the key needs no Redis Cluster hash tag.
+        if self._conn is None:
+            self._conn = sync_redis(self._url, socket_connect_timeout=self._timeout_s,
+                                    socket_timeout=self._timeout_s, decode_responses=True)
+        return self._conn
 
     def load(self) -> PlannerState | None:
         """The last saved state, or None when none was saved."""
         try:
-            raw = self._client.get(self.key)
+            raw = self._client().get(self.key)
         except redis.RedisError as exc:
             raise SourceUnavailable(f"planner state unreadable in Redis: {exc}") from None
         if raw is None:
@@ -53,7 +64,7 @@ class RedisStateStore:
             }
         )
         try:
-            self._client.set(self.key, payload)
+            self._client().set(self.key, payload)
         except redis.RedisError as exc:
             raise SourceUnavailable(f"planner state unwritable in Redis: {exc}") from None
 

@@ -4,13 +4,19 @@ come from a YAML file, and a listing of every setting with its env name and defa
 Public surface: :func:`configure` (root logging on stderr, uvicorn's loggers folded into it),
 :class:`JsonFormatter`, :class:`TextFormatter`, :data:`FORMATS`, :data:`LogFormat`;
 :class:`FileSettings` (a BaseSettings reading ``PROMPTEDGE_SETTINGS_FILE`` too),
-:data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`env_name`, :func:`section_name`.
+:data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`env_name`, :func:`section_name`;
+Redis URLs of every topology (one server, Redis Cluster, Sentinel): :func:`parse_redis_url`,
+:class:`RedisTarget`, :class:`RedisURLError`, :data:`RedisURL` (a settings field type),
+:func:`redact_url`; their redis-py clients are in :mod:`opskit.redis_client` (``async_redis``,
+``sync_redis``), which this surface does not import.
 Standard library, PyYAML and pydantic-settings only, so the product packages and ``sim`` can all
 use it without importing each other (pyproject.toml's import-linter contracts).
 """
 
 from opskit._logfmt import FORMATS, JsonFormatter, LogFormat, TextFormatter, configure
+from opskit._redis_url import RedisTarget, RedisURL, RedisURLError, parse_redis_url, redact_url
 from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table
 
-__all__ = ["FORMATS", "SETTINGS_FILE_ENV", "FileSettings", "JsonFormatter", "LogFormat", "TextFormatter",
-           "configure", "env_name", "section_name", "settings_table"]
+__all__ = ["FORMATS", "SETTINGS_FILE_ENV", "FileSettings", "JsonFormatter", "LogFormat", "RedisTarget",
+           "RedisURL", "RedisURLError", "TextFormatter", "configure", "env_name", "parse_redis_url",
+           "redact_url", "section_name", "settings_table"]

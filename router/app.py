@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from httpx_aiohttp import AiohttpTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from cache import CacheSettings, ResponseCache
+from cache import FOLLOW_SOCKET_TIMEOUT_S, CacheSettings, ResponseCache
+from opskit.redis_client import async_redis
 from router.affinity import PrefixMap
 from router.prefix_index import PrefixIndexes
 from router.api import add_completion_routes
@@ -51,13 +51,16 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        redis = aioredis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout_s,
-                                  socket_connect_timeout=settings.redis_timeout_s)
+        # opskit.async_redis: one server, Redis Cluster or Sentinel, from the URL's scheme
+        redis = async_redis(settings.redis_url, socket_timeout=settings.redis_timeout_s,
+                            socket_connect_timeout=settings.redis_timeout_s)
         # The exact cache's own client: the cache bounds each of its calls, connecting included
         # (CacheSettings.redis_timeout_s), so no socket timeout, which redis-py implements with a
         # wait_for Task per command (py-spy: ~2 % of a proxied request's CPU per Redis command),
         # and no connect timeout of the router's, which would override the cache's own bound.
-        cache_redis = aioredis.from_url(settings.redis_url)
+        cache_redis = async_redis(settings.redis_url)
+        # the semantic index follower's blocking XREAD: a socket timeout longer than its block
+        follow_redis = async_redis(settings.redis_url, socket_timeout=FOLLOW_SOCKET_TIMEOUT_S)
         upstream = Upstream(settings.upstream_transport, settings.max_connections)
         # aiohttp transport: measured 0.7 ms CPU per scrape against 1.5 ms on httpx's own (router/README.md).
         probe_client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=settings.scrape_timeout_s)
@@ -83,7 +86,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
                          changes.draining)
 
-        cache = ResponseCache(redis, cache_settings, bounded_redis=cache_redis)
+        cache = ResponseCache(redis, cache_settings, bounded_redis=cache_redis, follow_redis=follow_redis)
         # load the embedding model before serving: importing it in the background would stall the
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
@@ -111,6 +114,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             await probe_client.aclose()
             await redis.aclose()
             await cache_redis.aclose()
+            await follow_redis.aclose()
             if tracer_provider is not None:
                 tracer_provider.shutdown()
 

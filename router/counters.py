@@ -7,6 +7,12 @@ serves: a field that exists, even at 0, means "the router was up and counted"; a
 fields means nobody counted (router down), which the forecaster keeps as missing, not zero. If
 Redis is down the tally is kept and merged into the next flush, so minutes are late, not lost
 (bounded: beyond ``max_pending`` keys the oldest minutes are dropped and counted in ``dropped``).
+
+Redis Cluster: the keys carry no hash tag on purpose, so each counter hash (one model, one day)
+is its own slot and the counters spread over the nodes by model and day. Nothing needs two of
+them in one slot: every command touches one key, and the flush is a plain (non-transactional)
+pipeline, which a cluster client splits by node. The layout is shared with the forecaster and
+``sim`` (README.md), so it stays as it is on every topology.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import time
 from collections import Counter
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+
+from opskit.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("router.counters")
 
@@ -97,7 +104,7 @@ class TrafficCounters:
             pipe.sadd(MODELS_KEY, *models)
         try:
             await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             log.warning("traffic counters not written (kept for the next flush): %r", exc)
             tally.update(self._tally)
             self._tally = tally

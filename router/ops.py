@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from redis.exceptions import RedisError
 from starlette.responses import JSONResponse, Response
 
 from cache import CacheUnavailable, metrics_text
+from opskit.redis_client import REDIS_ERRORS
 from router import lanes
 from router.classify import api_key
 from router.deps import StateDep
@@ -49,7 +49,7 @@ async def health(state: StateDep) -> dict[str, Any]:
     one: ``pools[model]["lanes"][lane]["ready"] == 0``); ``semantic``: the semantic stage's state."""
     try:
         redis_ok = bool(await state.redis.ping())
-    except (RedisError, OSError):
+    except REDIS_ERRORS:
         redis_ok = False
     now = time.monotonic()
     pools = {model: _pool_health(replicas, now) for model, replicas in state.pools.by_model.items()}

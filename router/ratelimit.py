@@ -6,6 +6,11 @@ continuously at its rate up to its capacity. API keys are stored hashed. If Redi
 answer, requests are admitted (fail open: an outage of the limiter must not become an outage
 of the service) and Redis is skipped for 1 s; ``unavailable`` counts those admissions.
 Keys without a mapping and without their own limit share one group of ``"*"`` buckets.
+
+Redis keys: ``promptedge:ratelimit:{<owner hash>}:requests`` and ``...:tokens`` (hashes
+``tokens``, ``ts``; expire when full again). The script reads and writes both buckets of an owner
+at once, so both carry the owner's hash as their Redis Cluster hash tag (one slot); different
+owners spread over the nodes.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import time
 from collections.abc import Collection, Mapping
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+
+from opskit.redis_client import REDIS_ERRORS
 
 from router.settings import RateLimit
 
@@ -89,8 +95,9 @@ class RateLimiter:
 
     def _owner(self, api_key: str) -> tuple[str, RateLimit | None]:
         owner, limit = bucket_owner(api_key, self.limits, self.known)
-        # "*" is hashed like a key, so the shared buckets' names look like any other's
-        return f"promptedge:ratelimit:{hashlib.sha256(owner.encode()).hexdigest()[:24]}", limit
+        # "*" is hashed like a key, so the shared buckets' names look like any other's; the hash
+        # is the hash tag: an owner's two buckets, which one script updates, share a slot
+        return f"promptedge:ratelimit:{{{hashlib.sha256(owner.encode()).hexdigest()[:24]}}}", limit
 
     async def settle(self, api_key: str, charged: int, used: int) -> None:
         """Correct the key's tokens bucket once the answer's real usage is known: it was
@@ -105,7 +112,7 @@ class RateLimiter:
             return
         try:
             await self._settle(keys=[f"{key}:tokens"], args=[delta, limit.tokens_per_min])
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             log.warning("rate limiter unavailable, usage not settled: %r", exc)
 
     async def wait_s(self, api_key: str, tokens: int) -> float:
@@ -128,7 +135,7 @@ class RateLimiter:
             return 0.0
         try:
             return float(await self._script(keys=keys, args=args))
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             self.unavailable += 1
             self._down_until = time.monotonic() + _RETRY_AFTER_S
             log.warning("rate limiter unavailable, admitting: %r", exc)

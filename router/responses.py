@@ -29,11 +29,11 @@ import logging
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from cache import usage_tokens
+from opskit.redis_client import REDIS_ERRORS
 from router import classify, service
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica
@@ -162,7 +162,7 @@ async def _remember(state: RouterState, rec: Record, owner: str, response_id: st
     follow-up is a 404), counted and logged (without a traceback), never the answer."""
     try:
         await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
-    except (RedisError, OSError) as exc:
+    except REDIS_ERRORS as exc:
         state.metrics.affinity_unavailable.labels(rec.pool, "note").inc()
         log.warning("response %s of request %s not noted for affinity: Redis unavailable (%s)", response_id,
                     rec.request_id, type(exc).__name__)
@@ -176,7 +176,7 @@ async def _holder(state: RouterState, rec: Record, owner: str, response_id: str)
     pool = rec.pool
     try:
         url = await state.redis.get(affinity_key(owner, response_id))
-    except (RedisError, OSError) as exc:
+    except REDIS_ERRORS as exc:
         state.metrics.affinity_unavailable.labels(pool, "lookup").inc()
         log.warning("request %s refused: Redis unavailable for the affinity of previous_response_id (%s)",
                     rec.request_id, type(exc).__name__)

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from opskit import FileSettings, LogFormat
+from opskit import FileSettings, LogFormat, RedisURL
 
 from router.credentials import SecretRef
 from router.limits import Limits
@@ -119,13 +119,19 @@ class CachePolicy(BaseModel):
 class RouterSettings(FileSettings):
     """All router settings; env names are ``PROMPTEDGE_`` + field name upper-cased.
 
-    ``redis_url`` is shared with cache and forecaster (PROMPTEDGE_REDIS_URL); the rest use the
+    ``redis_url`` is shared with cache and forecaster (PROMPTEDGE_REDIS_URL): ``redis://``,
+    ``rediss://``, ``unix://`` (one server), ``redis+cluster://host:port[,host:port]`` (Redis
+    Cluster) or ``redis+sentinel://host:port[,host:port]/service_name[/db]`` (Sentinel), see
+    opskit/_redis_url.py; redis_timeout_s bounds each call of the rate limiter and counters'
+    client (socket timeout, s). The rest use the
     ``ROUTER_`` infix (PROMPTEDGE_ROUTER_REPLICAS, ...), see CONTRACTS.md.
     """
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ROUTER_", extra="ignore", populate_by_name=True)
 
-    redis_url: str = Field(
+    # checked at start-up (opskit.RedisURL): a bad URL is an error naming the setting, never a
+    # traceback, and the message never repeats the URL (it may hold a password)
+    redis_url: RedisURL = Field(
         "redis://127.0.0.1:6379/0", validation_alias="PROMPTEDGE_REDIS_URL"
     )
     redis_timeout_s: float = 0.25
@@ -185,20 +191,6 @@ class RouterSettings(FileSettings):
     prefix_weight: float = Field(12.0, ge=0)
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
     limits: Limits = Field(default_factory=Limits)  # JSON; every resource limit (router/limits.py)
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis_url(cls, value: str) -> str:
-        # checked here so that a bad URL is a start-up error naming the setting, never a
-        # traceback; the message never repeats the URL (it may hold a password)
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0..65535
-        except ValueError:
-            raise ValueError("not a valid Redis URL (bad host or port)") from None
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
-        return value
 
     @field_validator("api_keys")
     @classmethod

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -176,12 +177,18 @@ class RedisServer:
     persistence, for fault tests: :meth:`kill` (SIGKILL, no goodbye to clients) and
     :meth:`start` again on the same port. ``password`` sets ``requirepass``; :attr:`url`
     carries it (``redis://:password@...``), so never log :attr:`url`. Raises StackError when
-    the binary is missing or the server does not answer within 10 s."""
+    the binary is missing or the server does not answer within 10 s. ``extra_args``: more
+    ``redis-server`` options (``--cluster-enabled yes``, ``--replicaof host port``,
+    sim/redis_topology.py); ``config``: a config file, read first (a sentinel's, with
+    ``--sentinel`` in ``extra_args``)."""
 
-    def __init__(self, port: int | None = None, password: str | None = None, binary: str = "redis-server") -> None:
+    def __init__(self, port: int | None = None, password: str | None = None, binary: str = "redis-server",
+                 extra_args: Sequence[str] = (), config: Path | None = None) -> None:
         self.port = port or free_port()
         self.password = password
         self.binary = binary
+        self.extra_args = list(extra_args)
+        self.config = config
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -196,9 +203,11 @@ class RedisServer:
             return self
         if shutil.which(self.binary) is None:
             raise StackError(f"{self.binary} not found on PATH")
-        args = [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
+        args = [self.binary, *([str(self.config)] if self.config else []),
+                "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra_args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 10.0

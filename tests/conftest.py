@@ -16,10 +16,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+
+from sim.redis_topology import LocalCluster, LocalSentinel, binaries_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -100,3 +103,40 @@ def redis_url() -> str:
     yield url
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A real local Redis Cluster (three masters on 127.0.0.1 high ports, sim/redis_topology.py),
+    started once per session; skips when redis-server or redis-cli is missing."""
+    reason = binaries_missing()
+    if reason:
+        pytest.skip(f"no local Redis Cluster: {reason}")
+    with LocalCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture()
+def cluster_url(redis_cluster: LocalCluster) -> Iterator[str]:
+    """The session's Redis Cluster URL (``redis+cluster://...``), every node flushed before and
+    after the test."""
+    def flush() -> None:
+        for port in redis_cluster.ports:
+            with redis.Redis(port=port, socket_connect_timeout=2) as node:
+                node.flushall()
+
+    flush()
+    yield redis_cluster.url
+    flush()
+
+
+@pytest.fixture()
+def redis_sentinel() -> Iterator[LocalSentinel]:
+    """A fresh Sentinel group for one test (master, replica, one sentinel with a 1 s
+    down-after: one is enough to fail over, and three take seconds longer to find each other),
+    so a test may kill its master; skips when redis-server is missing."""
+    reason = binaries_missing()
+    if reason:
+        pytest.skip(f"no local Sentinel: {reason}")
+    with LocalSentinel(sentinels=1) as group:
+        yield group

@@ -11,7 +11,7 @@ Redis key ``promptedge:forecaster:desired:{namespace}:{deployment}`` (hash: ``re
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -22,6 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from opskit.redis_client import sync_redis
 
 from forecaster.actuate.errors import PublishUnavailable
 from forecaster.actuate.settings import ActuatorSettings
@@ -39,23 +41,35 @@ class Published:
 
 
 class DesiredStore:
-    """The Redis record of one Deployment's published desired replicas; raises PublishUnavailable."""
+    """The Redis record of one Deployment's published desired replicas; raises PublishUnavailable.
 
-    def __init__(self, client: redis.Redis, namespace: str, deployment: str) -> None:
-        self._client = client
+    client: a redis client, or a function that makes one (called on first use, inside the error
+    handling: a Redis Cluster client connects as it is made). The key is one hash: no command
+    touches two keys, so it needs no Redis Cluster hash tag."""
+
+    def __init__(self, client: redis.Redis | Callable[[], redis.Redis], namespace: str, deployment: str) -> None:
+        self._connect = client if callable(client) and not isinstance(client, redis.Redis) else None
+        self._conn = None if self._connect is not None else client
         self.namespace = namespace
         self.deployment = deployment
         self.key = f"{KEY_PREFIX}:{namespace}:{deployment}"
 
+    @property
+    def _client(self) -> redis.Redis:
+        if self._conn is None:
+            assert self._connect is not None
+            self._conn = self._connect()
+        return self._conn  # type: ignore[return-value]
+
     @classmethod
     def from_settings(cls, settings: ActuatorSettings) -> DesiredStore:
-        """Store on ``settings.redis_url`` with bounded socket timeouts (``request_timeout_s``)."""
-        client = redis.Redis.from_url(
-            settings.redis_url,
-            socket_timeout=settings.request_timeout_s,
-            socket_connect_timeout=settings.request_timeout_s,
-        )
-        return cls(client, settings.namespace, settings.deployment or "-")
+        """Store on ``settings.redis_url`` (one server, Redis Cluster or Sentinel: opskit/_redis_url.py)
+        with bounded socket timeouts (``request_timeout_s``)."""
+        def connect() -> redis.Redis:
+            return sync_redis(settings.redis_url, socket_timeout=settings.request_timeout_s,
+                              socket_connect_timeout=settings.request_timeout_s)
+
+        return cls(connect, settings.namespace, settings.deployment or "-")
 
     def publish(self, replicas: int, reason: str, decided_at: datetime) -> None:
         """Overwrite the record with a new decision."""

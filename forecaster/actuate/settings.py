@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from opskit import FileSettings
+from opskit import FileSettings, RedisURL
 
 from forecaster.actuate.errors import ActuationConfigError
 
@@ -40,7 +40,7 @@ class ActuatorSettings(FileSettings):
     annotation_prefix: str = "promptedge.io"
     warmup_s: float = Field(300.0, gt=0, description="lead time used when no Ready pod can be measured")
     warmup_quantile: float = Field(0.9, gt=0, le=1)
-    redis_url: str = Field(
+    redis_url: RedisURL = Field(  # one server, Redis Cluster or Sentinel (opskit/_redis_url.py)
         "redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("PROMPTEDGE_ACTUATOR_REDIS_URL", "PROMPTEDGE_REDIS_URL"),
     )

@@ -18,6 +18,8 @@ import time
 import numpy as np
 import redis
 
+from opskit.redis_client import sync_redis
+
 from forecaster.errors import SourceUnavailable
 from forecaster.series import Traffic
 
@@ -36,12 +38,21 @@ class RedisCounterSource:
     def __init__(
         self, url: str, model: str | None, history_s: float, timeout_s: float = 2.0
     ) -> None:
-        self._client = redis.Redis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, decode_responses=True
-        )
+        self._url = url
+        self._timeout_s = timeout_s
+        self._conn: redis.Redis | None = None
         self._model = model
         self._history_s = history_s
         self.name = f"redis:{model or 'all models'}"
+
+    def _client(self) -> redis.Redis:
+        # one server, Redis Cluster or Sentinel (opskit/_redis_url.py), built on first use inside
+        # fetch's error handling (a cluster client connects at once); the read is a plain
+        # pipeline of one-key reads, which a cluster client splits by node (no hash tag needed)
+        if self._conn is None:
+            self._conn = sync_redis(self._url, socket_connect_timeout=self._timeout_s,
+                                    socket_timeout=self._timeout_s, decode_responses=True)
+        return self._conn
 
     def fetch(self, now: float | None = None) -> Traffic:
         """Counters for minutes [now - history, now) as rates per second (Traffic, step 60 s)."""
@@ -49,8 +60,9 @@ class RedisCounterSource:
         last = math.floor(now / 60) - 1  # the current minute is incomplete
         first = last - math.ceil(self._history_s / 60) + 1
         try:
-            models = [self._model] if self._model else sorted(self._client.smembers(MODELS_KEY))
-            pipe = self._client.pipeline(transaction=False)
+            client = self._client()
+            models = [self._model] if self._model else sorted(client.smembers(MODELS_KEY))
+            pipe = client.pipeline(transaction=False)
             for model in models:
                 for day in range(first // 1440, last // 1440 + 1):
                     pipe.hgetall(f"{KEY_PREFIX}:{model}:{day}")

@@ -242,7 +242,7 @@ async def test_entry_count_is_bounded_and_evicts_soonest_expiring(make_cache: Fa
     for ttl, topic in zip([50, 10, 30, 40], topics):
         await cache.store(ask(f"Tell me about {topic}", ttl_s=ttl), answer(topic))
     raw = aioredis.Redis.from_url(redis_url)
-    assert await raw.zcard("promptedge:cache:sem:expiry") == 3
+    assert await raw.zcard("promptedge:cache:{sem}:expiry") == 3
     assert len(await raw.keys("promptedge:cache:sem:entry:*")) == 3
     await raw.aclose()
     assert cache.semantic is not None and len(cache.semantic.index) == 3  # type: ignore[arg-type]

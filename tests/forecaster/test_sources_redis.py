@@ -44,8 +44,8 @@ def test_seven_days_of_minutes_in_one_round_trip(redis_url: str) -> None:
     pipe.execute()
     now = (first + days * 1440) * 60.0 + 30  # inside the first minute after the data
     source = RedisCounterSource(redis_url, None, history_s=days * 86400)
-    counting = CountingClient(source._client)
-    source._client = counting  # type: ignore[assignment]
+    counting = CountingClient(source._client())
+    source._conn = counting  # type: ignore[assignment]
     traffic = source.fetch(now)
     hashes = (first + days * 1440 - 1) // 1440 - first // 1440 + 1
     assert len(counting.round_trips) == 1  # the model list is one call, then one pipeline

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import redis
+
+from opskit.redis_client import sync_redis
 
 REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 MODEL = "m"
@@ -78,7 +79,8 @@ def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int 
         if nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-    flush = redis.Redis.from_url(full_env["PROMPTEDGE_REDIS_URL"], socket_connect_timeout=1)
+    # any topology (a Sentinel URL in bench/redis_failover.py): its master's database
+    flush = sync_redis(full_env["PROMPTEDGE_REDIS_URL"], socket_connect_timeout=1)
     flush.flushdb()  # no cache entry of an earlier test can answer this one's requests
     flush.close()
     log = tmp_path / f"router-{time.monotonic_ns()}.log"

@@ -130,7 +130,8 @@ async def test_anonymous_cache_off_neither_looks_up_nor_stores(start_replica, st
     await cache_entries(redis_url, 1)  # the keyed answer, stored after the anonymous ones were sent
     r = redis.asyncio.Redis.from_url(redis_url)
     try:
-        owners = [json.loads(m) for m in await r.zrange("promptedge:cache:exact-owners", 0, -1)]
+        owners = [json.loads(m) for key in await r.keys("promptedge:cache:exact-owners:*")
+                  for m in await r.zrange(key, 0, -1)]
     finally:
         await r.aclose()
     assert len(owners) == 1 and owners[0][0] != "default"
@@ -169,7 +170,7 @@ async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router,
     assert "other" in tenants and not any(t.startswith("key:") for t in tenants)
     r = redis.asyncio.Redis.from_url(redis_url)
     try:
-        fields = await r.hkeys("promptedge:cache:stats:all")
+        fields = await r.hkeys("promptedge:cache:{stats}:all")
     finally:
         await r.aclose()
     groups = {f.decode().rpartition("|")[0] for f in fields}

@@ -1,0 +1,124 @@
+"""The response cache on a real local Redis Cluster (three masters, tests/conftest.py): exact and
+semantic entries, deletes by tenant/model, the stats counters, and the index followed by a
+second worker. Every Lua script and transaction must touch one slot, or Redis Cluster refuses it
+with CROSSSLOT (the cache would then silently serve nothing: a store returns False)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis
+
+from cache import CacheRequest, CacheSettings, ResponseCache
+from cache.embed import Encoder
+from opskit.redis_client import async_redis
+from sim.redis_topology import LocalCluster
+
+pytestmark = pytest.mark.redis_ha
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{abs(hash(text))}", "object": "chat.completion", "created": int(time.time()),
+            "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                       "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+
+def ask(text: str, tenant: str = "t1", model: str = "m") -> CacheRequest:
+    return CacheRequest("chat.completions", {"model": model, "messages": [{"role": "user", "content": text}]},
+                        tenant)
+
+
+Factory = Callable[..., Awaitable[ResponseCache]]
+
+
+@pytest.fixture()
+async def make_cache(cluster_url: str) -> AsyncIterator[Factory]:
+    """Started caches on the cluster, each with its own clients (one per simulated worker)."""
+    made: list[tuple[ResponseCache, list[Any]]] = []
+
+    async def factory(encoder: Encoder | None = None, **overrides: Any) -> ResponseCache:
+        clients = [async_redis(cluster_url), async_redis(cluster_url, socket_timeout=6)]
+        settings = CacheSettings(**{"redis_timeout_s": 2.0, "embed_timeout_s": 10.0,
+                                    "semantic_enabled": encoder is not None, **overrides})
+        cache = ResponseCache(clients[0], settings, encoder=encoder, follow_redis=clients[1])
+        await cache.start()
+        made.append((cache, clients))
+        return cache
+
+    yield factory
+    for cache, clients in made:
+        await cache.aclose()
+        for client in clients:
+            await client.aclose()
+
+
+def nodes_holding_keys(cluster: LocalCluster) -> int:
+    count = 0
+    for port in cluster.ports:
+        with redis.Redis(port=port) as node:
+            count += node.dbsize() > 0
+    return count
+
+
+async def test_exact_entries_store_hit_spread_and_delete_by_tenant_and_model(
+        make_cache: Factory, redis_cluster: LocalCluster) -> None:
+    cache = await make_cache()
+    scopes = [(f"tenant-{i}", model) for i in range(6) for model in ("m1", "m2")]
+    for tenant, model in scopes:
+        assert await cache.store(ask("hi", tenant, model), answer(f"{tenant}/{model}")) is True
+    for tenant, model in scopes:
+        hit = await cache.lookup(ask("hi", tenant, model))
+        assert hit is not None and hit.kind == "exact"
+        assert hit.response["choices"][0]["message"]["content"] == f"{tenant}/{model}"  # its own, no other's
+    assert nodes_holding_keys(redis_cluster) >= 2  # scopes spread over the masters
+    assert await cache.delete(tenant="tenant-0") == {"exact": 2, "semantic": 0}
+    assert await cache.delete(model="m2") == {"exact": 5, "semantic": 0}  # on every node (SCAN per primary)
+    assert await cache.lookup(ask("hi", "tenant-0", "m1")) is None
+    assert await cache.lookup(ask("hi", "tenant-3", "m2")) is None
+    assert (await cache.lookup(ask("hi", "tenant-3", "m1"))) is not None
+    assert await cache.delete() == {"exact": 5, "semantic": 0}
+    assert await cache.lookup(ask("hi", "tenant-3", "m1")) is None
+
+
+async def test_stats_counters_add_up_on_the_cluster(make_cache: Factory) -> None:
+    cache = await make_cache()
+    await cache.store(ask("a"), answer("a"))
+    for text in ("a", "a", "b"):
+        await cache.lookup(ask(text))
+    stats = await cache.stats()
+    assert (stats["requests"], stats["exact_hits"], stats["misses"]) == (3, 2, 1)
+    assert stats["windows"]["1m"]["requests"] == 3
+    assert cache.healthy
+
+
+@pytest.mark.slow
+async def test_semantic_entries_are_stored_followed_evicted_and_deleted_on_the_cluster(
+        make_cache: Factory, encoder: Encoder) -> None:
+    first = await make_cache(encoder, max_entries=3)
+    second = await make_cache(encoder, max_entries=3)  # another worker: learns entries from the stream
+    assert await first.store(ask("How do I turn on the lights in the kitchen?"), answer("switch")) is True
+    paraphrase = ask("How can I turn on the kitchen lights?")
+    hit = None
+    for _ in range(100):
+        hit = await second.lookup(paraphrase)
+        if hit is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert hit is not None and hit.kind == "semantic" and hit.response["choices"][0]["message"]["content"] == "switch"
+    for i, text in enumerate(["What is the capital of France?", "How tall is Mount Everest?",
+                              "Who wrote Hamlet?"]):
+        assert await first.store(ask(text, tenant="t2"), answer(f"t2-{i}")) is True
+    # max_entries 3: the fourth entry evicted one of the larger tenant group (t2 holds 3 of 4)
+    assert (await first.lookup(ask("How can I turn on the kitchen lights?"))) is not None
+    assert (await first.delete(tenant="t1"))["semantic"] == 1
+    for _ in range(100):  # the other worker drops it through the stream's `del`
+        if await second.lookup(paraphrase) is None:
+            break
+        await asyncio.sleep(0.05)
+    assert await second.lookup(paraphrase) is None
+    assert first.healthy and second.healthy
