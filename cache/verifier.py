@@ -53,52 +53,54 @@ class OperatingPoint:
 
 
 class _Trees:
-    """Boosted trees as padded arrays, walked for all trees at once (depth steps of numpy)."""
+    """Boosted trees flattened into one node array, walked for all trees and rows at once: a
+    leaf links to itself, so ``depth`` steps of four numpy operations reach every leaf."""
 
     def __init__(self, trees: list[dict[str, list[Any]]], n_features: int) -> None:
-        width = max(len(t["feature"]) for t in trees)
-        count = len(trees)
-        self.feature = np.zeros((count, width), dtype=np.int64)
-        self.threshold = np.zeros((count, width))
-        self.left = np.zeros((count, width), dtype=np.int64)
-        self.right = np.zeros((count, width), dtype=np.int64)
-        self.value = np.zeros((count, width))
-        self.leaf = np.ones((count, width), dtype=bool)
+        feature, threshold, left, right, value, roots = [], [], [], [], [], []
+        depth = 0
         for i, t in enumerate(trees):
             n = len(t["feature"])
             for name in ("feature", "threshold", "left", "right", "value", "leaf"):
                 if len(t[name]) != n:
                     raise VerifierError(f"tree {i}: field {name!r} has {len(t[name])} nodes, expected {n}")
-            self.feature[i, :n] = t["feature"]
-            self.threshold[i, :n] = t["threshold"]
-            self.left[i, :n] = t["left"]
-            self.right[i, :n] = t["right"]
-            self.value[i, :n] = t["value"]
-            self.leaf[i, :n] = t["leaf"]
-        inner = ~self.leaf
-        if (self.feature[inner] < 0).any() or (self.feature[inner] >= n_features).any():
-            raise VerifierError("a tree splits on a feature the file does not have")
-        for links in (self.left, self.right):
-            if (links[inner] <= np.nonzero(inner)[1]).any() or (links[inner] >= width).any():
-                raise VerifierError("a tree links a node to itself, backwards or past its end")
-        self.depth = width  # an upper bound: the walk stops once every tree is at a leaf
-        self.rows = np.arange(count)
+            base = len(feature)
+            roots.append(base)
+            levels = [0] * n
+            for j in range(n):
+                if t["leaf"][j]:
+                    feature.append(0)
+                    threshold.append(0.0)
+                    left.append(base + j)
+                    right.append(base + j)
+                else:
+                    f, lo, hi = int(t["feature"][j]), int(t["left"][j]), int(t["right"][j])
+                    # children after their parent: every walk ends, and levels are known in order
+                    if not 0 <= f < n_features or not j < lo < n or not j < hi < n:
+                        raise VerifierError(f"tree {i}: node {j} splits on feature {f} or links to {lo}/{hi}")
+                    levels[lo] = levels[hi] = levels[j] + 1
+                    feature.append(f)
+                    threshold.append(float(t["threshold"][j]))
+                    left.append(base + lo)
+                    right.append(base + hi)
+                value.append(float(t["value"][j]))
+            depth = max(depth, max(levels))
+        self.feature = np.asarray(feature, dtype=np.int64)
+        self.threshold = np.asarray(threshold)
+        self.left = np.asarray(left, dtype=np.int64)
+        self.right = np.asarray(right, dtype=np.int64)
+        self.value = np.asarray(value)
+        self.roots = np.asarray(roots, dtype=np.int64)
+        self.depth = depth
 
     def raw(self, x: np.ndarray) -> np.ndarray:
         """Sum of leaf values per row of x (shape (n, features)) -> shape (n,)."""
-        trees = self.rows[None, :]
+        node = np.broadcast_to(self.roots, (len(x), len(self.roots)))
         samples = np.arange(len(x))[:, None]
-        node = np.zeros((len(x), len(self.rows)), dtype=np.int64)
-        # children have larger indices than their parent (checked at load), so every walk
-        # ends at a leaf within `width` steps
         for _ in range(self.depth):
-            inner = ~self.leaf[trees, node]
-            if not inner.any():
-                break
-            go_left = x[samples, self.feature[trees, node]] <= self.threshold[trees, node]
-            nxt = np.where(go_left, self.left[trees, node], self.right[trees, node])
-            node = np.where(inner, nxt, node)
-        return self.value[trees, node].sum(axis=1)
+            go_left = x[samples, self.feature[node]] <= self.threshold[node]
+            node = np.where(go_left, self.left[node], self.right[node])
+        return self.value[node].sum(axis=1)
 
 
 class LearnedVerifier:
