@@ -40,7 +40,7 @@ from cache.verifier import LearnedVerifier, load_verifier  # noqa: E402
 from cache.verify import select  # noqa: E402
 
 OURS = (0.80, 0.85, 0.90, 0.93, 0.95, 0.96, 0.97, 0.98)
-TARGETS = (0.90, 0.95, 0.97, 0.98)  # the learned verifier's precision targets
+TARGETS = (0.85, 0.90, 0.95, 0.97)  # the learned verifier's precision targets (those its file supports run)
 GPTCACHE = (0.70, 0.80, 0.90, 0.95, 0.975, 0.98, 0.99)
 
 
@@ -183,14 +183,15 @@ def main() -> None:
 
 def stage_rows(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The rows of the stage table: GPTCache at its default (0.8), PromptEdge's similarity alone
-    and + rules at its default 0.96, and the learned verifier at target 0.95."""
+    and + rules at its default 0.96, and the learned verifier at targets 0.90 and 0.85."""
     def find(system: str, threshold: float | None = None) -> dict[str, Any] | None:
         return next((r for r in rows if r["system"] == system
                      and (threshold is None or abs(r["threshold"] - threshold) < 1e-9)), None)
     wanted = [("gptcache default (0.80 = cosine 0.60)", find("gptcache", 0.80)),
               ("similarity alone (cosine 0.96)", find("promptedge (similarity only)", 0.96)),
               ("+ rules (cosine 0.96, the default)", find("promptedge", 0.96)),
-              ("+ learned verifier (target 0.95)", find("promptedge learned (target 0.95)"))]
+              ("+ learned verifier (target 0.9)", find("promptedge learned (target 0.9)")),
+              ("+ learned verifier (target 0.85)", find("promptedge learned (target 0.85)"))]
     return [(name, r) for name, r in wanted if r is not None]
 
 
