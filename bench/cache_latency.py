@@ -165,6 +165,53 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await client.aclose()
 
 
+def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
+    """Milliseconds the verification stage takes per lookup, rules (``select``) against the
+    learned verifier (features of every candidate + the model), on the candidate lists a real
+    lookup sees: all 999 origins in one index, each paraphrase's 4 nearest neighbours (cosine
+    prefilter of each path applied). Interleaved per lookup so both see the same load; the text
+    caches of both paths are cleared before each round, so the learned path parses its query
+    cold as a lookup does (a stored text stays parsed after its first comparison, in both)."""
+    from cache.index import ScopedIndex
+    from cache.pair_features import _profile
+    from cache.verifier import load_verifier
+    from cache.verify import _parse, select
+
+    pairs = json.loads(PAIRS.read_text())
+    origins = [p["origin"] for p in pairs]
+    queries = [p["similar"] for p in pairs]
+    vectors = np.concatenate([encoder.encode(origins[i : i + 64]) for i in range(0, len(origins), 64)])
+    qvectors = np.concatenate([encoder.encode(queries[i : i + 64]) for i in range(0, len(queries), 64)])
+    index = ScopedIndex(dim=vectors.shape[1], max_entries=len(origins) + 1)
+    for i, v in enumerate(vectors):
+        index.add(str(i), "bench", v, expires_at=float("inf"))
+    verifier = load_verifier()
+    threshold = verifier.threshold_for(CacheSettings().semantic_precision_target)
+    found = [[(origins[int(n.entry_id)], n.similarity) for n in index.search("bench", q, k=4)] for q in qvectors]
+    times: dict[str, list[float]] = {"rules": [], "learned": []}
+    for _ in range(rounds):
+        _parse.cache_clear()
+        _profile.cache_clear()
+        for query, candidates in zip(queries, found, strict=True):
+            # learned first: it pays the query's cold parse, the rules then find it parsed
+            # (the ratio favours the rules)
+            learned = [c for c in candidates if c[1] >= verifier.min_cosine]
+            started = time.perf_counter()
+            verifier.select(query, learned, threshold)
+            times["learned"].append(time.perf_counter() - started)
+            rules = [c for c in candidates if c[1] >= 0.96]
+            started = time.perf_counter()
+            select(query, rules, 0.96)
+            times["rules"].append(time.perf_counter() - started)
+    out: dict[str, Any] = {"lookups": len(times["rules"]), "candidates_above_prefilter_mean": round(float(np.mean(
+        [sum(c[1] >= verifier.min_cosine for c in cs) for cs in found])), 2), "loadavg_1m": round(os.getloadavg()[0], 1)}
+    for name, values in times.items():
+        ms = sorted(x * 1000 for x in values)
+        out[name] = {"p50_ms": round(statistics.median(ms), 3), "p99_ms": round(ms[int(0.99 * len(ms))], 3),
+                     "max_ms": round(ms[-1], 3)}
+    return out
+
+
 def table(report: dict[str, Any]) -> str:
     r = report["results"]
     lines = [f"{'lookup':9} {'conc':>4} | {'batched p50':>11} {'p99':>8} {'/s':>7} {'cpu ms':>7} | "
@@ -192,7 +239,21 @@ if __name__ == "__main__":
     parser.add_argument("--lookups", type=int, default=100, help="lookups per cell at concurrency 1 (x2 above)")
     parser.add_argument("--backend", choices=("auto", "onnx", "torch"),
                         help="encoder backend of both sides (default: PROMPTEDGE_CACHE_EMBED_BACKEND, auto)")
+    parser.add_argument("--verification-only", action="store_true",
+                        help="only the verification stage's cost per lookup: rules against the learned verifier")
     arguments = parser.parse_args()
+    if arguments.verification_only:
+        cost = verification_cost(load_encoder(backend=arguments.backend or "auto"))
+        print(f"verification per lookup ({cost['lookups']} lookups, {cost['candidates_above_prefilter_mean']} "
+              f"candidates above the learned prefilter on average, load {cost['loadavg_1m']}):")
+        for name in ("rules", "learned"):
+            print(f"  {name:8} p50 {cost[name]['p50_ms']:.3f} ms  p99 {cost[name]['p99_ms']:.3f} ms  "
+                  f"max {cost[name]['max_ms']:.3f} ms")
+        print(f"  learned / rules p99: {cost['learned']['p99_ms'] / max(cost['rules']['p99_ms'], 1e-9):.2f}x")
+        if arguments.json:
+            arguments.json.parent.mkdir(parents=True, exist_ok=True)
+            arguments.json.write_text(json.dumps({"verification": cost}, indent=2))
+        sys.exit(0)
     report = asyncio.run(main(arguments))
     print(f"encoder backend {report['backend']} ({report['threads_per_pass']} thread(s) per pass), batched: "
           f"{report['lanes']} lanes, window {report['window_s']} s; encoder threads at nice +{report['nice']}")

@@ -33,11 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cache.embed import load_encoder  # noqa: E402
-from cache.eval import load_pairs  # noqa: E402
+from cache.eval import filter_split, load_pairs  # noqa: E402
 from cache.index import ScopedIndex  # noqa: E402
+from cache.splits import split_of  # noqa: E402
+from cache.verifier import LearnedVerifier, load_verifier  # noqa: E402
 from cache.verify import select  # noqa: E402
 
 OURS = (0.80, 0.85, 0.90, 0.93, 0.95, 0.96, 0.97, 0.98)
+TARGETS = (0.85, 0.90, 0.95, 0.97)  # the learned verifier's precision targets (those its file supports run)
 GPTCACHE = (0.70, 0.80, 0.90, 0.95, 0.975, 0.98, 0.99)
 
 
@@ -54,14 +57,19 @@ def tally(served: list[str | None], wanted: list[str], good: list[bool], queries
 
 
 def ours(stored: list[str], queries: list[str], vec: dict[str, np.ndarray], threshold: float,
-         verified: bool) -> list[str | None]:
+         verified: bool, learned: LearnedVerifier | None = None) -> list[str | None]:
+    """What PromptEdge serves each query: rules (``verified``) at a cosine ``threshold``, the
+    nearest entry above it (not verified), or with ``learned`` the learned verifier, for which
+    ``threshold`` is the probability threshold (its own cosine prefilter applies)."""
     index = ScopedIndex(dim=len(next(iter(vec.values()))), max_entries=len(stored) + 1)
     for i, text in enumerate(stored):
         index.add(str(i), "eval", vec[text], expires_at=float("inf"))
     served: list[str | None] = []
     for query in queries:
-        found = index.search("eval", vec[query], k=4 if verified else 1)
-        if verified:
+        found = index.search("eval", vec[query], k=4 if verified or learned else 1)
+        if learned is not None:
+            chosen, _ = learned.select(query, [(stored[int(n.entry_id)], n.similarity) for n in found], threshold)
+        elif verified:
             chosen, _ = select(query, [(stored[int(n.entry_id)], n.similarity) for n in found], threshold)
         else:
             chosen = 0 if found and found[0].similarity >= threshold else None
@@ -103,13 +111,28 @@ def main() -> None:
     parser.add_argument("--sample", type=int)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--split", choices=("train", "calibration", "test"),
+                        help="labelled pairs: only this split of the learned verifier's (cache/splits.py)")
+    parser.add_argument("--verifier", type=Path, help="learned verifier file (default: the shipped one)")
+    parser.add_argument("--without-gptcache", action="store_true", help="run PromptEdge's rows only")
     args = parser.parse_args()
     try:
         import gptcache  # noqa: F401
+        have_gptcache = True
     except ImportError:
-        sys.exit("gptcache is not importable: pip install --target DIR gptcache cachetools sqlalchemy, "
-                 "then PYTHONPATH=DIR")
-    pairs = load_pairs(args.pairs, args.sample, args.seed)
+        if not args.without_gptcache:
+            sys.exit("gptcache is not importable: pip install --target DIR gptcache cachetools sqlalchemy, "
+                     "then PYTHONPATH=DIR (or --without-gptcache for PromptEdge's rows only)")
+        have_gptcache = False
+    pairs = load_pairs(args.pairs)
+    if args.split and pairs.labels is not None:
+        pairs = filter_split(pairs, args.split)
+    if args.sample is not None and args.sample < len(pairs.text_a):
+        import random
+
+        keep = sorted(random.Random(args.seed).sample(range(len(pairs.text_a)), args.sample))
+        pairs = type(pairs)([pairs.text_a[i] for i in keep], [pairs.text_b[i] for i in keep],
+                            None if pairs.labels is None else [pairs.labels[i] for i in keep])
     labels = pairs.labels or [1] * len(pairs.text_a)
     stored = list(dict.fromkeys(pairs.text_a))
     texts = list(dict.fromkeys(pairs.text_a + pairs.text_b))
@@ -126,7 +149,16 @@ def main() -> None:
             rows.append({"system": "promptedge" if verified else "promptedge (similarity only)",
                          "threshold": threshold, "cosine": threshold,
                          **tally(served, pairs.text_a, good, pairs.text_b)})
-    for threshold, served in gptcache_runs(stored, pairs.text_b, vec).items():
+    verifier = load_verifier(args.verifier)
+    for target in TARGETS:
+        try:
+            probability = verifier.threshold_for(target)
+        except ValueError:
+            continue  # above what the calibration supports
+        served = ours(stored, pairs.text_b, vec, probability, True, verifier)
+        rows.append({"system": f"promptedge learned (target {target})", "threshold": probability,
+                     "cosine": verifier.min_cosine, **tally(served, pairs.text_a, good, pairs.text_b)})
+    for threshold, served in (gptcache_runs(stored, pairs.text_b, vec) if have_gptcache else {}).items():
         rows.append({"system": "gptcache", "threshold": threshold, "cosine": round(2 * threshold - 1, 3),
                      **tally(served, pairs.text_a, good, pairs.text_b)})
     print(f"{args.pairs.name}: {len(pairs.text_b)} lookups over {len(stored)} stored, "
@@ -136,10 +168,31 @@ def main() -> None:
         prec = "-" if r["precision"] is None else f"{r['precision']:.3f}"
         print(f"{r['system']:30} {r['threshold']:>6.3f} {r['cosine']:>6.3f} {r['correct']:>8} {r['wrong']:>6} "
               f"{r['miss']:>6} {prec:>6} {r['recall']:>6.3f}")
+    stages = stage_rows(rows)
+    print("\nstages (one table): GPTCache's default, similarity alone, + rules, + learned verifier")
+    for name, r in stages:
+        prec = "-" if r["precision"] is None else f"{r['precision']:.3f}"
+        hit_rate = (r["correct"] + r["wrong"]) / len(pairs.text_b)
+        print(f"  {name:44} precision {prec:>6}  recall {r['recall']:.3f}  hit rate {hit_rate:.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"pairs": str(args.pairs), "sample": args.sample, "seed": args.seed,
-                                         "rows": rows}, indent=2))
+                                         "split": args.split, "rows": rows,
+                                         "stages": [{"stage": n, **r} for n, r in stages]}, indent=2))
+
+
+def stage_rows(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The rows of the stage table: GPTCache at its default (0.8), PromptEdge's similarity alone
+    and + rules at its default 0.96, and the learned verifier at targets 0.90 and 0.85."""
+    def find(system: str, threshold: float | None = None) -> dict[str, Any] | None:
+        return next((r for r in rows if r["system"] == system
+                     and (threshold is None or abs(r["threshold"] - threshold) < 1e-9)), None)
+    wanted = [("gptcache default (0.80 = cosine 0.60)", find("gptcache", 0.80)),
+              ("similarity alone (cosine 0.96)", find("promptedge (similarity only)", 0.96)),
+              ("+ rules (cosine 0.96, the default)", find("promptedge", 0.96)),
+              ("+ learned verifier (target 0.9)", find("promptedge learned (target 0.9)")),
+              ("+ learned verifier (target 0.85)", find("promptedge learned (target 0.85)"))]
+    return [(name, r) for name, r in wanted if r is not None]
 
 
 if __name__ == "__main__":

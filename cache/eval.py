@@ -28,6 +28,9 @@ from typing import Any
 import numpy as np
 
 from cache.index import ScopedIndex
+from cache.pair_features import feature_matrix
+from cache.splits import split_of
+from cache.verifier import LearnedVerifier
 from cache.verify import select, verify
 
 SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))
@@ -160,6 +163,109 @@ def score_retrieval(origins: np.ndarray, queries: np.ndarray, texts_a: Sequence[
     return results
 
 
+GPTCACHE_DEFAULT_COSINE = 0.60  # SearchDistanceEvaluation's default 0.8 = (1 + cos) / 2
+
+
+def _stage_row(stage: str, rule: str, tp: int, fp: int, positives: int, total: int) -> dict[str, Any]:
+    hits = tp + fp
+    return {"stage": stage, "rule": rule, "precision": _r(tp / hits) if hits else None,
+            "recall": round(tp / positives, 4) if positives else 0.0, "hit_rate": round(hits / total, 4),
+            "correct": tp, "wrong": fp, "miss": total - hits}
+
+
+def stage_table(pairs: Pairs, va: np.ndarray, vb: np.ndarray, default_threshold: float,
+                verifier: LearnedVerifier | None, precision_target: float) -> list[dict[str, Any]]:
+    """Precision, recall and hit rate of each stage of the match decision on one set, side by
+    side with GPTCache's default (cosine >= 0.60, no verification): similarity alone at the
+    default threshold, + the rules, and the learned verifier (cosine prefilter + calibrated
+    probability >= the precision target's threshold), plus similarity alone at the cosine that
+    gives the learned verifier's recall (what a cosine cut alone would cost for as many hits).
+    Labelled pairs are scored pair by pair, positives-only sets as a cache (``score_retrieval``)."""
+    n = len(pairs.text_a)
+    prob_threshold = verifier.threshold_for(precision_target) if verifier is not None else None
+    rows: list[dict[str, Any]] = []
+    if pairs.labels is not None:
+        lab = np.asarray(pairs.labels, dtype=bool)
+        sims = (va * vb).sum(axis=1)
+        ok = np.array([verify(a, b).ok for a, b in zip(pairs.text_a, pairs.text_b, strict=True)])
+        positives = int(lab.sum())
+
+        def row(stage: str, rule: str, hit: np.ndarray) -> dict[str, Any]:
+            return _stage_row(stage, rule, int((hit & lab).sum()), int((hit & ~lab).sum()), positives, n)
+
+        rows.append(row("gptcache default", f"cosine >= {GPTCACHE_DEFAULT_COSINE}", sims >= GPTCACHE_DEFAULT_COSINE))
+        rows.append(row("similarity alone", f"cosine >= {default_threshold}", sims >= default_threshold))
+        rows.append(row("+ rules", f"cosine >= {default_threshold}, rules", (sims >= default_threshold) & ok))
+        if verifier is not None and prob_threshold is not None:
+            kept = sims >= verifier.min_cosine
+            probs = np.zeros(n)
+            if kept.any():
+                rows_x = feature_matrix([(pairs.text_a[i], pairs.text_b[i]) for i in np.nonzero(kept)[0]], sims[kept])
+                probs[kept] = verifier.probability_of_rows(rows_x)
+            learned = kept & (probs >= prob_threshold)
+            rows.append(row("+ learned verifier", f"cosine >= {verifier.min_cosine}, p >= {prob_threshold:.4f} "
+                            f"(target {precision_target})", learned))
+            rows.append(_same_recall(sims, lab, int((learned & lab).sum()), positives, n))
+        return rows
+
+    def run(stage: str, rule: str, choose: Callable[[int, list[Any]], int | None]) -> dict[str, Any]:
+        counts = _retrieve(va, vb, choose)
+        return _stage_row(stage, rule, counts["correct"], counts["wrong"], n, n)
+
+    top = lambda cut: lambda i, found: 0 if found and found[0].similarity >= cut else None  # noqa: E731
+    rows.append(run("gptcache default", f"cosine >= {GPTCACHE_DEFAULT_COSINE}", top(GPTCACHE_DEFAULT_COSINE)))
+    rows.append(run("similarity alone", f"cosine >= {default_threshold}", top(default_threshold)))
+    rows.append(run("+ rules", f"cosine >= {default_threshold}, rules", lambda i, found: select(
+        pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity) for x in found], default_threshold)[0]))
+    if verifier is not None and prob_threshold is not None:
+        v, pt = verifier, prob_threshold
+        rows.append(run("+ learned verifier", f"cosine >= {v.min_cosine}, p >= {pt:.4f} (target {precision_target})",
+                        lambda i, found: v.select(pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity)
+                                                                    for x in found], pt)[0]))
+    return rows
+
+
+def _same_recall(sims: np.ndarray, lab: np.ndarray, correct: int, positives: int, n: int) -> dict[str, Any]:
+    """Similarity alone at the highest cosine cut that has at least ``correct`` true hits."""
+    pos = np.sort(sims[lab])[::-1]
+    cut = float(pos[correct - 1]) if 0 < correct <= len(pos) else 1.0
+    hit = sims >= cut
+    return _stage_row("similarity alone, same recall", f"cosine >= {cut:.4f}", int((hit & lab).sum()),
+                      int((hit & ~lab).sum()), positives, n)
+
+
+def _retrieve(origins: np.ndarray, queries: np.ndarray, choose: Callable[[int, list[Any]], int | None],
+              candidates: int = 4) -> Counter[str]:
+    index = ScopedIndex(dim=origins.shape[1], max_entries=len(origins) + 1)
+    for i, vector in enumerate(origins):
+        index.add(str(i), "eval", vector, expires_at=float("inf"))
+    counts: Counter[str] = Counter(correct=0, wrong=0, miss=0)
+    for i, q in enumerate(queries):
+        found = index.search("eval", q, k=candidates)
+        chosen = choose(i, found)
+        served = None if chosen is None else found[chosen].entry_id
+        counts["miss" if served is None else "correct" if served == str(i) else "wrong"] += 1
+    return counts
+
+
+def format_stages(rows: list[dict[str, Any]], source: str) -> str:
+    """The stage table as aligned text."""
+    lines = [f"{source}: stages of the match decision",
+             f"{'stage':32} {'prec':>6} {'recall':>6} {'hits':>6} {'correct':>7} {'wrong':>6} {'miss':>6}  rule"]
+    for r in rows:
+        lines.append(f"{r['stage']:32} {_f(r['precision'])} {r['recall']:>6.3f} {r['hit_rate']:>6.3f} "
+                     f"{r['correct']:>7} {r['wrong']:>6} {r['miss']:>6}  {r['rule']}")
+    return "\n".join(lines)
+
+
+def filter_split(pairs: Pairs, split: str | None) -> Pairs:
+    """Only the labelled pairs of one split (cache/splits.py); None or a positives-only set: all."""
+    if split is None or pairs.labels is None:
+        return pairs
+    keep = [i for i, (a, b) in enumerate(zip(pairs.text_a, pairs.text_b, strict=True)) if split_of(a, b) == split]
+    return Pairs([pairs.text_a[i] for i in keep], [pairs.text_b[i] for i in keep], [pairs.labels[i] for i in keep])
+
+
 def best_recall_at(points: Sequence[Point], min_precision: float) -> Point | None:
     """The point with the highest recall whose precision is >= min_precision."""
     good = [p for p in points if p.precision is not None and p.precision >= min_precision]
@@ -167,10 +273,11 @@ def best_recall_at(points: Sequence[Point], min_precision: float) -> Point | Non
 
 
 def run_eval(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], default_threshold: float,
-             extra_threshold: float | None = None, batch_size: int = 64) -> dict[str, Any]:
+             extra_threshold: float | None = None, batch_size: int = 64,
+             verifier: LearnedVerifier | None = None, precision_target: float = 0.95) -> dict[str, Any]:
     """Encode both sides in batches and score the sweep; returns the report as plain data
     (keys: sweep, sweep_without_verification, default, best_at_precision_0_90,
-    embeddings_per_s, ...)."""
+    embeddings_per_s, stages (``stage_table``), ...)."""
     texts = pairs.text_a + pairs.text_b
     started = time.perf_counter()
     vectors = np.concatenate([encode(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)])
@@ -206,6 +313,7 @@ def run_eval(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], default_th
     best_raw = best_recall_at(without, 0.90)
     report["best_at_precision_0_90"] = asdict(best) if best else None
     report["best_at_precision_0_90_without_verification"] = asdict(best_raw) if best_raw else None
+    report["stages"] = stage_table(pairs, va, vb, default_threshold, verifier, precision_target)
     return report
 
 
@@ -232,6 +340,7 @@ def format_report(report: dict[str, Any], source: str) -> str:
         lines.append(f"highest recall at precision >= 0.90 ({label}): " + (
             f"threshold {best['threshold']:.2f} precision {best['precision']:.3f} recall {best['recall']:.3f}"
             if best else "none"))
+    lines.append(format_stages(report["stages"], source))
     return "\n".join(lines)
 
 

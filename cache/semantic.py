@@ -103,6 +103,8 @@ class SemanticCache:
         self._follow_client: aioredis.Redis | None = None
         self._last_id = "0-0"
         self.rebuilds = 0
+        # (verifier, probability threshold) when settings.verifier is "learned", else the rules
+        self._learned = settings.learned_verifier()
 
     @property
     def ready(self) -> bool:
@@ -243,7 +245,10 @@ class SemanticCache:
             return "embed_error"
 
     async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded) -> LookupReport:
-        """Find a served-safe entry of query.scope with similarity >= threshold.
+        """Find a served-safe entry of query.scope with similarity >= threshold that the
+        verification stage accepts: the rules (cache/verify.py ``select``) or, with
+        ``settings.verifier`` "learned", the most probable candidate whose calibrated
+        probability reaches the precision target's threshold (rejections counted ``learned``).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
         """
@@ -279,9 +284,16 @@ class SemanticCache:
             # Redis's vector, not the index copy, decides
             valid.append((neighbour.entry_id, float(entry.embedding @ vector), entry))
         valid.sort(key=lambda item: -item[1])
-        chosen, rejected = select(query.text, [(e.text, sim) for _, sim, e in valid], threshold,
-                                  self.settings.candidate_margin)
-        report.rejected.update(rejected)
+        valid = [item for item in valid if item[1] >= threshold]
+        if self._learned is not None:
+            verifier, probability = self._learned
+            chosen, _ = verifier.select(query.text, [(e.text, sim) for _, sim, e in valid], probability)
+            if chosen is None and valid:
+                report.rejected["learned"] += len(valid)
+        else:
+            chosen, rejected = select(query.text, [(e.text, sim) for _, sim, e in valid], threshold,
+                                      self.settings.candidate_margin)
+            report.rejected.update(rejected)
         if chosen is not None:
             entry_id, similarity, entry = valid[chosen]
             report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id))

@@ -272,7 +272,13 @@ class ResponseCache:
             return None, query.reason
         if not self.semantic.ready:
             return None, f"model_{self.semantic.state}"
-        threshold = self.settings.threshold_for(req.model, req.control.threshold)
+        if self.settings.verifier == "learned":
+            # the cosine is only the learned verifier's prefilter; a request may raise it
+            learned = self.settings.learned_verifier()
+            assert learned is not None
+            threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
+        else:
+            threshold = self.settings.threshold_for(req.model, req.control.threshold)
         report = await self.semantic.lookup(query, threshold, self._bounded)
         rejected.update(report.rejected)
         if report.match is None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings
 from opskit import redact_url as _redact
+
+if TYPE_CHECKING:
+    from cache.verifier import LearnedVerifier
 
 
 class CacheSettings(FileSettings):
@@ -55,6 +58,17 @@ class CacheSettings(FileSettings):
       soonest-expiring entry of the tenant group holding the most entries is evicted
       (cache/semantic_store.py). stream_maxlen: events kept in the index change stream.
     max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
+    verifier: which stage decides a semantic hit (issue 14; cache/README.md): "rules" (default:
+      cosine >= the threshold above, then cache/verify.py's rules) or "learned" (cosine >= the
+      verifier file's prefilter, 0.70 for the shipped one, then the learned verifier's calibrated
+      probability >= the threshold of ``semantic_precision_target``; ``threshold``,
+      ``model_thresholds`` and ``min_request_threshold`` are not used then, and
+      ``X-Cache-Threshold`` can only raise the cosine prefilter).
+    verifier_path: the learned verifier's JSON file (None: the shipped cache/models/verifier.json).
+    semantic_precision_target: precision the learned verifier is held to, 0.5..0.999 (default 0.90),
+      mapped to a probability threshold by the file's calibration table (the lower 95 % bound
+      of precision on the calibration split met the target); a target above the table's highest
+      row is an error at start.
     prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
       estimate, the hit's service time on an idle replica = prompt / prefill + completion /
       decode (defaults: sim/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
@@ -90,6 +104,9 @@ class CacheSettings(FileSettings):
     max_entries: int = Field(100_000, ge=1)
     stream_maxlen: int = Field(100_000, ge=100)
     max_semantic_chars: int = Field(1000, ge=1)
+    verifier: Literal["rules", "learned"] = "rules"
+    verifier_path: Path | None = None
+    semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
     prefill_tokens_per_s: float = Field(10_000.0, gt=0)
     decode_tokens_per_s: float = Field(110.0, gt=0)
 
@@ -109,7 +126,25 @@ class CacheSettings(FileSettings):
         for model, value in self.model_thresholds.items():
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"model_thresholds[{model!r}] must be in [0, 1], got {value}")
+        if self.verifier == "learned":
+            # read the file now: a missing file or an unreachable target is a start-up error
+            from cache.verifier import VerifierError, cached_verifier
+
+            try:
+                cached_verifier(self.verifier_path).threshold_for(self.semantic_precision_target)
+            except VerifierError as exc:
+                raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER=learned: {exc}") from None
         return self
+
+    def learned_verifier(self) -> "tuple[LearnedVerifier, float] | None":
+        """The learned verifier and the probability threshold of ``semantic_precision_target``,
+        or None when ``verifier`` is "rules". Raises VerifierError (checked at construction)."""
+        if self.verifier != "learned":
+            return None
+        from cache.verifier import cached_verifier
+
+        verifier = cached_verifier(self.verifier_path)
+        return verifier, verifier.threshold_for(self.semantic_precision_target)
 
     def threshold_for(self, model: str, override: float | None = None) -> float:
         """The similarity threshold for one request (0..1): the per-request override raised to

@@ -228,6 +228,42 @@ def verify(query: str, candidate: str) -> Verdict:
     return Verdict(True)
 
 
+RULES = ("negation", "number", "opposite", "direction", "entity")
+
+
+def rule_flags(query: str, candidate: str) -> dict[str, bool]:
+    """Every rule of ``verify`` evaluated on its own (True = the rule would reject the pair),
+    keyed by the names of ``RULES``: the learned verifier's rule features (cache/verifier.py),
+    where ``verify`` stops at the first rule that fires."""
+    pa, pb = _parse(query), _parse(candidate)
+    set_a, set_b = frozenset(pa.words), frozenset(pb.words)
+    stems_a = frozenset(map(_stem, set_a))
+    stems_b = frozenset(map(_stem, set_b))
+    return {
+        "negation": bool(set_a & NEGATIONS) != bool(set_b & NEGATIONS),
+        "number": _numbers(pa.words) != _numbers(pb.words),
+        "opposite": _opposites(set_a, set_b) is not None,
+        "direction": _swapped(pa.words, pb.words),
+        "entity": bool(pa.capitals - stems_b) and bool(pb.capitals - stems_a),
+    }
+
+
+def parsed_words(text: str) -> tuple[str, ...]:
+    """The text's words as the rules see them: lower case, contractions split ("don't" ->
+    "do", "n't"), possessives dropped."""
+    return _parse(text).words
+
+
+def numbers_of(text: str) -> frozenset[str]:
+    """The numbers a text names, digits and number words alike ("two" == "2"), without 1."""
+    return _numbers(_parse(text).words)
+
+
+def entities_of(text: str) -> frozenset[str]:
+    """Lower-cased stems of the capitalised words that do not start a sentence (names)."""
+    return _parse(text).capitals
+
+
 def select(query: str, candidates: Sequence[tuple[str, float]], threshold: float,
            margin: float = 0.02) -> tuple[int | None, Counter[str]]:
     """Which candidate may answer ``query``: candidates are (text, cosine similarity), most

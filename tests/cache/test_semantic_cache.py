@@ -382,3 +382,16 @@ async def test_close_returns_even_if_a_read_swallows_the_follower_cancellation(
     assert time.monotonic() - started < 2 and swallowed == [True]
     assert semantic._follower.cancelled()
     await semantic._redis.aclose()
+
+
+async def test_learned_verifier_serves_a_rewording_and_rejects_a_near_miss(make_cache: Factory) -> None:
+    cache = await make_cache(verifier="learned", semantic_precision_target=0.90)
+    await cache.store(ask("Who won round 1 of the debate?"), answer("Candidate A."))
+    near_miss = await cache.lookup(ask("Who won round 2 of the debate?"))
+    assert near_miss is None  # similar by cosine, another question
+    stats = await cache.stats()
+    assert stats["rejected"].get("learned") == 1
+    await cache.store(ask("How do I become a better software engineer in my current job?"), answer("Practice daily."))
+    hit = await cache.lookup(ask("How can I become a better software engineer at my current job?"))
+    assert hit is not None and hit.kind == "semantic"
+    assert hit.response["choices"][0]["message"]["content"] == "Practice daily."
