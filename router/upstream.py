@@ -25,6 +25,11 @@ RETRYABLE_STATUS = frozenset({429, 503})
 # the sim run on uvicorn), so the router does not write a request into a connection the replica
 # is closing at that moment: such a request might have been read, so it is never retried.
 KEEPALIVE_EXPIRY_S = 2.0
+# The most of a replica's non-stream answer the router reads (bytes). A 32k-token answer with
+# top_logprobs is a few MB; a replica that sends more, or never ends, gets 502 and the read
+# stops there. Error bodies: only their first 200 characters reach the client, so 64 KiB.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024
 
 
 class ConnectFailed(UpstreamError):
@@ -185,13 +190,24 @@ def _failed(exc: httpx.HTTPError, progress: Progress, url: str, ttfb_timeout_s: 
     return UpstreamError(f"replica {url} failed {stage}: {exc!r}", code="replica_error")
 
 
-async def read_body(response: httpx.Response, url: str, total_s: float | None = None) -> bytes:
+async def read_body(response: httpx.Response, url: str, total_s: float | None = None,
+                    max_bytes: int = MAX_ANSWER_BYTES, truncate: bool = False) -> bytes:
     """The whole body of an open response, within ``total_s`` seconds in all (None: no bound
     but the read timeout, which every chunk resets, so a replica sending a byte at a time could
-    hold the request for ever); translates transport errors and the bound (502/504)."""
+    hold the request for ever) and ``max_bytes`` (decoded): past it UpstreamError 502
+    ``replica_answer_too_large``, or with ``truncate`` the first ``max_bytes`` (an error page,
+    of which only the start is used); translates transport errors and the bounds (502/504)."""
     try:
         async with asyncio.timeout(total_s):
-            return await response.aread()
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    if truncate:
+                        return bytes(body[:max_bytes])
+                    raise UpstreamError(f"replica {url} sent an answer over {max_bytes} bytes",
+                                        code="replica_answer_too_large")
+            return bytes(body)
     except TimeoutError:
         raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its response",
                               code="replica_timeout") from None

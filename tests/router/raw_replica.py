@@ -11,7 +11,10 @@ router's probes mark it up) and fails completion requests (``POST``) at the stag
 - ``partial_body``: reads the request, sends complete headers and part of the body (for a
   ``stream: true`` request, one SSE event of a chunked stream), closes;
 - ``trickle``: reads the request, sends headers and then the non-stream answer one byte every
-  0.5 s (each byte well inside any read timeout, the whole far past one).
+  0.5 s (each byte well inside any read timeout, the whole far past one);
+- ``flood``: reads the request, answers ``status`` with a chunked JSON body that does not end
+  (64 KiB chunks, up to ``FLOOD_BYTES``); ``flood_sent`` counts the body bytes written before
+  the peer stopped reading or closed.
 
 In ``ok`` mode ``answer`` (a non-stream body) and ``events`` (SSE ``data:`` payloads, sent for
 a ``stream: true`` request with ``[DONE]`` after them, each ended by ``event_end``) can be set
@@ -38,6 +41,9 @@ _EVENT = (b'data: {"id":"chatcmpl-raw","object":"chat.completion.chunk","created
           b'"choices":[{"index":0,"delta":{"role":"assistant","content":"o"},"finish_reason":null}]}\n\n')
 
 
+FLOOD_BYTES = 256 * 1024 * 1024  # what a flooding replica sends at most
+
+
 def _chunk(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
@@ -52,6 +58,7 @@ class RawReplica:
         self.events: list[bytes] | None = None
         self.event_end = b"\n\n"  # what ends each SSE event: LF LF, CRLF CRLF or CR CR are all valid
         self.status = b"200 OK"  # status line of an ``ok`` non-stream answer
+        self.flood_sent = 0
         self.content_type = b"application/json"
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long (None: never)
         self.connections = 0
@@ -122,6 +129,15 @@ class RawReplica:
                                  + str(len(_ANSWER)).encode() + b"\r\n\r\n" + _ANSWER[:20])
                     await writer.drain()
                     return
+                if self.mode == "flood":
+                    writer.write(b"HTTP/1.1 " + self.status + b"\r\nContent-Type: application/json\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(b'{"pad": "'))
+                    block = _chunk(b"a" * 65536)
+                    while self.flood_sent < FLOOD_BYTES:
+                        writer.write(block)
+                        await asyncio.wait_for(writer.drain(), 5.0)  # a peer that stopped reading
+                        self.flood_sent += 65536
+                    return
                 if self.mode == "trickle":  # a whole answer, one byte every half second
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                                  + str(len(self.answer)).encode() + b"\r\n\r\n")
@@ -140,7 +156,7 @@ class RawReplica:
                              + self.content_type + b"\r\nContent-Length: "
                              + str(len(self.answer)).encode() + b"\r\n\r\n" + self.answer)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             return
         finally:
             self._writers.discard(writer)

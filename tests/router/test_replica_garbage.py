@@ -16,6 +16,7 @@ import logging
 import pytest
 
 from tests.router.conftest import CHAT, cache_entries
+from router.upstream import MAX_ANSWER_BYTES
 from tests.router.raw_replica import RawReplica
 
 URL = "/v1/chat/completions"
@@ -194,3 +195,18 @@ async def test_an_answer_larger_than_a_cache_entry_is_relayed_whole_and_not_stor
     assert (await client.post(router.url + URL, json=small)).status_code == 200
     await cache_entries(redis_url, 2)
     assert (await client.post(router.url + URL, json={**small, "stream": False})).headers["x-cache"] == "exact"
+
+
+@pytest.mark.usefixtures("exact_only")
+@pytest.mark.parametrize(("status", "expected"), [(b"200 OK", 502), (b"404 Not Found", 404)])
+async def test_a_replica_that_never_ends_its_answer_costs_the_router_a_bounded_read(status, expected, replica,
+                                                                                   start_router, client) -> None:
+    # An answer (or an error page) that does not end: the router read it whole into memory,
+    # a 200 of 256 MiB relayed as is, a 404 read whole for its first 200 characters.
+    replica.mode, replica.status = "flood", status
+    router = await start_router([replica.url])
+    response = await client.post(router.url + URL, json=CHAT, headers=FRESH, timeout=60.0)
+    assert response.status_code == expected and "error" in response.json()
+    assert len(response.content) < 4096
+    # What the router read, plus what the kernel's socket buffers held when it stopped.
+    assert replica.flood_sent < MAX_ANSWER_BYTES + 16 * 1024 * 1024, replica.flood_sent
