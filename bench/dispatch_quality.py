@@ -2,8 +2,9 @@
 
     python bench/dispatch_quality.py [--json PATH] [--requests N] [--offset N] [--azure-speedup X ...]
 
-A discrete-event simulation in virtual time, so a whole policy comparison takes seconds of
-CPU on a shared 2-core machine and is exactly repeatable:
+A discrete-event simulation in virtual time (the loop of bench/vtime.py, shared with
+bench/prefix_dispatch.py), so a whole policy comparison takes seconds of CPU on a shared 2-core
+machine and is exactly repeatable:
 
 - replicas: 2 x ``a100`` and 2 x ``t4`` profiles of ``sim`` (``sim.latency.BatchModel``: the
   same continuous-batching model the simulated vLLM replica serves with), each running its
@@ -31,11 +32,9 @@ TTFT p99 exceeds 2 s.
 
 from __future__ import annotations
 
-import heapq
 import json
 import random
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,106 +43,31 @@ import typer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
-from router.signals import Signals  # noqa: E402
-from router.speed import Speed, observe, sample  # noqa: E402
-from sim import A100, T4, BatchModel, Profile  # noqa: E402
+from bench.vtime import Job, SimReplica, replay  # noqa: E402
+from router.dispatch import Weights, pick  # noqa: E402
+from sim import A100, T4, BatchModel  # noqa: E402
 from sim.traces import read_trace  # noqa: E402
 
 POLICIES = ("round_robin", "least_request", "power_of_two", "gpu_load")
 FLEET = (A100, A100, T4, T4)
-SCRAPE_S = 0.25
 TRACES = {
     "azure_conv": "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
     "mooncake": "traces/mooncake/conversation_trace.jsonl",
 }
 
 
-@dataclass
-class _Replica:
-    key: str
-    profile: Profile
-    model: BatchModel
-    inflight: int = 0
-    busy: bool = False
-    signals: Signals | None = None
-    scraped_at: float | None = None
-    inflight_at_scrape: int = 0
-    served: int = 0
-    pending_outcome: object = None
-    speed: Speed | None = None
-    arrivals: list[int] = field(default_factory=list)
-
-
 def run(requests: list[tuple[float, int, int]], policy: str, seed: int = 0) -> dict[str, float]:
     """Simulate one policy over ``requests`` = [(arrival_s, prompt_tokens, max_tokens)]."""
-    replicas = [_Replica(f"r{i}-{p.name}", p, BatchModel(p)) for i, p in enumerate(FLEET)]
+    replicas = [SimReplica(f"r{i}-{p.name}", p, BatchModel(p)) for i, p in enumerate(FLEET)]
     weights = Weights(stale_after_s=1.0)
-    rng = random.Random(seed)
-    events: list[tuple[float, int, str, int]] = []
-    order = 0
+    jobs = [Job(at, prompt, out) for at, prompt, out in requests]
 
-    def push(t: float, kind: str, data: int) -> None:
-        nonlocal order
-        order += 1
-        heapq.heappush(events, (t, order, kind, data))
+    def fits(i: int) -> list[int]:  # a request too long for a T4 may only go to the A100s
+        return [r for r, rep in enumerate(replicas) if jobs[i].prompt + jobs[i].output <= rep.profile.max_model_len]
 
-    for i, (t, _, _) in enumerate(requests):
-        push(t, "arrive", i)
-    push(0.0, "scrape", 0)
-    first: dict[int, float] = {}
-    done: dict[int, float] = {}
-    ticket = 0
-    remaining = len(requests)
-
-    def start_step(r: int, now: float) -> None:
-        rep = replicas[r]
-        outcome = rep.model.step()
-        if outcome.duration_s == 0.0:
-            rep.busy = False
-            return
-        rep.busy = True
-        rep.pending_outcome = outcome
-        push(now + outcome.duration_s, "step", r)
-
-    while events and remaining:
-        now, _, kind, data = heapq.heappop(events)
-        if kind == "scrape":
-            for rep in replicas:
-                rep.signals = Signals(waiting=float(len(rep.model.waiting)), running=float(len(rep.model.running)),
-                                      kv_usage=rep.model.kv_usage)
-                rep.scraped_at, rep.inflight_at_scrape = now, rep.inflight
-            push(now + SCRAPE_S, "scrape", 0)
-        elif kind == "arrive":
-            _, prompt, out = requests[data]
-            fits = [r for r, rep in enumerate(replicas) if prompt + out <= rep.profile.max_model_len]
-            views = [ReplicaView(replicas[r].key, replicas[r].inflight, replicas[r].signals,
-                                 replicas[r].inflight_at_scrape,
-                                 None if replicas[r].scraped_at is None else now - replicas[r].scraped_at,
-                                 replicas[r].speed)
-                     for r in fits]
-            ticket += 1
-            chosen = pick(views, policy, Context(ticket=ticket, rng=rng, now=now), weights).key
-            r = next(r for r in fits if replicas[r].key == chosen)
-            rep = replicas[r]
-            rep.model.submit(data, prompt, out)
-            rep.inflight += 1
-            rep.served += 1
-            if not rep.busy:
-                start_step(r, now)
-        else:  # a step of replica `data` ended
-            rep = replicas[data]
-            outcome = rep.pending_outcome
-            for i in outcome.first_token:  # type: ignore[attr-defined]
-                first[i] = now
-            for i in outcome.finished:  # type: ignore[attr-defined]
-                done[i] = now
-                rep.inflight -= 1
-                remaining -= 1
-                per_token = sample(now - requests[i][0], requests[i][2], requests[i][1])  # sent at arrival
-                if per_token is not None:
-                    rep.speed = observe(rep.speed, per_token, now)
-            start_step(data, now)
+    timeline = replay(jobs, replicas, lambda i, views, ctx: pick(views, policy, ctx, weights).key,
+                      random.Random(seed), eligible=fits)
+    first, done = timeline.first_token, timeline.done
     ttft = np.array([(first[i] - requests[i][0]) * 1000 for i in done])
     e2e = np.array([(done[i] - requests[i][0]) * 1000 for i in done])
     span = max(done.values()) - requests[0][0]

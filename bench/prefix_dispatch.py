@@ -3,8 +3,9 @@
     nice -n 10 python bench/prefix_dispatch.py [--json PATH] [--requests N] [--offset N]
         [--mooncake-speedup X] [--conversations N] [--chat-rate X]
 
-A discrete-event simulation in virtual time (as bench/dispatch_quality.py), so a whole
-comparison takes about a minute of CPU and is exactly repeatable:
+A discrete-event simulation in virtual time (the loop of bench/vtime.py, shared with
+bench/dispatch_quality.py), so a whole comparison takes about a minute of CPU and is exactly
+repeatable:
 
 - replicas: 4 x the sim's ``a100`` profile, each a ``sim.latency.BatchModel`` with vLLM's
   automatic prefix caching on (sim/prefix.py: 16-token blocks, chained hashes, LRU eviction of
@@ -45,11 +46,10 @@ max/mean of requests served.
 
 from __future__ import annotations
 
-import heapq
 import json
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +60,11 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.vtime import SimReplica, load_and_kv_size_signals, replay  # noqa: E402
 from router.affinity import PrefixMap, prefix_key  # noqa: E402
 from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
 from router.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes  # noqa: E402
-from router.signals import Signals  # noqa: E402
-from router.speed import Speed, observe, sample  # noqa: E402
-from sim import A100, BatchModel, Profile  # noqa: E402
+from sim import A100, BatchModel, StepOutcome  # noqa: E402
 from sim.metrics import ReplicaMetrics  # noqa: E402
 from sim.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool, block_hashes  # noqa: E402
 from sim.replay import ReplayConfig, plan_requests  # noqa: E402
@@ -74,7 +73,6 @@ from sim.traces import read_trace  # noqa: E402
 
 POLICIES = ("round_robin", "least_request", "gpu_load", "prefix_affinity", "prefix_aware", "llm_d_like")
 FLEET = (A100, A100, A100, A100)
-SCRAPE_S = 0.25
 MOONCAKE = "traces/mooncake/conversation_trace.jsonl"
 
 
@@ -158,29 +156,6 @@ def oracle_hit_rate(reqs: list[Req], kv_tokens: int | None = None) -> float:
     return pool.hits / pool.queries
 
 
-@dataclass
-class _Replica:
-    key: str
-    profile: Profile
-    model: BatchModel
-    metrics: ReplicaMetrics
-    inflight: int = 0
-    busy: bool = False
-    signals: Signals | None = None
-    scraped_at: float | None = None
-    inflight_at_scrape: int = 0
-    served: int = 0
-    pending: Any = None
-    speed: Speed | None = None
-    load_area: float = 0.0  # integral of open requests over virtual time
-    load_since: float = 0.0
-    arrivals: list[int] = field(default_factory=list)
-
-    def account(self, now: float) -> None:
-        self.load_area += self.inflight * (now - self.load_since)
-        self.load_since = now
-
-
 def llm_d_like(views: list[ReplicaView], match: dict[str, float], ticket: int) -> ReplicaView:
     """Sum of three 0..1 scorers, equal weights, highest wins (see the module docstring)."""
     queues = [(v.signals.waiting or 0.0) if v.signals else 0.0 for v in views]
@@ -196,99 +171,43 @@ def llm_d_like(views: list[ReplicaView], match: dict[str, float], ticket: int) -
 
 def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[str, Any]:
     """Simulate one policy over ``reqs``; returns its row of the table."""
-    replicas = [_Replica(f"r{i}", p, BatchModel(p, prefix_caching=True),
-                         ReplicaMetrics(f"r{i}", lambda: 0.0, lambda: 0.0, lambda: 0.0))
-                for i, p in enumerate(FLEET)]
-    rng = random.Random(seed)
+    replicas = [SimReplica(f"r{i}", p, BatchModel(p, prefix_caching=True)) for i, p in enumerate(FLEET)]
+    metrics = [ReplicaMetrics(rep.key, lambda: 0.0, lambda: 0.0, lambda: 0.0) for rep in replicas]
     affinity = PrefixMap(120.0)
     index = PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000)
-    events: list[tuple[float, int, str, int]] = []
-    order = 0
 
-    def push(t: float, kind: str, data: int) -> None:
-        nonlocal order
-        order += 1
-        heapq.heappush(events, (t, order, kind, data))
+    def route(i: int, views: list[ReplicaView], ctx: Context) -> str:
+        """The policy's choice, updating the router's prefix state as the router does on dispatch."""
+        req = reqs[i]
+        if policy == "prefix_affinity":
+            ctx.preferred = affinity.get(req.key, ctx.now)
+            chosen = pick(views, "gpu_load", ctx, weights).key
+            affinity.put(req.key, chosen, ctx.now)
+        elif policy in ("prefix_aware", "llm_d_like"):
+            ctx.prefix_match = index.matches([v.key for v in views], req.chunks)
+            chosen = (pick(views, policy, ctx, weights) if policy == "prefix_aware"
+                      else llm_d_like(views, dict(ctx.prefix_match), ctx.ticket)).key
+            rep_signals = replicas[int(chosen[1:])].signals
+            index.record(chosen, req.chunks, rep_signals.kv_capacity_tokens if rep_signals else None)
+        else:
+            chosen = pick(views, policy, ctx, weights).key
+        return chosen
 
-    for i, r in enumerate(reqs):
-        push(r.at, "arrive", i)
-    push(0.0, "scrape", 0)
-    first: dict[int, float] = {}
-    done: dict[int, float] = {}
-    ticket = 0
-    remaining = len(reqs)
+    def publish(r: int, out: StepOutcome) -> None:
+        """A step's prefix-cache counters, published as the sim's engine does."""
+        m = metrics[r]
+        m.prompt_tokens.inc(out.prompt_tokens + out.cached_tokens)
+        m.prefix_cache_queries.inc(out.queried_tokens)
+        m.prefix_cache_hits.inc(out.cached_tokens)
 
-    def start_step(r: int, now: float) -> None:
-        rep = replicas[r]
-        outcome = rep.model.step()
-        if outcome.duration_s == 0.0:
-            rep.busy = False
-            return
-        rep.busy = True
-        rep.pending = outcome
-        push(now + outcome.duration_s, "step", r)
-
-    while events and remaining:
-        now, _, kind, data = heapq.heappop(events)
-        if kind == "scrape":
-            for rep in replicas:
-                pool = rep.model.pool
-                rep.signals = Signals(waiting=float(len(rep.model.waiting)), running=float(len(rep.model.running)),
-                                      kv_usage=rep.model.kv_usage,
-                                      kv_capacity_tokens=float(pool.num_blocks * pool.block_size))
-                rep.scraped_at, rep.inflight_at_scrape = now, rep.inflight
-            push(now + SCRAPE_S, "scrape", 0)
-        elif kind == "arrive":
-            req = reqs[data]
-            views = [ReplicaView(rep.key, rep.inflight, rep.signals, rep.inflight_at_scrape,
-                                 None if rep.scraped_at is None else now - rep.scraped_at, rep.speed)
-                     for rep in replicas]
-            ticket += 1
-            ctx = Context(ticket=ticket, rng=rng, now=now)
-            if policy == "prefix_affinity":
-                ctx.preferred = affinity.get(req.key, now)
-                chosen = pick(views, "gpu_load", ctx, weights).key
-                affinity.put(req.key, chosen, now)
-            elif policy in ("prefix_aware", "llm_d_like"):
-                ctx.prefix_match = index.matches([v.key for v in views], req.chunks)
-                chosen = (pick(views, policy, ctx, weights) if policy == "prefix_aware"
-                          else llm_d_like(views, dict(ctx.prefix_match), ticket)).key
-                rep_signals = replicas[int(chosen[1:])].signals
-                index.record(chosen, req.chunks, rep_signals.kv_capacity_tokens if rep_signals else None)
-            else:
-                chosen = pick(views, policy, ctx, weights).key
-            r = int(chosen[1:])
-            rep = replicas[r]
-            rep.model.submit(data, req.prompt, req.output, req.blocks)
-            rep.account(now)
-            rep.inflight += 1
-            rep.served += 1
-            if not rep.busy:
-                start_step(r, now)
-        else:  # a step of replica `data` ended: publish it as the sim's engine does
-            rep = replicas[data]
-            out = rep.pending
-            m = rep.metrics
-            m.prompt_tokens.inc(out.prompt_tokens + out.cached_tokens)
-            m.prefix_cache_queries.inc(out.queried_tokens)
-            m.prefix_cache_hits.inc(out.cached_tokens)
-            for i in out.first_token:
-                first[i] = now
-            for i in out.finished:
-                done[i] = now
-                rep.account(now)
-                rep.inflight -= 1
-                remaining -= 1
-                per_token = sample(now - reqs[i].at, reqs[i].output, reqs[i].prompt)
-                if per_token is not None:
-                    rep.speed = observe(rep.speed, per_token, now)
-            start_step(data, now)
+    timeline = replay(reqs, replicas, route, random.Random(seed), signals=load_and_kv_size_signals, on_step=publish)
+    first, done = timeline.first_token, timeline.done
     end = max(done.values())
     for rep in replicas:
         rep.account(end)
     hits = queries = 0.0
-    for rep in replicas:
-        for family in text_string_to_metric_families(rep.metrics.render().decode()):
+    for m in metrics:
+        for family in text_string_to_metric_families(m.render().decode()):
             for s in family.samples:
                 if s.name == "vllm:prefix_cache_hits_total":
                     hits += s.value

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -18,6 +18,9 @@ from cache.service import CacheUnavailable, ResponseCache
 from cache.settings import CacheSettings, redact_url
 from opskit import RedisURLError
 from opskit.redis_client import async_redis
+
+if TYPE_CHECKING:
+    from cache.embed import Encoder
 
 app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_completion=False)
 
@@ -48,6 +51,22 @@ def _client() -> aioredis.Redis:
     except RedisURLError as exc:
         typer.echo(f"error: PROMPTEDGE_REDIS_URL: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _encoder(model: str | None, settings: CacheSettings) -> tuple[Encoder, str]:
+    """The embedding model ``model`` (None: the configured one) loaded as ``eval`` and
+    ``train-verifier`` use it, and its tag in an embed cache (``model|backend``: vectors of
+    another model or backend are never reused). A model that cannot load: its error, exit 1."""
+    from cache.embed import EmbeddingError, load_encoder
+
+    try:
+        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
+                               settings.embed_backend, settings.onnx_cache_dir)
+    except EmbeddingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    tag = f"{model or settings.embedding_model or 'all-MiniLM-L6-v2'}|{getattr(encoder, 'backend', 'custom')}"
+    return encoder, tag
 
 
 @app.callback()
@@ -121,7 +140,6 @@ def evaluate(
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file of train-verifier: texts in it are "
                                                "not encoded again (embeddings/s then counts only the new ones)."),
 ) -> None:
-    from cache.embed import EmbeddingError, load_encoder
     from cache.embed_onnx import default_cache_dir
     from cache.eval import PairsFormatError, filter_split, format_report, load_pairs, run_eval
     from cache.splits import SPLITS
@@ -156,17 +174,11 @@ def evaluate(
     # The first use of a model exports it to ONNX (10-30 s here): say so instead of going quiet.
     typer.echo("loading the embedding model (its first use exports it for ONNX Runtime, 10-30 s, "
                f"kept in {settings.onnx_cache_dir or default_cache_dir()})", err=True)
-    try:
-        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
-                               settings.embed_backend, settings.onnx_cache_dir)
-    except EmbeddingError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    encoder, tag = _encoder(model, settings)
     encode = encoder.encode
     if embed_cache is not None:
         from cache.train_verifier import embed_cached
 
-        tag = f"{model or settings.embedding_model or 'all-MiniLM-L6-v2'}|{getattr(encoder, 'backend', 'custom')}"
         known = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
                              log=lambda line: typer.echo(line, err=True))
 
@@ -200,7 +212,6 @@ def train_verifier(
                                                "(outside the repository: the texts are QQP's)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.embed import EmbeddingError, load_encoder
     from cache.eval import PairsFormatError, load_pairs
     from cache.train_verifier import train
 
@@ -213,13 +224,7 @@ def train_verifier(
     if loaded.labels is None:
         typer.echo(f"error: {pairs}: training needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
-    try:
-        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
-                               settings.embed_backend, settings.onnx_cache_dir)
-    except EmbeddingError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    tag = f"{model or settings.embedding_model or 'all-MiniLM-L6-v2'}|{getattr(encoder, 'backend', 'custom')}"
+    encoder, tag = _encoder(model, settings)
     content = train(loaded, encoder.encode, max_per_split=max_per_split, min_cosine=min_cosine,
                     embed_cache=embed_cache, embed_tag=tag, source=pairs.name, log=typer.echo)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from sim.stack import RedisServer, StackError
+from sim.stack import RedisServer, StackError, port_free
 
 SERVICE = "promptedge"
 
@@ -44,21 +43,12 @@ def binaries_missing() -> str | None:
     return None
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def high_ports(n: int) -> list[int]:
     """``n`` distinct free ports in 20,000..29,999 whose +10,000 twin (the cluster bus) is free too."""
     found: list[int] = []
     for _ in range(1000):
         port = random.randint(20000, 29999)
-        if port not in found and _free(port) and _free(port + 10000):
+        if port not in found and port_free(port) and port_free(port + 10000):
             found.append(port)
             if len(found) == n:
                 return found

@@ -51,6 +51,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """True if TCP ``port`` on 127.0.0.1 could be bound a moment ago (for a server that needs a
+    fixed offset from another port: etcd's peer port, a Redis Cluster bus at +10,000)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def pid_alive(pid: int) -> bool:
     """True while ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
     try:

@@ -8,7 +8,6 @@ Everything goes through the official ``kubernetes`` client with the admin kubeco
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,27 +21,14 @@ from kubernetes import config as k8s_config
 from kubernetes import utils as k8s_utils
 from kubernetes.client.rest import ApiException
 
+from sim.stack import free_port, port_free
+
 START_TIMEOUT_S = 240.0
 START_ATTEMPTS = 2
 
 
 class WorldError(RuntimeError):
     """The control plane did not start, or a manifest was refused."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 class ControlPlane:
@@ -84,11 +70,11 @@ class ControlPlane:
         return "\n".join(tails)
 
     def _start_once(self) -> Path:
-        etcd = _free_port()
-        while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):
-            etcd = _free_port()
-        self._env = {**os.environ, "RUN": str(self.run_dir), "ETCD_PORT": str(etcd), "API_PORT": str(_free_port()),
-                     "CONTROL_PLANE": "1", "CM_PORT": str(_free_port()), "SCHED_PORT": str(_free_port())}
+        etcd = free_port()
+        while not all(port_free(p) for p in (etcd + 1, etcd + 2)):
+            etcd = free_port()
+        self._env = {**os.environ, "RUN": str(self.run_dir), "ETCD_PORT": str(etcd), "API_PORT": str(free_port()),
+                     "CONTROL_PLANE": "1", "CM_PORT": str(free_port()), "SCHED_PORT": str(free_port())}
         try:
             done = subprocess.run([str(self.tools / "start.sh")], env=self._env, capture_output=True, text=True,
                                   timeout=START_TIMEOUT_S)
