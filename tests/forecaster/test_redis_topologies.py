@@ -9,13 +9,13 @@ import pytest
 
 from forecaster.actuate.publish import DesiredStore
 from forecaster.actuate.settings import ActuatorSettings
-from forecaster.plan import PlannerState
+from forecaster.plan import PlannerState, Recommendation
 from forecaster.state import RedisStateStore
 from sim.redis_topology import LocalSentinel
 
 pytestmark = pytest.mark.redis_ha
 
-STATE = PlannerState(replicas=4, at=1000.0, last_up_at=900.0, last_down_at=None, recent=((900.0, 3), (1000.0, 4)))
+STATE = PlannerState(replicas=4, at=1000.0, last_up_at=900.0, last_down_at=None, recent=(Recommendation(900.0, 3, 3), Recommendation(1000.0, 4, 3, 1300.0)))
 
 
 def roundtrip(url: str) -> None:
