@@ -20,7 +20,9 @@ SCALE = 20.0
 # l4: 31,000 KV tokens. Each request reserves 7,500 prompt (ceil(30,000 chars / 4)) + 300
 # generated tokens = 7,800, so three run at once and the other three wait in the queue until
 # one of the first finishes: at least its 299 decode steps of >= 58 ms, about 17 simulated s.
-PROMPT = "x" * 30_000
+# Each request's prompt is its own letter: the replica caches prefixes (vLLM's automatic prefix
+# caching), and six equal prompts would share their KV blocks and all run at once.
+PROMPTS = [letter * 30_000 for letter in "abcdef"]
 MAX_TOKENS = 300
 BURST = 6
 ADMITTED_AT_ONCE = 3
@@ -35,8 +37,8 @@ async def burst(base: str) -> tuple[str, list[int], str]:
     """The /metrics text before the burst, each request's status, the text after."""
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         before = (await client.get("/metrics")).text
-        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS}
-        replies = await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(BURST)))
+        bodies = [{"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS} for prompt in PROMPTS[:BURST]]
+        replies = await asyncio.gather(*(client.post("/v1/completions", json=body) for body in bodies))
         after = (await client.get("/metrics")).text
     return before, [r.status_code for r in replies], after
 
