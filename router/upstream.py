@@ -8,6 +8,7 @@ both, see router/README.md for the numbers behind the default.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from types import SimpleNamespace
@@ -46,11 +47,15 @@ class RetryableStatus(UpstreamError):
         self.retry_after_s = retry_after_s
 
 
+_DELAY_SECONDS = re.compile(r"[ \t]*([0-9]+)[ \t]*")  # RFC 9110's 1*DIGIT: ASCII digits only
+
+
 def retry_after_s(value: str | None) -> float | None:
-    """``Retry-After`` as seconds when it is delay-seconds (a non-negative integer), else None."""
-    if value is None or not value.strip().isdigit():
-        return None
-    return float(value.strip())
+    """``Retry-After`` as seconds when it is delay-seconds (a non-negative integer of ASCII
+    digits), else None. Not ``str.isdigit``: it is true for "\u00b2" and other Unicode digits,
+    which ``float`` refuses (a replica sending one made every request it got a 500)."""
+    match = _DELAY_SECONDS.fullmatch(value) if value is not None else None
+    return float(match.group(1)) if match is not None else None
 
 
 class Progress:
