@@ -208,6 +208,36 @@ async def read_body(response: httpx.Response, url: str, total_s: float | None = 
         await response.aclose()
 
 
+# A replica's error answer is read only this far (its message is relayed cut to 200 characters,
+# router/errors.py replica_error_body; a 5xx body is logged cut to 300 bytes), within this long.
+ERROR_BODY_MAX_BYTES = 64 * 1024
+ERROR_BODY_TIMEOUT_S = 10.0
+
+
+async def read_error_body(response: httpx.Response, url: str, max_bytes: int = ERROR_BODY_MAX_BYTES,
+                          total_s: float = ERROR_BODY_TIMEOUT_S) -> bytes:
+    """At most ``max_bytes`` of an error answer's body, read within ``total_s`` seconds; the
+    rest is never read (the response is closed, so its connection is dropped). Translates
+    transport errors and the bound as :func:`read_body` does."""
+    out = bytearray()
+    try:
+        async with asyncio.timeout(total_s):
+            async for chunk in response.aiter_bytes():
+                out += chunk
+                if len(out) >= max_bytes:
+                    break
+    except TimeoutError:
+        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its error",
+                              code="replica_timeout") from None
+    except httpx.HTTPError as exc:
+        if _timed_out(exc):
+            raise UpstreamTimeout(f"replica {url} timed out sending its error", code="replica_timeout") from None
+        raise UpstreamError(f"replica {url} broke off its error: {exc!r}", code="replica_error") from None
+    finally:
+        await response.aclose()
+    return bytes(out[:max_bytes])
+
+
 async def iter_body(response: httpx.Response, url: str) -> AsyncIterator[bytes]:
     """The raw body chunks of an open response; translates transport errors (502/504)."""
     try:
