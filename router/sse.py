@@ -236,6 +236,9 @@ class StreamAssembler:
         self._extra.clear()
 
     def _on_data(self, payload: bytes) -> None:
+        if self.done:  # a client stops reading at [DONE]: what follows is no answer it saw
+            self.failed = True
+            return
         if payload == b"[DONE]":
             self.done = True
             return

@@ -159,3 +159,12 @@ def test_usage_filter_holds_no_event_past_its_bound_and_relays_it_as_it_comes() 
         f = UsageFilter()
         got = f.feed(head) + b"".join(f.feed(piece) for _ in range(pieces)) + f.feed(tail[:i]) + f.feed(tail[i:]) + f.flush()
         assert got == head + piece * pieces + b'"}}]}\r\n\r\ndata: [DONE]\n\n' + b"data: [DONE]\n\n"
+
+
+def test_events_after_done_make_the_stream_unstorable() -> None:
+    # A client stops reading at [DONE]; a replica that sent its answer after [DONE] was stored
+    # with that answer, which the client it was generated for never saw (attack review Dec 2 #2)
+    assembler = StreamAssembler()
+    assembler.feed(b'data: [DONE]\n\ndata: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+                   b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n')
+    assert assembler.result() is None
