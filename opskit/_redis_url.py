@@ -72,9 +72,18 @@ class RedisTarget:
         return redact_url(self.url)
 
 
+# Query options that are credentials: redis-py's from_url reads ``password`` as the password.
+_SECRET_OPTIONS = frozenset({"password", "sentinel_password"})
+
+
+def _redacted_option(item: str) -> str:
+    name, sep, _ = item.partition("=")
+    return f"{name}=***" if sep and unquote(name).lower() in _SECRET_OPTIONS else item
+
+
 def redact_url(url: str) -> str:
     """``url`` with its user information (``user:password@``) replaced by ``***@`` and a
-    ``sentinel_password`` query value by ``***``; a URL without either comes back unchanged, one
+    ``password`` or ``sentinel_password`` query value (any case) by ``***``; a URL without either comes back unchanged, one
     that does not parse as ``***`` when it contains ``@``."""
     try:
         parts = urlsplit(url)
@@ -83,8 +92,7 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join("sentinel_password=***" if item.startswith("sentinel_password=") else item
-                     for item in parts.query.split("&")) if parts.query else ""
+    query = "&".join(_redacted_option(item) for item in parts.query.split("&")) if parts.query else ""
     if netloc == parts.netloc and query == parts.query:
         return url
     return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -50,13 +50,30 @@ def _keys(settings_cls: type[BaseSettings]) -> set[str]:
     return keys
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what a YAML error is, without PyYAML's quote of the line (which may be a
+    secret's: a malformed ``admin_key`` or API key line would reach the log)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context_mark = getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        context = f"{context} at line {context_mark.line + 1}, column {context_mark.column + 1}"
+    return where + problem + (f" ({context})" if context else "")
+
+
 def _section(settings_cls: type[BaseSettings], path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         raise SettingsError(f"{SETTINGS_FILE_ENV}: no such file {path}")
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.safe_load(path.read_bytes().decode()) or {}
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: not UTF-8 (byte {exc.start})") from None
+    except OSError as exc:
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: not YAML: {exc}") from None
+        raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: not YAML: {_yaml_problem(exc)}") from None
     section = section_name(settings_cls)
     if not isinstance(document, dict):
         raise SettingsError(f"{SETTINGS_FILE_ENV} {path}: a mapping of sections expected")

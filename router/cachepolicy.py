@@ -52,6 +52,7 @@ class ReplicaControl:
 # one directive: a token, optionally = a token or a quoted string (which may hold commas)
 _DIRECTIVE = re.compile(r'\s*([^\s,="]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^,]*))?\s*(?:,|$)')
 _STORE_ALL = ReplicaControl()
+_DELTA_SECONDS = re.compile(r"[0-9]+")
 
 
 def replica_control(value: str | None) -> ReplicaControl:
@@ -83,6 +84,11 @@ def replica_control(value: str | None) -> ReplicaControl:
     seconds = ages.get("s-maxage") or ages.get("max-age")
     if seconds is None:
         return _STORE_ALL
-    if len(seconds) != 1 or not seconds[0].isdigit() or int(seconds[0]) == 0:
+    # delta-seconds is ASCII digits (str.isdigit() is true for "\u00b2", which int() refuses);
+    # one too large for int() or for any TTL is 2**31 (RFC 9111, section 1.2.2)
+    if len(seconds) != 1 or _DELTA_SECONDS.fullmatch(seconds[0]) is None:
         return ReplicaControl(store=False)
-    return ReplicaControl(ttl_cap_s=int(seconds[0]))
+    digits = seconds[0].lstrip("0")
+    if not digits:
+        return ReplicaControl(store=False)
+    return ReplicaControl(ttl_cap_s=int(digits) if len(digits) <= 10 else 2**31)

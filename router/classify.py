@@ -48,10 +48,13 @@ def _max_age(found: frozenset[str]) -> int | None:
         name, _, value = directive.partition("=")
         if name.strip() == "max-age":
             value = value.strip().strip('"')
-            if not value.isdigit():
+            # ASCII digits only ("\u00b2".isdigit() is true and int() refuses it); more digits
+            # than int() reads (4300) or any age needs is 2**31 s (RFC 9111, section 1.2.2)
+            if not value.isascii() or not value.isdigit():
                 raise BadRequest("Cache-Control max-age must be a whole number of seconds >= 0",
                                  param="Cache-Control", code="invalid_header")
-            return int(value)
+            digits = value.lstrip("0")
+            return int(digits or "0") if len(digits) <= 10 else 2**31
     return None
 
 

@@ -33,6 +33,11 @@ from typing import Any
 
 DEFAULT_CHUNK_CHARS = 256
 CHARS_PER_TOKEN = 4.0  # OpenAI's rule of thumb (help.openai.com, "What are tokens and how to count them?")
+# Most KV tokens one replica's index is sized for, whatever the replica reports: its
+# vllm:cache_config_info labels are the replica's word, and num_gpu_blocks=10**12 made the index
+# unbounded (each distinct long prompt added up to max_chunks entries of ~117 bytes). 16M tokens
+# is 250k chunks (~30 MB), above any real replica (a TP-8 node of H200s holds a few million).
+MAX_KV_TOKENS = 16_000_000
 
 
 def prompt_text(body: Mapping[str, Any]) -> str:
@@ -124,8 +129,9 @@ class PrefixIndexes:
         return chunk_hashes(prompt_text(body), self.chunk_chars, self.max_chunks)
 
     def index(self, url: str, kv_tokens: float | None = None) -> PrefixIndex:
-        """The index of replica ``url``, created (or resized) for ``kv_tokens`` (None: default)."""
-        capacity = capacity_chunks(kv_tokens or self.kv_tokens_default, self.chunk_chars)
+        """The index of replica ``url``, created (or resized) for ``kv_tokens`` (None: default;
+        at most ``MAX_KV_TOKENS``)."""
+        capacity = capacity_chunks(min(kv_tokens or self.kv_tokens_default, MAX_KV_TOKENS), self.chunk_chars)
         idx = self._by_replica.get(url)
         if idx is None:
             idx = self._by_replica[url] = PrefixIndex(capacity)

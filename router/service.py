@@ -35,7 +35,7 @@ from router.schemas import Endpoint, parse_request
 from router.sse import parse_json, replay
 from router.state import RouterState
 from router.storing import store_answer, with_replica_control
-from router.upstream import MAX_ERROR_BYTES, ConnectFailed, RetryableStatus, read_body
+from router.upstream import ConnectFailed, RetryableStatus, read_body, read_error_body
 
 log = logging.getLogger(__name__)
 
@@ -382,8 +382,8 @@ async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, c
     backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
     unless the client's own key was forwarded (``forward_client_key``), then relayed."""
     status = upstream.status_code
-    try:
-        content = await read_body(upstream, lease.replica.url, max_bytes=MAX_ERROR_BYTES, truncate=True)
+    try:  # bounded: only a few hundred bytes of it are ever used
+        content = await read_error_body(upstream, lease.replica.url)
     finally:
         lease.release()
     if status in (401, 403) and not (client_key_sent and lease.replica.authorization is None):

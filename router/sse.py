@@ -113,6 +113,11 @@ def strip_usage_event(event: bytes) -> bytes | None:
 
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+# An event not ended within this many bytes is no usage chunk (a few hundred bytes): it is
+# relayed as it comes (a ``"usage": null`` in it left as it is: OpenAI's chunk schema allows it)
+# instead of being held whole until its end, which let one replica line of any size take the
+# router's memory; a chunk of one token is a few hundred bytes.
+USAGE_FILTER_MAX_HELD = 1 << 20
 
 
 class UsageFilter:
@@ -123,6 +128,7 @@ class UsageFilter:
     def __init__(self) -> None:
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf already searched for an event's end (less 3 of overlap)
+        self._passing = False  # the event being received was too long to hold: its start is out
 
     def feed(self, data: bytes) -> bytes:
         """The complete events of ``data`` and what came before it, usage chunk left out.
@@ -133,17 +139,27 @@ class UsageFilter:
         out: list[bytes] = []
         start = 0
         for end in _EVENT_END.finditer(self._buf, max(0, self._scanned - 3)):
-            event = strip_usage_event(bytes(self._buf[start:end.start()]))
+            event: bytes | None = bytes(self._buf[start:end.start()])
+            if self._passing:  # its beginning went out as it came: so does the rest
+                self._passing = False
+            else:
+                event = strip_usage_event(event)  # type: ignore[arg-type]
             if event is not None:
                 out += (event, end.group())
             start = end.end()
         del self._buf[:start]
+        if len(self._buf) > USAGE_FILTER_MAX_HELD:
+            # no usage chunk is this long: relayed as it comes, not held whole until its end;
+            # the last 3 bytes stay, so that an event end cut across feeds is still found
+            self._passing = True
+            out.append(bytes(self._buf[:-3]))
+            del self._buf[:-3]
         self._scanned = len(self._buf)
         return b"".join(out)
 
     def flush(self) -> bytes:
         """Whatever is left (an unterminated last event), unchanged."""
-        rest, self._buf, self._scanned = bytes(self._buf), bytearray(), 0
+        rest, self._buf, self._scanned, self._passing = bytes(self._buf), bytearray(), 0, False
         return rest
 
 
@@ -220,6 +236,9 @@ class StreamAssembler:
         self._extra.clear()
 
     def _on_data(self, payload: bytes) -> None:
+        if self.done:  # a client stops reading at [DONE]: what follows is no answer it saw
+            self.failed = True
+            return
         if payload == b"[DONE]":
             self.done = True
             return

@@ -8,6 +8,7 @@ both, see router/README.md for the numbers behind the default.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from types import SimpleNamespace
@@ -27,9 +28,8 @@ RETRYABLE_STATUS = frozenset({429, 503})
 KEEPALIVE_EXPIRY_S = 2.0
 # The most of a replica's non-stream answer the router reads (bytes). A 32k-token answer with
 # top_logprobs is a few MB; a replica that sends more, or never ends, gets 502 and the read
-# stops there. Error bodies: only their first 200 characters reach the client, so 64 KiB.
+# stops there. Error bodies: read_error_body.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
-MAX_ERROR_BYTES = 64 * 1024
 
 
 class ConnectFailed(UpstreamError):
@@ -51,11 +51,15 @@ class RetryableStatus(UpstreamError):
         self.retry_after_s = retry_after_s
 
 
+_DELAY_SECONDS = re.compile(r"[ \t]*([0-9]+)[ \t]*")  # RFC 9110's 1*DIGIT: ASCII digits only
+
+
 def retry_after_s(value: str | None) -> float | None:
-    """``Retry-After`` as seconds when it is delay-seconds (a non-negative integer), else None."""
-    if value is None or not value.strip().isdigit():
-        return None
-    return float(value.strip())
+    """``Retry-After`` as seconds when it is delay-seconds (a non-negative integer of ASCII
+    digits), else None. Not ``str.isdigit``: it is true for "\u00b2" and other Unicode digits,
+    which ``float`` refuses (a replica sending one made every request it got a 500)."""
+    match = _DELAY_SECONDS.fullmatch(value) if value is not None else None
+    return float(match.group(1)) if match is not None else None
 
 
 class Progress:
@@ -191,20 +195,17 @@ def _failed(exc: httpx.HTTPError, progress: Progress, url: str, ttfb_timeout_s: 
 
 
 async def read_body(response: httpx.Response, url: str, total_s: float | None = None,
-                    max_bytes: int = MAX_ANSWER_BYTES, truncate: bool = False) -> bytes:
+                    max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
     """The whole body of an open response, within ``total_s`` seconds in all (None: no bound
     but the read timeout, which every chunk resets, so a replica sending a byte at a time could
     hold the request for ever) and ``max_bytes`` (decoded): past it UpstreamError 502
-    ``replica_answer_too_large``, or with ``truncate`` the first ``max_bytes`` (an error page,
-    of which only the start is used); translates transport errors and the bounds (502/504)."""
+    ``replica_answer_too_large``; translates transport errors and the bounds (502/504)."""
     try:
         async with asyncio.timeout(total_s):
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) > max_bytes:
-                    if truncate:
-                        return bytes(body[:max_bytes])
                     raise UpstreamError(f"replica {url} sent an answer over {max_bytes} bytes",
                                         code="replica_answer_too_large")
             return bytes(body)
@@ -217,6 +218,36 @@ async def read_body(response: httpx.Response, url: str, total_s: float | None = 
         raise UpstreamError(f"replica {url} broke off its response: {exc!r}", code="replica_error") from None
     finally:
         await response.aclose()
+
+
+# A replica's error answer is read only this far (its message is relayed cut to 200 characters,
+# router/errors.py replica_error_body; a 5xx body is logged cut to 300 bytes), within this long.
+ERROR_BODY_MAX_BYTES = 64 * 1024
+ERROR_BODY_TIMEOUT_S = 10.0
+
+
+async def read_error_body(response: httpx.Response, url: str, max_bytes: int = ERROR_BODY_MAX_BYTES,
+                          total_s: float = ERROR_BODY_TIMEOUT_S) -> bytes:
+    """At most ``max_bytes`` of an error answer's body, read within ``total_s`` seconds; the
+    rest is never read (the response is closed, so its connection is dropped). Translates
+    transport errors and the bound as :func:`read_body` does."""
+    out = bytearray()
+    try:
+        async with asyncio.timeout(total_s):
+            async for chunk in response.aiter_bytes():
+                out += chunk
+                if len(out) >= max_bytes:
+                    break
+    except TimeoutError:
+        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its error",
+                              code="replica_timeout") from None
+    except httpx.HTTPError as exc:
+        if _timed_out(exc):
+            raise UpstreamTimeout(f"replica {url} timed out sending its error", code="replica_timeout") from None
+        raise UpstreamError(f"replica {url} broke off its error: {exc!r}", code="replica_error") from None
+    finally:
+        await response.aclose()
+    return bytes(out[:max_bytes])
 
 
 async def iter_body(response: httpx.Response, url: str) -> AsyncIterator[bytes]:

@@ -103,3 +103,12 @@ def test_settings_accept_every_topology_and_refuse_a_bad_url_without_echoing_it(
         RouterSettings(redis_url="redis+sentinel://:hunter2@127.0.0.1:26379")
     # the message printed at start-up (router/__main__.py prints msg and location, not the input)
     assert "service" in caught.value.errors()[0]["msg"] and "hunter2" not in caught.value.errors()[0]["msg"]
+
+
+def test_redact_hides_a_password_given_in_the_query() -> None:
+    # redis-py's from_url reads ?password= (and ?username=) as the credential: the cache CLI's
+    # "Redis at ... unavailable" printed it (attack review Dec 2 #2)
+    assert redact_url("redis://h:6379/0?password=hunter2&socket_timeout=1") == \
+        "redis://h:6379/0?password=***&socket_timeout=1"
+    assert "hunter2" not in redact_url("redis://h/0?db=1&Password=hunter2")
+    assert "hunter2" not in redact_url("redis+sentinel://h:1/m?Sentinel_Password=hunter2")

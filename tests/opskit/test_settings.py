@@ -90,3 +90,25 @@ def test_router_serve_refuses_a_bad_settings_file(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "unknown settings ['replica']" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    (b'router:\n  admin_key: "sk-admin-hunter2\n  port: 1\n', "line 2, column 14"),  # unterminated quote
+    (b'router:\n  api_keys: {"sk-live-hunter2": team-a, port: 1\n', "line 2, column 13"),  # unclosed mapping
+])
+def test_a_file_that_is_not_yaml_is_named_with_its_line_and_never_echoed(settings_file: Path, text: bytes,
+                                                                        where: str) -> None:
+    """PyYAML's message quotes the offending line: a malformed line holding a key put the key in
+    the log (attack review Dec 2 #2)."""
+    settings_file.write_bytes(text)
+    with pytest.raises(SettingsError) as info:
+        RouterSettings()
+    message = str(info.value)
+    assert str(settings_file) in message and where in message and "hunter2" not in message
+
+
+def test_a_file_that_is_not_utf8_is_an_error_not_a_traceback(settings_file: Path) -> None:
+    settings_file.write_bytes(b'router:\n  admin_key: "sk-admin-hunter2"\n  port: \xff\n')
+    with pytest.raises(SettingsError, match="not UTF-8") as info:
+        RouterSettings()
+    assert "hunter2" not in str(info.value)

@@ -177,3 +177,23 @@ async def test_a_replicas_max_age_bounds_the_entrys_time_to_live(directive, boun
     finally:
         await store.aclose()
     assert (await client.post(router.url + URL, json=chat("fresh for a while"))).headers["x-cache"] == "exact"
+
+
+def test_a_replicas_odd_max_age_is_no_crash() -> None:
+    # "²".isdigit() is true and int() refuses it; int() also refuses over 4300 digits: either
+    # made every answer of that replica a 500 after it was generated (attack review Dec 2 #2)
+    assert replica_control("max-age=\u00b2") == ReplicaControl(store=False)
+    assert replica_control("max-age=\u0663") == ReplicaControl(store=False)  # not an ASCII DIGIT
+    assert replica_control("max-age=" + "9" * 5000) == ReplicaControl(ttl_cap_s=2**31)  # RFC 9111 1.2.2
+    assert replica_control("s-maxage=" + "0" * 5000 + "7") == ReplicaControl(ttl_cap_s=7)
+
+
+def test_a_clients_odd_max_age_is_a_400_or_read_not_a_500() -> None:
+    from router import classify
+    from router.errors import BadRequest
+
+    for value in ("max-age=\u00b2", "max-age=\u0663"):  # what a latin-1 byte 0xb2 decodes to; not ASCII
+        with pytest.raises(BadRequest):
+            classify.cache_control({"cache-control": value})
+    # 5000 digits: int() refuses over 4300 (a 500 internal_error); it is "very long", 2**31 s
+    assert classify.cache_control({"cache-control": "max-age=" + "9" * 5000}).max_age_s == 2**31

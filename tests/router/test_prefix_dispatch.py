@@ -101,3 +101,18 @@ async def test_a_shared_prefix_goes_where_it_is_cached(start_replica, start_rout
     hits = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
     # each of the 3 followers found the system prompt's 14 blocks of 16 tokens there
     assert hits["vllm:prefix_cache_hits_total"] == 3 * 14 * 16
+
+
+def test_a_replica_reporting_a_huge_kv_cache_does_not_unbound_its_prefix_index() -> None:
+    """The index's capacity follows the replica's vllm:cache_config_info labels; a replica
+    saying num_gpu_blocks=10**12 made it unbounded: every distinct long prompt added up to
+    2048 entries (~117 bytes each) for good (attack review Dec 2 #2)."""
+    from router.prefix_index import MAX_KV_TOKENS, PrefixIndexes, capacity_chunks
+    from router.signals import _kv_tokens
+
+    indexes = PrefixIndexes(256, 400_000)
+    huge = _kv_tokens({"num_gpu_blocks": str(10**12), "block_size": "16"})
+    for i in range(3):
+        indexes.record("http://r", indexes.hashes({"prompt": f"{i:08d}" + "x" * 256 * 2048}), huge)
+    assert indexes.index("http://r", huge).capacity == capacity_chunks(MAX_KV_TOKENS, 256)
+    assert MAX_KV_TOKENS >= 4_000_000  # the largest real KV caches (a TP-8 node) still fit whole

@@ -210,3 +210,23 @@ async def test_a_replica_that_never_ends_its_answer_costs_the_router_a_bounded_r
     assert len(response.content) < 4096
     # What the router read, plus what the kernel's socket buffers held when it stopped.
     assert replica.flood_sent < MAX_ANSWER_BYTES + 16 * 1024 * 1024, replica.flood_sent
+
+
+async def test_a_replicas_error_body_is_read_only_up_to_its_bound() -> None:
+    """A replica's 4xx/5xx body was read whole (aread, no size or time bound) only to relay
+    200 characters of it: a 150 MB error took the router from 102 to 411 MB peak RSS for one
+    request (attack review Dec 2 #2)."""
+    import httpx
+
+    from router.upstream import ERROR_BODY_MAX_BYTES, read_error_body
+
+    sent = []
+
+    async def body():
+        for _ in range(1000):
+            sent.append(1)
+            yield b"x" * 65536
+
+    response = httpx.Response(400, content=body())
+    content = await read_error_body(response, "http://r")
+    assert len(content) == ERROR_BODY_MAX_BYTES and len(sent) * 65536 <= ERROR_BODY_MAX_BYTES + 65536

@@ -167,6 +167,10 @@ def test_a_replica_that_refused_gets_nothing_new_for_its_retry_after_even_as_las
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("7", 7.0), (" 0 ", 0.0), (None, None), ("-1", None),
-                                                ("1.5", None), ("Wed, 21 Oct 2026 07:28:00 GMT", None)])
+                                                ("1.5", None), ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+                                                # str.isdigit() is true for these, float() refuses them:
+                                                # a replica sending one made every request it got a 500
+                                                ("\u00b2", None), ("\u0663", None), ("\u2460", None),
+                                                ("9" * 400, float("9" * 400))])
 def test_retry_after_is_read_in_its_delay_seconds_form_only(value: str | None, seconds: float | None) -> None:
     assert retry_after_s(value) == seconds

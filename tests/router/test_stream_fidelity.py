@@ -136,3 +136,35 @@ def test_the_usage_filter_gives_the_stream_the_client_asked_for_in_any_byte_spli
     usage_filter = UsageFilter()
     out = b"".join(usage_filter.feed(asked[i:i + 7]) for i in range(0, len(asked), 7)) + usage_filter.flush()
     assert out == b"".join(replay(response, include_usage=False))
+
+
+def test_usage_filter_holds_no_event_past_its_bound_and_relays_it_as_it_comes() -> None:
+    # A replica's event without an end (one 192 MB line) was held whole until the stream ended:
+    # the client got nothing, the router held it all (670 MB peak RSS, attack review Dec 2 #2)
+    from router.sse import USAGE_FILTER_MAX_HELD
+
+    usage_filter = UsageFilter()
+    piece = b"x" * 16384
+    head = b'data: {"choices":[{"index":0,"delta":{"content":"'
+    out = [usage_filter.feed(head)]
+    pieces = 4 * USAGE_FILTER_MAX_HELD // len(piece)
+    for _ in range(pieces):
+        out.append(usage_filter.feed(piece))
+        assert len(usage_filter._buf) <= USAGE_FILTER_MAX_HELD + len(piece)
+    assert sum(map(len, out)) > pieces * len(piece) - USAGE_FILTER_MAX_HELD - len(piece)  # relayed as it came
+    usage = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+    tail = b'"}}]}\r\n\r' + b'\ndata: [DONE]\n\n' + usage + b"\n\n" + b"data: [DONE]\n\n"
+    pieces = USAGE_FILTER_MAX_HELD // len(piece) + 2  # just past the bound
+    for i in range(len(tail)):  # the end of the long event is found across any split, the usage still stripped
+        f = UsageFilter()
+        got = f.feed(head) + b"".join(f.feed(piece) for _ in range(pieces)) + f.feed(tail[:i]) + f.feed(tail[i:]) + f.flush()
+        assert got == head + piece * pieces + b'"}}]}\r\n\r\ndata: [DONE]\n\n' + b"data: [DONE]\n\n"
+
+
+def test_events_after_done_make_the_stream_unstorable() -> None:
+    # A client stops reading at [DONE]; a replica that sent its answer after [DONE] was stored
+    # with that answer, which the client it was generated for never saw (attack review Dec 2 #2)
+    assembler = StreamAssembler()
+    assembler.feed(b'data: [DONE]\n\ndata: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+                   b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n')
+    assert assembler.result() is None
