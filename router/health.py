@@ -20,7 +20,8 @@ unlucky answers:
   a 4xx answer is a good answer (the replica works, the request was bad). But a replica that
   answered 429 or 503 said "not now": it is *refused* for its ``Retry-After`` (capped at
   ``REFUSED_MAX_S``) or ``REFUSED_DEFAULT_S`` without one, and takes no new request until then
-  (:meth:`HealthState.on_refused`). A draining replica (SIGTERM, before discovery or the next
+  (:meth:`HealthState.on_refused`), unless no replica of the pool admits (the last resort
+  below), so a pool of one busy replica still asks it rather than answering 503. A draining replica (SIGTERM, before discovery or the next
   probe says so) answers every new request 503; without the back-off, least-load dispatch sent
   it more of them, since it is the idlest replica of the pool (issue 10's closed loop lost 56
   requests to a scale-down that way).
@@ -113,11 +114,11 @@ class HealthState:
         """True if a request may be sent now (probe up, not draining, circuit not open, not
         ejected). ``last_resort``: ignore ejection and a circuit opened by server errors (the
         replica answers), not one opened by connect failures."""
-        if not self.up or self.draining or now < self.refused_until:
+        if not self.up or self.draining:
             return False
-        if last_resort:
+        if last_resort:  # a replica that refused may have room again: better asked than a 503
             return self._open_until is None or self._open_reason != CONNECT_FAILURE or now >= self._open_until
-        if now < self.ejected_until:
+        if now < self.ejected_until or now < self.refused_until:
             return False
         if self._open_until is None:
             return True

@@ -350,8 +350,10 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
                 lease.release()
         return response, lease
     if isinstance(last, RetryableStatus):  # every replica tried said "not now": so do we
-        wait = max(1, math.ceil(min((r.health.refused_until for r in state.pools.by_model.get(rec.target, ())),
-                                    default=now) - time.monotonic()))
+        now = time.monotonic()
+        backoffs = [r.health.refused_until - now for r in state.pools.by_model.get(rec.target, ())
+                    if r.health.refused_until > now]
+        wait = max(1, math.ceil(min(backoffs, default=1.0)))
         raise NoReplica(f"every replica of pool `{rec.target}` tried is busy or draining (429/503); retry later",
                         code="replica_busy", headers={"retry-after": str(wait)})
     if last is not None:

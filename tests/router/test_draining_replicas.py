@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from sim.stack import free_port
-from tests.router.conftest import MODEL, Served
+from tests.router.conftest import CHAT, MODEL, Served
+from tests.router.raw_replica import RawReplica
 from tests.sim.replica_process import start_replica as start_replica_process
 
 
@@ -81,3 +82,24 @@ async def test_requests_find_the_one_replica_left_while_four_drain(
 
         assert all(proc.poll() is None for proc, _ in processes[:4]), "a replica stopped draining too soon"
         assert statuses.count(200) == len(statuses), {s: statuses.count(s) for s in set(statuses)}
+
+
+@pytest.mark.usefixtures("exact_only")
+async def test_a_pool_of_one_replica_that_refused_once_is_still_tried(
+        start_router: Callable[..., Awaitable[Served]]) -> None:
+    # Attack review: one 429 with Retry-After 30 shut a one-replica pool for 30 s: every client
+    # got 503 no_replica (no Retry-After) while the replica was answering again.
+    replica = await RawReplica().start()
+    try:
+        router = await start_router([replica.url], health_interval_s=30.0)
+        async with httpx.AsyncClient(timeout=30) as client:
+            await _ready(client, router.url, 1)
+            replica.status, replica.headers = b"429 Too Many Requests", b"Retry-After: 30\r\n"
+            busy = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+            assert busy.status_code == 503 and busy.json()["error"]["code"] == "replica_busy"
+            assert 1 <= int(busy.headers["retry-after"]) <= 30
+            replica.status, replica.headers = b"200 OK", b""
+            again = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+            assert again.status_code == 200, again.text
+    finally:
+        await replica.stop()

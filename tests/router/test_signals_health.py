@@ -156,11 +156,11 @@ def test_sim_clock_is_identity_at_scale_1_and_compresses_time_otherwise() -> Non
     assert 590.0 < clock.now() - clock.origin < 700.0
 
 
-def test_a_replica_that_refused_gets_nothing_new_for_its_retry_after_even_as_last_resort() -> None:
+def test_a_replica_that_refused_gets_nothing_new_for_its_retry_after_but_as_last_resort() -> None:
     h = HealthState(HealthConfig(rise=1))
     h.probe(True)
     h.on_refused(100.0, None)  # no Retry-After: the default back-off
-    assert not h.admits(101.0) and not h.admits(101.0, last_resort=True)
+    assert not h.admits(101.0) and h.admits(101.0, last_resort=True)  # a pool of one still asks it
     assert h.admits(100.0 + REFUSED_DEFAULT_S)
     h.on_refused(200.0, 3600.0)  # a Retry-After of an hour is cut: the probes still judge
     assert not h.admits(200.0 + REFUSED_MAX_S - 1) and h.admits(200.0 + REFUSED_MAX_S)
