@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import typer
 from pydantic import ValidationError
@@ -64,6 +65,10 @@ def serve(
     settings = settings.model_copy(update={"max_connections": budget.upstream})
     configure_logging(settings.log_format, log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
+    # A service log has no progress bars: loading the embedding model drew one (transformers'
+    # "Loading weights", through tqdm, which reads TQDM_DISABLE from 4.66 on).
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     serve_app(create_app(settings, source), settings.limits, budget, host=settings.host if host is None else host,
               port=settings.port if port is None else port, log_level=log_level)
 
