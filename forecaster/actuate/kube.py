@@ -34,13 +34,20 @@ from forecaster.actuate.settings import ActuatorSettings
 MERGE_PATCH = "application/merge-patch+json"
 
 
+WARMUP_SAMPLE_ANNOTATION = "promptedge.io/warmup-sample"
+
+
 @dataclass(frozen=True)
 class PodTimes:
-    """Facts about one pod for warm-up measurement: creation, Ready condition time, container restarts."""
+    """Facts about one pod for warm-up measurement: creation, Ready condition time, container
+    restarts; ``sample`` False when the pod is annotated ``promptedge.io/warmup-sample: "false"``
+    (its creation -> Ready is not a warm-up: e.g. restored from a snapshot, or a simulated
+    replica that stands for one already serving)."""
 
     created: datetime
     ready_at: datetime | None
     restarts: int
+    sample: bool = True
 
 
 def new_api_client(settings: ActuatorSettings) -> k8s.ApiClient:
@@ -137,6 +144,7 @@ def _pod_times(pod: k8s.V1Pod) -> PodTimes:
         created=pod.metadata.creation_timestamp,
         ready_at=ready_at,
         restarts=sum(s.restart_count for s in statuses),
+        sample=((pod.metadata.annotations or {}).get(WARMUP_SAMPLE_ANNOTATION, "true").lower() != "false"),
     )
 
 

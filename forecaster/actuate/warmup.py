@@ -3,7 +3,8 @@
 Warm-up of one pod = its Ready condition's lastTransitionTime minus its creationTimestamp: the
 time from "the scale went up" to "the replica takes traffic", including scheduling, image pull
 and model load. Pods whose containers restarted are skipped, because a restart moves the Ready
-time and would overstate warm-up. With no usable pod the setting ``warmup_s`` is the lead time.
+time and would overstate warm-up; so are pods annotated ``promptedge.io/warmup-sample:
+"false"`` (their start was no warm-up). With no usable pod the setting ``warmup_s`` is the lead time.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def warmup_from_pods(pods: Sequence[PodTimes], quantile: float) -> tuple[float, 
     samples = sorted(
         (pod.ready_at - pod.created).total_seconds()
         for pod in pods
-        if pod.ready_at is not None and pod.restarts == 0 and pod.ready_at >= pod.created
+        if pod.sample and pod.ready_at is not None and pod.restarts == 0 and pod.ready_at >= pod.created
     )
     if not samples:
         return None

@@ -156,10 +156,14 @@ def wait_ready(pool: PoolRef, replicas: int, timeout_s: float) -> None:
     raise WorldError(f"{pool.deployment}: not {replicas} ready after {timeout_s:.0f} s; pods: {pod_phases(pool)}")
 
 
+WARMUP_SAMPLE_ANNOTATION = "promptedge.io/warmup-sample"  # read by the forecaster's warm-up measurement
+
+
 def start_warm(pool: PoolRef, selector: str, replicas: int, annotation: str, timeout_s: float) -> list[str]:
     """Annotate the pool's first ``replicas`` Pods (label ``selector``) with a warm-up of 0 s
     (``annotation``): they stand for replicas that were serving before the segment begins, so
-    the run does not spend a warm-up of wall time on them. Pods created later keep the
+    the run does not spend a warm-up of wall time on them, and with ``promptedge.io/warmup-sample:
+    "false"``, so the forecaster does not take their start for a warm-up. Pods created later keep the
     template's warm-up. Call before the node starts (it reads the annotation when it starts a
     replica). Returns the Pods' names; raises WorldError when they do not appear in
     ``timeout_s`` wall seconds."""
@@ -172,8 +176,12 @@ def start_warm(pool: PoolRef, selector: str, replicas: int, annotation: str, tim
             raise WorldError(f"{pool.deployment}: {len(pods)} of {replicas} Pods after {timeout_s:.0f} s")
         time.sleep(0.2)
     names = sorted(p.metadata.name for p in pods)[:replicas]
+    # Their start is no warm-up: the forecaster must not measure its lead time on them
+    # (forecaster/actuate/kube.py WARMUP_SAMPLE_ANNOTATION; measured, they gave a lead time of
+    # under a minute against the template's 2-minute warm-up, and the step came before Ready).
+    marks = {annotation: "0", WARMUP_SAMPLE_ANNOTATION: "false"}
     for name in names:
-        pool.core.patch_namespaced_pod(name, pool.namespace, {"metadata": {"annotations": {annotation: "0"}}})
+        pool.core.patch_namespaced_pod(name, pool.namespace, {"metadata": {"annotations": marks}})
     return names
 
 

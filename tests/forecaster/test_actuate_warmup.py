@@ -79,3 +79,13 @@ def test_without_list_permission_falls_back_to_the_setting_and_says_why(
 def test_no_deployment_means_the_setting() -> None:
     warmup = measure_warmup(ActuatorSettings(warmup_s=90))
     assert (warmup.source, warmup.seconds, warmup.note) == ("setting", 90, "no deployment configured")
+
+
+def test_a_pod_marked_as_no_warmup_sample_is_not_measured() -> None:
+    # Regression (closed loop, 2 December): the loop's first Pods stand for replicas that were
+    # serving before the segment and skip their warm-up; measured, they said the lead time was
+    # under a minute, and the forecaster ordered the step's replicas a minute ahead of a
+    # 2-minute warm-up. A Pod annotated promptedge.io/warmup-sample: "false" is not a sample.
+    warm = PodTimes(T0, T0 + timedelta(seconds=3), 0, sample=False)
+    assert warmup_from_pods([warm, warm, times(130)], 0.5) == (130, 1)
+    assert warmup_from_pods([warm], 0.9) is None  # then the setting is the lead time
