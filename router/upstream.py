@@ -200,24 +200,7 @@ async def read_body(response: httpx.Response, url: str, total_s: float | None = 
     but the read timeout, which every chunk resets, so a replica sending a byte at a time could
     hold the request for ever) and ``max_bytes`` (decoded): past it UpstreamError 502
     ``replica_answer_too_large``; translates transport errors and the bounds (502/504)."""
-    try:
-        async with asyncio.timeout(total_s):
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > max_bytes:
-                    raise UpstreamError(f"replica {url} sent an answer over {max_bytes} bytes",
-                                        code="replica_answer_too_large")
-            return bytes(body)
-    except TimeoutError:
-        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its response",
-                              code="replica_timeout") from None
-    except httpx.HTTPError as exc:
-        if _timed_out(exc):
-            raise UpstreamTimeout(f"replica {url} timed out sending its response", code="replica_timeout") from None
-        raise UpstreamError(f"replica {url} broke off its response: {exc!r}", code="replica_error") from None
-    finally:
-        await response.aclose()
+    return await _read_bounded(response, url, total_s, max_bytes, "response")
 
 
 # A replica's error answer is read only this far (its message is relayed cut to 200 characters,
@@ -231,23 +214,34 @@ async def read_error_body(response: httpx.Response, url: str, max_bytes: int = E
     """At most ``max_bytes`` of an error answer's body, read within ``total_s`` seconds; the
     rest is never read (the response is closed, so its connection is dropped). Translates
     transport errors and the bound as :func:`read_body` does."""
-    out = bytearray()
+    return await _read_bounded(response, url, total_s, max_bytes, "error")
+
+
+async def _read_bounded(response: httpx.Response, url: str, total_s: float | None, max_bytes: int,
+                        what: str) -> bytes:
+    """Read ``response`` within both bounds and close it. Past ``max_bytes``: a ``response``
+    is an UpstreamError (it would be relayed or cached incomplete), an ``error`` is cut there
+    (only its start is used)."""
+    body = bytearray()
     try:
         async with asyncio.timeout(total_s):
             async for chunk in response.aiter_bytes():
-                out += chunk
-                if len(out) >= max_bytes:
+                body += chunk
+                if what == "error" and len(body) >= max_bytes:
                     break
+                if len(body) > max_bytes:
+                    raise UpstreamError(f"replica {url} sent an answer over {max_bytes} bytes",
+                                        code="replica_answer_too_large")
     except TimeoutError:
-        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its error",
+        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its {what}",
                               code="replica_timeout") from None
     except httpx.HTTPError as exc:
         if _timed_out(exc):
-            raise UpstreamTimeout(f"replica {url} timed out sending its error", code="replica_timeout") from None
-        raise UpstreamError(f"replica {url} broke off its error: {exc!r}", code="replica_error") from None
+            raise UpstreamTimeout(f"replica {url} timed out sending its {what}", code="replica_timeout") from None
+        raise UpstreamError(f"replica {url} broke off its {what}: {exc!r}", code="replica_error") from None
     finally:
         await response.aclose()
-    return bytes(out[:max_bytes])
+    return bytes(body[:max_bytes])
 
 
 async def iter_body(response: httpx.Response, url: str) -> AsyncIterator[bytes]:
