@@ -98,6 +98,12 @@ def render(report: dict[str, Any]) -> str:
         ("start lag ms p50/p95/p99", _pcts(report["lag_ms"])),
         ("wall seconds", report["wall_s"]),
     ]
+    lag_p95 = (report.get("lag_ms") or {}).get("p95")
+    if lag_p95 is not None and lag_p95 > 1000:  # sent late: the replay no longer follows the trace's timing
+        rows.append(("warning", f"requests were sent up to {lag_p95 / 1000:.0f} s (p95) after their trace time: "
+                                "the machine could not keep up, so the replicas did not see the trace's timing"))
+    if report.get("logs"):
+        rows.append(("logs", f"{report['logs']} (router, replicas, forecast.json)"))
     if report.get("sample_fraction", 1.0) < 1.0:
         rows.append(("trace requests kept", f"{report['sample_fraction']:.1%} (trace thinned)"))
     profiles = {r.get("url"): r.get("profile") for r in report.get("replicas") or []}

@@ -52,3 +52,11 @@ def test_a_planned_scale_is_not_reported_as_done_in_the_dry_run_demo() -> None:
     text = render(_report(forecast_plan=[], forecast_model="last_value",
                           forecast_decision={"replicas": 3, "reason": "scale up ahead of the forecast", "action": "set"}))
     assert "decided: 3 replicas" in text and "scaled: nothing (dry-run" in text and "scaled: set" not in text
+
+
+def test_a_replay_that_fell_behind_the_trace_says_so_and_the_logs_are_named() -> None:
+    # Fresh-clone trial: start lag p95 58 s under load 12 and the report said nothing; nor did
+    # it say where the router's and replicas' logs were.
+    late = render(_report(lag_ms={"p50": 900, "p95": 58_220, "p99": 59_748}, logs="out/demo-logs"))
+    assert "up to 58 s (p95) after their trace time" in late and "out/demo-logs (router, replicas" in late
+    assert "after their trace time" not in render(_report())
