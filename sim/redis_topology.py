@@ -210,12 +210,16 @@ class LocalSentinel:
 
     def wait_failover(self, old_port: int, timeout_s: float = 30.0) -> int:
         """Wait until the sentinels name a master other than ``old_port`` that reports
-        ``role:master``; returns its port."""
+        ``role:master`` and that every sentinel flags plain ``master`` (no ``s_down``/``o_down``:
+        redis-py's Sentinel client refuses a master so flagged, "No master found"); returns
+        its port."""
         found: list[int] = []
 
         def promoted() -> bool:
             port = self.master_port()
             if port is None or port == old_port or "role:master" not in _cli(port, "info", "replication"):
+                return False
+            if not all(_flags(sentinel.port) == "master" for sentinel in self.sentinels):
                 return False
             found.append(port)
             return True
@@ -237,3 +241,13 @@ class LocalSentinel:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def _flags(sentinel_port: int) -> str | None:
+    """The ``flags`` a sentinel reports for ``SERVICE``'s master (``master``, ``master,s_down``, ...)."""
+    try:
+        fields = [line.strip() for line in _cli(sentinel_port, "sentinel", "master", SERVICE, timeout=2).splitlines()]
+    except (subprocess.SubprocessError, OSError):
+        return None
+    pairs = dict(zip(fields[::2], fields[1::2]))
+    return pairs.get("flags")
