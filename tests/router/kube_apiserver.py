@@ -16,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from sim.stack import free_port, port_free
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("PROMPTEDGE_KUBE_TOOLS", ROOT.parent / "shared" / "tools" / "kube"))
@@ -50,14 +51,14 @@ def running_apiserver(run_dir: Path, authz: str | None = None,
     if build.returncode != 0:
         pytest.fail(f"{TOOLS}/build.sh failed (rc {build.returncode}): {build.stderr[-2000:]}\n"
                     f"stdout: {build.stdout[-2000:]}")
-    etcd = _free_port()
-    while not all(_port_free(p) for p in (etcd + 1, etcd + 2)):  # etcd's peer and metrics ports
-        etcd = _free_port()
-    env = {**os.environ, "RUN": str(run_dir), "API_PORT": str(_free_port()), "ETCD_PORT": str(etcd)}
+    etcd = free_port()
+    while not all(port_free(p) for p in (etcd + 1, etcd + 2)):  # etcd's peer and metrics ports
+        etcd = free_port()
+    env = {**os.environ, "RUN": str(run_dir), "API_PORT": str(free_port()), "ETCD_PORT": str(etcd)}
     if authz is not None:
         env["AUTHZ"] = authz
     if control_plane:
-        env.update(CONTROL_PLANE="1", CM_PORT=str(_free_port()), SCHED_PORT=str(_free_port()))
+        env.update(CONTROL_PLANE="1", CM_PORT=str(free_port()), SCHED_PORT=str(free_port()))
     try:
         start = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=240)
         if start.returncode != 0:
@@ -68,18 +69,3 @@ def running_apiserver(run_dir: Path, authz: str | None = None,
         yield yaml.safe_load(kubeconfig.read_text())
     finally:
         subprocess.run([str(TOOLS / "stop.sh"), "--wipe"], env=env, capture_output=True, timeout=60)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
