@@ -17,7 +17,8 @@ import typer
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from opskit import configure as configure_logging, settings_table
+from opskit import RedisURLError, configure as configure_logging, settings_table
+from opskit.redis_client import check_redis_url
 
 from forecaster.actuate import build_actuator, load_actuator_settings
 from forecaster.errors import ForecasterError
@@ -105,6 +106,8 @@ def run(
             actuation = outcome.actuation.summary() if outcome.actuation else "FAILED (see log)"
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
+    except RedisURLError as exc:  # an option redis-py refuses when the client is built (?socket_timeout=abc)
+        raise _fail(f"settings: a Redis URL (PROMPTEDGE_REDIS_URL or a source's): {exc}") from None
     except (ValidationError, SettingsError) as exc:
         raise _fail(f"settings: {exc}") from None
     print_plan(result)
@@ -131,11 +134,14 @@ def daemon(
         settings = ForecasterSettings()
         if interval is not None:
             settings = settings.model_copy(update={"daemon_interval_s": interval})
+        check_redis_url(settings.redis_url)  # a bad one is a start-up error, not one per scheduled run
         clock = settings.clock()
         actuator_settings = load_actuator_settings()
         job = daemon_job(settings, actuator_settings, open_source(settings), build_actuator(actuator_settings), clock)
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
+    except RedisURLError as exc:  # an option redis-py refuses when the client is built (?socket_timeout=abc)
+        raise _fail(f"settings: a Redis URL (PROMPTEDGE_REDIS_URL or a source's): {exc}") from None
     except (ValidationError, SettingsError) as exc:
         raise _fail(f"settings: {exc}") from None
     if settings.metrics_port:

@@ -126,8 +126,8 @@ def parse_redis_url(url: str) -> RedisTarget:
         except ValueError:
             raise RedisURLError("not a valid Redis URL (bad host or port)") from None
         return RedisTarget("standalone", url, ssl=ssl)
-    netloc, _, path_query = rest.partition("/")
-    path, _, query = path_query.partition("?")
+    rest, _, query = rest.partition("?")  # a query may follow the hosts with no path: h:7000?x=1
+    netloc, _, path = rest.partition("/")
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
     if at:
@@ -147,6 +147,10 @@ def parse_redis_url(url: str) -> RedisTarget:
     db = int(segments[0]) if segments else 0
     if topology == "cluster" and db != 0:
         raise RedisURLError("Redis Cluster has only database 0")
+    unknown = sorted(set(options) - {"sentinel_password"} if topology == "sentinel" else set(options))
+    if unknown:  # redis-py's cluster and sentinel clients are built from parts, not from_url: say so
+        raise RedisURLError(f"a {topology} URL takes no option {', '.join(unknown)!s:.80} (only sentinel_password, "
+                            "on a Sentinel URL); client timeouts are the service's own settings")
     sentinel_password = options.get("sentinel_password", [None])[0]
     return RedisTarget(topology, url, nodes, service, db, ssl, username, password, sentinel_password)
 

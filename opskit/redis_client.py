@@ -16,12 +16,13 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
 from opskit._redis_url import SENTINEL_TIMEOUT_S, RedisTarget, RedisURLError, parse_redis_url
 
-__all__ = ["REDIS_ERRORS", "RedisURLError", "async_redis", "sync_redis"]
+__all__ = ["REDIS_ERRORS", "RedisURLError", "async_redis", "check_redis_url", "sync_redis"]
 
 # What a Redis call can raise when Redis is down, slow or refuses a command: redis-py's cluster
 # client raises its own RedisClusterException, which is no RedisError (a script whose keys span
@@ -31,7 +32,20 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterE
 
 
 def _target(url: str | RedisTarget) -> RedisTarget:
-    return url if isinstance(url, RedisTarget) else parse_redis_url(url)
+    target = url if isinstance(url, RedisTarget) else parse_redis_url(url)
+    if target.topology == "standalone":
+        try:  # the options redis-py's from_url would refuse later, with a bare ValueError
+            parse_url(target.url)
+        except ValueError as exc:  # redis-py's message names the option, never the credentials
+            raise RedisURLError(f"a bad option in the Redis URL: {exc}") from None
+    return target
+
+
+def check_redis_url(url: str) -> None:
+    """Raise RedisURLError for a URL no client can be built from, its query options included
+    (``?socket_timeout=abc``, which opskit/_redis_url.py's pure parser does not read): for a
+    start-up check that names the setting instead of a traceback when the client is built."""
+    _target(url)
 
 
 def _sentinel_kwargs(target: RedisTarget, options: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from opskit import configure as configure_logging, settings_table
+from opskit.redis_client import RedisURLError, check_redis_url
 
 from router.app import create_app
 from router.credentials import CredentialError, Credentials
@@ -51,9 +52,13 @@ def serve(
         raise typer.Exit(2) from None
     try:
         check_exporter(settings.otel_exporter)
+        check_redis_url(settings.redis_url)
         source = build_source(settings)
         # read every backend key now: a missing one is a start-up error, not a 401 per request
         Credentials(settings.backend_keys).check(source.specs if isinstance(source, StaticSource) else ())
+    except RedisURLError as exc:
+        typer.echo(f"error: setting PROMPTEDGE_REDIS_URL: {exc}", err=True)
+        raise typer.Exit(2) from None
     except (DiscoveryError, TracingError, CredentialError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

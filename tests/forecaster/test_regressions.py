@@ -161,3 +161,19 @@ def test_a_state_saved_before_the_band_was_told_apart_still_loads(redis_url: str
     loaded = RedisStateStore(redis_url, "promptedge:forecaster:state:old").load()
     assert loaded is not None
     assert loaded.recent == (Recommendation(1_700_000_000.0, 3, 3), Recommendation(1_700_000_060.0, 1, 1))
+
+
+def test_a_redis_url_with_a_bad_option_is_a_settings_error_not_a_traceback() -> None:
+    # Regression: ``?socket_timeout=abc`` passed the settings check; redis-py refused it when the
+    # state store built its client, and `forecaster run --once` printed a traceback.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PROMPTEDGE_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/15?socket_timeout=abc"}
+    for command in (["run", "--once"], ["daemon"]):
+        done = subprocess.run([sys.executable, "-m", "forecaster", *command], env=env, capture_output=True,
+                              text=True, timeout=120)
+        output = done.stdout + done.stderr
+        assert done.returncode == 2, output
+        assert "socket_timeout" in output and "Traceback" not in output and "hunter2" not in output

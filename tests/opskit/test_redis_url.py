@@ -12,7 +12,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 
 from forecaster.settings import ForecasterSettings
 from opskit import RedisURLError, parse_redis_url, redact_url
-from opskit.redis_client import async_redis, sync_redis
+from opskit.redis_client import async_redis, check_redis_url, sync_redis
 from router.settings import RouterSettings
 
 
@@ -112,3 +112,28 @@ def test_redact_hides_a_password_given_in_the_query() -> None:
         "redis://h:6379/0?password=***&socket_timeout=1"
     assert "hunter2" not in redact_url("redis://h/0?db=1&Password=hunter2")
     assert "hunter2" not in redact_url("redis+sentinel://h:1/m?Sentinel_Password=hunter2")
+
+
+@pytest.mark.parametrize("url", ["redis://:pw@127.0.0.1:6379/0?socket_timeout=abc",
+                                 "redis://:pw@127.0.0.1:6379/0?health_check_interval=x"])
+def test_a_bad_option_of_a_one_server_url_is_a_url_error_before_any_client(url: str) -> None:
+    # attack round F-minor: redis-py raised a bare ValueError from Redis.from_url when the client was
+    # built, a start-up traceback instead of the settings error that names the setting
+    for build in (check_redis_url, sync_redis, async_redis):
+        with pytest.raises(RedisURLError) as caught:
+            build(url)
+        message = str(caught.value)
+        assert "pw" not in message and ("socket_timeout" in message or "health_check_interval" in message)
+
+
+@pytest.mark.parametrize("url", ["redis+cluster://h:7000?socket_timeout=1",
+                                 "redis+sentinel://:pw@h:26379/m/0?ssl_cert_reqs=none&sentinel_password=x"])
+def test_options_a_cluster_or_sentinel_url_cannot_carry_are_refused_not_ignored(url: str) -> None:
+    # they were silently dropped: a user's socket_timeout had no effect and nothing said so
+    with pytest.raises(RedisURLError) as caught:
+        parse_redis_url(url)
+    assert "pw" not in str(caught.value) and "sentinel_password" in str(caught.value)
+
+
+def test_one_server_url_options_redis_py_understands_still_parse() -> None:
+    check_redis_url("redis://127.0.0.1:6379/0?socket_timeout=0.5&decode_responses=true")

@@ -37,3 +37,16 @@ def test_port_zero_flag_binds_an_ephemeral_port_not_the_default(tmp_path: Path) 
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_redis_url_with_a_bad_option_is_a_start_up_error_not_a_traceback() -> None:
+    # Regression (attack round, not fixed then): ``?socket_timeout=abc`` passed the settings check and
+    # redis-py refused it only when the lifespan built the client: a traceback in the log, exit 3.
+    env = {**os.environ, "PROMPTEDGE_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/15?socket_timeout=abc",
+           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}])}
+    done = subprocess.run([sys.executable, "-m", "router", "serve", "--port", "0"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "PROMPTEDGE_REDIS_URL" in output and "socket_timeout" in output
+    assert "Traceback" not in output and "hunter2" not in output
