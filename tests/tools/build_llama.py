@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -170,15 +171,19 @@ def _smoke(files: LlamaFiles) -> None:
     """Start the built server on the model once: a binary that dies loading it (seen here: exit -11,
     SIGSEGV, right after ``load_model``) is moved aside and the build counts as failed, so the
     tests skip with that reason instead of erroring at set-up on every run."""
-    proc = subprocess.Popen([str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with socket.socket() as probe:  # a free port: llama-server may refuse --port 0
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with files.log.open("ab") as out:  # into the build log, not a pipe a chatty server could fill
+        proc = subprocess.Popen([str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:  # still serving after 20 s: it loaded the model
         proc.kill()
         proc.wait()
         return
-    tail = (proc.stdout.read() if proc.stdout else b"").decode(errors="replace").splitlines()[-5:]
+    tail = files.log.read_text(errors="replace").splitlines()[-5:]
     files.server.rename(files.server.with_name("llama-server.crashed"))
     raise BuildError(f"llama-server built but exited {proc.returncode} loading the model:\n" + "\n".join(tail))
 
