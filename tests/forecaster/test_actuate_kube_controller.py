@@ -66,7 +66,17 @@ def test_a_deployment_controller_status_write_between_read_and_patch_is_a_409_th
                 apps.patch_namespaced_replica_set(rs.metadata.name, NS, {"spec": {"replicas": 3}})
                 _wait("a Deployment write by the controller", lambda: apps.read_namespaced_deployment(
                     NAME, NS).metadata.resource_version != observed.resource_version)
+                # The controllers write the Deployment's status a few times while the ReplicaSet
+                # settles; on a loaded machine a write could land between the forecaster's
+                # re-read and its second patch (a third attempt: the test failed so once in a
+                # full run). Wait until they are done, so exactly one conflict is provoked.
+                _wait("the controllers to settle", _settled, timeout_s=60.0)
             return observed
+
+        def _settled() -> bool:
+            before = apps.read_namespaced_deployment(NAME, NS).metadata.resource_version
+            time.sleep(1.0)
+            return apps.read_namespaced_deployment(NAME, NS).metadata.resource_version == before
 
         monkeypatch.setattr(KubeScaleAPI, "read_scale", read_then_the_controller_writes)
         settings = ActuatorSettings(mode="kubernetes", namespace=NS, deployment=NAME, kubeconfig=kubeconfig,
