@@ -190,6 +190,7 @@ def backtest(
     level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.99,
     upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = 0.1,
     down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = 300.0,
+    band_window: Annotated[float, typer.Option(help="Trailing mean (s) the band is conditioned on; 0: one band for every origin.")] = 3600.0,
     head_days: Annotated[Optional[float], typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")] = None,
     budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
     demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
@@ -206,6 +207,7 @@ def backtest(
                                    ("--headroom", headroom, headroom >= 0, ">= 0"),
                                    ("--upper-headroom", upper_headroom, upper_headroom >= 0, ">= 0"),
                                    ("--down-cooldown", down_cooldown, down_cooldown >= 0, ">= 0"),
+                                   ("--band-window", band_window, band_window >= 0, ">= 0"),
                                    ("--test-fraction", test_fraction, 0 < test_fraction < 1, "in (0, 1)")):
         if not ok:  # a capacity of 0 divided demand by zero deep in the simulation (a traceback)
             raise _fail(f"{flag} must be {bound}, got {value:g}")
@@ -219,6 +221,7 @@ def backtest(
             warmup_s=warmup, capacity=capacity, headroom=headroom, test_fraction=test_fraction,
             models=[m.strip() for m in models.split(",") if m.strip()], budget_s=budget,
             level=level, down_cooldown_s=down_cooldown, upper_headroom=upper_headroom,
+            band_window_s=band_window,
         )
         result = run_backtest(traffic, y, cfg, progress)
     except ForecasterError as exc:

@@ -157,15 +157,18 @@ def run_once(
     horizon = horizon_steps(settings.horizon_s, traffic.step, config)
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
-    key = (tuple(settings.models), horizon, season, traffic.step, settings.level)
+    band_window = round(settings.band_window_s / traffic.step)
+    key = (tuple(settings.models), horizon, season, traffic.step, settings.level, band_window)
     kept = cache.get(at, key) if cache is not None else None
+    seen = clean(y)
     if kept is not None:
         chosen = kept
-        forecast = chosen.calibrate(chosen.model.forward(clean(y), horizon, settings.level))
+        forecast = chosen.calibrate(chosen.model.forward(seen, horizon, settings.level), history=seen)
     else:
         candidates = build_candidates(settings.models, season, traffic.step, settings.level)
-        chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season)
-        forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level))
+        chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season,
+                        band_window=band_window)
+        forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level), history=seen)
         if cache is not None:
             cache.put(chosen, at, key)
     steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)

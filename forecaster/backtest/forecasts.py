@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from forecaster.models.base import clean
 from forecaster.models.select import Selection, build_candidates, select
 
 
@@ -48,8 +49,10 @@ def rolling_forecasts(
     refit_every: int = 144,
     max_origins: int = 144,
     progress: bool = True,
+    band_window: int = 0,
 ) -> RollingForecasts:
-    """Forecasts at every origin in [first_origin, len(y)]; y: rates per step with NaN gaps."""
+    """Forecasts at every origin in [first_origin, len(y)]; y: rates per step with NaN gaps;
+    band_window: buckets of the trailing mean that conditions the band (``select``; 0: static)."""
     origins = np.arange(first_origin, y.size + 1)
     mean = np.full((origins.size, horizon), np.nan)
     upper = np.full((origins.size, horizon), np.nan)
@@ -66,15 +69,17 @@ def rolling_forecasts(
             continue
         if chosen is None or i % refit_every == 0:
             candidates = build_candidates(model_names, season, step, level)
-            chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins, span=season)
+            chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins, span=season,
+                            band_window=band_window)
             fc = chosen.model.predict(horizon, level)
         else:
             fc = chosen.model.forward(history, horizon, level)
+        seen = clean(history)
         if chosen.log_q is not None:
-            p90[i] = chosen.calibrate(fc, 0.9).upper
+            p90[i] = chosen.calibrate(fc, 0.9, seen).upper
         else:  # too little history to calibrate: the model's own P90 band (forward = predict on the fit)
             p90[i] = chosen.model.forward(history, horizon, 0.9).upper
-        fc = chosen.calibrate(fc)
+        fc = chosen.calibrate(fc, history=seen)
         mean[i], upper[i] = fc.mean, fc.upper
         models.append(chosen.model.name)
     return RollingForecasts(origins, mean, upper, models, p90)

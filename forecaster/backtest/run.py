@@ -29,8 +29,9 @@ class BacktestConfig:
     """warmup_s: replica warm-up (= lead time); capacity: demand per replica; test_fraction:
     trailing share of the trace that is scored (the rest is history only); refit_every_s: how
     often the model is chosen again; decision_interval_s: how often the predictive policy
-    decides (a cron tick), on the forecast made at the last bucket boundary; the remaining
-    fields as in the planner and ``select``."""
+    decides (a cron tick), on the forecast made at the last bucket boundary; band_window_s: the
+    trailing span whose mean the band is conditioned on (s, ``select``'s ``band_window``; 0: one
+    band for every origin); the remaining fields as in the planner and ``select``."""
 
     warmup_s: float
     capacity: float
@@ -50,6 +51,7 @@ class BacktestConfig:
     max_step: int = 100_000
     decision_interval_s: float = 60.0
     upper_headroom: float | None = 0.1
+    band_window_s: float = 3600.0
 
 
 @dataclass
@@ -90,6 +92,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     fc = rolling_forecasts(
         demand, first, horizon, lead, season, step, cfg.models, cfg.level, cfg.budget_s,
         max(1, round(cfg.refit_every_s / step)), cfg.max_origins, progress,
+        round(cfg.band_window_s / step),
     )
     per_step = round(step / tick_s)
     ticks = np.repeat(demand[first:], per_step)

@@ -6,7 +6,9 @@ from the lead-time horizon (the step the planner acts on) to the lead plus the o
 spacing, so every bucket of the span is scored once whatever the phase of the origins. A model must beat last value by a margin to
 be chosen: selection falls back rather than loses. The chosen model's backtest residuals (log1p
 space, per step ahead) also calibrate its upper quantile, unless too few exist, in which case
-the model's own interval stays.
+the model's own interval stays. With ``band_window`` the band is conditioned on where the last
+bucket stands against the trailing mean (``forecaster.models.band``): wider after a dip, narrower
+after a rise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from forecaster.errors import ConfigError
+from forecaster.models.band import ReversionBand, fit_reversion_band, reversion_feature
 from forecaster.models.base import Forecast, Model, clean
 from forecaster.models.baselines import LastValue, SeasonalNaive
 from forecaster.models.ets import HoltWinters
@@ -64,7 +67,8 @@ class Selection:
     upper-quantile offset in log1p space from backtest residuals, or None to keep the model's
     own band. residuals: the backtest residuals per step ahead (log1p space), so the band can be
     calibrated at another level too (``calibrate(forecast, level)``). note: why this model
-    (goes into the decision's reason).
+    (goes into the decision's reason). band: the band conditioned on the reversion feature (None:
+    the static ``log_q``); level: the selection's level.
     """
 
     model: Model
@@ -72,12 +76,19 @@ class Selection:
     log_q: np.ndarray | None = None
     note: str = ""
     residuals: list[np.ndarray] = field(default_factory=list)
+    band: ReversionBand | None = None
+    level: float = 0.9
 
-    def calibrate(self, forecast: Forecast, level: float | None = None) -> Forecast:
+    def calibrate(self, forecast: Forecast, level: float | None = None, history: np.ndarray | None = None) -> Forecast:
         """Replace the model's upper band with the backtest-residual quantile when available:
-        at the selection's level (``log_q``), or at ``level`` from the stored residuals. Pass
-        the model's own forecast at the same level; it is kept when too few residuals exist."""
-        log_q = self.log_q if level is None or self.log_q is None else _quantiles(self.residuals, level)
+        at the selection's level (``log_q``), or at ``level`` from the stored residuals; with a
+        conditioned ``band`` and the ``history`` the forecast was made on (rates, ``clean``ed),
+        that band's offsets for it. Pass the model's own forecast at the same level; it is kept
+        when too few residuals exist."""
+        if self.band is not None and history is not None:
+            log_q = self.band.log_offsets(history, self.level if level is None else level)
+        else:
+            log_q = self.log_q if level is None or self.log_q is None else _quantiles(self.residuals, level)
         if log_q is None:
             return forecast
         k = min(log_q.size, forecast.mean.size)
@@ -103,6 +114,7 @@ def select(
     budget_s: float = 5.0,
     max_origins: int = 144,
     span: int | None = None,
+    band_window: int = 0,
 ) -> Selection:
     """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
 
@@ -125,6 +137,7 @@ def select(
         return Selection(
             LastValue().fit(y_clean),
             note=f"short history ({n} buckets, a backtest needs {need}): last-value baseline",
+            level=level,
         )
     origins = np.arange(last, first - 1, -every)[::-1]
     # Score the steps [lead, lead + every) ahead of each origin: with origins ``every`` apart,
@@ -160,12 +173,17 @@ def select(
     chosen.fit(y_clean)
     per_step = residuals[best]
     log_q = None
+    band = None
     usable: list[np.ndarray] = []
     if len(per_step[0]) >= MIN_CALIBRATION:
         usable = [np.asarray(r) for r in per_step if len(r) >= MIN_CALIBRATION]
         log_q = _quantiles(usable, level)
+        features = np.array([reversion_feature(y_clean[:o], band_window) for o in origins])
+        band = fit_reversion_band(per_step, features, band_window, MIN_CALIBRATION)
     ratio = scores[best] / scores["last_value"] if scores["last_value"] > 0 else 1.0
     note = f"{best} chosen by backtest over {origins.size} origins (MAE {ratio:.2f}x last value)"
     if skipped:
         note += f"; time budget skipped {', '.join(skipped)}"
-    return Selection(chosen, scores, log_q, note, usable)
+    if band is not None:
+        note += f"; band conditioned on the last {band_window} buckets' mean"
+    return Selection(chosen, scores, log_q, note, usable, band, level)
