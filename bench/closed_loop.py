@@ -4,7 +4,8 @@
                                 [--plot out/closed_loop.png] [--policies ...]
 
 Runs ``python -m sim loop``'s ``run_loop`` on the ServeGen m-large segment with the steepest
-ramp after 7 days of history (or ``--start-hour``), replica warm-up 300 simulated s, same trace
+ramp after 7 days of history that rises at most ``--max-jump`` (1.35x) a window (or
+``--start-hour``), replica warm-up 300 simulated s, same trace
 and seed for every policy, and prints the side-by-side table with goodput per GPU-hour as ratios
 to fixed-at-peak and to reactive, then the issue-10 targets (predictive SLO attainment >= 99 %,
 goodput/GPU-h >= 1.3x fixed_peak and >= 1.2x reactive, 0 failed requests) and the wall time
@@ -55,12 +56,14 @@ def main(
     hours: float = 1.0,
     speedup: float = 7.0,
     start_hour: Optional[float] = None,
+    max_jump: float = typer.Option(1.35, help="Default segment: the steepest ramp rising at most this factor per window; 0: any rise, a step included."),
     policies: str = "predictive,reactive,fixed_peak,fixed_mean",
     json_path: Path = typer.Option(Path("out/closed_loop.json"), "--json"),
     plot_path: Path = typer.Option(Path("out/closed_loop.png"), "--plot"),
     seed: int = 0,
 ) -> None:
-    cfg = LoopConfig(trace=DATA / "traces" / "servegen-m-large", start_hour=start_hour, hours=hours,
+    cfg = LoopConfig(trace=DATA / "traces" / "servegen-m-large", start_hour=start_hour, max_jump=max_jump or None,
+                     hours=hours,
                      speedup=speedup, warmup_s=300.0, policies=tuple(policies.split(",")), seed=seed,
                      tokens_trace=DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
                      log_dir=Path("out/closed_loop-logs"))

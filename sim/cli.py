@@ -214,6 +214,7 @@ def demo(
 def loop(
     trace: Annotated[Path, typer.Option(help="ServeGen folder or timestamp,value CSV (NAB) of per-window rates.")],
     start_hour: Annotated[Optional[float], typer.Option(help="Segment start, hours from the trace start (default: the steepest ramp after the history days).")] = None,
+    max_jump: Annotated[float, typer.Option(help="Default segment: the steepest ramp whose total rate rises at most this factor per window; 0: any rise, a step included.")] = 1.35,
     hours: Annotated[float, typer.Option(help="Segment length, hours.")] = 1.0,
     speedup: Annotated[float, typer.Option(help="Simulated seconds per wall second, in every process.")] = 7.0,
     warmup_s: Annotated[float, typer.Option("--warmup-s", help="Replica cold start, simulated seconds.")] = 300.0,
@@ -237,8 +238,9 @@ def loop(
     from sim.traffic import TrafficFormatError
 
     try:
-        cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=hours, speedup=speedup, warmup_s=warmup_s,
-                         policies=tuple(p.strip() for p in policies.split(",") if p.strip()), json_path=json_path,
+        cfg = LoopConfig(trace=trace, start_hour=start_hour, max_jump=max_jump or None, hours=hours, speedup=speedup,
+                         warmup_s=warmup_s, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
+                         json_path=json_path,
                          plot_path=plot_path, seed=seed, profile=profile, capacity_rps=capacity_rps,
                          peak_replicas=peak_replicas, max_replicas=max_replicas, history_days=history_days,
                          questions=questions, log_dir=log_dir)

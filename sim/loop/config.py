@@ -25,7 +25,9 @@ class LoopConfig:
     """One side-by-side run. Times are simulated seconds unless named ``wall``.
 
     ``trace``: a ServeGen folder or a ``timestamp,value`` CSV (NAB); ``start_hour``: segment
-    start in hours from the trace start (None: the steepest ramp after ``history_days``);
+    start in hours from the trace start (None: the steepest ramp after ``history_days`` whose
+    total rate rises at most ``max_jump`` times from one window to the next; ``max_jump`` None:
+    the steepest rise of any shape, a step included);
     ``hours``: segment length; ``speedup``: simulated seconds per wall second, for every
     process; ``warmup_s``: each replica's cold start (Pod annotation
     ``promptedge.io/sim-warmup-s``); ``peak_replicas``: the segment is rescaled so its busiest
@@ -37,6 +39,10 @@ class LoopConfig:
 
     trace: Path
     start_hour: float | None = None
+    # A ramp a forecast of the aggregate can follow, not a step nothing announces: on m-large,
+    # hour 321.3 (94 -> 228 requests/s in an hour, at most +35 % a window) instead of hour 234
+    # (x3.2 in one window).
+    max_jump: float | None = 1.35
     hours: float = 1.0
     speedup: float = 7.0
     warmup_s: float = 300.0
@@ -71,5 +77,7 @@ class LoopConfig:
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
         if self.speedup <= 0 or self.hours <= 0 or self.warmup_s < 0:
             raise ValueError("need speedup > 0, hours > 0 and warmup_s >= 0")
+        if self.max_jump is not None and self.max_jump < 1:
+            raise ValueError(f"max_jump must be >= 1 (a factor from one window to the next), got {self.max_jump}")
         if not 1 <= self.peak_replicas <= self.max_replicas:
             raise ValueError("need 1 <= peak_replicas <= max_replicas")

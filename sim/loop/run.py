@@ -79,7 +79,8 @@ def prepare(cfg: LoopConfig) -> Prepared:
     series = read_rates(cfg.trace)
     history_s = cfg.history_days * 86400
     if cfg.start_hour is None:
-        start_s = steepest_ramp(series, cfg.hours, min_start_s=min(history_s, series.span_s - cfg.hours * 3600))
+        start_s = steepest_ramp(series, cfg.hours, min_start_s=min(history_s, series.span_s - cfg.hours * 3600),
+                                max_jump=cfg.max_jump)
     else:
         start_s = cfg.start_hour * 3600
     span_s = cfg.hours * 3600

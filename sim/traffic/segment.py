@@ -13,31 +13,40 @@ from sim.traffic.arrivals import generate_arrivals
 from sim.traffic.rates import RateSeries
 from sim.traffic.tokens import TokenSampler
 
-SMOOTH_S = 1800.0
-
-
-def _smoothed(series: RateSeries) -> np.ndarray:
-    totals = np.asarray(series.totals(), dtype=float)
-    width = max(1, int(round(SMOOTH_S / series.step_s)))
-    return np.convolve(totals, np.ones(width) / width, mode="same")
-
-
-def steepest_ramp(series: RateSeries, hours: float, min_start_s: float = 0.0) -> float:
+def steepest_ramp(series: RateSeries, hours: float, min_start_s: float = 0.0,
+                  max_jump: float | None = None) -> float:
     """Start (seconds from the trace start, on a window boundary, >= ``min_start_s``) of the
-    ``hours``-long segment whose demand climbs most: the largest rise from the segment's first
-    window to its highest later window, on the 30-minute moving average of the total rate,
-    relative to the trace's mean rate. Raises ValueError when no segment fits."""
-    smooth = _smoothed(series)
+    ``hours``-long segment whose demand climbs most: the largest ratio of its highest later
+    window's total rate to its first window's (replicas scale with the ratio; a centred moving
+    average, used before, let a segment just before a step count the step as its rise; a
+    segment starting idle counts as rising from 1 % of the trace's mean). ``max_jump``: only segments whose total rate never rises
+    by more than this factor from one window to the next (a ramp that a forecast can follow,
+    not a step that no forecast of the aggregate announces); None: any segment. Raises
+    ValueError when no segment fits."""
+    totals = np.asarray(series.totals(), dtype=float)
+    floor = 0.01 * max(float(totals.mean()), 1e-12)
     length = max(2, int(round(hours * 3600 / series.step_s)))
     first = int(math.ceil(min_start_s / series.step_s))
     best, best_start = -math.inf, None
-    for s in range(first, len(smooth) - length + 1):
-        rise = float(smooth[s + 1:s + length].max() - smooth[s])
+    for s in range(first, len(totals) - length + 1):
+        if max_jump is not None and _largest_jump(totals[s:s + length]) > max_jump:
+            continue
+        rise = float(totals[s + 1:s + length].max() / max(totals[s], floor))
         if rise > best:
             best, best_start = rise, s
     if best_start is None:
-        raise ValueError(f"no {hours} h segment after {min_start_s:.0f} s in a {series.span_s / 3600:.1f} h trace")
+        within = "" if max_jump is None else f" rising at most {max_jump:g}x per window"
+        raise ValueError(f"no {hours} h segment{within} after {min_start_s:.0f} s in a "
+                         f"{series.span_s / 3600:.1f} h trace")
     return best_start * series.step_s
+
+
+def _largest_jump(totals: np.ndarray) -> float:
+    """Largest ratio of a window's total rate to the window before it (inf after an idle one)."""
+    before, after = totals[:-1], totals[1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(before > 0, after / np.where(before > 0, before, 1.0), np.where(after > 0, np.inf, 1.0))
+    return float(ratios.max(initial=1.0))
 
 
 def scale_for_peak(series: RateSeries, start_s: float, span_s: float, peak_rps: float) -> float:

@@ -90,6 +90,18 @@ def test_steepest_ramp_finds_the_climb_and_respects_history() -> None:
         steepest_ramp(series, hours=1.0, min_start_s=series.span_s)
 
 
+def test_a_ramp_with_a_bounded_jump_is_preferred_to_a_step_when_asked() -> None:
+    step = [10, 10, 10, 40, 40, 40]  # rises 4x in one window: the steepest, but a step
+    ramp = [10, 12, 15, 19, 24, 30]  # rises 3x over the hour, at most 1.25x a window
+    totals = [10.0] * 30 + step + [10.0] * 30 + ramp + [10.0] * 30
+    series = RateSeries(600.0, [[ClientWindow(r, 1.0, "Gamma")] for r in totals])
+    assert 27 * 600 <= steepest_ramp(series, hours=1.0) <= 33 * 600
+    assert 63 * 600 <= steepest_ramp(series, hours=1.0, max_jump=1.3) <= 66 * 600  # the ramp (it starts at 66)
+    sawtooth = RateSeries(600.0, [[ClientWindow(r, 1.0, "Gamma")] for r in [10.0, 20.0] * 20])
+    with pytest.raises(ValueError, match="at most 1.5x"):
+        steepest_ramp(sawtooth, hours=1.0, max_jump=1.5)
+
+
 def test_scale_for_peak_and_build_segment() -> None:
     series = RateSeries(600.0, [[ClientWindow(r, 1.0, "Gamma")] for r in (1, 2, 4, 8)])
     scale = scale_for_peak(series, 0, 1800, peak_rps=2.0)
