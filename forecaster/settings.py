@@ -4,6 +4,8 @@ Environment: ``PROMPTEDGE_REDIS_URL`` (shared with the router) and ``PROMPTEDGE_
 for everything else, e.g. ``PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA=2.5``. Lists and mappings
 are JSON (``PROMPTEDGE_FORECASTER_MODELS='["last_value","holt_winters","prophet"]'``,
 ``PROMPTEDGE_FORECASTER_POPS='{"paris": "redis://redis.paris:6379/0", "nyc": "redis://redis.nyc:6379/0"}'``).
+A value that does not validate is reported by its setting's name, never repeated (a Redis URL
+may hold a password).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ POP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
-    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     redis_url: RedisURL = Field(  # one server, Redis Cluster or Sentinel (opskit/_redis_url.py)
         "redis://127.0.0.1:6379/0",
