@@ -22,6 +22,7 @@ from forecaster.run import RunResult, run_once
 from forecaster.series import Traffic, demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import (
+    PopsCounterSource,
     PrometheusSource,
     RedisCounterSource,
     Source,
@@ -41,6 +42,7 @@ __all__ = [
     "PlanStep",
     "PlannerConfig",
     "PlannerState",
+    "PopsCounterSource",
     "PrometheusSource",
     "RedisCounterSource",
     "RedisStateStore",

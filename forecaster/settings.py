@@ -1,15 +1,19 @@
 """Forecaster settings (pydantic-settings).
 
 Environment: ``PROMPTEDGE_REDIS_URL`` (shared with the router) and ``PROMPTEDGE_FORECASTER_*``
-for everything else, e.g. ``PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA=2.5``. Lists are JSON
-(``PROMPTEDGE_FORECASTER_MODELS='["last_value","holt_winters","prophet"]'``).
+for everything else, e.g. ``PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA=2.5``. Lists and mappings
+are JSON (``PROMPTEDGE_FORECASTER_MODELS='["last_value","holt_winters","prophet"]'``,
+``PROMPTEDGE_FORECASTER_POPS='{"paris": "redis://redis.paris:6379/0", "nyc": "redis://redis.nyc:6379/0"}'``).
+A value that does not validate is reported by its setting's name, never repeated (a Redis URL
+may hold a password).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt
+from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings, LogFormat, RedisURL
@@ -17,16 +21,25 @@ from opskit import FileSettings, LogFormat, RedisURL
 from forecaster.clock import SimClock
 from forecaster.plan import PlannerConfig
 
+# A POP name (``pops``' keys): it appears in log lines, hold reasons and error messages.
+POP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
 
 class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
-    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     redis_url: RedisURL = Field(  # one server, Redis Cluster or Sentinel (opskit/_redis_url.py)
         "redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("PROMPTEDGE_REDIS_URL", "PROMPTEDGE_FORECASTER_REDIS_URL"),
     )
+    # Several POPs, each router counting into its own Redis: POP name -> Redis URL (env: a JSON
+    # object). Their counters are summed per minute, a minute known only when every POP counted
+    # it (forecaster/sources/pops.py); redis_url then keeps only the planner state. Empty: the
+    # counters are read from redis_url.
+    pops: dict[str, RedisURL] = Field(default_factory=dict)
     # Source of demand: the router's Redis counters or a Prometheus query_range.
     source: Literal["redis", "prometheus"] = "redis"
     model_name: str | None = None  # the router's model/pool; None = sum over all models
@@ -79,6 +92,20 @@ class ForecasterSettings(FileSettings):
     clock_scale: PositiveFloat = 1.0  # simulated seconds per wall second
     # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
     metrics_port: int = Field(9464, ge=0, le=65535)
+
+    @field_validator("pops")
+    @classmethod
+    def _pop_names(cls, pops: dict[str, str]) -> dict[str, str]:
+        for name in pops:
+            if not POP_NAME.fullmatch(name):
+                raise ValueError(f"bad POP name {name[:40]!r} (letters, digits, '.', '_', '-'; at most 63)")
+        return pops
+
+    @model_validator(mode="after")
+    def _pops_are_redis(self) -> ForecasterSettings:
+        if self.pops and self.source != "redis":
+            raise ValueError("pops are read as Redis counters; they need source 'redis'")
+        return self
 
     def clock(self) -> SimClock:
         """The clock every "now" of this process comes from (forecaster.clock.SimClock)."""

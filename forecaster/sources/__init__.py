@@ -1,6 +1,7 @@
 """Demand sources behind one interface: ``fetch(now) -> Traffic``.
 
 - RedisCounterSource: the router's per-minute counters;
+- PopsCounterSource: the counters of several POPs, each in its own Redis, summed per minute;
 - PrometheusSource: a PromQL ``query_range`` over httpx;
 - TraceSource: a trace file or folder (Azure, Mooncake, ServeGen, BurstGPT, generic CSV).
 """
@@ -13,6 +14,7 @@ from typing import Protocol
 
 from forecaster.series import Traffic
 from forecaster.settings import ForecasterSettings
+from forecaster.sources.pops import PopsCounterSource
 from forecaster.sources.prometheus import PrometheusSource
 from forecaster.sources.redis_counters import RedisCounterSource
 from forecaster.sources.traces import read_trace
@@ -46,7 +48,9 @@ class TraceSource:
 
 
 def open_source(settings: ForecasterSettings) -> Source:
-    """The live source named by ``settings.source`` (redis counters or prometheus)."""
+    """The live source named by ``settings.source``: prometheus, or the router counters of every
+    POP in ``settings.pops`` (PopsCounterSource), else those in ``settings.redis_url``. Raises
+    ConfigError for a POP whose URL no client can be built from."""
     if settings.source == "prometheus":
         return PrometheusSource(
             settings.prometheus_url,
@@ -55,12 +59,17 @@ def open_source(settings: ForecasterSettings) -> Source:
             settings.history_s,
             settings.source_timeout_s,
         )
+    if settings.pops:
+        return PopsCounterSource(
+            settings.pops, settings.model_name, settings.history_s, settings.source_timeout_s
+        )
     return RedisCounterSource(
         settings.redis_url, settings.model_name, settings.history_s, settings.source_timeout_s
     )
 
 
 __all__ = [
+    "PopsCounterSource",
     "PrometheusSource",
     "RedisCounterSource",
     "Source",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import redis
@@ -56,6 +57,11 @@ class RedisCounterSource:
 
     def fetch(self, now: float | None = None) -> Traffic:
         """Counters for minutes [now - history, now) as rates per second (Traffic, step 60 s)."""
+        return self.read_counts(now).to_traffic(self.name)
+
+    def read_counts(self, now: float | None = None) -> MinuteCounts:
+        """The raw counts of minutes [now - history, now) (``now``: Unix s, None = wall clock),
+        summed over the models read; raises SourceUnavailable on a connection error or timeout."""
         now = time.time() if now is None else now
         last = math.floor(now / 60) - 1  # the current minute is incomplete
         first = last - math.ceil(self._history_s / 60) + 1
@@ -83,25 +89,39 @@ class RedisCounterSource:
                     sums[field][idx] += float(value)
                     seen[idx] = True
                     present.add(field)
-        return _to_traffic(first, sums, seen, present, self.name)
+        return MinuteCounts(first, sums, seen, frozenset(present))
 
 
-def _to_traffic(
-    first: int, sums: dict[str, np.ndarray], seen: np.ndarray, present: set[str], name: str
-) -> Traffic:
-    """Rates per second; a counter the router never wrote (e.g. no cache in front) is None."""
-    rates = {field: values / 60.0 for field, values in sums.items()}
-    for values in rates.values():
-        values[~seen] = np.nan
-    return Traffic(
-        start=first * 60.0,
-        step=60.0,
-        requests=rates["requests"],
-        misses=rates["misses"] if "misses" in present else None,
-        tokens=(
-            rates["prompt_tokens"] + rates["completion_tokens"]
-            if present & {"prompt_tokens", "completion_tokens"}
-            else None
-        ),
-        name=name,
-    )
+@dataclass(frozen=True)
+class MinuteCounts:
+    """Raw counts per Unix minute, as the router wrote them.
+
+    first: Unix minute (Unix s // 60) of index 0; sums: field (``FIELDS``) -> counts per minute,
+    shape (n,) each (not rates); seen: shape (n,), True where some field exists for the minute
+    (the router counted it, possibly 0); present: the fields written at least once in the span.
+    """
+
+    first: int
+    sums: dict[str, np.ndarray]
+    seen: np.ndarray
+    present: frozenset[str]
+
+    def to_traffic(self, name: str) -> Traffic:
+        """Rates per second (step 60 s), NaN where not ``seen``; a counter never written in the
+        span (no token counts) is None."""
+        rates = {field: values / 60.0 for field, values in self.sums.items()}
+        for values in rates.values():
+            values[~self.seen] = np.nan
+        present = self.present
+        return Traffic(
+            start=self.first * 60.0,
+            step=60.0,
+            requests=rates["requests"],
+            misses=rates["misses"] if "misses" in present else None,
+            tokens=(
+                rates["prompt_tokens"] + rates["completion_tokens"]
+                if present & {"prompt_tokens", "completion_tokens"}
+                else None
+            ),
+            name=name,
+        )

@@ -203,3 +203,23 @@ def test_the_loader_really_reads_the_mounted_file(monkeypatch: pytest.MonkeyPatc
 def test_a_misspelt_setting_is_caught() -> None:
     env = {"PROMPTEDGE_ROUTER_K8S_LABELSELECTOR": "app=vllm", "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes"}
     assert unknown(env, ROUTER_SETTINGS) == {"PROMPTEDGE_ROUTER_K8S_LABELSELECTOR"}
+
+
+@needs_kustomize
+def test_the_central_overlays_commented_pops_load_when_uncommented(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """The several-POPs example in overlays/central/settings.yaml is a working setting: with its
+    ``# `` removed the forecaster Pod reads both POPs, and redis_url stays where the state is."""
+    objects = rendered("central")
+    text = mounted_settings(objects, "promptedge-forecaster")[1]
+    lines = text.splitlines()
+    start = lines.index("  # pops:")
+    example = [line for line in lines[start:] if line.startswith("  #   ")]
+    assert len(example) == 2
+    uncommented = text.replace("  # pops:", "  pops:")
+    for line in example:
+        uncommented = uncommented.replace(line, "    " + line.removeprefix("  #   "))
+    use_pod_settings(monkeypatch, tmp_path, objects, "promptedge-forecaster", uncommented)
+    forecaster = ForecasterSettings()
+    assert list(forecaster.pops) == ["paris", "nyc"]
+    assert forecaster.redis_url == "redis://promptedge-redis:6379/0"
