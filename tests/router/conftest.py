@@ -4,6 +4,7 @@ ports, a real Redis (``redis_url`` from tests/conftest.py), real HTTP between al
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from router import ReplicaSpec, RouterSettings, create_app
+from router.sse import StreamAssembler
 from sim import Profile, SimSettings
 from sim import create_app as create_replica
 
@@ -116,6 +118,23 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 def sse_data(text: str) -> list[str]:
     """The ``data:`` payloads of an SSE body, in order."""
     return [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+
+
+def chunks(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON chunks of an SSE response, in order; AssertionError unless it ends with ``[DONE]``."""
+    events = sse_data(response.text)
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def assembled(response: httpx.Response) -> dict[str, Any]:
+    """An SSE response merged into one completion by the router's own StreamAssembler (what the
+    router stores for a streamed miss); AssertionError when it does not assemble."""
+    assembler = StreamAssembler()
+    assembler.feed(response.content)
+    result = assembler.result()
+    assert result is not None, response.text
+    return result
 
 
 async def cache_entries(redis_url: str, n: int) -> None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
-from router.sse import StreamAssembler
-from tests.router.conftest import MODEL, cache_entries, sse_data
+from tests.router.conftest import MODEL, assembled, cache_entries, chunks
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("exact_only")]
 
@@ -27,20 +25,6 @@ CASES = {
 def body(path: str, text: str, extra: dict[str, Any], **more: Any) -> dict[str, Any]:
     inputs = {"messages": [{"role": "user", "content": text}]} if "chat" in path else {"prompt": text}
     return {"model": MODEL, **inputs, "max_tokens": 8, **extra, **more}
-
-
-def assembled(response: httpx.Response) -> dict[str, Any]:
-    assembler = StreamAssembler()
-    assembler.feed(response.content)
-    result = assembler.result()
-    assert result is not None, response.text
-    return result
-
-
-def chunks(response: httpx.Response) -> list[dict[str, Any]]:
-    events = sse_data(response.text)
-    assert events[-1] == "[DONE]"
-    return [json.loads(e) for e in events[:-1]]
 
 
 def check_shape(name: str, answer: dict[str, Any]) -> None:

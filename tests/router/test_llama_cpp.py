@@ -5,7 +5,9 @@ not build here).
 
 Both servers run as subprocesses on ephemeral ports, the router configured only through
 PROMPTEDGE_* environment variables, as an operator would start it. Generations are short and
-greedy (``max_tokens`` 16, ``temperature`` 0), about a second each on 2 cores.
+greedy (``max_tokens`` 16, ``temperature`` 0), about a second each on 2 cores. The last two
+tests are issue 12's fidelity table over llama-server (test_fidelity_live.py has it over the sim):
+a hit compared with the miss field by field, printed as a table (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import redis
 
 from cache import CacheSettings, exact_key
 from router.signals import parse_metrics
+from tests.router.conftest import assembled, chunks
 from tests.tools.build_llama import llama_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -252,3 +255,70 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
         del lines
     print(f"router: score while the server generates for another client: {scores[-1]} (after {len(scores)} reads)")
     assert scores[-1] >= 1.0
+
+
+# Issue 12's fidelity table over llama-server (tests/router/test_fidelity_live.py has it over the
+# sim): the fields a client reads, compared between what it got on the miss and what a hit gives.
+FIDELITY_FIELDS = ("content", "finish_reason", "usage", "id", "created", "model", "system_fingerprint")
+
+
+def _fidelity_fields(answer: dict[str, Any]) -> dict[str, Any]:
+    """The compared fields of one chat completion (assembled if it was streamed); absent -> None."""
+    choice = answer["choices"][0]
+    return {"content": choice["message"].get("content"), "finish_reason": choice.get("finish_reason"),
+            **{name: answer.get(name) for name in FIDELITY_FIELDS[2:]}}
+
+
+def _fidelity_row(miss: dict[str, Any], hit: dict[str, Any]) -> dict[str, str]:
+    """Per field: ``same`` or ``miss <value> / hit <value>``; printed as the measured table."""
+    a, b = _fidelity_fields(miss), _fidelity_fields(hit)
+    return {name: "same" if a[name] == b[name] else f"miss {a[name]!r} / hit {b[name]!r}" for name in FIDELITY_FIELDS}
+
+
+def _print_table(title: str, columns: dict[str, dict[str, str]]) -> None:
+    print(f"\n{title}\n| field | " + " | ".join(columns) + " |")
+    for name in FIDELITY_FIELDS:
+        print(f"| {name} | " + " | ".join(column[name] for column in columns.values()) + " |")
+
+
+def test_a_non_stream_miss_comes_back_field_by_field(client: httpx.Client, router: str, model: str,
+                                                     store: redis.Redis) -> None:
+    body = _chat(model, "Give me one word for happy.")
+    miss = client.post(router + "/v1/chat/completions", json=body)
+    original = miss.json()
+    assert original["usage"]["completion_tokens"] > 0 and original["system_fingerprint"]  # compared below
+    _wait_cached(store, body)
+    hit = client.post(router + "/v1/chat/completions", json=body)
+    streamed = client.post(router + "/v1/chat/completions",
+                           json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    plain = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
+    _print_table("non-stream miss ->", {"non-stream hit": _fidelity_row(original, hit.json()),
+                                        "stream hit (include_usage)": _fidelity_row(original, assembled(streamed))})
+    assert [r.headers["x-cache"] for r in (miss, hit, streamed, plain)] == ["miss", "exact", "exact", "exact"]
+    assert hit.content == miss.content  # the server's bytes, llama.cpp's own fields (timings) included
+    assert set(_fidelity_row(original, assembled(streamed)).values()) == {"same"}
+    assert all(c["system_fingerprint"] == original["system_fingerprint"] for c in chunks(streamed))
+    assert all("usage" not in c for c in chunks(plain))  # not asked for: no usage chunk
+    assert _fidelity_fields(assembled(plain)) == {**_fidelity_fields(original), "usage": None}
+
+
+def test_a_stream_miss_comes_back_field_by_field(client: httpx.Client, router: str, model: str,
+                                                 store: redis.Redis) -> None:
+    body = _chat(model, "Give me one word for sad.")
+    miss = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
+    assert all("usage" not in c for c in chunks(miss))  # the router asked for usage; the client did not
+    original = assembled(miss)
+    assert original["system_fingerprint"] and original["choices"][0]["finish_reason"]  # compared below
+    _wait_cached(store, body)
+    hit = client.post(router + "/v1/chat/completions", json=body)
+    streamed = client.post(router + "/v1/chat/completions",
+                           json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    served = hit.json()
+    _print_table("stream miss ->", {"non-stream hit": _fidelity_row(original, served),
+                                    "stream hit (include_usage)": _fidelity_row(original, assembled(streamed))})
+    assert [r.headers["x-cache"] for r in (miss, hit, streamed)] == ["miss", "exact", "exact"]
+    # usage is there on the hit although the streamed miss had not asked for it (issue 12's table)
+    assert served["usage"]["completion_tokens"] == 16 and served["usage"]["total_tokens"] == (
+        served["usage"]["prompt_tokens"] + 16)
+    assert _fidelity_fields(served) == {**_fidelity_fields(original), "usage": served["usage"]}
+    assert assembled(streamed) == served
