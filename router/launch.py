@@ -154,6 +154,9 @@ def serve_workers(config: WorkerConfig) -> None:
     supervisor until SIGINT or SIGTERM (each worker is sent SIGTERM and waited for), then return.
     Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails to start."""
     sock = config.bind_socket()  # logs "Uvicorn running on ..." with the bound port
+    # listening now, not when the first worker has started: a connection made meanwhile (or while
+    # every worker restarts) waits in the backlog instead of being refused
+    sock.listen(config.backlog)
     supervisor = Multiprocess(config, sockets=[sock])
     supervisor.run()
     sock.close()
