@@ -34,7 +34,7 @@ import typer
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from router_overhead import PY, ROOT, cpu_seconds, free_port, stop, _wait_ready  # noqa: E402
+from router_overhead import PY, ROOT, free_port, stop, wait_settled, _wait_ready  # noqa: E402
 
 MODEL = "bench-model"
 
@@ -49,25 +49,6 @@ def replica_counts(url: str) -> tuple[float, float]:
             elif sample.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
                 load += sample.value
     return finished, load
-
-
-def wait_settled(pid: int, workers: int, timeout_s: float = 180.0) -> None:
-    """Wait until the router started as ``pid`` has ``workers`` worker processes (N > 1) and its
-    process tree is quiet (under 0.25 core over 1 s): every worker has finished its start-up, so
-    neither a burst nor a CPU measurement catches one still importing."""
-    import psutil
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        children = [p for p in psutil.Process(pid).children() if "spawn_main" in " ".join(p.cmdline())]
-        if workers == 1 or len(children) >= workers:
-            before = cpu_seconds([pid])
-            time.sleep(1.0)
-            if cpu_seconds([pid]) - before < 0.25:
-                return
-        else:
-            time.sleep(0.5)
-    raise RuntimeError(f"router {pid}: {workers} workers not settled after {timeout_s} s")
 
 
 def start_router(replicas: list[str], workers: int, redis_url: str, log: Path,

@@ -93,7 +93,11 @@ def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int 
         match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
         if match is not None:
             router = RouterProcess(proc, int(match.group(1)), log)
-            httpx.get(router.url + "/health", timeout=30)
+            try:
+                httpx.get(router.url + "/health", timeout=30)
+            except httpx.HTTPError:  # not left running when it does not answer
+                router.stop()
+                raise
             return router
         time.sleep(0.2)
     proc.kill()

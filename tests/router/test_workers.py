@@ -70,8 +70,14 @@ def burst(router: RouterProcess, contents: list[str]) -> list[tuple[str, int]]:
 
 def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Path, redis_url: str) -> None:
     replica, replica_url = start_replica(tmp_path)
-    router = start_router(tmp_path, env={"PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(
-        [{"url": replica_url, "model": MODEL}])}, args=("--workers", str(WORKERS)))
+    try:
+        router = start_router(tmp_path, env={"PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_REPLICAS":
+                                             json.dumps([{"url": replica_url, "model": MODEL}])},
+                              args=("--workers", str(WORKERS)))
+    except BaseException:
+        replica.terminate()
+        replica.wait(timeout=30)
+        raise
     try:
         workers = wait_until_serving(router, WORKERS)
         assert len(workers) == WORKERS and router.proc.pid not in workers
