@@ -2,7 +2,7 @@
 its own in-flight requests?
 
     python bench/workers_balance.py [--workers 1,2,4] [--replicas 4] [--requests 300] [--rounds 3]
-        [--time-scale 4] [--max-tokens 64] [--redis-url URL] [--json PATH]
+        [--time-scale 4] [--max-tokens 64] [--groups 0] [--redis-url URL] [--json PATH]
 
 Starts ``--replicas`` simulated vLLM replicas (``python -m sim serve``, profile a100, no warm-up,
 ``--time-scale``), then for each N a router with ``--workers N`` in front of them (cache off:
@@ -11,8 +11,10 @@ and sends ``--rounds`` bursts of ``--requests`` concurrent chat completions (dis
 each on its own connection, so the kernel spreads them over the workers). Per burst it reads
 each replica's ``vllm:request_success_total`` before and after (requests per replica) and
 samples each replica's ``num_requests_running + num_requests_waiting`` every 20 ms (peak load).
+With ``--groups K`` the prompts share K long document prefixes per burst instead (prefix
+affinity, which each worker keeps for itself, decides the replicas' prefix cache hits).
 Reports, per N, max/mean of requests per replica (1.0 = perfectly even), the median and the worst
-burst of the rounds; the JSON adds each burst's sampled peak load per replica (a sequential
+burst of the rounds, the replicas' prefix cache hit rate (median); the JSON adds each burst's sampled peak load per replica (a sequential
 sampler misses short peaks: indicative only) and its wall time.
 """
 
@@ -39,16 +41,30 @@ from router_overhead import PY, ROOT, free_port, stop, wait_settled, _wait_ready
 MODEL = "bench-model"
 
 
-def replica_counts(url: str) -> tuple[float, float]:
-    """(finished requests, running + waiting now) of one sim replica, from its /metrics."""
-    finished = load = 0.0
+def replica_counts(url: str) -> tuple[float, float, float]:
+    """(finished requests, prefix cache queries, prefix cache hits; tokens) of one sim replica,
+    from its /metrics."""
+    finished = queries = hits = 0.0
     for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=5).text):
         for sample in family.samples:
             if sample.name == "vllm:request_success_total":
                 finished += sample.value
-            elif sample.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-                load += sample.value
-    return finished, load
+            elif sample.name == "vllm:prefix_cache_queries_total":
+                queries += sample.value
+            elif sample.name == "vllm:prefix_cache_hits_total":
+                hits += sample.value
+    return finished, queries, hits
+
+
+def prompt(i: int, groups: int, burst_id: str) -> str:
+    """Request ``i``'s prompt: distinct; with ``groups`` > 0 it starts with one of ``groups``
+    shared documents of about 4,000 characters (this burst's own), as chat turns over one
+    document do, so where it is sent decides the replicas' prefix cache hits."""
+    if groups <= 0:
+        return f"burst {burst_id} request {i}"
+    group = i % groups
+    words = " ".join(f"w{(group * 7919 + k * 104729) % 100003}" for k in range(500))
+    return f"document {burst_id}-{group}: {words}\nquestion {i}: what does it say?"
 
 
 def start_router(replicas: list[str], workers: int, redis_url: str, log: Path,
@@ -68,9 +84,11 @@ def start_router(replicas: list[str], workers: int, redis_url: str, log: Path,
     return url, proc
 
 
-async def burst(url: str, replicas: list[str], requests: int, max_tokens: int) -> dict[str, object]:
-    """``requests`` concurrent completions; per replica: requests finished and peak load."""
-    before = [replica_counts(r)[0] for r in replicas]
+async def burst(url: str, replicas: list[str], requests: int, max_tokens: int, groups: int) -> dict[str, object]:
+    """``requests`` concurrent completions; per replica: requests finished and peak load; the
+    replicas' prefix cache hit rate (hit tokens / queried tokens) over the burst."""
+    before = [replica_counts(r) for r in replicas]
+    burst_id = uuid.uuid4().hex[:8]
     peaks = [0.0] * len(replicas)
     done = asyncio.Event()
 
@@ -88,7 +106,7 @@ async def burst(url: str, replicas: list[str], requests: int, max_tokens: int) -
         # a connector per request: its own connection, accepted by whichever worker the kernel picks
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
             body = {"model": MODEL, "max_tokens": max_tokens,
-                    "messages": [{"role": "user", "content": f"burst {uuid.uuid4().hex} request {i}"}]}
+                    "messages": [{"role": "user", "content": prompt(i, groups, burst_id)}]}
             async with session.post(url + "/v1/chat/completions", json=body,
                                     timeout=aiohttp.ClientTimeout(total=300)) as answer:
                 await answer.read()
@@ -102,11 +120,15 @@ async def burst(url: str, replicas: list[str], requests: int, max_tokens: int) -
         done.set()
         await sampler
     await asyncio.sleep(0.5)  # the replicas count a request when it finishes, just after answering
-    per_replica = [replica_counts(r)[0] - b for r, b in zip(replicas, before, strict=True)]
+    after = [replica_counts(r) for r in replicas]
+    per_replica = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+    queries = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+    hits = sum(a[2] - b[2] for a, b in zip(after, before, strict=True))
     mean = sum(per_replica) / len(per_replica)
     return {"requests_per_replica": per_replica, "max_over_mean": round(max(per_replica) / mean, 3) if mean else None,
             "peak_load_per_replica": peaks,
             "peak_max_over_mean": round(max(peaks) * len(peaks) / sum(peaks), 3) if sum(peaks) else None,
+            "prefix_hit_rate": round(hits / queries, 3) if queries else None,
             "wall_s": round(wall, 2), "errors": sum(s != 200 for s in statuses)}
 
 
@@ -117,6 +139,7 @@ def main(
     rounds: int = typer.Option(3, min=1, max=20, help="Bursts per worker count."),
     time_scale: float = typer.Option(4.0, help="The replicas' --time-scale (simulated s per wall s)."),
     max_tokens: int = typer.Option(64, min=1),
+    groups: int = typer.Option(0, min=0, help="Shared document prefixes per burst (0: every prompt distinct)."),
     redis_url: str = typer.Option("redis://127.0.0.1:6379/14", help="Redis for the router (cache off)."),
     json_path: Path = typer.Option(None, "--json", help="Write the results here."),
 ) -> None:
@@ -136,28 +159,33 @@ def main(
             log = log_dir / f"workers-balance-router-w{n}.log"
             router_url, router = start_router(urls, n, redis_url, log)
             try:
-                bursts = [asyncio.run(burst(router_url, urls, requests, max_tokens)) for _ in range(rounds)]
+                bursts = [asyncio.run(burst(router_url, urls, requests, max_tokens, groups))
+                          for _ in range(rounds)]
             finally:
                 stop([router])
             worst = max(bursts, key=lambda b: b["max_over_mean"] or 0)
             results[str(n)] = {"bursts": bursts, "max_over_mean_worst": worst["max_over_mean"],
                                "max_over_mean_median": statistics.median(b["max_over_mean"] or 0 for b in bursts),
+                               "prefix_hit_rate_median": statistics.median(b["prefix_hit_rate"] or 0 for b in bursts),
                                "peak_max_over_mean_worst": max(b["peak_max_over_mean"] or 0 for b in bursts),
                                "load_1m": round(os.getloadavg()[0], 2)}
             print(f"workers {n}: " + "; ".join(f"per replica {b['requests_per_replica']} max/mean {b['max_over_mean']} "
-                                                f"peak {b['peak_load_per_replica']} wall {b['wall_s']} s "
+                                                f"peak {b['peak_load_per_replica']} prefix hits {b['prefix_hit_rate']} "
+                                                f"wall {b['wall_s']} s "
                                                 f"errors {b['errors']}" for b in bursts), file=sys.stderr)
     finally:
         stop(sims)
-    print(f"| workers | requests/replica max/mean, median of {rounds} | worst | requests per replica (each burst) |")
-    print("|---|---|---|---|")
+    print(f"| workers | requests/replica max/mean, median of {rounds} | worst | prefix cache hit rate, median "
+          f"| requests per replica (each burst) |")
+    print("|---|---|---|---|---|")
     for n, entry in results.items():
         per = " / ".join(",".join(f"{c:.0f}" for c in b["requests_per_replica"]) for b in entry["bursts"])  # type: ignore
-        print(f"| {n} | {entry['max_over_mean_median']} | {entry['max_over_mean_worst']} | {per} |")  # type: ignore
+        print(f"| {n} | {entry['max_over_mean_median']} | {entry['max_over_mean_worst']} "
+              f"| {entry['prefix_hit_rate_median']} | {per} |")  # type: ignore
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"requests": requests, "replicas": replicas, "time_scale": time_scale,
-                                         "max_tokens": max_tokens, "results": results}, indent=2))
+                                         "max_tokens": max_tokens, "groups": groups, "results": results}, indent=2))
 
 
 if __name__ == "__main__":
