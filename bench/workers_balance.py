@@ -13,7 +13,8 @@ each replica's ``vllm:request_success_total`` before and after (requests per rep
 samples each replica's ``num_requests_running + num_requests_waiting`` every 20 ms (peak load).
 With ``--groups K`` the prompts share K long document prefixes per burst instead (prefix
 affinity, which each worker keeps for itself, decides the replicas' prefix cache hits).
-Reports, per N, max/mean of requests per replica (1.0 = perfectly even), the median and the worst
+Refusals (429/503 when every replica's queue is long: router/README.md, Admission) are counted
+per status. Reports, per N, max/mean of requests per replica (1.0 = perfectly even), the median and the worst
 burst of the rounds, the replicas' prefix cache hit rate (median); the JSON adds each burst's sampled peak load per replica (a sequential
 sampler misses short peaks: indicative only) and its wall time.
 """
@@ -129,7 +130,8 @@ async def burst(url: str, replicas: list[str], requests: int, max_tokens: int, g
             "peak_load_per_replica": peaks,
             "peak_max_over_mean": round(max(peaks) * len(peaks) / sum(peaks), 3) if sum(peaks) else None,
             "prefix_hit_rate": round(hits / queries, 3) if queries else None,
-            "wall_s": round(wall, 2), "errors": sum(s != 200 for s in statuses)}
+            "wall_s": round(wall, 2), "errors": sum(s != 200 for s in statuses),
+            "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))}}
 
 
 def main(
@@ -172,7 +174,7 @@ def main(
             print(f"workers {n}: " + "; ".join(f"per replica {b['requests_per_replica']} max/mean {b['max_over_mean']} "
                                                 f"peak {b['peak_load_per_replica']} prefix hits {b['prefix_hit_rate']} "
                                                 f"wall {b['wall_s']} s "
-                                                f"errors {b['errors']}" for b in bursts), file=sys.stderr)
+                                                f"statuses {b['statuses']}" for b in bursts), file=sys.stderr)
     finally:
         stop(sims)
     print(f"| workers | requests/replica max/mean, median of {rounds} | worst | prefix cache hit rate, median "
