@@ -17,10 +17,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from uvicorn.config import STARTUP_FAILURE
+
+from router.launch import WorkerConfig
 
 from tests.router.router_process import MODEL, RouterProcess, start_replica, start_router
 
-pytestmark = pytest.mark.slow
 WORKERS = 2
 ROUNDS = 12  # bounded tries for the kernel to hand connections to each worker
 
@@ -68,6 +70,16 @@ def burst(router: RouterProcess, contents: list[str]) -> list[tuple[str, int]]:
     return [(cache, answered_by(router, request_id)) for cache, request_id, _ in results]
 
 
+def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # exit 3 makes uvicorn's supervisor stop the router instead of restarting the worker forever
+    monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0?socket_timeout=abc")
+    config = WorkerConfig(host="127.0.0.1", port=0, workers=2, log_level="info", keepalive_s=5.0)
+    with pytest.raises(SystemExit) as exit_:
+        config.load()
+    assert exit_.value.code == STARTUP_FAILURE and not config.loaded
+
+
+@pytest.mark.slow
 def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Path, redis_url: str) -> None:
     replica, replica_url = start_replica(tmp_path)
     try:
