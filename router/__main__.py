@@ -40,7 +40,7 @@ def serve(
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     settings = launch.settings
-    configure_process_logging(settings, log_level)
+    configure_process_logging(settings.log_format, log_level)
     host = settings.host if host is None else host
     port = settings.port if port is None else port
     workers = settings.workers if workers is None else workers
@@ -50,8 +50,8 @@ def serve(
         return
     # every worker repeats prepare() and builds its own app (router/launch.py); this process
     # only binds the port and supervises
-    serve_workers(WorkerConfig(host=host, port=port, workers=workers, log_level=log_level,
-                               keepalive_s=settings.limits.keepalive_timeout_s))
+    serve_workers(WorkerConfig(host=host, port=port, workers=workers, log_format=settings.log_format,
+                               log_level=log_level, keepalive_s=settings.limits.keepalive_timeout_s))
 
 
 @cli.command("settings", help="List every setting of the router, its Kubernetes discovery and its cache: "

@@ -28,8 +28,9 @@ from pydantic_settings import SettingsError
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
-from opskit import configure as configure_logging
+from opskit import LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
+from router.app import create_app
 from router.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, ReplicaSource, StaticSource
 from router.discovery_config import build_source
@@ -97,11 +98,11 @@ def prepare() -> Launch:
     return Launch(settings.model_copy(update={"max_connections": budget.upstream}), source, budget)
 
 
-def configure_process_logging(settings: RouterSettings, log_level: str) -> None:
-    """This process's logging as the router's: every line in ``settings.log_format`` (JSON: one
+def configure_process_logging(log_format: LogFormat, log_level: str) -> None:
+    """This process's logging as the router's: every line in ``log_format`` (JSON: one
     object per line, with the ``pid`` of the process that wrote it), no per-scrape httpx lines,
     no progress bars, no tracebacks of requests cancelled by a forced shutdown."""
-    configure_logging(settings.log_format, log_level)
+    configure_logging(log_format, log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
     logging.getLogger("uvicorn.error").addFilter(not_cancelled)
     # A service log has no progress bars: loading the embedding model drew one (transformers'
@@ -117,24 +118,25 @@ class WorkerConfig(uvicorn.Config):
     values; :meth:`load`, which uvicorn calls in the worker before it serves, builds the worker's
     app and protocol there."""
 
-    def __init__(self, *, host: str, port: int, workers: int, log_level: str, keepalive_s: float) -> None:
+    def __init__(self, *, host: str, port: int, workers: int, log_format: LogFormat, log_level: str,
+                 keepalive_s: float) -> None:
         super().__init__("router.app:create_app", host=host, port=port, workers=workers, loop="uvloop",
                          log_level=log_level, access_log=False, log_config=None,
                          timeout_keep_alive=keepalive_s, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+        self.router_log_format = log_format
         self.router_log_level = log_level
 
     def load(self) -> None:
-        """In the worker: the start-up checks (a failure logs the error and exits with
-        uvicorn's STARTUP_FAILURE, 3, which stops the supervisor rather than restarting the
-        worker forever), this process's logging, then the app and the limited protocol."""
-        from router.app import create_app  # the worker's import: the supervisor never builds an app
-
+        """In the worker: this process's logging (the supervisor's format), the start-up checks
+        (a failure logs the error and exits with uvicorn's STARTUP_FAILURE, 3, which stops the
+        supervisor rather than restarting the worker forever), then the app and the limited
+        protocol."""
+        configure_process_logging(self.router_log_format, self.router_log_level)
         try:
             launch = prepare()
         except StartupError as exc:
             log.error("worker %d cannot start: %s", os.getpid(), exc)
             sys.exit(STARTUP_FAILURE)
-        configure_process_logging(launch.settings, self.router_log_level)
         self.configure_logging()  # uvicorn's again, after ours: no uvicorn.access lines (access_log=False)
         # tqdm's default write lock is a named POSIX semaphore when the process was spawned
         # (registered with the supervisor's multiprocessing resource tracker, which printed a

@@ -7,6 +7,7 @@ access line carries the request's id and the writing worker's ``pid``."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import time
@@ -70,13 +71,25 @@ def burst(router: RouterProcess, contents: list[str]) -> list[tuple[str, int]]:
     return [(cache, answered_by(router, request_id)) for cache, request_id, _ in results]
 
 
-def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # exit 3 makes uvicorn's supervisor stop the router instead of restarting the worker forever
     monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0?socket_timeout=abc")
-    config = WorkerConfig(host="127.0.0.1", port=0, workers=2, log_level="info", keepalive_s=5.0)
-    with pytest.raises(SystemExit) as exit_:
-        config.load()
+    config = WorkerConfig(host="127.0.0.1", port=0, workers=2, log_format="json", log_level="info", keepalive_s=5.0)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            config.load()
+        err = capsys.readouterr().err
+    finally:  # load() configured this process's logging as a worker's
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        logging.captureWarnings(False)
     assert exit_.value.code == STARTUP_FAILURE and not config.loaded
+    # said as the log's one JSON line, naming the setting (the supervisor's log is all JSON)
+    line = json.loads(err.strip())
+    assert "cannot start" in line["message"] and "PROMPTEDGE_REDIS_URL" in line["message"]
 
 
 @pytest.mark.slow
