@@ -93,8 +93,8 @@ def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int 
         match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
         if match is not None:
             router = RouterProcess(proc, int(match.group(1)), log)
-            try:
-                httpx.get(router.url + "/health", timeout=30)
+            try:  # with --workers the supervisor listens (and says so) before a worker has started
+                httpx.get(router.url + "/health", timeout=max(30.0, deadline - time.monotonic()))
             except httpx.HTTPError:  # not left running when it does not answer
                 router.stop()
                 raise

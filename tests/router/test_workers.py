@@ -1,6 +1,7 @@
 """``python -m router serve --workers 2`` as real processes in front of a simulated replica and a
 real Redis: both workers answer on the one port, an exact-cache entry stored through one worker
-is a hit through the other, every log line is one JSON object naming the process that wrote it,
+is a hit through the other (and a semantic one, once the other's index copy has followed the
+Redis stream), every log line is one JSON object naming the process that wrote it,
 and SIGTERM leaves no process behind. Which worker answered is read from the log: the router's
 access line carries the request's id and the writing worker's ``pid``."""
 
@@ -55,18 +56,19 @@ def answered_by(router: RouterProcess, request_id: str, within_s: float = 30.0) 
     raise AssertionError(f"no access line for {request_id}")
 
 
-def chat(router: RouterProcess, content: str) -> tuple[str, str, int]:
+def chat(router: RouterProcess, content: str, headers: dict[str, str] | None = None) -> tuple[str, str, int]:
     """One chat completion on a new connection: (x-cache, request id, status)."""
     request_id = uuid.uuid4().hex
-    response = httpx.post(router.url + "/v1/chat/completions", timeout=60, headers={"x-request-id": request_id},
+    response = httpx.post(router.url + "/v1/chat/completions", timeout=60,
+                          headers={"x-request-id": request_id, **(headers or {})},
                           json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4})
     return response.headers.get("x-cache", ""), request_id, response.status_code
 
 
-def burst(router: RouterProcess, contents: list[str]) -> list[tuple[str, int]]:
+def burst(router: RouterProcess, contents: list[str], headers: dict[str, str] | None = None) -> list[tuple[str, int]]:
     """``contents`` sent at once, each on its own connection: [(x-cache, answering pid)]."""
     with ThreadPoolExecutor(len(contents)) as pool:
-        results = list(pool.map(lambda c: chat(router, c), contents))
+        results = list(pool.map(lambda c: chat(router, c, headers), contents))
     assert all(status == 200 for _, _, status in results), results
     return [(cache, answered_by(router, request_id)) for cache, request_id, _ in results]
 
@@ -97,7 +99,8 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
     replica, replica_url = start_replica(tmp_path)
     try:
         router = start_router(tmp_path, env={"PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_REPLICAS":
-                                             json.dumps([{"url": replica_url, "model": MODEL}])},
+                                             json.dumps([{"url": replica_url, "model": MODEL}]),
+                                             "PROMPTEDGE_ROUTER_ANONYMOUS_CACHE": "semantic"},
                               args=("--workers", str(WORKERS)))
     except BaseException:
         replica.terminate()
@@ -118,7 +121,7 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
         assert seen == workers
 
         # an exact entry stored through one worker is a hit through the other
-        first = "the one prompt both workers are asked"
+        first = "How do I turn on the lights in the kitchen?"
         cache, request_id, _ = chat(router, first)
         assert cache == "miss"
         storer = answered_by(router, request_id)
@@ -135,6 +138,16 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
                 break
             others = [cache for cache, pid in burst(router, [first] * 8) if pid != storer]
         assert others and all(cache == "exact" for cache in others), others
+
+        # and its semantic entry reaches the other worker's index copy through the Redis stream
+        paraphrase, no_store = "How can I turn on the kitchen lights?", {"cache-control": "no-store"}
+        semantic_elsewhere = False
+        for _ in range(ROUNDS):
+            answers = burst(router, [paraphrase] * 8, no_store)
+            semantic_elsewhere = any(c == "semantic" and pid != storer for c, pid in answers)
+            if semantic_elsewhere:
+                break
+        assert semantic_elsewhere
 
         # SIGTERM to the supervisor stops every worker (and the resource tracker) with it
         family = psutil.Process(router.proc.pid).children(recursive=True)
