@@ -1,6 +1,6 @@
 """Router overhead: added latency and max throughput of proxies in front of one fast backend.
 
-    python bench/router_overhead.py [--json PATH] [--duration S] [--repeat N] [--systems a,b,...]
+    python bench/router_overhead.py [--json PATH] [--duration S] [--repeat N] [--systems a,b,...] [--workers 1,2,4]
     python bench/router_overhead.py scrape-cost [--replicas 4] [--seconds 20]   # CPU of /metrics polling
 
 Every system runs as its own process in front of the same minimal OpenAI-compatible backend
@@ -14,6 +14,9 @@ wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
 - ``promptedge_semantic``: the same with the semantic cache on (an embedding per miss);
 - ``promptedge_httpx_transport``: the same with httpx's own transport;
 - ``promptedge_no_cache``: the proxy path with the cache switched off (diagnosis);
+- ``promptedge_wN`` (``--workers 1,N,...``, when ``promptedge`` is measured): the proxy path
+  served by ``router serve --workers N``; CPU is summed over the supervisor and its N workers,
+  which are started and quiet before the first run (:func:`wait_settled`);
 - ``promptedge_hit_path``: the router answering one cached request from Redis;
 - ``nginx``: Debian's nginx as a plain reverse proxy (1 worker, upstream keep-alive);
 - ``aiohttp_passthrough``: FastAPI on uvicorn (uvloop, httptools) forwarding with one
@@ -25,7 +28,7 @@ wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
 Added latency = system p50/p99 minus direct p50/p99 at the same concurrency (wrk's HdrHistogram,
 microsecond resolution). CPU ms/request = user + system CPU time the system's processes (and
 their children) spent during the run, per request: unlike latency it barely depends on how
-busy the rest of the machine is. Needs ``wrk`` and ``nginx`` on PATH and a Redis (``--redis-url``).
+busy the rest of the machine is. Needs ``wrk`` (and ``nginx`` for its row) on PATH and a Redis (``--redis-url``).
 Writes one JSON object per system: added_p50_ms, added_p99_ms, max_rps, and the raw runs.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -203,15 +207,17 @@ def start_system(name: str, backend_url: str, tmp: Path, redis_url: str,
     url = f"http://127.0.0.1:{port}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": open(tmp / f"{name}.log", "wb")}
     if name.startswith("promptedge"):
+        workers = int(name.rsplit("_w", 1)[1]) if re.search(r"_w\d+$", name) else 1
         env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url,
                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": backend_url, "model": MODEL}]),
                "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": "httpx" if name.endswith("httpx_transport") else "aiohttp",
                "PROMPTEDGE_CACHE_KEY_PREFIX": f"promptedge:bench:{os.getpid()}",
                "PROMPTEDGE_CACHE_ENABLED": "false" if name.endswith("no_cache") else "true",
                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "true" if name.endswith("semantic") else "false"}
-        proc = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning"],
-                                cwd=ROOT, env=env, **quiet)  # type: ignore[call-overload]
+        proc = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning",
+                                 "--workers", str(workers)], cwd=ROOT, env=env, **quiet)  # type: ignore[call-overload]
         _wait_ready(url + "/health", proc)
+        wait_settled(proc.pid, workers)
         return url, [proc]
     if name in ("aiohttp_passthrough", "httpx_passthrough"):
         proc = subprocess.Popen([PY, __file__, "passthrough", str(port), backend_url, "--client",
@@ -243,6 +249,26 @@ http {{
         _wait_ready(url + "/health/liveliness", proc, timeout_s=180)
         return url, [proc]
     raise typer.BadParameter(f"unknown system {name!r}")
+
+
+def wait_settled(pid: int, workers: int, timeout_s: float = 180.0) -> None:
+    """Wait until the router started as ``pid`` has ``workers`` worker processes (for N > 1:
+    children spawned by multiprocessing) and its process tree is quiet (under 0.25 core over
+    1 s): every worker has finished its start-up, so no measurement catches one importing.
+    Raises RuntimeError after ``timeout_s``."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        spawned = [p for p in psutil.Process(pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        if workers == 1 or len(spawned) >= workers:
+            before = cpu_seconds([pid])
+            time.sleep(1.0)
+            if cpu_seconds([pid]) - before < 0.25:
+                return
+        else:
+            time.sleep(0.5)
+    raise RuntimeError(f"router {pid}: {workers} workers not settled after {timeout_s} s")
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -358,9 +384,11 @@ def main(
                                 "nginx,aiohttp_passthrough,httpx_passthrough,litellm", help="Comma-separated systems besides direct."),
     redis_url: str = typer.Option("redis://127.0.0.1:6379/14", help="Redis for the router's cache."),
     litellm: str = typer.Option("/work/litellm-venv/bin/litellm", help="LiteLLM proxy binary (skipped if absent)."),
+    workers: str = typer.Option("1", help="Worker counts for the promptedge row, e.g. 1,2,4: each N > 1 adds a "
+                                          "row promptedge_wN (router serve --workers N) next to it."),
 ) -> None:
     """Measure every system at concurrency 1 and 32; print a table, write JSON."""
-    for tool in ("wrk", "nginx"):
+    for tool in ("wrk", "nginx") if "nginx" in systems.split(",") else ("wrk",):
         if shutil.which(tool) is None:
             raise typer.BadParameter(f"{tool} not found on PATH (apt-get install -y {tool})")
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmpdir:
@@ -374,6 +402,9 @@ def main(
         try:
             _wait_ready(backend_url + "/health", backend_proc)
             names = ["direct"] + [s for s in systems.split(",") if s]
+            if "promptedge" in names:
+                at = names.index("promptedge") + 1
+                names[at:at] = [f"promptedge_w{n}" for n in sorted({int(n) for n in workers.split(",") if n}) if n > 1]
             if "litellm" in names and not Path(litellm).exists():
                 print(f"skipping litellm: {litellm} not found", file=sys.stderr)
                 names.remove("litellm")
@@ -401,6 +432,7 @@ def main(
         entry["max_rps"] = round(max(runs["c1"]["rps"], runs["c32"]["rps"]))  # type: ignore[index]
         entry["cpu_ms_per_request_c32"] = runs["c32"].get("cpu_ms_per_request")  # type: ignore[index]
     print_table(results)
+    print_workers(results)
     print_targets(results)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -458,6 +490,21 @@ def print_targets(results: dict[str, dict[str, object]]) -> None:
             lines.append(f"req/s c=32 {ratio:.2f}x {other} (target >= {factor}x)")
     loads = ", ".join(f"{name} {e['load_1m']}" for name, e in results.items() if "load_1m" in e)
     print("promptedge: " + "; ".join(lines) + f"\nload average (1 min) after each system: {loads}")
+
+
+def print_workers(results: dict[str, dict[str, object]]) -> None:
+    """CPU per proxied miss against the number of router workers (rows promptedge, promptedge_wN)."""
+    rows = [(1, results["promptedge"])] if "promptedge" in results else []
+    rows += sorted((int(name.rsplit("_w", 1)[1]), entry) for name, entry in results.items()
+                   if re.fullmatch(r"promptedge_w\d+", name))
+    if len(rows) < 2:
+        return
+    print("\n| workers | CPU ms/miss c=1 | CPU ms/miss c=32 | req/s c=32 | p50 c=32 (ms) |")
+    print("|---|---|---|---|---|")
+    for n, entry in rows:
+        runs = entry["runs"]  # type: ignore[assignment]
+        print(f"| {n} | {runs['c1'].get('cpu_ms_per_request')} | {runs['c32'].get('cpu_ms_per_request')} "  # type: ignore
+              f"| {runs['c32']['rps']:.0f} | {runs['c32']['p50_ms']:.2f} |")  # type: ignore
 
 
 def print_table(results: dict[str, dict[str, object]]) -> None:

@@ -17,7 +17,7 @@ UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line: ``timestamp`` (ISO 8601, UTC, milliseconds),
     ``level``, ``logger``, ``message``, ``request_id`` (the record's ``request_id`` attribute,
-    from ``extra=``, else null), and when the record carries an exception ``reason``
+    from ``extra=``, else null), ``pid`` (the writing process's id), and when the record carries an exception ``reason``
     (``"ExceptionType: text"``) and ``traceback``. A message that is itself a JSON object
     (the router's access line) is merged in: its keys join the line, the standard keys win, and
     ``message`` is its own ``message`` or ``"request"``."""
@@ -39,6 +39,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": message,
             "request_id": getattr(record, "request_id", line.get("request_id")),
+            "pid": record.process,  # which process wrote it: router serve --workers N runs several
         })
         if record.exc_info and record.exc_info[0] is not None:
             exc = record.exc_info[1]

@@ -300,7 +300,6 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
         log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", budget.nofile, budget.note)
     config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http=protocol_class(limits, budget),
                             log_level=log_level, access_log=False, log_config=None, timeout_keep_alive=limits.keepalive_timeout_s)
-    logging.getLogger("uvicorn.error").addFilter(_not_cancelled)  # after Config set up uvicorn's logging
     server = uvicorn.Server(config)
     try:
         server.run()
@@ -310,7 +309,7 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
         sys.exit(STARTUP_FAILURE)
 
 
-def _not_cancelled(record: logging.LogRecord) -> bool:
+def not_cancelled(record: logging.LogRecord) -> bool:
     """Logging filter: drop a record whose exception is CancelledError. A second Ctrl-C (uvicorn's
     force quit) cancels the requests still in flight and the lifespan; uvicorn logs each as an
     error with its traceback (the lifespan's as the text Starlette sends in

@@ -20,6 +20,9 @@ from router.limits import Limits
 
 Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware"]
 Transport = Literal["aiohttp", "httpx"]
+# ``router serve --workers``' bound: one process per core of a large node; past it, more
+# processes only add Redis connections, scrapes and memory (each loads its own embedding model).
+WORKERS_MAX = 64
 Discovery = Literal["static", "kubernetes"]
 
 
@@ -140,6 +143,8 @@ class RouterSettings(FileSettings):
     discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery_kube.py)
     host: str = "127.0.0.1"
     port: int = 8000
+    # worker processes serving the port (router/launch.py; router/README.md, Workers)
+    workers: int = Field(1, ge=1, le=WORKERS_MAX)
     log_format: LogFormat = "json"  # every stderr line one JSON object (opskit); "text" for a terminal
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
     # pool or "*" -> where the router's key for that pool's replicas lives (router/credentials.py)

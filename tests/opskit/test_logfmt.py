@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -27,6 +28,12 @@ def test_a_json_line_has_the_standard_keys() -> None:
     assert line["message"] == "listening on http://h:1" and line["request_id"] == "r-1"
     assert line["timestamp"].endswith("+00:00") and "T" in line["timestamp"]
     assert "reason" not in line
+
+
+def test_a_json_line_names_the_process_that_wrote_it() -> None:
+    # router serve --workers N: N processes write one stream; a merged message cannot claim another pid
+    assert json.loads(JsonFormatter().format(record("hello")))["pid"] == os.getpid()
+    assert json.loads(JsonFormatter().format(record('{"pid": 1, "status": 200}')))["pid"] == os.getpid()
 
 
 def test_an_error_line_carries_the_reason_and_traceback() -> None:

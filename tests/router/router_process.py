@@ -68,9 +68,10 @@ class RouterProcess:
                 self.proc.wait(timeout=10)
 
 
-def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int | None = None) -> RouterProcess:
+def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int | None = None,
+                 args: tuple[str, ...] = ()) -> RouterProcess:
     """Start the router as a user would on a flushed test Redis database, with ``env`` added to
-    the environment and, if given,
+    the environment, ``args`` added to ``serve``'s command line and, if given,
     ``nofile`` as both soft and hard RLIMIT_NOFILE of the process; waits until it listens."""
     full_env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_REPLICAS": REPLICAS,
                 "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "5", **(env or {})}
@@ -85,14 +86,18 @@ def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int 
     flush.close()
     log = tmp_path / f"router-{time.monotonic_ns()}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", "0"], stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", "0", *args], stdout=out,
                                 stderr=subprocess.STDOUT, env=full_env, preexec_fn=limit_files)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
         if match is not None:
             router = RouterProcess(proc, int(match.group(1)), log)
-            httpx.get(router.url + "/health", timeout=30)
+            try:  # with --workers the supervisor listens (and says so) before a worker has started
+                httpx.get(router.url + "/health", timeout=max(30.0, deadline - time.monotonic()))
+            except httpx.HTTPError:  # not left running when it does not answer
+                router.stop()
+                raise
             return router
         time.sleep(0.2)
     proc.kill()

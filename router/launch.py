@@ -1,0 +1,166 @@
+"""How ``python -m router serve`` starts: the start-up checks shared by the one-process server
+and by each of ``--workers N`` worker processes, and the worker supervisor.
+
+With N > 1, uvicorn's own process supervisor (``uvicorn.supervisors.Multiprocess``, what
+``uvicorn --workers`` runs) binds the port once in the parent and hands the listening socket to
+N spawned workers, which all accept on it; it restarts a worker that dies or stops answering its
+health pings, and on SIGINT/SIGTERM sends SIGTERM to every worker and waits for each. What it
+pickles into a worker is a :class:`WorkerConfig`, whose :meth:`WorkerConfig.load` (run by uvicorn
+in the worker, before serving) repeats the start-up checks and builds that worker's own app and
+connection-limited protocol from the same environment, exactly as the one-process server does;
+so each worker runs the whole lifespan (discovery, scraper, counters, cache and its semantic
+index follower).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from tqdm import tqdm
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import Multiprocess
+
+from opskit import LogFormat, configure as configure_logging
+from opskit.redis_client import RedisURLError, check_redis_url
+from router.app import create_app
+from router.credentials import CredentialError, Credentials
+from router.discovery import DiscoveryError, ReplicaSource, StaticSource
+from router.discovery_config import build_source
+from router.limits import ConnectionBudget, connection_budget
+from router.server import not_cancelled, protocol_class, raise_open_files_limit
+from router.settings import RouterSettings, error_location
+from router.tracing import TracingError, check_exporter
+
+log = logging.getLogger("router.server")
+# A worker's start-up (the embedding model's load, its first ONNX export: 10-30 s) must not be
+# taken for a hang: the supervisor kills and replaces a worker that does not answer its ping
+# within this many seconds (uvicorn's default is 5).
+WORKER_HEALTHCHECK_S = 30
+
+
+class StartupError(Exception):
+    """The router cannot start with these settings; ``lines`` are the messages for stderr
+    (``error: ...``), which never repeat a secret."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What serving needs, checked: the settings (``max_connections`` already cut to the
+    connection budget), the replica source, and the connection budget of this process."""
+
+    settings: RouterSettings
+    source: ReplicaSource
+    budget: ConnectionBudget
+
+
+def prepare() -> Launch:
+    """Read the settings from the environment (and PROMPTEDGE_SETTINGS_FILE), check the Redis
+    URL, the tracing exporter, discovery and every backend key, and size connections to this
+    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`."""
+    try:
+        settings = RouterSettings()
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors(include_url=False):
+            field = error_location(error["loc"])  # API keys in a location are secrets
+            top = field.split(".")[0]  # a field, or an env name given as its alias (PROMPTEDGE_REDIS_URL)
+            name = top if top.startswith("PROMPTEDGE_") else f"PROMPTEDGE_ROUTER_{top.upper()}"
+            lines.append(f"setting {name} ({field}): {error['msg']}")
+        raise StartupError(lines) from None
+    except SettingsError as exc:  # a list/dict setting that is not valid JSON
+        raise StartupError([str(exc)]) from None
+    try:
+        check_exporter(settings.otel_exporter)
+        check_redis_url(settings.redis_url)
+        source = build_source(settings)
+        # read every backend key now: a missing one is a start-up error, not a 401 per request
+        Credentials(settings.backend_keys).check(source.specs if isinstance(source, StaticSource) else ())
+    except RedisURLError as exc:
+        raise StartupError([f"setting PROMPTEDGE_REDIS_URL: {exc}"]) from None
+    except (DiscoveryError, TracingError, CredentialError) as exc:
+        raise StartupError([str(exc)]) from None
+    try:  # client and upstream connections share the open-files limit (router/limits.py)
+        budget = connection_budget(raise_open_files_limit(), settings.limits, settings.max_connections)
+    except ValueError as exc:
+        raise StartupError([str(exc)]) from None
+    return Launch(settings.model_copy(update={"max_connections": budget.upstream}), source, budget)
+
+
+def configure_process_logging(log_format: LogFormat, log_level: str) -> None:
+    """This process's logging as the router's: every line in ``log_format`` (JSON: one
+    object per line, with the ``pid`` of the process that wrote it), no per-scrape httpx lines,
+    no progress bars, no tracebacks of requests cancelled by a forced shutdown."""
+    configure_logging(log_format, log_level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
+    logging.getLogger("uvicorn.error").addFilter(not_cancelled)
+    # A service log has no progress bars: loading the embedding model drew one (transformers'
+    # "Loading weights", through tqdm, which reads TQDM_DISABLE from 4.66 on).
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+class WorkerConfig(uvicorn.Config):
+    """uvicorn's configuration of one of ``workers`` worker processes on ``host``:``port``.
+
+    The supervisor pickles it into each worker (multiprocessing's spawn), so it holds only plain
+    values; :meth:`load`, which uvicorn calls in the worker before it serves, builds the worker's
+    app and protocol there."""
+
+    def __init__(self, *, host: str, port: int, workers: int, log_format: LogFormat, log_level: str,
+                 keepalive_s: float) -> None:
+        super().__init__("router.app:create_app", host=host, port=port, workers=workers, loop="uvloop",
+                         log_level=log_level, access_log=False, log_config=None,
+                         timeout_keep_alive=keepalive_s, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+        self.router_log_format = log_format
+        self.router_log_level = log_level
+
+    def load(self) -> None:
+        """In the worker: this process's logging (the supervisor's format), the start-up checks
+        (a failure logs the error and exits with uvicorn's STARTUP_FAILURE, 3, which stops the
+        supervisor rather than restarting the worker forever), then the app and the limited
+        protocol."""
+        configure_process_logging(self.router_log_format, self.router_log_level)
+        try:
+            launch = prepare()
+        except StartupError as exc:
+            log.error("worker %d cannot start: %s", os.getpid(), exc)
+            sys.exit(STARTUP_FAILURE)
+        self.configure_logging()  # uvicorn's again, after ours: no uvicorn.access lines (access_log=False)
+        # tqdm's default write lock is a named POSIX semaphore when the process was spawned
+        # (registered with the supervisor's multiprocessing resource tracker, which printed a
+        # plain-text "leaked semaphore objects" warning among the JSON lines at shutdown); a
+        # thread lock does, since progress bars are off and the worker starts no processes.
+        tqdm.set_lock(threading.RLock())
+        if launch.budget.note:
+            log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", launch.budget.nofile,
+                        launch.budget.note)
+        self.app: Any = create_app(launch.settings, launch.source)
+        self.http = protocol_class(launch.settings.limits, launch.budget)
+        super().load()
+
+
+def serve_workers(config: WorkerConfig) -> None:
+    """Bind ``config``'s port once, run ``config.workers`` workers on it under uvicorn's
+    supervisor until SIGINT or SIGTERM (each worker is sent SIGTERM and waited for), then return.
+    Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails to start."""
+    sock = config.bind_socket()  # logs "Uvicorn running on ..." with the bound port
+    # listening now, not when the first worker has started: a connection made meanwhile (or while
+    # every worker restarts) waits in the backlog instead of being refused
+    sock.listen(config.backlog)
+    supervisor = Multiprocess(config, sockets=[sock])
+    supervisor.run()
+    sock.close()
+    if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+        sys.exit(STARTUP_FAILURE)

@@ -1,0 +1,167 @@
+"""``python -m router serve --workers 2`` as real processes in front of a simulated replica and a
+real Redis: both workers answer on the one port, an exact-cache entry stored through one worker
+is a hit through the other (and a semantic one, once the other's index copy has followed the
+Redis stream), every log line is one JSON object naming the process that wrote it,
+and SIGTERM leaves no process behind. Which worker answered is read from the log: the router's
+access line carries the request's id and the writing worker's ``pid``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from uvicorn.config import STARTUP_FAILURE
+
+from router.launch import WorkerConfig
+
+from tests.router.router_process import MODEL, RouterProcess, start_replica, start_router
+
+WORKERS = 2
+ROUNDS = 12  # bounded tries for the kernel to hand connections to each worker
+
+
+def wait_until_serving(router: RouterProcess, workers: int, within_s: float = 240.0) -> set[int]:
+    """The worker pids once ``workers`` workers have finished their start-up (each loads the
+    embedding model: slow on a loaded machine, so a generous bound, not a measurement)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and router.proc.poll() is None:
+        text = router.log_text()
+        if text.count("Application startup complete.") >= workers:
+            return {int(pid) for pid in re.findall(r"Started server process \[(\d+)\]", text)}
+        time.sleep(0.5)
+    raise AssertionError(f"{workers} workers did not start:\n{router.log_text()[-5000:]}")
+
+
+def log_lines(router: RouterProcess) -> list[dict]:
+    return [json.loads(line) for line in router.log_text().splitlines() if line.strip()]
+
+
+def answered_by(router: RouterProcess, request_id: str, within_s: float = 30.0) -> int:
+    """The pid of the worker whose access line logged ``request_id`` (written after the answer)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for line in log_lines(router):
+            if line.get("logger") == "router.access" and line.get("request_id") == request_id:
+                return int(line["pid"])
+        time.sleep(0.2)
+    raise AssertionError(f"no access line for {request_id}")
+
+
+def chat(router: RouterProcess, content: str, headers: dict[str, str] | None = None) -> tuple[str, str, int]:
+    """One chat completion on a new connection: (x-cache, request id, status)."""
+    request_id = uuid.uuid4().hex
+    response = httpx.post(router.url + "/v1/chat/completions", timeout=60,
+                          headers={"x-request-id": request_id, **(headers or {})},
+                          json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4})
+    return response.headers.get("x-cache", ""), request_id, response.status_code
+
+
+def burst(router: RouterProcess, contents: list[str], headers: dict[str, str] | None = None) -> list[tuple[str, int]]:
+    """``contents`` sent at once, each on its own connection: [(x-cache, answering pid)]."""
+    with ThreadPoolExecutor(len(contents)) as pool:
+        results = list(pool.map(lambda c: chat(router, c, headers), contents))
+    assert all(status == 200 for _, _, status in results), results
+    return [(cache, answered_by(router, request_id)) for cache, request_id, _ in results]
+
+
+def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # exit 3 makes uvicorn's supervisor stop the router instead of restarting the worker forever
+    monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0?socket_timeout=abc")
+    config = WorkerConfig(host="127.0.0.1", port=0, workers=2, log_format="json", log_level="info", keepalive_s=5.0)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            config.load()
+        err = capsys.readouterr().err
+    finally:  # load() configured this process's logging as a worker's
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        logging.captureWarnings(False)
+    assert exit_.value.code == STARTUP_FAILURE and not config.loaded
+    # said as the log's one JSON line, naming the setting (the supervisor's log is all JSON)
+    line = json.loads(err.strip())
+    assert "cannot start" in line["message"] and "PROMPTEDGE_REDIS_URL" in line["message"]
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Path, redis_url: str) -> None:
+    replica, replica_url = start_replica(tmp_path)
+    try:
+        router = start_router(tmp_path, env={"PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_REPLICAS":
+                                             json.dumps([{"url": replica_url, "model": MODEL}]),
+                                             "PROMPTEDGE_ROUTER_ANONYMOUS_CACHE": "semantic"},
+                              args=("--workers", str(WORKERS)))
+    except BaseException:
+        replica.terminate()
+        replica.wait(timeout=30)
+        raise
+    try:
+        workers = wait_until_serving(router, WORKERS)
+        assert len(workers) == WORKERS and router.proc.pid not in workers
+        family = psutil.Process(router.proc.pid).children(recursive=True)
+        assert workers <= {p.pid for p in family}
+
+        # both workers answer on the one port
+        seen: set[int] = set()
+        for round_ in range(ROUNDS):
+            seen |= {pid for _, pid in burst(router, [f"spread {round_} {i}" for i in range(8)])}
+            if seen == workers:
+                break
+        assert seen == workers
+
+        # an exact entry stored through one worker is a hit through the other
+        first = "How do I turn on the lights in the kitchen?"
+        cache, request_id, _ = chat(router, first)
+        assert cache == "miss"
+        storer = answered_by(router, request_id)
+        stored = False  # the store lands after the answer: wait for the storing worker's own hit
+        for _ in range(ROUNDS):
+            answers = burst(router, [first] * 8)
+            stored = stored or any(c == "exact" and pid == storer for c, pid in answers)
+            if stored and any(pid != storer for _, pid in answers):
+                break
+        assert stored, "the first answer was never served from the cache"
+        others = [cache for cache, pid in burst(router, [first] * 8) if pid != storer]
+        for _ in range(ROUNDS):
+            if others:
+                break
+            others = [cache for cache, pid in burst(router, [first] * 8) if pid != storer]
+        assert others and all(cache == "exact" for cache in others), others
+
+        # and its semantic entry reaches the other worker's index copy through the Redis stream
+        paraphrase, no_store = "How can I turn on the kitchen lights?", {"cache-control": "no-store"}
+        semantic_elsewhere = False
+        for _ in range(ROUNDS):
+            answers = burst(router, [paraphrase] * 8, no_store)
+            semantic_elsewhere = any(c == "semantic" and pid != storer for c, pid in answers)
+            if semantic_elsewhere:
+                break
+        assert semantic_elsewhere
+
+        # SIGTERM to the supervisor stops every worker (and the resource tracker) with it
+        family = psutil.Process(router.proc.pid).children(recursive=True)
+        router.proc.send_signal(signal.SIGTERM)
+        assert router.proc.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == []
+    finally:
+        router.stop()
+        replica.terminate()
+        replica.wait(timeout=30)
+
+    # one JSON object per line, each naming its process: the supervisor's and both workers'
+    lines = log_lines(router)  # json.loads fails on any other line (a plain-text warning, a traceback)
+    assert {line["pid"] for line in lines} == workers | {router.proc.pid}
+    assert not [line for line in lines if line["logger"] == "uvicorn.access"]  # access_log is off
+    assert sum("Application shutdown complete." in line["message"] for line in lines) == WORKERS
