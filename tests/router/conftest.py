@@ -1,15 +1,17 @@
 """Router test fixtures: simulated replicas and routers served in-process by uvicorn on ephemeral
-ports, a real Redis (``redis_url`` from tests/conftest.py), real HTTP between all of them."""
+ports, a real Redis (``redis_url`` from tests/conftest.py), real HTTP between all of them; and,
+for the llama.cpp modules, a real ``llama-server`` per module (``llama``, ``model``, ``store``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+import redis
 import redis.asyncio
 import uvicorn
 from fastapi import FastAPI
@@ -18,6 +20,7 @@ from router import ReplicaSpec, RouterSettings, create_app
 from router.sse import StreamAssembler
 from sim import Profile, SimSettings
 from sim import create_app as create_replica
+from tests.router.llama_servers import REDIS_URL, start_llama, stop
 
 # A tiny, fast replica: 5 ms per decode step, 2 concurrent sequences, small KV cache.
 FAST = Profile(
@@ -148,3 +151,33 @@ async def cache_entries(redis_url: str, n: int) -> None:
         raise AssertionError(f"the cache never held {n} entries")
     finally:
         await client.aclose()
+
+
+LLAMA_MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a running llama-server (SmolLM2-135M-Instruct, Prometheus metrics on), one per
+    module; skips with the build's reason where tests/tools/build_llama.py has not built it."""
+    proc, url = start_llama(tmp_path_factory.mktemp("llama") / "llama-server.log", LLAMA_MODEL, "--metrics")
+    yield url
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def model(llama: str) -> str:
+    """The model name the llama-server reports on /v1/models."""
+    models = httpx.get(llama + "/v1/models", timeout=10).json()
+    return str(models["data"][0]["id"])
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[redis.Redis]:
+    """The test Redis (``PROMPTEDGE_TEST_REDIS_URL``) for a module's router subprocess, flushed
+    before and after the module."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()

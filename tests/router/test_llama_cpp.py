@@ -13,13 +13,9 @@ a hit compared with the miss field by field, printed as a table (``pytest -s``).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,89 +25,18 @@ import redis
 from cache import CacheSettings, exact_key
 from router.signals import parse_metrics
 from tests.router.conftest import assembled, chunks
-from tests.tools.build_llama import llama_files
+from tests.router.llama_servers import start_router, stop
 
-ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
-
-
-def _spawn(cmd: list[str], log: Path, ready: str, timeout_s: float, env: dict[str, str] | None = None,
-           ) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
-    """Start ``cmd`` with its output in ``log``; wait for a line matching ``ready``."""
-    out = log.open("wb")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    out.close()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        match = re.search(ready, log.read_text(errors="replace"))
-        if match:
-            return proc, match
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    proc.kill()
-    proc.wait()
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-    pytest.fail(f"{cmd[0]} did not print {ready!r} within {timeout_s} s (exit {proc.returncode}):\n{tail}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a running llama-server (SmolLM2-135M-Instruct, Prometheus metrics on)."""
-    files = llama_files()
-    reason = files.missing_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    proc, match = _spawn(
-        [str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", "0", "--metrics",
-         "--alias", "SmolLM2-135M-Instruct", "--ctx-size", "2048", "--parallel", "2", "--threads", "1",
-         "--no-webui"],
-        log, r"listening on (http://127\.0\.0\.1:\d+)", timeout_s=180)
-    yield match.group(1)
-    _stop(proc)
-
-
-@pytest.fixture(scope="module")
-def model(llama: str) -> str:
-    """The model name the server reports on /v1/models."""
-    models = httpx.get(llama + "/v1/models", timeout=10).json()
-    return models["data"][0]["id"]
-
-
-@pytest.fixture(scope="module")
-def store() -> Iterator[redis.Redis]:
-    """The test Redis (``PROMPTEDGE_TEST_REDIS_URL``), flushed before and after this module."""
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
 
 
 @pytest.fixture(scope="module")
 def router(llama: str, model: str, store: redis.Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of ``python -m router serve`` in front of the llama-server, on the test Redis."""
-    # llama-server shares these two cores with the suite and answers /metrics between decode
-    # steps; a longer scrape timeout and staleness bound keep its load signal from timing out.
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_PORT": "0",
-           "PROMPTEDGE_ROUTER_SCRAPE_TIMEOUT_S": "5", "PROMPTEDGE_ROUTER_STALE_AFTER_S": "6",
-           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": llama, "model": model, "profile": "cpu"}])}
-    proc, match = _spawn([sys.executable, "-m", "router", "serve"],
-                         tmp_path_factory.mktemp("router") / "router.log",
-                         r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout_s=120, env=env)
-    yield match.group(1)
-    _stop(proc)
+    proc, url = start_router(tmp_path_factory.mktemp("router") / "router.log",
+                             [{"url": llama, "model": model, "profile": "cpu"}])
+    yield url
+    stop(proc)
 
 
 @pytest.fixture()
