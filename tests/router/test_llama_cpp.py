@@ -6,8 +6,9 @@ not build here).
 Both servers run as subprocesses on ephemeral ports, the router configured only through
 PROMPTEDGE_* environment variables, as an operator would start it. Generations are short and
 greedy (``max_tokens`` 16, ``temperature`` 0), about a second each on 2 cores. The last two
-tests are issue 12's fidelity table over llama-server (test_fidelity_live.py has it over the sim):
-a hit compared with the miss field by field, printed as a table (``pytest -s``).
+tests are issue 12's fidelity table over llama-server (test_fidelity_live.py has it over the sim),
+for chat and completions, with and without logprobs: a hit compared with the miss field by field,
+printed as a table (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import redis
 
 from cache import CacheSettings, exact_key
+from cache.types import Endpoint
 from router.signals import parse_metrics
 from tests.router.conftest import assembled, chunks
 from tests.router.llama_servers import start_router, stop
@@ -60,10 +62,10 @@ def _assembled(chunks: list[dict[str, Any]]) -> str:
     return "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices"))
 
 
-def _wait_cached(store: redis.Redis, body: dict[str, Any]) -> None:
+def _wait_cached(store: redis.Redis, body: dict[str, Any], endpoint: Endpoint = "chat.completions") -> None:
     """Wait until the router has stored the answer to ``body``: it writes the cache after the
     response has gone out (off the client's path), so a repeat sent at once could still miss."""
-    key = exact_key(CacheSettings().key_prefix, "chat.completions", body, "default")
+    key = exact_key(CacheSettings().key_prefix, endpoint, body, "default")
     for _ in range(100):
         if store.exists(key):
             return
@@ -183,21 +185,46 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
 
 
 # Issue 12's fidelity table over llama-server (tests/router/test_fidelity_live.py has it over the
-# sim): the fields a client reads, compared between what it got on the miss and what a hit gives.
-FIDELITY_FIELDS = ("content", "finish_reason", "usage", "id", "created", "model", "system_fingerprint")
+# sim): the fields a client reads, compared between what it got on the miss and what a hit gives,
+# for each shape llama-server produces. llama.cpp's logprobs are chat-style (``content[]`` with
+# ``token``/``logprob``/``bytes``/``top_logprobs``) on /v1/completions too, not OpenAI's legacy
+# token lists. (No tool calls: SmolLM2's template has no tools, and this llama-server answers a
+# forced ``tool_choice`` with plain text; no ``reasoning_content``: SmolLM2 does not reason.)
+SHAPES = {
+    "chat": ("/v1/chat/completions", {}),
+    "chat-logprobs": ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}),
+    "completions": ("/v1/completions", {}),
+    "completions-logprobs": ("/v1/completions", {"logprobs": 2}),
+}
+FIDELITY_FIELDS = ("content", "logprobs", "finish_reason", "usage", "id", "created", "model", "system_fingerprint")
+
+
+def _request(shape: str, model: str, text: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    """(path, body) of a greedy 16-token request of ``shape`` on ``text``."""
+    path, params = SHAPES[shape]
+    if path == "/v1/completions":
+        return path, {"model": model, "prompt": text, "max_tokens": 16, "temperature": 0, **params, **extra}
+    return path, _chat(model, text, **params, **extra)
+
+
+def _wait_stored(store: redis.Redis, path: str, body: dict[str, Any]) -> None:
+    """_wait_cached for either route."""
+    _wait_cached(store, body, "completions" if path == "/v1/completions" else "chat.completions")
 
 
 def _fidelity_fields(answer: dict[str, Any]) -> dict[str, Any]:
-    """The compared fields of one chat completion (assembled if it was streamed); absent -> None."""
+    """The compared fields of one chat or text completion (assembled if it was streamed); absent -> None."""
     choice = answer["choices"][0]
-    return {"content": choice["message"].get("content"), "finish_reason": choice.get("finish_reason"),
-            **{name: answer.get(name) for name in FIDELITY_FIELDS[2:]}}
+    content = choice["message"].get("content") if "message" in choice else choice.get("text")
+    return {"content": content, "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason"),
+            **{name: answer.get(name) for name in FIDELITY_FIELDS[3:]}}
 
 
 def _fidelity_row(miss: dict[str, Any], hit: dict[str, Any]) -> dict[str, str]:
     """Per field: ``same`` or ``miss <value> / hit <value>``; printed as the measured table."""
     a, b = _fidelity_fields(miss), _fidelity_fields(hit)
-    return {name: "same" if a[name] == b[name] else f"miss {a[name]!r} / hit {b[name]!r}" for name in FIDELITY_FIELDS}
+    return {name: "same" if a[name] == b[name] else f"miss {a[name]!r:.200} / hit {b[name]!r:.200}"
+            for name in FIDELITY_FIELDS}
 
 
 def _print_table(title: str, columns: dict[str, dict[str, str]]) -> None:
@@ -206,44 +233,78 @@ def _print_table(title: str, columns: dict[str, dict[str, str]]) -> None:
         print(f"| {name} | " + " | ".join(column[name] for column in columns.values()) + " |")
 
 
-def test_a_non_stream_miss_comes_back_field_by_field(client: httpx.Client, router: str, model: str,
+def _check_shape(shape: str, answer: dict[str, Any]) -> None:
+    """What the comparison compares is there: text, a fingerprint, and one logprobs entry with two
+    alternatives per generated token where asked for (none where not)."""
+    fields = _fidelity_fields(answer)
+    assert fields["content"] and fields["system_fingerprint"] and fields["finish_reason"] in ("length", "stop")
+    if shape.endswith("-logprobs"):
+        tokens = fields["logprobs"]["content"]
+        assert tokens and len(tokens) == answer.get("usage", {}).get("completion_tokens", len(tokens))
+        assert all(len(t["top_logprobs"]) == 2 for t in tokens)
+    else:
+        assert fields["logprobs"] is None
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, router: str, model: str,
                                                      store: redis.Redis) -> None:
-    body = _chat(model, "Give me one word for happy.")
-    miss = client.post(router + "/v1/chat/completions", json=body)
+    path, body = _request(shape, model, "Give me one word for happy.")
+    miss = client.post(router + path, json=body)
     original = miss.json()
-    assert original["usage"]["completion_tokens"] > 0 and original["system_fingerprint"]  # compared below
-    _wait_cached(store, body)
-    hit = client.post(router + "/v1/chat/completions", json=body)
-    streamed = client.post(router + "/v1/chat/completions",
-                           json={**body, "stream": True, "stream_options": {"include_usage": True}})
-    plain = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
-    _print_table("non-stream miss ->", {"non-stream hit": _fidelity_row(original, hit.json()),
-                                        "stream hit (include_usage)": _fidelity_row(original, assembled(streamed))})
+    assert original["usage"]["completion_tokens"] > 0  # compared below
+    _check_shape(shape, original)
+    _wait_stored(store, path, body)
+    hit = client.post(router + path, json=body)
+    streamed = client.post(router + path, json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    plain = client.post(router + path, json={**body, "stream": True})
+    _print_table(f"{shape}: non-stream miss ->", {
+        "non-stream hit": _fidelity_row(original, hit.json()),
+        "stream hit (include_usage)": _fidelity_row(original, assembled(streamed))})
     assert [r.headers["x-cache"] for r in (miss, hit, streamed, plain)] == ["miss", "exact", "exact", "exact"]
     assert hit.content == miss.content  # the server's bytes, llama.cpp's own fields (timings) included
     assert set(_fidelity_row(original, assembled(streamed)).values()) == {"same"}
+    assert assembled(streamed) == original  # every field, llama.cpp's timings too
     assert all(c["system_fingerprint"] == original["system_fingerprint"] for c in chunks(streamed))
     assert all("usage" not in c for c in chunks(plain))  # not asked for: no usage chunk
     assert _fidelity_fields(assembled(plain)) == {**_fidelity_fields(original), "usage": None}
 
 
-def test_a_stream_miss_comes_back_field_by_field(client: httpx.Client, router: str, model: str,
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, router: str, model: str,
                                                  store: redis.Redis) -> None:
-    body = _chat(model, "Give me one word for sad.")
-    miss = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
-    assert all("usage" not in c for c in chunks(miss))  # the router asked for usage; the client did not
+    path, body = _request(shape, model, "Give me one word for sad.")
+    miss = client.post(router + path, json={**body, "stream": True})
+    # The router asked for usage, the client did not: its usage chunk (no choices) is not relayed.
+    # llama-server's /v1/completions puts usage on its finish chunk, asked or not (as it does to a
+    # client that calls it directly): relayed as the replica said it.
+    assert all(c["choices"] for c in chunks(miss))
+    with_usage = [c for c in chunks(miss) if "usage" in c]
+    if path == "/v1/completions":
+        assert len(with_usage) == 1 and with_usage[0]["choices"][0]["finish_reason"]
+    else:
+        assert not with_usage
     original = assembled(miss)
-    assert original["system_fingerprint"] and original["choices"][0]["finish_reason"]  # compared below
-    _wait_cached(store, body)
-    hit = client.post(router + "/v1/chat/completions", json=body)
-    streamed = client.post(router + "/v1/chat/completions",
-                           json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    _check_shape(shape, original)
+    _wait_stored(store, path, body)
+    hit = client.post(router + path, json=body)
+    streamed = client.post(router + path, json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    plain = client.post(router + path, json={**body, "stream": True})
     served = hit.json()
-    _print_table("stream miss ->", {"non-stream hit": _fidelity_row(original, served),
-                                    "stream hit (include_usage)": _fidelity_row(original, assembled(streamed))})
-    assert [r.headers["x-cache"] for r in (miss, hit, streamed)] == ["miss", "exact", "exact"]
+    _print_table(f"{shape}: stream miss ->", {"non-stream hit": _fidelity_row(original, served),
+                                              "stream hit (include_usage)": _fidelity_row(original, assembled(streamed)),
+                                              "stream hit (as asked)": _fidelity_row(original, assembled(plain))})
+    assert [r.headers["x-cache"] for r in (miss, hit, streamed, plain)] == ["miss", "exact", "exact", "exact"]
+    # A replayed stream carries usage only with include_usage (OpenAI's rule), so llama-server's
+    # unasked completions usage is not in a stream hit asked the same way.
+    assert all("usage" not in c for c in chunks(plain))
+    assert _fidelity_fields(assembled(plain)) == {**_fidelity_fields(original), "usage": None}
     # usage is there on the hit although the streamed miss had not asked for it (issue 12's table)
-    assert served["usage"]["completion_tokens"] == 16 and served["usage"]["total_tokens"] == (
-        served["usage"]["prompt_tokens"] + 16)
-    assert _fidelity_fields(served) == {**_fidelity_fields(original), "usage": served["usage"]}
+    usage = served["usage"]
+    generated = len(original["choices"][0]["logprobs"]["content"]) if shape.endswith("-logprobs") else None
+    assert 0 < usage["completion_tokens"] <= 16 and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert generated in (None, usage["completion_tokens"])
+    if original["choices"][0]["finish_reason"] == "length":
+        assert usage["completion_tokens"] == 16
+    assert _fidelity_fields(served) == {**_fidelity_fields(original), "usage": usage}
     assert assembled(streamed) == served
