@@ -74,19 +74,28 @@ def replay(response: dict[str, Any], include_usage: bool = True) -> Iterator[byt
     for choice in response.get("choices", []):
         index = choice.get("index", 0)
         extra = {k: v for k, v in choice.items() if k not in _CHOICE_PARTS}
+        said = "logprobs" in choice
         if chat:
             for delta, logprobs in deltas.message_deltas(choice.get("message") or {}, choice.get("logprobs")):
-                yield chunk([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+                part = _with_logprobs({"index": index, "delta": delta}, logprobs, said)
+                yield chunk([{**part, "finish_reason": None}])
             last: dict[str, Any] = {"delta": {}}
         else:
             for piece, logprobs in deltas.split_text(choice.get("text") or "", choice.get("logprobs")):
-                yield chunk([{"index": index, "text": piece, "logprobs": logprobs, "finish_reason": None}])
+                part = _with_logprobs({"index": index, "text": piece}, logprobs, said)
+                yield chunk([{**part, "finish_reason": None}])
             last = {"text": ""}
-        yield chunk([{"index": index, **last, "logprobs": None,
+        yield chunk([{**_with_logprobs({"index": index, **last}, None, said),
                       "finish_reason": choice.get("finish_reason", "stop"), **extra}])
     if include_usage and response.get("usage") is not None:
         yield _event({**head, "choices": [], "usage": response["usage"]})
     yield DONE
+
+
+def _with_logprobs(part: dict[str, Any], logprobs: Any, said: bool) -> dict[str, Any]:
+    """A replayed choice part with its ``logprobs`` if the stored choice had the key (a choice
+    without one, llama-server's when none were asked for, streams none: not even null)."""
+    return {**part, "logprobs": logprobs} if said else part
 
 
 # ``"usage": null``, which OpenAI (and the sim) put on every chunk of a stream that asked for
@@ -288,8 +297,9 @@ class StreamAssembler:
             extra = deltas.finish({k: v for k, v in acc.items() if k not in _CHOICE_PARTS})
             part = ({"message": deltas.message_of(acc.get("delta") or {})} if chat
                     else {"text": deltas.finish(acc.get("text")) or ""})
-            choices.append({"index": index, **part, "logprobs": deltas.finish(acc.get("logprobs")),
-                            "finish_reason": acc["finish_reason"], **extra})
+            if "logprobs" in acc:  # said by the stream, if only as null
+                part["logprobs"] = deltas.finish(acc["logprobs"])
+            choices.append({"index": index, **part, "finish_reason": acc["finish_reason"], **extra})
         out: dict[str, Any] = {
             "id": self._head.get("id", ""),
             "object": "chat.completion" if chat else "text_completion",

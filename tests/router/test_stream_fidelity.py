@@ -168,3 +168,26 @@ def test_events_after_done_make_the_stream_unstorable() -> None:
     assembler.feed(b'data: [DONE]\n\ndata: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
                    b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n')
     assert assembler.result() is None
+
+
+@pytest.mark.parametrize("answer", [
+    {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+     "choices": [{"finish_reason": "length", "index": 0, "message": {"role": "assistant", "content": "Hi"}}]},
+    {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+     "choices": [{"text": "Hi", "index": 0, "finish_reason": "length"}]},
+], ids=["chat", "completions"])
+def test_a_choice_without_logprobs_comes_back_without_them(answer: dict[str, Any]) -> None:
+    """llama-server leaves ``logprobs`` out of a choice when none were asked for (vLLM and OpenAI
+    say ``null``). Regression: a stream hit said ``"logprobs": null`` on every chunk and
+    assembled to a choice with it, a field the replica had not sent."""
+    raw = b"".join(replay(answer, include_usage=False))
+    assert all("logprobs" not in c for line in raw.split(b"\n\n") if line.startswith(b"data: {")
+               for c in json.loads(line[6:])["choices"])
+    assert assemble(raw) == answer
+
+
+def test_logprobs_null_stays_null() -> None:
+    answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "logprobs": None,
+                           "finish_reason": "stop"}]}
+    assert assemble(b"".join(replay(answer, include_usage=False))) == answer
