@@ -17,6 +17,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,8 +27,8 @@ import redis
 from cache import CacheSettings, exact_key
 from cache.types import Endpoint
 from router.signals import parse_metrics
-from tests.router.conftest import assembled, chunks
-from tests.router.llama_servers import start_router, stop
+from tests.router.conftest import LLAMA_MODEL, assembled, chunks
+from tests.router.llama_servers import start_llama, start_router, stop
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
@@ -188,20 +189,48 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
 # sim): the fields a client reads, compared between what it got on the miss and what a hit gives,
 # for each shape llama-server produces. llama.cpp's logprobs are chat-style (``content[]`` with
 # ``token``/``logprob``/``bytes``/``top_logprobs``) on /v1/completions too, not OpenAI's legacy
-# token lists. (No tool calls: SmolLM2's template has no tools, and this llama-server answers a
-# forced ``tool_choice`` with plain text; no ``reasoning_content``: SmolLM2 does not reason.)
-SHAPES = {
-    "chat": ("/v1/chat/completions", {}),
-    "chat-logprobs": ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}),
-    "completions": ("/v1/completions", {}),
-    "completions-logprobs": ("/v1/completions", {"logprobs": 2}),
+# token lists. ``reasoning_content`` comes from a second llama-server whose chat template opens a
+# <think> block (llama_think.jinja, ``--reasoning on``): SmolLM2 does not reason, llama-server's
+# reasoning parser puts its plain answer in that field (content "" non-stream, absent from the
+# stream's deltas). No tool calls: with SmolLM2's template (no tools) this llama-server answers a
+# forced ``tool_choice`` with text, and with a template that has them its tool grammar waits lazily
+# for a ``<tool_call>`` SmolLM2 never writes.
+SHAPES = {  # name: (path, extra body fields, served by the reasoning llama-server)
+    "chat": ("/v1/chat/completions", {}, False),
+    "chat-logprobs": ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, False),
+    "completions": ("/v1/completions", {}, False),
+    "completions-logprobs": ("/v1/completions", {"logprobs": 2}, False),
+    "chat-reasoning": ("/v1/chat/completions", {}, True),
+    "chat-reasoning-logprobs": ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, True),
 }
-FIDELITY_FIELDS = ("content", "logprobs", "finish_reason", "usage", "id", "created", "model", "system_fingerprint")
+FIDELITY_FIELDS = ("content", "reasoning_content", "logprobs", "finish_reason", "usage", "id", "created", "model",
+                   "system_fingerprint")
+THINK_TEMPLATE = Path(__file__).with_name("llama_think.jinja")
+THINKING_MODEL = LLAMA_MODEL + "-think"  # its own pool and cache keys
+
+
+@pytest.fixture(scope="module")
+def thinking_router(store: redis.Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A router in front of a llama-server that returns ``reasoning_content`` (see SHAPES)."""
+    logs = tmp_path_factory.mktemp("thinking")
+    server, url = start_llama(logs / "llama-server.log", THINKING_MODEL, "--jinja", "--chat-template-file",
+                              str(THINK_TEMPLATE), "--reasoning", "on")
+    proc, router_url = start_router(logs / "router.log", [{"url": url, "model": THINKING_MODEL, "profile": "cpu"}])
+    yield router_url
+    stop(proc)
+    stop(server)
+
+
+def _target(shape: str, request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(router URL, model) serving ``shape``; the reasoning server starts only for its shapes."""
+    if SHAPES[shape][2]:
+        return request.getfixturevalue("thinking_router"), THINKING_MODEL
+    return request.getfixturevalue("router"), request.getfixturevalue("model")
 
 
 def _request(shape: str, model: str, text: str, **extra: Any) -> tuple[str, dict[str, Any]]:
     """(path, body) of a greedy 16-token request of ``shape`` on ``text``."""
-    path, params = SHAPES[shape]
+    path, params, _ = SHAPES[shape]
     if path == "/v1/completions":
         return path, {"model": model, "prompt": text, "max_tokens": 16, "temperature": 0, **params, **extra}
     return path, _chat(model, text, **params, **extra)
@@ -215,9 +244,11 @@ def _wait_stored(store: redis.Redis, path: str, body: dict[str, Any]) -> None:
 def _fidelity_fields(answer: dict[str, Any]) -> dict[str, Any]:
     """The compared fields of one chat or text completion (assembled if it was streamed); absent -> None."""
     choice = answer["choices"][0]
-    content = choice["message"].get("content") if "message" in choice else choice.get("text")
-    return {"content": content, "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason"),
-            **{name: answer.get(name) for name in FIDELITY_FIELDS[3:]}}
+    message = choice.get("message", {})
+    content = message.get("content") if "message" in choice else choice.get("text")
+    return {"content": content, "reasoning_content": message.get("reasoning_content"),
+            "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason"),
+            **{name: answer.get(name) for name in FIDELITY_FIELDS[4:]}}
 
 
 def _fidelity_row(miss: dict[str, Any], hit: dict[str, Any]) -> dict[str, str]:
@@ -234,10 +265,15 @@ def _print_table(title: str, columns: dict[str, dict[str, str]]) -> None:
 
 
 def _check_shape(shape: str, answer: dict[str, Any]) -> None:
-    """What the comparison compares is there: text, a fingerprint, and one logprobs entry with two
-    alternatives per generated token where asked for (none where not)."""
+    """What the comparison compares is there: text (reasoning where the shape has it), a
+    fingerprint, and one logprobs entry with two alternatives per generated token where asked
+    for (none where not)."""
     fields = _fidelity_fields(answer)
-    assert fields["content"] and fields["system_fingerprint"] and fields["finish_reason"] in ("length", "stop")
+    assert fields["system_fingerprint"] and fields["finish_reason"] in ("length", "stop")
+    if SHAPES[shape][2]:
+        assert fields["reasoning_content"] and not fields["content"]  # "" non-stream, None streamed
+    else:
+        assert fields["content"] and fields["reasoning_content"] is None
     if shape.endswith("-logprobs"):
         tokens = fields["logprobs"]["content"]
         assert tokens and len(tokens) == answer.get("usage", {}).get("completion_tokens", len(tokens))
@@ -247,8 +283,9 @@ def _check_shape(shape: str, answer: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, router: str, model: str,
-                                                     store: redis.Redis) -> None:
+def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, store: redis.Redis,
+                                                     request: pytest.FixtureRequest) -> None:
+    router, model = _target(shape, request)
     path, body = _request(shape, model, "Give me one word for happy.")
     miss = client.post(router + path, json=body)
     original = miss.json()
@@ -271,8 +308,9 @@ def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.C
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_a_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, router: str, model: str,
-                                                 store: redis.Redis) -> None:
+def test_a_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, store: redis.Redis,
+                                                 request: pytest.FixtureRequest) -> None:
+    router, model = _target(shape, request)
     path, body = _request(shape, model, "Give me one word for sad.")
     miss = client.post(router + path, json={**body, "stream": True})
     # The router asked for usage, the client did not: its usage chunk (no choices) is not relayed.
