@@ -207,7 +207,7 @@ def backtest(
                                    ("--headroom", headroom, headroom >= 0, ">= 0"),
                                    ("--upper-headroom", upper_headroom, upper_headroom >= 0, ">= 0"),
                                    ("--down-cooldown", down_cooldown, down_cooldown >= 0, ">= 0"),
-                                   ("--band-window", band_window, band_window >= 0, ">= 0"),
+                                   ("--band-window", band_window, 0 <= band_window <= 7 * 86400, "between 0 and 604800 (a week)"),
                                    ("--test-fraction", test_fraction, 0 < test_fraction < 1, "in (0, 1)")):
         if not ok:  # a capacity of 0 divided demand by zero deep in the simulation (a traceback)
             raise _fail(f"{flag} must be {bound}, got {value:g}")

@@ -209,6 +209,9 @@ def decide(
     """
     if not steps or not math.isfinite(current_demand):
         return hold(state, now, "no current demand (last bucket missing)", config, current)
+    if not all(math.isfinite(s.forecast) and math.isfinite(s.upper) for s in steps):
+        # an infinite upper would read as min replicas (replicas_for), a scale-down on nonsense
+        return hold(state, now, "forecast not finite", config, current)
     if current is None and state is not None:
         current = state.replicas
     at_lead = max(covered(steps, now, step_s, config), key=lambda s: (s.replicas, s.upper))

@@ -63,7 +63,7 @@ class ForecasterSettings(FileSettings):
     # The band is conditioned on where the last bucket stands against the mean of this trailing
     # span (s): wider after a dip, narrower after a rise (forecaster/models/band.py); 0 = one band
     # for every origin. Chosen on the backtest's tuning days with ``level`` (README, "Measured").
-    band_window_s: float = Field(3600.0, ge=0.0)
+    band_window_s: float = Field(3600.0, ge=0.0, le=7 * 86400.0)  # at most a week
     models: list[str] = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     time_budget_s: PositiveFloat = 5.0  # model selection budget per run
     # The daemon keeps its model choice this long (simulated s) and carries the chosen model over
@@ -96,9 +96,16 @@ class ForecasterSettings(FileSettings):
     @field_validator("pops")
     @classmethod
     def _pop_names(cls, pops: dict[str, str]) -> dict[str, str]:
-        for name in pops:
+        seen: dict[str, str] = {}
+        for name, url in pops.items():
             if not POP_NAME.fullmatch(name):
                 raise ValueError(f"bad POP name {name[:40]!r} (letters, digits, '.', '_', '-'; at most 63)")
+            # the same Redis listed twice would count its demand twice (attack round: 100 copies
+            # of one POP read 100x the demand); the URL is compared as written, never printed
+            key = url.strip().lower()
+            if key in seen:
+                raise ValueError(f"POPs {seen[key]} and {name} name the same Redis URL")
+            seen[key] = name
         return pops
 
     @model_validator(mode="after")

@@ -65,3 +65,32 @@ def test_selection_carries_the_band_and_a_history_moves_it(servegen: np.ndarray)
     assert chosen.calibrate(base, history=dipped).upper[0] > chosen.calibrate(base, history=history).upper[0]
     static = select(history, 2, 1, build_candidates(["last_value"], 144, 600.0, 0.99), 0.99)
     assert static.band is None  # band_window 0: one band, as before
+
+
+def test_a_flat_history_with_one_odd_bucket_then_a_dip_keeps_the_band_finite_and_bounded() -> None:
+    """Attack round: one extra request in a flat day, then a drop, fitted a slope of about -289
+    on a feature that barely varied and applied it far outside that range: upper 4e94."""
+    y = np.array([600.0] * 170 + [601.0] + [600.0] * 6 + [360.0, 360.0, 240.0])
+    chosen = select(y, 8, 6, build_candidates(["last_value"], 1440, 60.0, 0.99), 0.99, band_window=60)
+    fc = chosen.calibrate(chosen.model.predict(8, 0.99), history=y)
+    assert np.all(np.isfinite(fc.upper)) and fc.upper.max() <= 2 * y.max()
+
+
+def test_the_line_is_applied_only_within_the_feature_range_it_was_fitted_on() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-0.1, 0.1, 300)
+    band = fit_reversion_band([-2.0 * x + rng.normal(0.0, 0.01, x.size)], x, window=6, min_points=10)
+    assert band is not None
+    far_dip = np.r_[np.full(5, 1000.0), 1.0]  # x about -5.8, far below the fitted -0.1
+    assert band.log_offsets(far_dip, 0.99)[0] <= band.cap[0] + 1e-12
+    assert fit_reversion_band([x], np.r_[np.zeros(299), 0.01], window=6, min_points=10) is None  # no spread
+
+
+def test_a_band_window_that_is_not_finite_or_past_a_week_is_a_settings_error() -> None:
+    from pydantic import ValidationError
+
+    from forecaster.settings import ForecasterSettings
+
+    for bad in (float("inf"), float("nan"), -1.0, 8 * 86400.0):  # inf crashed every run (attack round)
+        with pytest.raises(ValidationError):
+            ForecasterSettings(band_window_s=bad)

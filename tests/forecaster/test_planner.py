@@ -178,3 +178,13 @@ def test_what_the_mean_or_the_current_demand_asked_for_still_stands_for_the_whol
     steps = plan_steps(np.array([30.0, 30.0]), np.array([30.0, 30.0]), NOW + 600.0, 600.0, cfg)
     after = decide(steps, 30.0, NOW + 660.0, 600.0, cfg, state)
     assert after.replicas == 8, after.reason
+
+
+def test_an_infinite_upper_forecast_holds_instead_of_reading_as_min_replicas() -> None:
+    """Attack round: a bucket whose upper forecast was inf planned 1 replica and scaled 10 -> 6."""
+    from forecaster.plan import PlannerConfig, PlannerState, decide, plan_steps
+
+    config = PlannerConfig(capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0)
+    steps = plan_steps(np.array([5.0] * 10), np.array([6.0] * 5 + [np.inf] * 5), 0.0, 60.0, config)
+    decision = decide(steps, 5.0, 0.0, 60.0, config, PlannerState(10, -60.0), 10)
+    assert decision.action == "hold" and decision.replicas == 10

@@ -132,6 +132,9 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
     ('{"paris": "http://:hunter2@10.0.0.1/0"}', "pops.paris\n"),
     ('{"pop paris": "redis://:hunter2@10.0.0.1:6379/0"}', "bad POP name 'pop paris'"),
     ('{"paris": "redis://:hunter2@10.0.0.1:6379/0?socket_timeout=abc"}', "PROMPTEDGE_FORECASTER_POPS: POP paris: "),
+    # the same Redis twice counted its demand twice (attack round)
+    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "nyc": "redis://:hunter2@10.0.0.1:6379/0"}',
+     "POPs paris and nyc name the same Redis URL"),
 ])
 def test_malformed_pops_are_a_settings_error_without_the_password(value: str, expected: str) -> None:
     result = CliRunner().invoke(app, ["run", "--once"], env={"PROMPTEDGE_FORECASTER_POPS": value,
