@@ -50,3 +50,15 @@ def test_a_redis_url_with_a_bad_option_is_a_start_up_error_not_a_traceback() -> 
     assert done.returncode == 2, output
     assert "PROMPTEDGE_REDIS_URL" in output and "socket_timeout" in output
     assert "Traceback" not in output and "hunter2" not in output
+
+
+def test_a_bad_cache_setting_is_a_start_up_error_before_the_port_is_bound() -> None:
+    # Regression (attack round): PROMPTEDGE_CACHE_THRESHOLD=2 was read only in the lifespan; with
+    # --workers 2 the port accepted connections for about 30 s with no worker behind it, then exit 3.
+    env = {**os.environ, "PROMPTEDGE_CACHE_THRESHOLD": "2",
+           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}])}
+    done = subprocess.run([sys.executable, "-m", "router", "serve", "--port", "0", "--workers", "2"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "PROMPTEDGE_CACHE_THRESHOLD" in output and "Traceback" not in output
