@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pydantic_settings import SettingsError
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
+from cache.settings import CacheSettings
 from opskit import LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
@@ -81,6 +83,13 @@ def prepare() -> Launch:
         raise StartupError(lines) from None
     except SettingsError as exc:  # a list/dict setting that is not valid JSON
         raise StartupError([str(exc)]) from None
+    try:  # the cache's own settings, read again in each worker's lifespan: a bad one is a start-up error here
+        CacheSettings()
+    except ValidationError as exc:
+        raise StartupError([f"setting PROMPTEDGE_CACHE_{error_location(e['loc']).split('.')[0].upper()} "
+                            f"({error_location(e['loc'])}): {e['msg']}" for e in exc.errors(include_url=False)]) from None
+    except SettingsError as exc:
+        raise StartupError([str(exc)]) from None
     try:
         check_exporter(settings.otel_exporter)
         check_redis_url(settings.redis_url)
@@ -132,6 +141,10 @@ class WorkerConfig(uvicorn.Config):
         supervisor rather than restarting the worker forever), then the app and the limited
         protocol."""
         configure_process_logging(self.router_log_format, self.router_log_level)
+        # SIGHUP is the supervisor's (it replaces the workers one by one); a hang-up sent to the
+        # whole process group (a closed terminal, an orphaned group) killed every worker at once
+        # with its streams (attack round: 10 of 10 cut). uvicorn's worker handles only INT/TERM.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             launch = prepare()
         except StartupError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import time
@@ -79,7 +80,7 @@ def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(
     monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0?socket_timeout=abc")
     config = WorkerConfig(host="127.0.0.1", port=0, workers=2, log_format="json", log_level="info", keepalive_s=5.0)
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    handlers, level, on_hangup = list(root.handlers), root.level, signal.getsignal(signal.SIGHUP)
     try:
         with pytest.raises(SystemExit) as exit_:
             config.load()
@@ -87,6 +88,7 @@ def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(
     finally:  # load() configured this process's logging as a worker's
         root.handlers[:] = handlers
         root.setLevel(level)
+        signal.signal(signal.SIGHUP, on_hangup)
         logging.captureWarnings(False)
     assert exit_.value.code == STARTUP_FAILURE and not config.loaded
     # said as the log's one JSON line, naming the setting (the supervisor's log is all JSON)
@@ -148,6 +150,15 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
             if semantic_elsewhere:
                 break
         assert semantic_elsewhere
+
+        # a hang-up that reaches the workers (sent to the whole process group) is not theirs:
+        # they keep serving; before, each exited at once and the supervisor replaced them
+        for pid in workers:
+            os.kill(pid, signal.SIGHUP)
+        time.sleep(2.0)
+        assert all(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in workers)
+        assert chat(router, "still there after a hang-up?")[2] == 200
 
         # SIGTERM to the supervisor stops every worker (and the resource tracker) with it
         family = psutil.Process(router.proc.pid).children(recursive=True)
