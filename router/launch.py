@@ -20,12 +20,12 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 from tqdm import tqdm
 from pydantic import ValidationError
-from pydantic_settings import SettingsError
+from pydantic_settings import BaseSettings, SettingsError
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
@@ -42,6 +42,7 @@ from router.settings import RouterSettings, error_location
 from router.tracing import TracingError, check_exporter
 
 log = logging.getLogger("router.server")
+S = TypeVar("S", bound=BaseSettings)
 # A worker's start-up (the embedding model's load, its first ONNX export: 10-30 s) must not be
 # taken for a hang: the supervisor kills and replaces a worker that does not answer its ping
 # within this many seconds (uvicorn's default is 5).
@@ -67,29 +68,31 @@ class Launch:
     budget: ConnectionBudget
 
 
-def prepare() -> Launch:
-    """Read the settings from the environment (and PROMPTEDGE_SETTINGS_FILE), check the Redis
-    URL, the tracing exporter, discovery and every backend key, and size connections to this
-    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`."""
+def _read(cls: type[S], prefix: str) -> S:
+    """``cls()`` from the environment and the settings file; an invalid value is a StartupError
+    line per error naming its environment variable (``prefix`` + field, or the alias it was given
+    as), never the value."""
     try:
-        settings = RouterSettings()
+        return cls()
     except ValidationError as exc:
         lines = []
         for error in exc.errors(include_url=False):
             field = error_location(error["loc"])  # API keys in a location are secrets
             top = field.split(".")[0]  # a field, or an env name given as its alias (PROMPTEDGE_REDIS_URL)
-            name = top if top.startswith("PROMPTEDGE_") else f"PROMPTEDGE_ROUTER_{top.upper()}"
+            name = top if top.startswith("PROMPTEDGE_") else f"{prefix}{top.upper()}"
             lines.append(f"setting {name} ({field}): {error['msg']}")
         raise StartupError(lines) from None
     except SettingsError as exc:  # a list/dict setting that is not valid JSON
         raise StartupError([str(exc)]) from None
-    try:  # the cache's own settings, read again in each worker's lifespan: a bad one is a start-up error here
-        CacheSettings()
-    except ValidationError as exc:
-        raise StartupError([f"setting PROMPTEDGE_CACHE_{error_location(e['loc']).split('.')[0].upper()} "
-                            f"({error_location(e['loc'])}): {e['msg']}" for e in exc.errors(include_url=False)]) from None
-    except SettingsError as exc:
-        raise StartupError([str(exc)]) from None
+
+
+def prepare() -> Launch:
+    """Read the settings from the environment (and PROMPTEDGE_SETTINGS_FILE), check the Redis
+    URL, the tracing exporter, discovery and every backend key, and size connections to this
+    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`."""
+    settings = _read(RouterSettings, "PROMPTEDGE_ROUTER_")
+    # the cache's own settings, read again in each worker's lifespan: a bad one is a start-up error here
+    _read(CacheSettings, "PROMPTEDGE_CACHE_")
     try:
         check_exporter(settings.otel_exporter)
         check_redis_url(settings.redis_url)
