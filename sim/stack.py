@@ -96,12 +96,14 @@ class Stack:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def spawn(self, name: str, module_args: list[str], env: dict[str, str] | None = None) -> Child:
-        """Start ``python -m <module_args...>`` with this interpreter; output goes to a log file."""
+    def spawn(self, name: str, module_args: list[str], env: dict[str, str] | None = None, nice: int = 0) -> Child:
+        """Start ``python -m <module_args...>`` with this interpreter; output goes to a log file.
+        ``nice`` > 0 runs it (and what it starts) at that lower CPU priority (``nice(1)``)."""
         log = self.log_dir / f"{name}.log"
+        prefix = ["nice", "-n", str(nice)] if nice else []
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", *module_args],
+                [*prefix, sys.executable, "-m", *module_args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})}, start_new_session=True,
             )

@@ -35,7 +35,8 @@ class LoopConfig:
     within the SLO; None: measured with sim.latency on the segment's tokens); ``history_days``:
     days before the segment written as router counters for the forecaster; ``max_replicas``:
     the bound of both autoscalers; ``headroom``: extra capacity fraction (forecaster and HPA
-    target alike)."""
+    target alike); ``control_nice``: CPU niceness of the control plane and the policy's actor
+    (0: same priority as the data path)."""
 
     trace: Path
     start_hour: float | None = None
@@ -70,6 +71,11 @@ class LoopConfig:
     kube_tools: Path = field(default_factory=_default_kube_tools)
     log_dir: Path = Path("out/loop")
     progress: bool = True
+    # On a cluster the control plane, etcd and the autoscalers run on other machines than the
+    # GPU replicas and the router; here they share two cores, and at 7x their CPU bursts (the
+    # forecaster's model selection takes ~40 % of a core) are magnified into seconds of TTFT.
+    # They run at this lower CPU priority (nice), so the data path is served first.
+    control_nice: int = 10
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]

@@ -159,7 +159,7 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     log_dir = (cfg.log_dir / policy).resolve()
     wall_start = time.time()
     # Exit order: the processes (node, router, actor) stop before the control plane does.
-    with ControlPlane(cfg.kube_tools, log_dir / "kube") as plane, Stack(log_dir) as stack:
+    with ControlPlane(cfg.kube_tools, log_dir / "kube", nice=cfg.control_nice) as plane, Stack(log_dir) as stack:
         assert plane.kubeconfig is not None
         kubeconfig = plane.kubeconfig
         pool = connect(kubeconfig, cfg.namespace, cfg.deployment)
@@ -239,12 +239,16 @@ def _start_actor(stack: Stack, cfg: LoopConfig, prep: Prepared, policy: str, rou
             "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
             "PROMPTEDGE_ACTUATOR_MODE": "kubernetes", "PROMPTEDGE_ACTUATOR_NAMESPACE": cfg.namespace,
             "PROMPTEDGE_ACTUATOR_DEPLOYMENT": cfg.deployment, "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
-            "PROMPTEDGE_ACTUATOR_CONTEXT": "local", "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s)})
+            "PROMPTEDGE_ACTUATOR_CONTEXT": "local", "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s),
+            # As the reactive policy: HPA's default behaviour has no scale-up stabilisation, so
+            # a forecast that keeps rising is not held back for 300 s after each step up.
+            "PROMPTEDGE_FORECASTER_UP_COOLDOWN_S": "0"}, nice=cfg.control_nice)
     elif policy == "reactive":
         stack.spawn("hpa", ["bench.hpa_controller", "--router", router, "--namespace", cfg.namespace,
                             "--deployment", cfg.deployment, "--kubeconfig", str(kubeconfig), "--context", "local",
                             "--target-rps", repr(prep.capacity_rps / (1 + cfg.headroom)),
-                            "--clock-scale", repr(cfg.speedup), "--max-replicas", str(cfg.max_replicas)], clock)
+                            "--clock-scale", repr(cfg.speedup), "--max-replicas", str(cfg.max_replicas)], clock,
+                    nice=cfg.control_nice)
 
 
 def to_records(plan: list[PlannedRequest], outcomes: list[Outcome], speedup: float) -> list[RequestRecord]:

@@ -35,8 +35,9 @@ class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler from ``tools``
     (start.sh / stop.sh), state in ``run_dir``. Context manager; ``kubeconfig`` after start."""
 
-    def __init__(self, tools: Path, run_dir: Path) -> None:
+    def __init__(self, tools: Path, run_dir: Path, nice: int = 0) -> None:
         self.tools, self.run_dir = tools, run_dir.resolve()  # start.sh writes absolute paths from it
+        self.nice = nice  # > 0: etcd and the control plane run at this lower CPU priority
         self.kubeconfig: Path | None = None
         self._env: dict[str, str] | None = None
 
@@ -76,7 +77,8 @@ class ControlPlane:
         self._env = {**os.environ, "RUN": str(self.run_dir), "ETCD_PORT": str(etcd), "API_PORT": str(free_port()),
                      "CONTROL_PLANE": "1", "CM_PORT": str(free_port()), "SCHED_PORT": str(free_port())}
         try:
-            done = subprocess.run([str(self.tools / "start.sh")], env=self._env, capture_output=True, text=True,
+            prefix = ["nice", "-n", str(self.nice)] if self.nice else []
+            done = subprocess.run([*prefix, str(self.tools / "start.sh")], env=self._env, capture_output=True, text=True,
                                   timeout=START_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.stop()

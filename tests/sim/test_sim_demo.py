@@ -38,6 +38,24 @@ def test_children_are_stopped_when_the_demo_fails(tmp_path: Path) -> None:
     assert child.process.returncode is not None and not pid_alive(child.process.pid)
 
 
+def test_a_child_spawned_nice_runs_and_is_stopped_at_that_lower_priority(tmp_path: Path) -> None:
+    # the closed loop runs its control plane and autoscalers so: their CPU bursts must not
+    # become the data path's latency (sim/loop/config.py, control_nice)
+    import os
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with Stack(tmp_path) as stack:
+        ports = free_port(), free_port()
+        niced = stack.spawn("niced", ["sim", "serve", "--port", str(ports[0])], nice=7)
+        plain = stack.spawn("plain", ["sim", "serve", "--port", str(ports[1])])
+        # serving: nice(1) has set the priority and exec'd the server in the same process
+        stack.wait_healthy({"niced": f"http://127.0.0.1:{ports[0]}", "plain": f"http://127.0.0.1:{ports[1]}"},
+                           timeout_s=30)
+        assert os.getpriority(os.PRIO_PROCESS, niced.process.pid) == min(19, base + 7)
+        assert os.getpriority(os.PRIO_PROCESS, plain.process.pid) == base
+    assert not pid_alive(niced.process.pid)
+
+
 def test_a_child_that_exits_is_reported_with_its_log(tmp_path: Path) -> None:
     with Stack(tmp_path) as stack:
         stack.spawn("bad", ["sim", "serve", "--port", str(free_port()), "--profile", "h100x"])
