@@ -12,9 +12,10 @@ Rules (forecaster/README.md, "Several POPs"):
   on it. Missing data makes the planner hold instead. Within the known minutes the sum is what
   one Redis would hold if every router wrote into it (a counter one POP never wrote in the span,
   e.g. misses where all were cache hits, is 0 there).
-- A POP whose Redis does not answer (connection refused, timeout) makes the whole source
-  unavailable (SourceUnavailable naming the POP, never its URL): the run holds, it never reads
-  the remaining POPs as all the demand.
+- A POP whose Redis does not answer (connection refused, timeout) or answers with an error
+  (WRONGTYPE, ACL NOPERM, ...: named by its class) makes the whole source unavailable
+  (SourceUnavailable naming the POP, never its URL): the run holds, it never reads the
+  remaining POPs as all the demand.
 - The POPs are read concurrently, one thread each. Each POP's Redis calls are bounded by
   ``timeout_s`` (connect and every read, as for one Redis); the whole read is bounded by
   ``deadline_s`` (default ``READ_CALLS * timeout_s``: a POP's read is at most a connect, the
