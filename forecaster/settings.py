@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -23,6 +24,20 @@ from forecaster.plan import PlannerConfig
 
 # A POP name (``pops``' keys): it appears in log lines, hold reasons and error messages.
 POP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+NO_HOST = "the Redis URL has no host (redis://host:port/db); redis-py would read localhost"
+
+
+def has_host(url: str) -> bool:
+    """False for a one-server Redis URL with an empty host (``redis://:6379/0``,
+    ``redis://:pw@/0``), which redis-py reads as localhost; True otherwise (``unix://`` has a
+    path instead; a Cluster or Sentinel URL without a host fails its own check). Pure."""
+    scheme = url.partition("://")[0].lower()
+    if scheme not in ("redis", "rediss"):
+        return True
+    try:
+        return bool(urlsplit(url).hostname)
+    except ValueError:  # not a URL at all: the RedisURL check says so
+        return True
 
 
 class ForecasterSettings(FileSettings):
@@ -100,6 +115,8 @@ class ForecasterSettings(FileSettings):
         for name, url in pops.items():
             if not POP_NAME.fullmatch(name):
                 raise ValueError(f"bad POP name {name[:40]!r} (letters, digits, '.', '_', '-'; at most 63)")
+            if not has_host(url):
+                raise ValueError(f"POP {name}: {NO_HOST}")
             # the same Redis listed twice would count its demand twice (attack round: 100 copies
             # of one POP read 100x the demand); the URL is compared as written, never printed
             key = url.strip().lower()

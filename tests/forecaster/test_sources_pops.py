@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from forecaster import ForecasterSettings, PopsCounterSource, RedisCounterSource, RedisStateStore, run_once
 from forecaster.cli import app
-from forecaster.errors import SourceUnavailable
+from forecaster.errors import ConfigError, SourceUnavailable
 from sim.stack import RedisServer
 
 BASE = 28_000_000  # a Unix minute
@@ -179,6 +179,9 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
     # the same Redis twice counted its demand twice (attack round)
     ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "nyc": "redis://:hunter2@10.0.0.1:6379/0"}',
      "POPs paris and nyc name the same Redis URL"),
+    # an empty host read localhost (another POP's Redis, or the central one) in silence
+    ('{"paris": "redis://:hunter2@:6379/0"}', "POP paris: the Redis URL has no host"),
+    ('{"nyc": "redis://10.0.0.2:6379/0", "paris": "rediss://:6379/0"}', "POP paris: the Redis URL has no host"),
 ])
 def test_malformed_pops_are_a_settings_error_without_the_password(value: str, expected: str) -> None:
     result = CliRunner().invoke(app, ["run", "--once"], env={"PROMPTEDGE_FORECASTER_POPS": value,
@@ -205,3 +208,8 @@ def test_pops_from_the_settings_file_and_only_for_redis(tmp_path: Path, monkeypa
     assert settings.redis_url == "redis://central:6379/0"
     with pytest.raises(ValidationError, match="need source 'redis'"):
         ForecasterSettings(source="prometheus")
+
+
+def test_a_pop_url_without_a_host_is_refused_by_the_source_too() -> None:
+    with pytest.raises(ConfigError, match="POP paris: the Redis URL has no host"):
+        PopsCounterSource({"nyc": "redis://10.0.0.2:6379/0", "paris": "redis://:6379/0"}, None, 600)
