@@ -10,12 +10,13 @@ may hold a password).
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from opskit import FileSettings, LogFormat, RedisURL
 
@@ -40,6 +41,17 @@ def has_host(url: str) -> bool:
         return True
 
 
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: a JSON object whose keys are all different (json.loads
+    itself keeps the last of a repeated key in silence)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:  # a key that is no POP name (a URL pasted as one) is not repeated
+            raise ValueError(f"POP {key if POP_NAME.fullmatch(key) else '(a bad name)'} is named twice")
+        seen[key] = value
+    return seen
+
+
 class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
@@ -53,8 +65,9 @@ class ForecasterSettings(FileSettings):
     # Several POPs, each router counting into its own Redis: POP name -> Redis URL (env: a JSON
     # object). Their counters are summed per minute, a minute known only when every POP counted
     # it (forecaster/sources/pops.py); redis_url then keeps only the planner state. Empty: the
-    # counters are read from redis_url.
-    pops: dict[str, RedisURL] = Field(default_factory=dict)
+    # counters are read from redis_url. NoDecode: _pops_json decodes the environment's JSON
+    # itself, to refuse a repeated name (json.loads keeps the last).
+    pops: Annotated[dict[str, RedisURL], NoDecode] = Field(default_factory=dict)
     # Source of demand: the router's Redis counters or a Prometheus query_range.
     source: Literal["redis", "prometheus"] = "redis"
     model_name: str | None = None  # the router's model/pool; None = sum over all models
@@ -107,6 +120,16 @@ class ForecasterSettings(FileSettings):
     clock_scale: PositiveFloat = 1.0  # simulated seconds per wall second
     # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
     metrics_port: int = Field(9464, ge=0, le=65535)
+
+    @field_validator("pops", mode="before")
+    @classmethod
+    def _pops_json(cls, value: Any) -> Any:
+        if not isinstance(value, (str, bytes)):  # the settings file's mapping, or an argument
+            return value
+        try:
+            return json.loads(value, object_pairs_hook=_unique_pairs)
+        except json.JSONDecodeError as exc:  # its message quotes no input
+            raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
 
     @field_validator("pops")
     @classmethod

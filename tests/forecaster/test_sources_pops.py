@@ -170,7 +170,7 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', 'field "pops"'),  # not JSON
+    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', "pops\n  Value error, not JSON: "),  # not JSON
     ('["redis://:hunter2@10.0.0.1:6379/0"]', "pops\n  Input should be a valid dictionary"),  # a list
     ('{"paris": "redis://:hunter2@10.0.0.1:port/0"}', "pops.paris\n"),
     ('{"paris": "http://:hunter2@10.0.0.1/0"}', "pops.paris\n"),
@@ -182,6 +182,9 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
     # an empty host read localhost (another POP's Redis, or the central one) in silence
     ('{"paris": "redis://:hunter2@:6379/0"}', "POP paris: the Redis URL has no host"),
     ('{"nyc": "redis://10.0.0.2:6379/0", "paris": "rediss://:6379/0"}', "POP paris: the Redis URL has no host"),
+    # a name given twice kept only its last URL in silence (json.loads' last key wins)
+    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "paris": "redis://:hunter2@10.0.0.2:6379/0"}',
+     "POP paris is named twice"),
 ])
 def test_malformed_pops_are_a_settings_error_without_the_password(value: str, expected: str) -> None:
     result = CliRunner().invoke(app, ["run", "--once"], env={"PROMPTEDGE_FORECASTER_POPS": value,
