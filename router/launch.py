@@ -30,7 +30,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from cache.settings import CacheSettings
-from opskit import LogFormat, configure as configure_logging
+from opskit import FORMATS, LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
 from router.credentials import CredentialError, Credentials
@@ -50,12 +50,14 @@ WORKER_HEALTHCHECK_S = 30
 
 
 class StartupError(Exception):
-    """The router cannot start with these settings; ``lines`` are the messages for stderr
-    (``error: ...``), which never repeat a secret."""
+    """The router cannot start with these settings; ``lines`` are the messages for the log
+    (:func:`report_startup_error`), which never repeat a secret; ``log_format`` is the router's
+    setting when it could be read (None: the settings themselves failed)."""
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], log_format: LogFormat | None = None) -> None:
         super().__init__("; ".join(lines))
         self.lines = lines
+        self.log_format = log_format
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,17 @@ def _read(cls: type[S], prefix: str) -> S:
 def prepare() -> Launch:
     """Read the settings from the environment (and PROMPTEDGE_SETTINGS_FILE), check the Redis
     URL, the tracing exporter, discovery and every backend key, and size connections to this
-    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`."""
+    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`
+    (with the router's ``log_format`` once its settings are read)."""
     settings = _read(RouterSettings, "PROMPTEDGE_ROUTER_")
+    try:
+        return _check(settings)
+    except StartupError as exc:
+        exc.log_format = settings.log_format
+        raise
+
+
+def _check(settings: RouterSettings) -> Launch:
     # the cache's own settings, read again in each worker's lifespan: a bad one is a start-up error here
     _read(CacheSettings, "PROMPTEDGE_CACHE_")
     try:
@@ -108,6 +119,20 @@ def prepare() -> Launch:
     except ValueError as exc:
         raise StartupError([str(exc)]) from None
     return Launch(settings.model_copy(update={"max_connections": budget.upstream}), source, budget)
+
+
+def report_startup_error(exc: StartupError, log_level: str) -> None:
+    """Log ``exc``'s lines as ERROR records of ``router.server`` (``cannot start: ...``) in the
+    router's log format, as every other line of its log: JSON by default, so a log pipeline that
+    parses each stderr line as JSON reads them too. When the settings themselves failed, the
+    format is ``PROMPTEDGE_ROUTER_LOG_FORMAT`` if that alone is valid, else the default (json)."""
+    fmt = exc.log_format
+    if fmt is None:
+        given = os.environ.get("PROMPTEDGE_ROUTER_LOG_FORMAT", "").strip().lower()
+        fmt = given if given in FORMATS else RouterSettings.model_fields["log_format"].default
+    configure_process_logging(fmt, log_level)
+    for line in exc.lines:
+        log.error("cannot start: %s", line)
 
 
 def configure_process_logging(log_format: LogFormat, log_level: str) -> None:
