@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,6 +39,8 @@ from router.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, ReplicaSource, StaticSource
 from router.discovery_config import build_source
 from router.limits import ConnectionBudget, connection_budget
+from router.metrics_shared import ENV as SHARED_METRICS_ENV
+from router.metrics_shared import forget
 from router.server import not_cancelled, protocol_class, raise_open_files_limit
 from router.settings import RouterSettings, error_location
 from router.tracing import TracingError, check_exporter
@@ -192,16 +196,43 @@ class WorkerConfig(uvicorn.Config):
         super().load()
 
 
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor, which also tells prometheus_client when a worker is gone (died and
+    replaced, replaced on SIGHUP, removed on SIGTTOU), so that its live gauges leave the shared
+    ``/metrics`` with it (router/metrics_shared.py)."""
+
+    def keep_subprocess_alive(self) -> None:
+        before = self._pids()
+        super().keep_subprocess_alive()
+        forget(before - self._pids())
+
+    def handle_signals(self) -> None:
+        before = self._pids()
+        super().handle_signals()
+        forget(before - self._pids())
+
+    def _pids(self) -> set[int]:
+        return {process.pid for process in self.processes if process.pid is not None}
+
+
 def serve_workers(config: WorkerConfig) -> None:
     """Bind ``config``'s port once, run ``config.workers`` workers on it under uvicorn's
     supervisor until SIGINT or SIGTERM (each worker is sent SIGTERM and waited for), then return.
-    Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails to start."""
+    The workers share a fresh ``PROMETHEUS_MULTIPROC_DIR`` (made here before they start, any
+    inherited one replaced, removed at exit) so that each one's ``/metrics`` answers with all of
+    their series. Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails
+    to start."""
     sock = config.bind_socket()  # logs "Uvicorn running on ..." with the bound port
     # listening now, not when the first worker has started: a connection made meanwhile (or while
     # every worker restarts) waits in the backlog instead of being refused
     sock.listen(config.backlog)
-    supervisor = Multiprocess(config, sockets=[sock])
-    supervisor.run()
+    # a directory of an earlier run would add its counts to this one's: always a new one
+    os.environ[SHARED_METRICS_ENV] = tempfile.mkdtemp(prefix="promptedge-metrics-")
+    try:
+        supervisor = Supervisor(config, sockets=[sock])
+        supervisor.run()
+    finally:
+        shutil.rmtree(os.environ.pop(SHARED_METRICS_ENV), ignore_errors=True)
     sock.close()
     if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
         sys.exit(STARTUP_FAILURE)
