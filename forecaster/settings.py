@@ -87,11 +87,14 @@ class ForecasterSettings(FileSettings):
     # Upper quantile of the forecast band the planner provisions for (calibrated on backtest
     # residuals), with ``upper_headroom`` over it; chosen on the backtest's tuning days
     # (README, "Measured").
-    level: float = Field(0.99, gt=0.5, lt=1.0)
+    level: float = Field(0.9, gt=0.5, lt=1.0)
     # The band is conditioned on where the last bucket stands against the mean of this trailing
     # span (s): wider after a dip, narrower after a rise (forecaster/models/band.py); 0 = one band
     # for every origin. Chosen on the backtest's tuning days with ``level`` (README, "Measured").
     band_window_s: float = Field(3600.0, ge=0.0, le=7 * 86400.0)  # at most a week
+    # The band is also scaled by the volatility of that span (root mean square of its log
+    # changes): wide in a restless hour, narrow in a calm one; chosen with ``level``.
+    band_scale: bool = True
     models: list[str] = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     time_budget_s: PositiveFloat = 5.0  # model selection budget per run
     # The daemon keeps its model choice this long (simulated s) and carries the chosen model over
