@@ -12,7 +12,8 @@ lookup, in order:
   the replica's answer is compared with the candidate's cached one (no extra replica call)
   and the entry and pool learn the label;
 - ``client_report_rate``: the share of *wrong* served hits whose client reports it
-  (``X-PromptEdge-Cache-Feedback: wrong``): the entry and pool learn "wrong" (no cost).
+  (``POST /v1/cache/feedback``): the entry learns "wrong" (no cost); the pool does not (a
+  client's report may not make other tenants' hits rarer).
 
 The draws come from one seeded generator, so a run is reproducible. Pure apart from it.
 """
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cache.entry_bound import BoundPrior, EntryState, decide, update
+from cache.entry_bound import BoundPrior, EntryState, decide, update_entry, update_pool
 
 
 @dataclass(frozen=True)
@@ -59,21 +60,23 @@ def replay(stream: Sequence[Lookup], prior: BoundPrior, delta: float, label_rate
         if item.score < prior.floor:
             continue
         entry = entries.get(item.entry) or prior.new_entry()
-        learn = False
+        learn = pool_learns = False
         if decide(prior, item.score, entry, pool, delta) == "serve":
             served += 1
             wrong += not item.right
             if rng.random() < label_rate:
                 shadow += 1
-                learn = True
+                learn = pool_learns = True
             elif not item.right and rng.random() < client_report_rate:
                 reports += 1
-                learn = True
+                learn = True  # a client's report teaches its own entry, never the pool
         elif rng.random() < label_rate:
             compared += 1
-            learn = True
+            learn = pool_learns = True
         if learn:
-            entries[item.entry], pool = update(prior, item.score, item.right, entry, pool)
+            entries[item.entry] = update_entry(prior, item.score, item.right, entry, pool)
+        if pool_learns:
+            pool = update_pool(prior, item.score, item.right, pool)
     learned = [s for s in entries.values() if s.seen]
     return {"delta": delta, "label_rate": label_rate, "client_report_rate": client_report_rate,
             "lookups": len(stream), "served": served, "wrong": wrong, "positives": positives,
@@ -84,7 +87,7 @@ def replay(stream: Sequence[Lookup], prior: BoundPrior, delta: float, label_rate
             "recall": round((served - wrong) / positives, 4) if positives else 0.0,
             "shadow_calls": shadow, "compared_misses": compared, "client_reports": reports,
             "entries_labelled": len(learned), "entries_labelled_twice": sum(s.seen >= 2 for s in learned),
-            "pool": pool.to_json()}
+            "pool_labels": pool.seen}
 
 
 def _r(value: float | None) -> float | None:

@@ -9,7 +9,11 @@ Input: scores (cosine of each labelled pair's two texts) and labels of the QQP *
 3. each block of equal fitted value becomes a step; its value is replaced by the one-sided
    95 % Wilson lower bound of the block's share of positives (cache/verifier.py's
    ``wilson_lower``), then made non-decreasing again by a running maximum (under monotony, a
-   higher block is at least as good as any lower one, so the lower one's bound holds for it).
+   higher block is at least as good as any lower one, so the lower one's bound holds for it):
+   a block whose bound is no higher than the step below joins that step (fewer, wider steps
+   gather a pool's labels faster);
+4. its strength (pseudo-observations in the pool's Beta belief of the step) is the block's
+   size, at most ``max_strength``.
 
 scikit-learn is needed here only; serving reads the JSON (cache/entry_bound.py).
 """
@@ -24,13 +28,17 @@ from cache.entry_bound import BoundPrior
 from cache.verifier import wilson_lower
 
 DEFAULT_FLOOR = 0.70  # the learned verifier's prefilter: below it no candidate is ever judged
+# a step's training data counts as at most this many of the pool's own labels: QQP is a prior
+# for other traffic, not its truth
+DEFAULT_MAX_STRENGTH = 20.0
 
 
 def fit_prior(scores: Sequence[float], labels: Sequence[int], floor: float = DEFAULT_FLOOR,
-              offset_var: float = 1.0, pool_var: float = 0.25, kind: str = "cosine",
+              offset_var: float = 1.0, max_strength: float = DEFAULT_MAX_STRENGTH, kind: str = "cosine",
               source: str = "fitted") -> BoundPrior:
-    """The prior's step function from labelled scores (see the module doc). Raises ValueError
-    when no pair reaches ``floor``."""
+    """The prior's step function from labelled scores (see the module doc); each step's
+    strength is its block's size, at most ``max_strength``. Raises ValueError when no pair
+    reaches ``floor``."""
     from sklearn.isotonic import IsotonicRegression
 
     x = np.asarray(scores, dtype=np.float64)
@@ -43,13 +51,18 @@ def fit_prior(scores: Sequence[float], labels: Sequence[int], floor: float = DEF
     fitted = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(xs, ys).predict(xs)
     knots: list[float] = []
     probability: list[float] = []
+    sizes: list[int] = []
     start = 0
     for end in range(1, len(xs) + 1):
         if end == len(xs) or fitted[end] != fitted[start]:
             block = ys[start:end]
             bound = wilson_lower(int(block.sum()), len(block))
-            knots.append(floor if not knots else float(xs[start]))
-            probability.append(max(bound, probability[-1] if probability else 0.0))
+            if probability and bound <= probability[-1]:
+                sizes[-1] += len(block)  # no better than the step below: one step with it
+            else:
+                knots.append(floor if not knots else float(xs[start]))
+                probability.append(bound)
+                sizes.append(len(block))
             start = end
     return BoundPrior(kind, floor, tuple(round(k, 6) for k in knots), tuple(round(p, 6) for p in probability),
-                      offset_var, pool_var, source)
+                      tuple(float(min(n, max_strength)) for n in sizes), offset_var, source)

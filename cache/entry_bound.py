@@ -1,46 +1,47 @@
-"""A per-entry error bound for semantic hits, learned online (issue 14, item 2). Pure: math only.
+"""A per-entry error bound for semantic hits, learned online (issue 14, item 2). Pure, apart
+from ``load_prior`` (reads the prior's file).
 
 The question for every semantic candidate: may its cached answer be served to this query while
 the share of wrong answers among served hits stays at most ``delta`` (e.g. 0.02)?
 
-Model. The probability that entry e's answer is right for a query at score x (the cosine of
-the two texts, or another score that grows with the match) is
+Model, for a query at score x (the cosine of the two texts) against entry e of a pool:
 
-    P(right | x, e) = sigmoid(eta(x) + g + b_e)
+    P(right | x, e) = sigmoid(eta_pool(x) + b_e)
 
-- ``eta(x)``: the global prior, a non-decreasing step function of the score fitted offline on
-  labelled pairs (``BoundPrior``; QQP's train split, ``python -m cache fit-bound``): isotonic
-  regression of the labels on the score, each block's precision replaced by its one-sided 95 %
-  Wilson lower bound, so a block of few pairs cannot look better than its data supports;
-- ``b_e``: the entry's own offset on the log-odds scale, unknown, with a Gaussian belief
-  N(mean, var) (``EntryState``) that starts at N(0, prior.offset_var) and moves with every
-  labelled observation of that entry: an entry whose neighbours turned out right serves at a
-  lower score, one that served a wrong answer needs a higher one;
-- ``g``: the same kind of offset shared by every entry of a pool (``EntryState`` too), which
-  corrects the prior where the traffic is not QQP.
+- ``eta_pool(x)``: the pool's calibration at the score, a step function of x. Its steps are
+  fitted offline on labelled pairs (``BoundPrior``; QQP's train split, ``python -m cache
+  fit-bound``): isotonic regression of the label on the score, each block's precision replaced
+  by its one-sided 95 % Wilson lower bound. Online, every step is a Beta belief whose prior is
+  that value with a bounded weight (``strength``, pseudo-observations) and which counts the
+  pool's labelled right and wrong answers at that step (``PoolState``). So the calibration
+  follows the pool's real traffic step by step: where it is cleaner than QQP the steps rise,
+  where QQP's ceiling holds (label noise near 0.9 at the top) they stay; a shift learned at low
+  scores never leaks to high ones.
+- ``b_e``: the entry's own offset on the log-odds scale, with a Gaussian belief N(mean, var)
+  (``EntryState``) that starts at N(0, offset_var) and moves with every labelled observation of
+  that entry: an entry that served a wrong answer needs a higher score, one whose neighbours
+  were right serves at a lower one.
 
-Decision (``decide``). Serve when the *predictive* probability of a right answer, the model
-averaged over what is not known about both offsets (probit approximation:
-``sigmoid(mu / sqrt(1 + pi * s2 / 8))`` with mu = eta(x) + g_mean + b_mean and
-s2 = g_var + b_var), is at least ``1 - delta``. Then every served hit is wrong with
-probability at most delta given everything known when it was served, so the expected share of
-wrong answers among served hits is at most delta: the bound is met when the model is
-calibrated, which the offline lower bounds make conservative and the online offsets correct.
-A new entry's belief is wide (var = offset_var), which pulls its predictive probability
-towards 1/2: it serves only where the prior alone is clear, and earns a lower boundary with
-evidence. ``eta`` is scaled so that a new entry in a pool without feedback reproduces the
-prior's calibrated probability exactly.
+Decision (``decide``): serve when the *predictive* probability of a right answer, averaged over
+what is not known (probit approximation ``sigmoid(mu / sqrt(1 + pi * s2 / 8))``, s2 the entry's
+variance plus the step's log-odds variance), is at least ``1 - delta``. Every served hit is
+then wrong with probability at most delta given everything known when it was served, so the
+expected share of wrong answers among served hits is at most delta: the bound holds as far as
+the beliefs are calibrated, which the lower-bounded prior makes conservative and the labels
+correct. ``eta`` is scaled so that a new entry's predictive probability is exactly its step's
+Beta mean; its wide belief pulls it towards 1/2 once it has its own evidence to weigh.
 
-Update (``update``): one labelled observation (score, right?) of an entry moves its belief by
-one step of Bayesian logistic regression with a Gaussian (Laplace) approximation: with p the
-predicted probability at the current means, ``var' = 1 / (1/var + p (1 - p))`` and
-``mean' = mean + var' * (label - p)``. The entry and pool offsets are updated alike, each with
-the other held at its mean (a diagonal approximation). A wrong answer at a score the model
-trusted moves the mean far (p near 1: label - p near -1); a right one there moves it little.
+Updates: an entry learns from one labelled observation (``update_entry``) by one step of
+Bayesian logistic regression with a Gaussian (Laplace) approximation: with p the probability
+at the current means, ``var' = 1 / (1/var + p (1 - p))``, ``mean' = mean + var' (label - p)``;
+a wrong answer where the model trusted the entry moves it far, a right one there little. The
+pool counts the label at the score's step (``update_pool``); only labels the operator obtains
+(shadow verification, compared misses) should reach the pool, a client's report only its own
+entry (a client cannot make other tenants' hits rarer).
 
-State is a few numbers, JSON-serialisable (``EntryState.to_json`` / ``from_json``), stored
-with the entry in Redis. ``load_prior`` is the one function that reads a file. Units: scores as the prior's ``kind`` says (cosine: -1..1),
-probabilities 0..1, offsets and variances on the log-odds scale.
+States are a few numbers, JSON-serialisable (``to_json`` / ``from_json``): an entry's is stored
+with the entry in Redis, a pool's under its own key. Units: scores as the prior's ``kind``
+says (cosine: -1..1), probabilities 0..1, offsets and variances on the log-odds scale.
 """
 
 from __future__ import annotations
@@ -112,57 +113,101 @@ class EntryState:
 
 
 @dataclass(frozen=True)
+class PoolState:
+    """What a pool's labels said at each step of the prior: right and wrong answers counted
+    per step (tuples as long as the prior's knots). Counts, so labels from several workers
+    add up (in Redis: one HINCRBY per label)."""
+
+    right: tuple[int, ...]
+    wrong: tuple[int, ...]
+
+    def to_json(self) -> dict[str, list[int]]:
+        """{"r": [...], "w": [...]}: what is stored under the pool's key."""
+        return {"r": list(self.right), "w": list(self.wrong)}
+
+    @classmethod
+    def from_json(cls, data: Any, steps: int) -> "PoolState":
+        """The inverse of ``to_json`` for a prior of ``steps`` steps; BoundError otherwise."""
+        try:
+            right, wrong = tuple(int(x) for x in data["r"]), tuple(int(x) for x in data["w"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BoundError(f"pool bound state: {exc.__class__.__name__}: {exc}") from None
+        if len(right) != steps or len(wrong) != steps or min(right + wrong, default=0) < 0:
+            raise BoundError(f"pool bound state does not fit a prior of {steps} steps")
+        return cls(right, wrong)
+
+    @property
+    def seen(self) -> int:
+        """Labels counted so far."""
+        return sum(self.right) + sum(self.wrong)
+
+
+@dataclass(frozen=True)
 class BoundPrior:
     """The global prior: a non-decreasing step function score -> calibrated P(right).
 
     kind: what the score is ("cosine": the two texts' cosine similarity). floor: candidates
     below it are never served nor labelled. knots: ascending scores where a step starts;
-    probability[i]: the (lower-bounded) P(right) from knots[i] up to the next knot; below
-    knots[0] the probability is probability[0]. offset_var: the prior variance of an entry's
-    offset (log-odds^2); pool_var: the same for a pool's. source: where it was fitted.
+    probability[i]: the (lower-bounded) P(right) from knots[i] up to the next knot (below
+    knots[0]: probability[0]); strength[i]: how many observations that value counts as in the
+    step's Beta belief (the training block's size, capped: a pool's own labels outweigh it
+    after that many). offset_var: the prior variance of an entry's offset (log-odds^2).
+    source: where it was read or fitted.
     """
 
     kind: str
     floor: float
     knots: tuple[float, ...]
     probability: tuple[float, ...]
+    strength: tuple[float, ...]
     offset_var: float = 1.0
-    pool_var: float = 0.25
     source: str = "prior"
 
     def __post_init__(self) -> None:
-        if not self.knots or len(self.knots) != len(self.probability):
-            raise BoundError(f"{self.source}: knots and probability need the same, non-zero length")
+        n = len(self.knots)
+        if not n or len(self.probability) != n or len(self.strength) != n:
+            raise BoundError(f"{self.source}: knots, probability and strength need the same, non-zero length")
         if list(self.knots) != sorted(self.knots):
             raise BoundError(f"{self.source}: knots must be ascending")
         if any(not 0.0 <= p <= 1.0 for p in self.probability) or list(self.probability) != sorted(self.probability):
             raise BoundError(f"{self.source}: probability must be non-decreasing within 0..1")
-        if not (self.offset_var > 0 and self.pool_var > 0):
-            raise BoundError(f"{self.source}: offset_var and pool_var must be > 0")
+        if any(not w >= 0 for w in self.strength) or not self.offset_var > 0:
+            raise BoundError(f"{self.source}: strength must be >= 0 and offset_var > 0")
 
     def new_entry(self) -> EntryState:
         """The belief of an entry nothing is known about yet."""
         return EntryState(0.0, self.offset_var)
 
-    def new_pool(self) -> EntryState:
-        """The belief of a pool nothing is known about yet."""
-        return EntryState(0.0, self.pool_var)
+    def new_pool(self) -> PoolState:
+        """A pool without labels: the prior's steps as they are."""
+        zeros = (0,) * len(self.knots)
+        return PoolState(zeros, zeros)
 
-    def eta(self, score: float) -> float:
-        """The prior's log-odds at ``score``, scaled so that a new entry of a new pool has the
-        calibrated probability ``probability_at(score)`` as its predictive probability."""
-        return logit(self.probability_at(score)) * _spread(self.offset_var + self.pool_var)
+    def step(self, score: float) -> int:
+        """Index of the step ``score`` falls in (scores below the first knot: 0)."""
+        return max(bisect.bisect_right(self.knots, score) - 1, 0)
 
-    def probability_at(self, score: float) -> float:
-        """The step function's calibrated P(right) at ``score``."""
-        i = bisect.bisect_right(self.knots, score) - 1
-        return self.probability[max(i, 0)]
+    def step_belief(self, i: int, pool: PoolState) -> tuple[float, float]:
+        """Step i's Beta belief in the pool: (mean P(right), variance of its log-odds).
+
+        Beta(a, b) with a = probability * strength + right + 1/2 and b likewise for wrong;
+        the log-odds variance is about 1/a + 1/b."""
+        q, w = self.probability[i], self.strength[i]
+        a = q * w + pool.right[i] + 0.5
+        b = (1.0 - q) * w + pool.wrong[i] + 0.5
+        return a / (a + b), 1.0 / a + 1.0 / b
+
+    def eta(self, score: float, pool: PoolState) -> tuple[float, float]:
+        """(log-odds, log-odds variance) of the score's step in the pool, the log-odds scaled
+        so that a new entry's predictive probability is the step's mean."""
+        mean, var = self.step_belief(self.step(score), pool)
+        return logit(mean) * _spread(self.offset_var + var), var
 
     def to_json(self) -> dict[str, Any]:
         """The prior file's content (``load_prior`` reads it back)."""
         return {"format": FORMAT, "kind": self.kind, "floor": self.floor, "knots": list(self.knots),
-                "probability": list(self.probability), "offset_var": self.offset_var,
-                "pool_var": self.pool_var}
+                "probability": list(self.probability), "strength": list(self.strength),
+                "offset_var": self.offset_var}
 
     @classmethod
     def from_json(cls, data: Any, source: str = "prior") -> "BoundPrior":
@@ -171,21 +216,21 @@ class BoundPrior:
             raise BoundError(f"{source}: not a {FORMAT} file")
         try:
             return cls(str(data["kind"]), float(data["floor"]), tuple(float(k) for k in data["knots"]),
-                       tuple(float(p) for p in data["probability"]), float(data["offset_var"]),
-                       float(data["pool_var"]), source)
+                       tuple(float(p) for p in data["probability"]), tuple(float(w) for w in data["strength"]),
+                       float(data["offset_var"]), source)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, BoundError):
                 raise
             raise BoundError(f"{source}: malformed: {exc.__class__.__name__}: {exc}") from None
 
 
-def predictive(prior: BoundPrior, score: float, entry: EntryState, pool: EntryState) -> float:
-    """P(the entry's answer is right for a query at ``score``), averaged over both beliefs."""
-    mu = prior.eta(score) + pool.mean + entry.mean
-    return sigmoid(mu / _spread(entry.var + pool.var))
+def predictive(prior: BoundPrior, score: float, entry: EntryState, pool: PoolState) -> float:
+    """P(the entry's answer is right for a query at ``score``), averaged over the beliefs."""
+    eta, step_var = prior.eta(score, pool)
+    return sigmoid((eta + entry.mean) / _spread(entry.var + step_var))
 
 
-def decide(prior: BoundPrior, score: float, entry: EntryState, pool: EntryState, delta: float) -> Decision:
+def decide(prior: BoundPrior, score: float, entry: EntryState, pool: PoolState, delta: float) -> Decision:
     """"serve" when the predictive probability of a right answer is >= 1 - delta (and the
     score reaches the prior's floor), else "explore": treat as a miss; the replica's answer
     may then be compared with the cached one to label the entry."""
@@ -194,28 +239,34 @@ def decide(prior: BoundPrior, score: float, entry: EntryState, pool: EntryState,
     return "serve" if predictive(prior, score, entry, pool) >= 1.0 - delta else "explore"
 
 
-def boundary(prior: BoundPrior, entry: EntryState, pool: EntryState, delta: float) -> float:
-    """The entry's decision boundary: the lowest score it is served at under ``delta`` (a
-    knot of the prior, at least its floor), ``math.inf`` when no score reaches it. Equal to
-    scanning ``decide`` over scores; for reports and for storing next to the entry."""
-    for knot in prior.knots:
+def boundary(prior: BoundPrior, entry: EntryState, pool: PoolState, delta: float) -> float:
+    """The lowest score served under ``delta`` at or above which every score is served (a
+    knot of the prior, at least its floor); ``math.inf`` when the top step is not served.
+    For reports; learned steps need not be monotone, so a lower step may serve too."""
+    edge = math.inf
+    for knot in reversed(prior.knots):
         score = max(knot, prior.floor)
-        if decide(prior, score, entry, pool, delta) == "serve":
-            return score
-    return math.inf
+        if decide(prior, score, entry, pool, delta) != "serve":
+            break
+        edge = score
+    return edge
 
 
-def _step(state: EntryState, p: float, label: bool) -> EntryState:
-    var = max(1.0 / (1.0 / state.var + p * (1.0 - p)), _MIN_VAR)
-    return EntryState(state.mean + var * (float(label) - p), var, state.seen + 1, state.wrong + (not label))
+def update_entry(prior: BoundPrior, score: float, right: bool, entry: EntryState, pool: PoolState) -> EntryState:
+    """The entry's belief after one labelled observation: its cached answer was ``right`` (or
+    not) for a query at ``score`` (the pool's calibration as it is)."""
+    eta, _ = prior.eta(score, pool)
+    p = sigmoid(eta + entry.mean)
+    var = max(1.0 / (1.0 / entry.var + p * (1.0 - p)), _MIN_VAR)
+    return EntryState(entry.mean + var * (float(right) - p), var, entry.seen + 1, entry.wrong + (not right))
 
 
-def update(prior: BoundPrior, score: float, right: bool, entry: EntryState,
-           pool: EntryState) -> tuple[EntryState, EntryState]:
-    """The entry's and the pool's beliefs after one labelled observation: the cached answer
-    was ``right`` (or not) for a query at ``score``. Returns (entry, pool)."""
-    p = sigmoid(prior.eta(score) + pool.mean + entry.mean)
-    return _step(entry, p, right), _step(pool, p, right)
+def update_pool(prior: BoundPrior, score: float, right: bool, pool: PoolState) -> PoolState:
+    """The pool after one labelled observation at ``score``: counted at its step."""
+    i = prior.step(score)
+    if right:
+        return PoolState(pool.right[:i] + (pool.right[i] + 1,) + pool.right[i + 1:], pool.wrong)
+    return PoolState(pool.right, pool.wrong[:i] + (pool.wrong[i] + 1,) + pool.wrong[i + 1:])
 
 
 def load_prior(path: Path | None = None) -> BoundPrior:
