@@ -40,16 +40,21 @@ def test_state_is_a_few_json_numbers_and_a_corrupt_one_is_refused() -> None:
 
 def test_a_new_entry_of_a_new_pool_has_its_steps_probability() -> None:
     for score, expected in ((0.72, 0.30), (0.86, 0.60), (0.93, 0.80), (0.97, 0.93), (0.99, 0.97)):
-        assert predictive(PRIOR, score, PRIOR.new_entry(), PRIOR.new_pool()) == pytest.approx(expected, abs=1e-5)
+        best = predictive(PRIOR, score, PRIOR.new_entry(), PRIOR.new_pool(), z=0.0)
+        assert best == pytest.approx(expected, abs=1e-5)
+        # decisions take the step at its 95 % lower bound: with a million pairs a step, hardly lower
+        assert best - 1e-3 < predictive(PRIOR, score, PRIOR.new_entry(), PRIOR.new_pool()) < best
     # 20 pseudo-observations of 0.97 (+ 1/2 each side): the Beta mean, a little lower
-    assert predictive(LOOSE, 0.99, LOOSE.new_entry(), LOOSE.new_pool()) == pytest.approx(19.9 / 21, abs=1e-9)
+    assert predictive(LOOSE, 0.99, LOOSE.new_entry(), LOOSE.new_pool(), z=0.0) == pytest.approx(19.9 / 21, abs=1e-9)
+    # and its lower bound much lower: 20 pairs do not show 0.95
+    assert predictive(LOOSE, 0.99, LOOSE.new_entry(), LOOSE.new_pool()) < 0.90
 
 
 def test_decide_serves_only_where_the_predictive_error_is_at_most_delta() -> None:
     entry, pool = PRIOR.new_entry(), PRIOR.new_pool()
     assert decide(PRIOR, 0.99, entry, pool, 0.05) == "serve"  # 0.97 >= 0.95
     assert decide(PRIOR, 0.97, entry, pool, 0.05) == "explore"  # 0.93 < 0.95
-    assert decide(PRIOR, 0.97, entry, pool, 0.0701) == "serve"
+    assert decide(PRIOR, 0.97, entry, pool, 0.0705) == "serve"
     assert decide(PRIOR, 0.99, entry, pool, 0.02) == "explore"  # the prior alone never reaches 0.98
     assert decide(PRIOR, 0.69, entry, EntryState(50.0, 0.01), 0.5) == "explore"  # below the floor: never
     assert boundary(PRIOR, entry, pool, 0.05) == 0.98
@@ -93,7 +98,8 @@ def test_a_pool_learns_step_by_step_and_a_shift_at_low_scores_stays_there() -> N
     assert decide(LOOSE, 0.96, entry, pool, 0.05) == "explore"  # prior 0.93 with weight 20
     for _ in range(200):  # traffic far cleaner than the prior at 0.86..0.90
         pool = update_pool(LOOSE, 0.87, True, pool)
-    assert predictive(LOOSE, 0.87, entry, pool) > 0.95  # (0.6 * 20 + 200.5) / 221
+    assert predictive(LOOSE, 0.87, entry, pool, z=0.0) > 0.96  # (0.6 * 20 + 200.5) / 221
+    assert predictive(LOOSE, 0.87, entry, pool) > 0.93  # its 95 % lower bound
     assert predictive(LOOSE, 0.96, entry, pool) == predictive(LOOSE, 0.96, entry, LOOSE.new_pool())
     for _ in range(200):  # and at 0.95..0.98 too: now it serves there
         pool = update_pool(LOOSE, 0.96, True, pool)
@@ -112,7 +118,7 @@ def _world(seed: int, entries: int = 400, queries: int = 12_000) -> list[Lookup]
     for _ in range(queries):
         e = min(int(rng.paretovariate(1.2)) - 1, entries - 1)
         score = rng.uniform(0.70, 1.0)
-        p = sigmoid(PRIOR.eta(score, PRIOR.new_pool())[0] + offsets[e])
+        p = sigmoid(PRIOR.eta(score, PRIOR.new_pool()) + offsets[e])
         stream.append(Lookup(str(e), score, rng.random() < p))
     return stream
 
