@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 
 from opskit.redis_client import REDIS_ERRORS
 
+from cache.bound_store import BoundStore, entry_state
 from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
 from cache.index import ScopedIndex
@@ -32,6 +33,7 @@ from cache.keys import digest
 from cache.scope import SemanticQuery
 from cache.semantic_store import CorruptEntry, IndexEvent, SemanticStore, StoredEntry, entry_key
 from cache.settings import CacheSettings
+from cache.entry_bound import decide
 from cache.verify import select
 
 log = logging.getLogger(__name__)
@@ -50,11 +52,12 @@ _REBUILD_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class SemanticMatch:
-    """A served semantic hit: the entry's response, its similarity and its Redis key."""
+    """A served semantic hit: the entry's response, its similarity, its Redis key and id."""
 
     response: dict[str, Any]
     similarity: float
     key: str
+    entry_id: str = ""
 
 
 @dataclass
@@ -105,6 +108,9 @@ class SemanticCache:
         self.rebuilds = 0
         # (verifier, probability threshold) when settings.verifier is "learned", else the rules
         self._learned = settings.learned_verifier()
+        prior = settings.bound_prior()
+        # the per-entry error bound (settings.error_bound), else None
+        self.bound = None if prior is None else BoundStore(redis, settings.key_prefix, prior)
 
     @property
     def ready(self) -> bool:
@@ -244,11 +250,14 @@ class SemanticCache:
             log.warning("embedding failed: %s", exc)
             return "embed_error"
 
-    async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded) -> LookupReport:
+    async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded, pool: str = "") -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold that the
         verification stage accepts: the rules (cache/verify.py ``select``) or, with
         ``settings.verifier`` "learned", the most probable candidate whose calibrated
         probability reaches the precision target's threshold (rejections counted ``learned``).
+        With ``settings.error_bound``, the rules' choice is served only when its entry's
+        bound says so (cache/entry_bound.py ``decide``, with the state of ``pool``; one more
+        round trip for the pool's state; rejections counted ``bound``).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
         """
@@ -294,9 +303,17 @@ class SemanticCache:
             chosen, rejected = select(query.text, [(e.text, sim) for _, sim, e in valid], threshold,
                                       self.settings.candidate_margin)
             report.rejected.update(rejected)
+        if chosen is not None and self.bound is not None and self.settings.error_bound is not None:
+            _, similarity, entry = valid[chosen]
+            pool_state = await bounded(self.bound.pool(pool))
+            state = entry_state(entry.bound, self.bound.prior)
+            if decide(self.bound.prior, similarity, state, pool_state, self.settings.error_bound) != "serve":
+                report.rejected["bound"] += 1
+                chosen = None
         if chosen is not None:
             entry_id, similarity, entry = valid[chosen]
-            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id))
+            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id),
+                                         entry_id)
         return report
 
     async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,

@@ -8,7 +8,7 @@ Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``):
 
 | key | type | content | TTL |
 |---|---|---|---|
-| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens`` | fixed, = entry TTL |
+| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens``; ``bound`` once labelled (cache/bound_store.py) | fixed, = entry TTL |
 | ``{prefix}:{sem}:expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
 | ``{prefix}:{sem}:group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
 | ``{prefix}:{sem}:groups`` | set | the labels that have a ``group:`` set | none |
@@ -108,7 +108,7 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 _CHUNK = 500  # ids per script call or pipeline
 
 _ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
-                 "prompt_tokens", "completion_tokens")
+                 "prompt_tokens", "completion_tokens", "bound")
 
 
 def entry_key(prefix: str, entry_id: str) -> str:
@@ -139,6 +139,7 @@ class StoredEntry:
     expires_at: float
     prompt_tokens: int
     completion_tokens: int
+    bound: str = ""  # the per-entry error bound's state (cache/bound_store.py), "" = never labelled
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ def decode_entry(entry_id: str, raw: Sequence[bytes | None], dim: int) -> Stored
             expires_at=float(_s(values["expires_at"])),
             prompt_tokens=int(_s(values["prompt_tokens"]) or 0),
             completion_tokens=int(_s(values["completion_tokens"]) or 0),
+            bound=_s(values["bound"]),
         )
     except (ValueError, TypeError, UnicodeDecodeError, binascii.Error) as exc:
         raise CorruptEntry(f"entry {entry_id}: {exc}") from exc

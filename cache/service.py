@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import time
 from collections import Counter
 from typing import Any, Awaitable, TypeVar
@@ -20,6 +21,7 @@ from cache.exact import ExactStore, expected_choices, is_complete_response, usag
 from cache.keys import exact_key
 from cache.scope import Skip, semantic_query
 from cache.semantic import SemanticCache
+from cache.semantic_store import entry_key
 from cache.settings import CacheSettings
 from cache.stats import LookupEvent, PendingCounts, StatsStore
 from cache.types import CacheHit, CacheRequest, Outcome
@@ -272,14 +274,19 @@ class ResponseCache:
             return None, query.reason
         if not self.semantic.ready:
             return None, f"model_{self.semantic.state}"
-        if self.settings.verifier == "learned":
+        if self.settings.error_bound is not None:
+            # the bound decides; the cosine is only its prior's floor, which a request may raise
+            prior = self.settings.bound_prior()
+            assert prior is not None
+            threshold = max(prior.floor, req.control.threshold or 0.0)
+        elif self.settings.verifier == "learned":
             # the cosine is only the learned verifier's prefilter; a request may raise it
             learned = self.settings.learned_verifier()
             assert learned is not None
             threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
         else:
             threshold = self.settings.threshold_for(req.model, req.control.threshold)
-        report = await self.semantic.lookup(query, threshold, self._bounded)
+        report = await self.semantic.lookup(query, threshold, self._bounded, req.model)
         rejected.update(report.rejected)
         if report.match is None:
             return None, report.skipped
@@ -287,7 +294,42 @@ class ResponseCache:
         if not fresh(match.response, req.control.max_age_s):
             rejected["max_age"] += 1
             return None, None
-        return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key), None
+        feedback_id = await self._remember_hit(req, match) if self.settings.feedback else None
+        return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key,
+                        feedback_id=feedback_id), None
+
+    async def _remember_hit(self, req: CacheRequest, match: Any) -> str | None:
+        """Record a semantic hit its tenant may report (one SET on the hit's path); its id, or
+        None when Redis does not take it (the hit is served all the same)."""
+        assert self.semantic is not None and self.semantic.bound is not None
+        hit_id = os.urandom(16).hex()
+        try:
+            await self._bounded(self.semantic.bound.remember_hit(hit_id, match.entry_id, req.tenant,
+                                                                 match.similarity, self.settings.feedback_ttl_s))
+        except CacheUnavailable:
+            return None
+        return hit_id
+
+    async def report_wrong(self, hit_id: str, tenant: str) -> bool:
+        """A client's report that the semantic hit ``hit_id`` served to ``tenant`` was wrong:
+        the entry that answered learns it (cache/entry_bound.py ``update_entry``; the pool does
+        not: a client cannot make other tenants' hits rarer). True when applied; False for an
+        unknown, expired, already reported or another tenant's hit, an entry that is gone, or
+        feedback off. Raises CacheUnavailable."""
+        if not self.settings.feedback or self.semantic is None or self.semantic.bound is None:
+            return False
+        bound = self.semantic.bound
+        claimed = await self._bounded(bound.claim_hit(hit_id, tenant), self._off_path_timeout_s)
+        if claimed is None:
+            return False
+        entry_id, score = claimed
+        model = await self._bounded(self._client.hget(entry_key(self.settings.key_prefix, entry_id), "model"),
+                                    self._off_path_timeout_s)
+        if model is None:
+            return False
+        pool = model.decode() if isinstance(model, bytes) else str(model)
+        state = await self._bounded(bound.report(entry_id, pool, score, right=False), self._off_path_timeout_s)
+        return state is not None
 
     def ttl_for(self, req: CacheRequest) -> int:
         """TTL in seconds: the per-request override clamped to the bounds, else the default;
