@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 
 from opskit.redis_client import REDIS_ERRORS
 
-from cache.bound_store import BoundStore, entry_state
+from cache.bound_store import BoundStore, entry_state, pool_state as pool_state_of
 from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
 from cache.index import ScopedIndex
@@ -256,8 +256,8 @@ class SemanticCache:
         ``settings.verifier`` "learned", the most probable candidate whose calibrated
         probability reaches the precision target's threshold (rejections counted ``learned``).
         With ``settings.error_bound``, the rules' choice is served only when its entry's
-        bound says so (cache/entry_bound.py ``decide``, with the state of ``pool``; one more
-        round trip for the pool's state; rejections counted ``bound``).
+        bound says so (cache/entry_bound.py ``decide``, with the state of ``pool``, read in
+        the candidates' round trip; rejections counted ``bound``).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
         """
@@ -274,7 +274,9 @@ class SemanticCache:
                  if n.similarity >= threshold]
         if not found:
             return report
-        entries = await bounded(self.store.get_many([n.entry_id for n in found]))
+        # with the per-entry bound, its pool's counts come in the same round trip
+        pool_key = self.bound.pool_key(pool) if self.bound is not None else None
+        entries, pool_raw = await bounded(self.store.get_many_and_hash([n.entry_id for n in found], pool_key))
         now = time.time()
         valid: list[tuple[str, float, StoredEntry]] = []
         for neighbour, entry in zip(found, entries, strict=True):
@@ -305,7 +307,7 @@ class SemanticCache:
             report.rejected.update(rejected)
         if chosen is not None and self.bound is not None and self.settings.error_bound is not None:
             _, similarity, entry = valid[chosen]
-            pool_state = await bounded(self.bound.pool(pool))
+            pool_state = pool_state_of(pool_raw, len(self.bound.prior.knots))
             state = entry_state(entry.bound, self.bound.prior)
             if decide(self.bound.prior, similarity, state, pool_state, self.settings.error_bound) != "serve":
                 report.rejected["bound"] += 1

@@ -255,17 +255,27 @@ class SemanticStore:
 
     async def get_many(self, entry_ids: Sequence[str]) -> list[StoredEntry | None | CorruptEntry]:
         """Re-read entries; per id: the entry, None (gone/expired) or the CorruptEntry error."""
+        entries, _ = await self.get_many_and_hash(entry_ids, None)
+        return entries
+
+    async def get_many_and_hash(self, entry_ids: Sequence[str], hash_key: str | None
+                                ) -> tuple[list[StoredEntry | None | CorruptEntry], dict[Any, Any]]:
+        """``get_many`` plus HGETALL of ``hash_key`` (None: nothing) in the same pipeline, so
+        one round trip: the per-entry bound reads its pool's counts so (cache/bound_store.py)."""
         pipe = self._redis.pipeline(transaction=False)
         for entry_id in entry_ids:
             pipe.hmget(entry_key(self.prefix, entry_id), list(_ENTRY_FIELDS))
+        if hash_key is not None:
+            pipe.hgetall(hash_key)
         rows = await pipe.execute()
+        extra = rows.pop() if hash_key is not None else {}
         out: list[StoredEntry | None | CorruptEntry] = []
         for entry_id, raw in zip(entry_ids, rows, strict=True):
             try:
                 out.append(decode_entry(entry_id, raw, self.dim))
             except CorruptEntry as exc:
                 out.append(exc)
-        return out
+        return out, extra
 
     async def delete_ids(self, entry_ids: Iterable[str]) -> int:
         """Delete entries and publish ``del`` events; returns how many keys existed."""
