@@ -8,7 +8,7 @@ lookup, in order:
 - ``decide`` says "serve": a hit (wrong when the label says so); with probability
   ``label_rate`` it is shadow-verified (the request also goes to the replica, off the client's
   path, and the answers are compared): one replica call, and the entry and pool learn the label;
-- ``decide`` says "explore": a miss, forwarded as any miss; with probability ``label_rate``
+- ``decide`` says "explore": a miss, forwarded as any miss; with probability ``compare_rate``
   the replica's answer is compared with the candidate's cached one (no extra replica call)
   and the entry and pool learn the label;
 - ``client_report_rate``: the share of *wrong* served hits whose client reports it
@@ -49,9 +49,13 @@ def wilson_upper(failures: int, total: int, z: float = 1.645) -> float | None:
 
 
 def replay(stream: Sequence[Lookup], prior: BoundPrior, delta: float, label_rate: float,
-           positives: int, client_report_rate: float = 0.0, seed: int = 0) -> dict[str, Any]:
-    """Run the stream; returns counts and rates (plain data, see ``row``). ``positives``: the
-    lookups that had a right answer to find (recall's denominator)."""
+           positives: int, client_report_rate: float = 0.0, seed: int = 0,
+           compare_rate: float | None = None) -> dict[str, Any]:
+    """Run the stream; returns counts and rates (plain data). ``label_rate``: the share of
+    served hits shadow-verified; ``compare_rate``: the share of explored misses compared
+    (None: ``label_rate``). ``positives``: the lookups that had a right answer to find
+    (recall's denominator)."""
+    compare = label_rate if compare_rate is None else compare_rate
     rng = random.Random(seed)
     entries: dict[str, EntryState] = {}
     pool = prior.new_pool()
@@ -70,7 +74,7 @@ def replay(stream: Sequence[Lookup], prior: BoundPrior, delta: float, label_rate
             elif not item.right and rng.random() < client_report_rate:
                 reports += 1
                 learn = True  # a client's report teaches its own entry, never the pool
-        elif rng.random() < label_rate:
+        elif rng.random() < compare:
             compared += 1
             learn = pool_learns = True
         if learn:
@@ -78,7 +82,7 @@ def replay(stream: Sequence[Lookup], prior: BoundPrior, delta: float, label_rate
         if pool_learns:
             pool = update_pool(prior, item.score, item.right, pool)
     learned = [s for s in entries.values() if s.seen]
-    return {"delta": delta, "label_rate": label_rate, "client_report_rate": client_report_rate,
+    return {"delta": delta, "label_rate": label_rate, "compare_rate": compare, "client_report_rate": client_report_rate,
             "lookups": len(stream), "served": served, "wrong": wrong, "positives": positives,
             "error_rate": round(wrong / served, 4) if served else None,
             "error_rate_upper95": _r(wilson_upper(wrong, served)),

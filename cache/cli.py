@@ -258,6 +258,7 @@ def fit_bound(
     offset_var: float = typer.Option(1.0, min=1e-3, help="Prior variance of an entry's log-odds offset."),
     max_strength: float = typer.Option(20.0, min=0.0, help="A step's training pairs count as at most this "
                                        "many of a pool's own labels."),
+    min_step_pairs: int = typer.Option(100, min=1, help="Each step holds at least this many training pairs."),
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
@@ -273,7 +274,7 @@ def fit_bound(
     vectors = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
                            log=lambda line: typer.echo(line, err=True))
     scores = [float(vectors[a] @ vectors[b]) for a, b in zip(loaded.text_a, loaded.text_b, strict=True)]
-    prior = fit_prior(scores, loaded.labels, floor, offset_var, max_strength, source=pairs.name)
+    prior = fit_prior(scores, loaded.labels, floor, offset_var, max_strength, min_step_pairs, source=pairs.name)
     content = prior.to_json() | {"fitted_on": {"file": pairs.name, "split": "train", "pairs": len(scores),
                                                "above_floor": sum(s >= floor for s in scores),
                                                "model": tag}}
@@ -292,7 +293,9 @@ def eval_bound(
     split: str = typer.Option("test", help="Labelled pairs: the split replayed (never train)."),
     max_pairs: Optional[int] = typer.Option(None, min=1, help="Labelled pairs: the first N of the split."),
     deltas: str = typer.Option("0.01,0.02,0.05", help="Error rates to hold, comma-separated."),
-    label_rates: str = typer.Option("0,0.1", help="Shares of judged lookups that get a label, comma-separated."),
+    labels: str = typer.Option("0/0,0.1/0.1,0.1/1", help="Label budgets, comma-separated, each "
+                               "SHADOW/COMPARE: the share of served hits shadow-verified (a replica call "
+                               "each) / of explored misses whose answer is compared with the candidate's."),
     client_report_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Share of wrong hits clients report."),
     seeds: int = typer.Option(5, min=1, help="Runs per setting (label draws), summed."),
     precision_target: float = typer.Option(0.90, min=0.5, max=0.999, help="The learned verifier's target."),
@@ -327,10 +330,12 @@ def eval_bound(
     rows = baseline_rows(queries, candidates, stream, positives, settings.threshold,
                          load_verifier(settings.verifier_path), precision_target)
     for delta in (float(d) for d in deltas.split(",")):
-        for rate in (float(r) for r in label_rates.split(",")):
-            runs = [replay(stream, prior, delta, rate, positives, client_report_rate, seed)
-                    for seed in range(seeds if rate > 0 else 1)]
-            rows.append(_sum_runs(runs) | {"method": f"entry bound, labels {rate:.0%}"})
+        for budget in labels.split(","):
+            shadow, compare = (float(r) for r in budget.split("/"))
+            random_draws = 0 < shadow < 1 or 0 < compare < 1
+            runs = [replay(stream, prior, delta, shadow, positives, client_report_rate, seed, compare)
+                    for seed in range(seeds if random_draws else 1)]
+            rows.append(_sum_runs(runs) | {"method": f"entry bound, shadow {shadow:.0%}, compare {compare:.0%}"})
     title = (f"{pairs.name}{'' if loaded.labels is None else f' ({split})'}: {len(stream)} lookups, "
              f"{positives} with a right answer, prior {prior.source}")
     typer.echo(format_table(rows, title))

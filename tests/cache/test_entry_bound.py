@@ -165,14 +165,16 @@ def test_fit_prior_is_monotone_lower_bounded_and_starts_at_the_floor() -> None:
     rng = random.Random(0)
     scores = [rng.uniform(0.5, 1.0) for _ in range(4000)]
     labels = [int(rng.random() < min(0.95, max(0.0, (s - 0.6) * 2.5))) for s in scores]
-    prior = fit_prior(scores, labels, floor=0.70)
+    prior = fit_prior(scores, labels, floor=0.70, min_step_pairs=100)
+    assert len(prior.knots) > 3
     assert prior.knots[0] == 0.70 and list(prior.knots) == sorted(prior.knots)
     assert list(prior.probability) == sorted(prior.probability)
-    # a lower bound: at no step above its data's share of positives
+    # a lower bound: no step above the world's precision at the step's upper end (a step is as
+    # good as its lowest part, by monotony); and each step holds at least 100 training pairs
     for i, (k, p) in enumerate(zip(prior.knots, prior.probability, strict=True)):
-        hi = prior.knots[i + 1] if i + 1 < len(prior.knots) else 2.0
-        block = [y for s, y in zip(scores, labels, strict=True) if k <= s < hi and s >= 0.70]
-        assert block and p <= sum(block) / len(block) + 1e-9
+        hi = prior.knots[i + 1] if i + 1 < len(prior.knots) else 1.0
+        assert p <= min(0.95, (hi - 0.6) * 2.5)
+        assert sum(1 for x in scores if k <= x < hi) >= 100
     assert prior.probability[-1] < 0.95  # the world's ceiling, never above it
     with pytest.raises(ValueError, match="floor"):
         fit_prior([0.1, 0.2], [0, 1], floor=0.70)
