@@ -65,11 +65,14 @@ class LookupReport:
     """What one semantic lookup saw, for the counters: the match (or None), why candidates
     above the threshold were not served (verification rule names, ``stale``, ``corrupt``) and
     why the search did not run (``skipped``: ``model_loading``, ``embed_busy``,
-    ``embed_timeout``, ``embed_error``)."""
+    ``embed_timeout``, ``embed_error``). explored: the candidate the per-entry bound did not
+    serve, as (entry id, similarity, its cached response), to be compared with the replica's
+    answer once the miss is answered."""
 
     match: SemanticMatch | None = None
     rejected: Counter[str] = field(default_factory=Counter)
     skipped: str | None = None
+    explored: tuple[str, float, dict[str, Any]] | None = None
 
 
 def _stream_id(value: str) -> tuple[int, int]:
@@ -311,6 +314,7 @@ class SemanticCache:
             state = entry_state(entry.bound, self.bound.prior)
             if decide(self.bound.prior, similarity, state, pool_state, self.settings.error_bound) != "serve":
                 report.rejected["bound"] += 1
+                report.explored = (valid[chosen][0], similarity, entry.response)
                 chosen = None
         if chosen is not None:
             entry_id, similarity, entry = valid[chosen]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ import redis.asyncio as aioredis
 from opskit.redis_client import REDIS_ERRORS
 
 from cache import metrics
+from cache.bound_label import compared_label
 from cache.embed import Encoder
 from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
 from cache.keys import exact_key
@@ -37,6 +39,10 @@ _ADMIN_TIMEOUT_S = 30.0
 # bounding it by the lookup's budget (50 ms by default) made one slow write mark Redis down and
 # turn every lookup off for _RETRY_AFTER_S.
 _OFF_PATH_TIMEOUT_S = 1.0
+# Candidates the per-entry bound explored, kept until their miss is stored (then compared with
+# the replica's answer): at most this many, for at most this long.
+_EXPLORED_MAX = 4096
+_EXPLORED_TTL_S = 300.0
 
 
 FUTURE_SKEW_S = 60.0  # a replica's clock may run this far ahead of ours; further is no time at all
@@ -111,6 +117,8 @@ class ResponseCache:
         self._flusher: asyncio.Task[None] | None = None
         self._client = client
         self._prober: asyncio.Task[None] | None = None
+        # request digest -> (entry id, similarity, cached response, monotonic time)
+        self._explored: OrderedDict[str, tuple[str, float, dict[str, Any], float]] = OrderedDict()
 
     @property
     def healthy(self) -> bool:
@@ -288,6 +296,11 @@ class ResponseCache:
             threshold = self.settings.threshold_for(req.model, req.control.threshold)
         report = await self.semantic.lookup(query, threshold, self._bounded, req.model)
         rejected.update(report.rejected)
+        if report.explored is not None:
+            self._explored[req.digest] = (*report.explored, time.monotonic())
+            self._explored.move_to_end(req.digest)
+            while len(self._explored) > _EXPLORED_MAX:
+                self._explored.popitem(last=False)
         if report.match is None:
             return None, report.skipped
         match = report.match
@@ -342,7 +355,8 @@ class ResponseCache:
     async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None) -> bool:
         """Store a complete, successful response (exact, and semantic when eligible); True when
         the exact entry was written. raw: ``response``'s JSON bytes as received, if at hand
-        (stored as is instead of serialising ``response`` again).
+        (stored as is instead of serialising ``response`` again). With the per-entry error
+        bound, a candidate its lookup explored is then labelled by comparing answers.
 
         Refuses (False) errors, partial responses (a choice without finish_reason, fewer or
         other choices than the request's ``n`` per prompt), ``no-store`` requests, entries
@@ -373,7 +387,28 @@ class ResponseCache:
                                                     group=req.label)
                 except CacheUnavailable:
                     pass
+        await self._learn_from_miss(req, response)
         return True
+
+    async def _learn_from_miss(self, req: CacheRequest, response: dict[str, Any]) -> None:
+        """A candidate the per-entry bound explored for ``req``, now that the replica answered:
+        its cached answer compared with ``response`` (cache/bound_label.py) labels the entry and
+        the pool's step. No label for a sampled request. Never raises."""
+        explored = self._explored.pop(req.digest, None) if self._explored else None
+        if explored is None or self.semantic is None or self.semantic.bound is None:
+            return
+        entry_id, score, cached, at = explored
+        if time.monotonic() - at > _EXPLORED_TTL_S:
+            return
+        right = compared_label(req.body, cached, response)
+        if right is None:
+            return
+        bound = self.semantic.bound
+        try:
+            await self._bounded(bound.count(req.model, score, right), self._off_path_timeout_s)
+            await self._bounded(bound.report(entry_id, req.model, score, right), self._off_path_timeout_s)
+        except CacheUnavailable:
+            pass
 
     async def delete(self, tenant: str | None = None, model: str | None = None) -> dict[str, int]:
         """Delete the entries (exact and semantic) of a tenant and/or model; None matches any.

@@ -116,3 +116,45 @@ def test_settings_refuse_feedback_without_a_bound_and_a_bad_prior(tmp_path: Path
         CacheSettings(error_bound=0.0)
     assert CacheSettings(error_bound=0.02).bound_prior() is not None
     assert CacheSettings().bound_prior() is None
+
+
+def greedy(text: str, tenant: str = "t1", temperature: float | None = 0.0) -> CacheRequest:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    if temperature is not None:
+        body["temperature"] = temperature
+    return CacheRequest("chat.completions", body, tenant, CacheControl())
+
+
+async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(redis_url: str, encoder: Encoder,
+                                                                       tmp_path: Path) -> None:
+    # delta 0.01: the clean prior's 0.97 is not enough, so the paraphrase's candidate is
+    # explored; the replica's answer then says whether the cached one was right
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(CLEAN.to_json()))
+    client = aioredis.Redis.from_url(redis_url)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01,
+                                                bound_prior_path=path), encoder=encoder)
+    await cache.start()
+    try:
+        assert cache.semantic is not None and cache.semantic.bound is not None
+        bound = cache.semantic.bound
+        assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+        assert await cache.lookup(greedy(KITCHEN_PARAPHRASE)) is None  # explored, not served
+        assert await cache.store(greedy(KITCHEN_PARAPHRASE), answer("Flip the switch."))  # same answer: right
+        pool = await bound.pool("m")
+        assert pool.seen == 1 and sum(pool.right) == 1
+        key = cache.semantic.store.prefix + ":sem:entry:{"  # the stored KITCHEN entry's state
+        states = [json.loads(v) for k in await client.keys(key + "*")
+                  if (v := await client.hget(k, "bound")) is not None]
+        assert [(s["n"], s["w"]) for s in states] == [(1, 0)] and states[0]["m"] > 0
+        # a sampled request proves nothing: no label
+        assert await cache.lookup(greedy("How could I switch on the kitchen lights?", temperature=None)) is None
+        assert await cache.store(greedy("How could I switch on the kitchen lights?", temperature=None), answer("x"))
+        assert (await bound.pool("m")).seen == 1
+        # another answer from the replica: the cached one would have been wrong
+        assert await cache.lookup(greedy("Kitchen lights: how do I turn them on?")) is None
+        assert await cache.store(greedy("Kitchen lights: how do I turn them on?"), answer("Use the app."))
+        assert sum((await bound.pool("m")).wrong) == 1
+    finally:
+        await cache.aclose()
+        await client.aclose()
