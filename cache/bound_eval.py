@@ -94,6 +94,20 @@ def replay(stream: Sequence[Lookup], prior: BoundPrior, delta: float, label_rate
             "pool_labels": pool.seen}
 
 
+def sum_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of one setting (other label draws) summed into one row; rates of the sums."""
+    keys = ("lookups", "served", "wrong", "positives", "shadow_calls", "compared_misses", "client_reports",
+            "pool_labels")
+    total = {k: sum(r[k] for r in runs) for k in keys}
+    served, wrong = total["served"], total["wrong"]
+    return {**runs[0], **total, "runs": len(runs),
+            "error_rate": round(wrong / served, 4) if served else None,
+            "error_rate_upper95": _r(wilson_upper(wrong, served)),
+            "hit_rate": round(served / total["lookups"], 4) if total["lookups"] else 0.0,
+            "recall": round((served - wrong) / total["positives"], 4) if total["positives"] else 0.0,
+            "errors_per_lookup": round(wrong / total["lookups"], 5) if total["lookups"] else None}
+
+
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 

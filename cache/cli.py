@@ -21,6 +21,7 @@ from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
     from cache.embed import Encoder
+    from cache.eval import Pairs
 
 app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_completion=False)
 
@@ -232,7 +233,7 @@ def train_verifier(
     typer.echo(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
 
 
-def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]):  # -> cache.eval.Pairs
+def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]) -> "Pairs":
     """Labelled pairs of one split (cache/splits.py), the first ``max_pairs`` in file order;
     bad input exits 2."""
     from cache.eval import PairsFormatError, filter_split, load_pairs
@@ -303,7 +304,7 @@ def eval_bound(
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.bound_eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream
+    from cache.bound_eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
     from cache.entry_bound import BoundError, load_prior
     from cache.train_verifier import embed_cached
     from cache.verifier import load_verifier
@@ -335,7 +336,7 @@ def eval_bound(
             random_draws = 0 < shadow < 1 or 0 < compare < 1
             runs = [replay(stream, prior, delta, shadow, positives, client_report_rate, seed, compare)
                     for seed in range(seeds if random_draws else 1)]
-            rows.append(_sum_runs(runs) | {"method": f"entry bound, shadow {shadow:.0%}, compare {compare:.0%}"})
+            rows.append(sum_runs(runs) | {"method": f"entry bound, shadow {shadow:.0%}, compare {compare:.0%}"})
     title = (f"{pairs.name}{'' if loaded.labels is None else f' ({split})'}: {len(stream)} lookups, "
              f"{positives} with a right answer, prior {prior.source}")
     typer.echo(format_table(rows, title))
@@ -343,17 +344,3 @@ def eval_bound(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"source": str(pairs), "split": split, "max_pairs": max_pairs,
                                          "prior": prior.source, "seeds": seeds, "rows": rows}, indent=2))
-
-
-def _sum_runs(runs: list[dict]) -> dict:
-    """Runs of one setting (different label draws) summed into one row (rates of the sums)."""
-    from cache.bound_eval import wilson_upper
-
-    total = {k: sum(r[k] for r in runs) for k in ("lookups", "served", "wrong", "positives", "shadow_calls",
-                                                   "compared_misses", "client_reports", "pool_labels")}
-    served, wrong = total["served"], total["wrong"]
-    return runs[0] | total | {
-        "runs": len(runs), "error_rate": round(wrong / served, 4) if served else None,
-        "error_rate_upper95": None if not served else round(wilson_upper(wrong, served) or 0.0, 4),
-        "hit_rate": round(served / total["lookups"], 4), "recall": round((served - wrong) / total["positives"], 4),
-        "errors_per_lookup": round(wrong / total["lookups"], 5)}

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from cache.bound_eval import Lookup, replay, wilson_upper
+from cache.bound_eval import Lookup, replay, sum_runs, wilson_upper
 from cache.bound_fit import fit_prior
 from cache.entry_bound import (DEFAULT_PRIOR_PATH, BoundError, BoundPrior, EntryState, PoolState, boundary, decide, load_prior,
                                predictive, sigmoid, update_entry, update_pool)
@@ -203,3 +203,11 @@ def test_wilson_upper_bounds_the_observed_rate() -> None:
     assert wilson_upper(0, 0) is None
     assert 0.0 < wilson_upper(0, 100) < 0.03
     assert wilson_upper(5, 100) > 0.05
+
+
+def test_runs_sum_into_rates_of_the_sums() -> None:
+    stream = [Lookup("e", 0.99, True), Lookup("f", 0.99, False)]
+    runs = [replay(stream, PRIOR, 0.05, 0.5, positives=1, seed=seed) for seed in range(3)]
+    total = sum_runs(runs)
+    assert total["runs"] == 3 and total["served"] == sum(r["served"] for r in runs) == 6
+    assert total["error_rate"] == 0.5 and total["recall"] == 1.0 and total["lookups"] == 6
