@@ -1,5 +1,5 @@
 """A per-entry error bound for semantic hits, learned online (issue 14, item 2). Pure, apart
-from ``load_prior`` (reads the prior's file).
+from ``load_prior`` and ``cached_prior`` (read the prior's file).
 
 The question for every semantic candidate: may its cached answer be served to this query while
 the share of wrong answers among served hits stays at most ``delta`` (e.g. 0.02)?
@@ -10,8 +10,8 @@ Model, for a query at score x (the cosine of the two texts) against entry e of a
 
 - ``eta_pool(x)``: the pool's calibration at the score, a step function of x. Its steps are
   fitted offline on labelled pairs (``BoundPrior``; QQP's train split, ``python -m cache
-  fit-bound``): isotonic regression of the label on the score, each block's precision replaced
-  by its one-sided 95 % Wilson lower bound. Online, every step is a Beta belief whose prior is
+  fit-bound``, cache/bound_fit.py): isotonic regression of the label on the score, blocks of at
+  least 100 pairs, each block's precision replaced by its one-sided 95 % Wilson lower bound. Online, every step is a Beta belief whose prior is
   that value with a bounded weight (``strength``, pseudo-observations) and which counts the
   pool's labelled right and wrong answers at that step (``PoolState``). So the calibration
   follows the pool's real traffic step by step: where it is cleaner than QQP the steps rise,
