@@ -76,8 +76,9 @@ class CacheSettings(FileSettings):
       and the chosen candidate is served only when its entry's learned predictive probability
       of a right answer is >= 1 - delta (else a miss, counted ``rejected.bound``). The
       similarity threshold settings are not used then; ``X-Cache-Threshold`` can only raise
-      the floor. bound_prior_path: the prior file (None: the shipped
-      cache/models/entry_bound.json, fitted on QQP's train split).
+      the floor. Refused with ``verifier`` "learned" (the prior is fitted on cosines).
+      bound_prior_path: the prior file (None: the shipped cache/models/entry_bound.json,
+      fitted on QQP's train split).
     feedback: clients may report a wrong semantic hit (``POST /v1/cache/feedback`` with the
       hit's ``X-PromptEdge-Cache-Hit-Id``; needs error_bound): the entry that answered becomes
       stricter. Off by default. feedback_ttl_s: how long a hit can be reported (s).
