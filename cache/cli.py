@@ -263,7 +263,7 @@ def fit_bound(
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.bound_fit import fit_prior
+    from cache.bound.fit import fit_prior
     from cache.train_verifier import embed_cached
 
     settings = _settings()
@@ -304,8 +304,8 @@ def eval_bound(
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.bound_eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
-    from cache.entry_bound import BoundError, load_prior
+    from cache.bound.eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
+    from cache.bound.model import BoundError, load_prior
     from cache.train_verifier import embed_cached
     from cache.verifier import load_verifier
 

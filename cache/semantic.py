@@ -25,7 +25,8 @@ import redis.asyncio as aioredis
 
 from opskit.redis_client import REDIS_ERRORS
 
-from cache.bound_store import BoundStore, entry_state, pool_state as pool_state_of
+from cache.bound.model import decide
+from cache.bound.store import BoundStore, entry_state, pool_state as pool_state_of
 from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
 from cache.index import ScopedIndex
@@ -33,7 +34,6 @@ from cache.keys import digest
 from cache.scope import SemanticQuery
 from cache.semantic_store import CorruptEntry, IndexEvent, SemanticStore, StoredEntry, entry_key
 from cache.settings import CacheSettings
-from cache.entry_bound import decide
 from cache.verify import select
 
 log = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ class SemanticCache:
         ``settings.verifier`` "learned", the most probable candidate whose calibrated
         probability reaches the precision target's threshold (rejections counted ``learned``).
         With ``settings.error_bound``, the rules' choice is served only when its entry's
-        bound says so (cache/entry_bound.py ``decide``, with the state of ``pool``, read in
+        bound says so (cache/bound/model.py ``decide``, with the state of ``pool``, read in
         the candidates' round trip; rejections counted ``bound``).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).

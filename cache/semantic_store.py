@@ -8,7 +8,7 @@ Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``):
 
 | key | type | content | TTL |
 |---|---|---|---|
-| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens``; ``bound`` once labelled (cache/bound_store.py) | fixed, = entry TTL |
+| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens``; ``bound`` once labelled (cache/bound/store.py) | fixed, = entry TTL |
 | ``{prefix}:{sem}:expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
 | ``{prefix}:{sem}:group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
 | ``{prefix}:{sem}:groups`` | set | the labels that have a ``group:`` set | none |
@@ -139,7 +139,7 @@ class StoredEntry:
     expires_at: float
     prompt_tokens: int
     completion_tokens: int
-    bound: str = ""  # the per-entry error bound's state (cache/bound_store.py), "" = never labelled
+    bound: str = ""  # the per-entry error bound's state (cache/bound/store.py), "" = never labelled
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ class SemanticStore:
     async def get_many_and_hash(self, entry_ids: Sequence[str], hash_key: str | None
                                 ) -> tuple[list[StoredEntry | None | CorruptEntry], dict[Any, Any]]:
         """``get_many`` plus HGETALL of ``hash_key`` (None: nothing) in the same pipeline, so
-        one round trip: the per-entry bound reads its pool's counts so (cache/bound_store.py)."""
+        one round trip: the per-entry bound reads its pool's counts so (cache/bound/store.py)."""
         pipe = self._redis.pipeline(transaction=False)
         for entry_id in entry_ids:
             pipe.hmget(entry_key(self.prefix, entry_id), list(_ENTRY_FIELDS))

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from opskit.redis_client import REDIS_ERRORS
 
 from cache import metrics
-from cache.bound_label import compared_label
+from cache.bound.label import compared_label
 from cache.embed import Encoder
 from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
 from cache.keys import exact_key
@@ -325,7 +325,7 @@ class ResponseCache:
 
     async def report_wrong(self, hit_id: str, tenant: str) -> bool:
         """A client's report that the semantic hit ``hit_id`` served to ``tenant`` was wrong:
-        the entry that answered learns it (cache/entry_bound.py ``update_entry``; the pool does
+        the entry that answered learns it (cache/bound/model.py ``update_entry``; the pool does
         not: a client cannot make other tenants' hits rarer). True when applied; False for an
         unknown, expired, already reported or another tenant's hit, an entry that is gone, or
         feedback off. Raises CacheUnavailable."""
@@ -392,7 +392,7 @@ class ResponseCache:
 
     async def _learn_from_miss(self, req: CacheRequest, response: dict[str, Any]) -> None:
         """A candidate the per-entry bound explored for ``req``, now that the replica answered:
-        its cached answer compared with ``response`` (cache/bound_label.py) labels the entry and
+        its cached answer compared with ``response`` (cache/bound/label.py) labels the entry and
         the pool's step. No label for a sampled request. Never raises."""
         explored = self._explored.pop(req.digest, None) if self._explored else None
         if explored is None or self.semantic is None or self.semantic.bound is None:

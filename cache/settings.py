@@ -13,7 +13,7 @@ from opskit import FileSettings
 from opskit import redact_url as _redact
 
 if TYPE_CHECKING:
-    from cache.entry_bound import BoundPrior
+    from cache.bound.model import BoundPrior
     from cache.verifier import LearnedVerifier
 
 
@@ -70,7 +70,7 @@ class CacheSettings(FileSettings):
       mapped to a probability threshold by the file's calibration table (the lower 95 % bound
       of precision on the calibration split met the target); a target above the table's highest
       row is an error at start.
-    error_bound: the per-entry error bound (issue 14, item 2; cache/entry_bound.py), off when
+    error_bound: the per-entry error bound (issue 14, item 2; cache/bound/model.py), off when
       None (default): delta, the largest share of wrong answers among semantic hits, 0.001..0.5.
       Candidates are searched down to the prior's floor (cosine 0.70), the rules still veto,
       and the chosen candidate is served only when its entry's learned predictive probability
@@ -157,7 +157,7 @@ class CacheSettings(FileSettings):
             if self.verifier == "learned":
                 raise ValueError("PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "
                                  "is fitted on cosine scores)")
-            from cache.entry_bound import BoundError
+            from cache.bound.model import BoundError
 
             try:
                 self.bound_prior()
@@ -170,7 +170,7 @@ class CacheSettings(FileSettings):
         ``error_bound`` is None. Raises BoundError (checked at construction)."""
         if self.error_bound is None:
             return None
-        from cache.entry_bound import cached_prior
+        from cache.bound.model import cached_prior
 
         return cached_prior(self.bound_prior_path)
 

@@ -2,7 +2,7 @@
 
 Body ``{"hit_id": "<X-PromptEdge-Cache-Hit-Id of the hit>", "verdict": "wrong"}``, with the
 same API key (tenant) that received the hit. The entry that answered becomes stricter
-(cache/entry_bound.py); other tenants' entries and the pool's calibration are untouched, so a
+(cache/bound/model.py); other tenants' entries and the pool's calibration are untouched, so a
 client can only make its own hits rarer. Each hit can be reported once, within
 ``PROMPTEDGE_CACHE_FEEDBACK_TTL_S``. Off unless ``PROMPTEDGE_CACHE_FEEDBACK`` (and
 ``PROMPTEDGE_CACHE_ERROR_BOUND``) are set: 403 ``feedback_disabled``.

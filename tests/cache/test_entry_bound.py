@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from cache.bound_eval import Lookup, replay, sum_runs, wilson_upper
-from cache.bound_fit import fit_prior
-from cache.entry_bound import (DEFAULT_PRIOR_PATH, BoundError, BoundPrior, EntryState, PoolState, boundary, decide, load_prior,
+from cache.bound.eval import Lookup, replay, sum_runs, wilson_upper
+from cache.bound.fit import fit_prior
+from cache.bound.model import (DEFAULT_PRIOR_PATH, BoundError, BoundPrior, EntryState, PoolState, boundary, decide, load_prior,
                                predictive, sigmoid, update_entry, update_pool)
 
 # a prior shaped like QQP's: P(right) grows with the cosine and levels off below 1

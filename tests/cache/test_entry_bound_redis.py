@@ -14,9 +14,9 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
-from cache.bound_store import BoundStore
+from cache.bound.model import BoundPrior, EntryState, load_prior
+from cache.bound.store import BoundStore
 from cache.embed import Encoder
-from cache.entry_bound import BoundPrior, EntryState, load_prior
 
 pytestmark = pytest.mark.slow
 

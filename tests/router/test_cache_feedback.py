@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache.entry_bound import BoundPrior
+from cache.bound.model import BoundPrior
 from tests.router.conftest import MODEL
 from tests.router.test_cache_api import PARAPHRASE, QUESTION, chat, post_until_stored
 

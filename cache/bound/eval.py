@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cache.entry_bound import BoundPrior, EntryState, decide, update_entry, update_pool
+from cache.bound.model import BoundPrior, EntryState, decide, update_entry, update_pool
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ Input: scores (cosine of each labelled pair's two texts) and labels of the QQP *
 4. its strength (pseudo-observations in the pool's Beta belief of the step) is the block's
    size, at most ``max_strength``.
 
-scikit-learn is needed here only; serving reads the JSON (cache/entry_bound.py).
+scikit-learn is needed here only; serving reads the JSON (cache/bound/model.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cache.entry_bound import BoundPrior
+from cache.bound.model import BoundPrior
 from cache.verifier import wilson_lower
 
 DEFAULT_FLOOR = 0.70  # the learned verifier's prefilter: below it no candidate is ever judged

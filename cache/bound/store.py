@@ -1,4 +1,4 @@
-"""Redis side of the per-entry error bound (cache/entry_bound.py): pool states, entry states
+"""Redis side of the per-entry error bound (cache/bound/model.py): pool states, entry states
 and the records of served hits that a client may report.
 
 | key (``{prefix}`` = settings.key_prefix) | type | content | TTL |
@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from cache.entry_bound import BoundError, BoundPrior, EntryState, PoolState
+from cache.bound.model import BoundError, BoundPrior, EntryState, PoolState
 from cache.keys import digest
 from cache.semantic_store import entry_key
 
@@ -91,7 +91,7 @@ class BoundStore:
     async def report(self, entry_id: str, pool: str, score: float, right: bool) -> EntryState | None:
         """Update the entry's state with one label (``update_entry``) by compare-and-set;
         the new state, or None when the entry is gone or kept changing under us."""
-        from cache.entry_bound import update_entry
+        from cache.bound.model import update_entry
 
         key = entry_key(self.prefix, entry_id)
         pool_state_now = await self.pool(pool)
