@@ -33,6 +33,7 @@ from router.metrics import RouterMetrics
 from router.metrics_shared import publish_every
 from router import other_paths
 from router.ops import ops
+from router.feedback import feedback
 from router.ratelimit import RateLimiter
 from router.replicas import Pools
 from router.scraper import Scraper
@@ -137,6 +138,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                   redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
+    app.include_router(feedback)
     if settings.other_paths == "forward":  # last: only paths no route above serves
         app.add_route("/{path:path}", other_paths.forward, methods=other_paths.METHODS, include_in_schema=False)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read
