@@ -21,6 +21,7 @@ from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
     from cache.embed import Encoder
+    from cache.eval import Pairs
 
 app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_completion=False)
 
@@ -230,3 +231,116 @@ def train_verifier(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(content, separators=(",", ":")) + "\n")
     typer.echo(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
+
+
+def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]) -> "Pairs":
+    """Labelled pairs of one split (cache/splits.py), the first ``max_pairs`` in file order;
+    bad input exits 2."""
+    from cache.eval import PairsFormatError, filter_split, load_pairs
+
+    try:
+        loaded = filter_split(load_pairs(pairs), split)
+    except PairsFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if max_pairs is not None:
+        loaded = type(loaded)(loaded.text_a[:max_pairs], loaded.text_b[:max_pairs],
+                              None if loaded.labels is None else loaded.labels[:max_pairs])
+    return loaded
+
+
+@app.command("fit-bound", help="Fit the per-entry error bound's global prior on the train split of labelled "
+                               "pairs (isotonic, 95 % lower bounds per block); writes its JSON file.")
+def fit_bound(
+    pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs {text_a, text_b, label} (QQP's tar is read too)."),
+    out: Path = typer.Option(Path("cache/models/entry_bound.json"), "--out", help="Where the prior goes."),
+    max_pairs: Optional[int] = typer.Option(None, min=100, help="Use the first N train pairs (file order)."),
+    floor: float = typer.Option(0.70, min=-1.0, max=1.0, help="Candidates below this cosine are never judged."),
+    offset_var: float = typer.Option(1.0, min=1e-3, help="Prior variance of an entry's log-odds offset."),
+    max_strength: float = typer.Option(20.0, min=0.0, help="A step's training pairs count as at most this "
+                                       "many of a pool's own labels."),
+    min_step_pairs: int = typer.Option(100, min=1, help="Each step holds at least this many training pairs."),
+    embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
+    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+) -> None:
+    from cache.bound.fit import fit_prior
+    from cache.train_verifier import embed_cached
+
+    settings = _settings()
+    loaded = _split_pairs(pairs, "train", max_pairs)
+    if loaded.labels is None:
+        typer.echo(f"error: {pairs}: the prior needs labelled pairs (text_a, text_b, label)", err=True)
+        raise typer.Exit(2)
+    encoder, tag = _encoder(model, settings)
+    vectors = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
+                           log=lambda line: typer.echo(line, err=True))
+    scores = [float(vectors[a] @ vectors[b]) for a, b in zip(loaded.text_a, loaded.text_b, strict=True)]
+    prior = fit_prior(scores, loaded.labels, floor, offset_var, max_strength, min_step_pairs, source=pairs.name)
+    content = prior.to_json() | {"fitted_on": {"file": pairs.name, "split": "train", "pairs": len(scores),
+                                               "above_floor": sum(s >= floor for s in scores),
+                                               "model": tag}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(content, indent=1) + "\n")
+    for k, p, w in zip(prior.knots, prior.probability, prior.strength, strict=True):
+        typer.echo(f"  cosine >= {k:.4f}: P(right) >= {p:.4f} (weight {w:g})")
+    typer.echo(f"wrote {out} ({len(prior.knots)} steps from {len(scores)} train pairs)")
+
+
+@app.command("eval-bound", help="Replay held-out pairs through the per-entry error bound for each delta, "
+                                "beside the static threshold, the rules and the learned verifier.")
+def eval_bound(
+    pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs (QQP) or {origin, similar} (GPTCache's)."),
+    prior_path: Optional[Path] = typer.Option(None, "--prior", help="Prior file (default: the shipped one)."),
+    split: str = typer.Option("test", help="Labelled pairs: the split replayed (never train)."),
+    max_pairs: Optional[int] = typer.Option(None, min=1, help="Labelled pairs: the first N of the split."),
+    deltas: str = typer.Option("0.01,0.02,0.05", help="Error rates to hold, comma-separated."),
+    labels: str = typer.Option("0/0,0.1/0.1,0.1/1", help="Label budgets, comma-separated, each "
+                               "SHADOW/COMPARE: the share of served hits shadow-verified (a replica call "
+                               "each) / of explored misses whose answer is compared with the candidate's."),
+    client_report_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Share of wrong hits clients report."),
+    seeds: int = typer.Option(5, min=1, help="Runs per setting (label draws), summed."),
+    precision_target: float = typer.Option(0.90, min=0.5, max=0.999, help="The learned verifier's target."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the rows as JSON here."),
+    embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
+    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+) -> None:
+    from cache.bound.eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
+    from cache.bound.model import BoundError, load_prior
+    from cache.train_verifier import embed_cached
+    from cache.verifier import load_verifier
+
+    settings = _settings()
+    if split == "train":
+        typer.echo("error: --split train is what the prior was fitted on; replay calibration or test", err=True)
+        raise typer.Exit(2)
+    try:
+        prior = load_prior(prior_path)
+    except BoundError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    loaded = _split_pairs(pairs, split, max_pairs)
+    encoder, tag = _encoder(model, settings)
+    vectors = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
+                           log=lambda line: typer.echo(line, err=True))
+    if loaded.labels is not None:
+        queries, candidates, stream = labelled_stream(loaded.text_a, loaded.text_b, loaded.labels, vectors)
+        positives = sum(loaded.labels)
+    else:
+        queries, candidates, stream = retrieval_stream(loaded.text_a, loaded.text_b, vectors)
+        positives = len(stream)
+    rows = baseline_rows(queries, candidates, stream, positives, settings.threshold,
+                         load_verifier(settings.verifier_path), precision_target)
+    for delta in (float(d) for d in deltas.split(",")):
+        for budget in labels.split(","):
+            shadow, compare = (float(r) for r in budget.split("/"))
+            random_draws = 0 < shadow < 1 or 0 < compare < 1
+            runs = [replay(stream, prior, delta, shadow, positives, client_report_rate, seed, compare)
+                    for seed in range(seeds if random_draws else 1)]
+            rows.append(sum_runs(runs) | {"method": f"entry bound, shadow {shadow:.0%}, compare {compare:.0%}"})
+    title = (f"{pairs.name}{'' if loaded.labels is None else f' ({split})'}: {len(stream)} lookups, "
+             f"{positives} with a right answer, prior {prior.source}")
+    typer.echo(format_table(rows, title))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"source": str(pairs), "split": split, "max_pairs": max_pairs,
+                                         "prior": prior.source, "seeds": seeds, "rows": rows}, indent=2))

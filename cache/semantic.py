@@ -25,6 +25,8 @@ import redis.asyncio as aioredis
 
 from opskit.redis_client import REDIS_ERRORS
 
+from cache.bound.model import decide
+from cache.bound.store import BoundStore, entry_state, pool_state as pool_state_of
 from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
 from cache.exact import is_complete_response
 from cache.index import ScopedIndex
@@ -50,11 +52,12 @@ _REBUILD_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class SemanticMatch:
-    """A served semantic hit: the entry's response, its similarity and its Redis key."""
+    """A served semantic hit: the entry's response, its similarity, its Redis key and id."""
 
     response: dict[str, Any]
     similarity: float
     key: str
+    entry_id: str = ""
 
 
 @dataclass
@@ -62,11 +65,14 @@ class LookupReport:
     """What one semantic lookup saw, for the counters: the match (or None), why candidates
     above the threshold were not served (verification rule names, ``stale``, ``corrupt``) and
     why the search did not run (``skipped``: ``model_loading``, ``embed_busy``,
-    ``embed_timeout``, ``embed_error``)."""
+    ``embed_timeout``, ``embed_error``). explored: the candidate the per-entry bound did not
+    serve, as (entry id, similarity, its cached response), to be compared with the replica's
+    answer once the miss is answered."""
 
     match: SemanticMatch | None = None
     rejected: Counter[str] = field(default_factory=Counter)
     skipped: str | None = None
+    explored: tuple[str, float, dict[str, Any]] | None = None
 
 
 def _stream_id(value: str) -> tuple[int, int]:
@@ -105,6 +111,9 @@ class SemanticCache:
         self.rebuilds = 0
         # (verifier, probability threshold) when settings.verifier is "learned", else the rules
         self._learned = settings.learned_verifier()
+        prior = settings.bound_prior()
+        # the per-entry error bound (settings.error_bound), else None
+        self.bound = None if prior is None else BoundStore(redis, settings.key_prefix, prior)
 
     @property
     def ready(self) -> bool:
@@ -244,11 +253,14 @@ class SemanticCache:
             log.warning("embedding failed: %s", exc)
             return "embed_error"
 
-    async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded) -> LookupReport:
+    async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded, pool: str = "") -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold that the
         verification stage accepts: the rules (cache/verify.py ``select``) or, with
         ``settings.verifier`` "learned", the most probable candidate whose calibrated
         probability reaches the precision target's threshold (rejections counted ``learned``).
+        With ``settings.error_bound``, the rules' choice is served only when its entry's
+        bound says so (cache/bound/model.py ``decide``, with the state of ``pool``, read in
+        the candidates' round trip; rejections counted ``bound``).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
         """
@@ -265,7 +277,9 @@ class SemanticCache:
                  if n.similarity >= threshold]
         if not found:
             return report
-        entries = await bounded(self.store.get_many([n.entry_id for n in found]))
+        # with the per-entry bound, its pool's counts come in the same round trip
+        pool_key = self.bound.pool_key(pool) if self.bound is not None else None
+        entries, pool_raw = await bounded(self.store.get_many_and_hash([n.entry_id for n in found], pool_key))
         now = time.time()
         valid: list[tuple[str, float, StoredEntry]] = []
         for neighbour, entry in zip(found, entries, strict=True):
@@ -294,9 +308,18 @@ class SemanticCache:
             chosen, rejected = select(query.text, [(e.text, sim) for _, sim, e in valid], threshold,
                                       self.settings.candidate_margin)
             report.rejected.update(rejected)
+        if chosen is not None and self.bound is not None and self.settings.error_bound is not None:
+            _, similarity, entry = valid[chosen]
+            pool_state = pool_state_of(pool_raw, len(self.bound.prior.knots))
+            state = entry_state(entry.bound, self.bound.prior)
+            if decide(self.bound.prior, similarity, state, pool_state, self.settings.error_bound) != "serve":
+                report.rejected["bound"] += 1
+                report.explored = (valid[chosen][0], similarity, entry.response)
+                chosen = None
         if chosen is not None:
             entry_id, similarity, entry = valid[chosen]
-            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id))
+            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id),
+                                         entry_id)
         return report
 
     async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,

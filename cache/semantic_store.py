@@ -8,7 +8,7 @@ Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``):
 
 | key | type | content | TTL |
 |---|---|---|---|
-| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens`` | fixed, = entry TTL |
+| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens``; ``bound`` once labelled (cache/bound/store.py) | fixed, = entry TTL |
 | ``{prefix}:{sem}:expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
 | ``{prefix}:{sem}:group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
 | ``{prefix}:{sem}:groups`` | set | the labels that have a ``group:`` set | none |
@@ -108,7 +108,7 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 _CHUNK = 500  # ids per script call or pipeline
 
 _ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
-                 "prompt_tokens", "completion_tokens")
+                 "prompt_tokens", "completion_tokens", "bound")
 
 
 def entry_key(prefix: str, entry_id: str) -> str:
@@ -139,6 +139,7 @@ class StoredEntry:
     expires_at: float
     prompt_tokens: int
     completion_tokens: int
+    bound: str = ""  # the per-entry error bound's state (cache/bound/store.py), "" = never labelled
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ def decode_entry(entry_id: str, raw: Sequence[bytes | None], dim: int) -> Stored
             expires_at=float(_s(values["expires_at"])),
             prompt_tokens=int(_s(values["prompt_tokens"]) or 0),
             completion_tokens=int(_s(values["completion_tokens"]) or 0),
+            bound=_s(values["bound"]),
         )
     except (ValueError, TypeError, UnicodeDecodeError, binascii.Error) as exc:
         raise CorruptEntry(f"entry {entry_id}: {exc}") from exc
@@ -253,17 +255,27 @@ class SemanticStore:
 
     async def get_many(self, entry_ids: Sequence[str]) -> list[StoredEntry | None | CorruptEntry]:
         """Re-read entries; per id: the entry, None (gone/expired) or the CorruptEntry error."""
+        entries, _ = await self.get_many_and_hash(entry_ids, None)
+        return entries
+
+    async def get_many_and_hash(self, entry_ids: Sequence[str], hash_key: str | None
+                                ) -> tuple[list[StoredEntry | None | CorruptEntry], dict[Any, Any]]:
+        """``get_many`` plus HGETALL of ``hash_key`` (None: nothing) in the same pipeline, so
+        one round trip: the per-entry bound reads its pool's counts so (cache/bound/store.py)."""
         pipe = self._redis.pipeline(transaction=False)
         for entry_id in entry_ids:
             pipe.hmget(entry_key(self.prefix, entry_id), list(_ENTRY_FIELDS))
+        if hash_key is not None:
+            pipe.hgetall(hash_key)
         rows = await pipe.execute()
+        extra = rows.pop() if hash_key is not None else {}
         out: list[StoredEntry | None | CorruptEntry] = []
         for entry_id, raw in zip(entry_ids, rows, strict=True):
             try:
                 out.append(decode_entry(entry_id, raw, self.dim))
             except CorruptEntry as exc:
                 out.append(exc)
-        return out
+        return out, extra
 
     async def delete_ids(self, entry_ids: Iterable[str]) -> int:
         """Delete entries and publish ``del`` events; returns how many keys existed."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 import logging
 import math
+import os
 import time
 from collections import Counter
 from typing import Any, Awaitable, TypeVar
@@ -15,11 +17,13 @@ import redis.asyncio as aioredis
 from opskit.redis_client import REDIS_ERRORS
 
 from cache import metrics
+from cache.bound.label import compared_label
 from cache.embed import Encoder
 from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
 from cache.keys import exact_key
 from cache.scope import Skip, semantic_query
 from cache.semantic import SemanticCache
+from cache.semantic_store import entry_key
 from cache.settings import CacheSettings
 from cache.stats import LookupEvent, PendingCounts, StatsStore
 from cache.types import CacheHit, CacheRequest, Outcome
@@ -35,6 +39,10 @@ _ADMIN_TIMEOUT_S = 30.0
 # bounding it by the lookup's budget (50 ms by default) made one slow write mark Redis down and
 # turn every lookup off for _RETRY_AFTER_S.
 _OFF_PATH_TIMEOUT_S = 1.0
+# Candidates the per-entry bound explored, kept until their miss is stored (then compared with
+# the replica's answer): at most this many, for at most this long.
+_EXPLORED_MAX = 4096
+_EXPLORED_TTL_S = 300.0
 
 
 FUTURE_SKEW_S = 60.0  # a replica's clock may run this far ahead of ours; further is no time at all
@@ -109,6 +117,8 @@ class ResponseCache:
         self._flusher: asyncio.Task[None] | None = None
         self._client = client
         self._prober: asyncio.Task[None] | None = None
+        # request digest -> (entry id, similarity, cached response, monotonic time)
+        self._explored: OrderedDict[str, tuple[str, float, dict[str, Any], float]] = OrderedDict()
 
     @property
     def healthy(self) -> bool:
@@ -272,22 +282,67 @@ class ResponseCache:
             return None, query.reason
         if not self.semantic.ready:
             return None, f"model_{self.semantic.state}"
-        if self.settings.verifier == "learned":
+        if self.settings.error_bound is not None:
+            # the bound decides; the cosine is only its prior's floor, which a request may raise
+            prior = self.settings.bound_prior()
+            assert prior is not None
+            threshold = max(prior.floor, req.control.threshold or 0.0)
+        elif self.settings.verifier == "learned":
             # the cosine is only the learned verifier's prefilter; a request may raise it
             learned = self.settings.learned_verifier()
             assert learned is not None
             threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
         else:
             threshold = self.settings.threshold_for(req.model, req.control.threshold)
-        report = await self.semantic.lookup(query, threshold, self._bounded)
+        report = await self.semantic.lookup(query, threshold, self._bounded, req.model)
         rejected.update(report.rejected)
+        if report.explored is not None:
+            self._explored[req.digest] = (*report.explored, time.monotonic())
+            self._explored.move_to_end(req.digest)
+            while len(self._explored) > _EXPLORED_MAX:
+                self._explored.popitem(last=False)
         if report.match is None:
             return None, report.skipped
         match = report.match
         if not fresh(match.response, req.control.max_age_s):
             rejected["max_age"] += 1
             return None, None
-        return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key), None
+        feedback_id = await self._remember_hit(req, match) if self.settings.feedback else None
+        return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key,
+                        feedback_id=feedback_id), None
+
+    async def _remember_hit(self, req: CacheRequest, match: Any) -> str | None:
+        """Record a semantic hit its tenant may report (one SET on the hit's path); its id, or
+        None when Redis does not take it (the hit is served all the same)."""
+        assert self.semantic is not None and self.semantic.bound is not None
+        hit_id = os.urandom(16).hex()
+        try:
+            await self._bounded(self.semantic.bound.remember_hit(hit_id, match.entry_id, req.tenant,
+                                                                 match.similarity, self.settings.feedback_ttl_s))
+        except CacheUnavailable:
+            return None
+        return hit_id
+
+    async def report_wrong(self, hit_id: str, tenant: str) -> bool:
+        """A client's report that the semantic hit ``hit_id`` served to ``tenant`` was wrong:
+        the entry that answered learns it (cache/bound/model.py ``update_entry``; the pool does
+        not: a client cannot make other tenants' hits rarer). True when applied; False for an
+        unknown, expired, already reported or another tenant's hit, an entry that is gone, or
+        feedback off. Raises CacheUnavailable."""
+        if not self.settings.feedback or self.semantic is None or self.semantic.bound is None:
+            return False
+        bound = self.semantic.bound
+        claimed = await self._bounded(bound.claim_hit(hit_id, tenant), self._off_path_timeout_s)
+        if claimed is None:
+            return False
+        entry_id, score = claimed
+        model = await self._bounded(self._client.hget(entry_key(self.settings.key_prefix, entry_id), "model"),
+                                    self._off_path_timeout_s)
+        if model is None:
+            return False
+        pool = model.decode() if isinstance(model, bytes) else str(model)
+        state = await self._bounded(bound.report(entry_id, pool, score, right=False), self._off_path_timeout_s)
+        return state is not None
 
     def ttl_for(self, req: CacheRequest) -> int:
         """TTL in seconds: the per-request override clamped to the bounds, else the default;
@@ -300,7 +355,8 @@ class ResponseCache:
     async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None) -> bool:
         """Store a complete, successful response (exact, and semantic when eligible); True when
         the exact entry was written. raw: ``response``'s JSON bytes as received, if at hand
-        (stored as is instead of serialising ``response`` again).
+        (stored as is instead of serialising ``response`` again). With the per-entry error
+        bound, a candidate its lookup explored is then labelled by comparing answers.
 
         Refuses (False) errors, partial responses (a choice without finish_reason, fewer or
         other choices than the request's ``n`` per prompt), ``no-store`` requests, entries
@@ -331,7 +387,28 @@ class ResponseCache:
                                                     group=req.label)
                 except CacheUnavailable:
                     pass
+        await self._learn_from_miss(req, response)
         return True
+
+    async def _learn_from_miss(self, req: CacheRequest, response: dict[str, Any]) -> None:
+        """A candidate the per-entry bound explored for ``req``, now that the replica answered:
+        its cached answer compared with ``response`` (cache/bound/label.py) labels the entry and
+        the pool's step. No label for a sampled request. Never raises."""
+        explored = self._explored.pop(req.digest, None) if self._explored else None
+        if explored is None or self.semantic is None or self.semantic.bound is None:
+            return
+        entry_id, score, cached, at = explored
+        if time.monotonic() - at > _EXPLORED_TTL_S:
+            return
+        right = compared_label(req.body, cached, response)
+        if right is None:
+            return
+        bound = self.semantic.bound
+        try:
+            await self._bounded(bound.count(req.model, score, right), self._off_path_timeout_s)
+            await self._bounded(bound.report(entry_id, req.model, score, right), self._off_path_timeout_s)
+        except CacheUnavailable:
+            pass
 
     async def delete(self, tenant: str | None = None, model: str | None = None) -> dict[str, int]:
         """Delete the entries (exact and semantic) of a tenant and/or model; None matches any.

@@ -13,6 +13,7 @@ from opskit import FileSettings
 from opskit import redact_url as _redact
 
 if TYPE_CHECKING:
+    from cache.bound.model import BoundPrior
     from cache.verifier import LearnedVerifier
 
 
@@ -69,6 +70,18 @@ class CacheSettings(FileSettings):
       mapped to a probability threshold by the file's calibration table (the lower 95 % bound
       of precision on the calibration split met the target); a target above the table's highest
       row is an error at start.
+    error_bound: the per-entry error bound (issue 14, item 2; cache/bound/model.py), off when
+      None (default): delta, the largest share of wrong answers among semantic hits, 0.001..0.5.
+      Candidates are searched down to the prior's floor (cosine 0.70), the rules still veto,
+      and the chosen candidate is served only when its entry's learned predictive probability
+      of a right answer is >= 1 - delta (else a miss, counted ``rejected.bound``). The
+      similarity threshold settings are not used then; ``X-Cache-Threshold`` can only raise
+      the floor. Refused with ``verifier`` "learned" (the prior is fitted on cosines).
+      bound_prior_path: the prior file (None: the shipped cache/models/entry_bound.json,
+      fitted on QQP's train split).
+    feedback: clients may report a wrong semantic hit (``POST /v1/cache/feedback`` with the
+      hit's ``X-PromptEdge-Cache-Hit-Id``; needs error_bound): the entry that answered becomes
+      stricter. Off by default. feedback_ttl_s: how long a hit can be reported (s).
     prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
       estimate, the hit's service time on an idle replica = prompt / prefill + completion /
       decode (defaults: sim/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
@@ -107,6 +120,10 @@ class CacheSettings(FileSettings):
     verifier: Literal["rules", "learned"] = "rules"
     verifier_path: Path | None = None
     semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
+    error_bound: float | None = Field(None, ge=0.001, le=0.5)
+    bound_prior_path: Path | None = None
+    feedback: bool = False
+    feedback_ttl_s: int = Field(3600, ge=1, le=7 * 24 * 3600)
     prefill_tokens_per_s: float = Field(10_000.0, gt=0)
     decode_tokens_per_s: float = Field(110.0, gt=0)
 
@@ -134,7 +151,28 @@ class CacheSettings(FileSettings):
                 cached_verifier(self.verifier_path).threshold_for(self.semantic_precision_target)
             except VerifierError as exc:
                 raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER=learned: {exc}") from None
+        if self.feedback and self.error_bound is None:
+            raise ValueError("PROMPTEDGE_CACHE_FEEDBACK needs PROMPTEDGE_CACHE_ERROR_BOUND (what a report updates)")
+        if self.error_bound is not None:
+            if self.verifier == "learned":
+                raise ValueError("PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "
+                                 "is fitted on cosine scores)")
+            from cache.bound.model import BoundError
+
+            try:
+                self.bound_prior()
+            except BoundError as exc:
+                raise ValueError(f"PROMPTEDGE_CACHE_ERROR_BOUND: {exc}") from None
         return self
+
+    def bound_prior(self) -> "BoundPrior | None":
+        """The per-entry bound's prior (read once per file per process), None when
+        ``error_bound`` is None. Raises BoundError (checked at construction)."""
+        if self.error_bound is None:
+            return None
+        from cache.bound.model import cached_prior
+
+        return cached_prior(self.bound_prior_path)
 
     def learned_verifier(self) -> "tuple[LearnedVerifier, float] | None":
         """The learned verifier and the probability threshold of ``semantic_precision_target``,

@@ -87,6 +87,8 @@ class CacheHit:
     key: the Redis key of the entry that was served.
     raw: ``response`` as stored (JSON bytes), when at hand: it can be sent without serialising
     ``response`` again.
+    feedback_id: with ``CacheSettings.feedback``, the id under which the client that received
+    this semantic hit may report it wrong (``ResponseCache.report_wrong``); else None.
     """
 
     kind: HitKind
@@ -94,3 +96,4 @@ class CacheHit:
     similarity: float | None
     key: str
     raw: bytes | None = None
+    feedback_id: str | None = None

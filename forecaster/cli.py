@@ -187,10 +187,11 @@ def backtest(
     tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
     test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
     models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,seasonal_level,ets_level,holt_winters",
-    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.99,
+    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.9,
     upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = 0.1,
     down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = 300.0,
     band_window: Annotated[float, typer.Option(help="Trailing mean (s) the band is conditioned on; 0: one band for every origin.")] = 3600.0,
+    band_scale: Annotated[bool, typer.Option(help="Scale the band by the volatility of the --band-window span.")] = True,
     head_days: Annotated[Optional[float], typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")] = None,
     budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
     demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
@@ -221,7 +222,7 @@ def backtest(
             warmup_s=warmup, capacity=capacity, headroom=headroom, test_fraction=test_fraction,
             models=[m.strip() for m in models.split(",") if m.strip()], budget_s=budget,
             level=level, down_cooldown_s=down_cooldown, upper_headroom=upper_headroom,
-            band_window_s=band_window,
+            band_window_s=band_window, band_scale=band_scale,
         )
         result = run_backtest(traffic, y, cfg, progress)
     except ForecasterError as exc:

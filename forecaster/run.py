@@ -158,7 +158,7 @@ def run_once(
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
     season = max(1, round(settings.season_s / traffic.step))
     band_window = round(settings.band_window_s / traffic.step)
-    key = (tuple(settings.models), horizon, season, traffic.step, settings.level, band_window)
+    key = (tuple(settings.models), horizon, season, traffic.step, settings.level, band_window, settings.band_scale)
     kept = cache.get(at, key) if cache is not None else None
     seen = clean(y)
     if kept is not None:
@@ -167,7 +167,7 @@ def run_once(
     else:
         candidates = build_candidates(settings.models, season, traffic.step, settings.level)
         chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season,
-                        band_window=band_window)
+                        band_window=band_window, band_scale=settings.band_scale)
         forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level), history=seen)
         if cache is not None:
             cache.put(chosen, at, key)

@@ -10,11 +10,13 @@ may hold a password).
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from opskit import FileSettings, LogFormat, RedisURL
 
@@ -23,6 +25,31 @@ from forecaster.plan import PlannerConfig
 
 # A POP name (``pops``' keys): it appears in log lines, hold reasons and error messages.
 POP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+NO_HOST = "the Redis URL has no host (redis://host:port/db); redis-py would read localhost"
+
+
+def has_host(url: str) -> bool:
+    """False for a one-server Redis URL with an empty host (``redis://:6379/0``,
+    ``redis://:pw@/0``), which redis-py reads as localhost; True otherwise (``unix://`` has a
+    path instead; a Cluster or Sentinel URL without a host fails its own check). Pure."""
+    scheme = url.partition("://")[0].lower()
+    if scheme not in ("redis", "rediss"):
+        return True
+    try:
+        return bool(urlsplit(url).hostname)
+    except ValueError:  # not a URL at all: the RedisURL check says so
+        return True
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: a JSON object whose keys are all different (json.loads
+    itself keeps the last of a repeated key in silence)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:  # a key that is no POP name (a URL pasted as one) is not repeated
+            raise ValueError(f"POP {key if POP_NAME.fullmatch(key) else '(a bad name)'} is named twice")
+        seen[key] = value
+    return seen
 
 
 class ForecasterSettings(FileSettings):
@@ -38,8 +65,9 @@ class ForecasterSettings(FileSettings):
     # Several POPs, each router counting into its own Redis: POP name -> Redis URL (env: a JSON
     # object). Their counters are summed per minute, a minute known only when every POP counted
     # it (forecaster/sources/pops.py); redis_url then keeps only the planner state. Empty: the
-    # counters are read from redis_url.
-    pops: dict[str, RedisURL] = Field(default_factory=dict)
+    # counters are read from redis_url. NoDecode: _pops_json decodes the environment's JSON
+    # itself, to refuse a repeated name (json.loads keeps the last).
+    pops: Annotated[dict[str, RedisURL], NoDecode] = Field(default_factory=dict)
     # Source of demand: the router's Redis counters or a Prometheus query_range.
     source: Literal["redis", "prometheus"] = "redis"
     model_name: str | None = None  # the router's model/pool; None = sum over all models
@@ -59,11 +87,14 @@ class ForecasterSettings(FileSettings):
     # Upper quantile of the forecast band the planner provisions for (calibrated on backtest
     # residuals), with ``upper_headroom`` over it; chosen on the backtest's tuning days
     # (README, "Measured").
-    level: float = Field(0.99, gt=0.5, lt=1.0)
+    level: float = Field(0.9, gt=0.5, lt=1.0)
     # The band is conditioned on where the last bucket stands against the mean of this trailing
     # span (s): wider after a dip, narrower after a rise (forecaster/models/band.py); 0 = one band
     # for every origin. Chosen on the backtest's tuning days with ``level`` (README, "Measured").
     band_window_s: float = Field(3600.0, ge=0.0, le=7 * 86400.0)  # at most a week
+    # The band is also scaled by the volatility of that span (root mean square of its log
+    # changes): wide in a restless hour, narrow in a calm one; chosen with ``level``.
+    band_scale: bool = True
     models: list[str] = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     time_budget_s: PositiveFloat = 5.0  # model selection budget per run
     # The daemon keeps its model choice this long (simulated s) and carries the chosen model over
@@ -93,6 +124,16 @@ class ForecasterSettings(FileSettings):
     # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
     metrics_port: int = Field(9464, ge=0, le=65535)
 
+    @field_validator("pops", mode="before")
+    @classmethod
+    def _pops_json(cls, value: Any) -> Any:
+        if not isinstance(value, (str, bytes)):  # the settings file's mapping, or an argument
+            return value
+        try:
+            return json.loads(value, object_pairs_hook=_unique_pairs)
+        except json.JSONDecodeError as exc:  # its message quotes no input
+            raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+
     @field_validator("pops")
     @classmethod
     def _pop_names(cls, pops: dict[str, str]) -> dict[str, str]:
@@ -100,6 +141,8 @@ class ForecasterSettings(FileSettings):
         for name, url in pops.items():
             if not POP_NAME.fullmatch(name):
                 raise ValueError(f"bad POP name {name[:40]!r} (letters, digits, '.', '_', '-'; at most 63)")
+            if not has_host(url):
+                raise ValueError(f"POP {name}: {NO_HOST}")
             # the same Redis listed twice would count its demand twice (attack round: 100 copies
             # of one POP read 100x the demand); the URL is compared as written, never printed
             key = url.strip().lower()

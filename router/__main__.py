@@ -7,7 +7,8 @@ import typer
 from opskit import settings_table
 
 from router.app import create_app
-from router.launch import StartupError, WorkerConfig, configure_process_logging, prepare, serve_workers
+from router.launch import (StartupError, WorkerConfig, configure_process_logging, prepare, report_startup_error,
+                           serve_workers)
 from router.server import serve as serve_app
 from router.settings import WORKERS_MAX, RouterSettings
 
@@ -35,9 +36,8 @@ def serve(
     """Serve the OpenAI API on HOST:PORT (uvicorn with uvloop and httptools)."""
     try:
         launch = prepare()
-    except StartupError as exc:
-        for line in exc.lines:
-            typer.echo(f"error: {line}", err=True)
+    except StartupError as exc:  # before the port is bound: exit 2, said as the router's log lines
+        report_startup_error(exc, log_level)
         raise typer.Exit(2) from None
     settings = launch.settings
     configure_process_logging(settings.log_format, log_level)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,8 +30,10 @@ from router.dispatch import Weights
 from router.errors import APIError, BadRequest
 from router.health import HealthConfig
 from router.metrics import RouterMetrics
+from router.metrics_shared import publish_every
 from router import other_paths
 from router.ops import ops
+from router.feedback import feedback
 from router.ratelimit import RateLimiter
 from router.replicas import Pools
 from router.scraper import Scraper
@@ -92,7 +96,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         await cache.start()
         tracer, tracer_provider = make_tracer(settings.otel_exporter, settings.otel_endpoint)
         metrics = RouterMetrics(pools, weights, cache_healthy=lambda: cache.healthy)
-        metrics.registry.register(DiscoveryCollector(pools, source))
+        metrics.register(DiscoveryCollector(pools, source))
         app.state.router = RouterState(
             settings=settings, redis=redis, upstream=upstream, cache=cache,
             pools=pools, scraper=scraper, counters=counters, metrics=metrics,
@@ -103,9 +107,15 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         await source.start(on_replicas)
         await scraper.start()
         counters.start()
+        # --workers N: this worker's scrape-time series copied for the others' scrapes (router/metrics_shared.py)
+        publisher = None if metrics.shared is None else asyncio.create_task(publish_every(metrics.shared))
         try:
             yield
         finally:
+            if publisher is not None:
+                publisher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await publisher
             await source.stop()
             await scraper.stop()
             await counters.stop()
@@ -128,6 +138,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                   redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
     add_completion_routes(app)
     app.include_router(ops)
+    app.include_router(feedback)
     if settings.other_paths == "forward":  # last: only paths no route above serves
         app.add_route("/{path:path}", other_paths.forward, methods=other_paths.METHODS, include_in_schema=False)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)  # 413 before a body is read

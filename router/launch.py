@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,13 +32,15 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from cache.settings import CacheSettings
-from opskit import LogFormat, configure as configure_logging
+from opskit import FORMATS, LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
 from router.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, ReplicaSource, StaticSource
 from router.discovery_config import build_source
 from router.limits import ConnectionBudget, connection_budget
+from router.metrics_shared import ENV as SHARED_METRICS_ENV
+from router.metrics_shared import forget
 from router.server import not_cancelled, protocol_class, raise_open_files_limit
 from router.settings import RouterSettings, error_location
 from router.tracing import TracingError, check_exporter
@@ -50,12 +54,14 @@ WORKER_HEALTHCHECK_S = 30
 
 
 class StartupError(Exception):
-    """The router cannot start with these settings; ``lines`` are the messages for stderr
-    (``error: ...``), which never repeat a secret."""
+    """The router cannot start with these settings; ``lines`` are the messages for the log
+    (:func:`report_startup_error`), which never repeat a secret; ``log_format`` is the router's
+    setting when it could be read (None: the settings themselves failed)."""
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], log_format: LogFormat | None = None) -> None:
         super().__init__("; ".join(lines))
         self.lines = lines
+        self.log_format = log_format
 
 
 @dataclass(frozen=True)
@@ -89,8 +95,17 @@ def _read(cls: type[S], prefix: str) -> S:
 def prepare() -> Launch:
     """Read the settings from the environment (and PROMPTEDGE_SETTINGS_FILE), check the Redis
     URL, the tracing exporter, discovery and every backend key, and size connections to this
-    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`."""
+    process's open-files limit (raised to its hard limit first). Raises :class:`StartupError`
+    (with the router's ``log_format`` once its settings are read)."""
     settings = _read(RouterSettings, "PROMPTEDGE_ROUTER_")
+    try:
+        return _check(settings)
+    except StartupError as exc:
+        exc.log_format = settings.log_format
+        raise
+
+
+def _check(settings: RouterSettings) -> Launch:
     # the cache's own settings, read again in each worker's lifespan: a bad one is a start-up error here
     _read(CacheSettings, "PROMPTEDGE_CACHE_")
     try:
@@ -108,6 +123,20 @@ def prepare() -> Launch:
     except ValueError as exc:
         raise StartupError([str(exc)]) from None
     return Launch(settings.model_copy(update={"max_connections": budget.upstream}), source, budget)
+
+
+def report_startup_error(exc: StartupError, log_level: str) -> None:
+    """Log ``exc``'s lines as ERROR records of ``router.server`` (``cannot start: ...``) in the
+    router's log format, as every other line of its log: JSON by default, so a log pipeline that
+    parses each stderr line as JSON reads them too. When the settings themselves failed, the
+    format is ``PROMPTEDGE_ROUTER_LOG_FORMAT`` if that alone is valid, else the default (json)."""
+    fmt = exc.log_format
+    if fmt is None:
+        given = os.environ.get("PROMPTEDGE_ROUTER_LOG_FORMAT", "").strip().lower()
+        fmt = given if given in FORMATS else RouterSettings.model_fields["log_format"].default
+    configure_process_logging(fmt, log_level)
+    for line in exc.lines:
+        log.error("cannot start: %s", line)
 
 
 def configure_process_logging(log_format: LogFormat, log_level: str) -> None:
@@ -167,16 +196,43 @@ class WorkerConfig(uvicorn.Config):
         super().load()
 
 
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor, which also tells prometheus_client when a worker is gone (died and
+    replaced, replaced on SIGHUP, removed on SIGTTOU), so that its live gauges leave the shared
+    ``/metrics`` with it (router/metrics_shared.py)."""
+
+    def keep_subprocess_alive(self) -> None:
+        before = self._pids()
+        super().keep_subprocess_alive()
+        forget(before - self._pids())
+
+    def handle_signals(self) -> None:
+        before = self._pids()
+        super().handle_signals()
+        forget(before - self._pids())
+
+    def _pids(self) -> set[int]:
+        return {process.pid for process in self.processes if process.pid is not None}
+
+
 def serve_workers(config: WorkerConfig) -> None:
     """Bind ``config``'s port once, run ``config.workers`` workers on it under uvicorn's
     supervisor until SIGINT or SIGTERM (each worker is sent SIGTERM and waited for), then return.
-    Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails to start."""
+    The workers share a fresh ``PROMETHEUS_MULTIPROC_DIR`` (made here before they start, any
+    inherited one replaced, removed at exit) so that each one's ``/metrics`` answers with all of
+    their series. Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails
+    to start."""
     sock = config.bind_socket()  # logs "Uvicorn running on ..." with the bound port
     # listening now, not when the first worker has started: a connection made meanwhile (or while
     # every worker restarts) waits in the backlog instead of being refused
     sock.listen(config.backlog)
-    supervisor = Multiprocess(config, sockets=[sock])
-    supervisor.run()
+    # a directory of an earlier run would add its counts to this one's: always a new one
+    os.environ[SHARED_METRICS_ENV] = tempfile.mkdtemp(prefix="promptedge-metrics-")
+    try:
+        supervisor = Supervisor(config, sockets=[sock])
+        supervisor.run()
+    finally:
+        shutil.rmtree(os.environ.pop(SHARED_METRICS_ENV), ignore_errors=True)
     sock.close()
     if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
         sys.exit(STARTUP_FAILURE)

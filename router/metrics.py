@@ -1,7 +1,9 @@
 """Prometheus metrics of one router app (own registry, so several apps can share a process).
 
 Per-request series are updated on the request path (a dict lookup and an add each); replica
-gauges (score, in-flight, scrape age, up) are computed only when ``/metrics`` is scraped.
+gauges (score, in-flight, scrape age, up) are computed only when ``/metrics`` is scraped. Under
+``router serve --workers N`` a scrape is answered with every worker's series
+(router/metrics_shared.py).
 """
 
 from __future__ import annotations
@@ -14,20 +16,30 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from router.dispatch import Weights, score
+from router.metrics_shared import SharedSeries, shared_dir
 from router.replicas import Pools
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class RouterMetrics:
-    """The router's Prometheus series; ``render()`` gives the text exposition."""
+    """The router's Prometheus series; ``render()`` gives the text exposition. ``shared``: the
+    process is one of ``--workers N`` (prometheus_client's multiprocess mode, set up by the
+    supervisor), so ``render()`` answers with every worker's series, the cache's included."""
 
     def __init__(self, pools: Pools, weights: Weights, clock: Callable[[], float] = time.monotonic,
                  cache_healthy: Callable[[], bool] | None = None) -> None:
         self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, _resident_memory_bytes, ...
+        self.pools = pools
+        # computed at scrape time from this process's state: copied for the other workers when shared
+        self.collectors: list[Collector] = [ProcessCollector(registry=None)]  # process_cpu_seconds_total, ...
         if cache_healthy is not None:
-            self.registry.register(_CacheCollector(cache_healthy))
+            self.collectors.append(_CacheCollector(cache_healthy))
+        self.collectors.append(_ReplicaCollector(pools, weights, clock))
+        for collector in self.collectors:
+            self.registry.register(collector)
+        self.shared = SharedSeries(self.collectors) if shared_dir() is not None else None
+        self._gone: set[str] = set()  # replicas forgotten (shared: their series cannot be removed)
         self.requests = Counter(
             "promptedge_router_requests", "Requests answered, by pool, replica, HTTP status and cache outcome",
             ["pool", "replica", "status", "cache"], registry=self.registry)
@@ -51,6 +63,11 @@ class RouterMetrics:
         self.registry.register(_ReplicaCollector(pools, weights, clock))
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}
+
+    def register(self, collector: Collector) -> None:
+        """Add a collector of series computed at scrape time (as the replica gauges are)."""
+        self.collectors.append(collector)
+        self.registry.register(collector)
 
     def observe_request(self, pool: str, replica: str, status: int, cache: str, seconds: float,
                         ttft_s: float | None) -> None:
@@ -76,14 +93,24 @@ class RouterMetrics:
         series for the router's lifetime. A request still open to such a replica that ends
         later counts again, under a series of its own."""
         gone = set(urls)
+        self._gone |= gone
         for key in [k for k in self._children if k[1] in gone]:
             del self._children[key]
-            pool, replica, status, cache = key
-            self.requests.remove(pool, replica, str(status), cache)
+            if self.shared is None:  # multiprocess mode cannot remove a series: render() hides it
+                pool, replica, status, cache = key
+                self.requests.remove(pool, replica, str(status), cache)
 
     def render(self) -> bytes:
-        """Prometheus text exposition of all series."""
-        return generate_latest(self.registry)
+        """Prometheus text exposition of all series (shared: every worker's, the cache's too)."""
+        if self.shared is None:
+            return generate_latest(self.registry)
+        return self.shared.render(self._hidden)
+
+    def _hidden(self) -> set[str]:
+        if not self._gone:
+            return set()
+        self._gone -= {replica.url for replica in self.pools.all()}  # came back: shown again
+        return set(self._gone)
 
 
 class _CacheCollector(Collector):

@@ -86,7 +86,10 @@ async def model(state: StateDep, model: str) -> dict[str, Any]:
 @ops.get("/metrics")
 async def metrics(state: StateDep) -> Response:
     """Prometheus text exposition of the router's and the cache's series."""
-    return Response(state.metrics.render() + metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    body = state.metrics.render()
+    if state.metrics.shared is None:  # shared: the cache's series are among every worker's already
+        body += metrics_text()
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @ops.get("/cache/stats")

@@ -267,6 +267,8 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
         headers["age"] = str(int(age))  # HTTP's Age of a cached answer: seconds since the replica made it
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
+    if hit.feedback_id is not None:  # this key may report it: POST /v1/cache/feedback (router/feedback.py)
+        headers["x-promptedge-cache-hit-id"] = hit.feedback_id
     if stream:
         return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
                                  background=settle)

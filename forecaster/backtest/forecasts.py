@@ -50,9 +50,11 @@ def rolling_forecasts(
     max_origins: int = 144,
     progress: bool = True,
     band_window: int = 0,
+    band_scale: bool = False,
 ) -> RollingForecasts:
     """Forecasts at every origin in [first_origin, len(y)]; y: rates per step with NaN gaps;
-    band_window: buckets of the trailing mean that conditions the band (``select``; 0: static)."""
+    band_window: buckets of the trailing mean that conditions the band (``select``; 0: static);
+    band_scale: the band is also scaled by the volatility of that span (``select``)."""
     origins = np.arange(first_origin, y.size + 1)
     mean = np.full((origins.size, horizon), np.nan)
     upper = np.full((origins.size, horizon), np.nan)
@@ -70,7 +72,7 @@ def rolling_forecasts(
         if chosen is None or i % refit_every == 0:
             candidates = build_candidates(model_names, season, step, level)
             chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins, span=season,
-                            band_window=band_window)
+                            band_window=band_window, band_scale=band_scale)
             fc = chosen.model.predict(horizon, level)
         else:
             fc = chosen.model.forward(history, horizon, level)

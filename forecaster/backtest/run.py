@@ -31,7 +31,8 @@ class BacktestConfig:
     often the model is chosen again; decision_interval_s: how often the predictive policy
     decides (a cron tick), on the forecast made at the last bucket boundary; band_window_s: the
     trailing span whose mean the band is conditioned on (s, ``select``'s ``band_window``; 0: one
-    band for every origin); the remaining fields as in the planner and ``select``."""
+    band for every origin); band_scale: the band is also scaled by that span's volatility
+    (``select``'s ``band_scale``); the remaining fields as in the planner and ``select``."""
 
     warmup_s: float
     capacity: float
@@ -39,7 +40,7 @@ class BacktestConfig:
     test_fraction: float = 0.5
     horizon_s: float = 1800.0
     season_s: float = 86400.0
-    level: float = 0.99
+    level: float = 0.9
     models: list[str] = field(
         default_factory=lambda: ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
     )
@@ -52,6 +53,7 @@ class BacktestConfig:
     decision_interval_s: float = 60.0
     upper_headroom: float | None = 0.1
     band_window_s: float = 3600.0
+    band_scale: bool = True
 
 
 @dataclass
@@ -92,7 +94,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     fc = rolling_forecasts(
         demand, first, horizon, lead, season, step, cfg.models, cfg.level, cfg.budget_s,
         max(1, round(cfg.refit_every_s / step)), cfg.max_origins, progress,
-        round(cfg.band_window_s / step),
+        round(cfg.band_window_s / step), cfg.band_scale,
     )
     per_step = round(step / tick_s)
     ticks = np.repeat(demand[first:], per_step)

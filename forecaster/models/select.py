@@ -8,7 +8,7 @@ be chosen: selection falls back rather than loses. The chosen model's backtest r
 space, per step ahead) also calibrate its upper quantile, unless too few exist, in which case
 the model's own interval stays. With ``band_window`` the band is conditioned on where the last
 bucket stands against the trailing mean (``forecaster.models.band``): wider after a dip, narrower
-after a rise.
+after a rise; with ``band_scale`` also in proportion to the volatility of that trailing span.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from forecaster.errors import ConfigError
-from forecaster.models.band import ReversionBand, fit_reversion_band, reversion_feature
+from forecaster.models.band import ReversionBand, fit_reversion_band, reversion_feature, volatility
 from forecaster.models.base import Forecast, Model, clean
 from forecaster.models.baselines import LastValue, SeasonalNaive
 from forecaster.models.ets import HoltWinters
@@ -115,6 +115,7 @@ def select(
     max_origins: int = 144,
     span: int | None = None,
     band_window: int = 0,
+    band_scale: bool = False,
 ) -> Selection:
     """Choose a model for ``y`` (rates per step, NaN allowed) and fit it on the full history.
 
@@ -123,7 +124,8 @@ def select(
     hours); at most ``max_origins`` origins, spaced evenly (None: the last ``max_origins``
     steps, every one), and spaced only as far as the history fills them all. Short history (too little for MIN_ORIGINS backtest origins) gives last
     value with a note saying so. Candidates after the budget is spent are skipped (and named in
-    the note).
+    the note). band_window: buckets of the trailing span the band is conditioned on (0: one
+    band); band_scale: the band is also scaled by that span's volatility (``band.volatility``).
     """
     started = time.monotonic()
     y_clean = clean(y)
@@ -179,11 +181,13 @@ def select(
         usable = [np.asarray(r) for r in per_step if len(r) >= MIN_CALIBRATION]
         log_q = _quantiles(usable, level)
         features = np.array([reversion_feature(y_clean[:o], band_window) for o in origins])
-        band = fit_reversion_band(per_step, features, band_window, MIN_CALIBRATION)
+        scales = np.array([volatility(y_clean[:o], band_window) for o in origins]) if band_scale else None
+        band = fit_reversion_band(per_step, features, band_window, MIN_CALIBRATION, scales)
     ratio = scores[best] / scores["last_value"] if scores["last_value"] > 0 else 1.0
     note = f"{best} chosen by backtest over {origins.size} origins (MAE {ratio:.2f}x last value)"
     if skipped:
         note += f"; time budget skipped {', '.join(skipped)}"
     if band is not None:
         note += f"; band conditioned on the last {band_window} buckets' mean"
+        note += " and scaled by their volatility" if band.scale_range is not None else ""
     return Selection(chosen, scores, log_q, note, usable, band, level)

@@ -12,9 +12,10 @@ Rules (forecaster/README.md, "Several POPs"):
   on it. Missing data makes the planner hold instead. Within the known minutes the sum is what
   one Redis would hold if every router wrote into it (a counter one POP never wrote in the span,
   e.g. misses where all were cache hits, is 0 there).
-- A POP whose Redis does not answer (connection refused, timeout) makes the whole source
-  unavailable (SourceUnavailable naming the POP, never its URL): the run holds, it never reads
-  the remaining POPs as all the demand.
+- A POP whose Redis does not answer (connection refused, timeout) or answers with an error
+  (WRONGTYPE, ACL NOPERM, ...: named by its class) makes the whole source unavailable
+  (SourceUnavailable naming the POP, never its URL): the run holds, it never reads the
+  remaining POPs as all the demand.
 - The POPs are read concurrently, one thread each. Each POP's Redis calls are bounded by
   ``timeout_s`` (connect and every read, as for one Redis); the whole read is bounded by
   ``deadline_s`` (default ``READ_CALLS * timeout_s``: a POP's read is at most a connect, the
@@ -36,7 +37,7 @@ from opskit.redis_client import check_redis_url
 
 from forecaster.errors import ConfigError, SourceUnavailable
 from forecaster.series import Traffic
-from forecaster.settings import POP_NAME
+from forecaster.settings import NO_HOST, POP_NAME, has_host
 from forecaster.sources.redis_counters import MinuteCounts, RedisCounterSource
 
 # Redis calls of one POP's read: connect, SMEMBERS of the model list, the HGETALL pipeline.
@@ -70,7 +71,8 @@ class PopsCounterSource:
     minute (module doc). ``fetch(now)`` returns Traffic with step 60 s in requests/s (tokens/s);
     raises SourceUnavailable naming each POP that could not be read within ``timeout_s`` per call
     and ``deadline_s`` in all. The constructor raises ConfigError for an empty mapping, a bad
-    POP name or a URL no client can be built from (naming the POP, never the URL)."""
+    POP name, a URL without a host or one no client can be built from (naming the POP, never
+    the URL)."""
 
     step = 60.0
 
@@ -92,6 +94,8 @@ class PopsCounterSource:
                 check_redis_url(url)
             except RedisURLError as exc:  # the message never repeats the URL
                 raise ConfigError(f"PROMPTEDGE_FORECASTER_POPS: POP {name}: {exc}") from None
+            if not has_host(url):
+                raise ConfigError(f"PROMPTEDGE_FORECASTER_POPS: POP {name}: {NO_HOST}")
         self._sources = {name: RedisCounterSource(url, model, history_s, timeout_s)
                          for name, url in pops.items()}
         self.deadline_s = READ_CALLS * timeout_s if deadline_s is None else deadline_s

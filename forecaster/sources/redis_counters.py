@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from opskit.redis_client import sync_redis
+from opskit.redis_client import REDIS_ERRORS, sync_redis
 
 from forecaster.errors import SourceUnavailable
 from forecaster.series import Traffic
@@ -32,7 +32,8 @@ FIELDS = ("requests", "misses", "prompt_tokens", "completion_tokens")
 class RedisCounterSource:
     """Reads ``history_s`` seconds of 1-minute counters before ``now`` for one model (or the sum
     over all models when ``model`` is None). Every Redis call is bounded by ``timeout_s``;
-    connection and timeout errors raise SourceUnavailable."""
+    any Redis error (unreachable, timeout, or a refused command: WRONGTYPE, ACL NOPERM, ...)
+    raises SourceUnavailable."""
 
     step = 60.0
 
@@ -61,7 +62,8 @@ class RedisCounterSource:
 
     def read_counts(self, now: float | None = None) -> MinuteCounts:
         """The raw counts of minutes [now - history, now) (``now``: Unix s, None = wall clock),
-        summed over the models read; raises SourceUnavailable on a connection error or timeout."""
+        summed over the models read; raises SourceUnavailable on any Redis error, naming its
+        class (redis-py's messages name the host and port or the command, never the password)."""
         now = time.time() if now is None else now
         last = math.floor(now / 60) - 1  # the current minute is incomplete
         first = last - math.ceil(self._history_s / 60) + 1
@@ -75,6 +77,8 @@ class RedisCounterSource:
             hashes = pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise SourceUnavailable(f"Redis counters unreachable: {exc}") from None
+        except REDIS_ERRORS as exc:  # Redis answered with an error: unreadable data is missing data, a hold
+            raise SourceUnavailable(f"Redis counters not readable: {type(exc).__name__}: {str(exc)[:200]}") from None
         n = last - first + 1
         sums = {field: np.zeros(n) for field in FIELDS}
         seen = np.zeros(n, dtype=bool)

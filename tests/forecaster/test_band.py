@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from forecaster.backtest.forecasts import forecast_errors, rolling_forecasts
-from forecaster.models.band import fit_reversion_band, reversion_feature
+from forecaster.models.band import MIN_SCALE, fit_reversion_band, reversion_feature, volatility
 from forecaster.models.select import build_candidates, select
 from forecaster.sources import read_trace
 
@@ -94,3 +94,43 @@ def test_a_band_window_that_is_not_finite_or_past_a_week_is_a_settings_error() -
     for bad in (float("inf"), float("nan"), -1.0, 8 * 86400.0):  # inf crashed every run (attack round)
         with pytest.raises(ValidationError):
             ForecasterSettings(band_window_s=bad)
+
+
+def test_scaled_by_volatility_the_band_is_wider_after_a_restless_hour_than_after_a_calm_one() -> None:
+    """Residuals whose size follows the trailing hour's volatility (jumps cluster): the scaled
+    band widens with it; one band for every volatility would give both hours the same offset."""
+    rng = np.random.default_rng(3)
+    scales = rng.uniform(0.02, 0.3, 400)
+    residuals = [scales * rng.normal(0.0, 1.0, scales.size)]
+    features = rng.normal(0.0, 0.2, scales.size)
+    band = fit_reversion_band(residuals, features, window=6, min_points=10, scales=scales)
+    assert band is not None and band.scale_range is not None
+    calm = np.full(6, 100.0)
+    restless = np.array([100.0, 130.0, 90.0, 125.0, 85.0, 100.0])  # same last bucket and about the same mean
+    assert volatility(restless, 6) > 0.25 and volatility(calm, 6) == MIN_SCALE
+    assert band.log_offsets(restless, 0.9)[0] > 3 * band.log_offsets(calm, 0.9)[0] > 0
+    unscaled = fit_reversion_band(residuals, features, window=6, min_points=10)
+    assert unscaled is not None  # its offsets differ only by the small reversion term here
+    assert unscaled.log_offsets(restless, 0.9)[0] == pytest.approx(unscaled.log_offsets(calm, 0.9)[0], abs=0.01)
+
+
+def test_the_volatility_is_clipped_to_the_range_it_was_calibrated_on() -> None:
+    rng = np.random.default_rng(4)
+    scales = rng.uniform(0.05, 0.1, 300)
+    band = fit_reversion_band([scales * rng.normal(0.0, 1.0, 300)], rng.normal(0.0, 0.2, 300), 6, 10, scales)
+    assert band is not None
+    wild = np.array([1.0, 1000.0, 1.0, 1000.0, 1.0, 100.0])  # volatility about 6, far above 0.1
+    assert band.log_offsets(wild, 0.99)[0] <= band.cap[0] + 1e-12
+    assert volatility(np.array([5.0]), 6) == MIN_SCALE and volatility(np.full(6, 5.0), 1) == MIN_SCALE
+
+
+def test_on_servegen_tuning_days_the_scaled_band_is_a_better_p90_than_the_conditioned_one(servegen: np.ndarray) -> None:
+    """Pinball loss of the P90 band (the default level) over ServeGen days 4-7, the tuning days
+    (the history the band is calibrated on ends at each origin; days 8-14 are not read)."""
+    days = servegen[:1008]
+    losses = {}
+    for scaled in (False, True):
+        fc = rolling_forecasts(days, 432, 2, 1, 144, 600.0, ["last_value"], 0.9, progress=False,
+                               band_window=6, band_scale=scaled)
+        losses[scaled] = forecast_errors(days, fc.head(fc.origins.size - 1), 1, 0.9)["pinball_upper"]
+    assert losses[True] < 0.95 * losses[False]

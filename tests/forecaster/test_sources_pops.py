@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from forecaster import ForecasterSettings, PopsCounterSource, RedisCounterSource, RedisStateStore, run_once
 from forecaster.cli import app
-from forecaster.errors import SourceUnavailable
+from forecaster.errors import ConfigError, SourceUnavailable
 from sim.stack import RedisServer
 
 BASE = 28_000_000  # a Unix minute
@@ -111,6 +111,50 @@ def test_a_killed_pop_holds_the_decision_and_its_return_resumes(
     assert resumed.series["missing_buckets"] == 178
 
 
+@pytest.mark.parametrize("wrong_key", ["promptedge:traffic:models", f"promptedge:traffic:m:{(BASE - 1) // 1440}"])
+def test_a_pop_whose_redis_refuses_the_read_is_a_named_hold(
+    pops: tuple[RedisServer, RedisServer], redis_url: str, wrong_key: str
+) -> None:
+    # WRONGTYPE (the model set or a day's hash holds a string): a traceback before, not a hold
+    a, b = pops
+    minutes = range(BASE - 180, BASE)
+    count(a.url, {m: 60 for m in minutes}, misses=False)
+    count(b.url, {m: 120 for m in minutes}, misses=False)
+    with redis.Redis.from_url(b.url) as client:
+        client.delete(wrong_key)
+        client.set(wrong_key, "not a counter")
+    settings = plan_settings(redis_url, {"a": a.url, "b": b.url})
+    source = PopsCounterSource(settings.pops, None, settings.history_s, settings.source_timeout_s)
+    held = run_once(settings, source, now=BASE * 60 + 5)
+    assert held.decision.action == "hold"
+    assert "POP b: " in held.decision.reason and "ResponseError" in held.decision.reason
+    assert "POP a" not in held.decision.reason and B_PASSWORD not in held.decision.reason
+
+
+def test_a_pop_whose_acl_user_may_not_read_the_counters_is_a_named_hold(
+    pops: tuple[RedisServer, RedisServer], redis_url: str
+) -> None:
+    # ACL NOPERM: the POP's Redis answers, but this user may not read the counter keys. A POP's
+    # own redis-server: an ACL change on the shared test Redis would reach every other test.
+    a, b = pops
+    minutes = range(BASE - 180, BASE)
+    count(a.url, {m: 60 for m in minutes}, misses=False)
+    password = "pw-reader-i15"
+    with redis.Redis.from_url(a.url) as admin:
+        admin.acl_setuser("reader", enabled=True, passwords=[f"+{password}"], keys=["unrelated:*"],
+                          commands=["+@all"])
+        try:
+            reader_url = f"redis://reader:{password}@127.0.0.1:{a.port}/0"
+            settings = plan_settings(redis_url, {"a": reader_url, "b": b.url})
+            source = PopsCounterSource(settings.pops, None, settings.history_s, settings.source_timeout_s)
+            held = run_once(settings, source, now=BASE * 60 + 5)
+        finally:
+            admin.acl_deluser("reader")
+    assert held.decision.action == "hold"
+    assert held.decision.reason.count("POP a: ") == 1 and "NoPermissionError" in held.decision.reason
+    assert password not in held.decision.reason and "POP b" not in held.decision.reason
+
+
 def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) -> None:
     a, b = pops
     count(a.url, {BASE: 60})
@@ -126,7 +170,7 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', 'field "pops"'),  # not JSON
+    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', "pops\n  Value error, not JSON: "),  # not JSON
     ('["redis://:hunter2@10.0.0.1:6379/0"]', "pops\n  Input should be a valid dictionary"),  # a list
     ('{"paris": "redis://:hunter2@10.0.0.1:port/0"}', "pops.paris\n"),
     ('{"paris": "http://:hunter2@10.0.0.1/0"}', "pops.paris\n"),
@@ -135,6 +179,12 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
     # the same Redis twice counted its demand twice (attack round)
     ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "nyc": "redis://:hunter2@10.0.0.1:6379/0"}',
      "POPs paris and nyc name the same Redis URL"),
+    # an empty host read localhost (another POP's Redis, or the central one) in silence
+    ('{"paris": "redis://:hunter2@:6379/0"}', "POP paris: the Redis URL has no host"),
+    ('{"nyc": "redis://10.0.0.2:6379/0", "paris": "rediss://:6379/0"}', "POP paris: the Redis URL has no host"),
+    # a name given twice kept only its last URL in silence (json.loads' last key wins)
+    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "paris": "redis://:hunter2@10.0.0.2:6379/0"}',
+     "POP paris is named twice"),
 ])
 def test_malformed_pops_are_a_settings_error_without_the_password(value: str, expected: str) -> None:
     result = CliRunner().invoke(app, ["run", "--once"], env={"PROMPTEDGE_FORECASTER_POPS": value,
@@ -161,3 +211,8 @@ def test_pops_from_the_settings_file_and_only_for_redis(tmp_path: Path, monkeypa
     assert settings.redis_url == "redis://central:6379/0"
     with pytest.raises(ValidationError, match="need source 'redis'"):
         ForecasterSettings(source="prometheus")
+
+
+def test_a_pop_url_without_a_host_is_refused_by_the_source_too() -> None:
+    with pytest.raises(ConfigError, match="POP paris: the Redis URL has no host"):
+        PopsCounterSource({"nyc": "redis://10.0.0.2:6379/0", "paris": "redis://:6379/0"}, None, 600)

@@ -62,3 +62,37 @@ def test_a_bad_cache_setting_is_a_start_up_error_before_the_port_is_bound() -> N
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert "PROMPTEDGE_CACHE_THRESHOLD" in output and "Traceback" not in output
+
+
+BAD_START = [  # (environment, the setting the error names): each found before the port is bound
+    ({"PROMPTEDGE_CACHE_THRESHOLD": "2"}, "PROMPTEDGE_CACHE_THRESHOLD"),  # RouterSettings read, then the cache's
+    ({"PROMPTEDGE_ROUTER_WORKERS": "0"}, "PROMPTEDGE_ROUTER_WORKERS"),  # RouterSettings itself fails
+    ({"PROMPTEDGE_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/15?socket_timeout=abc"}, "PROMPTEDGE_REDIS_URL"),
+]
+
+
+def start_up_error(env: dict[str, str]) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "router", "serve", "--port", "0"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(
+                              [{"url": "http://127.0.0.1:9", "model": "m"}]), **env})
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_start_up_errors_are_log_lines_in_the_routers_json_format() -> None:
+    # Regression: the router logs one JSON object per line by default, but its start-up errors were
+    # plain "error: ..." lines, which a log pipeline parsing JSON dropped or could not parse.
+    for env, name in BAD_START:
+        code, output = start_up_error(env)
+        assert code == 2, output
+        lines = [json.loads(line) for line in output.splitlines() if line.strip()]  # no other line
+        assert lines and all(line["level"] == "ERROR" and line["logger"] == "router.server" for line in lines)
+        assert any(name in line["message"] for line in lines), lines
+        assert "hunter2" not in output and "Traceback" not in output
+
+
+def test_start_up_errors_follow_log_format_text() -> None:
+    for env, name in BAD_START:
+        code, output = start_up_error({**env, "PROMPTEDGE_ROUTER_LOG_FORMAT": "text"})
+        assert code == 2, output
+        assert re.fullmatch(r"\S+ ERROR router\.server: cannot start: .*", output.strip().splitlines()[0]), output
+        assert name in output and "hunter2" not in output

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from uvicorn.config import STARTUP_FAILURE
 
 from router.launch import WorkerConfig
@@ -176,3 +177,64 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
     assert {line["pid"] for line in lines} == workers | {router.proc.pid}
     assert not [line for line in lines if line["logger"] == "uvicorn.access"]  # access_log is off
     assert sum("Application shutdown complete." in line["message"] for line in lines) == WORKERS
+
+
+def scrape(router: RouterProcess) -> dict[str, float]:
+    """One /metrics scrape on a new connection: sample name (with its labels) -> value."""
+    text = httpx.get(router.url + "/metrics", timeout=30).text
+    return {f"{sample.name}{sorted(sample.labels.items())}": sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def total(samples: dict[str, float], name: str) -> float:
+    return sum(value for key, value in samples.items() if key.startswith(name + "["))
+
+
+@pytest.mark.slow
+def test_metrics_of_two_workers_count_every_workers_requests_on_every_scrape(tmp_path: Path) -> None:
+    # Regression: each worker answered /metrics with its own counters only, so one scrape saw one
+    # worker's count and the next another's: rate() over them (deploy/ alerts) was garbage.
+    router = start_router(tmp_path, env={"PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"},
+                          args=("--workers", str(WORKERS)))
+    try:
+        workers = wait_until_serving(router, WORKERS)
+        sent, seen = 0, set()  # requests answered (503: the pool's only replica is the discard port)
+        for round_ in range(ROUNDS):
+            ids = [uuid.uuid4().hex for _ in range(8)]
+            with ThreadPoolExecutor(len(ids)) as pool:
+                statuses = list(pool.map(lambda i: httpx.post(
+                    router.url + "/v1/chat/completions", headers={"x-request-id": i}, timeout=60,
+                    json={"model": MODEL, "messages": [{"role": "user", "content": f"count {i}"}]}).status_code, ids))
+            assert all(status in (200, 503) for status in statuses), statuses
+            sent += len(ids)
+            seen |= {answered_by(router, i) for i in ids}
+            if seen == workers:
+                break
+        assert seen == workers  # each worker counted some of them
+        for _ in range(8):  # each scrape on a new connection: any worker answers it
+            samples = scrape(router)
+            assert total(samples, "promptedge_router_requests_total") == sent
+            assert total(samples, "promptedge_router_request_seconds_count") == sent
+            assert samples["promptedge_router_cache_up[]"] == 1.0  # a gauge: once, not per worker
+            assert total(samples, "promptedge_router_replica_up") in (0.0, 1.0)
+
+        # a killed worker's counts stay in the total (a counter never goes down); its live
+        # gauges leave with it, and its replacement counts on
+        victim = min(workers)
+        shared_dir = Path(psutil.Process(victim).environ()["PROMETHEUS_MULTIPROC_DIR"])
+        assert shared_dir.is_dir() and "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 240
+        while router.log_text().count("Application startup complete.") < WORKERS + 1:
+            assert time.monotonic() < deadline, router.log_text()[-3000:]
+            time.sleep(0.5)
+        assert not list(shared_dir.glob(f"gauge_live*_{victim}.db"))
+        assert list(shared_dir.glob(f"counter_{victim}.db"))
+        for _ in range(4):
+            samples = scrape(router)
+            assert total(samples, "promptedge_router_requests_total") == sent
+            assert samples["promptedge_router_cache_up[]"] == 1.0
+    finally:
+        router.stop()
+    assert router.proc.returncode == 0
+    assert not shared_dir.exists()  # the supervisor removed it at exit

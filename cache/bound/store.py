@@ -1,0 +1,132 @@
+"""Redis side of the per-entry error bound (cache/bound/model.py): pool states, entry states
+and the records of served hits that a client may report.
+
+| key (``{prefix}`` = settings.key_prefix) | type | content | TTL |
+|---|---|---|---|
+| ``{prefix}:sem:entry:{<id>}`` field ``bound`` | hash field | the entry's ``EntryState`` JSON; absent: never labelled | the entry's |
+| ``{prefix}:bound:pool:{<pool digest>}`` | hash | ``r<i>`` / ``w<i>``: right / wrong labels at step i of the prior | none |
+| ``{prefix}:bound:hit:{<hit id>}`` | string | ``{"e": entry id, "t": tenant, "s": score}`` of one served semantic hit | feedback_ttl_s |
+
+Every key's hash tag is its own (Redis Cluster: one slot per key, no script touches two). The
+entry's state is replaced by compare-and-set (``_ENTRY_CAS``), so two reports that race do not
+lose one; an entry that is gone (deleted, expired) is never re-created. A hit record is claimed
+by the tenant it was served to, once (``_CLAIM``): another tenant, or the same report twice,
+finds nothing. Redis errors propagate; callers bound them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from cache.bound.model import BoundError, BoundPrior, EntryState, PoolState
+from cache.keys import digest
+from cache.semantic_store import entry_key
+
+# KEYS[1] = the entry; ARGV = the state read before ('' = none), the new state.
+# Returns -1 when the entry is gone, 0 when its state changed meanwhile, 1 when written.
+_ENTRY_CAS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local current = redis.call('HGET', KEYS[1], 'bound') or ''
+if current ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'bound', ARGV[2])
+return 1
+"""
+# KEYS[1] = the hit record; ARGV[1] = the reporting tenant. The record if it is that
+# tenant's (and deleted: a hit is reported once), else nil (left for its own tenant).
+_CLAIM = """
+local raw = redis.call('GET', KEYS[1])
+if not raw then return nil end
+local ok, record = pcall(cjson.decode, raw)
+if not ok or type(record) ~= 'table' or record['t'] ~= ARGV[1] then return nil end
+redis.call('DEL', KEYS[1])
+return raw
+"""
+_CAS_TRIES = 5
+
+
+class BoundStore:
+    """Reads and writes bound states and hit records under ``prefix`` (see the module doc)."""
+
+    def __init__(self, redis: aioredis.Redis, prefix: str, prior: BoundPrior) -> None:
+        self._redis = redis
+        self.prefix = prefix
+        self.prior = prior
+        self._cas = redis.register_script(_ENTRY_CAS)
+        self._claim = redis.register_script(_CLAIM)
+
+    def pool_key(self, pool: str) -> str:
+        """The key of one pool's state (its name hashed: a name may hold braces)."""
+        return f"{self.prefix}:bound:pool:{{{digest([pool])[:16]}}}"
+
+    def hit_key(self, hit_id: str) -> str:
+        """The key of one served hit's record."""
+        return f"{self.prefix}:bound:hit:{{{hit_id}}}"
+
+    async def pool(self, pool: str) -> PoolState:
+        """The pool's learned counts (none yet: the prior's steps as they are)."""
+        raw = await self._redis.hgetall(self.pool_key(pool))
+        return pool_state(raw, len(self.prior.knots))
+
+    async def count(self, pool: str, score: float, right: bool) -> None:
+        """Count one operator-obtained label (shadow verification, a compared miss) in the pool."""
+        await self._redis.hincrby(self.pool_key(pool), f"{'r' if right else 'w'}{self.prior.step(score)}", 1)
+
+    async def remember_hit(self, hit_id: str, entry_id: str, tenant: str, score: float, ttl_s: int) -> None:
+        """Record a served semantic hit that its tenant may report within ``ttl_s``."""
+        record = json.dumps({"e": entry_id, "t": tenant, "s": round(score, 6)}, separators=(",", ":"))
+        await self._redis.set(self.hit_key(hit_id), record, ex=ttl_s)
+
+    async def claim_hit(self, hit_id: str, tenant: str) -> tuple[str, float] | None:
+        """(entry id, score) of a hit served to ``tenant`` and not reported yet; the record is
+        deleted. None for an unknown, expired, already reported or another tenant's hit."""
+        raw = await self._claim(keys=[self.hit_key(hit_id)], args=[tenant])
+        if raw is None:
+            return None
+        record = json.loads(raw)
+        return str(record["e"]), float(record["s"])
+
+    async def report(self, entry_id: str, pool: str, score: float, right: bool) -> EntryState | None:
+        """Update the entry's state with one label (``update_entry``) by compare-and-set;
+        the new state, or None when the entry is gone or kept changing under us."""
+        from cache.bound.model import update_entry
+
+        key = entry_key(self.prefix, entry_id)
+        pool_state_now = await self.pool(pool)
+        for _ in range(_CAS_TRIES):
+            raw = await self._redis.hget(key, "bound")
+            before = "" if raw is None else raw.decode() if isinstance(raw, bytes) else str(raw)
+            state = entry_state(before, self.prior)
+            after = update_entry(self.prior, score, right, state, pool_state_now)
+            written = await self._cas(keys=[key], args=[before, json.dumps(after.to_json(), separators=(",", ":"))])
+            if written == -1:
+                return None
+            if written == 1:
+                return after
+        return None
+
+
+def entry_state(raw: str | bytes | None, prior: BoundPrior) -> EntryState:
+    """An entry's stored state; a new entry's when absent or unreadable."""
+    if not raw:
+        return prior.new_entry()
+    try:
+        return EntryState.from_json(json.loads(raw))
+    except (ValueError, BoundError):
+        return prior.new_entry()
+
+
+def pool_state(raw: dict[Any, Any], steps: int) -> PoolState:
+    """A pool's state from its hash (fields ``r<i>`` / ``w<i>``; others ignored)."""
+    right, wrong = [0] * steps, [0] * steps
+    for field, value in raw.items():
+        name = field.decode() if isinstance(field, bytes) else str(field)
+        try:
+            i, n = int(name[1:]), int(value)
+        except ValueError:
+            continue
+        if 0 <= i < steps and n > 0:
+            (right if name[:1] == "r" else wrong if name[:1] == "w" else [0] * steps)[i] = n
+    return PoolState(tuple(right), tuple(wrong))

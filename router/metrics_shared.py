@@ -1,0 +1,137 @@
+"""``/metrics`` of ``router serve --workers N``: every worker's series in every scrape, through
+prometheus_client's multiprocess mode.
+
+Each scrape reaches one worker. Without this, it answered with its own counters only, so
+successive scrapes saw different workers' counts and ``rate()`` over them was garbage. The
+supervisor (router/launch.py) creates a fresh ``PROMETHEUS_MULTIPROC_DIR`` before it starts the
+workers (prometheus_client reads it at import: every counter and histogram a worker creates then
+keeps its values in a file there), marks a worker that is gone with ``mark_process_dead`` and
+removes the directory at exit. Then:
+
+- counters and histograms (the router's and the cache's) are read from every worker's file by
+  ``MultiProcessCollector`` and summed: a counter is the total over all workers, those that died
+  included, so it never goes down when a worker is replaced;
+- the series computed at scrape time from a worker's own state (custom collectors: replica
+  gauges, discovery, ``cache_up``, ``process_*``), which multiprocess mode cannot read in another
+  process, are copied by each worker into file-backed gauges (``multiprocess_mode`` by meaning,
+  :data:`GAUGE_MODES`) and counters (their increments) every ``PUBLISH_S`` and before it answers
+  a scrape; a dead worker's gauges leave with it;
+- multiprocess mode cannot remove a series, so the series of a replica that discovery removed
+  (and that has not come back) are left out of the answer instead.
+
+With one worker (no ``PROMETHEUS_MULTIPROC_DIR``) none of this runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+PUBLISH_S = 1.0  # how stale another worker's gauges can be in a scrape
+# How the workers' values of one gauge make the one value of a scrape (live*: only running
+# workers'). A gauge not listed is exposed per worker (``liveall``: a ``pid`` label).
+GAUGE_MODES = {
+    "promptedge_router_replica_inflight": "livesum",  # the router's open requests: all workers'
+    "promptedge_router_replica_up": "livemax",  # 1 while some worker sends to it (alert: none in a pool)
+    "promptedge_router_replica_score": "livemax",  # each worker's own in-flight in it: the worst view
+    "promptedge_router_scrape_age_seconds": "livemax",  # the stalest worker's scrape (alert: > 10 s)
+    "promptedge_router_replica_seconds_per_token": "livemax",  # learned per worker: the slowest
+    "promptedge_router_cache_up": "livemin",  # 0 while any worker serves without its cache
+    "promptedge_router_discovery_endpoints": "livemax",  # every worker discovers the same set
+    "promptedge_router_discovery_sync_age_seconds": "livemax",
+    "process_resident_memory_bytes": "livesum",
+    "process_virtual_memory_bytes": "livesum",
+    "process_open_fds": "livesum",
+    "process_max_fds": "livemin",
+    "process_start_time_seconds": "livemin",  # the oldest running worker's start
+}
+
+
+def shared_dir() -> str | None:
+    """The multiprocess directory when this process is one of several workers, else None."""
+    return os.environ.get(ENV) or None
+
+
+class SharedSeries:
+    """One worker's side of the shared ``/metrics``: :meth:`publish` copies ``collectors``' series
+    into the files, :meth:`render` answers a scrape with every worker's series."""
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self.collectors = collectors
+        self._gauges: dict[str, Gauge] = {}
+        self._counters: dict[str, Counter] = {}
+        self._counted: dict[tuple[str, tuple[str, ...]], float] = {}  # counter values already added
+
+    def publish(self) -> None:
+        """Copy the collectors' current values: gauges set, counters increased by what they
+        counted since the last copy (a counter that went down is not copied back)."""
+        for collector in self.collectors:
+            for family in collector.collect():
+                if family.type == "gauge":
+                    self._set(family)
+                elif family.type == "counter":
+                    self._count(family)
+
+    def _set(self, family: Metric) -> None:
+        for sample in family.samples:
+            gauge = self._gauges.get(family.name)
+            if gauge is None:
+                gauge = self._gauges[family.name] = Gauge(
+                    family.name, family.documentation, list(sample.labels), registry=None,
+                    multiprocess_mode=GAUGE_MODES.get(family.name, "liveall"))  # type: ignore[arg-type]
+            (gauge.labels(*sample.labels.values()) if sample.labels else gauge).set(sample.value)
+
+    def _count(self, family: Metric) -> None:
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):  # _created
+                continue
+            counter = self._counters.get(family.name)
+            if counter is None:
+                counter = self._counters[family.name] = Counter(family.name, family.documentation,
+                                                                list(sample.labels), registry=None)
+            key = (family.name, tuple(sample.labels.values()))
+            child = counter.labels(*key[1]) if sample.labels else counter  # shown at 0 as in one process
+            added = sample.value - self._counted.get(key, 0.0)
+            if added > 0:
+                child.inc(added)
+                self._counted[key] = sample.value
+
+    def render(self, hidden_replicas: Callable[[], set[str]]) -> bytes:
+        """Text exposition of every worker's series (after publishing this worker's), without
+        those whose ``replica`` label is in ``hidden_replicas()`` (removed replicas)."""
+        self.publish()
+        registry = CollectorRegistry()
+        registry.register(_Without(MultiProcessCollector(None), hidden_replicas()))
+        return generate_latest(registry)
+
+
+class _Without(Collector):
+    def __init__(self, inner: MultiProcessCollector, replicas: set[str]) -> None:
+        self.inner, self.replicas = inner, replicas
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.inner.collect():
+            if self.replicas:
+                family.samples = [s for s in family.samples if s.labels.get("replica") not in self.replicas]
+            yield family
+
+
+async def publish_every(series: SharedSeries, seconds: float = PUBLISH_S) -> None:
+    """Publish ``series`` every ``seconds`` until cancelled (a task of the worker's lifespan)."""
+    while True:
+        series.publish()
+        await asyncio.sleep(seconds)
+
+
+def forget(pids: Iterable[int]) -> None:
+    """In the supervisor: drop the live gauges of the worker processes ``pids``, which are gone
+    (their counters stay: a counter of the router never goes down)."""
+    for pid in pids:
+        mark_process_dead(pid)

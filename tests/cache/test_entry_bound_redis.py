@@ -1,0 +1,160 @@
+"""The per-entry error bound inside ResponseCache, on a real Redis and the real encoder: the
+decision on the lookup path, the hit record a client may report, and the report's scope (the
+tenant that received the hit, once; the entry only, never the pool)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache.bound.model import BoundPrior, EntryState, load_prior
+from cache.bound.store import BoundStore
+from cache.embed import Encoder
+
+pytestmark = pytest.mark.slow
+
+KITCHEN = "How do I turn on the lights in the kitchen?"
+KITCHEN_PARAPHRASE = "How can I turn on the kitchen lights?"
+# the traffic is known to be clean above cosine 0.80 (P(right) 0.97, a million pairs a step)
+CLEAN = BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offset_var=1.0, source="clean")
+
+
+def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}}
+
+
+def ask(text: str, tenant: str = "t1") -> CacheRequest:
+    return CacheRequest("chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]},
+                        tenant, CacheControl())
+
+
+@pytest.fixture()
+async def bounded_cache(redis_url: str, encoder: Encoder, tmp_path: Path) -> AsyncIterator[ResponseCache]:
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(CLEAN.to_json()))
+    client = aioredis.Redis.from_url(redis_url)
+    settings = CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05, feedback=True,
+                             bound_prior_path=path)
+    cache = ResponseCache(client, settings, encoder=encoder)
+    await cache.start()
+    yield cache
+    await cache.aclose()
+    await client.aclose()
+
+
+async def test_a_reported_hit_makes_its_entry_stricter_for_its_tenant_only_once(bounded_cache: ResponseCache) -> None:
+    cache = bounded_cache
+    assert await cache.store(ask(KITCHEN), answer())
+    assert await cache.store(ask(KITCHEN, tenant="t2"), answer())
+    hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
+    assert hit is not None and hit.kind == "semantic" and hit.feedback_id is not None
+    assert hit.similarity is not None and hit.similarity >= 0.80
+    # another tenant cannot report it, nor can a made-up id; neither uses the report up
+    assert not await cache.report_wrong(hit.feedback_id, "t2")
+    assert not await cache.report_wrong("0" * 32, "t1")
+    assert await cache.report_wrong(hit.feedback_id, "t1")
+    assert not await cache.report_wrong(hit.feedback_id, "t1")  # once
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound: BoundStore = cache.semantic.bound
+    stored = await cache._client.hget(hit.key, "bound")  # noqa: SLF001 - the entry's state in Redis
+    state = EntryState.from_json(json.loads(stored))
+    assert state.seen == 1 and state.wrong == 1 and state.mean < -0.5
+    assert (await bound.pool("m")).seen == 0  # a client's report never teaches the pool
+    # the same paraphrase is now a miss for t1 (counted), still a hit for t2's own entry
+    assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+    assert (await cache.lookup(ask(KITCHEN_PARAPHRASE, tenant="t2"))) is not None
+    stats = await cache.stats()
+    assert stats["rejected"].get("bound") == 1
+
+
+async def test_a_report_on_an_entry_that_is_gone_is_not_applied_and_does_not_recreate_it(
+        bounded_cache: ResponseCache) -> None:
+    cache = bounded_cache
+    assert await cache.store(ask(KITCHEN), answer())
+    hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
+    assert hit is not None and hit.feedback_id is not None
+    await cache.delete(tenant="t1")
+    assert not await cache.report_wrong(hit.feedback_id, "t1")
+    assert not await cache._client.exists(hit.key)  # noqa: SLF001
+
+
+async def test_the_shipped_prior_does_not_serve_a_paraphrase_at_5_percent(redis_url: str, encoder: Encoder) -> None:
+    # QQP's train split never shows 95 % right answers at any cosine (its top step is 0.899):
+    # with the shipped prior and no labels, a 0.05 bound serves nothing semantic
+    assert load_prior().probability[-1] < 0.95
+    client = aioredis.Redis.from_url(redis_url)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05),
+                          encoder=encoder)
+    await cache.start()
+    try:
+        assert await cache.store(ask(KITCHEN), answer())
+        assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+        exact = await cache.lookup(ask(KITCHEN))
+        assert exact is not None and exact.kind == "exact" and exact.feedback_id is None
+    finally:
+        await cache.aclose()
+        await client.aclose()
+
+
+def test_settings_refuse_feedback_without_a_bound_and_a_bad_prior(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="FEEDBACK needs"):
+        CacheSettings(feedback=True)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ValidationError, match="bad.json"):
+        CacheSettings(error_bound=0.02, bound_prior_path=bad)
+    with pytest.raises(ValidationError):
+        CacheSettings(error_bound=0.0)
+    assert CacheSettings(error_bound=0.02).bound_prior() is not None
+    assert CacheSettings().bound_prior() is None
+
+
+def greedy(text: str, tenant: str = "t1", temperature: float | None = 0.0) -> CacheRequest:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    if temperature is not None:
+        body["temperature"] = temperature
+    return CacheRequest("chat.completions", body, tenant, CacheControl())
+
+
+async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(redis_url: str, encoder: Encoder,
+                                                                       tmp_path: Path) -> None:
+    # delta 0.01: the clean prior's 0.97 is not enough, so the paraphrase's candidate is
+    # explored; the replica's answer then says whether the cached one was right
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(CLEAN.to_json()))
+    client = aioredis.Redis.from_url(redis_url)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01,
+                                                bound_prior_path=path), encoder=encoder)
+    await cache.start()
+    try:
+        assert cache.semantic is not None and cache.semantic.bound is not None
+        bound = cache.semantic.bound
+        assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+        assert await cache.lookup(greedy(KITCHEN_PARAPHRASE)) is None  # explored, not served
+        assert await cache.store(greedy(KITCHEN_PARAPHRASE), answer("Flip the switch."))  # same answer: right
+        pool = await bound.pool("m")
+        assert pool.seen == 1 and sum(pool.right) == 1
+        key = cache.semantic.store.prefix + ":sem:entry:{"  # the stored KITCHEN entry's state
+        states = [json.loads(v) for k in await client.keys(key + "*")
+                  if (v := await client.hget(k, "bound")) is not None]
+        assert [(s["n"], s["w"]) for s in states] == [(1, 0)] and states[0]["m"] > 0
+        # a sampled request proves nothing: no label
+        assert await cache.lookup(greedy("How could I switch on the kitchen lights?", temperature=None)) is None
+        assert await cache.store(greedy("How could I switch on the kitchen lights?", temperature=None), answer("x"))
+        assert (await bound.pool("m")).seen == 1
+        # another answer from the replica: the cached one would have been wrong
+        assert await cache.lookup(greedy("Kitchen lights: how do I turn them on?")) is None
+        assert await cache.store(greedy("Kitchen lights: how do I turn them on?"), answer("Use the app."))
+        assert sum((await bound.pool("m")).wrong) == 1
+    finally:
+        await cache.aclose()
+        await client.aclose()

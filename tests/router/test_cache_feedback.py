@@ -1,0 +1,63 @@
+"""POST /v1/cache/feedback over HTTP: a semantic hit carries X-PromptEdge-Cache-Hit-Id when the
+per-entry error bound and feedback are on; the key that received it (and only that key) can
+report it once; the entry then stops answering that paraphrase for its tenant."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cache.bound.model import BoundPrior
+from tests.router.conftest import MODEL
+from tests.router.test_cache_api import PARAPHRASE, QUESTION, chat, post_until_stored
+
+pytestmark = pytest.mark.slow
+
+CLEAN = BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offset_var=1.0, source="clean")
+
+
+@pytest.fixture()
+def feedback_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(CLEAN.to_json()))
+    monkeypatch.setenv("PROMPTEDGE_CACHE_ERROR_BOUND", "0.05")
+    monkeypatch.setenv("PROMPTEDGE_CACHE_FEEDBACK", "true")
+    monkeypatch.setenv("PROMPTEDGE_CACHE_BOUND_PRIOR_PATH", str(path))
+
+
+async def test_the_key_that_received_a_hit_reports_it_once(feedback_on: None, start_replica, start_router,
+                                                           client: httpx.AsyncClient) -> None:
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme", "key-b": "bravo"})
+    url = router.url + "/v1/chat/completions"
+    feedback = router.url + "/v1/cache/feedback"
+    a, b = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
+    await post_until_stored(client, url, chat(QUESTION), a)
+    hit = await client.post(url, json=chat(PARAPHRASE), headers=a)
+    assert hit.headers["x-cache"] == "semantic"
+    hit_id = hit.headers["x-promptedge-cache-hit-id"]
+    report = {"hit_id": hit_id, "verdict": "wrong"}
+    other = await client.post(feedback, json=report, headers=b)
+    assert other.status_code == 404 and other.json()["error"]["code"] == "unknown_hit"
+    for bad, code in (({"hit_id": "x"}, "invalid_hit_id"), ({"hit_id": hit_id, "verdict": "right"}, "invalid_verdict")):
+        response = await client.post(feedback, json=bad, headers=a)
+        assert response.status_code == 400 and response.json()["error"]["code"] == code
+    done = await client.post(feedback, json=report, headers=a)
+    assert done.status_code == 200 and done.json() == {"applied": True}
+    assert (await client.post(feedback, json=report, headers=a)).status_code == 404  # once
+    again = await client.post(url, json=chat(PARAPHRASE), headers={**a, "cache-control": "no-store"})
+    assert again.headers["x-cache"] == "miss"
+    exact = await client.post(url, json=chat(QUESTION), headers=a)
+    assert exact.headers["x-cache"] == "exact" and "x-promptedge-cache-hit-id" not in exact.headers
+
+
+async def test_feedback_is_off_by_default(start_replica, start_router, client: httpx.AsyncClient) -> None:
+    router = await start_router([(await start_replica()).url], model=MODEL)
+    url = router.url + "/v1/chat/completions"
+    await post_until_stored(client, url, chat(QUESTION), {"authorization": "Bearer key-a"})
+    hit = await client.post(url, json=chat(PARAPHRASE), headers={"authorization": "Bearer key-a"})
+    assert hit.headers["x-cache"] == "semantic" and "x-promptedge-cache-hit-id" not in hit.headers
+    off = await client.post(router.url + "/v1/cache/feedback", json={"hit_id": "0" * 32, "verdict": "wrong"})
+    assert off.status_code == 403 and off.json()["error"]["code"] == "feedback_disabled"
