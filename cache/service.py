@@ -18,6 +18,7 @@ from opskit.redis_client import REDIS_ERRORS
 
 from cache import metrics
 from cache.bound.label import compared_label
+from cache.bound.store import pool_name
 from cache.embed import Encoder
 from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
 from cache.keys import exact_key
@@ -294,7 +295,7 @@ class ResponseCache:
             threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
         else:
             threshold = self.settings.threshold_for(req.model, req.control.threshold)
-        report = await self.semantic.lookup(query, threshold, self._bounded, req.model)
+        report = await self.semantic.lookup(query, threshold, self._bounded, pool_name(req.tenant, req.model))
         rejected.update(report.rejected)
         if report.explored is not None:
             self._explored[req.digest] = (*report.explored, time.monotonic())
@@ -340,7 +341,7 @@ class ResponseCache:
                                     self._off_path_timeout_s)
         if model is None:
             return False
-        pool = model.decode() if isinstance(model, bytes) else str(model)
+        pool = pool_name(tenant, model.decode() if isinstance(model, bytes) else str(model))
         state = await self._bounded(bound.report(entry_id, pool, score, right=False), self._off_path_timeout_s)
         return state is not None
 
@@ -405,8 +406,9 @@ class ResponseCache:
             return
         bound = self.semantic.bound
         try:
-            await self._bounded(bound.count(req.model, score, right), self._off_path_timeout_s)
-            await self._bounded(bound.report(entry_id, req.model, score, right), self._off_path_timeout_s)
+            pool = pool_name(req.tenant, req.model)
+            await self._bounded(bound.count(pool, score, right), self._off_path_timeout_s)
+            await self._bounded(bound.report(entry_id, pool, score, right), self._off_path_timeout_s)
         except CacheUnavailable:
             pass
 

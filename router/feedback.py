@@ -30,6 +30,9 @@ from router.ops import CacheStatsUnavailable
 feedback = APIRouter()
 HEADER = "x-promptedge-cache-hit-id"  # on semantic hits that may be reported
 _HIT_ID = re.compile(r"[0-9a-f]{32}")
+# A report is two short fields (~80 bytes); anything far past that is not a report, and parsing
+# it costs the event loop (100,000 nested brackets overflowed the parser's recursion).
+MAX_REPORT_BYTES = 1024
 
 
 class UnknownHit(APIError):
@@ -40,10 +43,13 @@ class UnknownHit(APIError):
 
 
 def parse_report(raw: bytes) -> str:
-    """The hit id of a well-formed report; BadRequest naming the field otherwise."""
+    """The hit id of a well-formed report; BadRequest naming the field otherwise (also for a
+    body over ``MAX_REPORT_BYTES``)."""
+    if len(raw) > MAX_REPORT_BYTES:
+        raise BadRequest(f"a report is at most {MAX_REPORT_BYTES} bytes", code="invalid_body")
     try:
         body: Any = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise BadRequest("the body must be JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_body")

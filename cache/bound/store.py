@@ -12,6 +12,11 @@ entry's state is replaced by compare-and-set (``_ENTRY_CAS``), so two reports th
 lose one; an entry that is gone (deleted, expired) is never re-created. A hit record is claimed
 by the tenant it was served to, once (``_CLAIM``): another tenant, or the same report twice,
 finds nothing. Redis errors propagate; callers bound them.
+
+A pool is one tenant's traffic to one model (``pool_name``): the labels one tenant's requests
+produce (compared misses) move only its own pool's steps, as its entries are its own; with one
+pool per model, a tenant sending greedy prompts with identical answers raised every step's
+right-count and other tenants got hits for different questions (attack round, 3 December).
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ redis.call('DEL', KEYS[1])
 return raw
 """
 _CAS_TRIES = 5
+
+
+def pool_name(tenant: str, model: str) -> str:
+    """The pool whose counts ``tenant``'s lookups of ``model`` read and its labels move (see the
+    module doc); unambiguous for any two strings."""
+    return json.dumps([tenant, model])
 
 
 class BoundStore:

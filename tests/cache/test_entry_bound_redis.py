@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
 from cache.bound.model import BoundPrior, EntryState, load_prior
-from cache.bound.store import BoundStore
+from cache.bound.store import BoundStore, pool_name
 from cache.embed import Encoder
 
 pytestmark = pytest.mark.slow
@@ -68,7 +68,7 @@ async def test_a_reported_hit_makes_its_entry_stricter_for_its_tenant_only_once(
     stored = await cache._client.hget(hit.key, "bound")  # noqa: SLF001 - the entry's state in Redis
     state = EntryState.from_json(json.loads(stored))
     assert state.seen == 1 and state.wrong == 1 and state.mean < -0.5
-    assert (await bound.pool("m")).seen == 0  # a client's report never teaches the pool
+    assert (await bound.pool(pool_name("t1", "m"))).seen == 0  # a client's report never teaches the pool
     # the same paraphrase is now a miss for t1 (counted), still a hit for t2's own entry
     assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
     assert (await cache.lookup(ask(KITCHEN_PARAPHRASE, tenant="t2"))) is not None
@@ -141,7 +141,7 @@ async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(redis_url:
         assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
         assert await cache.lookup(greedy(KITCHEN_PARAPHRASE)) is None  # explored, not served
         assert await cache.store(greedy(KITCHEN_PARAPHRASE), answer("Flip the switch."))  # same answer: right
-        pool = await bound.pool("m")
+        pool = await bound.pool(pool_name("t1", "m"))
         assert pool.seen == 1 and sum(pool.right) == 1
         key = cache.semantic.store.prefix + ":sem:entry:{"  # the stored KITCHEN entry's state
         states = [json.loads(v) for k in await client.keys(key + "*")
@@ -150,11 +150,36 @@ async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(redis_url:
         # a sampled request proves nothing: no label
         assert await cache.lookup(greedy("How could I switch on the kitchen lights?", temperature=None)) is None
         assert await cache.store(greedy("How could I switch on the kitchen lights?", temperature=None), answer("x"))
-        assert (await bound.pool("m")).seen == 1
+        assert (await bound.pool(pool_name("t1", "m"))).seen == 1
         # another answer from the replica: the cached one would have been wrong
         assert await cache.lookup(greedy("Kitchen lights: how do I turn them on?")) is None
         assert await cache.store(greedy("Kitchen lights: how do I turn them on?"), answer("Use the app."))
-        assert sum((await bound.pool("m")).wrong) == 1
+        assert sum((await bound.pool(pool_name("t1", "m"))).wrong) == 1
+    finally:
+        await cache.aclose()
+        await client.aclose()
+
+
+async def test_one_tenants_compared_misses_do_not_loosen_another_tenants_pool(redis_url: str, encoder: Encoder,
+                                                                              tmp_path: Path) -> None:
+    # Regression (attack round, 3 December): the pool's counts were per model, shared by every
+    # tenant, so a tenant sending greedy prompts with identical answers raised every step's
+    # right-count and other tenants then got hits for different questions at cosine ~0.75.
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(CLEAN.to_json()))
+    client = aioredis.Redis.from_url(redis_url)
+    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01,
+                                                bound_prior_path=path), encoder=encoder)
+    await cache.start()
+    try:
+        assert cache.semantic is not None and cache.semantic.bound is not None
+        bound = cache.semantic.bound
+        assert await cache.store(greedy(KITCHEN, tenant="attacker"), answer("OK"))
+        assert await cache.lookup(greedy(KITCHEN_PARAPHRASE, tenant="attacker")) is None  # explored
+        assert await cache.store(greedy(KITCHEN_PARAPHRASE, tenant="attacker"), answer("OK"))  # right
+        assert (await bound.pool(pool_name("attacker", "m"))).seen == 1  # its own pool learned
+        for other in (pool_name("victim", "m"), "m"):  # nobody else's, nor a per-model one
+            assert (await bound.pool(other)).seen == 0
     finally:
         await cache.aclose()
         await client.aclose()

@@ -61,3 +61,16 @@ async def test_feedback_is_off_by_default(start_replica, start_router, client: h
     assert hit.headers["x-cache"] == "semantic" and "x-promptedge-cache-hit-id" not in hit.headers
     off = await client.post(router.url + "/v1/cache/feedback", json={"hit_id": "0" * 32, "verdict": "wrong"})
     assert off.status_code == 403 and off.json()["error"]["code"] == "feedback_disabled"
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"hit_id": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                                  b'{"hit_id": "' + b"0" * 32 + b'", "verdict": "wrong", "pad": "' + b"x" * 5000 + b'"}'])
+def test_a_deep_or_large_report_is_a_400_not_a_500(body: bytes) -> None:
+    # Regression (attack round, 3 December): 100,000 nested brackets raised RecursionError in
+    # json.loads, answered 500 with a traceback logged twice, with no API key needed.
+    from router.errors import BadRequest
+    from router.feedback import parse_report
+
+    with pytest.raises(BadRequest) as raised:
+        parse_report(body)
+    assert raised.value.status == 400
