@@ -20,7 +20,6 @@ error (the calibration data cannot support it).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cache.model_file import PerVersion, read_json
 from cache.pair_features import FEATURES, pair_features
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "models" / "verifier.json"
@@ -197,30 +197,18 @@ def load_verifier(path: Path | None = None) -> LearnedVerifier:
     """Read a verifier file (default: the shipped ``cache/models/verifier.json``) with
     ``json.load``; raises VerifierError naming the file when it is missing or malformed."""
     path = path or DEFAULT_PATH
-    try:
-        with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise VerifierError(f"cannot read the verifier file {path}: {exc}") from exc
+    data = read_json(path, "verifier file", VerifierError)
     if not isinstance(data, dict):
         raise VerifierError(f"{path}: expected a JSON object")
     return LearnedVerifier(data, str(path))
 
 
-_LOADED: dict[tuple[str, int, int], LearnedVerifier] = {}
+_LOADED: PerVersion[LearnedVerifier] = PerVersion(load_verifier, "verifier file", VerifierError)
 
 
 def cached_verifier(path: Path | None = None) -> LearnedVerifier:
     """``load_verifier`` once per file version (path, size, modification time) per process."""
-    path = (path or DEFAULT_PATH).resolve()
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise VerifierError(f"cannot read the verifier file {path}: {exc}") from exc
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _LOADED:
-        _LOADED[key] = load_verifier(path)
-    return _LOADED[key]
+    return _LOADED.get(path or DEFAULT_PATH)
 
 
 def wilson_lower(successes: int, total: int, z: float = 1.645) -> float:

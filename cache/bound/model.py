@@ -50,11 +50,12 @@ says (cosine: -1..1), probabilities 0..1, offsets and variances on the log-odds 
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from cache.model_file import PerVersion, read_json
 
 DEFAULT_PRIOR_PATH = Path(__file__).resolve().parent.parent / "models" / "entry_bound.json"
 FORMAT = "promptedge-entry-bound/1"
@@ -278,25 +279,12 @@ def load_prior(path: Path | None = None) -> BoundPrior:
     """Read a prior file (default: the shipped ``cache/models/entry_bound.json``, fitted by
     ``python -m cache fit-bound``) with ``json.load``; raises BoundError naming the file."""
     path = path or DEFAULT_PRIOR_PATH
-    try:
-        with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BoundError(f"cannot read the entry bound prior {path}: {exc}") from None
-    return BoundPrior.from_json(data, str(path))
+    return BoundPrior.from_json(read_json(path, "entry bound prior", BoundError), str(path))
 
 
-_LOADED: dict[tuple[str, int, int], BoundPrior] = {}
+_LOADED: PerVersion[BoundPrior] = PerVersion(load_prior, "entry bound prior", BoundError)
 
 
 def cached_prior(path: Path | None = None) -> BoundPrior:
     """``load_prior`` once per file version (path, size, modification time) per process."""
-    path = (path or DEFAULT_PRIOR_PATH).resolve()
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise BoundError(f"cannot read the entry bound prior {path}: {exc}") from None
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _LOADED:
-        _LOADED[key] = load_prior(path)
-    return _LOADED[key]
+    return _LOADED.get(path or DEFAULT_PRIOR_PATH)
