@@ -38,6 +38,15 @@ def _target(url: str | RedisTarget) -> RedisTarget:
             parse_url(target.url)
         except ValueError as exc:  # redis-py's message names the option, never the credentials
             raise RedisURLError(f"a bad option in the Redis URL: {exc}") from None
+        # an option redis-py does not know passes parse_url and fails at the first connection
+        # (TypeError naming it); making one connection object opens no socket
+        pool = redis.ConnectionPool.from_url(target.url)
+        try:
+            pool.make_connection()
+        except TypeError as exc:
+            raise RedisURLError(f"an unknown option in the Redis URL: {exc}") from None
+        finally:
+            pool.disconnect()
     return target
 
 
