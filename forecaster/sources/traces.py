@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -92,15 +93,21 @@ def _read_csv(path: Path, **kwargs: object) -> pd.DataFrame:
         raise TraceFormatError(path, 1, "-", "file is empty") from None
 
 
+# Largest count or token number one trace row may carry: far above any real bucket (a trillion),
+# far below where the planners' arithmetic overflows (1e308 did, in the KEDA-like policy).
+MAX_VALUE = 1e12
+
+
 def _numeric(path: Path, frame: pd.DataFrame, column: str, first_line: int) -> np.ndarray:
-    """Column as float; the first unparsable or negative cell raises with its line."""
+    """Column as float; the first unparsable, negative, infinite or larger than ``MAX_VALUE``
+    cell raises with its line."""
     raw = frame[column]
     values = pd.to_numeric(raw, errors="coerce")
-    bad = values.isna() | (values < 0)
+    bad = values.isna() | (values < 0) | ~(values <= MAX_VALUE)
     if bad.any():
         pos = int(np.argmax(bad.to_numpy()))
         raise TraceFormatError(
-            path, pos + first_line, str(column), f"expected a number >= 0, got {raw.iloc[pos]!r}"
+            path, pos + first_line, str(column), f"expected a number from 0 to {MAX_VALUE:g}, got {raw.iloc[pos]!r}"
         )
     return values.to_numpy(dtype=float)
 
@@ -152,8 +159,11 @@ def _mooncake(path: Path, step: float | None, tz: str) -> Traffic:
                 raise TraceFormatError(path, line_no, f"char {exc.colno}", "invalid JSON") from None
             for key in ("timestamp", "input_length", "output_length"):
                 value = row.get(key) if isinstance(row, dict) else None
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                    raise TraceFormatError(path, line_no, key, f"expected a number >= 0, got {value!r}")
+                highest = math.inf if key == "timestamp" else MAX_VALUE  # ms since 1970 pass 1e12
+                if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                        or not 0 <= value <= highest):
+                    raise TraceFormatError(path, line_no, key, f"expected a finite number from 0 to {highest:g}, "
+                                                               f"got {value!r}")
             times.append(row["timestamp"] / 1000.0)
             tokens.append(float(row["input_length"] + row["output_length"]))
     if not times:

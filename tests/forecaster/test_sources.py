@@ -79,8 +79,12 @@ def test_dst_fall_back_in_local_time_input(data_dir: Path) -> None:
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,374,44\nyesterday,374,44\n", 3, "TIMESTAMP"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,374,44,9\n", 2, "-"),
         ("timestamp,value\n2014-07-01 00:00:00,10\n2014-07-01 00:30:00,\n", 3, "value"),
+        # attack round 3 December: inf passed and made MAE inf and the JSON plan invalid;
+        # 1e308 made the backtest's KEDA-like policy raise OverflowError
+        ("timestamp,value\n2014-07-01 00:00:00,10\n2014-07-01 00:30:00,inf\n", 3, "value"),
+        ("timestamp,value\n2014-07-01 00:00:00,1e308\n2014-07-01 00:30:00,10\n", 2, "value"),
     ],
-    ids=["negative", "bad-time", "extra-field", "empty-value"],
+    ids=["negative", "bad-time", "extra-field", "empty-value", "inf", "huge"],
 )
 def test_bad_csv_row_names_file_line_column(tmp_path: Path, body: str, line: int, column: str) -> None:
     path = tmp_path / "t.csv"
@@ -182,3 +186,14 @@ def test_prometheus_error_never_shows_the_urls_password(prometheus: tuple[str, t
         PrometheusSource(url.replace("http://", "http://promuser:pw-prom-h13@"), "up", 60.0, 3600,
                          timeout_s=2).fetch(1_700_000_000.0)
     assert "401" in str(info.value) and "pw-prom-h13" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["Infinity", "NaN", "1e308"])
+def test_a_jsonl_length_that_is_not_finite_or_absurd_names_its_line(tmp_path: Path, value: str) -> None:
+    # json.loads reads Infinity and NaN; NaN < 0 is False, so both passed the check before
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+                    f'{{"timestamp": 10, "input_length": {value}, "output_length": 5}}\n')
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(path)
+    assert (err.value.line, err.value.column) == (2, "input_length")
