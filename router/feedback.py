@@ -16,6 +16,7 @@ does not answer.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
@@ -28,6 +29,8 @@ from router.errors import APIError, BadRequest, Forbidden
 from router.ops import CacheStatsUnavailable
 
 feedback = APIRouter()
+# one line per report: reports change what the cache serves, so abuse must be traceable
+log = logging.getLogger("router.feedback")
 HEADER = "x-promptedge-cache-hit-id"  # on semantic hits that may be reported
 _HIT_ID = re.compile(r"[0-9a-f]{32}")
 # A report is two short fields (~80 bytes); anything far past that is not a report, and parsing
@@ -74,6 +77,7 @@ async def report(state: StateDep, request: Request) -> dict[str, Any]:
         applied = await state.cache.report_wrong(hit_id, tenant)
     except CacheUnavailable:
         raise CacheStatsUnavailable("cache unavailable: Redis does not answer", code="redis_unavailable") from None
+    log.info("cache feedback from tenant %s on hit %s...: %s", tenant, hit_id[:8], "applied" if applied else "unknown hit")
     if not applied:
         raise UnknownHit("no reportable hit with this id for this API key", param="hit_id", code="unknown_hit")
     return {"applied": True}

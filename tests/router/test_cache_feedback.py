@@ -74,3 +74,14 @@ def test_a_deep_or_large_report_is_a_400_not_a_500(body: bytes) -> None:
     with pytest.raises(BadRequest) as raised:
         parse_report(body)
     assert raised.value.status == 400
+
+
+async def test_every_report_is_logged_with_its_tenant(feedback_on: None, start_replica, start_router,
+                                                      client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
+    # attack round, 3 December: reports change what the cache serves but left no log line
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
+    with caplog.at_level("INFO", logger="router.feedback"):
+        answer = await client.post(router.url + "/v1/cache/feedback", json={"hit_id": "0" * 32, "verdict": "wrong"},
+                                   headers={"authorization": "Bearer key-a"})
+    assert answer.status_code == 404
+    assert any("acme" in r.getMessage() and "unknown hit" in r.getMessage() for r in caplog.records)
