@@ -125,61 +125,57 @@ def greedy(text: str, tenant: str = "t1", temperature: float | None = 0.0) -> Ca
     return CacheRequest("chat.completions", body, tenant, CacheControl())
 
 
-async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(redis_url: str, encoder: Encoder,
-                                                                       tmp_path: Path) -> None:
-    # delta 0.01: the clean prior's 0.97 is not enough, so the paraphrase's candidate is
-    # explored; the replica's answer then says whether the cached one was right
+@pytest.fixture()
+async def exploring(redis_url: str, encoder: Encoder, tmp_path: Path) -> AsyncIterator[tuple[ResponseCache, Any]]:
+    """A cache at delta 0.01 on the clean prior, so a paraphrase's candidate is explored (not
+    served) and the replica's answer labels it; with its Redis client."""
     path = tmp_path / "prior.json"
     path.write_text(json.dumps(CLEAN.to_json()))
     client = aioredis.Redis.from_url(redis_url)
     cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01,
                                                 bound_prior_path=path), encoder=encoder)
     await cache.start()
-    try:
-        assert cache.semantic is not None and cache.semantic.bound is not None
-        bound = cache.semantic.bound
-        assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
-        assert await cache.lookup(greedy(KITCHEN_PARAPHRASE)) is None  # explored, not served
-        assert await cache.store(greedy(KITCHEN_PARAPHRASE), answer("Flip the switch."))  # same answer: right
-        pool = await bound.pool(pool_name("t1", "m"))
-        assert pool.seen == 1 and sum(pool.right) == 1
-        key = cache.semantic.store.prefix + ":sem:entry:{"  # the stored KITCHEN entry's state
-        states = [json.loads(v) for k in await client.keys(key + "*")
-                  if (v := await client.hget(k, "bound")) is not None]
-        assert [(s["n"], s["w"]) for s in states] == [(1, 0)] and states[0]["m"] > 0
-        # a sampled request proves nothing: no label
-        assert await cache.lookup(greedy("How could I switch on the kitchen lights?", temperature=None)) is None
-        assert await cache.store(greedy("How could I switch on the kitchen lights?", temperature=None), answer("x"))
-        assert (await bound.pool(pool_name("t1", "m"))).seen == 1
-        # another answer from the replica: the cached one would have been wrong
-        assert await cache.lookup(greedy("Kitchen lights: how do I turn them on?")) is None
-        assert await cache.store(greedy("Kitchen lights: how do I turn them on?"), answer("Use the app."))
-        assert sum((await bound.pool(pool_name("t1", "m"))).wrong) == 1
-    finally:
-        await cache.aclose()
-        await client.aclose()
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    yield cache, client
+    await cache.aclose()
+    await client.aclose()
 
 
-async def test_one_tenants_compared_misses_do_not_loosen_another_tenants_pool(redis_url: str, encoder: Encoder,
-                                                                              tmp_path: Path) -> None:
+async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(exploring: tuple[ResponseCache, Any]) -> None:
+    # delta 0.01: the clean prior's 0.97 is not enough, so the paraphrase's candidate is
+    # explored; the replica's answer then says whether the cached one was right
+    cache, client = exploring
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound = cache.semantic.bound
+    assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+    assert await cache.lookup(greedy(KITCHEN_PARAPHRASE)) is None  # explored, not served
+    assert await cache.store(greedy(KITCHEN_PARAPHRASE), answer("Flip the switch."))  # same answer: right
+    pool = await bound.pool(pool_name("t1", "m"))
+    assert pool.seen == 1 and sum(pool.right) == 1
+    key = cache.semantic.store.prefix + ":sem:entry:{"  # the stored KITCHEN entry's state
+    states = [json.loads(v) for k in await client.keys(key + "*")
+              if (v := await client.hget(k, "bound")) is not None]
+    assert [(s["n"], s["w"]) for s in states] == [(1, 0)] and states[0]["m"] > 0
+    # a sampled request proves nothing: no label
+    assert await cache.lookup(greedy("How could I switch on the kitchen lights?", temperature=None)) is None
+    assert await cache.store(greedy("How could I switch on the kitchen lights?", temperature=None), answer("x"))
+    assert (await bound.pool(pool_name("t1", "m"))).seen == 1
+    # another answer from the replica: the cached one would have been wrong
+    assert await cache.lookup(greedy("Kitchen lights: how do I turn them on?")) is None
+    assert await cache.store(greedy("Kitchen lights: how do I turn them on?"), answer("Use the app."))
+    assert sum((await bound.pool(pool_name("t1", "m"))).wrong) == 1
+
+
+async def test_one_tenants_compared_misses_do_not_loosen_another_tenants_pool(exploring: tuple[ResponseCache, Any]) -> None:
     # Regression (attack round, 3 December): the pool's counts were per model, shared by every
     # tenant, so a tenant sending greedy prompts with identical answers raised every step's
     # right-count and other tenants then got hits for different questions at cosine ~0.75.
-    path = tmp_path / "prior.json"
-    path.write_text(json.dumps(CLEAN.to_json()))
-    client = aioredis.Redis.from_url(redis_url)
-    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01,
-                                                bound_prior_path=path), encoder=encoder)
-    await cache.start()
-    try:
-        assert cache.semantic is not None and cache.semantic.bound is not None
-        bound = cache.semantic.bound
-        assert await cache.store(greedy(KITCHEN, tenant="attacker"), answer("OK"))
-        assert await cache.lookup(greedy(KITCHEN_PARAPHRASE, tenant="attacker")) is None  # explored
-        assert await cache.store(greedy(KITCHEN_PARAPHRASE, tenant="attacker"), answer("OK"))  # right
-        assert (await bound.pool(pool_name("attacker", "m"))).seen == 1  # its own pool learned
-        for other in (pool_name("victim", "m"), "m"):  # nobody else's, nor a per-model one
-            assert (await bound.pool(other)).seen == 0
-    finally:
-        await cache.aclose()
-        await client.aclose()
+    cache, _ = exploring
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound = cache.semantic.bound
+    assert await cache.store(greedy(KITCHEN, tenant="attacker"), answer("OK"))
+    assert await cache.lookup(greedy(KITCHEN_PARAPHRASE, tenant="attacker")) is None  # explored
+    assert await cache.store(greedy(KITCHEN_PARAPHRASE, tenant="attacker"), answer("OK"))  # right
+    assert (await bound.pool(pool_name("attacker", "m"))).seen == 1  # its own pool learned
+    for other in (pool_name("victim", "m"), "m"):  # nobody else's, nor a per-model one
+        assert (await bound.pool(other)).seen == 0
