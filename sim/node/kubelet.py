@@ -23,7 +23,7 @@ import httpx
 
 from sim.node.kubeapi import KubeApi, NodeApiError
 from sim.node.podspec import PodSpecError, replica_spec
-from sim.node.prestop import sigkill_at
+from sim.node.prestop import prestop_sleep_wall_s, sigkill_at
 from sim.node.process import ReplicaProcess, SparePool, replica_settings, serve_command
 from sim.node.runtime import PodRuntime
 from sim.node.settings import NodeSettings
@@ -31,8 +31,6 @@ from sim.node.status import (IpPool, Terminated, crash_backoff_s, node_body, nod
                              pod_status, rfc3339, taints_without_not_ready)
 from sim.node.warmup import WarmupError, warmup_seconds
 
-# Least wall time a positive preStop sleep lasts (see _begin_termination).
-PRESTOP_FLOOR_WALL_S = 2.0
 log = logging.getLogger("sim.node")
 
 KUBELET_VERSION = "v1.20.2-sim"
@@ -264,12 +262,7 @@ class SimNode:
         elif hook.kind == "sleep":
             what = f"preStop sleep {hook.sleep_s:g} s"
             rt.hook_cut = hook.sleep_s > rt.grace_s
-            # the control plane runs at wall speed: an EndpointSlice update reaches the router
-            # about a wall second after the deletion whatever the time scale, so a preStop
-            # sleep compressed below that (10 s at 15x is 0.67 s) let replicas stop while
-            # still routed to (2 x 502 in the loop's e2e test, 3 December)
-            sleep_wall = max(hook.sleep_s / self.scale, min(hook.sleep_s, PRESTOP_FLOOR_WALL_S)) if hook.sleep_s > 0 else 0.0
-            rt.hook_until = min(grace_end, now + sleep_wall)
+            rt.hook_until = min(grace_end, now + prestop_sleep_wall_s(hook.sleep_s, self.scale))
         elif hook.kind == "http":
             url = hook.url(rt.ip or "127.0.0.1")
             what = f"preStop httpGet {url}"

@@ -105,6 +105,23 @@ def _http_hook(container: dict[str, Any], http: dict[str, Any]) -> PreStopHook:
                        port=number, path=path if path.startswith("/") else "/" + path)
 
 
+# Least wall time a positive preStop sleep lasts (``prestop_sleep_wall_s``).
+PRESTOP_FLOOR_WALL_S = 2.0
+
+
+def prestop_sleep_wall_s(sleep_s: float, time_scale: float) -> float:
+    """Wall seconds a preStop ``sleep`` of ``sleep_s`` simulated seconds lasts at ``time_scale``:
+    ``sleep_s / time_scale``, but at least ``min(sleep_s, PRESTOP_FLOOR_WALL_S)``; 0 for no sleep.
+
+    The control plane runs at wall speed: an EndpointSlice update reaches the router about a
+    wall second after the deletion whatever the time scale, so a sleep compressed below that
+    (10 s at 15x is 0.67 s) let replicas stop while still routed to (2 x 502 in the loop's e2e
+    test, 3 December)."""
+    if sleep_s <= 0:
+        return 0.0
+    return max(sleep_s / time_scale, min(sleep_s, PRESTOP_FLOOR_WALL_S))
+
+
 def sigkill_at(deleted_at: float, grace_s: float, sigterm_at: float, time_scale: float) -> float:
     """When SIGKILL is due, on the same clock as ``deleted_at`` and ``sigterm_at`` (wall
     seconds): the grace period (simulated seconds) counted from the deletion, but at least

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sim.node.podspec import replica_spec
-from sim.node.prestop import PreStopHook, pre_stop_hook, sigkill_at
+from sim.node.prestop import PreStopHook, pre_stop_hook, prestop_sleep_wall_s, sigkill_at
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,3 +70,13 @@ def test_sigkill_when_the_grace_period_from_the_deletion_is_over_but_never_withi
     assert sigkill_at(100.0, 60.0, sigterm_at=100.25, time_scale=20.0) == 103.0  # preStop 5 s, then SIGTERM
     assert sigkill_at(100.0, 60.0, sigterm_at=102.95, time_scale=20.0) == pytest.approx(103.05)  # hook near the end
     assert sigkill_at(100.0, 0.0, sigterm_at=100.0, time_scale=1.0) == 102.0
+
+
+def test_a_prestop_sleep_is_not_compressed_below_the_control_planes_propagation_time() -> None:
+    # the control plane runs at wall speed: 10 s at 15x was 0.67 wall s, less than the ~1.1 s an
+    # EndpointSlice update took to reach the router (2 x 502 in the loop's e2e test)
+    assert prestop_sleep_wall_s(10, 15) == 2.0
+    assert prestop_sleep_wall_s(10, 1) == 10.0  # unscaled: the sleep as written
+    assert prestop_sleep_wall_s(60, 15) == 4.0  # long enough compressed: no floor
+    assert prestop_sleep_wall_s(1, 15) == 1.0  # never longer than the hook asks
+    assert prestop_sleep_wall_s(0, 15) == 0.0
