@@ -150,12 +150,18 @@ def run_once(
     at = traffic.end if now is None else now
     raw = demand(traffic, settings.demand_unit)
     series = _describe(traffic, raw, settings.demand_unit)
-    y = trailing_mean(raw, round(settings.rate_window_s / traffic.step))
+    window = max(1, round(settings.rate_window_s / traffic.step))
+    y = trailing_mean(raw, window)
+    # A trailing mean of ``window`` buckets is the rate at its centre, ``lag`` buckets back: the
+    # models forecast that smoothed series ``lag`` buckets further, and the plan is read from
+    # the forecast shifted back into place (a seasonal step is then not forecast late).
+    lag = (window - 1) // 2
     if y.size == 0 or np.isnan(y).all():
         decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
         return _finish(RunResult(decision, at, series=series), store, state, config)
-    horizon = horizon_steps(settings.horizon_s, traffic.step, config)
-    lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
+    planned = horizon_steps(settings.horizon_s, traffic.step, config)
+    horizon = planned + lag
+    lead = min(horizon, lead_steps(config.lead_time_s, traffic.step) + lag)
     season = max(1, round(settings.season_s / traffic.step))
     band_window = round(settings.band_window_s / traffic.step)
     key = (tuple(settings.models), horizon, season, traffic.step, settings.level, band_window, settings.band_scale)
@@ -171,7 +177,7 @@ def run_once(
         forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level), history=seen)
         if cache is not None:
             cache.put(chosen, at, key)
-    steps = plan_steps(forecast.mean, forecast.upper, traffic.end, traffic.step, config)
+    steps = plan_steps(forecast.mean[lag:], forecast.upper[lag:], traffic.end, traffic.step, config)
     observe_forecast(steps, float(raw[-1]), traffic.end + config.lead_time_s)
     if np.isnan(raw[-1]):  # a trailing mean would hide it: still a hold, never a scale-down
         HOLDS.labels("stale").inc()

@@ -81,7 +81,7 @@ class ForecasterSettings(FileSettings):
     step_s: PositiveFloat = 60.0
     # Demand is the mean rate over this trailing window (s), as PromQL's rate(x[5m]), before it
     # is forecast and before the reactive floor reads it; <= step_s: each bucket as counted.
-    rate_window_s: float = Field(60.0, ge=0.0)
+    rate_window_s: float = Field(300.0, ge=0.0)
     history_s: PositiveFloat = 14 * 86400.0
     horizon_s: PositiveFloat = 1800.0
     # Upper quantile of the forecast band the planner provisions for (calibrated on backtest

@@ -85,7 +85,8 @@ def test_daemon_at_scale_60_decides_once_per_simulated_minute_on_the_counters(re
            "PROMPTEDGE_FORECASTER_HISTORY_S": "3600", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
            "PROMPTEDGE_FORECASTER_MODELS": '["last_value"]', "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
            "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": str(origin), "PROMPTEDGE_FORECASTER_CLOCK_SCALE": "60",
-           "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "1000"}
+           "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "1000",
+           "PROMPTEDGE_FORECASTER_RATE_WINDOW_S": "60"}  # demand = the last minute as counted
     for key in ("PROMPTEDGE_ACTUATOR_DEPLOYMENT", "KUBECONFIG"):
         env.pop(key, None)
     log = tmp_path / "daemon.log"

@@ -43,3 +43,29 @@ def test_a_missing_last_bucket_still_holds_with_a_window() -> None:
     y = np.r_[np.full(600, 2.0), [np.nan]]
     result = run_once(_settings(300.0), _Source(y), now=601 * 60.0)
     assert result.decision.action == "hold"
+
+
+def test_by_default_demand_is_a_five_minute_rate_so_one_busy_minute_is_not_a_scale_up() -> None:
+    # The router's counters are per-minute counts: at 40 requests a minute a renewal process's
+    # minute swings by a third, and the daemon followed single-minute bursts in the closed loop
+    # (3 December: 4.73 GPU-hours against 3.37 with a 5-minute rate, same segment).
+    defaults = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, warmup_s=0.0, actuation_delay_s=0.0,
+                                  models=["last_value"], metrics_port=0, max_replicas=20)
+    y = np.r_[np.full(600, 2.0), [10.0]]
+    assert "current demand 3.6 needs 4" in run_once(defaults, _Source(y), now=601 * 60.0).decision.reason
+
+
+def test_a_windowed_rate_is_forecast_at_its_centre_so_a_daily_step_is_not_forecast_late() -> None:
+    # A trailing mean of five minutes is the rate of two minutes ago: forecast as it stands, a
+    # seasonal model placed yesterday's step two minutes late, and the closed loop's step test
+    # had its replicas Ready a minute after the step (3 December).
+    day = np.r_[np.full(600, 1.0), np.full(840, 4.0)]  # every day: 1 req/s, then 4 from minute 600
+    y = np.tile(day, 3)[: 2 * 1440 + 590]  # now: day 3, ten minutes before the step
+    settings = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, rate_window_s=300.0, warmup_s=0.0,
+                                  actuation_delay_s=0.0, models=["seasonal_naive"], metrics_port=0,
+                                  max_replicas=20, band_window_s=0.0)
+    result = run_once(settings, _Source(y), now=y.size * 60.0)
+    at = {round((s.start - y.size * 60.0) / 60): s.forecast for s in result.steps}
+    assert at[0] == 1.0 and at[7] == 1.0  # minutes 590 and 597: still before the step
+    assert at[10] > 2.5  # the step's minute: smoothed around it (old: 1.6, the trailing mean)
+    assert at[12] == 4.0  # two minutes in: all of the window after the step (old: 2.8)

@@ -32,7 +32,7 @@ def write_counters(url: str, model: str, per_minute: dict[int, int], misses: flo
 
 
 def settings(url: str, **kw: object) -> ForecasterSettings:
-    return ForecasterSettings(redis_url=url, capacity_per_replica=1.0, headroom=0.0, **kw)
+    return ForecasterSettings(redis_url=url, capacity_per_replica=1.0, headroom=0.0, **{"rate_window_s": 60.0, **kw})  # demand as counted
 
 
 def test_redis_counters_zero_only_where_counted_missing_where_nobody_counted(redis_url: str) -> None:
