@@ -227,6 +227,7 @@ def loop(
     peak_replicas: Annotated[int, typer.Option(help="Replicas the segment's busiest window needs (rescales volume).")] = 5,
     max_replicas: Annotated[int, typer.Option(help="Upper bound of both autoscalers.")] = 8,
     history_days: Annotated[float, typer.Option(help="Days before the segment written as router counters.")] = 7.0,
+    history: Annotated[str, typer.Option(help="History minutes: 'sampled' counts (bursty, as live) or 'expected' rates.")] = "sampled",
     questions: Annotated[Optional[Path], typer.Option(help="Question pairs (QQP .tar.gz or .json; default: the QQP archive in ../shared/data when present, else the synthetic sample).")] = None,
     log_dir: Annotated[Path, typer.Option(help="Folder for logs of every process.")] = Path("out/loop"),
 ) -> None:
@@ -242,7 +243,7 @@ def loop(
                          warmup_s=warmup_s, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
                          json_path=json_path,
                          plot_path=plot_path, seed=seed, profile=profile, capacity_rps=capacity_rps,
-                         peak_replicas=peak_replicas, max_replicas=max_replicas, history_days=history_days,
+                         peak_replicas=peak_replicas, max_replicas=max_replicas, history_days=history_days, history=history,
                          questions=questions, log_dir=log_dir)
         report = run_loop(cfg)
     except (TraceFormatError, QuestionsFormatError, TrafficFormatError, ValueError, KeyError) as exc:

@@ -33,7 +33,8 @@ class LoopConfig:
     ``promptedge.io/sim-warmup-s``); ``peak_replicas``: the segment is rescaled so its busiest
     window needs this many replicas at ``capacity_rps`` each (requests/s one replica serves
     within the SLO; None: measured with sim.latency on the segment's tokens); ``history_days``:
-    days before the segment written as router counters for the forecaster; ``max_replicas``:
+    days before the segment written as router counters for the forecaster; ``history``: how
+    (``sampled`` counts or ``expected`` rates, see below); ``max_replicas``:
     the bound of both autoscalers; ``headroom``: extra capacity fraction (forecaster and HPA
     target alike); ``control_nice``: CPU niceness of the control plane and the policy's actor
     (0: same priority as the data path)."""
@@ -60,6 +61,10 @@ class LoopConfig:
     max_replicas: int = 8
     headroom: float = 0.2
     history_days: float = 7.0
+    # "sampled": each history minute a count drawn with its window's mean and its clients'
+    # renewal variance, as the router's counters would hold it; "expected": the window's mean
+    # rate (smooth, so a band calibrated on it is too narrow for live minutes).
+    history: str = "sampled"
     miss_ratio: float = 0.75
     max_generated: int = 256
     pad_context: bool = True
@@ -85,5 +90,7 @@ class LoopConfig:
             raise ValueError("need speedup > 0, hours > 0 and warmup_s >= 0")
         if self.max_jump is not None and self.max_jump < 1:
             raise ValueError(f"max_jump must be >= 1 (a factor from one window to the next), got {self.max_jump}")
+        if self.history not in ("sampled", "expected"):
+            raise ValueError(f"history must be 'sampled' or 'expected', got {self.history!r}")
         if not 1 <= self.peak_replicas <= self.max_replicas:
             raise ValueError("need 1 <= peak_replicas <= max_replicas")

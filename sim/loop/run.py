@@ -108,7 +108,8 @@ def prepare(cfg: LoopConfig) -> Prepared:
         "reactive": replicas_for(first_rps, capacity, cfg.headroom, cfg.max_replicas),
     }
     return Prepared(series, segment, plan, capacity, tokens.mean(),
-                    history_minutes(series, start_s, cfg.history_days, scale), replicas, str(questions),
+                    history_minutes(series, start_s, cfg.history_days, scale,
+                                    seed=cfg.seed if cfg.history == "sampled" else None), replicas, str(questions),
                     mix.fresh_left == 0)
 
 

@@ -92,6 +92,25 @@ def test_prepare_rescales_the_ramp_to_the_peak_replicas(data_dir: Path) -> None:
         LoopConfig(trace=Path("x"), policies=("psychic",))
 
 
+def test_the_history_is_sampled_counts_by_default_as_the_routers_counters_hold_it(data_dir: Path) -> None:
+    # The live minutes the forecaster reads are counts; a history of expected rates (flat inside
+    # each 10-minute window) calibrated its band far too narrow, then its volatility scale sat at
+    # its maximum on every live minute (closed loop, 3 December).
+    kwargs = dict(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, history_days=1.0,
+                  tokens_trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+                  progress=False)
+    sampled = [r for _, r in prepare(LoopConfig(**kwargs)).history]
+    expected = [r for _, r in prepare(LoopConfig(**kwargs, history="expected")).history]
+    assert len(sampled) == len(expected) == 1440
+    assert all(r == int(r) for r in sampled)
+    flat = sum(a == b for a, b in zip(expected, expected[1:]))
+    assert flat >= 1200  # ten equal minutes per window
+    assert sum(a == b for a, b in zip(sampled, sampled[1:])) < flat / 4
+    assert sum(sampled) == pytest.approx(sum(expected), rel=0.05)
+    with pytest.raises(ValueError, match="history"):
+        LoopConfig(trace=Path("x"), history="smooth")
+
+
 def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from sim.loop.world import ControlPlane
