@@ -152,7 +152,8 @@ def run_once(
     series = _describe(traffic, raw, settings.demand_unit)
     y = trailing_mean(raw, round(settings.rate_window_s / traffic.step))
     if y.size == 0 or np.isnan(y).all():
-        decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
+        # the Traffic's name: only the part of the source that returned nothing (PopsCounterSource)
+        decision = _hold(state, at, f"{traffic.name or source.name} returned no data", config, "empty", current)
         return _finish(RunResult(decision, at, series=series), store, state, config)
     horizon = horizon_steps(settings.horizon_s, traffic.step, config)
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step))
