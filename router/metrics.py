@@ -60,7 +60,6 @@ class RouterMetrics:
             "promptedge_router_response_affinity_unavailable",
             "Responses API affinity store (Redis) failures, by pool and operation (lookup: a follow-up "
             "refused with 503; note: a response id not noted)", ["pool", "op"], registry=self.registry)
-        self.registry.register(_ReplicaCollector(pools, weights, clock))
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}
 
