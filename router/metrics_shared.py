@@ -18,8 +18,10 @@ that supervisor and every worker that wrote a file there are gone. Then:
   process, are copied by each worker into file-backed gauges (``multiprocess_mode`` by meaning,
   :data:`GAUGE_MODES`) and counters (their increments) every ``PUBLISH_S`` and before it answers
   a scrape; a dead worker's gauges leave with it;
-- multiprocess mode cannot remove a series, so the series of a replica that discovery removed
-  (and that has not come back) are left out of the answer instead.
+- multiprocess mode cannot remove a series (prometheus_client's ``remove()`` only warns there:
+  the values stay in the files while the workers live), so a series labelled with a replica
+  that is not one of the answering worker's current replicas is left out of the answer instead:
+  the same set in every worker, one started after the replica left included.
 
 With one worker (no ``PROMETHEUS_MULTIPROC_DIR``) none of this runs.
 """
@@ -114,23 +116,25 @@ class SharedSeries:
                 child.inc(added)
                 self._counted[key] = sample.value
 
-    def render(self, hidden_replicas: Callable[[], set[str]]) -> bytes:
+    def render(self, replicas: Callable[[], set[str]]) -> bytes:
         """Text exposition of every worker's series (after publishing this worker's), without
-        those whose ``replica`` label is in ``hidden_replicas()`` (removed replicas)."""
+        those labelled with a ``replica`` that is not in ``replicas()`` (the current replicas:
+        the others were removed by discovery). A series whose ``replica`` is empty (a cache hit,
+        no replica) or that has no such label is kept."""
         self.publish()
         registry = CollectorRegistry()
-        registry.register(_Without(MultiProcessCollector(None), hidden_replicas()))
+        registry.register(_OnlyReplicas(MultiProcessCollector(None), replicas()))
         return generate_latest(registry)
 
 
-class _Without(Collector):
+class _OnlyReplicas(Collector):
     def __init__(self, inner: MultiProcessCollector, replicas: set[str]) -> None:
         self.inner, self.replicas = inner, replicas
 
     def collect(self) -> Iterator[Metric]:
         for family in self.inner.collect():
-            if self.replicas:
-                family.samples = [s for s in family.samples if s.labels.get("replica") not in self.replicas]
+            family.samples = [s for s in family.samples
+                              if not s.labels.get("replica") or s.labels["replica"] in self.replicas]
             yield family
 
 

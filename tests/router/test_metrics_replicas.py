@@ -48,3 +48,33 @@ def test_each_replica_series_is_exposed_once() -> None:
     apply(pools, discovered(A))
     lines = samples(RouterMetrics(pools, Weights()), A)
     assert lines and len(lines) == len(set(lines)), lines
+
+
+def test_a_removed_replicas_series_leave_the_exposition(mode: str) -> None:
+    pools = Pools((), HealthConfig())
+    metrics = RouterMetrics(pools, Weights())
+    apply(pools, discovered(A, B))
+    metrics.observe_request("m", B, 200, "miss", 0.1, 0.05)
+    assert any(line.startswith("promptedge_router_requests_total{") for line in samples(metrics, B))
+    metrics.forget_replicas(apply(pools, discovered(A)).removed)  # as the app does (router/app.py)
+    assert samples(metrics, B) == [] and samples(metrics, A) != []
+
+
+def test_a_worker_started_after_a_removal_does_not_show_the_removed_replica(mode: str) -> None:
+    # Under --workers N a removed replica's values stay in the shared files (prometheus_client
+    # cannot remove them), and only the workers that saw the removal left them out: a worker
+    # started later (one replaced after dying, SIGHUP's rolling restart) showed them again, so
+    # /metrics grew again with every Pod that ever served.
+    pools = Pools((), HealthConfig())
+    first = RouterMetrics(pools, Weights())
+    apply(pools, discovered(A, B))
+    first.observe_request("m", B, 200, "miss", 0.1, 0.05)
+    assert samples(first, B) != []  # published (in the files when shared)
+    first.forget_replicas(apply(pools, discovered(A)).removed)
+    later_pools = Pools((), HealthConfig())
+    later = RouterMetrics(later_pools, Weights())
+    apply(later_pools, discovered(A))  # the set discovery gives it at start
+    later.observe_request("m", "", 200, "exact", 0.01, None)  # a cache hit: no replica
+    assert samples(later, B) == [] and samples(later, A) != [] and samples(later, "") != []
+    apply(later_pools, discovered(A, B))  # B is back: shown again
+    assert samples(later, B) != []
