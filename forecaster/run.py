@@ -157,7 +157,8 @@ def run_once(
     # the forecast shifted back into place (a seasonal step is then not forecast late).
     lag = (window - 1) // 2
     if y.size == 0 or np.isnan(y).all():
-        decision = _hold(state, at, f"{source.name} returned no data", config, "empty", current)
+        # the Traffic's name: only the part of the source that returned nothing (PopsCounterSource)
+        decision = _hold(state, at, f"{traffic.name or source.name} returned no data", config, "empty", current)
         return _finish(RunResult(decision, at, series=series), store, state, config)
     planned = horizon_steps(settings.horizon_s, traffic.step, config)
     horizon = planned + lag

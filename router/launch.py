@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,7 +39,7 @@ from router.discovery import DiscoveryError, ReplicaSource, StaticSource
 from router.discovery_config import build_source
 from router.limits import ConnectionBudget, connection_budget
 from router.metrics_shared import ENV as SHARED_METRICS_ENV
-from router.metrics_shared import forget
+from router.metrics_shared import forget, new_dir
 from router.server import not_cancelled, protocol_class, raise_open_files_limit
 from router.settings import RouterSettings, error_location
 from router.tracing import TracingError, check_exporter
@@ -219,7 +218,8 @@ def serve_workers(config: WorkerConfig) -> None:
     """Bind ``config``'s port once, run ``config.workers`` workers on it under uvicorn's
     supervisor until SIGINT or SIGTERM (each worker is sent SIGTERM and waited for), then return.
     The workers share a fresh ``PROMETHEUS_MULTIPROC_DIR`` (made here before they start, any
-    inherited one replaced, removed at exit) so that each one's ``/metrics`` answers with all of
+    inherited one replaced, removed at exit; those of killed supervisors removed first:
+    :func:`router.metrics_shared.new_dir`) so that each one's ``/metrics`` answers with all of
     their series. Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails
     to start."""
     sock = config.bind_socket()  # logs "Uvicorn running on ..." with the bound port
@@ -227,7 +227,7 @@ def serve_workers(config: WorkerConfig) -> None:
     # every worker restarts) waits in the backlog instead of being refused
     sock.listen(config.backlog)
     # a directory of an earlier run would add its counts to this one's: always a new one
-    os.environ[SHARED_METRICS_ENV] = tempfile.mkdtemp(prefix="promptedge-metrics-")
+    os.environ[SHARED_METRICS_ENV] = new_dir()
     try:
         supervisor = Supervisor(config, sockets=[sock])
         supervisor.run()

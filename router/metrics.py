@@ -39,7 +39,6 @@ class RouterMetrics:
         for collector in self.collectors:
             self.registry.register(collector)
         self.shared = SharedSeries(self.collectors) if shared_dir() is not None else None
-        self._gone: set[str] = set()  # replicas forgotten (shared: their series cannot be removed)
         self.requests = Counter(
             "promptedge_router_requests", "Requests answered, by pool, replica, HTTP status and cache outcome",
             ["pool", "replica", "status", "cache"], registry=self.registry)
@@ -60,7 +59,6 @@ class RouterMetrics:
             "promptedge_router_response_affinity_unavailable",
             "Responses API affinity store (Redis) failures, by pool and operation (lookup: a follow-up "
             "refused with 503; note: a response id not noted)", ["pool", "op"], registry=self.registry)
-        self.registry.register(_ReplicaCollector(pools, weights, clock))
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}
 
@@ -93,24 +91,18 @@ class RouterMetrics:
         series for the router's lifetime. A request still open to such a replica that ends
         later counts again, under a series of its own."""
         gone = set(urls)
-        self._gone |= gone
         for key in [k for k in self._children if k[1] in gone]:
             del self._children[key]
-            if self.shared is None:  # multiprocess mode cannot remove a series: render() hides it
+            if self.shared is None:  # multiprocess mode cannot remove a series: render() leaves it out
                 pool, replica, status, cache = key
                 self.requests.remove(pool, replica, str(status), cache)
 
     def render(self) -> bytes:
-        """Prometheus text exposition of all series (shared: every worker's, the cache's too)."""
+        """Prometheus text exposition of all series (shared: every worker's, the cache's too,
+        those of replicas that are not in ``pools`` now left out)."""
         if self.shared is None:
             return generate_latest(self.registry)
-        return self.shared.render(self._hidden)
-
-    def _hidden(self) -> set[str]:
-        if not self._gone:
-            return set()
-        self._gone -= {replica.url for replica in self.pools.all()}  # came back: shown again
-        return set(self._gone)
+        return self.shared.render(lambda: {replica.url for replica in self.pools.all()})
 
 
 class _CacheCollector(Collector):

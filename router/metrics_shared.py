@@ -6,7 +6,9 @@ successive scrapes saw different workers' counts and ``rate()`` over them was ga
 supervisor (router/launch.py) creates a fresh ``PROMETHEUS_MULTIPROC_DIR`` before it starts the
 workers (prometheus_client reads it at import: every counter and histogram a worker creates then
 keeps its values in a file there), marks a worker that is gone with ``mark_process_dead`` and
-removes the directory at exit. Then:
+removes the directory at exit. A supervisor killed with SIGKILL cannot: the directory's name
+holds the supervisor's pid (:func:`new_dir`), and the next supervisor to start removes it once
+that supervisor and every worker that wrote a file there are gone. Then:
 
 - counters and histograms (the router's and the cache's) are read from every worker's file by
   ``MultiProcessCollector`` and summed: a counter is the total over all workers, those that died
@@ -16,8 +18,10 @@ removes the directory at exit. Then:
   process, are copied by each worker into file-backed gauges (``multiprocess_mode`` by meaning,
   :data:`GAUGE_MODES`) and counters (their increments) every ``PUBLISH_S`` and before it answers
   a scrape; a dead worker's gauges leave with it;
-- multiprocess mode cannot remove a series, so the series of a replica that discovery removed
-  (and that has not come back) are left out of the answer instead.
+- multiprocess mode cannot remove a series (prometheus_client's ``remove()`` only warns there:
+  the values stay in the files while the workers live), so a series labelled with a replica
+  that is not one of the answering worker's current replicas is left out of the answer instead:
+  the same set in every worker, one started after the replica left included.
 
 With one worker (no ``PROMETHEUS_MULTIPROC_DIR``) none of this runs.
 """
@@ -25,15 +29,24 @@ With one worker (no ``PROMETHEUS_MULTIPROC_DIR``) none of this runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+log = logging.getLogger("router.server")
 ENV = "PROMETHEUS_MULTIPROC_DIR"
+PREFIX = "promptedge-metrics-"  # then the supervisor's pid, "-", mkdtemp's random part
+_OWNED = re.compile(re.escape(PREFIX) + r"([1-9][0-9]*)-")
+_WRITER = re.compile(r"_([1-9][0-9]*)\.db$")  # prometheus_client's files: {kind}_{pid}.db
 PUBLISH_S = 1.0  # how stale another worker's gauges can be in a scrape
 # How the workers' values of one gauge make the one value of a scrape (live*: only running
 # workers'). A gauge not listed is exposed per worker (``liveall``: a ``pid`` label).
@@ -103,23 +116,25 @@ class SharedSeries:
                 child.inc(added)
                 self._counted[key] = sample.value
 
-    def render(self, hidden_replicas: Callable[[], set[str]]) -> bytes:
+    def render(self, replicas: Callable[[], set[str]]) -> bytes:
         """Text exposition of every worker's series (after publishing this worker's), without
-        those whose ``replica`` label is in ``hidden_replicas()`` (removed replicas)."""
+        those labelled with a ``replica`` that is not in ``replicas()`` (the current replicas:
+        the others were removed by discovery). A series whose ``replica`` is empty (a cache hit,
+        no replica) or that has no such label is kept."""
         self.publish()
         registry = CollectorRegistry()
-        registry.register(_Without(MultiProcessCollector(None), hidden_replicas()))
+        registry.register(_OnlyReplicas(MultiProcessCollector(None), replicas()))
         return generate_latest(registry)
 
 
-class _Without(Collector):
+class _OnlyReplicas(Collector):
     def __init__(self, inner: MultiProcessCollector, replicas: set[str]) -> None:
         self.inner, self.replicas = inner, replicas
 
     def collect(self) -> Iterator[Metric]:
         for family in self.inner.collect():
-            if self.replicas:
-                family.samples = [s for s in family.samples if s.labels.get("replica") not in self.replicas]
+            family.samples = [s for s in family.samples
+                              if not s.labels.get("replica") or s.labels["replica"] in self.replicas]
             yield family
 
 
@@ -128,6 +143,45 @@ async def publish_every(series: SharedSeries, seconds: float = PUBLISH_S) -> Non
     while True:
         series.publish()
         await asyncio.sleep(seconds)
+
+
+def new_dir(parent: str | None = None) -> str:
+    """In the supervisor, before its workers start: make this run's multiprocess directory under
+    ``parent`` (default the temp directory, ``TMPDIR``), named ``promptedge-metrics-{pid}-...``,
+    and first remove those that supervisors killed with SIGKILL left there: a directory is
+    removed when its supervisor's pid is not a running process (or is this process's own: the
+    directory predates it, as after a container restart on the same ``/tmp``) and no pid of
+    its files (a worker that outlived the supervisor still serves and writes) is running. A
+    directory of another user, or whose name holds no pid (made by an older version), is left
+    alone. Returns the new directory's path."""
+    parent = tempfile.gettempdir() if parent is None else parent
+    for path in Path(parent).glob(PREFIX + "*"):
+        if _stale(path):
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed %s, the metrics directory of a supervisor that was killed", path)
+    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent)
+
+
+def _stale(path: Path) -> bool:
+    owner = _OWNED.match(path.name)
+    try:
+        if owner is None or not path.is_dir() or path.is_symlink() or path.lstat().st_uid != os.getuid():
+            return False
+        writers = {int(m.group(1)) for f in path.iterdir() if (m := _WRITER.search(f.name))}
+    except OSError:  # removed meanwhile, not readable
+        return False
+    supervisor = int(owner.group(1))
+    return (supervisor == os.getpid() or not _running(supervisor)) and not any(map(_running, writers))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: does the process exist?
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
 
 
 def forget(pids: Iterable[int]) -> None:

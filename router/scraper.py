@@ -95,6 +95,7 @@ class Scraper:
         was_up = replica.health.up
         replica.health.probe(ok)
         if replica.health.up != was_up:
-            # an operator's first question when latency moves: which replica came or went, and when
-            log.warning("replica %s of pool %s is %s (%s)", replica.url, replica.spec.model,
-                        "up" if replica.health.up else "down", detail)
+            # an operator's first question when latency moves: which replica came or went, and when;
+            # coming up is normal operation (a new Pod, a restart done), going down is not
+            log.log(logging.INFO if replica.health.up else logging.WARNING, "replica %s of pool %s is %s (%s)",
+                    replica.url, replica.spec.model, "up" if replica.health.up else "down", detail)

@@ -99,7 +99,8 @@ class PopsCounterSource:
         self._sources = {name: RedisCounterSource(url, model, history_s, timeout_s)
                          for name, url in pops.items()}
         self.deadline_s = READ_CALLS * timeout_s if deadline_s is None else deadline_s
-        self.name = f"redis:{model or 'all models'} at POPs {', '.join(pops)}"
+        self._what = f"redis:{model or 'all models'}"
+        self.name = f"{self._what} at POPs {', '.join(pops)}"
 
     @property
     def pops(self) -> list[str]:
@@ -108,7 +109,9 @@ class PopsCounterSource:
 
     def fetch(self, now: float | None = None) -> Traffic:
         """Every POP's counters for minutes [now - history, now) summed per minute, as rates per
-        second (``now``: Unix s, None = wall clock, the same for every POP)."""
+        second (``now``: Unix s, None = wall clock, the same for every POP). The Traffic is named
+        as the source, or, when some POPs counted no minute at all (so no minute is known), after
+        those POPs only: "redis:all models at POP nyc" (what a no-data hold names)."""
         now = time.time() if now is None else now
         pool = ThreadPoolExecutor(max_workers=len(self._sources), thread_name_prefix="pop")
         try:
@@ -119,17 +122,21 @@ class PopsCounterSource:
             pool.shutdown(wait=False, cancel_futures=True)
         if failed:
             raise SourceUnavailable("; ".join(f"POP {name}: {why}" for name, why in failed.items()))
-        return sum_counts(counts).to_traffic(self.name)
+        silent = [name for name, c in counts.items() if not c.seen.any()]
+        return sum_counts(list(counts.values())).to_traffic(self._named(silent) if silent else self.name)
 
-    def _collect(self, futures: dict[str, Future[MinuteCounts]]) -> tuple[list[MinuteCounts], dict[str, str]]:
-        counts: list[MinuteCounts] = []
+    def _named(self, pops: list[str]) -> str:
+        return f"{self._what} at POP{'s' if len(pops) > 1 else ''} {', '.join(pops)}"
+
+    def _collect(self, futures: dict[str, Future[MinuteCounts]]) -> tuple[dict[str, MinuteCounts], dict[str, str]]:
+        counts: dict[str, MinuteCounts] = {}
         failed: dict[str, str] = {}
         for name, future in futures.items():
             if not future.done():
                 failed[name] = f"Redis counters not read within {self.deadline_s:g} s"
                 continue
             try:
-                counts.append(future.result())
+                counts[name] = future.result()
             except SourceUnavailable as exc:
                 failed[name] = str(exc)
         return counts, failed

@@ -111,6 +111,26 @@ def test_a_killed_pop_holds_the_decision_and_its_return_resumes(
     assert resumed.series["missing_buckets"] == 178
 
 
+@pytest.mark.parametrize(("counted", "reason"), [
+    ({"paris"}, "redis:all models at POP nyc returned no data"),  # nyc's router never counted
+    (set(), "redis:all models at POPs paris, nyc returned no data"),
+])
+def test_the_no_data_hold_names_only_the_pops_without_data(
+    pops: tuple[RedisServer, RedisServer], redis_url: str, counted: set[str], reason: str
+) -> None:
+    # It named every configured POP ("at POPs paris, nyc returned no data") when only nyc had
+    # nothing: the operator looked at paris for nothing.
+    a, b = pops
+    urls = {"paris": a.url, "nyc": b.url}
+    for name in counted:
+        count(urls[name], {m: 60 for m in range(BASE - 180, BASE)}, misses=False)
+    settings = plan_settings(redis_url, urls)
+    source = PopsCounterSource(settings.pops, None, settings.history_s, settings.source_timeout_s)
+    held = run_once(settings, source, now=BASE * 60 + 5)
+    assert held.decision.action == "hold"
+    assert held.decision.reason.split("; ")[0] == f"hold: {reason}"  # then what it holds
+
+
 @pytest.mark.parametrize("wrong_key", ["promptedge:traffic:models", f"promptedge:traffic:m:{(BASE - 1) // 1440}"])
 def test_a_pop_whose_redis_refuses_the_read_is_a_named_hold(
     pops: tuple[RedisServer, RedisServer], redis_url: str, wrong_key: str

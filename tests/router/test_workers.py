@@ -238,3 +238,54 @@ def test_metrics_of_two_workers_count_every_workers_requests_on_every_scrape(tmp
         router.stop()
     assert router.proc.returncode == 0
     assert not shared_dir.exists()  # the supervisor removed it at exit
+
+
+def metrics_dir(worker: int) -> Path:
+    """The shared metrics directory a worker process writes into."""
+    return Path(psutil.Process(worker).environ()["PROMETHEUS_MULTIPROC_DIR"])
+
+
+@pytest.mark.slow
+def test_a_sigkilled_supervisors_metrics_directory_is_removed_by_a_later_one_once_unused(tmp_path: Path) -> None:
+    # Regression: a supervisor killed with SIGKILL cannot remove its /tmp/promptedge-metrics-*
+    # directory, and nothing else ever did (in Kubernetes /tmp is an emptyDir that outlives the
+    # container's restarts). Its workers outlive it (router/README.md): while they run, it stays.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp), "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"}
+    routers: list[RouterProcess] = []
+    orphans: list[psutil.Process] = []
+    try:
+        killed = start_router(tmp_path, env=env, args=("--workers", str(WORKERS)))
+        routers.append(killed)
+        orphans = [psutil.Process(pid) for pid in wait_until_serving(killed, WORKERS)]
+        killed_dir = metrics_dir(orphans[0].pid)
+        assert killed_dir.parent == tmp
+        deadline = time.monotonic() + 30  # each worker publishes its gauges every second
+        while not all(list(killed_dir.glob(f"*_{p.pid}.db")) for p in orphans):
+            assert time.monotonic() < deadline, sorted(killed_dir.iterdir())
+            time.sleep(0.2)
+        killed.proc.kill()
+        killed.proc.wait(timeout=30)
+        assert all(p.is_running() for p in orphans)
+
+        live = start_router(tmp_path, env=env, args=("--workers", str(WORKERS)))
+        routers.append(live)
+        live_dir = metrics_dir(min(wait_until_serving(live, WORKERS)))
+        assert killed_dir.is_dir()  # its orphaned workers still serve and write into it
+
+        for orphan in orphans:
+            orphan.kill()
+        assert psutil.wait_procs(orphans, timeout=30)[1] == []
+        later = start_router(tmp_path, env=env, args=("--workers", str(WORKERS)))
+        routers.append(later)
+        wait_until_serving(later, WORKERS)
+        assert not killed_dir.exists()  # every process that used it is gone
+        assert live_dir.is_dir()  # a running router's is never touched
+    finally:
+        for router in routers:
+            router.stop()
+        for orphan in orphans:
+            if orphan.is_running():
+                orphan.kill()
+    assert list(tmp.glob("promptedge-metrics-*")) == []  # the others removed their own at exit

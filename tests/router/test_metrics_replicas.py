@@ -1,0 +1,80 @@
+"""The per-replica series of the router's ``/metrics`` text (no services): each exposed once, and
+gone from it once discovery removed the replica, in one process and under ``--workers N``
+(prometheus_client's multiprocess mode, router/metrics_shared.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import values
+
+from router import ReplicaSpec
+from router.discovery import DiscoveredReplica, apply
+from router.dispatch import Weights
+from router.health import HealthConfig
+from router.metrics import RouterMetrics
+from router.metrics_shared import ENV
+from router.replicas import Pools
+
+A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
+
+
+def discovered(*urls: str) -> list[DiscoveredReplica]:
+    return [DiscoveredReplica(ReplicaSpec(url=url, model="m")) for url in urls]
+
+
+def samples(metrics: RouterMetrics, url: str) -> list[str]:
+    """The sample lines of the exposition labelled with replica ``url``."""
+    return [line for line in metrics.render().decode().splitlines()
+            if not line.startswith("#") and f'replica="{url}"' in line]
+
+
+@pytest.fixture(params=["one process", "workers"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """Run the test in one process, or as a worker of ``--workers N`` (the supervisor's
+    environment, and the file-backed values prometheus_client picks at import in a worker)."""
+    if request.param == "workers":
+        monkeypatch.setenv(ENV, str(tmp_path))
+        monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+    yield request.param
+
+
+def test_each_replica_series_is_exposed_once() -> None:
+    # The replica gauges' collector was registered twice in one process: every sample of
+    # replica_up, _score, _inflight, scrape_age twice in one scrape (a duplicate series to Prometheus).
+    pools = Pools((), HealthConfig())
+    apply(pools, discovered(A))
+    lines = samples(RouterMetrics(pools, Weights()), A)
+    assert lines and len(lines) == len(set(lines)), lines
+
+
+def test_a_removed_replicas_series_leave_the_exposition(mode: str) -> None:
+    pools = Pools((), HealthConfig())
+    metrics = RouterMetrics(pools, Weights())
+    apply(pools, discovered(A, B))
+    metrics.observe_request("m", B, 200, "miss", 0.1, 0.05)
+    assert any(line.startswith("promptedge_router_requests_total{") for line in samples(metrics, B))
+    metrics.forget_replicas(apply(pools, discovered(A)).removed)  # as the app does (router/app.py)
+    assert samples(metrics, B) == [] and samples(metrics, A) != []
+
+
+def test_a_worker_started_after_a_removal_does_not_show_the_removed_replica(mode: str) -> None:
+    # Under --workers N a removed replica's values stay in the shared files (prometheus_client
+    # cannot remove them), and only the workers that saw the removal left them out: a worker
+    # started later (one replaced after dying, SIGHUP's rolling restart) showed them again, so
+    # /metrics grew again with every Pod that ever served.
+    pools = Pools((), HealthConfig())
+    first = RouterMetrics(pools, Weights())
+    apply(pools, discovered(A, B))
+    first.observe_request("m", B, 200, "miss", 0.1, 0.05)
+    assert samples(first, B) != []  # published (in the files when shared)
+    first.forget_replicas(apply(pools, discovered(A)).removed)
+    later_pools = Pools((), HealthConfig())
+    later = RouterMetrics(later_pools, Weights())
+    apply(later_pools, discovered(A))  # the set discovery gives it at start
+    later.observe_request("m", "", 200, "exact", 0.01, None)  # a cache hit: no replica
+    assert samples(later, B) == [] and samples(later, A) != [] and samples(later, "") != []
+    apply(later_pools, discovered(A, B))  # B is back: shown again
+    assert samples(later, B) != []
