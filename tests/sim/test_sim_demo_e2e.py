@@ -66,6 +66,7 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
     assert series["demand_unit"] == "cache misses/s"
     # the 14-day window reaches back before the demo's router: those minutes are counted apart
     assert series["buckets"] > series["missing_buckets"] >= series["missing_before_first"] > 0
+    assert Path(report["plot"]).stat().st_size > 10_000
     # Every process the demo started is gone (the embedded Redis: see test_sim_demo.py).
     assert not [c for c in psutil.Process().children(recursive=True) if c.pid not in before and pid_alive(c.pid)]
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from sim.demo import question_pool
+from sim.demo_plot import plot_demand
 from sim.questions import MixConfig, QuestionMix, QuestionPair
 from sim.replay import Outcome, PlannedRequest
 from sim.report import demand_minutes, render
@@ -141,6 +142,16 @@ def test_the_missing_history_is_explained_in_one_line() -> None:
     gaps = _line(render(_demo(forecast_series={"buckets": 20160, "step_s": 60.0, "missing_buckets": 20090,
                                                "missing_before_first": 20084})), "history:")
     assert "6 missing since" in gaps
+
+
+def test_the_picture_is_named_and_written(tmp_path: Path) -> None:
+    assert "picture: out/demo-logs/demand.png" in render(_demo())
+    png = tmp_path / "demand.png"
+    plot_demand(_demo(), png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    no_forecast = tmp_path / "no-forecast.png"
+    plot_demand(_demo(forecast_plan=None, forecast_error="forecaster exited 3"), no_forecast)
+    assert no_forecast.stat().st_size > 10_000
 
 
 def test_a_replica_that_got_no_request_is_still_listed_with_its_profile() -> None:
