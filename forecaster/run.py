@@ -75,6 +75,7 @@ class RunResult:
                 "min_replicas": self.planner.min_replicas,
                 "max_replicas": self.planner.max_replicas,
                 "lead_time_s": self.planner.lead_time_s,
+                "decision_interval_s": self.planner.decision_interval_s,
             },
             "plan": [
                 {

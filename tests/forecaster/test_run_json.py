@@ -50,7 +50,7 @@ def test_json_carries_the_planner_settings_that_make_each_step_checkable() -> No
     planner = doc["planner"]
     assert planner["capacity_per_replica"] == 0.4 and planner["headroom"] == 0.2
     assert planner["upper_headroom"] == 0.1 and planner["min_replicas"] == 1 and planner["max_replicas"] == 9
-    assert planner["lead_time_s"] >= 120.0
+    assert planner["lead_time_s"] >= 120.0 and planner["decision_interval_s"] > 0
     for step in doc["plan"]:
         need = max(math.ceil(step["forecast"] * 1.2 / 0.4 - 1e-6), math.ceil(step["upper"] * 1.1 / 0.4 - 1e-6))
         assert step["replicas"] == max(1, min(9, need)), step
