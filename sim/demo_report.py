@@ -9,7 +9,7 @@ import math
 import time
 from typing import Any
 
-LABEL = 54  # width of the demand table's row labels
+LABEL = 58  # width of the demand table's row labels
 CELL = 14
 
 
@@ -67,7 +67,7 @@ def demand_table(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str
     lines = [
         f"{'demand ' + unit:<{LABEL}}{'replay mean':>{CELL}}{'last minute':>{CELL}}"
         f"{f'next {len(plan)} min' if plan else 'forecast':>{CELL + 4}}",
-        f"{'':<{LABEL}}{f'({span} min)' if rows else '':>{CELL}}{'' if last is None else f'({when(last)[-5:]})':>{CELL}}"
+        f"{'by the minute each was answered (as the router counts)':<{LABEL}}{f'({span} min)' if rows else '':>{CELL}}{'' if last is None else f'({when(last)[-5:]})':>{CELL}}"
         f"{ahead:>{CELL + 4}}",
     ]
 
@@ -104,27 +104,41 @@ def history_line(series: dict[str, Any], redis: str) -> str | None:
 
 
 def capacity_lines(planner: dict[str, Any], plan: list[dict[str, Any]], source: object) -> list[str]:
-    """The capacity and headrooms the forecaster planned with, and the planner's arithmetic for
-    the plan step at the warm-up lead: max(ceil(mean x (1 + headroom) / capacity), ceil(upper x
-    (1 + upper headroom) / capacity)) within the bounds (forecaster/plan.py)."""
+    """The capacity and headrooms the forecaster planned with, and the planner's arithmetic,
+    max(ceil(mean x (1 + headroom) / capacity), ceil(upper x (1 + upper headroom) / capacity))
+    within the bounds (forecaster/plan.py), for the step that needs most among those the
+    decision covers. The decision itself may be higher (the current demand's floor, its reason
+    says so) or held back (cooldowns, stabilisation) on a daemon's later runs."""
     cap, head = planner["capacity_per_replica"], planner["headroom"]
     upper_head = head if planner.get("upper_headroom") is None else planner["upper_headroom"]
     lo, hi = planner["min_replicas"], planner["max_replicas"]
     lines = [f"capacity: {cap:.3g} misses/s per replica" + (f" ({source})" if source else "")
              + f"; headroom {head:.0%} over the mean, {upper_head:.0%} over the upper band; {lo} .. {hi} replicas"]
-    # the step the lead time falls in: replicas ordered now are ready for it (plan.covered)
-    started = [s for s in plan if (s["minute"] - plan[0]["minute"]) * 60 <= planner.get("lead_time_s", 0)]
-    if started:
-        step, ahead = started[-1], started[-1]["minute"] - plan[0]["minute"]
-        mean, upper = step["forecast"] * (1 + head) / cap, step["upper"] * (1 + upper_head) / cap
-        need = max(lo, min(hi, max(math.ceil(mean - 1e-9), math.ceil(upper - 1e-9))))
-        line = (f"at +{ahead} min (the warm-up lead): mean {step['forecast']:.3f} x {1 + head:.2f} / {cap:.3g} = "
-                f"{mean:.2f}, upper {step['upper']:.3f} x {1 + upper_head:.2f} / {cap:.3g} = {upper:.2f} "
-                f"-> {need} replicas")
+    # replicas ordered now serve the steps overlapping [lead, lead + decision interval)
+    # (plan.covered); the decision takes the most any of them needs
+    lead = planner.get("lead_time_s", 0.0)
+    end = lead + planner.get("decision_interval_s", 0.0)
+    step_s = 60 * (plan[1]["minute"] - plan[0]["minute"]) if len(plan) > 1 else 60
+    covered = [s for s in plan if (s["minute"] - plan[0]["minute"]) * 60 < max(end, lead + 1e-9)
+               and (s["minute"] - plan[0]["minute"]) * 60 + step_s > lead]
+    if covered:
+        needs = [(_need(s, cap, head, upper_head, lo, hi), s) for s in covered]
+        (need, mean, upper), step = max(needs, key=lambda n: n[0][0])
+        ahead = [s["minute"] - plan[0]["minute"] for s in covered]
+        span = f"+{ahead[0]} .. +{ahead[-1]} min" if len(ahead) > 1 else f"+{ahead[0]} min"
+        line = (f"at +{step['minute'] - plan[0]['minute']} min (of the steps {span}, from the warm-up lead to the "
+                f"next decision): mean {step['forecast']:.3f} x {1 + head:.2f} / {cap:.3g} = {mean:.2f}, "
+                f"upper {step['upper']:.3f} x {1 + upper_head:.2f} / {cap:.3g} = {upper:.2f} -> {need} replicas")
         if step.get("replicas") != need:
             line += f" (the forecaster's plan says {step.get('replicas')})"
         lines.append(line)
     return lines
+
+
+def _need(step: dict[str, Any], cap: float, head: float, upper_head: float, lo: int, hi: int) -> tuple[int, float, float]:
+    """(replicas, mean term, upper term) for one plan step: forecaster/plan.py's rule."""
+    mean, upper = step["forecast"] * (1 + head) / cap, step["upper"] * (1 + upper_head) / cap
+    return max(lo, min(hi, max(math.ceil(mean - 1e-9), math.ceil(upper - 1e-9)))), mean, upper
 
 
 def _span(plan: list[dict[str, Any]], key: str, fmt: str) -> str:

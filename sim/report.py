@@ -77,13 +77,14 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
 
 
 def demand_minutes(outcomes: list[Outcome], sim_time: Callable[[float], float]) -> list[dict[str, int]]:
-    """Requests per simulated minute, by the time each was sent (``sim_time`` maps an outcome's
-    ``sent_s`` to simulated Unix s): ``{"minute", "sent", "hits", "misses", "failed"}``, counts,
-    minutes with no request left out. hits: answered from the cache (exact or semantic);
-    misses: answered by a replica (forwarded: what reaches the GPUs); failed: not answered."""
+    """Requests per simulated minute, in the minute each was answered, as the router's traffic
+    counters count them (at the end of the answer; ``sim_time`` maps a perf_counter() time to
+    simulated Unix s): ``{"minute", "sent", "hits", "misses", "failed"}``, counts, minutes with
+    no request left out. hits: answered from the cache (exact or semantic); misses: answered by a
+    replica (forwarded: what reaches the GPUs); failed: not answered."""
     rows: dict[int, dict[str, int]] = {}
     for o in outcomes:
-        minute = int(sim_time(o.sent_s) // 60)
+        minute = int(sim_time(o.sent_s + o.latency_s) // 60)
         row = rows.setdefault(minute, {"minute": minute, "sent": 0, "hits": 0, "misses": 0, "failed": 0})
         row["sent"] += 1
         hit = o.cache in EXACT_VALUES or o.cache in SEMANTIC_VALUES

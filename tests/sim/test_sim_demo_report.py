@@ -160,13 +160,28 @@ def test_a_replica_that_got_no_request_is_still_listed_with_its_profile() -> Non
     assert _line(render(_report(replicas=replicas)), "share http://127.0.0.1:3 (t4)").split()[-1] == "0.0%"
 
 
-def test_demand_minutes_count_each_request_in_its_simulated_minute() -> None:
-    def outcome(at: float, cache: str | None, ok: bool = True) -> Outcome:
-        return Outcome("new", ok, None if ok else "HTTP 500", 0.1, 0.05, cache, None if cache else "r", 0.0, at)
+def test_demand_minutes_count_each_request_in_the_simulated_minute_it_was_answered() -> None:
+    # The router counts a request when its answer ends (router/counters.py): at 60x an answer of
+    # 6 wall seconds lands 6 simulated minutes after it was sent, and the forecaster reads that.
+    def outcome(at: float, cache: str | None, ok: bool = True, took: float = 0.1) -> Outcome:
+        return Outcome("new", ok, None if ok else "HTTP 500", took, 0.05, cache, None if cache else "r", 0.0, at)
 
-    # simulated s = 6000 + 60 x sent_s: Unix minute 100 until sent_s 1.0, then 101
+    # simulated s = 6000 + 60 x wall s: Unix minute 100 until wall s 1.0, then 101
     outcomes = [outcome(0.2, None), outcome(0.5, "exact"), outcome(1.1, "semantic"), outcome(1.2, None),
-                outcome(1.3, None, ok=False)]
+                outcome(1.3, None, ok=False), outcome(0.6, None, took=0.5)]
     rows = demand_minutes(outcomes, lambda t: 6000.0 + t * 60.0)
     assert rows == [{"minute": 100, "sent": 2, "hits": 1, "misses": 1, "failed": 0},
-                    {"minute": 101, "sent": 3, "hits": 1, "misses": 1, "failed": 1}]
+                    {"minute": 101, "sent": 4, "hits": 1, "misses": 2, "failed": 1}]
+    assert "by the minute each was answered (as the router counts)" in render(_demo())
+
+
+def test_the_arithmetic_is_shown_for_the_step_that_needs_most_among_those_the_decision_covers() -> None:
+    # lead 315 s and a decision a minute: replicas ordered now serve [+5.25, +6.25) min, the steps
+    # starting at +5 and +6 (forecaster/plan.py, covered); the decision is the larger need
+    plan = _plan()
+    plan[6] = {**plan[6], "upper": 1.125, "replicas": 5}
+    planner = {"capacity_per_replica": 0.25, "headroom": 0.2, "upper_headroom": 0.1, "min_replicas": 1,
+               "max_replicas": 10, "lead_time_s": 315.0, "decision_interval_s": 60.0}
+    check = _line(render(_demo(forecast_plan=plan, forecast_planner=planner)), "at +6 min")
+    assert "upper 1.125 x 1.10 / 0.25 = 4.95" in check and check.endswith("-> 5 replicas")
+    assert "+5 .. +6 min" in check
