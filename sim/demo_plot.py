@@ -1,6 +1,7 @@
-"""The demo's picture (matplotlib, Agg backend: no display needed): per simulated minute, the
-requests sent, the cache hits and the misses forwarded to the replicas, then the forecaster's
-forecast of misses and its upper band; below, the replicas the plan needs and the decision."""
+"""The demo's picture (matplotlib, Agg backend: no display needed): per simulated minute, in
+the minute each was answered (as the router counts), the requests sent, the cache hits and the
+misses forwarded to the replicas, then the forecaster's forecast of misses and its upper band;
+below, the replicas the plan needs and the decision."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def plot_demand(report: dict[str, Any], path: Path) -> None:
     zero = plan[0]["minute"] if plan else (rows[-1]["minute"] if rows else 0)
     fig, (rates, replicas) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, height_ratios=(2, 1))
     x = _edges([r["minute"] - zero for r in rows])
-    for key, label, color in (("sent", "requests sent", "black"), ("hits", "cache hits", "tab:green"),
+    for key, label, color in (("sent", "requests sent (in the minute answered)", "black"),
+                              ("hits", "cache hits", "tab:green"),
                               ("misses", "misses forwarded (reach the GPUs)", "tab:blue")):
         rates.plot(x, _last_twice([r[key] / 60 for r in rows]), color=color, label=label, drawstyle="steps-post")
     planner = report.get("forecast_planner") or {}
@@ -47,7 +49,8 @@ def plot_demand(report: dict[str, Any], path: Path) -> None:
     speedup = report.get("speedup")
     rates.set_ylabel("per simulated second")
     replicas.set_ylabel("replicas")
-    replicas.set_xlabel(f"simulated minutes from the forecast's start (router clock{f', {speedup:g}x' if speedup else ''})")
+    clock = f"router clock, {speedup:g}x" if speedup else "router clock"
+    replicas.set_xlabel(f"simulated minutes from the forecast's start ({clock})")
     for ax in (rates, replicas):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

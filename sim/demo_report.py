@@ -63,13 +63,11 @@ def demand_table(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str
     last = plan[0]["minute"] - 1 if plan else (rows[-1]["minute"] - 1 if rows else None)
     span = rows[-1]["minute"] - rows[0]["minute"] + 1 if rows else 0
     at_last = next((r for r in rows if r["minute"] == last), None)
-    ahead = f"from {when(plan[0]['minute'])[-5:]}" if plan else ""
-    lines = [
-        f"{'demand ' + unit:<{LABEL}}{'replay mean':>{CELL}}{'last minute':>{CELL}}"
-        f"{f'next {len(plan)} min' if plan else 'forecast':>{CELL + 4}}",
-        f"{'by the minute each was answered (as the router counts)':<{LABEL}}{f'({span} min)' if rows else '':>{CELL}}{'' if last is None else f'({when(last)[-5:]})':>{CELL}}"
-        f"{ahead:>{CELL + 4}}",
-    ]
+    heads = (("replay mean", f"({span} min)" if rows else ""),
+             ("last minute", "" if last is None else f"({when(last)[-5:]})"),
+             (f"next {len(plan)} min" if plan else "forecast", f"from {when(plan[0]['minute'])[-5:]}" if plan else ""))
+    lines = [(f"{label:<{LABEL}}" + "".join(f"{h[i]:>{w}}" for h, w in zip(heads, (CELL, CELL, CELL + 4)))).rstrip()
+             for i, label in enumerate(("demand " + unit, "by the minute each was answered (as the router counts)"))]
 
     def measured(label: str, key: str) -> str:
         mean = f"{sum(r[key] for r in rows) / (span * 60):.3f}" if rows else "-"
@@ -81,6 +79,9 @@ def demand_table(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str
               measured("misses forwarded/s (what reaches the GPUs)", "misses")]
     for label, key in (("forecast misses/s: mean", "forecast"), ("forecast misses/s: upper band", "upper")):
         lines.append(f"  {label:<{LABEL - 2}}{'-':>{CELL}}{'-':>{CELL}}{_span(plan, key, '{:.3f}'):>{CELL + 4}}")
+    if rows:  # the router stamps its own count, milliseconds apart: a minute is a wall second at 60x
+        lines.append("  (timed by the load generator: a request answered at a minute's edge may count in the next "
+                     "minute for the router)")
     return lines
 
 
@@ -135,7 +136,9 @@ def capacity_lines(planner: dict[str, Any], plan: list[dict[str, Any]], source: 
     return lines
 
 
-def _need(step: dict[str, Any], cap: float, head: float, upper_head: float, lo: int, hi: int) -> tuple[int, float, float]:
+def _need(
+    step: dict[str, Any], cap: float, head: float, upper_head: float, lo: int, hi: int
+) -> tuple[int, float, float]:
     """(replicas, mean term, upper term) for one plan step: forecaster/plan.py's rule."""
     mean, upper = step["forecast"] * (1 + head) / cap, step["upper"] * (1 + upper_head) / cap
     return max(lo, min(hi, max(math.ceil(mean - 1e-9), math.ceil(upper - 1e-9)))), mean, upper
