@@ -48,9 +48,11 @@ def _clock(ts: float) -> str:
 def print_plan(result: RunResult) -> None:
     """Plan table, then the model and the decision with its reason."""
     series = result.series
+    before = series.get("missing_before_first", 0)
     typer.echo(
         f"series {series.get('name', '?')}: {series.get('buckets', 0)} buckets of "
-        f"{series.get('step_s', 0):g} s, {series.get('missing_buckets', 0)} missing, "
+        f"{series.get('step_s', 0):g} s, {series.get('missing_buckets', 0)} missing"
+        f"{f' ({before} of them before the first counted bucket)' if before else ''}, "
         f"demand in {series.get('demand_unit', '?')}"
     )
     typer.echo(f"model  {result.model}: {result.note}")

@@ -57,15 +57,26 @@ class RunResult:
     steps: list[PlanStep] = field(default_factory=list)
     scores: dict[str, float] = field(default_factory=dict)
     series: dict[str, object] = field(default_factory=dict)
+    planner: PlannerConfig | None = None
 
     def to_json(self) -> dict[str, object]:
-        """JSON document: model, series, plan [{minute, forecast, upper, replicas}], decision."""
+        """JSON document: model, series, planner (the settings each step's replicas follow from),
+        plan [{minute, forecast, upper, replicas}], decision."""
         return {
             "model": self.model,
             "model_note": self.note,
             "now": self.now,
             "series": self.series,
             "scores_mae_at_lead": self.scores,
+            "planner": None if self.planner is None else {
+                "capacity_per_replica": self.planner.capacity_per_replica,
+                "headroom": self.planner.headroom,
+                "upper_headroom": self.planner.upper_headroom,
+                "min_replicas": self.planner.min_replicas,
+                "max_replicas": self.planner.max_replicas,
+                "lead_time_s": self.planner.lead_time_s,
+                "decision_interval_s": self.planner.decision_interval_s,
+            },
             "plan": [
                 {
                     "minute": int(s.start // 60),
@@ -87,14 +98,19 @@ class RunResult:
 
 
 def _describe(traffic: Traffic, y: np.ndarray, unit: str) -> dict[str, object]:
+    """The series summary. missing_before_first: the missing buckets before the first counted
+    one (a window reaching back before any router counted; counted in missing_buckets too)."""
+    counted = np.flatnonzero(~np.isnan(y))
     return {
         "name": traffic.name,
-        "demand_unit": f"{unit}/s",
+        # demand() reads misses when the source counts them: say so, not "requests"
+        "demand_unit": "cache misses/s" if unit == "requests" and traffic.misses is not None else f"{unit}/s",
         "step_s": traffic.step,
         "start": traffic.start,
         "end": traffic.end,
         "buckets": len(traffic),
         "missing_buckets": int(np.isnan(y).sum()),
+        "missing_before_first": int(counted[0]) if counted.size else len(y),
     }
 
 
@@ -230,6 +246,7 @@ def observe_forecast(steps: list[PlanStep], last_demand: float, lead_at: float) 
 def _finish(
     result: RunResult, store: RedisStateStore | None, state: PlannerState | None, config: PlannerConfig
 ) -> RunResult:
+    result = replace(result, planner=config)
     DESIRED.set(result.decision.replicas)
     HOLDING.set(1 if result.decision.action == "hold" else 0)
     if store is not None and result.decision.action != "hold":  # a hold changes nothing

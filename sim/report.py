@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from sim.demo_report import forecast_lines
 from sim.questions import KINDS
 from sim.replay import Outcome
 
@@ -76,17 +76,29 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
     }
 
 
+def demand_minutes(outcomes: list[Outcome], sim_time: Callable[[float], float]) -> list[dict[str, int]]:
+    """Requests per simulated minute, in the minute each was answered, as the router's traffic
+    counters count them (at the end of the answer; ``sim_time`` maps a perf_counter() time to
+    simulated Unix s): ``{"minute", "sent", "hits", "misses", "failed"}``, counts, minutes with
+    no request left out. hits: answered from the cache (exact or semantic); misses: answered by a
+    replica (forwarded: what reaches the GPUs); failed: not answered."""
+    rows: dict[int, dict[str, int]] = {}
+    for o in outcomes:
+        minute = int(sim_time(o.sent_s + o.latency_s) // 60)
+        row = rows.setdefault(minute, {"minute": minute, "sent": 0, "hits": 0, "misses": 0, "failed": 0})
+        row["sent"] += 1
+        hit = o.cache in EXACT_VALUES or o.cache in SEMANTIC_VALUES
+        row["failed" if not o.ok else "hits" if hit else "misses"] += 1
+    return [rows[m] for m in sorted(rows)]
+
+
 def _pcts(d: dict[str, float | None]) -> str:
     return " / ".join("-" if d[k] is None else f"{d[k]:.0f}" for k in ("p50", "p95", "p99"))
 
 
-def _cell(value: object, width: int) -> str:
-    text = f"{value:.1f}" if isinstance(value, float) else ("-" if value is None else str(value))
-    return f"{text:>{width}}"
-
-
 def render(report: dict[str, Any]) -> str:
-    """Readable table of a report (replay keys, plus forecast_plan when present)."""
+    """Readable table of a report (replay keys, plus the demo's forecaster section when
+    forecast_plan is present: sim/demo_report.py)."""
     rows = [
         ("requests", report["requests"]),
         ("ok / failed", f"{report['ok']} / {report['failed']}"),
@@ -107,9 +119,10 @@ def render(report: dict[str, Any]) -> str:
     if report.get("sample_fraction", 1.0) < 1.0:
         rows.append(("trace requests kept", f"{report['sample_fraction']:.1%} (trace thinned)"))
     profiles = {r.get("url"): r.get("profile") for r in report.get("replicas") or []}
-    for replica, share in report["replica_share"].items():
+    # every replica the demo started, with its GPU profile, even one that got no request
+    for replica in [*profiles, *(r for r in report["replica_share"] if r not in profiles)]:
         profile = f" ({profiles[replica]})" if profiles.get(replica) else ""
-        rows.append((f"share {replica}{profile}", f"{share:.1%}"))
+        rows.append((f"share {replica}{profile}", f"{report['replica_share'].get(replica, 0.0):.1%}"))
     for kind, k in report["by_kind"].items():
         rows.append((f"prompts {kind}", f"{k['requests']} (exact hits {k['exact_hits']}, semantic {k['semantic_hits']})"))
     after = report.get("repeats_after_answer")
@@ -123,44 +136,5 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     if "forecast_plan" in report:
         lines.append("")
-        plan = report["forecast_plan"]
-        if plan is None:
-            lines.append(f"forecast: not available ({report.get('forecast_error', 'no result')})")
-        else:
-            lines.extend(_forecast_lines(report, plan))
+        lines.extend(forecast_lines(report))
     return "\n".join(lines)
-
-
-def _when(minute: object) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60)) if isinstance(minute, int) else str(minute)
-
-
-def _forecast_lines(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str]:
-    """What the forecaster saw (cache misses the router counted), decided and scaled, and its
-    plan with runs of equal rows folded into one line."""
-    decision = report.get("forecast_decision") or {}
-    lines = [f"forecaster ({report.get('forecast_model', '?')}), on the router's simulated clock, in cache "
-             "misses per simulated second (the demand that reaches the GPUs):"]
-    requests, hits = report.get("requests", 0), report.get("exact_hits", 0) + report.get("semantic_hits", 0)
-    if requests:
-        lines.append(f"  saw: {requests - hits} of {requests} requests reach a replica ({1 - hits / requests:.0%}); "
-                     "hits never count as demand")
-    lines.append(f"  decided: {decision.get('replicas', '?')} replicas ({decision.get('reason', '')})")
-    # the decision's action is the planner's ("set", "hold"); the demo's forecaster always runs
-    # in dry-run (demo.py forces it), so nothing is ever scaled here
-    lines.append("  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real "
-                 "Deployment)")
-    lines.append(f"  {'minutes (UTC)':>33}  {'forecast':>9}  {'upper':>9}  {'replicas':>8}")
-    keys = ("forecast", "upper", "replicas")
-    i = 0
-    while i < len(plan):
-        j = i
-        while j + 1 < len(plan) and all(plan[j + 1].get(k) == plan[i].get(k) for k in keys):
-            j += 1
-        span = _when(plan[i].get("minute")) if i == j else f"{_when(plan[i].get('minute'))} .. {_when(plan[j].get('minute'))[-5:]}"
-        cells = (f"{v:>{w}.3f}" if isinstance(v, float) else _cell(v, w)
-                 for v, w in ((plan[i].get("forecast"), 9), (plan[i].get("upper"), 9), (plan[i].get("replicas"), 8)))
-        note = f"  ({j - i + 1} minutes alike)" if j > i else ""
-        lines.append("  " + "  ".join([f"{span:>33}", *cells]) + note)
-        i = j + 1
-    return lines

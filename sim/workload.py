@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from sim.questions import MixConfig, QuestionMix, QuestionPair, load_pairs
 from sim.replay import PlannedRequest, ReplayConfig, plan_requests, run_plan
-from sim.report import summarize
+from sim.report import demand_minutes, summarize
 from sim.sample import QUESTIONS_FILE, TRACE_FILE
 from sim.traces import TraceRequest, read_trace
 
@@ -44,13 +45,19 @@ def build_plan(
     return plan_requests(rows, QuestionMix(pairs, mix), cfg)
 
 
-def replay_report(plan: list[PlannedRequest], cfg: ReplayConfig) -> dict[str, Any]:
-    """Run the plan against ``cfg.target`` and summarise it (see report.summarize)."""
+def replay_report(plan: list[PlannedRequest], cfg: ReplayConfig, clock_origin: float | None = None) -> dict[str, Any]:
+    """Run the plan against ``cfg.target`` and summarise it (see report.summarize). With
+    ``clock_origin`` (the Unix time at which the router's simulated clock, running ``cfg.speedup``
+    times faster, read wall time), also ``demand_minutes`` on that clock (report.demand_minutes)."""
     outcomes, wall = asyncio.run(run_plan(plan, cfg))
     report = summarize(outcomes, wall)
     report["target"] = cfg.target
     report["speedup"] = cfg.speedup
     report["sample_fraction"] = round(cfg.sample_fraction, 4)
+    if clock_origin is not None:
+        to_wall = time.time() - time.perf_counter()  # an outcome's sent_s is a perf_counter() reading
+        report["demand_minutes"] = demand_minutes(
+            outcomes, lambda sent: clock_origin + (sent + to_wall - clock_origin) * cfg.speedup)
     return report
 
 

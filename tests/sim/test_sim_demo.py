@@ -76,12 +76,16 @@ def test_embedded_redis_starts_empty_every_time_and_stops(tmp_path: Path) -> Non
 
 def test_forecaster_plan_is_merged(tmp_path: Path) -> None:
     out = tmp_path / "f.json"
+    series = {"buckets": 20160, "missing_buckets": 20084, "missing_before_first": 20084}
+    planner = {"capacity_per_replica": 0.25, "headroom": 0.2}
     result = {"model": "holt_winters", "plan": [{"minute": 1, "forecast": 2.5, "upper": 3.0, "replicas": 2, "x": 0}],
-              "decision": {"replicas": 2, "reason": "peak"}}
+              "decision": {"replicas": 2, "reason": "peak"}, "series": series, "planner": planner}
     script = f"import json; open({str(out)!r}, 'w').write(json.dumps({result!r}))"
     merged = run_forecaster({}, [sys.executable, "-c", script], out)
+    # the series summary and the planner's capacity go into the report: the decision can be checked
     assert merged == {"forecast_plan": [{"minute": 1, "forecast": 2.5, "upper": 3.0, "replicas": 2}],
-                      "forecast_model": "holt_winters", "forecast_decision": {"replicas": 2, "reason": "peak"}}
+                      "forecast_model": "holt_winters", "forecast_decision": {"replicas": 2, "reason": "peak"},
+                      "forecast_series": series, "forecast_planner": planner}
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
 ) -> None:
     monkeypatch.delenv("PROMPTEDGE_REDIS_URL", raising=False)  # the default: embedded Redis
     monkeypatch.setenv("PROMPTEDGE_FORECASTER_TIME_BUDGET_S", "2")
+    monkeypatch.delenv("PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA", raising=False)
     # On the shared, overloaded test machine a Redis round trip can outlast the demo's 0.5 s
     # bound; the cache then serves and counts nothing for a second, and the counts below drift.
     monkeypatch.setenv("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "3")
@@ -57,6 +58,15 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
     assert plan, report.get("forecast_error")
     assert all(set(step) == {"minute", "forecast", "upper", "replicas"} for step in plan)
     assert all(step["replicas"] >= 1 for step in plan)
+    # the report can be checked: the capacity the forecaster used (the demo's 15 requests per wall
+    # second at 60x), every request in its simulated minute, the history it read, the picture
+    assert report["forecast_planner"]["capacity_per_replica"] == pytest.approx(15 / 60)
+    assert sum(row["sent"] for row in report["demand_minutes"]) == report["requests"]
+    series = report["forecast_series"]
+    assert series["demand_unit"] == "cache misses/s"
+    # the 14-day window reaches back before the demo's router: those minutes are counted apart
+    assert series["buckets"] > series["missing_buckets"] >= series["missing_before_first"] > 0
+    assert Path(report["plot"]).stat().st_size > 10_000
     # Every process the demo started is gone (the embedded Redis: see test_sim_demo.py).
     assert not [c for c in psutil.Process().children(recursive=True) if c.pid not in before and pid_alive(c.pid)]
 

