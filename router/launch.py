@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -39,7 +38,7 @@ from router.discovery import DiscoveryError, ReplicaSource, StaticSource
 from router.discovery_config import build_source
 from router.limits import ConnectionBudget, connection_budget
 from router.metrics_shared import ENV as SHARED_METRICS_ENV
-from router.metrics_shared import forget, new_dir
+from router.metrics_shared import forget, hold, new_dir, remove_dir, shared_dir
 from router.server import not_cancelled, protocol_class, raise_open_files_limit
 from router.settings import RouterSettings, error_location
 from router.tracing import TracingError, check_exporter
@@ -167,7 +166,8 @@ class WorkerConfig(uvicorn.Config):
         self.router_log_level = log_level
 
     def load(self) -> None:
-        """In the worker: this process's logging (the supervisor's format), the start-up checks
+        """In the worker: this process's logging (the supervisor's format), its hold on the shared
+        metrics directory (router/metrics_shared.py), the start-up checks
         (a failure logs the error and exits with uvicorn's STARTUP_FAILURE, 3, which stops the
         supervisor rather than restarting the worker forever), then the app and the limited
         protocol."""
@@ -176,6 +176,8 @@ class WorkerConfig(uvicorn.Config):
         # whole process group (a closed terminal, an orphaned group) killed every worker at once
         # with its streams (attack round: 10 of 10 cut). uvicorn's worker handles only INT/TERM.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if (metrics_dir := shared_dir()) is not None:  # kept while this worker writes there
+            hold(metrics_dir)
         try:
             launch = prepare()
         except StartupError as exc:
@@ -232,7 +234,7 @@ def serve_workers(config: WorkerConfig) -> None:
         supervisor = Supervisor(config, sockets=[sock])
         supervisor.run()
     finally:
-        shutil.rmtree(os.environ.pop(SHARED_METRICS_ENV), ignore_errors=True)
+        remove_dir(os.environ.pop(SHARED_METRICS_ENV))
     sock.close()
     if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
         sys.exit(STARTUP_FAILURE)

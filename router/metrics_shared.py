@@ -6,9 +6,9 @@ successive scrapes saw different workers' counts and ``rate()`` over them was ga
 supervisor (router/launch.py) creates a fresh ``PROMETHEUS_MULTIPROC_DIR`` before it starts the
 workers (prometheus_client reads it at import: every counter and histogram a worker creates then
 keeps its values in a file there), marks a worker that is gone with ``mark_process_dead`` and
-removes the directory at exit. A supervisor killed with SIGKILL cannot: the directory's name
-holds the supervisor's pid (:func:`new_dir`), and the next supervisor to start removes it once
-that supervisor and every worker that wrote a file there are gone. Then:
+removes the directory at exit. A supervisor killed with SIGKILL cannot: the supervisor and
+each worker hold a lock in the directory while they run (:func:`new_dir`, :func:`hold`), and
+the next supervisor to start removes it once none holds it. Then:
 
 - counters and histograms (the router's and the cache's) are read from every worker's file by
   ``MultiProcessCollector`` and summed: a counter is the total over all workers, those that died
@@ -29,9 +29,9 @@ With one worker (no ``PROMETHEUS_MULTIPROC_DIR``) none of this runs.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -44,9 +44,12 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger("router.server")
 ENV = "PROMETHEUS_MULTIPROC_DIR"
-PREFIX = "promptedge-metrics-"  # then the supervisor's pid, "-", mkdtemp's random part
-_OWNED = re.compile(re.escape(PREFIX) + r"([1-9][0-9]*)-")
-_WRITER = re.compile(r"_([1-9][0-9]*)\.db$")  # prometheus_client's files: {kind}_{pid}.db
+PREFIX = "promptedge-metrics-"  # then the supervisor's pid (for people), "-", mkdtemp's random part
+# In each directory: flock()ed shared by its supervisor and every worker while they run, tried
+# exclusively by a later supervisor before it removes the directory. flock works across PID
+# namespaces on one kernel; the kernel lets go of it when a holder dies, SIGKILL included.
+LOCK = "owner.lock"  # prometheus_client reads only *.db
+_held: dict[str, int] = {}  # directory -> this process's open lock, held until it ends
 PUBLISH_S = 1.0  # how stale another worker's gauges can be in a scrape
 # How the workers' values of one gauge make the one value of a scrape (live*: only running
 # workers'). A gauge not listed is exposed per worker (``liveall``: a ``pid`` label).
@@ -147,41 +150,63 @@ async def publish_every(series: SharedSeries, seconds: float = PUBLISH_S) -> Non
 
 def new_dir(parent: str | None = None) -> str:
     """In the supervisor, before its workers start: make this run's multiprocess directory under
-    ``parent`` (default the temp directory, ``TMPDIR``), named ``promptedge-metrics-{pid}-...``,
-    and first remove those that supervisors killed with SIGKILL left there: a directory is
-    removed when its supervisor's pid is not a running process (or is this process's own: the
-    directory predates it, as after a container restart on the same ``/tmp``) and no pid of
-    its files (a worker that outlived the supervisor still serves and writes) is running. A
-    directory of another user, or whose name holds no pid (made by an older version), is left
-    alone. Returns the new directory's path."""
+    ``parent`` (default the temp directory, ``TMPDIR``), named ``promptedge-metrics-{pid}-...``
+    and held (:func:`hold`) until this process ends or :func:`remove_dir`; first remove those
+    that supervisors killed with SIGKILL left there: a directory is removed when no process
+    holds its lock (neither its supervisor nor a worker that outlived it and still writes
+    there). A pid is no evidence: a router in another PID namespace on the same ``/tmp`` has
+    the same pids (two containers are both pid 1). A directory of another user, or without the
+    lock (made by an older version, which may still run), is left alone. Returns the path."""
     parent = tempfile.gettempdir() if parent is None else parent
     for path in Path(parent).glob(PREFIX + "*"):
-        if _stale(path):
-            shutil.rmtree(path, ignore_errors=True)
+        if _remove_if_unheld(path):
             log.info("removed %s, the metrics directory of a supervisor that was killed", path)
-    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent)
+    path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent)
+    # locked before it has the lock's name: a directory without it is never removed
+    fd, unnamed = tempfile.mkstemp(prefix=".lock-", dir=path)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    os.rename(unnamed, os.path.join(path, LOCK))
+    _held[path] = fd
+    return path
 
 
-def _stale(path: Path) -> bool:
-    owner = _OWNED.match(path.name)
+def hold(path: str) -> None:
+    """In a worker: hold ``path``'s lock (shared, as its supervisor and the other workers do)
+    until this process ends, so that the directory is kept while the worker writes there, its
+    supervisor killed or not. A directory without the lock is only logged."""
     try:
-        if owner is None or not path.is_dir() or path.is_symlink() or path.lstat().st_uid != os.getuid():
+        fd = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        log.warning("metrics directory %s has no lock, a later supervisor may remove it: %s", path, exc)
+        return
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _held[path] = fd
+
+
+def remove_dir(path: str) -> None:
+    """In the supervisor, at exit: remove its directory and let go of its lock."""
+    shutil.rmtree(path, ignore_errors=True)
+    fd = _held.pop(path, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _remove_if_unheld(path: Path) -> bool:
+    try:
+        if not path.is_dir() or path.is_symlink() or path.lstat().st_uid != os.getuid():
             return False
-        writers = {int(m.group(1)) for f in path.iterdir() if (m := _WRITER.search(f.name))}
-    except OSError:  # removed meanwhile, not readable
+        fd = os.open(path / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # no lock (an older version's), removed meanwhile, not readable
         return False
-    supervisor = int(owner.group(1))
-    return (supervisor == os.getpid() or not _running(supervisor)) and not any(map(_running, writers))
-
-
-def _running(pid: int) -> bool:
     try:
-        os.kill(pid, 0)  # no signal sent: does the process exist?
-    except ProcessLookupError:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while any process holds it
+    except OSError:
         return False
-    except PermissionError:  # exists, another user's
+    else:
+        shutil.rmtree(path, ignore_errors=True)
         return True
-    return True
+    finally:
+        os.close(fd)
 
 
 def forget(pids: Iterable[int]) -> None:
