@@ -80,8 +80,9 @@ class ForecasterSettings(FileSettings):
 
     step_s: PositiveFloat = 60.0
     # Demand is the mean rate over this trailing window (s), as PromQL's rate(x[5m]), before it
-    # is forecast and before the reactive floor reads it; <= step_s: each bucket as counted.
-    rate_window_s: float = Field(300.0, ge=0.0)
+    # is forecast and before the reactive floor reads it; <= step_s: each bucket as counted. At
+    # most an hour (inf included): a longer mean flattens the daily peak it should forecast.
+    rate_window_s: float = Field(300.0, ge=0.0, le=3600.0)
     history_s: PositiveFloat = 14 * 86400.0
     horizon_s: PositiveFloat = 1800.0
     # Upper quantile of the forecast band the planner provisions for (calibrated on backtest

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from pydantic import ValidationError
 
 from forecaster.run import run_once
 from forecaster.series import Traffic, trailing_mean
@@ -69,3 +71,23 @@ def test_a_windowed_rate_is_forecast_at_its_centre_so_a_daily_step_is_not_foreca
     assert at[0] == 1.0 and at[7] == 1.0  # minutes 590 and 597: still before the step
     assert at[10] > 2.5  # the step's minute: smoothed around it (old: 1.6, the trailing mean)
     assert at[12] == 4.0  # two minutes in: all of the window after the step (old: 2.8)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), "1e400", "3601", -1.0])
+def test_a_rate_window_that_is_not_finite_or_past_an_hour_is_a_settings_error(
+        bad: float | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: inf raised OverflowError out of every run (round(inf / step)); a 14-day window
+    # made each run take 75 s. Longer than an hour it flattens the daily peak it should forecast.
+    if isinstance(bad, str):  # as the environment gives it
+        monkeypatch.setenv("PROMPTEDGE_FORECASTER_RATE_WINDOW_S", bad)
+        settings: dict[str, float] = {}
+    else:
+        settings = {"rate_window_s": bad}
+    with pytest.raises(ValidationError) as error:
+        ForecasterSettings(**settings)
+    assert "rate_window_s" in str(error.value)
+
+
+def test_a_rate_window_of_an_hour_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMPTEDGE_FORECASTER_RATE_WINDOW_S", "3600")
+    assert ForecasterSettings().rate_window_s == 3600.0
