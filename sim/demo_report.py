@@ -44,7 +44,7 @@ def forecast_lines(report: dict[str, Any]) -> list[str]:
     lines.append("  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real "
                  "Deployment)")
     if plan:
-        lines.append(f"  plan: {_span(plan, 'replicas', '{:d}')} replicas over the next {len(plan)} minutes "
+        lines.append(f"  plan: {_span(plan, 'replicas', '{:.0f}')} replicas over the next {len(plan)} minutes "
                      f"from {when(plan[0].get('minute'))}")
     if report.get("plot"):
         lines.append(f"  picture: {report['plot']} (per simulated minute: requests sent, cache hits, misses "
@@ -113,8 +113,9 @@ def capacity_lines(planner: dict[str, Any], plan: list[dict[str, Any]], source: 
     cap, head = planner["capacity_per_replica"], planner["headroom"]
     upper_head = head if planner.get("upper_headroom") is None else planner["upper_headroom"]
     lo, hi = planner["min_replicas"], planner["max_replicas"]
-    lines = [f"capacity: {cap:.3g} misses/s per replica" + (f" ({source})" if source else "")
-             + f"; headroom {head:.0%} over the mean, {upper_head:.0%} over the upper band; {lo} .. {hi} replicas"]
+    lines = [f"capacity: {_num(cap, '{:.3g}')} misses/s per replica" + (f" ({source})" if source else "")
+             + f"; headroom {_num(head, '{:.0%}')} over the mean, {_num(upper_head, '{:.0%}')} over the upper band; "
+             f"{lo} .. {hi} replicas"]
     # replicas ordered now serve the steps overlapping [lead, lead + decision interval)
     # (plan.covered); the decision takes the most any of them needs
     lead = planner.get("lead_time_s", 0.0)
@@ -124,26 +125,48 @@ def capacity_lines(planner: dict[str, Any], plan: list[dict[str, Any]], source: 
                and (s["minute"] - plan[0]["minute"]) * 60 + step_s > lead]
     if covered:
         needs = [(_need(s, cap, head, upper_head, lo, hi), s) for s in covered]
-        (need, mean, upper), step = max(needs, key=lambda n: n[0][0])
+        # a step whose need cannot be computed (a value not finite, no usable capacity) is shown
+        (need, mean, upper), step = max(needs, key=lambda n: (n[0][0] is None, n[0][0] or 0))
         ahead = [s["minute"] - plan[0]["minute"] for s in covered]
         span = f"+{ahead[0]} .. +{ahead[-1]} min" if len(ahead) > 1 else f"+{ahead[0]} min"
+        factor, upper_factor, per = _num(1 + head, "{:.2f}"), _num(1 + upper_head, "{:.2f}"), _num(cap, "{:.3g}")
         line = (f"at +{step['minute'] - plan[0]['minute']} min (of the steps {span}, from the warm-up lead to the "
-                f"next decision): mean {step['forecast']:.3f} x {1 + head:.2f} / {cap:.3g} = {mean:.2f}, "
-                f"upper {step['upper']:.3f} x {1 + upper_head:.2f} / {cap:.3g} = {upper:.2f} -> {need} replicas")
+                f"next decision): mean {_num(step['forecast'], '{:.3f}')} x {factor} / {per} = {_num(mean, '{:.2f}')}, "
+                f"upper {_num(step['upper'], '{:.3f}')} x {upper_factor} / {per} = {_num(upper, '{:.2f}')} -> "
+                f"{'n/a' if need is None else need} replicas")
         if step.get("replicas") != need:
-            line += f" (the forecaster's plan says {step.get('replicas')})"
+            line += f" (the forecaster's plan says {_num(step.get('replicas'), '{}')})"
         lines.append(line)
     return lines
 
 
 def _need(
     step: dict[str, Any], cap: float, head: float, upper_head: float, lo: int, hi: int
-) -> tuple[int, float, float]:
-    """(replicas, mean term, upper term) for one plan step: forecaster/plan.py's rule."""
-    mean, upper = step["forecast"] * (1 + head) / cap, step["upper"] * (1 + upper_head) / cap
+) -> tuple[int | None, float, float]:
+    """(replicas, mean term, upper term) for one plan step: forecaster/plan.py's rule; replicas
+    None (and a term nan) when a value is not a finite number or the capacity is not positive."""
+    if not (_finite(cap) and cap > 0):
+        return None, math.nan, math.nan
+    mean, upper = (step[key] * (1 + h) / cap if _finite(step.get(key)) and _finite(h) else math.nan
+                   for key, h in (("forecast", head), ("upper", upper_head)))
+    if not (_finite(mean) and _finite(upper)):  # a tiny capacity overflows to inf
+        return None, mean, upper
     return max(lo, min(hi, max(math.ceil(mean - 1e-9), math.ceil(upper - 1e-9)))), mean, upper
 
 
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _num(value: object, fmt: str) -> str:
+    """``value`` in ``fmt``, or n/a when it is not a finite number."""
+    return fmt.format(value) if _finite(value) else "n/a"
+
+
 def _span(plan: list[dict[str, Any]], key: str, fmt: str) -> str:
-    values = [step[key] for step in plan if isinstance(step.get(key), (int, float))]
-    return f"{fmt.format(min(values))} .. {fmt.format(max(values))}" if values else "-"
+    """The range of the plan's finite ``key`` values, with how many are not finite numbers."""
+    values = [step[key] for step in plan if _finite(step.get(key))]
+    if not values:
+        return "n/a" if plan else "-"
+    unknown = len(plan) - len(values)
+    return f"{fmt.format(min(values))} .. {fmt.format(max(values))}" + (f" ({unknown} n/a)" if unknown else "")

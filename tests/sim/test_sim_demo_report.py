@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from sim.demo import question_pool
 from sim.demo_plot import plot_demand
 from sim.questions import MixConfig, QuestionMix, QuestionPair
@@ -188,3 +190,38 @@ def test_the_arithmetic_is_shown_for_the_step_that_needs_most_among_those_the_de
     check = _line(render(_demo(forecast_plan=plan, forecast_planner=planner)), "at +6 min")
     assert "upper 1.125 x 1.10 / 0.25 = 4.95" in check and check.endswith("-> 5 replicas")
     assert "+5 .. +6 min" in check
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _forecast_section(text: str) -> list[str]:
+    return text.split("forecaster (", 1)[1].splitlines()
+
+
+@pytest.mark.parametrize("step", [{"forecast": NAN, "upper": NAN, "replicas": NAN}, {"upper": INF}, {"forecast": -INF}])
+def test_a_plan_with_values_that_are_not_finite_is_reported_as_na_not_raised(step: dict[str, float]) -> None:
+    # Regression: render() raised (math.ceil(nan), ceil(inf)) and the demo's report was lost
+    plan = [{**s, **step} for s in _plan()]
+    text = render(_demo(forecast_plan=plan))
+    assert "-> n/a replicas" in _line(text, "at +5 min")
+    assert not [line for line in _forecast_section(text) if "nan" in line or "inf " in line or "inf," in line]
+
+
+def test_one_step_that_is_not_finite_is_the_one_shown_and_the_others_keep_their_numbers() -> None:
+    plan = _plan()
+    plan[10] = {**plan[10], "upper": NAN}
+    text = render(_demo(forecast_plan=plan))
+    assert _line(text, "forecast misses/s: upper").endswith("0.210 .. 0.762 (1 n/a)")
+    assert _line(text, "at +5 min").endswith(f"-> {math.ceil(0.76 * 1.1 / 0.25)} replicas")  # +10 is not covered
+
+
+@pytest.mark.parametrize("capacity", [0, 0.0, 1e-320, -1.0, INF, NAN])
+def test_a_capacity_that_is_zero_tiny_or_not_finite_is_reported_as_na_not_raised(capacity: float) -> None:
+    # Regression: capacity 0 divided by zero, 1e-320 overflowed to inf in the arithmetic
+    planner = {**_demo()["forecast_planner"], "capacity_per_replica": capacity}
+    text = render(_demo(forecast_planner=planner))
+    check = _line(text, "at +5 min")
+    assert "-> n/a replicas (the forecaster's plan says 4)" in check and "= n/a" in check
+    assert "decided: 4 replicas" in text  # the rest of the report is there
+
