@@ -158,9 +158,9 @@ def replay(
     except (TraceFormatError, QuestionsFormatError, ValueError) as exc:
         raise _fail(str(exc)) from None
     report = replay_report(plan, cfg)
-    typer.echo(render(report))
-    if json_path:
+    if json_path:  # first: the text below must never cost the replay's report
         write_json(report, json_path)
+    typer.echo(render(report))
 
 
 @app.command()
@@ -204,9 +204,10 @@ def demo(
     except KeyboardInterrupt:
         typer.secho("interrupted: all demo processes stopped", fg="yellow", err=True)
         raise typer.Exit(130) from None
+    if json_path:  # first: the text below must never cost the run's report
+        write_json(report, json_path)
     typer.echo(render(report))
     if json_path:
-        write_json(report, json_path)
         typer.echo(f"report written to {json_path}")
 
 

@@ -1,6 +1,11 @@
-"""``python -m sim serve`` flags: the app it would serve, without binding a port."""
+"""``python -m sim serve`` flags: the app it would serve, without binding a port; and what a run
+writes first (its JSON report, before the text)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -72,3 +77,24 @@ def test_node_refuses_bad_settings_with_exit_2(args: list[str], env: dict[str, s
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["demo", "replay"])
+def test_the_json_report_is_written_before_the_text_is_printed(
+        command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Regression: the text was rendered first, and a render that raised lost the JSON report
+    report = {"requests": 3, "forecast_plan": None}
+    monkeypatch.setattr("sim.demo.run_demo", lambda cfg: report)
+    monkeypatch.setattr("sim.workload.load_inputs", lambda trace, questions: ([], []))
+    monkeypatch.setattr("sim.workload.build_plan", lambda *args: [])
+    monkeypatch.setattr("sim.workload.replay_report", lambda plan, cfg: report)
+
+    def render(report: dict[str, Any]) -> str:
+        raise RuntimeError("render failed")
+
+    monkeypatch.setattr("sim.report.render", render)
+    out = tmp_path / "report.json"
+    args = ["--log-dir", str(tmp_path / "logs")] if command == "demo" else ["--target", "http://127.0.0.1:1"]
+    result = CliRunner().invoke(app, [command, "--json", str(out), *args])
+    assert isinstance(result.exception, RuntimeError)
+    assert json.loads(out.read_text()) == report
