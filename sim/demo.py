@@ -137,8 +137,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             report["logs"] = str(cfg.log_dir)
         # drawn once everything is stopped: matplotlib's CPU is not the replay's
         picture = cfg.log_dir / "demand.png"
-        plot_demand(report, picture)
-        report["plot"] = str(picture)
+        if plot_demand(report, picture):  # else a warning: the report is still printed
+            report["plot"] = str(picture)
         return report
     finally:
         signal.signal(signal.SIGTERM, previous_term)

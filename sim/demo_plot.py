@@ -5,22 +5,45 @@ below, the replicas the plan needs and the decision."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+log = logging.getLogger("sim.demo")
 
 
-def plot_demand(report: dict[str, Any], path: Path) -> None:
+def plot_demand(report: dict[str, Any], path: Path) -> bool:
     """Write the PNG; minutes on the x axis count from the forecaster's first plan minute (the
-    last replay minute when there is no plan), all rates per simulated second."""
+    last replay minute when there is no plan), all rates per simulated second. True when it is
+    written; False, with a warning naming ``path``, when it cannot be drawn or written (the
+    picture is drawn after the replay: it must never cost the report)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, (rates, replicas) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, height_ratios=(2, 1))
+    try:
+        _draw(report, rates, replicas)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    except (OSError, ValueError, OverflowError) as exc:  # not writable; data matplotlib refuses
+        log.warning("the demand picture %s was not written: %s", path, exc)
+        return False
+    finally:
+        plt.close(fig)
+    return True
+
+
+def _draw(report: dict[str, Any], rates: Axes, replicas: Axes) -> None:
+    """The rates above, the replicas below, and the title."""
     rows = report.get("demand_minutes") or []
     plan = report.get("forecast_plan") or []
     zero = plan[0]["minute"] if plan else (rows[-1]["minute"] if rows else 0)
-    fig, (rates, replicas) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, height_ratios=(2, 1))
     x = _edges([r["minute"] - zero for r in rows])
     for key, label, color in (("sent", "requests sent (in the minute answered)", "black"),
                               ("hits", "cache hits", "tab:green"),
@@ -56,11 +79,7 @@ def plot_demand(report: dict[str, Any], path: Path) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", fontsize=8)
     capacity = f"; capacity {planner['capacity_per_replica']:.3g} misses/s per replica" if planner else ""
-    fig.suptitle(f"sim demo: {report.get('requests', 0)} requests{capacity}")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    rates.figure.suptitle(f"sim demo: {report.get('requests', 0)} requests{capacity}")
 
 
 def _edges(minutes: list[int]) -> list[int]:

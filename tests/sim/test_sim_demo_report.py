@@ -3,6 +3,7 @@ ran out, what the forecaster saw, decided and (did not) scale, and a plan withou
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -225,3 +226,14 @@ def test_a_capacity_that_is_zero_tiny_or_not_finite_is_reported_as_na_not_raised
     assert "-> n/a replicas (the forecaster's plan says 4)" in check and "= n/a" in check
     assert "decided: 4 replicas" in text  # the rest of the report is there
 
+
+def test_a_picture_that_cannot_be_written_is_a_warning_naming_it_and_the_report_stays(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Regression: plot_demand raised after the whole replay and the report was lost
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    picture = blocker / "demand.png"  # its folder cannot be made
+    with caplog.at_level(logging.WARNING):
+        assert plot_demand(_demo(), picture) is False
+    assert str(picture) in caplog.text
+    assert plot_demand(_demo(), tmp_path / "demand.png") is True
