@@ -204,7 +204,7 @@ def main(
     warmup_s: float = typer.Option(300.0, help="Replica warm-up (simulated s), also the forecaster's warmup_s."),
     lead_min: Optional[int] = typer.Option(None, help="Decision to Ready, minutes; default "
                                                       "ceil((warm-up + actuation_delay_s + 20 s) / 60)."),
-    capacity_rps: Optional[float] = typer.Option(None, help="Requests/s per replica; default measured (~30 s)."),
+    capacity_rps: Optional[float] = typer.Option(None, help="Requests/s per replica; default measured as the loop does."),
     set_: list[str] = typer.Option([], "--set", help="KEY=VALUE: a ForecasterSettings field for every run."),
     variant: list[str] = typer.Option([], help="'KEY=VALUE[,KEY=VALUE]': one more run with these on top."),
     json_path: Path = typer.Option(Path("out/loop_whatif.json"), "--json"),
