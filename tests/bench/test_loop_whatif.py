@@ -1,0 +1,42 @@
+"""The offline what-if's inputs: overrides, variants and the counters as the Redis source reads them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "loop_whatif.py"
+_spec = importlib.util.spec_from_file_location("loop_whatif", _PATH)
+assert _spec and _spec.loader
+whatif = importlib.util.module_from_spec(_spec)
+sys.modules["loop_whatif"] = whatif
+_spec.loader.exec_module(whatif)
+
+
+def test_overrides_are_json_values_of_known_fields() -> None:
+    got = whatif.parse_overrides(["level=0.95", "rate_window_s=60", "band_scale=false", 'models=["last_value"]',
+                                  "demand_unit=requests"])
+    assert got == {"level": 0.95, "rate_window_s": 60, "band_scale": False, "models": ["last_value"],
+                   "demand_unit": "requests"}
+    for bad in ("levl=0.9", "level", "step_s=30", "daemon_interval_s=30"):
+        with pytest.raises(typer.BadParameter):
+            whatif.parse_overrides([bad])
+
+
+def test_a_variant_splits_at_commas_that_start_a_new_key() -> None:
+    assert whatif.split_variant('level=0.95,models=["last_value","ets_level"], rate_window_s=60') == [
+        "level=0.95", 'models=["last_value","ets_level"]', " rate_window_s=60"]
+
+
+def test_the_source_reads_the_minutes_before_now_padded_with_missing_ones() -> None:
+    requests = np.arange(10, dtype=float)  # minutes -5 .. 4 from the segment start
+    src = whatif.CounterSource(requests, requests / 2, first=-5, history_s=8 * 60)
+    t = src.fetch(whatif.T0 + 2 * 60 + 1)  # in minute 2: minutes -6 .. 1, minute 2 incomplete
+    assert t.start == whatif.T0 - 6 * 60 and len(t) == 8
+    assert np.isnan(t.requests[0]) and list(t.requests[1:] * 60) == [0, 1, 2, 3, 4, 5, 6]
+    assert list(t.misses[1:] * 60) == [0, 0.5, 1, 1.5, 2, 2.5, 3]
