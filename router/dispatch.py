@@ -5,10 +5,15 @@ Score (``gpu_load``, lower is better; unit: "equivalent running requests")::
     est      = max(inflight, waiting + running + (inflight - inflight_at_scrape))   # fresh scrape
              = inflight                                                           # stale / none
     score    = est + W_queue * waiting + W_kv * kv_usage + W_mem * mem_used**2
-               + W_temp * max(0, temp_c - 75)
+               + W_temp * max(0, temp_c - 75) + W_prefill * prefill_tokens / 1000
 
-``inflight`` is the router's own count of open requests to the replica (exact: it is kept on
-every path), ``inflight_at_scrape`` that count when the metrics were scraped, so requests
+``prefill_tokens`` is the router's own count of prompt tokens sent to the replica whose answer
+has not begun (no first byte yet): a new request there waits for those prefills before its
+own first token, however few requests are open (a replica with one 4,000-token prompt pending
+is a worse choice for time to first token than one decoding three answers). ``W_prefill`` = 3
+makes 1,000 pending prompt tokens weigh as three open requests; it is counted whether the
+scrape is fresh or not, being the router's own. ``inflight`` is the router's own count of open
+requests to the replica (exact: it is kept on every path), ``inflight_at_scrape`` that count when the metrics were scraped, so requests
 sent or finished since the scrape are neither missed nor counted twice. A snapshot older
 than ``stale_after_s`` is distrusted entirely and the score falls back to ``inflight``.
 A replica that is hot (KV cache or GPU memory over 85 %, utilisation over 90 %) is avoided
@@ -61,7 +66,8 @@ class ReplicaView:
     key: replica URL; inflight: router's open requests to it; signals: last scrape (None if
     never scraped); inflight_at_scrape: ``inflight`` when that scrape was taken;
     age_s: seconds since that scrape (None if never); speed: learned seconds per token of work
-    (router/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock.
+    (router/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock;
+    prefill_tokens: prompt tokens of the router's open requests to it that have no first byte yet.
     """
 
     key: str
@@ -70,6 +76,7 @@ class ReplicaView:
     inflight_at_scrape: int = 0
     age_s: float | None = None
     speed: Speed | None = None
+    prefill_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,7 @@ class Weights:
     stale_after_s: float = 1.0
     affinity_load_factor: float = 1.25
     prefix: float = 12.0  # W_prefix: bonus of a fully matched prompt prefix (prefix_aware), requests
+    prefill_per_1k: float = 3.0  # W_prefill: open requests' worth of 1,000 pending prompt tokens
     speed: SpeedConfig | None = SpeedConfig()  # None: ignore replica speed
 
 
@@ -127,7 +135,7 @@ def estimated_requests(view: ReplicaView, weights: Weights) -> float:
 
 def score(view: ReplicaView, weights: Weights) -> float:
     """The ``gpu_load`` score of one replica (lower is better)."""
-    est = estimated_requests(view, weights)
+    est = estimated_requests(view, weights) + weights.prefill_per_1k * view.prefill_tokens / 1000.0
     if not fresh(view, weights):
         return est
     sig = view.signals

@@ -86,6 +86,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
+                    lease.first_byte()
                 assembler.feed(chunk)
                 if on_chunk is not None:
                     await on_chunk()

@@ -29,6 +29,7 @@ class Replica:
         self.url = spec.url
         self.authorization = authorization
         self.inflight = 0
+        self.prefill_tokens = 0  # prompt tokens of open requests with no first byte yet
         self.signals: Signals | None = None
         self.scraped_at: float | None = None  # monotonic seconds
         self.inflight_at_scrape = 0
@@ -54,33 +55,46 @@ class Replica:
     def view(self, now: float) -> ReplicaView:
         """An immutable snapshot for dispatch."""
         age = None if self.scraped_at is None else now - self.scraped_at
-        return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed)
+        return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed,
+                           self.prefill_tokens)
 
-    def lease(self) -> Lease:
-        """Count one request as open on this replica until the lease is released. A request
-        sent while the replica's learned speed is stale and nothing is in flight is its
-        re-test: its sample replaces the estimate (router/speed.py)."""
+    def lease(self, prefill_tokens: int = 0) -> Lease:
+        """Count one request as open on this replica until the lease is released, and its
+        ``prefill_tokens`` (its prompt's token count, the router's estimate) as pending until
+        its first byte (:meth:`Lease.first_byte`) or its end. A request sent while the
+        replica's learned speed is stale and nothing is in flight is its re-test: its sample
+        replaces the estimate (router/speed.py)."""
         now = time.monotonic()
         if self.speed is not None and current(self.speed, self.inflight, now) is None:
             self._retest = True
         self.inflight += 1
-        return Lease(self, self.health.on_dispatch(now))
+        prefill = max(0, int(prefill_tokens))
+        self.prefill_tokens += prefill
+        return Lease(self, self.health.on_dispatch(now), prefill)
 
 
 class Lease:
     """An open request on a replica; :meth:`release` is idempotent so every exit path may call it.
     ``trial``: the request is its half-open circuit's trial (router/health.py)."""
 
-    __slots__ = ("replica", "trial", "_open")
+    __slots__ = ("replica", "trial", "_open", "_prefill")
 
-    def __init__(self, replica: Replica, trial: bool = False) -> None:
+    def __init__(self, replica: Replica, trial: bool = False, prefill_tokens: int = 0) -> None:
         self.replica = replica
         self.trial = trial
         self._open = True
+        self._prefill = prefill_tokens
+
+    def first_byte(self) -> None:
+        """The answer has begun: its prompt no longer counts as pending prefill (idempotent)."""
+        if self._prefill:
+            self.replica.prefill_tokens -= self._prefill
+            self._prefill = 0
 
     def release(self) -> None:
         """Close the request (decrements the replica's in-flight count once; ends a trial, so a
         trial that ended without a verdict does not hold the circuit half-open forever)."""
+        self.first_byte()
         if self._open:
             self._open = False
             self.replica.inflight -= 1

@@ -323,7 +323,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
         replica = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix, chunks=chunks)
         rec.replica, rec.profile = replica.url, replica.spec.profile or ""
         rec.forwarded_at = time.perf_counter()
-        lease = replica.lease()
+        lease = replica.lease(rec.prompt_tokens)
         opened = False
         try:
             authorization = replica.authorization or client_key
