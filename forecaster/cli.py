@@ -163,8 +163,10 @@ def _policy_table(report: dict) -> None:
 
 def _forecast_table(report: dict) -> None:
     level = report["forecast"].get("level", 0.9)
+    # The planner's band is the P90 band at the default level: one column then, not two alike.
+    planner = abs(level - 0.9) > 1e-9
     typer.echo(f"{'horizon':>8}  {'MAE':>10}  {'last value':>10}  {'seas. naive':>11}  {'MASE':>6}  {'sMAPE':>6}  "
-               f"{'P90 cover':>9}  {f'P{level * 100:g} cover':>9}")
+               f"{'P90 cover':>9}" + (f"  {f'P{level * 100:g} cover':>9}" if planner else ""))
     for key in ("forecast", "forecast_30min"):
         f = report[key]
         if f["n"] == 0:
@@ -174,7 +176,7 @@ def _forecast_table(report: dict) -> None:
         p90 = "-" if f["p90_coverage"] is None else f"{f['p90_coverage']:.3f}"
         typer.echo(
             f"{f['horizon_min']:>6g} m  {f['mae']:>10.4g}  {f['mae_last_value']:>10.4g}  {sn:>11}  {f['mase']:>6.3f}  "
-            f"{f['smape']:>6.3f}  {p90:>9}  {f['upper_coverage']:>9.3f}"
+            f"{f['smape']:>6.3f}  {p90:>9}" + (f"  {f['upper_coverage']:>9.3f}" if planner else "")
         )
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from forecaster.cli import app
@@ -110,3 +111,18 @@ def test_backtest_refuses_a_capacity_or_warmup_out_of_range(data_dir: Path) -> N
         proc = CliRunner().invoke(app, ["backtest", "--trace", trace, flag, value, "--no-progress"])
         assert proc.exit_code == 2, (flag, value, proc.output)
         assert flag in proc.output and "Traceback" not in proc.output
+
+
+@pytest.mark.parametrize("level, columns", [(0.9, ["P90 cover"]), (0.95, ["P90 cover", "P95 cover"])])
+def test_the_forecast_table_has_one_coverage_column_per_band(level: float, columns: list[str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # At the default level the planner's band is the P90 band: two columns headed "P90 cover"
+    # with equal numbers read as two different measures (a fresh-clone trial, 3 December).
+    from forecaster.cli import _forecast_table
+
+    row = {"n": 10, "horizon_min": 10, "mae": 1.0, "mae_last_value": 1.0, "mae_seasonal_naive": 2.0, "mase": 1.0,
+           "smape": 0.1, "p90_coverage": 0.894, "upper_coverage": 0.93, "level": level}
+    _forecast_table({"forecast": row, "forecast_30min": {**row, "horizon_min": 30}})
+    header, first = capsys.readouterr().out.splitlines()[:2]
+    assert [c.strip() for c in header.split("  ") if c.strip().endswith("cover")] == columns
+    assert ("0.930" in first) == (len(columns) == 2)
