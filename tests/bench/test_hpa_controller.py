@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "hpa_controller.py"
-_spec = importlib.util.spec_from_file_location("hpa_controller", _PATH)
-assert _spec and _spec.loader
-hpa = importlib.util.module_from_spec(_spec)
-sys.modules["hpa_controller"] = hpa
-_spec.loader.exec_module(hpa)
+from tests.bench_script import load_bench
+
+hpa = load_bench("hpa_controller")
 
 CFG = hpa.HpaConfig(target=2.0, min_replicas=1, max_replicas=20)
 

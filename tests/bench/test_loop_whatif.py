@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import typer
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "loop_whatif.py"
-_spec = importlib.util.spec_from_file_location("loop_whatif", _PATH)
-assert _spec and _spec.loader
-whatif = importlib.util.module_from_spec(_spec)
-sys.modules["loop_whatif"] = whatif
-_spec.loader.exec_module(whatif)
+from tests.bench_script import load_bench
+
+whatif = load_bench("loop_whatif")
 
 
 def test_overrides_are_json_values_of_known_fields() -> None:

@@ -3,10 +3,7 @@ dispatch, and the live router learning it from sim replicas of different speed."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -14,10 +11,10 @@ from router.dispatch import Context, ReplicaView, Weights, pick, speed_adjusted
 from router.signals import Signals
 from router.speed import PROMPT_WEIGHT, Speed, SpeedConfig, current, observe, sample, slowness
 from sim import Profile
+from tests.bench_script import load_bench
 from tests.router.conftest import CHAT, FAST
 
 C = SpeedConfig()
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def learned(s_per_token: float, samples: int = 10, at: float = 100.0) -> Speed:
@@ -136,11 +133,7 @@ async def test_the_router_learns_which_replica_is_slow_and_prefers_the_fast_one(
 def test_the_dispatch_bench_learns_speed_through_the_routers_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/dispatch_quality.py feeds finished requests to router.speed in virtual time: with
     learning on, the T4s get a smaller share of the same steady traffic than with it off."""
-    spec = importlib.util.spec_from_file_location("dispatch_quality", ROOT / "bench" / "dispatch_quality.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "dispatch_quality", bench)  # its dataclasses look themselves up there
-    spec.loader.exec_module(bench)
+    bench = load_bench("dispatch_quality")
     requests = [(i * 0.25, 300, 150) for i in range(400)]
     t4_share = {}
     for name, config in (("on", SpeedConfig()), ("off", None)):

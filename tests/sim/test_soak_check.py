@@ -3,16 +3,11 @@ answer and rejects the answer of any other request (another prompt or another ma
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import httpx
 
-_spec = importlib.util.spec_from_file_location("soak", Path(__file__).resolve().parents[2] / "bench" / "soak.py")
-soak = importlib.util.module_from_spec(_spec)
-sys.modules["soak"] = soak  # dataclasses look their module up while the file runs
-_spec.loader.exec_module(soak)
+from tests.bench_script import load_bench
+
+soak = load_bench("soak")
 
 
 async def test_check_accepts_own_answer_and_rejects_anothers(serve_replica) -> None:
