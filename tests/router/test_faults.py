@@ -60,6 +60,7 @@ async def test_replica_killed_mid_stream_gives_a_clean_sse_error(start_router, c
         assert error["type"] == "upstream_error" and url in error["message"]
         assert all("error" not in json.loads(e) for e in events[:-2])
         assert [r.inflight for r in router.app.state.router.pools.all()] == [0]
+        assert [r.prefill_tokens for r in router.app.state.router.pools.all()] == [0]
         # The broken answer was not cached: the same request is not a hit.
         retry = await client.post(router.url + "/v1/chat/completions", json={**body, "stream": False})
         assert retry.headers.get("x-cache") != "hit"
@@ -90,6 +91,9 @@ async def test_hung_replica_times_out_and_others_are_unaffected(start_replica, s
     assert {r.url: r.health.circuit(0.0) for r in router.app.state.router.pools.all()} == \
         {hung.url: "closed", healthy.url: "closed"}
     assert {r.url: r.inflight for r in router.app.state.router.pools.all()} == {hung.url: 0, healthy.url: 0}
+    # The timed-out prompts never got a first byte: their pending prefill is released with them,
+    # or the hung replica would look busy to dispatch forever (router/dispatch.py).
+    assert {r.url: r.prefill_tokens for r in router.app.state.router.pools.all()} == {hung.url: 0, healthy.url: 0}
 
 
 async def test_all_replicas_down_is_503_and_health_degraded(start_router, client) -> None:
