@@ -175,6 +175,11 @@ def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[s
     metrics = [ReplicaMetrics(rep.key, lambda: 0.0, lambda: 0.0, lambda: 0.0) for rep in replicas]
     affinity = PrefixMap(120.0)
     index = PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000)
+    matched: dict[int, dict[str, float]] = {}
+
+    def leased(i: int, key: str) -> int:
+        """Pending prefill the router counts: the prompt less what the index says is cached."""
+        return round(reqs[i].prompt * (1.0 - matched.pop(i, {}).get(key, 0.0)))
 
     def route(i: int, views: list[ReplicaView], ctx: Context) -> str:
         """The policy's choice, updating the router's prefix state as the router does on dispatch."""
@@ -185,6 +190,8 @@ def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[s
             affinity.put(req.key, chosen, ctx.now)
         elif policy in ("prefix_aware", "llm_d_like"):
             ctx.prefix_match = index.matches([v.key for v in views], req.chunks)
+            ctx.prompt_tokens = req.prompt
+            matched[i] = dict(ctx.prefix_match)
             chosen = (pick(views, policy, ctx, weights) if policy == "prefix_aware"
                       else llm_d_like(views, dict(ctx.prefix_match), ctx.ticket)).key
             rep_signals = replicas[int(chosen[1:])].signals
@@ -200,7 +207,8 @@ def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[s
         m.prefix_cache_queries.inc(out.queried_tokens)
         m.prefix_cache_hits.inc(out.cached_tokens)
 
-    timeline = replay(reqs, replicas, route, random.Random(seed), signals=load_and_kv_size_signals, on_step=publish)
+    timeline = replay(reqs, replicas, route, random.Random(seed), signals=load_and_kv_size_signals, on_step=publish,
+                      leased=leased)
     first, done = timeline.first_token, timeline.done
     end = max(done.values())
     for rep in replicas:

@@ -12,7 +12,9 @@ policy comparison takes seconds of CPU and is exactly repeatable (no wall clock,
 - on each arrival the caller's ``route`` picks a replica from ``ReplicaView`` snapshots built as
   the router builds them (in-flight count, last scrape, its age, learned speed) and a
   ``router.dispatch.Context`` (ticket = arrival number, the caller's ``rng``, ``now`` = virtual
-  seconds); the request goes to that replica's model;
+  seconds); the request goes to that replica's model, and its prompt tokens count as the
+  replica's pending prefill (``ReplicaView.prefill_tokens``) until its first token, as
+  ``Replica.lease`` counts them in the router;
 - when a request finishes, its seconds from arrival to last token are folded into the replica's
   learned speed with ``router.speed.sample`` / ``observe``, the calls the router makes when an
   answer ends (dispatch at arrival: the router adds no delay in virtual time).
@@ -71,7 +73,9 @@ class SimReplica:
     inflight: the router's open requests to it; signals / scraped_at / inflight_at_scrape: the
     last scrape (None before the first); served: requests dispatched to it; speed: learned
     seconds per token of work; load_area: integral of ``inflight`` over virtual time (request x
-    seconds) up to ``load_since``; pending: the outcome of the step in progress.
+    seconds) up to ``load_since``; pending: the outcome of the step in progress;
+    prefill_tokens: prompt tokens of its open requests with no first token yet, as the router
+    counts them (``Replica.lease``).
     """
 
     key: str
@@ -87,6 +91,7 @@ class SimReplica:
     speed: Speed | None = None
     load_area: float = 0.0
     load_since: float = 0.0
+    prefill_tokens: int = 0
 
     def account(self, now: float) -> None:
         """Extend ``load_area`` to ``now`` (call before ``inflight`` changes)."""
@@ -96,7 +101,8 @@ class SimReplica:
     def view(self, now: float) -> ReplicaView:
         """The dispatch snapshot of this replica at virtual time ``now``."""
         age = None if self.scraped_at is None else now - self.scraped_at
-        return ReplicaView(self.key, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed)
+        return ReplicaView(self.key, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed,
+                           self.prefill_tokens)
 
 
 def load_signals(model: BatchModel) -> Signals:
@@ -133,13 +139,16 @@ def replay(
     signals: Callable[[BatchModel], Signals] = load_signals,
     eligible: Callable[[int], Sequence[int]] | None = None,
     on_step: Callable[[int, StepOutcome], None] | None = None,
+    leased: Callable[[int, str], int] | None = None,
     scrape_s: float = SCRAPE_S,
 ) -> Timeline:
     """Run ``requests`` (arrivals in virtual seconds, the first scrape at 0) to completion.
 
     ``eligible(i)``: indices of the replicas that may take request ``i`` (None: all);
     ``on_step(r, outcome)``: called when a step of replica ``r`` ends, before its requests'
-    bookkeeping. Mutates ``replicas`` (counts, signals, speed, load). Events at the same instant
+    bookkeeping; ``leased(i, key)``: the prompt tokens the router counts as pending prefill on
+    replica ``key`` for request ``i`` until its first token (None: the whole prompt, as
+    ``Replica.lease(prompt_tokens)``). Mutates ``replicas`` (counts, signals, speed, load). Events at the same instant
     run in the order they were scheduled (all arrivals were scheduled first, then the scrape).
     Raises whatever ``route`` or ``BatchModel.submit`` raises (e.g. ModelLimitError), or
     KeyError when ``route`` returns a key that is not a replica's.
@@ -168,6 +177,7 @@ def replay(
     push(0.0, "scrape", 0)
     first: dict[int, float] = {}
     done: dict[int, float] = {}
+    pending_prefill: dict[int, int] = {}
     ticket = 0
     remaining = len(requests)
     while events and remaining:
@@ -182,8 +192,11 @@ def replay(
             candidates = range(len(replicas)) if eligible is None else eligible(data)
             views = [replicas[r].view(now) for r in candidates]
             ticket += 1
-            r = by_key[route(data, views, Context(ticket=ticket, rng=rng, now=now))]
+            key = route(data, views, Context(ticket=ticket, rng=rng, now=now))
+            r = by_key[key]
             rep = replicas[r]
+            pending_prefill[data] = req.prompt if leased is None else leased(data, key)
+            rep.prefill_tokens += pending_prefill[data]
             rep.model.submit(data, req.prompt, req.output, req.blocks)
             rep.account(now)
             rep.inflight += 1
@@ -198,8 +211,10 @@ def replay(
                 on_step(data, outcome)
             for i in outcome.first_token:
                 first[i] = now
+                rep.prefill_tokens -= pending_prefill.pop(i, 0)
             for i in outcome.finished:
                 done[i] = now
+                rep.prefill_tokens -= pending_prefill.pop(i, 0)  # ended with no first token
                 rep.account(now)
                 rep.inflight -= 1
                 remaining -= 1

@@ -33,12 +33,18 @@ for the prompt prefix the replica probably holds in its KV cache (``Context.pref
 fraction 0..1 of the prompt's leading chunks in the router's index of what it sent there,
 router/prefix_index.py)::
 
-    score'' = score' - W_prefix * match          # only while load + 1 <= bound, else score'
+    score'' = score' - (W_prefix + W_prefill * prompt_tokens / 1000) * match   # only while
+                                                       # load + 1 <= bound, else score'
     bound   = ceil(c * (sum of loads + 1) / n)   # loads: estimated open requests, c = 1.25
 
-The bonus is in the score's unit (equivalent running requests): with ``W_prefix`` = 12 a fully
-matched prompt outweighs up to 12 more open requests' worth of score, a half-matched one 6;
-12 was the best of 3, 6 and 12 in bench/prefix_dispatch.py (router/README.md). What keeps
+The bonus is in the score's unit (equivalent running requests). Its second part is the prefill
+the match saves, priced as pending prefill is (``prompt_tokens`` x ``match`` tokens vLLM's
+prefix cache will skip), so a long prompt's match outweighs more load than a short one's: on
+Mooncake's 11k-token prompts a prefix is worth what its prefill costs, not a flat 12. The first
+part, ``W_prefix`` = 12 (a fully matched prompt worth 12 open requests, a half-matched one 6;
+the best of 3, 6 and 12 in bench/prefix_dispatch.py, router/README.md), stays for what a match
+brings besides prefill: KV blocks shared instead of duplicated. The router then counts as the
+chosen replica's pending prefill only the unmatched part (``RouterState.choose``). What keeps
 that from piling requests onto one replica is the bound: a replica above it gets no bonus at
 all, so locality is never followed into a hotspot (consistent hashing with bounded loads,
 Mirrokni, Thorup and Zadimoghaddam, SODA 2018: no bin takes more than ceil(c x the mean) of
@@ -107,7 +113,8 @@ class Context:
     preferred: replica that served this request's prompt prefix recently, or None;
     now: the clock of ``ReplicaView.speed.at`` (seconds), for the age of speed estimates;
     prefix_match: replica key -> fraction 0..1 of the prompt's prefix its KV cache probably
-    holds (``prefix_aware``; a missing key counts as 0).
+    holds (``prefix_aware``; a missing key counts as 0); prompt_tokens: this request's prompt
+    tokens, the router's estimate (0: unknown), for the prefill a prefix match saves.
     """
 
     ticket: int = 0
@@ -116,6 +123,7 @@ class Context:
     preferred: str | None = None
     now: float = 0.0
     prefix_match: Mapping[str, float] = field(default_factory=dict)
+    prompt_tokens: int = 0
 
 
 def fresh(view: ReplicaView, weights: Weights) -> bool:
@@ -203,7 +211,7 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
             return sticky
     if policy == "prefix_aware" and ctx.prefix_match:
         loads = [estimated_requests(v, weights) for v in cool]
-        scores = prefix_scores(cool, scores, loads, ctx.prefix_match, weights)
+        scores = prefix_scores(cool, scores, loads, ctx.prefix_match, weights, ctx.prompt_tokens)
     if policy == "power_of_two" and len(cool) > 2:
         a, b = ctx.rng.sample(range(len(cool)), 2)
         return cool[a] if scores[a] <= scores[b] else cool[b]
@@ -217,11 +225,12 @@ def load_bound(loads: Sequence[float], factor: float) -> float:
 
 
 def prefix_scores(views: Sequence[ReplicaView], scores: Sequence[float], loads: Sequence[float],
-                  match: Mapping[str, float], weights: Weights) -> list[float]:
+                  match: Mapping[str, float], weights: Weights, prompt_tokens: int = 0) -> list[float]:
     """``scores`` minus ``weights.prefix`` x each replica's prefix match (0..1), for replicas
     within the load bound only (see the module docstring); lower is better."""
     bound = load_bound(loads, weights.affinity_load_factor)
-    return [s - weights.prefix * match.get(v.key, 0.0) if load + 1.0 <= bound else s
+    per_match = weights.prefix + weights.prefill_per_1k * prompt_tokens / 1000.0
+    return [s - per_match * match.get(v.key, 0.0) if load + 1.0 <= bound else s
             for v, s, load in zip(views, scores, loads, strict=True)]
 
 

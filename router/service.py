@@ -320,10 +320,11 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             assert lane is not None  # candidates is not empty
             rec.lane = lane.name
             candidates = [r for r in candidates if r.spec.role == lane.name]
-        replica = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix, chunks=chunks)
+        replica, to_prefill = state.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix,
+                                           chunks=chunks, prompt_tokens=rec.prompt_tokens)
         rec.replica, rec.profile = replica.url, replica.spec.profile or ""
         rec.forwarded_at = time.perf_counter()
-        lease = replica.lease(rec.prompt_tokens)
+        lease = replica.lease(to_prefill)
         opened = False
         try:
             authorization = replica.authorization or client_key

@@ -45,17 +45,23 @@ class RouterState:
     rng: random.Random = field(default_factory=random.Random)
 
     def choose(self, replicas: list[Replica], now: float, session: str | None = None,
-               prefix: int | None = None, chunks: list[int] | None = None) -> Replica:
+               prefix: int | None = None, chunks: list[int] | None = None,
+               prompt_tokens: int = 0) -> tuple[Replica, int]:
         """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
         ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds;
         ``chunks``: the prompt's chunk hashes (router/prefix_index.py) for ``prefix_aware``,
-        which scores each replica's probable prefix cache instead of the sticky prefix key."""
+        which scores each replica's probable prefix cache instead of the sticky prefix key;
+        ``prompt_tokens``: the request's prompt tokens (the router's estimate, 0: unknown).
+
+        Returns the replica and the prompt tokens it will probably have to prefill: all of
+        ``prompt_tokens`` less the share its prefix index says it holds (``prefix_aware``),
+        which is what ``Replica.lease`` should count as pending prefill."""
         self.ticket += 1
         views: list[ReplicaView] = [r.view(now) for r in replicas]
         match = self.prefix_index.matches([r.url for r in replicas], chunks) if chunks else {}
         preferred = None if chunks else self.prefixes.get(prefix, now)
         ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=preferred, now=now,
-                      prefix_match=match)
+                      prefix_match=match, prompt_tokens=prompt_tokens)
         chosen = pick(views, self.settings.policy, ctx, self.weights)
         replica = next(r for r in replicas if r.url == chosen.key)
         if chunks:
@@ -63,4 +69,4 @@ class RouterState:
             self.prefix_index.record(replica.url, chunks, kv_tokens)
         else:
             self.prefixes.put(prefix, chosen.key, now)
-        return replica
+        return replica, round(prompt_tokens * (1.0 - match.get(chosen.key, 0.0)))

@@ -4,6 +4,8 @@ prompt prefix lands on the replica whose prefix cache then reports the hits."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -64,6 +66,17 @@ def test_prefix_bonus_wins_within_the_load_bound() -> None:
     assert pick(views, "prefix_aware", Context(prefix_match={"a": 0.2}), w).key != "a"
 
 
+def test_a_match_is_worth_the_prefill_it_saves_so_a_long_prompt_outweighs_more_load() -> None:
+    # "a" has 4 more open requests than the others. A half-matched prompt of 1,000 tokens saves
+    # 500 tokens of prefill (1.5 requests' worth at W_prefill 3, plus W_prefix 2 x 0.5 = 1):
+    # not enough. The same match on a 6,000-token prompt saves 3,000 tokens (9 + 1): enough.
+    views = [view("a", running=5), view("b", running=1), view("c", running=1), view("d", running=1)]
+    w = Weights(prefix=2.0, prefill_per_1k=3.0, affinity_load_factor=4.0)  # bound ceil(4 x 9/4) = 9
+    match = {"a": 0.5}
+    assert pick(views, "prefix_aware", Context(prefix_match=match, prompt_tokens=1000), w).key != "a"
+    assert pick(views, "prefix_aware", Context(prefix_match=match, prompt_tokens=6000), w).key == "a"
+
+
 def test_locality_is_never_followed_into_a_hotspot() -> None:
     # bound = ceil(1.25 x (17 + 1) / 4) = 6: "a" with 8 open requests gets no bonus however large
     views = [view("a", running=8), view("b", running=3), view("c", running=3), view("d", running=3)]
@@ -116,3 +129,38 @@ def test_a_replica_reporting_a_huge_kv_cache_does_not_unbound_its_prefix_index()
         indexes.record("http://r", indexes.hashes({"prompt": f"{i:08d}" + "x" * 256 * 2048}), huge)
     assert indexes.index("http://r", huge).capacity == capacity_chunks(MAX_KV_TOKENS, 256)
     assert MAX_KV_TOKENS >= 4_000_000  # the largest real KV caches (a TP-8 node) still fit whole
+
+
+@pytest.mark.usefixtures("exact_only")
+async def test_pending_prefill_counts_only_the_part_of_the_prompt_the_replica_probably_lacks(
+        start_replica, start_router, client) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url], policy="prefix_aware", scrape_interval_s=60,
+                                timeouts={"P1": {"ttfb_s": 3.0}})
+    system = "You are a careful assistant. " * 30  # 3 chunks of 256 characters
+    first = await client.post(router.url + "/v1/chat/completions", json=chat(system, "first"))
+    assert first.status_code == 200
+    assert (await client.post(replica.url + "/sim/faults", json={"hang": True})).status_code == 200
+    (rep,) = router.app.state.router.pools.all()
+
+    async def until_open(n: int) -> None:
+        for _ in range(200):
+            if rep.inflight == n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{rep.inflight} open requests, expected {n}")
+
+    url = router.url + "/v1/chat/completions"
+    shared = asyncio.create_task(client.post(url, json=chat(system, "second")))
+    await until_open(1)
+    shared_pending = rep.prefill_tokens
+    unrelated = asyncio.create_task(client.post(url, json=chat("Answer like a pirate, matey. " * 30, "third")))
+    await until_open(2)
+    unrelated_pending = rep.prefill_tokens - shared_pending
+    # The unrelated prompt (same length) counts whole; the one whose system prompt the replica
+    # just served counts only its unmatched part, as vLLM's prefix cache will skip the rest.
+    assert unrelated_pending > 150
+    assert shared_pending < unrelated_pending / 3
+    answers = await asyncio.gather(shared, unrelated)
+    assert [a.status_code for a in answers] == [504, 504]
+    assert rep.prefill_tokens == 0 and rep.inflight == 0
