@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 Outcome = Literal["right", "wrong", "no_label", "error", "ineligible", "skipped_budget", "skipped_load"]
 Decision = Literal["run", "ineligible", "skipped_budget"]
+# A shadow call is served as the lowest class: P2's timeouts, and skipped where P2 is shed.
+PRIORITY = "P2"
 # the stream fields of a client's body: the call asks for one whole answer (vLLM refuses
 # ``stream_options`` without ``stream``)
 _STREAM_FIELDS = ("stream", "stream_options")
