@@ -256,13 +256,13 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     prompt, completion = used or (0, 0)
     rec.prompt_tokens = prompt or rec.prompt_tokens
     rec.completion_tokens = completion
-    # after the answer is sent: a hit needs no other round trip before it
-    after = BackgroundTasks()
-    if rec.charged_tokens and used is not None:
-        # admission charged prompt + max_tokens; the stored answer's usage settles it, as for a miss
-        after.add_task(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used))
-    if state.shadow is not None and hit.kind == "semantic":
-        after.add_task(_offer_shadow, state, rec, creq, hit, client_headers)
+    # admission charged prompt + max_tokens; the stored answer's usage settles it, as for a miss
+    # (after the answer is sent: a hit needs no other Redis round trip before it)
+    settle = BackgroundTask(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used)) \
+        if rec.charged_tokens and used is not None else None
+    verify = BackgroundTask(_offer_shadow, state, rec, creq, hit, client_headers) \
+        if state.shadow is not None and hit.kind == "semantic" else None
+    background = BackgroundTasks([settle, verify]) if settle and verify else settle or verify
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
@@ -273,7 +273,6 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
     if hit.feedback_id is not None:  # this key may report it: POST /v1/cache/feedback (router/feedback.py)
         headers["x-promptedge-cache-hit-id"] = hit.feedback_id
-    background = after if after.tasks else None
     if stream:
         return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
                                  background=background)
@@ -297,10 +296,10 @@ async def _offer_shadow(state: RouterState, rec: Record, creq: CacheRequest, hit
             forward[name] = headers[name]
     state.shadow.offer(rec.pool, creq.body, lambda: _shadow_answer(state, call, creq, forward),
                        lambda fresh: state.cache.verify_hit(creq, hit, fresh),
-                       lambda: not _sheds(state, call))
+                       lambda: not _sheds_now(state, call))
 
 
-def _sheds(state: RouterState, rec: Record) -> bool:
+def _sheds_now(state: RouterState, rec: Record) -> bool:
     """True when ``rec.target``'s pool sheds ``rec``'s class now. A pool without an eligible
     replica sheds nothing: a request sent there fails with NoReplica, and is counted so."""
     now = time.monotonic()
@@ -308,7 +307,8 @@ def _sheds(state: RouterState, rec: Record) -> bool:
     return lane is not None and sheds(rec.priority, lane.pressure)
 
 
-async def _shadow_answer(state: RouterState, rec: Record, creq: CacheRequest, headers: dict[str, str]) -> dict[str, Any] | None:
+async def _shadow_answer(state: RouterState, rec: Record, creq: CacheRequest,
+                         headers: dict[str, str]) -> dict[str, Any] | None:
     """A replica's whole answer (parsed JSON) to the hit's request ``creq``, asked without
     streaming: the dispatch, lease, retries and health evidence of a forwarded request, the
     timeouts of ``rec.priority``; never stored, never counted as demand (the forecaster's

@@ -114,7 +114,9 @@ async def test_a_served_hit_is_verified_once_off_path_and_labels_entry_and_pool_
 async def test_a_streamed_hit_is_verified_with_a_non_stream_call(
         bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient) -> None:
     replica = await start_replica()
-    router = await start_router([replica.url], api_keys={"key-a": "acme"})
+    # a token budget: the hit's answer also settles the tokens admission charged (two tasks after it)
+    router = await start_router([replica.url], api_keys={"key-a": "acme"},
+                                rate_limits={"*": {"requests_per_s": 10_000, "tokens_per_min": 10**8}})
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}
     await post_until_stored(client, url, greedy(QUESTION), a)
     body = greedy(PARAPHRASE, stream=True, stream_options={"include_usage": True})
