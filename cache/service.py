@@ -310,7 +310,7 @@ class ResponseCache:
             return None, None
         feedback_id = await self._remember_hit(req, match) if self.settings.feedback else None
         return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key,
-                        feedback_id=feedback_id), None
+                        feedback_id=feedback_id, entry_id=match.entry_id), None
 
     async def _remember_hit(self, req: CacheRequest, match: Any) -> str | None:
         """Record a semantic hit its tenant may report (one SET on the hit's path); its id, or
@@ -393,24 +393,45 @@ class ResponseCache:
 
     async def _learn_from_miss(self, req: CacheRequest, response: dict[str, Any]) -> None:
         """A candidate the per-entry bound explored for ``req``, now that the replica answered:
-        its cached answer compared with ``response`` (cache/bound/label.py) labels the entry and
-        the pool's step. No label for a sampled request. Never raises."""
+        its cached answer compared with ``response`` labels the entry and the pool's step
+        (``_learn``). Never raises."""
         explored = self._explored.pop(req.digest, None) if self._explored else None
-        if explored is None or self.semantic is None or self.semantic.bound is None:
+        if explored is None:
             return
         entry_id, score, cached, at = explored
         if time.monotonic() - at > _EXPLORED_TTL_S:
             return
+        await self._learn(req, entry_id, score, cached, response)
+
+    async def verify_hit(self, req: CacheRequest, hit: CacheHit, response: dict[str, Any]) -> bool | None:
+        """Shadow verification of a served semantic ``hit`` on ``req``: ``response`` is a
+        replica's own answer to ``req``, obtained off the client's path (the router's, one
+        replica call). The entry and its pool learn the label exactly as from a compared miss
+        (``_learn``). True / False: the label given; None: none (an exact hit, the bound off, a
+        sampled or several-choice request, answers without choices, Redis failing). Never raises."""
+        if hit.kind != "semantic" or hit.entry_id is None or hit.similarity is None:
+            return None
+        return await self._learn(req, hit.entry_id, hit.similarity, hit.response, response)
+
+    async def _learn(self, req: CacheRequest, entry_id: str, score: float, cached: dict[str, Any],
+                     response: dict[str, Any]) -> bool | None:
+        """Label entry ``entry_id`` (found at cosine ``score``, holding ``cached``) by the
+        replica's ``response`` to ``req`` (cache/bound/label.py): one count in the pool's step
+        and the entry's state, off the client's path. The label, or None when there is none
+        (sampled request, bound off) or Redis did not take it. Never raises."""
+        if self.semantic is None or self.semantic.bound is None:
+            return None
         right = compared_label(req.body, cached, response)
         if right is None:
-            return
+            return None
         bound = self.semantic.bound
         try:
             pool = pool_name(req.tenant, req.model)
             await self._bounded(bound.count(pool, score, right), self._off_path_timeout_s)
             await self._bounded(bound.report(entry_id, pool, score, right), self._off_path_timeout_s)
         except CacheUnavailable:
-            pass
+            return None
+        return right
 
     async def delete(self, tenant: str | None = None, model: str | None = None) -> dict[str, int]:
         """Delete the entries (exact and semantic) of a tenant and/or model; None matches any.

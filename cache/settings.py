@@ -79,6 +79,12 @@ class CacheSettings(FileSettings):
       the floor. Refused with ``verifier`` "learned" (the prior is fitted on cosines).
       bound_prior_path: the prior file (None: the shipped cache/models/entry_bound.json,
       fitted on QQP's train split).
+    shadow_rate: shadow verification (needs error_bound): the share 0..1 of served semantic
+      hits that the router also sends to a replica after the client has its answer, to label
+      the entry and its pool by comparing answers (greedy single-choice requests only; one
+      replica call per verified hit). 0 (default) = off. shadow_max_inflight: shadow calls
+      open at once per router worker, 1..64 (default 2); a hit drawn while they are all open is
+      skipped, never queued.
     feedback: clients may report a wrong semantic hit (``POST /v1/cache/feedback`` with the
       hit's ``X-PromptEdge-Cache-Hit-Id``; needs error_bound): the entry that answered becomes
       stricter. Off by default. feedback_ttl_s: how long a hit can be reported (s).
@@ -122,6 +128,8 @@ class CacheSettings(FileSettings):
     semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
     error_bound: float | None = Field(None, ge=0.001, le=0.5)
     bound_prior_path: Path | None = None
+    shadow_rate: float = Field(0.0, ge=0, le=1)
+    shadow_max_inflight: int = Field(2, ge=1, le=64)
     feedback: bool = False
     feedback_ttl_s: int = Field(3600, ge=1, le=7 * 24 * 3600)
     prefill_tokens_per_s: float = Field(10_000.0, gt=0)
@@ -153,6 +161,8 @@ class CacheSettings(FileSettings):
                 raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER=learned: {exc}") from None
         if self.feedback and self.error_bound is None:
             raise ValueError("PROMPTEDGE_CACHE_FEEDBACK needs PROMPTEDGE_CACHE_ERROR_BOUND (what a report updates)")
+        if self.shadow_rate > 0 and self.error_bound is None:
+            raise ValueError("PROMPTEDGE_CACHE_SHADOW_RATE needs PROMPTEDGE_CACHE_ERROR_BOUND (what a shadow label teaches)")
         if self.error_bound is not None:
             if self.verifier == "learned":
                 raise ValueError("PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "

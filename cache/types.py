@@ -89,6 +89,8 @@ class CacheHit:
     ``response`` again.
     feedback_id: with ``CacheSettings.feedback``, the id under which the client that received
     this semantic hit may report it wrong (``ResponseCache.report_wrong``); else None.
+    entry_id: the semantic entry that answered (its per-entry bound state is what
+    ``ResponseCache.verify_hit`` labels); None for an exact hit.
     """
 
     kind: HitKind
@@ -97,3 +99,4 @@ class CacheHit:
     key: str
     raw: bytes | None = None
     feedback_id: str | None = None
+    entry_id: str | None = None

@@ -38,6 +38,7 @@ from router.ratelimit import RateLimiter
 from router.replicas import Pools
 from router.scraper import Scraper
 from router.settings import RouterSettings
+from router.shadowing import ShadowVerifier
 from router.state import RouterState
 from router.tokens import PromptTokens
 from router.tracing import make_tracer
@@ -103,7 +104,9 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             weights=weights, limiter=RateLimiter(redis, settings.rate_limits, settings.api_keys),
             tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s),
             prefix_index=PrefixIndexes(settings.prefix_chunk_chars, settings.prefix_kv_tokens),
-            prompt_tokens=PromptTokens.load(settings.tokenizers))
+            prompt_tokens=PromptTokens.load(settings.tokenizers),
+            shadow=ShadowVerifier(cache_settings.shadow_rate, cache_settings.shadow_max_inflight, metrics.shadow)
+            if cache_settings.shadow_rate > 0 and cache_settings.enabled else None)
         await source.start(on_replicas)
         await scraper.start()
         counters.start()
@@ -119,6 +122,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             await source.stop()
             await scraper.stop()
             await counters.stop()
+            if app.state.router.shadow is not None:  # before the clients its calls use are closed
+                await app.state.router.shadow.aclose()
             await cache.aclose()
             await upstream.aclose()
             await probe_client.aclose()

@@ -59,6 +59,11 @@ class RouterMetrics:
             "promptedge_router_response_affinity_unavailable",
             "Responses API affinity store (Redis) failures, by pool and operation (lookup: a follow-up "
             "refused with 503; note: a response id not noted)", ["pool", "op"], registry=self.registry)
+        self.shadow = Counter(
+            "promptedge_router_cache_shadow_verifications",
+            "Served semantic hits drawn for shadow verification, by pool and outcome (right, wrong, no_label, "
+            "error, ineligible, skipped_budget, skipped_load; router/shadow.py)", ["pool", "outcome"],
+            registry=self.registry)
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}
 

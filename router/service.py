@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
-from starlette.background import BackgroundTask
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from cache import CacheControl, CacheHit, CacheRequest, age_s, usage_tokens
-from router import cachepolicy, classify, lanes
+from router import cachepolicy, classify, lanes, shadow
 from router.admission import replica_pressure, sheds
 from router.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
@@ -126,7 +126,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     hit = await state.cache.lookup(creq) if endpoint in _CACHED else None
     if hit is not None:
         rec.cache = hit.kind
-        return _serve_hit(state, rec, hit, stream, include_usage)
+        return _serve_hit(state, rec, hit, stream, include_usage, creq, headers)
     rec.cache = "miss"
     rec.demand = endpoint in _CACHED
     shed_or_fall_back(state, rec, fallback_allowed=endpoint in _STREAMED)
@@ -249,7 +249,8 @@ def miss_headers(rec: Record, lease: Lease) -> dict[str, str]:
     return headers
 
 
-def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool) -> Response:
+def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool,
+               creq: CacheRequest, client_headers: Any) -> Response:
     response = hit.response
     used = usage_tokens(response.get("usage"))
     prompt, completion = used or (0, 0)
@@ -259,6 +260,9 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     # (after the answer is sent: a hit needs no other Redis round trip before it)
     settle = BackgroundTask(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used)) \
         if rec.charged_tokens and used is not None else None
+    verify = BackgroundTask(_offer_shadow, state, rec, creq, hit, client_headers) \
+        if state.shadow is not None and hit.kind == "semantic" else None
+    background = BackgroundTasks([settle, verify]) if settle and verify else settle or verify
     state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
@@ -271,9 +275,57 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
         headers["x-promptedge-cache-hit-id"] = hit.feedback_id
     if stream:
         return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
-                                 background=settle)
+                                 background=background)
     content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
-    return Response(content, media_type=_JSON, headers=headers, background=settle)
+    return Response(content, media_type=_JSON, headers=headers, background=background)
+
+
+async def _offer_shadow(state: RouterState, rec: Record, creq: CacheRequest, hit: CacheHit, headers: Any) -> None:
+    """After a semantic hit's answer is sent: maybe verify it by a replica's own answer
+    (router/shadow.py). Only starts a task (router/shadowing.py), so the next request on the
+    client's connection does not wait for the replica."""
+    assert state.shadow is not None
+    # its own record: never finished, so it is no client request in the metrics or the access log
+    call = Record(f"{rec.request_id}-shadow", time.perf_counter(), pool=rec.pool, target=rec.pool,
+                  priority=shadow.PRIORITY, claimed_priority=shadow.PRIORITY, size=rec.size,
+                  prompt_tokens=rec.prompt_tokens, cache="shadow", demand=False)
+    # what open_upstream reads from a client's headers: the replica sees the call's own id
+    forward = {"x-request-id": call.request_id}
+    for name in ("authorization", "x-session-id"):
+        if name in headers:
+            forward[name] = headers[name]
+    state.shadow.offer(rec.pool, creq.body, lambda: _shadow_answer(state, call, creq, forward),
+                       lambda fresh: state.cache.verify_hit(creq, hit, fresh),
+                       lambda: not _sheds_now(state, call))
+
+
+def _sheds_now(state: RouterState, rec: Record) -> bool:
+    """True when ``rec.target``'s pool sheds ``rec``'s class now. A pool without an eligible
+    replica sheds nothing: a request sent there fails with NoReplica, and is counted so."""
+    now = time.monotonic()
+    lane = _lane(state, state.pools.eligible(rec.target, now), rec.size, now)
+    return lane is not None and sheds(rec.priority, lane.pressure)
+
+
+async def _shadow_answer(state: RouterState, rec: Record, creq: CacheRequest,
+                         headers: dict[str, str]) -> dict[str, Any] | None:
+    """A replica's whole answer (parsed JSON) to the hit's request ``creq``, asked without
+    streaming: the dispatch, lease, retries and health evidence of a forwarded request, the
+    timeouts of ``rec.priority``; never stored, never counted as demand (the forecaster's
+    counters hold what clients asked). None when the answer is not a JSON object. Raises
+    APIError: NoReplica, UpstreamError (a replica error status, a transport failure, timeout)."""
+    upstream, lease = await open_upstream(state, rec, _PATHS[creq.endpoint], dict(creq.body),
+                                          shadow.shadow_body(creq.body), headers)
+    if upstream.status_code >= 400:  # releases the lease; a 5xx is logged and raised there
+        await upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
+        raise UpstreamError(f"replica {lease.replica.url} answered {upstream.status_code}", code="replica_error")
+    content = await read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
+    lease.replica.health.on_success(time.monotonic())
+    try:
+        response = parse_json(content)
+    except ValueError:
+        return None
+    return response if isinstance(response, dict) else None
 
 
 async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -18,6 +18,7 @@ from router.ratelimit import RateLimiter
 from router.replicas import Pools, Replica
 from router.scraper import Scraper
 from router.settings import RouterSettings
+from router.shadowing import ShadowVerifier
 from router.tokens import PromptTokens
 from router.upstream import Upstream
 
@@ -37,6 +38,8 @@ class RouterState:
     weights: Weights
     limiter: RateLimiter
     tracer: Tracer | None = None
+    # shadow verification of served semantic hits (router/shadow.py); None: off
+    shadow: ShadowVerifier | None = None
     prefixes: PrefixMap = field(default_factory=lambda: PrefixMap(120.0))
     # what prompt prefixes went where, for policy prefix_aware (router/prefix_index.py)
     prefix_index: PrefixIndexes = field(default_factory=lambda: PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000))

@@ -1,7 +1,9 @@
-"""Labels for the per-entry error bound from a compared miss (pure).
+"""Labels for the per-entry error bound from a replica's answer to the same request (pure).
 
-When the bound did not serve a candidate, the request went to the replica anyway; its answer
-then says whether the candidate's cached answer would have been right, at no replica cost. The
+When the bound did not serve a candidate (a compared miss), the request went to the replica
+anyway; its answer then says whether the candidate's cached answer would have been right, at no
+replica cost. A served hit can be checked the same way by asking a replica off the client's
+path (shadow verification, router/shadowing.py: one replica call per verified hit). The
 cache's rule for "right" is the house rule: a cached answer may be served only to a request
 that would have produced it. That can be checked only where the replica's answer is
 determined by the prompt: greedy decoding (``temperature`` 0) and one choice. There, right
@@ -35,12 +37,19 @@ def _outputs(response: Mapping[str, Any]) -> list[Any] | None:
     return out
 
 
+def judgeable(body: Mapping[str, Any]) -> bool:
+    """True when a replica's answer to the request ``body`` is determined by it (``temperature``
+    exactly 0, one choice), the only requests ``compared_label`` labels: a caller about to pay
+    a replica call for a label asks this first."""
+    temperature = body.get("temperature", 1.0)
+    return type(temperature) in (int, float) and temperature == 0 and body.get("n", 1) == 1
+
+
 def compared_label(body: Mapping[str, Any], cached: Mapping[str, Any], fresh: Mapping[str, Any]) -> bool | None:
     """Would ``cached`` have been the right answer to the request ``body``, given the replica's
     ``fresh`` answer to it? True / False for a greedy, single-choice request (module doc);
     None when the request samples, asks for several choices or either answer has no choices."""
-    temperature = body.get("temperature", 1.0)
-    if type(temperature) not in (int, float) or temperature != 0 or body.get("n", 1) != 1:
+    if not judgeable(body):
         return None
     old, new = _outputs(cached), _outputs(fresh)
     if not old or not new:

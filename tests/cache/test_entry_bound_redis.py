@@ -179,3 +179,39 @@ async def test_one_tenants_compared_misses_do_not_loosen_another_tenants_pool(ex
     assert (await bound.pool(pool_name("attacker", "m"))).seen == 1  # its own pool learned
     for other in (pool_name("victim", "m"), "m"):  # nobody else's, nor a per-model one
         assert (await bound.pool(other)).seen == 0
+
+
+async def test_a_verified_hit_labels_its_entry_and_pool_as_a_compared_miss_does(bounded_cache: ResponseCache) -> None:
+    # shadow verification (the router asks a replica after serving the hit): the replica's own
+    # answer labels the entry that answered and its tenant's pool, through the same code path
+    cache = bounded_cache
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound, pool = cache.semantic.bound, pool_name("t1", "m")
+    assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+    request = greedy(KITCHEN_PARAPHRASE)
+    hit = await cache.lookup(request)
+    assert hit is not None and hit.kind == "semantic" and hit.entry_id is not None
+    assert await cache.verify_hit(request, hit, answer("Flip the switch.")) is True
+    assert await cache.verify_hit(request, hit, answer("Use the app.")) is False
+    state = await bound.pool(pool)
+    assert (sum(state.right), sum(state.wrong)) == (1, 1)
+    entry = EntryState.from_json(json.loads(await cache._client.hget(hit.key, "bound")))  # noqa: SLF001
+    assert (entry.seen, entry.wrong) == (2, 1)
+    # no label for a sampled request, nor for an exact hit (no entry state to teach)
+    sampled = greedy(KITCHEN_PARAPHRASE, temperature=None)
+    assert await cache.verify_hit(sampled, hit, answer("Use the app.")) is None
+    exact = await cache.lookup(greedy(KITCHEN))
+    assert exact is not None and exact.kind == "exact" and exact.entry_id is None
+    assert await cache.verify_hit(greedy(KITCHEN), exact, answer("Use the app.")) is None
+    assert (await bound.pool(pool)).seen == 2
+
+
+def test_settings_bound_the_shadow_share_and_budget() -> None:
+    with pytest.raises(ValidationError, match="SHADOW_RATE needs"):
+        CacheSettings(shadow_rate=0.1)
+    for bad in ({"shadow_rate": 1.5}, {"shadow_rate": -0.1}, {"shadow_max_inflight": 0}):
+        with pytest.raises(ValidationError):
+            CacheSettings(error_bound=0.02, **bad)
+    settings = CacheSettings(error_bound=0.02, shadow_rate=0.05)
+    assert (settings.shadow_rate, settings.shadow_max_inflight) == (0.05, 2)
+    assert CacheSettings().shadow_rate == 0
