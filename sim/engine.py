@@ -144,7 +144,9 @@ class Engine:
             for req_id in out.admitted:
                 handle = self._handles.get(req_id)
                 if handle is not None:
-                    handle.scheduled = scheduled_at
+                    # The step clock may lag the loop (step_start): a request that arrived after
+                    # the step's clock start waited 0, never a negative time.
+                    handle.scheduled = max(scheduled_at, handle.arrived)
             step_end = scheduled_at + out.duration_s / self.time_scale
             await asyncio.sleep(max(0.0, step_end - loop.time()))
             now = loop.time()

@@ -59,3 +59,30 @@ async def test_a_busy_event_loop_does_not_slow_the_simulated_gpu() -> None:
     modelled = simulate(profile, [(0.0, 200, 64)])[0].e2e_s
     # Without the step clock: 8.6 simulated s against the model's 3.8.
     assert measured < modelled * 1.10, (measured, modelled)
+
+
+async def test_a_request_arriving_while_the_step_clock_lags_has_no_negative_queue_time() -> None:
+    # The step clock runs up to max_lag behind the loop: a request that arrives after the last
+    # step's end but before the engine wakes is admitted by a step that "started" before it
+    # arrived. Its queue time must be 0, not negative: a falling vllm:request_queue_time_seconds
+    # _sum reads as a counter reset to the closed loop's scrapes (sim/loop/queue_time.py), which
+    # then counted the whole histogram again at every scrape (found by a new user's loop run).
+    engine = Engine(get_profile("l4"), "m", time_scale=7.0)
+    engine.start()
+    try:
+        first = engine.submit(100, 40)
+        await asyncio.sleep(0.02)  # decoding: the engine sleeps until each step's end
+        for i in range(5):
+            time.sleep(0.01)  # the loop is held past the step's end; the engine has not woken yet
+            late = engine.submit(50 + i, 4)
+            await late.done.wait()
+        await first.done.wait()
+    finally:
+        await engine.stop()
+    text = engine.metrics.render().decode()
+    total = next(float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith("vllm:request_queue_time_seconds_sum"))
+    buckets = [line for line in text.splitlines() if line.startswith("vllm:request_queue_time_seconds_bucket")]
+    assert total >= 0.0
+    assert buckets and float(buckets[0].split()[-1]) >= 0  # rendered
+    assert total < 1.0  # nothing waited for KV room here: queue time is the step boundary at most
