@@ -61,6 +61,7 @@ class ReplayConfig:
     seed: int = 0
     timeout_s: float = 300.0
     progress: bool = True
+    progress_label: str = "replay"  # the progress bar's name (the loop names the policy)
 
     def __post_init__(self) -> None:
         if self.speedup <= 0 or not 0 < self.sample_fraction <= 1 or self.concurrency < 1:
@@ -197,7 +198,8 @@ async def run_plan(
     timeout = httpx.Timeout(cfg.timeout_s, connect=10.0)
     sem = asyncio.Semaphore(cfg.concurrency)
     outcomes: list[Outcome | None] = [None] * len(plan)
-    bar = tqdm(total=len(plan), unit="req", disable=not cfg.progress, desc="replay", mininterval=0.5)
+    bar = tqdm(total=len(plan), unit="req", disable=not cfg.progress, desc=cfg.progress_label,
+               mininterval=0.5)
     async with httpx.AsyncClient(base_url=cfg.target, limits=limits, timeout=timeout, transport=transport) as client:
 
         async def worker(i: int, req: PlannedRequest, lag: float) -> None:

@@ -57,6 +57,10 @@ def render(report: dict[str, Any]) -> str:
         "  ".join(h.ljust(w) for h, w in zip(head, widths)),
     ]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.append(f"SLO att.: share of requests with TTFT <= {slo.get('ttft_s')} s and ITL <= {slo.get('itl_s')} s; "
+                 "goodput/GPU-h: those requests per replica-hour; under-prov. min: minutes whose Ready replicas x "
+                 "capacity fell short of the forwarded demand; vs X: goodput/GPU-h over X's ('-': X not run). "
+                 "sim/README.md, loop, Measures")
     if seg.get("questions_exhausted"):
         lines.append(f"WARNING: every question of {seg.get('questions')} was used: later prompts only repeat "
                      "(cache hits), so the replicas see less demand than the trace")

@@ -15,6 +15,7 @@ import asyncio
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,10 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_sigint)
     policies: dict[str, Any] = {}
     try:
-        for policy in cfg.policies:
+        for i, policy in enumerate(cfg.policies, 1):
+            if cfg.progress:  # the world takes about a minute to come up before the replay's bar
+                print(f"loop: policy {policy} ({i} of {len(cfg.policies)}): starting the control plane, node, "
+                      f"router and actor; logs in {cfg.log_dir / policy}", file=sys.stderr, flush=True)
             policies[policy] = run_policy(cfg, prep, policy)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
@@ -204,7 +208,7 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         time.sleep(max(0.0, replay_at - time.time()))
         replay_cfg = ReplayConfig(target=router, model=cfg.model, speedup=cfg.speedup, pad_context=cfg.pad_context,
                                   max_context_tokens=MAX_CONTEXT_TOKENS, seed=cfg.seed, concurrency=1024,
-                                  progress=cfg.progress)
+                                  progress=cfg.progress, progress_label=f"replay {policy}")
         try:
             outcomes, _ = asyncio.run(run_plan(prep.plan, replay_cfg))
         finally:

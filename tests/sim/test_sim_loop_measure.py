@@ -67,6 +67,8 @@ def test_ratios_table_json_and_plot(tmp_path: Path) -> None:
     text = render(report)
     assert "6.0x" in text and "simulated" in text and "2.00x" in text and "1.50x" in text
     assert "queue mean s" in text and "0.12" in text and "1.90" in text
+    # the abbreviated columns are explained under the table, with the SLO the report used
+    assert "TTFT <= 2.0 s and ITL <= 0.2 s" in text and "under-prov. min:" in text and "sim/README.md" in text
     write_json(report, tmp_path / "r.json")
     assert '"vs_reactive": 1.5' in (tmp_path / "r.json").read_text()
     plot(report, tmp_path / "r.png")
