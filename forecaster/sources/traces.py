@@ -78,7 +78,8 @@ def _detect(path: Path) -> str:
 
 def _read_csv(path: Path, **kwargs: object) -> pd.DataFrame:
     """pandas.read_csv after checking that every row has as many fields as the first one
-    (pandas would silently turn an extra field into an index)."""
+    (pandas would silently turn an extra field into an index). Raises TraceFormatError for a
+    ragged row, an empty file or a header without data rows."""
     with path.open(encoding="utf-8", errors="replace", newline="") as fh:
         width = None
         for line_no, row in enumerate(csv.reader(fh), start=1):
@@ -88,9 +89,12 @@ def _read_csv(path: Path, **kwargs: object) -> pd.DataFrame:
             if len(row) != width:
                 raise TraceFormatError(path, line_no, "-", f"expected {width} fields, got {len(row)}")
     try:
-        return pd.read_csv(path, index_col=False, **kwargs)  # type: ignore[call-overload]
+        frame = pd.read_csv(path, index_col=False, **kwargs)  # type: ignore[call-overload]
     except pd.errors.EmptyDataError:
         raise TraceFormatError(path, 1, "-", "file is empty") from None
+    if frame.empty:  # a header and nothing else: every reader needs at least one row
+        raise TraceFormatError(path, 2, "-", "no data rows after the header")
+    return frame
 
 
 # Largest count or token number one trace row may carry: far above any real bucket (a trillion),

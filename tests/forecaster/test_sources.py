@@ -197,3 +197,14 @@ def test_a_jsonl_length_that_is_not_finite_or_absurd_names_its_line(tmp_path: Pa
     with pytest.raises(TraceFormatError) as err:
         read_trace(path)
     assert (err.value.line, err.value.column) == (2, "input_length")
+
+
+@pytest.mark.parametrize("header", ["timestamp,value", "TIMESTAMP,ContextTokens,GeneratedTokens",
+                                    "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"])
+def test_a_csv_with_only_its_header_is_a_format_error_not_a_traceback(tmp_path: Path, header: str) -> None:
+    # found by the attack round: `forecaster backtest` printed a traceback (ValueError: no samples)
+    path = tmp_path / "t.csv"
+    path.write_text(header + "\n")
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(path)
+    assert (err.value.line, err.value.column) == (2, "-") and "no data rows" in str(err.value)
