@@ -78,6 +78,8 @@ def main(
                json_path)
     plot(report, plot_path)
     typer.echo(f"JSON {json_path}, PNG {plot_path}, wall {report['bench_wall_s']:.0f} s")
+    if any(p.get("invalid") for p in report["policies"].values()):
+        raise typer.Exit(1)  # a process or the API server failed during a run: the table says which
 
 
 if __name__ == "__main__":

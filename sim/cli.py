@@ -263,3 +263,5 @@ def loop(
     if plot_path:
         plot(report, plot_path)
         typer.echo(f"plot written to {plot_path}")
+    if any(p.get("invalid") for p in report["policies"].values()):
+        raise typer.Exit(1)  # the table says which run and why

@@ -61,6 +61,9 @@ def render(report: dict[str, Any]) -> str:
                  "goodput/GPU-h: those requests per replica-hour; under-prov. min: minutes whose Ready replicas x "
                  "capacity fell short of the forwarded demand; vs X: goodput/GPU-h over X's ('-': X not run). "
                  "sim/README.md, loop, Measures")
+    for name, p in policies.items():
+        for problem in p.get("invalid") or ():
+            lines.append(f"INVALID: {name}: {problem}; its row does not measure the policy (logs in {p.get('logs')})")
     if seg.get("questions_exhausted"):
         lines.append(f"WARNING: every question of {seg.get('questions')} was used: later prompts only repeat "
                      "(cache hits), so the replicas see less demand than the trace")

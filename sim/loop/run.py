@@ -213,12 +213,15 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
             outcomes, _ = asyncio.run(run_plan(prep.plan, replay_cfg))
         finally:
             samples = observer.stop()
+        invalid = run_problems({c.name: c.process.poll() for c in stack.children}, len(observer.errors),
+                               len(samples))
     records = to_records(prep.plan, outcomes, cfg.speedup)
     span = prep.segment.span_s
     out = summarize(records, samples, span, prep.capacity_rps, cfg.ttft_slo_s, cfg.itl_slo_s)
     out["initial_replicas"] = prep.replicas[policy]
     out["wall_s"] = round(time.time() - wall_start, 1)
     out["observer_errors"] = len(observer.errors)
+    out["invalid"] = invalid
     out["errors"] = _error_counts(records)
     # Queue time as the replicas' own vLLM histograms report it (simulated seconds).
     out["queue_time_s"] = queue_time_total(observer.scrapes)
@@ -229,6 +232,18 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     out["minutes"] = rows
     out["logs"] = str(log_dir)
     return out
+
+
+def run_problems(exit_codes: dict[str, int | None], observer_errors: int, samples: int) -> list[str]:
+    """Why a policy's run does not measure the policy, or [] when it does: a process of the
+    stack (node, router, actor) that exited before the replay ended (``exit_codes``: name ->
+    ``Popen.poll()``, None while running), or an API server that failed at least 3 and 5 % of
+    the observer's samples (its Deployment and Pods unseen: replicas unknown, the actor blind)."""
+    problems = [f"{name} exited with code {code} during the run" for name, code in exit_codes.items()
+                if code is not None]
+    if observer_errors >= max(3, 0.05 * (observer_errors + samples)):
+        problems.append(f"the API server failed {observer_errors} of {observer_errors + samples} samples")
+    return problems
 
 
 def _start_actor(stack: Stack, cfg: LoopConfig, prep: Prepared, policy: str, router: str, kubeconfig: Path,

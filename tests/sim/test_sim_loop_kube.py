@@ -78,3 +78,21 @@ def test_predictive_is_ready_before_the_step_reactive_after_and_nothing_fails(tm
     for policy in ("predictive", "reactive"):
         assert report["policies"][policy]["failed_requests"] == 0, report["policies"][policy]["errors"]
         assert report["policies"][policy]["scale_events"] >= 1
+
+
+def test_an_actor_that_dies_marks_its_run_invalid_instead_of_a_normal_looking_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Attack round: a forecaster daemon killed mid-run left a normal row (85.8 % SLO) and exit 0.
+    # Here the real daemon exits at start-up (a setting it refuses, exit 2), a real process death.
+    _needs_control_plane()
+    monkeypatch.setenv("PROMPTEDGE_FORECASTER_RATE_WINDOW_S", "inf")
+    trace = tmp_path / "step.csv"
+    start_hour = _daily_step_trace(trace)
+    cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=3 / 60, speedup=15.0, warmup_s=120.0,
+                     policies=("predictive",), capacity_rps=CAPACITY, peak_replicas=2, max_replicas=3,
+                     history_days=1.0, max_generated=16, log_dir=tmp_path / "logs", progress=False)
+    report = run_loop(cfg)
+    invalid = report["policies"]["predictive"]["invalid"]
+    assert invalid and "forecaster exited with code 2" in invalid[0], invalid
+    from sim.loop import render
+    assert "INVALID: predictive: forecaster exited with code 2" in render(report)

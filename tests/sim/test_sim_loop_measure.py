@@ -119,3 +119,11 @@ def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(tmp_p
 
     monkeypatch.chdir(tmp_path)
     assert ControlPlane(Path("tools"), Path("out/loop/kube")).run_dir == tmp_path / "out" / "loop" / "kube"
+
+
+def test_run_problems_names_dead_processes_and_a_blind_observer() -> None:
+    from sim.loop.run import run_problems
+    assert run_problems({"node": None, "router": None, "forecaster": None}, 0, 100) == []
+    assert run_problems({"node": None, "hpa": -9}, 0, 100) == ["hpa exited with code -9 during the run"]
+    assert run_problems({}, 2, 100) == []  # a transient error or two is not a blind run
+    assert run_problems({}, 13, 15) == ["the API server failed 13 of 28 samples"]
