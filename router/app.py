@@ -23,9 +23,7 @@ from router.api import add_completion_routes
 from router.bodylimit import BodyLimit
 from router.counters import SimClock, TrafficCounters
 from router.credentials import Credentials
-from router.discovery import DiscoveredReplica, ReplicaSource, StaticSource, apply
-from router.discovery_config import build_source
-from router.discovery_metrics import DiscoveryCollector
+from router.discovery import DiscoveredReplica, DiscoveryCollector, ReplicaSource, StaticSource, apply, build_source
 from router.dispatch import Weights
 from router.errors import APIError, BadRequest
 from router.health import HealthConfig
@@ -49,7 +47,7 @@ log = logging.getLogger("router")
 
 def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource | None = None) -> FastAPI:
     """A router app for ``settings`` (default: read from the environment); its replicas come
-    from ``discovery`` (default: ``build_source(settings)``, router/discovery_config.py).
+    from ``discovery`` (default: ``build_source(settings)``, router/discovery/config.py).
     Raises CredentialError when a backend key of ``settings.backend_keys`` cannot be read."""
     settings = settings or RouterSettings()
     credentials = Credentials(settings.backend_keys)

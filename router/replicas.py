@@ -108,7 +108,7 @@ class Pools:
 
     def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig,
                  credentials: Credentials | None = None) -> None:
-        self.health = health  # for replicas added later by discovery (router/discovery.py)
+        self.health = health  # for replicas added later by discovery (router/discovery/base.py)
         self.credentials = credentials
         self.by_model: dict[str, list[Replica]] = {}
         for spec in specs:

@@ -139,8 +139,8 @@ class RouterSettings(FileSettings):
     )
     redis_timeout_s: float = 0.25
     replicas: list[ReplicaSpec] = Field(default_factory=list)
-    replicas_file: Path | None = None  # YAML replica list (router/discovery_file.py)
-    discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery_kube.py)
+    replicas_file: Path | None = None  # YAML replica list (router/discovery/file.py)
+    discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery/kube.py)
     host: str = "127.0.0.1"
     port: int = 8000
     # worker processes serving the port (router/launch.py; router/README.md, Workers)
