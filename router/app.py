@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse
 
 from cache import FOLLOW_SOCKET_TIMEOUT_S, CacheSettings, ResponseCache
 from opskit.redis_client import async_redis
-from router.affinity import PrefixMap
-from router.prefix_index import PrefixIndexes
+from router.dispatch.affinity import PrefixMap
+from router.dispatch.prefix_index import PrefixIndexes
 from router.api import add_completion_routes
 from router.bodylimit import BodyLimit
 from router.counters import SimClock, TrafficCounters
@@ -83,7 +83,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             if changes.removed:
                 metrics.forget_replicas(changes.removed)  # bounded series under autoscaling
                 state = getattr(app.state, "router", None)
-                if state is not None:  # and bounded prefix indexes (router/prefix_index.py)
+                if state is not None:  # and bounded prefix indexes (router/dispatch/prefix_index.py)
                     state.prefix_index.forget([r.url for r in pools.all()])
             if changes:
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,

@@ -139,7 +139,7 @@ class _ReplicaCollector(Collector):
         age = GaugeMetricFamily("promptedge_router_scrape_age_seconds", "Age of the last metrics scrape", labels=labels)
         up = GaugeMetricFamily("promptedge_router_replica_up", "1 if the replica admits requests", labels=labels)
         speed = GaugeMetricFamily("promptedge_router_replica_seconds_per_token",
-                                  "Learned seconds per token of work, end to end (router/speed.py; absent until known)",
+                                  "Learned seconds per token of work, end to end (router/dispatch/speed.py; absent until known)",
                                   labels=labels)
         for pool, replicas in self.pools.by_model.items():
             for replica in replicas:
