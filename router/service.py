@@ -30,10 +30,10 @@ from router.dispatch.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError, replica_error_body
 from router.record import Record
-from router.relay import relay_stream
+from router.stream.relay import relay_stream
 from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
-from router.sse import parse_json, replay
+from router.stream.sse import parse_json, replay
 from router.state import RouterState
 from router.storing import store_answer, with_replica_control
 from router.upstream import ConnectFailed, RetryableStatus, read_body, read_error_body
