@@ -13,8 +13,8 @@ machine and is exactly repeatable:
 - the router: ``router.dispatch.pick`` (the production code, unchanged) over ``ReplicaView``
   snapshots built as the router builds them: a metrics scrape every 0.25 s (waiting, running,
   KV usage), its age, the router's exact in-flight count and that count at scrape time, and
-  the replica's learned speed: each finished request is folded in with ``router.speed.sample``
-  and ``router.speed.observe`` (seconds from dispatch to the last token per token of work),
+  the replica's learned speed: each finished request is folded in with ``router.dispatch.speed.sample``
+  and ``router.dispatch.speed.observe`` (seconds from dispatch to the last token per token of work),
   the same calls the router makes when an answer ends, on the same clock as ``Context.now``
   (virtual time here, ``time.monotonic()`` in the router);
 - traffic: the first N requests of the Azure LLM 2023 conversation trace and of the Mooncake

@@ -24,8 +24,8 @@ repeatable:
 - the router: ``router.dispatch.pick`` (production code) over ``ReplicaView`` snapshots built as
   the router builds them (a scrape every 0.25 s with waiting, running, KV usage and the KV size
   of ``vllm:cache_config_info``, the exact in-flight counts, learned speeds), with the router's
-  own prefix state: ``router.affinity`` (today's prefix affinity: the replica that served the
-  first 2,048 characters in the last 120 s) or ``router.prefix_index`` (``prefix_aware``: what
+  own prefix state: ``router.dispatch.affinity`` (today's prefix affinity: the replica that served the
+  first 2,048 characters in the last 120 s) or ``router.dispatch.prefix_index`` (``prefix_aware``: what
   prefixes went where, chunked by 256 characters, LRU per replica sized from its KV cache).
 
 Policies: ``round_robin``, ``least_request``, ``gpu_load`` (load only; the router's default),
@@ -61,9 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.vtime import SimReplica, load_and_kv_size_signals, replay  # noqa: E402
-from router.affinity import PrefixMap, prefix_key  # noqa: E402
+from router.dispatch.affinity import PrefixMap, prefix_key  # noqa: E402
 from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
-from router.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes  # noqa: E402
+from router.dispatch.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes  # noqa: E402
 from sim import A100, BatchModel, StepOutcome  # noqa: E402
 from sim.metrics import ReplicaMetrics  # noqa: E402
 from sim.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool, block_hashes  # noqa: E402

@@ -16,7 +16,7 @@ policy comparison takes seconds of CPU and is exactly repeatable (no wall clock,
   replica's pending prefill (``ReplicaView.prefill_tokens``) until its first token, as
   ``Replica.lease`` counts them in the router;
 - when a request finishes, its seconds from arrival to last token are folded into the replica's
-  learned speed with ``router.speed.sample`` / ``observe``, the calls the router makes when an
+  learned speed with ``router.dispatch.speed.sample`` / ``observe``, the calls the router makes when an
   answer ends (dispatch at arrival: the router adds no delay in virtual time).
 
 What differs between benches is a parameter: how Signals are built (``signals``), which replicas
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from router.dispatch import Context, ReplicaView
-from router.signals import Signals
-from router.speed import Speed, observe, sample
+from router.dispatch.signals import Signals
+from router.dispatch.speed import Speed, observe, sample
 from sim import BatchModel, Profile, StepOutcome
 
 SCRAPE_S = 0.25  # the router's metrics scrape interval in these benches (virtual seconds)

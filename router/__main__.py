@@ -59,7 +59,7 @@ def serve(
 def settings_command() -> None:
     """Print the router's, discovery's and cache's settings (opskit.settings_table)."""
     from cache.settings import CacheSettings
-    from router.discovery_kube import KubeDiscoverySettings
+    from router.discovery.kube import KubeDiscoverySettings
 
     typer.echo(settings_table((RouterSettings, KubeDiscoverySettings, CacheSettings)))
 

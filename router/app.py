@@ -17,15 +17,13 @@ from starlette.responses import JSONResponse
 
 from cache import FOLLOW_SOCKET_TIMEOUT_S, CacheSettings, ResponseCache
 from opskit.redis_client import async_redis
-from router.affinity import PrefixMap
-from router.prefix_index import PrefixIndexes
+from router.dispatch.affinity import PrefixMap
+from router.dispatch.prefix_index import PrefixIndexes
 from router.api import add_completion_routes
 from router.bodylimit import BodyLimit
 from router.counters import SimClock, TrafficCounters
 from router.credentials import Credentials
-from router.discovery import DiscoveredReplica, ReplicaSource, StaticSource, apply
-from router.discovery_config import build_source
-from router.discovery_metrics import DiscoveryCollector
+from router.discovery import DiscoveredReplica, DiscoveryCollector, ReplicaSource, StaticSource, apply, build_source
 from router.dispatch import Weights
 from router.errors import APIError, BadRequest
 from router.health import HealthConfig
@@ -49,7 +47,7 @@ log = logging.getLogger("router")
 
 def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource | None = None) -> FastAPI:
     """A router app for ``settings`` (default: read from the environment); its replicas come
-    from ``discovery`` (default: ``build_source(settings)``, router/discovery_config.py).
+    from ``discovery`` (default: ``build_source(settings)``, router/discovery/config.py).
     Raises CredentialError when a backend key of ``settings.backend_keys`` cannot be read."""
     settings = settings or RouterSettings()
     credentials = Credentials(settings.backend_keys)
@@ -85,7 +83,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             if changes.removed:
                 metrics.forget_replicas(changes.removed)  # bounded series under autoscaling
                 state = getattr(app.state, "router", None)
-                if state is not None:  # and bounded prefix indexes (router/prefix_index.py)
+                if state is not None:  # and bounded prefix indexes (router/dispatch/prefix_index.py)
                     state.prefix_index.forget([r.url for r in pools.all()])
             if changes:
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,

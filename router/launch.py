@@ -34,8 +34,7 @@ from opskit import FORMATS, LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
 from router.credentials import CredentialError, Credentials
-from router.discovery import DiscoveryError, ReplicaSource, StaticSource
-from router.discovery_config import build_source
+from router.discovery import DiscoveryError, ReplicaSource, StaticSource, build_source
 from router.limits import ConnectionBudget, connection_budget
 from router.metrics_shared import ENV as SHARED_METRICS_ENV
 from router.metrics_shared import forget, hold, new_dir, remove_dir, shared_dir

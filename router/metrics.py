@@ -38,7 +38,8 @@ class RouterMetrics:
         self.collectors.append(_ReplicaCollector(pools, weights, clock))
         for collector in self.collectors:
             self.registry.register(collector)
-        self.shared = SharedSeries(self.collectors) if shared_dir() is not None else None
+        self.shared = (SharedSeries(self.collectors, lambda: {replica.url for replica in pools.all()})
+                       if shared_dir() is not None else None)
         self.requests = Counter(
             "promptedge_router_requests", "Requests answered, by pool, replica, HTTP status and cache outcome",
             ["pool", "replica", "status", "cache"], registry=self.registry)
@@ -94,7 +95,9 @@ class RouterMetrics:
         """Drop the per-replica request series of replicas that left their pool (discovery
         removed them): with autoscaling, every Pod that ever served would otherwise keep its
         series for the router's lifetime. A request still open to such a replica that ends
-        later counts again, under a series of its own."""
+        later counts again, under a series of its own. Call it once ``pools`` no longer holds them."""
+        if self.shared is not None:  # from now on no worker shows them, unless another one has them
+            self.shared.mark()
         gone = set(urls)
         for key in [k for k in self._children if k[1] in gone]:
             del self._children[key]
@@ -104,10 +107,10 @@ class RouterMetrics:
 
     def render(self) -> bytes:
         """Prometheus text exposition of all series (shared: every worker's, the cache's too,
-        those of replicas that are not in ``pools`` now left out)."""
+        those of replicas that no worker's ``pools`` holds now left out)."""
         if self.shared is None:
             return generate_latest(self.registry)
-        return self.shared.render(lambda: {replica.url for replica in self.pools.all()})
+        return self.shared.render()
 
 
 class _CacheCollector(Collector):
@@ -136,7 +139,7 @@ class _ReplicaCollector(Collector):
         age = GaugeMetricFamily("promptedge_router_scrape_age_seconds", "Age of the last metrics scrape", labels=labels)
         up = GaugeMetricFamily("promptedge_router_replica_up", "1 if the replica admits requests", labels=labels)
         speed = GaugeMetricFamily("promptedge_router_replica_seconds_per_token",
-                                  "Learned seconds per token of work, end to end (router/speed.py; absent until known)",
+                                  "Learned seconds per token of work, end to end (router/dispatch/speed.py; absent until known)",
                                   labels=labels)
         for pool, replicas in self.pools.by_model.items():
             for replica in replicas:

@@ -20,8 +20,12 @@ the next supervisor to start removes it once none holds it. Then:
   a scrape; a dead worker's gauges leave with it;
 - multiprocess mode cannot remove a series (prometheus_client's ``remove()`` only warns there:
   the values stay in the files while the workers live), so a series labelled with a replica
-  that is not one of the answering worker's current replicas is left out of the answer instead:
-  the same set in every worker, one started after the replica left included.
+  that no running worker discovers now is left out of the answer instead. Each worker marks its
+  current replicas 1 and those it dropped 0 in one more file-backed gauge (:data:`DISCOVERED`,
+  ``livemax``, not exposed): a replica is shown while some worker marks it 1. The same set in
+  every worker, whatever the answering worker discovers itself: one started after the replica
+  left, or one whose discovery is empty for a moment (just started, its source failing),
+  neither shows a replica no worker has nor hides one another worker has.
 
 With one worker (no ``PROMETHEUS_MULTIPROC_DIR``) none of this runs.
 """
@@ -51,6 +55,8 @@ PREFIX = "promptedge-metrics-"  # then the supervisor's pid (for people), "-", m
 LOCK = "owner.lock"  # prometheus_client reads only *.db
 _held: dict[str, int] = {}  # directory -> this process's open lock, held until it ends
 PUBLISH_S = 1.0  # how stale another worker's gauges can be in a scrape
+# Per worker and replica: 1 while the worker discovers it, 0 once it dropped it (read, not exposed)
+DISCOVERED = "promptedge_router_worker_discovers_replica"
 # How the workers' values of one gauge make the one value of a scrape (live*: only running
 # workers'). A gauge not listed is exposed per worker (``liveall``: a ``pid`` label).
 GAUGE_MODES = {
@@ -77,23 +83,40 @@ def shared_dir() -> str | None:
 
 class SharedSeries:
     """One worker's side of the shared ``/metrics``: :meth:`publish` copies ``collectors``' series
-    into the files, :meth:`render` answers a scrape with every worker's series."""
+    and the worker's current replicas (``replicas()``, URLs) into the files, :meth:`render`
+    answers a scrape with every worker's series."""
 
-    def __init__(self, collectors: Sequence[Collector]) -> None:
-        self.collectors = collectors
+    def __init__(self, collectors: Sequence[Collector], replicas: Callable[[], set[str]]) -> None:
+        self.collectors, self.replicas = collectors, replicas
         self._gauges: dict[str, Gauge] = {}
         self._counters: dict[str, Counter] = {}
         self._counted: dict[tuple[str, tuple[str, ...]], float] = {}  # counter values already added
+        self._discovered = Gauge(DISCOVERED, "1 while this worker discovers the replica", ["replica"],
+                                 registry=None, multiprocess_mode="livemax")
+        self._marked: set[str] = set()  # replicas marked 1
 
     def publish(self) -> None:
         """Copy the collectors' current values: gauges set, counters increased by what they
-        counted since the last copy (a counter that went down is not copied back)."""
+        counted since the last copy (a counter that went down is not copied back); mark the
+        replicas this worker discovers now 1, those it dropped since the last copy 0."""
+        self.mark()
         for collector in self.collectors:
             for family in collector.collect():
                 if family.type == "gauge":
                     self._set(family)
                 elif family.type == "counter":
                     self._count(family)
+
+    def mark(self) -> None:
+        """Mark the replicas this worker discovers now 1, those it dropped since the last mark 0
+        (part of :meth:`publish`; call it too when discovery removes replicas, so that no other
+        worker shows them meanwhile)."""
+        now = self.replicas()
+        for url in self._marked - now:
+            self._discovered.labels(url).set(0)
+        for url in now - self._marked:
+            self._discovered.labels(url).set(1)
+        self._marked = now
 
     def _set(self, family: Metric) -> None:
         for sample in family.samples:
@@ -119,25 +142,33 @@ class SharedSeries:
                 child.inc(added)
                 self._counted[key] = sample.value
 
-    def render(self, replicas: Callable[[], set[str]]) -> bytes:
+    def render(self) -> bytes:
         """Text exposition of every worker's series (after publishing this worker's), without
-        those labelled with a ``replica`` that is not in ``replicas()`` (the current replicas:
-        the others were removed by discovery). A series whose ``replica`` is empty (a cache hit,
-        no replica) or that has no such label is kept."""
+        those labelled with a ``replica`` that no running worker discovers now (discovery
+        removed it everywhere). A series whose ``replica`` is empty (a cache hit, no replica)
+        or that has no such label is kept."""
         self.publish()
         registry = CollectorRegistry()
-        registry.register(_OnlyReplicas(MultiProcessCollector(None), replicas()))
+        registry.register(_OnlyReplicas(MultiProcessCollector(None)))
         return generate_latest(registry)
 
 
 class _OnlyReplicas(Collector):
-    def __init__(self, inner: MultiProcessCollector, replicas: set[str]) -> None:
-        self.inner, self.replicas = inner, replicas
+    """Every worker's series, those of replicas no worker marks in :data:`DISCOVERED` left out
+    (and that gauge itself)."""
+
+    def __init__(self, inner: MultiProcessCollector) -> None:
+        self.inner = inner
 
     def collect(self) -> Iterator[Metric]:
-        for family in self.inner.collect():
+        families = list(self.inner.collect())
+        replicas = {s.labels["replica"] for family in families if family.name == DISCOVERED
+                    for s in family.samples if s.value > 0}
+        for family in families:
+            if family.name == DISCOVERED:
+                continue
             family.samples = [s for s in family.samples
-                              if not s.labels.get("replica") or s.labels["replica"] in self.replicas]
+                              if not s.labels.get("replica") or s.labels["replica"] in replicas]
             yield family
 
 

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from cache import CacheUnavailable, metrics_text
 from opskit.redis_client import REDIS_ERRORS
-from router import lanes
+from router.dispatch import lanes
 from router.classify import api_key
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden, ModelNotFound, Unauthorized
@@ -29,7 +29,7 @@ class CacheStatsUnavailable(APIError):
 
 def _pool_health(replicas: list[Replica], now: float) -> dict[str, Any]:
     """``{"replicas", "ready"}`` of one pool; a pool with replicas reserved for long prompts
-    (router/lanes.py) adds ``"lanes": {lane: {"replicas", "ready"}}``."""
+    (router/dispatch/lanes.py) adds ``"lanes": {lane: {"replicas", "ready"}}``."""
     ready = [(r.spec.role, r.health.admits(now)) for r in replicas]
     entry: dict[str, Any] = {"replicas": len(ready), "ready": sum(up for _, up in ready)}
     if any(role != lanes.NORMAL for role, _ in ready):

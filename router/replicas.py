@@ -14,8 +14,8 @@ from router.credentials import Credentials
 from router.dispatch import ReplicaView
 from router.health import HealthConfig, HealthState
 from router.settings import ReplicaSpec
-from router.signals import Signals
-from router.speed import Speed, current, observe, sample
+from router.dispatch.signals import Signals
+from router.dispatch.speed import Speed, current, observe, sample
 
 
 class Replica:
@@ -34,8 +34,8 @@ class Replica:
         self.scraped_at: float | None = None  # monotonic seconds
         self.inflight_at_scrape = 0
         self.health = HealthState(health)
-        self.speed: Speed | None = None  # learned seconds per output token (router/speed.py)
-        self._retest = False  # a request was sent to re-test a stale estimate (router/speed.py)
+        self.speed: Speed | None = None  # learned seconds per output token (router/dispatch/speed.py)
+        self._retest = False  # a request was sent to re-test a stale estimate (router/dispatch/speed.py)
 
     def observe(self, signals: Signals, now: float) -> None:
         """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time."""
@@ -63,7 +63,7 @@ class Replica:
         ``prefill_tokens`` (its prompt's token count, the router's estimate) as pending until
         its first byte (:meth:`Lease.first_byte`) or its end. A request sent while the
         replica's learned speed is stale and nothing is in flight is its re-test: its sample
-        replaces the estimate (router/speed.py)."""
+        replaces the estimate (router/dispatch/speed.py)."""
         now = time.monotonic()
         if self.speed is not None and current(self.speed, self.inflight, now) is None:
             self._retest = True
@@ -108,7 +108,7 @@ class Pools:
 
     def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig,
                  credentials: Credentials | None = None) -> None:
-        self.health = health  # for replicas added later by discovery (router/discovery.py)
+        self.health = health  # for replicas added later by discovery (router/discovery/base.py)
         self.credentials = credentials
         self.by_model: dict[str, list[Replica]] = {}
         for spec in specs:

@@ -38,9 +38,9 @@ from router import classify, service
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica
 from router.record import Record
-from router.relay import relay_stream
+from router.stream.relay import relay_stream
 from router.schemas import parse_request
-from router.sse import StreamAssembler, parse_json
+from router.stream.sse import StreamAssembler, parse_json
 from router.state import RouterState
 
 log = logging.getLogger(__name__)

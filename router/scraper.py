@@ -14,7 +14,7 @@ import time
 import httpx
 
 from router.replicas import Pools, Replica
-from router.signals import Signals, parse_metrics
+from router.dispatch.signals import Signals, parse_metrics
 
 log = logging.getLogger("router.scraper")
 

@@ -23,16 +23,17 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from cache import CacheControl, CacheHit, CacheRequest, age_s, usage_tokens
-from router import cachepolicy, classify, lanes, shadow
-from router.admission import replica_pressure, sheds
-from router.affinity import prefix_key
+from router import cachepolicy, classify, shadow
+from router.dispatch import lanes
+from router.dispatch.admission import replica_pressure, sheds
+from router.dispatch.affinity import prefix_key
 from router.disconnect import CancelOnDisconnect
 from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError, replica_error_body
 from router.record import Record
-from router.relay import relay_stream
+from router.stream.relay import relay_stream
 from router.replicas import Lease, Replica
 from router.schemas import Endpoint, parse_request
-from router.sse import parse_json, replay
+from router.stream.sse import parse_json, replay
 from router.state import RouterState
 from router.storing import store_answer, with_replica_control
 from router.upstream import ConnectFailed, RetryableStatus, read_body, read_error_body
@@ -226,7 +227,7 @@ def _has_room(state: RouterState, pool: str, rec: Record, now: float) -> bool:
 
 
 def _lane(state: RouterState, replicas: list[Replica], size: str, now: float) -> lanes.Lane | None:
-    """The lane (router/lanes.py) of ``replicas`` a request of prompt ``size`` goes to, with the
+    """The lane (router/dispatch/lanes.py) of ``replicas`` a request of prompt ``size`` goes to, with the
     pressure admission sheds by; None for no replica. One lane unless some replica is ``long``."""
     settings = state.settings
     pressures: dict[str, list[int]] = {}
@@ -347,7 +348,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
     last: APIError | None = None
     timeouts = state.settings.timeouts[rec.priority]
     prefix = prefix_key(body, state.settings.prefix_chars) if state.settings.prefix_affinity else None
-    # prefix_aware scores each replica's probable prefix cache (router/prefix_index.py) instead
+    # prefix_aware scores each replica's probable prefix cache (router/dispatch/prefix_index.py) instead
     chunks = state.prefix_index.hashes(body) if state.settings.policy == "prefix_aware" else None
     forward = {"content-type": content_type}
     for name in _FORWARD_HEADERS:
@@ -356,7 +357,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
     client_key = headers.get("authorization") if state.settings.forward_client_key else None
     if "x-request-id" in forward:
         forward["x-request-id"] = rec.request_id  # the client's only if it was a plain short token
-    # A pool with replicas reserved for long prompts (router/lanes.py); even when they are down,
+    # A pool with replicas reserved for long prompts (router/dispatch/lanes.py); even when they are down,
     # so that the answer says the request left its lane.
     reserved = any(r.spec.role != lanes.NORMAL for r in state.pools.by_model.get(rec.target, ()))
     connect_failures = refusals = 0

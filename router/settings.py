@@ -35,7 +35,7 @@ class ReplicaSpec(BaseModel):
     vLLM, SGLang and llama.cpp's llama-server serve /health, llama-cpp-python does not:
     use /v1/models there); metrics_path: Prometheus text, None when the server has none
     (dispatch then uses the router's in-flight counts only); role: ``long`` reserves the
-    replica for long prompts, ``normal`` (default) takes the rest (router/lanes.py);
+    replica for long prompts, ``normal`` (default) takes the rest (router/dispatch/lanes.py);
     backend_key: where the router's key for this replica lives (``{"file": path}`` or
     ``{"env": name}``, router/credentials.py), overriding the pool's ``backend_keys``.
     Unknown fields are errors (a typo must not silently drop a setting), in every source.
@@ -139,8 +139,8 @@ class RouterSettings(FileSettings):
     )
     redis_timeout_s: float = 0.25
     replicas: list[ReplicaSpec] = Field(default_factory=list)
-    replicas_file: Path | None = None  # YAML replica list (router/discovery_file.py)
-    discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery_kube.py)
+    replicas_file: Path | None = None  # YAML replica list (router/discovery/file.py)
+    discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery/kube.py)
     host: str = "127.0.0.1"
     port: int = 8000
     # worker processes serving the port (router/launch.py; router/README.md, Workers)
@@ -188,7 +188,7 @@ class RouterSettings(FileSettings):
     prefix_affinity: bool = True
     prefix_chars: int = Field(2048, ge=64)  # characters of prompt that make its prefix key
     prefix_ttl_s: float = Field(120.0, gt=0)  # how long a prefix remembers its replica
-    # policy prefix_aware (router/prefix_index.py, router/dispatch.py): prompt chunk size in
+    # policy prefix_aware (router/dispatch/prefix_index.py, router/dispatch/choice.py): prompt chunk size in
     # characters, KV size (tokens) assumed for a replica that exports no vllm:cache_config_info
     # (the sim a100 profile's: vLLM on an 80 GB A100 with an 8B model), bonus of a full match
     prefix_chunk_chars: int = Field(256, ge=16, le=65_536)

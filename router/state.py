@@ -9,8 +9,8 @@ import redis.asyncio as aioredis
 from opentelemetry.trace import Tracer
 
 from cache import ResponseCache
-from router.affinity import PrefixMap
-from router.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes
+from router.dispatch.affinity import PrefixMap
+from router.dispatch.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes
 from router.counters import TrafficCounters
 from router.dispatch import Context, ReplicaView, Weights, pick
 from router.metrics import RouterMetrics
@@ -41,7 +41,7 @@ class RouterState:
     # shadow verification of served semantic hits (router/shadow.py); None: off
     shadow: ShadowVerifier | None = None
     prefixes: PrefixMap = field(default_factory=lambda: PrefixMap(120.0))
-    # what prompt prefixes went where, for policy prefix_aware (router/prefix_index.py)
+    # what prompt prefixes went where, for policy prefix_aware (router/dispatch/prefix_index.py)
     prefix_index: PrefixIndexes = field(default_factory=lambda: PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000))
     prompt_tokens: PromptTokens = field(default_factory=PromptTokens)  # per-pool tokenizers (router/tokens.py)
     ticket: int = 0
@@ -52,7 +52,7 @@ class RouterState:
                prompt_tokens: int = 0) -> tuple[Replica, int]:
         """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
         ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds;
-        ``chunks``: the prompt's chunk hashes (router/prefix_index.py) for ``prefix_aware``,
+        ``chunks``: the prompt's chunk hashes (router/dispatch/prefix_index.py) for ``prefix_aware``,
         which scores each replica's probable prefix cache instead of the sticky prefix key;
         ``prompt_tokens``: the request's prompt tokens (the router's estimate, 0: unknown).
 

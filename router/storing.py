@@ -7,7 +7,7 @@ router decides, and counts in ``promptedge_router_cache_store_skipped_total{pool
   it (router/cachepolicy.py ``replica_control``);
 - ``too_large``: the answer's JSON is over the cache's ``max_entry_bytes``
   (``PROMPTEDGE_CACHE_MAX_ENTRY_BYTES``); a stream past it is relayed whole but no longer
-  assembled (router/sse.py ``StreamAssembler.max_bytes``).
+  assembled (router/stream/sse.py ``StreamAssembler.max_bytes``).
 """
 
 from __future__ import annotations

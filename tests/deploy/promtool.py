@@ -45,8 +45,7 @@ def exported_names() -> set[str]:
     daemon and the simulated vLLM replica expose, plus :data:`VLLM_NOT_SIMULATED`."""
     import forecaster.run  # noqa: F401 - registers the forecaster's series on the default registry
     from cache.metrics import REGISTRY as CACHE
-    from router.discovery import StaticSource
-    from router.discovery_metrics import DiscoveryCollector
+    from router.discovery import DiscoveryCollector, StaticSource
     from router.dispatch import Weights
     from router.health import HealthConfig
     from router.metrics import RouterMetrics

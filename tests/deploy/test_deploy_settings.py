@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsError
 from cache.settings import CacheSettings
 from forecaster.actuate.settings import ActuatorSettings
 from forecaster.settings import ForecasterSettings
-from router.discovery_kube import KubeDiscoverySettings, load_kube_settings
+from router.discovery.kube import KubeDiscoverySettings, load_kube_settings
 from opskit import SETTINGS_FILE_ENV, env_name, section_name
 from router.settings import RouterSettings
 from tests.deploy.kustomize import DEPLOY, needs_kustomize, one, rendered

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from router.discovery_kube import KubeDiscoverySettings
+from router.discovery.kube import KubeDiscoverySettings
 from router.settings import RouterSettings
 from tests.deploy.kustomize import DEPLOY, kubectl, needs_kustomize, one, render, rendered
 from tests.deploy.test_deploy_settings import container_env, use_pod_settings

@@ -15,7 +15,7 @@ from pydantic_settings import SettingsError
 from cache.settings import CacheSettings
 from forecaster.settings import ForecasterSettings
 from opskit import SETTINGS_FILE_ENV, section_name, settings_table
-from router.discovery_kube import KubeDiscoverySettings
+from router.discovery.kube import KubeDiscoverySettings
 from router.settings import RouterSettings
 from sim.node.settings import NodeSettings
 from sim.settings import SimSettings

@@ -17,7 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from router import ReplicaSpec, RouterSettings, create_app
-from router.sse import StreamAssembler
+from router.stream.sse import StreamAssembler
 from sim import Profile, SimSettings
 from sim import create_app as create_replica
 from tests.router.llama_servers import REDIS_URL, start_llama, stop

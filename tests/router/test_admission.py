@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from router import ReplicaSpec, RouterSettings, create_app
-from router.admission import pool_pressure, replica_pressure, sheds
+from router.dispatch.admission import pool_pressure, replica_pressure, sheds
 from router.dispatch import ReplicaView, Weights
-from router.signals import Signals
+from router.dispatch.signals import Signals
 from tests.router.conftest import CHAT, MODEL, Served
 
 W = Weights()

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from router.affinity import PrefixMap, prefix_key
+from router.dispatch.affinity import PrefixMap, prefix_key
 from router.classify import size_class
 from tests.router.conftest import CHAT, MODEL
 

@@ -1,11 +1,11 @@
 """The delta merge of many ``tool_calls`` indices, interleaved over chunks, gives each call its
-own parts in order (the merge now finds an index's element by a dict, router/deltas.py
+own parts in order (the merge now finds an index's element by a dict, router/stream/deltas.py
 ``_List``: the scan of every element so far was quadratic, a replica streaming 32 000 indices
 held the event loop for tens of seconds)."""
 
 from __future__ import annotations
 
-from router import deltas
+from router.stream import deltas
 
 
 def test_many_interleaved_indices_merge_into_their_own_calls() -> None:
@@ -27,7 +27,7 @@ def test_the_usage_filter_and_the_assembler_keep_events_whole_across_any_split()
     as a whole search would cut them (the filter now searches only new bytes, the assembler
     keeps an unfinished line without splitting it again: both were quadratic in a long event,
     48 s and 3 s of the event loop for 16 MiB fed 16 KiB at a time)."""
-    from router.sse import StreamAssembler, UsageFilter
+    from router.stream.sse import StreamAssembler, UsageFilter
 
     long = b'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m","usage":null,' \
         b'"choices":[{"index":0,"delta":{"content":"' + b"y" * 100_000 + b'"},"finish_reason":"stop"}]}'

@@ -148,7 +148,7 @@ async def test_redis_with_a_password_caches_and_no_log_line_shows_it(
 def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from router.credentials import CredentialError, Credentials
-    from router.discovery_file import load_replicas_file
+    from router.discovery.file import load_replicas_file
 
     monkeypatch.delenv("H13_UNSET_KEY", raising=False)
     path = tmp_path / "replicas.yaml"

@@ -9,10 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from router.__main__ import cli
-from router.discovery import DiscoveredReplica, DiscoveryError, StaticSource, apply
-from router.discovery_config import build_source
-from router.discovery_file import ReplicasFileError, load_replicas_file
-from router.discovery_slices import SliceRules, choose_version, merge, replicas_of
+from router.discovery import DiscoveredReplica, DiscoveryError, StaticSource, apply, build_source
+from router.discovery.file import ReplicasFileError, load_replicas_file
+from router.discovery.slices import SliceRules, choose_version, merge, replicas_of
 from router.health import HealthConfig
 from router.replicas import Pools
 from router.settings import ReplicaSpec, RouterSettings
@@ -235,7 +234,7 @@ def test_serve_reports_a_bad_replica_file_without_a_trace(tmp_path: Path, monkey
 
 
 def test_in_cluster_without_a_service_account_token_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from router.discovery_kube import load_kube_settings, new_api_client
+    from router.discovery.kube import load_kube_settings, new_api_client
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")

@@ -17,7 +17,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from router.discovery import DiscoveredReplica, apply
-from router.discovery_kube import KubeSource, load_kube_settings, new_api_client
+from router.discovery.kube import KubeSource, load_kube_settings, new_api_client
 from router.health import HealthConfig
 from router.replicas import Pools
 from tests.router.fake_kube_api import TOKEN, FakeKubeAPI, endpoint, endpoint_slice

@@ -11,8 +11,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.discovery import SourceStats, StaticSource
-from router.discovery_metrics import DiscoveryCollector
+from router.discovery import DiscoveryCollector, SourceStats, StaticSource
 from router.health import HealthConfig
 from router.replicas import Pools
 from router.settings import ReplicaSpec

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from router.dispatch import Context, ReplicaView, Weights, estimated_requests, hot, pick, ring_walk, score
-from router.signals import Signals
+from router.dispatch.signals import Signals
 
 W = Weights()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from router.signals import parse_metrics
+from router.dispatch.signals import parse_metrics
 from tests.router.conftest import CHAT
 
 
@@ -41,7 +41,7 @@ async def test_idle_pool_is_filled_evenly(start_replica, start_router, client) -
     # One scrape at start (all idle), none during the test: a scrape taken while a request ran
     # would rightly make that replica look a little busier and break the tie.
     router = await start_router([r.url for r in replicas], scrape_interval_s=60)
-    # Equal replicas, equal ties: the speed each learns from its answers (router/speed.py) would
+    # Equal replicas, equal ties: the speed each learns from its answers (router/dispatch/speed.py) would
     # break ties by timing noise on a loaded test machine, so it is switched off here.
     state = router.app.state.router
     state.weights = dataclasses.replace(state.weights, speed=None)

@@ -92,7 +92,7 @@ async def test_hung_replica_times_out_and_others_are_unaffected(start_replica, s
         {hung.url: "closed", healthy.url: "closed"}
     assert {r.url: r.inflight for r in router.app.state.router.pools.all()} == {hung.url: 0, healthy.url: 0}
     # The timed-out prompts never got a first byte: their pending prefill is released with them,
-    # or the hung replica would look busy to dispatch forever (router/dispatch.py).
+    # or the hung replica would look busy to dispatch forever (router/dispatch/choice.py).
     assert {r.url: r.prefill_tokens for r in router.app.state.router.pools.all()} == {hung.url: 0, healthy.url: 0}
 
 

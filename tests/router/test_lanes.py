@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from router import ReplicaSpec
-from router.discovery_file import load_replicas_file
-from router.discovery_slices import SliceRules, replicas_of
-from router.lanes import LONG, NORMAL, Lane, choose, own_lane, readiness
+from router.discovery.file import load_replicas_file
+from router.discovery.slices import SliceRules, replicas_of
+from router.dispatch.lanes import LONG, NORMAL, Lane, choose, own_lane, readiness
 from tests.router.conftest import CHAT, MODEL
 from tests.router.fake_kube_api import endpoint, endpoint_slice
 from tests.router.test_admission import load_behind_the_routers_back

@@ -26,7 +26,7 @@ import redis
 
 from cache import CacheSettings, exact_key
 from cache.types import Endpoint
-from router.signals import parse_metrics
+from router.dispatch.signals import parse_metrics
 from tests.router.conftest import LLAMA_MODEL, assembled, chunks
 from tests.router.llama_servers import start_llama, start_router, stop
 

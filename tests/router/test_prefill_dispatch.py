@@ -9,7 +9,7 @@ from router.dispatch import Context, ReplicaView, Weights, pick, score
 from router.health import HealthConfig
 from router.replicas import Replica
 from router.settings import ReplicaSpec
-from router.signals import Signals
+from router.dispatch.signals import Signals
 
 
 def test_a_replica_prefilling_a_long_prompt_loses_to_one_busier_only_with_decodes() -> None:

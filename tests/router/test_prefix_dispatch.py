@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.dispatch import Context, ReplicaView, Weights, load_bound, pick
-from router.prefix_index import PrefixIndex, PrefixIndexes, capacity_chunks, chunk_hashes, prompt_text
-from router.signals import Signals, parse_metrics
+from router.dispatch.prefix_index import PrefixIndex, PrefixIndexes, capacity_chunks, chunk_hashes, prompt_text
+from router.dispatch.signals import Signals, parse_metrics
 from tests.router.conftest import MODEL
 
 
@@ -120,8 +120,8 @@ def test_a_replica_reporting_a_huge_kv_cache_does_not_unbound_its_prefix_index()
     """The index's capacity follows the replica's vllm:cache_config_info labels; a replica
     saying num_gpu_blocks=10**12 made it unbounded: every distinct long prompt added up to
     2048 entries (~117 bytes each) for good (attack review Dec 2 #2)."""
-    from router.prefix_index import MAX_KV_TOKENS, PrefixIndexes, capacity_chunks
-    from router.signals import _kv_tokens
+    from router.dispatch.prefix_index import MAX_KV_TOKENS, PrefixIndexes, capacity_chunks
+    from router.dispatch.signals import _kv_tokens
 
     indexes = PrefixIndexes(256, 400_000)
     huge = _kv_tokens({"num_gpu_blocks": str(10**12), "block_size": "16"})

@@ -2,7 +2,7 @@
 
 A real sim replica is stalled (``POST /sim/faults {"hang": true}``: completions are held) under
 a steady load through the router, then released: the requests it held finish with the stall
-in their duration, so the speed the router learns from them (router/speed.py) says it is
+in their duration, so the speed the router learns from them (router/dispatch/speed.py) says it is
 very slow. What the replica gets in the seconds after it recovered is counted.
 """
 

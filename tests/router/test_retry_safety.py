@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router.signals import parse_metrics
+from router.dispatch.signals import parse_metrics
 from tests.router.conftest import CHAT, MODEL, sse_data
 from tests.router.raw_replica import RawReplica
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from router.discovery import DiscoveredReplica
-from router.discovery_kube import KubeSource, load_kube_settings, new_api_client
+from router.discovery.kube import KubeSource, load_kube_settings, new_api_client
 from tests.router.fake_kube_api import endpoint, endpoint_slice
 from tests.router.kube_apiserver import running_apiserver
 

@@ -6,7 +6,7 @@ import pytest
 
 from router.counters import SimClock
 from router.health import REFUSED_DEFAULT_S, REFUSED_MAX_S, HealthConfig, HealthState, judged_ttft
-from router.signals import parse_metrics
+from router.dispatch.signals import parse_metrics
 from router.upstream import retry_after_s
 
 VLLM_NEW = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from router.dispatch import Context, ReplicaView, Weights, pick, speed_adjusted
-from router.signals import Signals
-from router.speed import PROMPT_WEIGHT, Speed, SpeedConfig, current, observe, sample, slowness
+from router.dispatch.signals import Signals
+from router.dispatch.speed import PROMPT_WEIGHT, Speed, SpeedConfig, current, observe, sample, slowness
 from sim import Profile
 from tests.bench_script import load_bench
 from tests.router.conftest import CHAT, FAST
@@ -131,7 +131,7 @@ async def test_the_router_learns_which_replica_is_slow_and_prefers_the_fast_one(
 
 
 def test_the_dispatch_bench_learns_speed_through_the_routers_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench/dispatch_quality.py feeds finished requests to router.speed in virtual time: with
+    """bench/dispatch_quality.py feeds finished requests to router.dispatch.speed in virtual time: with
     learning on, the T4s get a smaller share of the same steady traffic than with it off."""
     bench = load_bench("dispatch_quality")
     requests = [(i * 0.25, 300, 150) for i in range(400)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from router.sse import StreamAssembler, replay
+from router.stream.sse import StreamAssembler, replay
 
 CHAT = {
     "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m",

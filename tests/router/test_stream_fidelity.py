@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from router.sse import StreamAssembler, UsageFilter, replay, strip_usage_event
+from router.stream.sse import StreamAssembler, UsageFilter, replay, strip_usage_event
 
 HEAD = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1700000000, "model": "m",
         "system_fingerprint": "fp_abc"}
@@ -141,7 +141,7 @@ def test_the_usage_filter_gives_the_stream_the_client_asked_for_in_any_byte_spli
 def test_usage_filter_holds_no_event_past_its_bound_and_relays_it_as_it_comes() -> None:
     # A replica's event without an end (one 192 MB line) was held whole until the stream ended:
     # the client got nothing, the router held it all (670 MB peak RSS, attack review Dec 2 #2)
-    from router.sse import USAGE_FILTER_MAX_HELD
+    from router.stream.sse import USAGE_FILTER_MAX_HELD
 
     usage_filter = UsageFilter()
     piece = b"x" * 16384

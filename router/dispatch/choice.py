@@ -21,7 +21,7 @@ while any other candidate is not. The memory penalty is squared so that it is ne
 moderate use and dominant near exhaustion (where a new long prompt would preempt others).
 
 Replica speed (``gpu_load`` and ``power_of_two``): each candidate's learned seconds per token of
-work (router/speed.py) gives a slowness factor ``f`` >= 1 relative to the fastest candidate,
+work (router/dispatch/speed.py) gives a slowness factor ``f`` >= 1 relative to the fastest candidate,
 and the score becomes the cost of adding this request, scaled by how slowly it will be served::
 
     score' = (score + 1) * f - 1          # f = 1 (unknown or fastest): the score as above
@@ -31,7 +31,7 @@ so an idle T4 three times slower than an A100 ranks with an A100 that already ha
 Prefix-cache-aware (``prefix_aware``): the ``gpu_load`` score (speed included) minus a bonus
 for the prompt prefix the replica probably holds in its KV cache (``Context.prefix_match``:
 fraction 0..1 of the prompt's leading chunks in the router's index of what it sent there,
-router/prefix_index.py)::
+router/dispatch/prefix_index.py)::
 
     score'' = score' - (W_prefix + W_prefill * prompt_tokens / 1000) * match   # only while
                                                        # load + 1 <= bound, else score'
@@ -61,8 +61,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from router.signals import Signals
-from router.speed import Speed, SpeedConfig, current, slowness
+from router.dispatch.signals import Signals
+from router.dispatch.speed import Speed, SpeedConfig, current, slowness
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ class ReplicaView:
     key: replica URL; inflight: router's open requests to it; signals: last scrape (None if
     never scraped); inflight_at_scrape: ``inflight`` when that scrape was taken;
     age_s: seconds since that scrape (None if never); speed: learned seconds per token of work
-    (router/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock;
+    (router/dispatch/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock;
     prefill_tokens: prompt tokens of the router's open requests to it that have no first byte yet.
     """
 

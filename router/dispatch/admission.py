@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from router.dispatch import ReplicaView, Weights, fresh, hot
+from router.dispatch.choice import ReplicaView, Weights, fresh, hot
 
 
 def replica_pressure(view: ReplicaView, queue_limit: int, max_inflight: int | None, weights: Weights) -> int:

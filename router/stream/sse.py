@@ -3,7 +3,7 @@
 Shapes follow the OpenAI streaming API (``chat.completion.chunk`` / ``text_completion``
 chunks, with ``stream_options.include_usage`` a final chunk with ``usage`` and empty
 ``choices``, then ``data: [DONE]``), which is also what vLLM emits. Both directions go through
-the generic delta merge of ``router.deltas``, so every field of the answer survives either way.
+the generic delta merge of ``router.stream.deltas``, so every field of the answer survives either way.
 Pure functions and a small incremental parser; no I/O.
 """
 
@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from router import deltas
+from router.stream import deltas
 
 DONE = b"data: [DONE]\n\n"
 # Top-level fields of a response that are not copied onto every replayed chunk / from chunks.
@@ -51,7 +51,7 @@ def replay(response: dict[str, Any], include_usage: bool = True) -> Iterator[byt
 
     response: an OpenAI ``chat.completion`` or ``text_completion`` JSON. Every top-level field
     but the answer's (``system_fingerprint``, ``service_tier``, ...) is on every chunk, as
-    OpenAI sends them. Per choice (``router.deltas.message_deltas``): for chat the role delta,
+    OpenAI sends them. Per choice (``router.stream.deltas.message_deltas``): for chat the role delta,
     the text fields in pieces, tool calls; for completions text deltas; content with one
     token's logprobs per chunk when they line up; then the choice's finish chunk (with its
     other fields, e.g. vLLM's ``stop_reason``); with ``include_usage`` a usage chunk (when the
@@ -177,7 +177,7 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 class StreamAssembler:
     """Rebuilds the non-stream response JSON from relayed SSE bytes (generic delta merge,
-    ``router.deltas``: every field of every choice, and the top-level fields of the chunks).
+    ``router.stream.deltas``: every field of every choice, and the top-level fields of the chunks).
 
     Feed raw upstream bytes in any split; lines may end in CRLF, LF or CR alone (WHATWG HTML,
     "event stream interpretation"; a CRLF cut between two feeds is one line end).

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from router.discovery import DiscoveredReplica
+from router.discovery.base import DiscoveredReplica
 from router.settings import ReplicaSpec
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from router.discovery import DiscoveryError
+from router.discovery.base import DiscoveryError
 from router.settings import ReplicaSpec
 
 

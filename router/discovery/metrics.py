@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from router.discovery import ReplicaSource
+from router.discovery.base import ReplicaSource
 from router.replicas import Pools
 
 

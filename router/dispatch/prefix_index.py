@@ -21,7 +21,7 @@ Capacity: a replica's KV cache holds ``kv_tokens`` tokens, i.e. about ``kv_token
 chars_per_token / chunk_chars`` chunks; older entries than that are probably evicted there
 too, so the index forgets them (LRU, the same order vLLM evicts in). The index is a guess:
 it misses what other routers sent and what vLLM evicted early, which is why dispatch weighs
-it against load and never follows it into a hotspot (router/dispatch.py).
+it against load and never follows it into a hotspot (router/dispatch/choice.py).
 """
 
 from __future__ import annotations

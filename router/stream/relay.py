@@ -24,7 +24,7 @@ from router.errors import APIError, UpstreamError, UpstreamTimeout
 from router.health import judged_ttft
 from router.record import Record
 from router.replicas import Lease
-from router.sse import DONE, StreamAssembler, UsageFilter
+from router.stream.sse import DONE, StreamAssembler, UsageFilter
 from router.state import RouterState
 from router.storing import skipped, store_answer
 from router.upstream import iter_body

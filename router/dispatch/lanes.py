@@ -9,7 +9,7 @@ running batch), so short interactive requests get their TTFT back when long prom
 elsewhere; the reserved replicas may also be the ones with a larger ``max_model_len``.
 
 Decision, on the replicas that may take a request now, each with its admission pressure
-(0 room, 1 saturated, 2 overloaded; ``router.admission.replica_pressure``):
+(0 room, 1 saturated, 2 overloaded; ``router.dispatch.admission.replica_pressure``):
 
 - a long prompt goes to the long lane whenever it has an eligible replica, even a saturated
   one (it waits there, or is shed by priority: the reservation protects the normal lane); only

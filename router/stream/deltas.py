@@ -50,7 +50,7 @@ def merge(acc: dict[str, Any], delta: dict[str, Any]) -> int:
     characters, a new key's name and quotes, a new scalar's few bytes (escapes and UTF-8 widths
     not counted). The chunk's framing repeated on every delta (``index``, the ``delta`` key
     itself) counts once, as the merged answer holds it once: this is what the stream assembler
-    bounds (router/sse.py ``max_bytes``), not the bytes of the stream."""
+    bounds (router/stream/sse.py ``max_bytes``), not the bytes of the stream."""
     grown = 0
     for key, value in delta.items():
         old = acc.get(key)

@@ -42,8 +42,8 @@ from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings
 
-from router.discovery import DiscoveredReplica, DiscoveryError, Publish, SourceStats
-from router.discovery_slices import GROUP, SliceRules, choose_version, merge, replicas_of, slice_key
+from router.discovery.base import DiscoveredReplica, DiscoveryError, Publish, SourceStats
+from router.discovery.slices import GROUP, SliceRules, choose_version, merge, replicas_of, slice_key
 
 log = logging.getLogger("router.discovery")
 

@@ -1,9 +1,9 @@
-"""Which replica source the router settings ask for (kept apart from ``router.discovery`` so
+"""Which replica source the router settings ask for (kept apart from ``router.discovery.base`` so
 the pure EndpointSlice mapping, which imports that interface, never reaches the kubernetes client)."""
 
 from __future__ import annotations
 
-from router.discovery import DiscoveryError, ReplicaSource, StaticSource
+from router.discovery.base import DiscoveryError, ReplicaSource, StaticSource
 from router.settings import RouterSettings
 
 
@@ -15,13 +15,13 @@ def build_source(settings: RouterSettings) -> ReplicaSource:
             raise DiscoveryError("PROMPTEDGE_ROUTER_DISCOVERY=kubernetes takes no static replicas: unset "
                                  "PROMPTEDGE_ROUTER_REPLICAS and PROMPTEDGE_ROUTER_REPLICAS_FILE")
         # Imported here: the kubernetes client is a slow import a static router does not need.
-        from router.discovery_kube import KubeSource, load_kube_settings
+        from router.discovery.kube import KubeSource, load_kube_settings
 
         return KubeSource.from_settings(load_kube_settings())
     if settings.replicas_file is not None:
         if settings.replicas:
             raise DiscoveryError("set PROMPTEDGE_ROUTER_REPLICAS or PROMPTEDGE_ROUTER_REPLICAS_FILE, not both")
-        from router.discovery_file import load_replicas_file
+        from router.discovery.file import load_replicas_file
 
         return StaticSource(load_replicas_file(settings.replicas_file))
     if not settings.replicas:

@@ -8,9 +8,9 @@ ones are added (down until their first ``/health`` probe), gone ones are dropped
 requests still finish and release their leases), and draining ones stay but admit nothing.
 
 Sources: :class:`StaticSource` (``PROMPTEDGE_ROUTER_REPLICAS`` JSON or the YAML file
-``PROMPTEDGE_ROUTER_REPLICAS_FILE``, see ``router.discovery_file``) and
-``router.discovery_kube.KubeSource`` (``PROMPTEDGE_ROUTER_DISCOVERY=kubernetes``); the settings
-pick one in ``router.discovery_config.build_source``.
+``PROMPTEDGE_ROUTER_REPLICAS_FILE``, see ``router.discovery.file``) and
+``router.discovery.kube.KubeSource`` (``PROMPTEDGE_ROUTER_DISCOVERY=kubernetes``); the settings
+pick one in ``router.discovery.config.build_source``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ Publish = Callable[[list[DiscoveredReplica]], None]
 
 @dataclass(frozen=True, slots=True)
 class SourceStats:
-    """What a source has done so far, for ``/metrics`` (router/discovery_metrics.py).
+    """What a source has done so far, for ``/metrics`` (router/discovery/metrics.py).
 
     source: ``static`` | ``kubernetes``; lists: successful full lists; watches: watch requests
     opened; gone / broken / errors: re-lists after a 410 Gone, after a watch stream broke, and
