@@ -73,7 +73,7 @@ async def reread_cost(url: str, lookups: int) -> dict[str, dict[str, float]]:
                             model="m", response=answer, vector=vector / np.linalg.norm(vector), ttl_s=600,
                             prompt_tokens=10, completion_tokens=100)
         for knot in bound.prior.knots:
-            await bound.count("bench-pool", knot, True)
+            await bound.count_once("bench-pool", knot, True, ids[0], f"query at {knot}", 600)
         without: list[int] = []
         with_pool: list[int] = []
         for i in range(2 * lookups):
@@ -85,7 +85,8 @@ async def reread_cost(url: str, lookups: int) -> dict[str, dict[str, float]]:
     finally:
         await store.delete_ids(ids)
         await client.delete(bound.pool_key("bench-pool"), f"{prefix}:{{sem}}:expiry", f"{prefix}:{{sem}}:events",
-                            f"{prefix}:{{sem}}:groups", f"{prefix}:{{sem}}:group:t")
+                            f"{prefix}:{{sem}}:groups", f"{prefix}:{{sem}}:group:t",
+                            *(bound.pair_key("bench-pool", ids[0], f"query at {knot}") for knot in bound.prior.knots))
         await client.aclose()
 
 

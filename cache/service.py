@@ -18,7 +18,7 @@ from opskit.redis_client import REDIS_ERRORS
 
 from cache import metrics
 from cache.bound.label import compared_label
-from cache.bound.store import pool_name
+from cache.bound.store import pool_name, query_text
 from cache.embed import Encoder
 from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
 from cache.keys import exact_key
@@ -408,7 +408,8 @@ class ResponseCache:
         replica's own answer to ``req``, obtained off the client's path (the router's, one
         replica call). The entry and its pool learn the label exactly as from a compared miss
         (``_learn``). True / False: the label given; None: none (an exact hit, the bound off, a
-        sampled or several-choice request, answers without choices, Redis failing). Never raises."""
+        sampled or several-choice request, answers without choices, this query already labelled
+        this entry, Redis failing). Never raises."""
         if hit.kind != "semantic" or hit.entry_id is None or hit.similarity is None:
             return None
         return await self._learn(req, hit.entry_id, hit.similarity, hit.response, response)
@@ -417,17 +418,27 @@ class ResponseCache:
                      response: dict[str, Any]) -> bool | None:
         """Label entry ``entry_id`` (found at cosine ``score``, holding ``cached``) by the
         replica's ``response`` to ``req`` (cache/bound/label.py): one count in the pool's step
-        and the entry's state, off the client's path. The label, or None when there is none
-        (sampled request, bound off) or Redis did not take it. Never raises."""
+        and the entry's state, off the client's path, at most once per (entry, query) pair
+        within ``settings.ttl_s`` (``BoundStore.count_once``). The label, or None when there is
+        none (sampled request, bound off, the pair labelled already) or Redis did not take it.
+        Never raises."""
         if self.semantic is None or self.semantic.bound is None:
             return None
         right = compared_label(req.body, cached, response)
         if right is None:
             return None
         bound = self.semantic.bound
+        query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
+        # the pair's identity: the text compared with the entry (a semantic candidate always has one)
+        text = req.digest if isinstance(query, Skip) else query_text(query.text)
         try:
             pool = pool_name(req.tenant, req.model)
-            await self._bounded(bound.count(pool, score, right), self._off_path_timeout_s)
+            # once per (entry, query) pair for TTL_S (cache/README.md, "Labels"): a repeat is no
+            # new observation, and only a counted label teaches the entry
+            counted = await self._bounded(bound.count_once(pool, score, right, entry_id, text, self.settings.ttl_s),
+                                          self._off_path_timeout_s)
+            if not counted:
+                return None
             await self._bounded(bound.report(entry_id, pool, score, right), self._off_path_timeout_s)
         except CacheUnavailable:
             return None

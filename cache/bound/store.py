@@ -6,8 +6,11 @@ and the records of served hits that a client may report.
 | ``{prefix}:sem:entry:{<id>}`` field ``bound`` | hash field | the entry's ``EntryState`` JSON; absent: never labelled | the entry's |
 | ``{prefix}:bound:pool:{<pool digest>}`` | hash | ``r<i>`` / ``w<i>``: right / wrong labels at step i of the prior | none |
 | ``{prefix}:bound:hit:{<hit id>}`` | string | ``{"e": entry id, "t": tenant, "s": score}`` of one served semantic hit | feedback_ttl_s |
+| ``{prefix}:bound:seen:{<pool digest>}:<pair digest>`` | string | ``1``: this (entry, query) pair has labelled the pool and the entry | the caller's (``ttl_s``) |
 
-Every key's hash tag is its own (Redis Cluster: one slot per key, no script touches two). The
+Every key's hash tag is its own (Redis Cluster: one slot per key, no script touches two), but a
+pair's marker, which carries its pool's tag: the script that claims the marker and counts the
+label in the pool (``_COUNT_ONCE``) touches one slot. The
 entry's state is replaced by compare-and-set (``_ENTRY_CAS``), so two reports that race do not
 lose one; an entry that is gone (deleted, expired) is never re-created. A hit record is claimed
 by the tenant it was served to, once (``_CLAIM``): another tenant, or the same report twice,
@@ -17,6 +20,13 @@ A pool is one tenant's traffic to one model (``pool_name``): the labels one tena
 produce (compared misses) move only its own pool's steps, as its entries are its own; with one
 pool per model, a tenant sending greedy prompts with identical answers raised every step's
 right-count and other tenants got hits for different questions (attack round, 3 December).
+
+An operator-obtained label (shadow verification, a compared miss) counts once per (entry, query)
+pair (``count_once``): greedy decoding gives the same query the same answer every time, so a
+repeat is no new observation. With shadow verification on, one client sending one paraphrase 40
+times made its pool's step count 40 rights (twice the shipped prior's weight) and the entry 40
+(attack round, 3 December). The query is its compared text as the encoder reads it
+(``query_text``: spacing and case folded, as the bundled model's tokenizer does).
 """
 
 from __future__ import annotations
@@ -49,7 +59,21 @@ if not ok or type(record) ~= 'table' or record['t'] ~= ARGV[1] then return nil e
 redis.call('DEL', KEYS[1])
 return raw
 """
+# KEYS[1] = the pool, KEYS[2] = the pair's marker (the pool's slot); ARGV = the step's field,
+# the marker's TTL (s). 1 when counted, 0 when the pair has been counted already (no write).
+_COUNT_ONCE = """
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+return 1
+"""
 _CAS_TRIES = 5
+
+
+def query_text(text: str) -> str:
+    """A query's compared text as one label's identity: runs of whitespace made one space,
+    case folded (the bundled encoder lowercases and splits on whitespace, so these variants
+    are the same query at the same cosine)."""
+    return " ".join(text.split()).casefold()
 
 
 def pool_name(tenant: str, model: str) -> str:
@@ -67,10 +91,16 @@ class BoundStore:
         self.prior = prior
         self._cas = redis.register_script(_ENTRY_CAS)
         self._claim = redis.register_script(_CLAIM)
+        self._count_once = redis.register_script(_COUNT_ONCE)
 
     def pool_key(self, pool: str) -> str:
         """The key of one pool's state (its name hashed: a name may hold braces)."""
-        return f"{self.prefix}:bound:pool:{{{digest([pool])[:16]}}}"
+        return f"{self.prefix}:bound:pool:{{{_pool_tag(pool)}}}"
+
+    def pair_key(self, pool: str, entry_id: str, query: str) -> str:
+        """The marker of one (entry, query) pair's label in ``pool``, in the pool's slot;
+        ``query`` as ``query_text`` makes it."""
+        return f"{self.prefix}:bound:seen:{{{_pool_tag(pool)}}}:{digest([pool, entry_id, query])[:32]}"
 
     def hit_key(self, hit_id: str) -> str:
         """The key of one served hit's record."""
@@ -81,9 +111,15 @@ class BoundStore:
         raw = await self._redis.hgetall(self.pool_key(pool))
         return pool_state(raw, len(self.prior.knots))
 
-    async def count(self, pool: str, score: float, right: bool) -> None:
-        """Count one operator-obtained label (shadow verification, a compared miss) in the pool."""
-        await self._redis.hincrby(self.pool_key(pool), f"{'r' if right else 'w'}{self.prior.step(score)}", 1)
+    async def count_once(self, pool: str, score: float, right: bool, entry_id: str, query: str,
+                         ttl_s: int) -> bool:
+        """Count one operator-obtained label (shadow verification, a compared miss) of entry
+        ``entry_id`` for ``query`` (``query_text``) in the pool, unless that pair has been
+        counted in the last ``ttl_s`` seconds (one script, one round trip). True when counted:
+        only then may the entry learn it too (``report``)."""
+        field = f"{'r' if right else 'w'}{self.prior.step(score)}"
+        keys = [self.pool_key(pool), self.pair_key(pool, entry_id, query)]
+        return bool(await self._count_once(keys=keys, args=[field, ttl_s]))
 
     async def remember_hit(self, hit_id: str, entry_id: str, tenant: str, score: float, ttl_s: int) -> None:
         """Record a served semantic hit that its tenant may report within ``ttl_s``."""
@@ -117,6 +153,10 @@ class BoundStore:
             if written == 1:
                 return after
         return None
+
+
+def _pool_tag(pool: str) -> str:
+    return digest([pool])[:16]
 
 
 def entry_state(raw: str | bytes | None, prior: BoundPrior) -> EntryState:

@@ -6,14 +6,18 @@ with CROSSSLOT (the cache would then silently serve nothing: a store returns Fal
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 from cache import CacheRequest, CacheSettings, ResponseCache
+from cache.bound.model import BoundPrior
+from cache.bound.store import pool_name
 from cache.embed import Encoder
 from opskit.redis_client import async_redis
 from sim.redis_topology import LocalCluster
@@ -28,9 +32,9 @@ def answer(text: str) -> dict[str, Any]:
             "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
 
 
-def ask(text: str, tenant: str = "t1", model: str = "m") -> CacheRequest:
-    return CacheRequest("chat.completions", {"model": model, "messages": [{"role": "user", "content": text}]},
-                        tenant)
+def ask(text: str, tenant: str = "t1", model: str = "m", **params: Any) -> CacheRequest:
+    return CacheRequest("chat.completions",
+                        {"model": model, "messages": [{"role": "user", "content": text}], **params}, tenant)
 
 
 Factory = Callable[..., Awaitable[ResponseCache]]
@@ -122,3 +126,21 @@ async def test_semantic_entries_are_stored_followed_evicted_and_deleted_on_the_c
         await asyncio.sleep(0.05)
     assert await second.lookup(paraphrase) is None
     assert first.healthy and second.healthy
+
+
+async def test_a_label_counts_once_per_entry_and_query_on_the_cluster(
+        make_cache: Factory, encoder: Encoder, tmp_path: Path) -> None:
+    # the pair's marker and its pool's counts are written by one script: one slot, or CROSSSLOT
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6),
+                                          offset_var=1.0, source="clean").to_json()))
+    cache = await make_cache(encoder, error_bound=0.05, bound_prior_path=path)
+    greedy = {"temperature": 0}
+    assert await cache.store(ask("How do I turn on the lights in the kitchen?", **greedy), answer("switch"))
+    request = ask("How can I turn on the kitchen lights?", **greedy)
+    hit = await cache.lookup(request)
+    assert hit is not None and hit.kind == "semantic"
+    assert [await cache.verify_hit(request, hit, answer("switch")) for _ in range(3)] == [True, None, None]
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    assert (await cache.semantic.bound.pool(pool_name("t1", "m"))).seen == 1
+    assert cache.healthy

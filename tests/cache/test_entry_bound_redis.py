@@ -4,6 +4,7 @@ tenant that received the hit, once; the entry only, never the pool)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,9 @@ from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
 from cache.bound.model import BoundPrior, EntryState, load_prior
 from cache.bound.store import BoundStore, pool_name
 from cache.embed import Encoder
+from cache.keys import digest
+from cache.scope import SemanticQuery, semantic_query
+from cache.semantic_store import entry_key
 
 pytestmark = pytest.mark.slow
 
@@ -192,7 +196,10 @@ async def test_a_verified_hit_labels_its_entry_and_pool_as_a_compared_miss_does(
     hit = await cache.lookup(request)
     assert hit is not None and hit.kind == "semantic" and hit.entry_id is not None
     assert await cache.verify_hit(request, hit, answer("Flip the switch.")) is True
-    assert await cache.verify_hit(request, hit, answer("Use the app.")) is False
+    other = greedy("How can I switch on the kitchen lights?")  # another query: its own label
+    other_hit = await cache.lookup(other)
+    assert other_hit is not None and other_hit.entry_id == hit.entry_id
+    assert await cache.verify_hit(other, other_hit, answer("Use the app.")) is False
     state = await bound.pool(pool)
     assert (sum(state.right), sum(state.wrong)) == (1, 1)
     entry = EntryState.from_json(json.loads(await cache._client.hget(hit.key, "bound")))  # noqa: SLF001
@@ -204,6 +211,97 @@ async def test_a_verified_hit_labels_its_entry_and_pool_as_a_compared_miss_does(
     assert exact is not None and exact.kind == "exact" and exact.entry_id is None
     assert await cache.verify_hit(greedy(KITCHEN), exact, answer("Use the app.")) is None
     assert (await bound.pool(pool)).seen == 2
+
+
+async def seen(cache: ResponseCache, key: str) -> int:
+    """How many labels the entry at ``key`` has taken (0: never labelled)."""
+    raw = await cache._client.hget(key, "bound")  # noqa: SLF001 - the entry's state in Redis
+    return 0 if raw is None else EntryState.from_json(json.loads(raw)).seen
+
+
+async def test_the_same_query_verified_40_times_is_one_label(bounded_cache: ResponseCache) -> None:
+    # Regression (attack round, 3 December): with SHADOW_RATE=1 one client sent the same
+    # paraphrase 40 times, each hit was verified and labelled, and the pool's step counted 40
+    # "independent" rights (twice the shipped prior's weight) for one (entry, query) pair.
+    cache = bounded_cache
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound, pool = cache.semantic.bound, pool_name("t1", "m")
+    assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+    labels = []
+    for _ in range(40):
+        request = greedy(KITCHEN_PARAPHRASE)
+        hit = await cache.lookup(request)
+        assert hit is not None and hit.kind == "semantic"
+        labels.append(await cache.verify_hit(request, hit, answer("Flip the switch.")))
+    assert labels == [True] + [None] * 39  # a repeat gives no label (the router's ``no_label``)
+    state = await bound.pool(pool)
+    assert (sum(state.right), sum(state.wrong)) == (1, 0)
+    assert await seen(cache, hit.key) == 1
+    # the query's text as the encoder reads it (case, spacing) is the same query
+    again = greedy("  how can I turn ON the kitchen   lights? ")
+    again_hit = await cache.lookup(again)
+    assert again_hit is not None and again_hit.entry_id == hit.entry_id
+    assert await cache.verify_hit(again, again_hit, answer("Use the app.")) is None
+    assert (await bound.pool(pool)).seen == 1
+
+
+async def test_the_same_query_compared_40_times_is_one_label(exploring: tuple[ResponseCache, Any]) -> None:
+    # Compared misses go through the same ``_learn``: the same greedy query explored while the
+    # bound declines to serve (its exact entry gone meanwhile, e.g. a short TTL) is one label.
+    cache, _ = exploring
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound, pool = cache.semantic.bound, pool_name("t1", "m")
+    assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+    request = greedy(KITCHEN_PARAPHRASE)
+    assert await cache.lookup(request) is None  # explored, not served
+    explored = cache._explored[request.digest]  # noqa: SLF001 - what each repeated lookup leaves
+    entry_id = explored[0]
+    for _ in range(40):
+        cache._explored[request.digest] = explored  # noqa: SLF001
+        assert await cache.store(request, answer("Flip the switch."))
+    state = await bound.pool(pool)
+    assert (sum(state.right), sum(state.wrong)) == (1, 0)
+    assert await seen(cache, cache.semantic.store.prefix + ":sem:entry:{" + entry_id + "}") == 1
+
+
+async def test_different_queries_on_one_entry_each_count(bounded_cache: ResponseCache) -> None:
+    cache = bounded_cache
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound, pool = cache.semantic.bound, pool_name("t1", "m")
+    assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+    entries = set()
+    for text in (KITCHEN_PARAPHRASE, "How can I switch on the kitchen lights?",
+                 "How do I turn the kitchen lights on?"):
+        request = greedy(text)
+        hit = await cache.lookup(request)
+        assert hit is not None and hit.kind == "semantic", text
+        entries.add(hit.key)
+        assert await cache.verify_hit(request, hit, answer("Flip the switch.")) is True
+    assert len(entries) == 1
+    assert (await bound.pool(pool)).seen == 3
+    assert await seen(cache, entries.pop()) == 3
+
+
+async def test_one_query_on_two_entries_counts_for_each(bounded_cache: ResponseCache) -> None:
+    cache = bounded_cache
+    assert cache.semantic is not None and cache.semantic.bound is not None
+    bound, pool = cache.semantic.bound, pool_name("t1", "m")
+    assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
+    second = "How do I switch on the lights in my kitchen?"
+    assert await cache.store(greedy(second), answer("Flip the switch."))
+    request = greedy(KITCHEN_PARAPHRASE)
+    hit = await cache.lookup(request)
+    assert hit is not None and hit.kind == "semantic" and hit.entry_id is not None
+    # the other entry, as a lookup that found it would have served it
+    query = semantic_query("chat.completions", greedy(KITCHEN).body, "t1")
+    assert isinstance(query, SemanticQuery)
+    ids = {digest([query.scope, text])[:32] for text in (KITCHEN, second)}
+    other_id = (ids - {hit.entry_id}).pop()
+    other = dataclasses.replace(hit, entry_id=other_id, key=entry_key(cache.settings.key_prefix, other_id))
+    assert await cache.verify_hit(request, hit, answer("Flip the switch.")) is True
+    assert await cache.verify_hit(request, other, answer("Flip the switch.")) is True
+    assert (await bound.pool(pool)).seen == 2
+    assert [await seen(cache, h.key) for h in (hit, other)] == [1, 1]
 
 
 def test_settings_bound_the_shadow_share_and_budget() -> None:

@@ -111,6 +111,28 @@ async def test_a_served_hit_is_verified_once_off_path_and_labels_entry_and_pool_
     assert [r.inflight for r in router.app.state.router.pools.all()] == [0]
 
 
+async def test_the_same_paraphrase_again_is_verified_but_labels_nothing(
+        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    # Regression (attack round, 3 December): 40 hits of one paraphrase made 40 labels of one
+    # (entry, query) pair; a repeat now counts as ``no_label`` and teaches neither entry nor pool
+    replica = await start_replica()
+    router = await start_router([replica.url], api_keys={"key-a1": "acme"})
+    url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a1"}
+    await post_until_stored(client, url, greedy(QUESTION), a)
+    for i in range(5):
+        hit = await client.post(url, json=greedy(PARAPHRASE), headers=a)
+        assert hit.headers["x-cache"] == "semantic"
+
+        async def settled(done: int = i + 1) -> bool:
+            return sum((await shadow_counts(client, router.url)).values()) == done
+
+        assert await until(settled)  # one at a time: the budget never skips one
+    assert await shadow_counts(client, router.url) == {"right": 1, "no_label": 4}
+    entries, pools = await bound_states(redis_url)
+    assert [(e["n"], e["w"]) for e in entries] == [(1, 0)]
+    assert pools == {"r1": 1}
+
+
 async def test_a_streamed_hit_is_verified_with_a_non_stream_call(
         bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient) -> None:
     replica = await start_replica()
