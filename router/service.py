@@ -387,6 +387,8 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             response = await state.upstream.open(replica.url + path, raw, sent, timeouts.connect_s, timeouts.ttfb_s,
                                                  method)
             opened = True
+            if 200 <= response.status_code < 300:  # for a non-stream answer: once it is done
+                state.accepted(replica, chunks)
         except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
             replica.health.on_evidence(exc.evidence, time.monotonic())
             if isinstance(exc, RetryableStatus):
