@@ -8,6 +8,7 @@ request path write. Single event loop, so plain attributes need no locks.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from router.credentials import Credentials
@@ -30,6 +31,9 @@ class Replica:
         self.authorization = authorization
         self.inflight = 0
         self.prefill_tokens = 0  # prompt tokens of open requests with no first byte yet
+        # non-stream requests still counted in prefill_tokens -> when they were sent (monotonic s),
+        # oldest first: a scrape that shows them admitted ends their count (observe)
+        self.unadmitted: OrderedDict[Lease, float] = OrderedDict()
         self.signals: Signals | None = None
         self.scraped_at: float | None = None  # monotonic seconds
         self.inflight_at_scrape = 0
@@ -37,11 +41,20 @@ class Replica:
         self.speed: Speed | None = None  # learned seconds per output token (router/dispatch/speed.py)
         self._retest = False  # a request was sent to re-test a stale estimate (router/dispatch/speed.py)
 
-    def observe(self, signals: Signals, now: float) -> None:
-        """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time."""
+    def observe(self, signals: Signals, now: float, sent_before: float | None = None) -> None:
+        """Store a scrape taken at ``now`` (monotonic s) with the in-flight count at that time.
+        ``sent_before``: requests sent before then had time to reach the replica before the
+        scrape began; when it says nothing waits, each of them was admitted, its prefill begun,
+        so the non-stream ones among them stop counting as pending prefill."""
         self.signals = signals
         self.scraped_at = now
         self.inflight_at_scrape = self.inflight
+        if sent_before is not None and signals.waiting == 0:
+            while self.unadmitted:
+                lease, sent = next(iter(self.unadmitted.items()))
+                if sent > sent_before:
+                    break
+                lease.first_byte()  # removes it
 
     def observe_answer(self, duration_s: float, completion_tokens: int, prompt_tokens: int, now: float) -> None:
         """Learn from one good answer: ``duration_s`` from sending the request to its last byte,
@@ -58,10 +71,12 @@ class Replica:
         return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed,
                            self.prefill_tokens)
 
-    def lease(self, prefill_tokens: int = 0) -> Lease:
+    def lease(self, prefill_tokens: int = 0, streamed: bool = True) -> Lease:
         """Count one request as open on this replica until the lease is released, and its
         ``prefill_tokens`` (its prompt's token count, the router's estimate) as pending until
-        its first byte (:meth:`Lease.first_byte`) or its end. A request sent while the
+        its first byte (:meth:`Lease.first_byte`) or its end; a request not ``streamed`` has
+        its first byte only after its whole generation, so its count also ends with the first
+        scrape showing it admitted (:meth:`observe`). A request sent while the
         replica's learned speed is stale and nothing is in flight is its re-test: its sample
         replaces the estimate (router/dispatch/speed.py)."""
         now = time.monotonic()
@@ -70,7 +85,10 @@ class Replica:
         self.inflight += 1
         prefill = max(0, int(prefill_tokens))
         self.prefill_tokens += prefill
-        return Lease(self, self.health.on_dispatch(now), prefill)
+        lease = Lease(self, self.health.on_dispatch(now), prefill)
+        if prefill and not streamed:
+            self.unadmitted[lease] = now
+        return lease
 
 
 class Lease:
@@ -86,10 +104,12 @@ class Lease:
         self._prefill = prefill_tokens
 
     def first_byte(self) -> None:
-        """The answer has begun: its prompt no longer counts as pending prefill (idempotent)."""
+        """The answer has begun (or, not streamed, the replica admitted it): its prompt no
+        longer counts as pending prefill (idempotent)."""
         if self._prefill:
             self.replica.prefill_tokens -= self._prefill
             self._prefill = 0
+            self.replica.unadmitted.pop(self, None)
 
     def release(self) -> None:
         """Close the request (decrements the replica's in-flight count once; ends a trial, so a

@@ -115,7 +115,8 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
     rec.cache = "miss"
     service.shed_or_fall_back(state, rec, fallback_allowed=False)
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await service.open_upstream(state, rec, PATH, body, raw, headers, pinned=pinned)
+        upstream, lease = await service.open_upstream(state, rec, PATH, body, raw, headers, pinned=pinned,
+                                                      streamed=body.get("stream") is True)
         if upstream.status_code >= 400:
             return await service.upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
         if body.get("stream") is True:

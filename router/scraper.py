@@ -68,6 +68,7 @@ class Scraper:
     async def _scrape(self, replica: Replica) -> None:
         if replica.spec.metrics_path is None:
             return
+        started = time.monotonic()
         try:
             signals = await self._fetch(replica.url + replica.spec.metrics_path)
             if replica.spec.gpu_metrics_url:
@@ -77,7 +78,8 @@ class Scraper:
             log.debug("scrape of %s failed: %r", replica.url, exc)
             return
         self.scrapes += 1
-        replica.observe(signals, time.monotonic())
+        # a request sent a scrape interval before this scrape began has reached the replica
+        replica.observe(signals, time.monotonic(), sent_before=started - self.scrape_interval_s)
 
     async def _fetch(self, url: str) -> Signals:
         response = await self.client.get(url)

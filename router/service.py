@@ -136,7 +136,7 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     # another model's answer is not this one's
     store = creq if rec.target == rec.pool and endpoint in _CACHED else None
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await open_upstream(state, rec, _PATHS[endpoint], body, raw, headers)
+        upstream, lease = await open_upstream(state, rec, _PATHS[endpoint], body, raw, headers, streamed=stream)
         if upstream.status_code >= 400:
             return await upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
         # the replica may say its answer is not for a shared cache, or fresh for so long only
@@ -336,14 +336,16 @@ async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[str, Any], raw: bytes,
                         headers: Any, method: str = "POST", pinned: str | None = None,
-                        content_type: str = _JSON) -> tuple[httpx.Response, Lease]:
+                        content_type: str = _JSON, streamed: bool = False) -> tuple[httpx.Response, Lease]:
     """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
     connect error, 429 or 503 (nothing reached the client yet) retry on a different replica:
     at most MAX_ATTEMPTS replicas that could not be connected to (each may cost the connect
     timeout), at most MAX_REFUSALS that answered 429/503 (each costs one round trip; a
     scale-down drains several replicas at once, and every one of them refuses). ``pinned``: only the replica of that URL may take it (a
-    Responses API follow-up: no other replica holds its state). Raises NoReplica (503) when
-    the pool has no eligible replica, else the last replica error."""
+    Responses API follow-up: no other replica holds its state). ``streamed``: the answer is an
+    SSE stream (else it comes whole: its prompt's pending prefill ends when a scrape shows the
+    replica admitted it, router/replicas.py). Raises NoReplica (503) when the pool has no
+    eligible replica, else the last replica error."""
     tried: set[str] = set()
     last: APIError | None = None
     timeouts = state.settings.timeouts[rec.priority]
@@ -377,7 +379,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
                                            chunks=chunks, prompt_tokens=rec.prompt_tokens)
         rec.replica, rec.profile = replica.url, replica.spec.profile or ""
         rec.forwarded_at = time.perf_counter()
-        lease = replica.lease(to_prefill)
+        lease = replica.lease(to_prefill, streamed)
         opened = False
         try:
             authorization = replica.authorization or client_key
@@ -385,6 +387,8 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             response = await state.upstream.open(replica.url + path, raw, sent, timeouts.connect_s, timeouts.ttfb_s,
                                                  method)
             opened = True
+            if 200 <= response.status_code < 300:  # for a non-stream answer: once it is done
+                state.accepted(replica, chunks)
         except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
             replica.health.on_evidence(exc.evidence, time.monotonic())
             if isinstance(exc, RetryableStatus):

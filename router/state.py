@@ -58,7 +58,9 @@ class RouterState:
 
         Returns the replica and the prompt tokens it will probably have to prefill: all of
         ``prompt_tokens`` less the share its prefix index says it holds (``prefix_aware``),
-        which is what ``Replica.lease`` should count as pending prefill."""
+        which is what ``Replica.lease`` should count as pending prefill. The prompt's
+        ``chunks`` are recorded for the replica only once it accepts the request
+        (:meth:`accepted`)."""
         self.ticket += 1
         views: list[ReplicaView] = [r.view(now) for r in replicas]
         match = self.prefix_index.matches([r.url for r in replicas], chunks) if chunks else {}
@@ -67,9 +69,15 @@ class RouterState:
                       prefix_match=match, prompt_tokens=prompt_tokens)
         chosen = pick(views, self.settings.policy, ctx, self.weights)
         replica = next(r for r in replicas if r.url == chosen.key)
+        if not chunks:
+            self.prefixes.put(prefix, chosen.key, now)
+        return replica, round(prompt_tokens * (1.0 - match.get(chosen.key, 0.0)))
+
+    def accepted(self, replica: Replica, chunks: list[int] | None) -> None:
+        """``replica`` answered 2xx to a prompt of these chunk hashes (``prefix_aware``), so its
+        prefix cache will hold it: record them. A prompt it refused (a 4xx such as one over its
+        context, a 5xx, no connection, a retry elsewhere) is never in its cache, and recording
+        it would evict real prefixes from the bounded index."""
         if chunks:
             kv_tokens = replica.signals.kv_capacity_tokens if replica.signals is not None else None
             self.prefix_index.record(replica.url, chunks, kv_tokens)
-        else:
-            self.prefixes.put(prefix, chosen.key, now)
-        return replica, round(prompt_tokens * (1.0 - match.get(chosen.key, 0.0)))

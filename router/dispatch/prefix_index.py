@@ -19,7 +19,8 @@ token, i.e. 4 vLLM blocks of 16) by default.
 
 Capacity: a replica's KV cache holds ``kv_tokens`` tokens, i.e. about ``kv_tokens x
 chars_per_token / chunk_chars`` chunks; older entries than that are probably evicted there
-too, so the index forgets them (LRU, the same order vLLM evicts in). The index is a guess:
+too, so the index forgets them (LRU, the same order vLLM evicts in). Only prompts the replica
+accepted are recorded (router/state.py ``accepted``), at most half an index of chunks each. The index is a guess:
 it misses what other routers sent and what vLLM evicted early, which is why dispatch weighs
 it against load and never follows it into a hotspot (router/dispatch/choice.py).
 """
@@ -149,9 +150,14 @@ class PrefixIndexes:
                 for url in urls}
 
     def record(self, url: str, hashes: Sequence[int], kv_tokens: float | None = None) -> None:
-        """Remember that the prompt with ``hashes`` was sent to ``url``."""
+        """Remember that ``url`` accepted the prompt with ``hashes``: its leading ones, at most
+        half the index's capacity, so no one prompt evicts more than half of what the index holds
+        (a replica holds no prompt over its context, which vLLM keeps within its KV cache and
+        is usually a small part of it: 32k of 400k tokens on an a100 here; a server that
+        truncates an over-long prompt instead of refusing it caches only part of it)."""
         if hashes:
-            self.index(url, kv_tokens).add(hashes)
+            idx = self.index(url, kv_tokens)
+            idx.add(hashes[:max(1, idx.capacity // 2)])
 
     def forget(self, keep: Sequence[str]) -> None:
         """Drop the indexes of replicas not in ``keep`` (gone from discovery)."""

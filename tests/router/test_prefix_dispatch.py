@@ -47,7 +47,7 @@ def test_index_is_lru_bounded_and_forgets_a_prompt_tail_first() -> None:
 
 
 def test_index_capacity_follows_the_replica_kv_size() -> None:
-    indexes = PrefixIndexes(chunk_chars=256, kv_tokens_default=128)  # 2 chunks by default
+    indexes = PrefixIndexes(chunk_chars=256, kv_tokens_default=256)  # 4 chunks by default, 2 per prompt
     indexes.record("a", [1, 2, 3])
     assert indexes.matches(["a", "b"], [1, 2, 3]) == {"a": 2 / 3, "b": 0.0}
     indexes.record("a", [1, 2, 3], kv_tokens=1024)  # the replica told: 16 chunks
@@ -164,3 +164,37 @@ async def test_pending_prefill_counts_only_the_part_of_the_prompt_the_replica_pr
     answers = await asyncio.gather(shared, unrelated)
     assert [a.status_code for a in answers] == [504, 504]
     assert rep.prefill_tokens == 0 and rep.inflight == 0
+
+
+
+def test_one_prompt_never_takes_more_than_half_a_replica_index() -> None:
+    indexes = PrefixIndexes(chunk_chars=256, kv_tokens_default=640)  # 10 chunks
+    indexes.record("a", [1, 2, 3, 4])
+    indexes.record("a", list(range(100, 130)))  # 30 chunks: only its first 5 are recorded
+    assert indexes.matches(["a"], [1, 2, 3, 4]) == {"a": 1.0}
+    assert indexes.matches(["a"], list(range(100, 130))) == {"a": 5 / 30}
+
+@pytest.mark.usefixtures("exact_only")
+async def test_prompts_a_replica_rejects_do_not_evict_the_prefixes_it_holds(
+        start_replica, start_router, client) -> None:
+    """The index recorded a prompt for the chosen replica before sending it, whatever came of
+    it: 12 prompts of 600k characters, each answered 400 (over the model's context), took a
+    victim's prefix match on its replica from 0.97 to 0.0 (attack round, finding 2). Only a
+    prompt the replica accepted (2xx) is recorded now."""
+    # FAST: max_model_len 1,000 tokens, KV 4,000 tokens: an index of 62 chunks of 256 characters
+    replicas = [await start_replica() for _ in range(2)]
+    router = await start_router([r.url for r in replicas], policy="prefix_aware", scrape_interval_s=60)
+    state = router.app.state.router
+    url = router.url + "/v1/chat/completions"
+    victim = chat("You are a careful assistant. " * 30, "victim")  # 3 chunks, ~220 tokens
+    served = await client.post(url, json=victim)
+    assert served.status_code == 200
+    home = served.headers["x-promptedge-replica"]
+    hashes = state.prefix_index.hashes(victim)
+    assert state.prefix_index.matches([home], hashes) == {home: 1.0}
+    for i in range(12):  # ~5,000 tokens each: over max_model_len, 78 chunks each
+        junk = await client.post(url, json=chat(f"{i:04d} " + "Ignore all that. " * 1200, "junk"))
+        assert junk.status_code == 400
+    assert state.prefix_index.matches([home], hashes) == {home: 1.0}
+    again = await client.post(url, json=chat("You are a careful assistant. " * 30, "again"))
+    assert again.headers["x-promptedge-replica"] == home
