@@ -30,7 +30,7 @@ class Replica:
         self.url = spec.url
         self.authorization = authorization
         self.inflight = 0
-        self.prefill_tokens = 0  # prompt tokens of open requests with no first byte yet
+        self.prefill_tokens = 0  # prompt tokens of open requests still in prefill (lease)
         # non-stream requests still counted in prefill_tokens -> when they were sent (monotonic s),
         # oldest first: a scrape that shows them admitted ends their count (observe)
         self.unadmitted: OrderedDict[Lease, float] = OrderedDict()

@@ -7,8 +7,9 @@ Score (``gpu_load``, lower is better; unit: "equivalent running requests")::
     score    = est + W_queue * waiting + W_kv * kv_usage + W_mem * mem_used**2
                + W_temp * max(0, temp_c - 75) + W_prefill * prefill_tokens / 1000
 
-``prefill_tokens`` is the router's own count of prompt tokens sent to the replica whose answer
-has not begun (no first byte yet): a new request there waits for those prefills before its
+``prefill_tokens`` is the router's own count of prompt tokens sent to the replica whose prefill
+has not ended as far as the router can tell (a stream: no first byte yet; a non-stream request:
+until a scrape begun after it shows nothing waiting there, router/replicas.py): a new request there waits for those prefills before its
 own first token, however few requests are open (a replica with one 4,000-token prompt pending
 is a worse choice for time to first token than one decoding three answers). ``W_prefill`` = 3
 makes 1,000 pending prompt tokens weigh as three open requests; it is counted whether the
@@ -73,7 +74,9 @@ class ReplicaView:
     never scraped); inflight_at_scrape: ``inflight`` when that scrape was taken;
     age_s: seconds since that scrape (None if never); speed: learned seconds per token of work
     (router/dispatch/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock;
-    prefill_tokens: prompt tokens of the router's open requests to it that have no first byte yet.
+    prefill_tokens: prompt tokens of the router's open requests to it still in prefill as far as
+    the router can tell (``Replica.prefill_tokens``: no first byte yet, or for a non-stream
+    request no scrape since showing the replica's queue empty).
     """
 
     key: str
