@@ -81,6 +81,9 @@ def _read(cls: type[S], prefix: str) -> S:
         lines = []
         for error in exc.errors(include_url=False):
             field = error_location(error["loc"])  # API keys in a location are secrets
+            if not field:  # a rule across fields (model validator): its message names them
+                lines.append(f"settings {prefix}*: {error['msg']}")
+                continue
             top = field.split(".")[0]  # a field, or an env name given as its alias (PROMPTEDGE_REDIS_URL)
             name = top if top.startswith("PROMPTEDGE_") else f"{prefix}{top.upper()}"
             lines.append(f"setting {name} ({field}): {error['msg']}")

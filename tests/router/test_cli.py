@@ -96,3 +96,12 @@ def test_start_up_errors_follow_log_format_text() -> None:
         assert code == 2, output
         assert re.fullmatch(r"\S+ ERROR router\.server: cannot start: .*", output.strip().splitlines()[0]), output
         assert name in output and "hunter2" not in output
+
+
+def test_a_rule_across_settings_names_its_settings_not_an_empty_one() -> None:
+    # attack round (cosmetic): "setting PROMPTEDGE_CACHE_ (): Value error, ..." for a rule that
+    # ties two settings together (a model validator has no field of its own)
+    code, output = start_up_error({"PROMPTEDGE_CACHE_SHADOW_RATE": "0.1"})
+    assert code == 2, output
+    assert "PROMPTEDGE_CACHE_ ()" not in output
+    assert "PROMPTEDGE_CACHE_SHADOW_RATE needs PROMPTEDGE_CACHE_ERROR_BOUND" in output
