@@ -82,7 +82,5 @@ async def test_a_request_arriving_while_the_step_clock_lags_has_no_negative_queu
     text = engine.metrics.render().decode()
     total = next(float(line.split()[-1]) for line in text.splitlines()
                  if line.startswith("vllm:request_queue_time_seconds_sum"))
-    buckets = [line for line in text.splitlines() if line.startswith("vllm:request_queue_time_seconds_bucket")]
     assert total >= 0.0
-    assert buckets and float(buckets[0].split()[-1]) >= 0  # rendered
     assert total < 1.0  # nothing waited for KV room here: queue time is the step boundary at most
