@@ -96,3 +96,46 @@ def test_an_actor_that_dies_marks_its_run_invalid_instead_of_a_normal_looking_ro
     assert invalid and "forecaster exited with code 2" in invalid[0], invalid
     from sim.loop import render
     assert "INVALID: predictive: forecaster exited with code 2" in render(report)
+
+
+def test_an_api_server_killed_mid_replay_marks_the_run_invalid(tmp_path: Path) -> None:
+    # Attack round: a kube-apiserver SIGKILLed during the replay gave a normal-looking row (92.9 %
+    # SLO) and exit 0, its Deployment unseen for 13 of 15 minutes. Here the real one is killed.
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    _needs_control_plane()
+    trace = tmp_path / "step.csv"
+    start_hour = _daily_step_trace(trace)
+    log_dir = tmp_path / "logs"
+    cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=3 / 60, speedup=15.0, warmup_s=120.0,
+                     policies=("fixed_peak",), capacity_rps=CAPACITY, peak_replicas=2, max_replicas=3,
+                     history_days=1.0, max_generated=16, log_dir=log_dir, progress=False)
+    killed: list[int] = []
+    done = threading.Event()
+
+    def kill_api_server_once_the_router_serves() -> None:
+        while not done.is_set() and not killed:
+            if (log_dir / "fixed_peak" / "router.log").exists() and "router.access" in \
+                    (log_dir / "fixed_peak" / "router.log").read_text(errors="replace"):
+                for proc in psutil.process_iter(["cmdline"]):
+                    cmd = " ".join(proc.info["cmdline"] or [])
+                    if "kube-apiserver" in cmd and str(log_dir) in cmd:
+                        proc.send_signal(signal.SIGKILL)
+                        killed.append(proc.pid)
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_api_server_once_the_router_serves, daemon=True)
+    killer.start()
+    try:
+        report = run_loop(cfg)
+    finally:
+        done.set()
+        killer.join(timeout=5)
+    assert killed, "the API server was never found to kill"
+    invalid = report["policies"]["fixed_peak"]["invalid"]
+    assert any("the API server failed" in reason for reason in invalid), (invalid, report["policies"]["fixed_peak"])
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(log_dir) in " ".join(p.info["cmdline"] or [])]
