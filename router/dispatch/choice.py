@@ -229,8 +229,10 @@ def load_bound(loads: Sequence[float], factor: float) -> float:
 
 def prefix_scores(views: Sequence[ReplicaView], scores: Sequence[float], loads: Sequence[float],
                   match: Mapping[str, float], weights: Weights, prompt_tokens: int = 0) -> list[float]:
-    """``scores`` minus ``weights.prefix`` x each replica's prefix match (0..1), for replicas
-    within the load bound only (see the module docstring); lower is better."""
+    """``scores`` minus (``weights.prefix`` + ``weights.prefill_per_1k`` x ``prompt_tokens`` /
+    1000) x each replica's prefix match (0..1): a fixed bonus plus the prefill the match saves,
+    in open requests' worth; for replicas within the load bound only (see the module
+    docstring). One value per view, lower is better. ``prompt_tokens`` 0: the fixed bonus only."""
     bound = load_bound(loads, weights.affinity_load_factor)
     per_match = weights.prefix + weights.prefill_per_1k * prompt_tokens / 1000.0
     return [s - per_match * match.get(v.key, 0.0) if load + 1.0 <= bound else s
