@@ -151,6 +151,15 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     }
 
 
+def segment_start(origin: float, earliest: float, speedup: float) -> tuple[float, float]:
+    """(wall Unix s the replay starts at, simulated Unix s the segment starts at): the first whole
+    simulated minute at or after wall time ``earliest`` on the clock origin + (wall - origin) x
+    speedup. On a whole minute, history minute m (counter bucket start // 60 + m) and live
+    minute m fall in the same bucket; otherwise the history ran up to 60 s ahead of the traffic."""
+    sim_start = math.ceil((origin + (earliest - origin) * speedup) / 60.0) * 60.0
+    return origin + (sim_start - origin) / speedup, sim_start
+
+
 def _clock_env(origin: float, speedup: float) -> dict[str, str]:
     # PYTHONPATH: every child imports this checkout, whatever the working directory.
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -198,8 +207,7 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         # become router counters so the forecaster sees real history.
         # The actor starts first (a Python process takes seconds to import its stack) and
         # makes its first decision on the history alone.
-        replay_at = time.time() + ACTOR_LEAD_WALL_S
-        sim_start = origin + (replay_at - origin) * cfg.speedup
+        replay_at, sim_start = segment_start(origin, time.time() + ACTOR_LEAD_WALL_S, cfg.speedup)
         with redis.Redis.from_url(redis_url) as r:
             write_history(r, cfg.model, sim_start, prep.history, cfg.miss_ratio, prep.mean_tokens)
         _start_actor(stack, cfg, prep, policy, router, kubeconfig, redis_url, clock)

@@ -127,3 +127,19 @@ def test_run_problems_names_dead_processes_and_a_blind_observer() -> None:
     assert run_problems({"node": None, "hpa": -9}, 0, 100) == ["hpa exited with code -9 during the run"]
     assert run_problems({}, 2, 100) == []  # a transient error or two is not a blind run
     assert run_problems({}, 13, 15) == ["the API server failed 13 of 28 samples"]
+
+
+def test_the_segment_starts_on_a_whole_simulated_minute_so_history_and_live_minutes_share_buckets() -> None:
+    # The CI failure of stop 23: the segment started at an arbitrary second, so history minute m
+    # (written to bucket floor(start / 60) + m) began up to 60 s before live minute m, and the
+    # forecaster saw the daily step in a bucket shifted against the traffic it planned for.
+    from sim.loop.run import segment_start
+
+    for origin, now, speedup in ((1_000.0, 1_003.7, 15.0), (5_000.25, 5_009.9, 7.0), (0.0, 0.0, 1.0)):
+        replay_at, sim_start = segment_start(origin, now, speedup)
+        assert sim_start % 60 == 0
+        assert sim_start == pytest.approx(origin + (replay_at - origin) * speedup)  # one clock
+        assert now <= replay_at < now + 60 / speedup  # waits less than one simulated minute
+        for m in (0, 14, 15):  # a live arrival anywhere in segment minute m counts in bucket start // 60 + m
+            for x in (0.0, 30.0, 59.999):
+                assert int((sim_start + 60 * m + x) // 60) == int(sim_start // 60) + m
