@@ -41,7 +41,11 @@ class PlannerConfig:
     0 reads "the expected demand at the utilisation target, the upper quantile at full
     capacity"; observe_s: how long after a bucket starts its demand is first counted (s; the
     router's counter minute): a recommendation that only the upper band of a bucket asked for
-    stops holding replicas up then (see ``decide``)."""
+    stops holding replicas up then (see ``decide``); smoothing_s: how far after a bucket the
+    demand it stands for reaches (s): the half-width of a centred mean the forecast was made
+    on (forecaster.run: rate_window_s), so a step forecast there at full level only this long
+    after it starts; the plan reads that far past each decision's covered span (0: buckets as
+    counted)."""
 
     capacity_per_replica: float
     headroom: float = 0.2
@@ -54,6 +58,7 @@ class PlannerConfig:
     decision_interval_s: float = 60.0
     upper_headroom: float | None = None
     observe_s: float = 60.0
+    smoothing_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -137,16 +142,17 @@ def lead_steps(lead_time_s: float, step_s: float) -> int:
 def horizon_steps(horizon_s: float, step_s: float, config: PlannerConfig) -> int:
     """Steps to forecast: the horizon setting, but at least up to the last bucket a decision
     taken anywhere inside the current bucket must cover (now + lead + decision interval)."""
-    reach = step_s + config.lead_time_s + config.decision_interval_s
+    reach = step_s + config.lead_time_s + config.decision_interval_s + config.smoothing_s
     return max(1, math.ceil(horizon_s / step_s), math.ceil(reach / step_s))
 
 
 def covered(steps: list[PlanStep], now: float, step_s: float, config: PlannerConfig) -> list[PlanStep]:
     """The buckets that replicas ordered at ``now`` serve before the next decision's replicas
-    are ready: those overlapping [now + lead, now + lead + decision interval). Past the horizon,
-    the last bucket."""
+    are ready: those overlapping [now + lead, now + lead + decision interval), plus
+    ``config.smoothing_s`` past it (a smoothed bucket reaching demand that far later). Past the
+    horizon, the last bucket."""
     lo = now + config.lead_time_s
-    hi = lo + config.decision_interval_s
+    hi = lo + config.decision_interval_s + config.smoothing_s
     inside = [s for s in steps if s.start < hi and s.start + step_s > lo]
     return inside or steps[-1:]
 
@@ -231,7 +237,7 @@ def decide(
     if current is None:
         return Decision(target, f"{why}; first decision", "set", now, None, recommended)
     if target < current:
-        horizon_end = now + config.lead_time_s + config.decision_interval_s
+        horizon_end = now + config.lead_time_s + config.decision_interval_s + config.smoothing_s
         window_peak = max(s.replicas for s in steps if s.start < horizon_end)
         if window_peak > target:
             target = min(current, window_peak)

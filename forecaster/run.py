@@ -172,6 +172,7 @@ def run_once(
     # models forecast that smoothed series ``lag`` buckets further, and the plan is read from
     # the forecast shifted back into place (a seasonal step is then not forecast late).
     lag = (window - 1) // 2
+    config = replace(config, smoothing_s=lag * traffic.step)
     if y.size == 0 or np.isnan(y).all():
         # the Traffic's name: only the part of the source that returned nothing (PopsCounterSource)
         decision = _hold(state, at, f"{traffic.name or source.name} returned no data", config, "empty", current)

@@ -73,6 +73,28 @@ def test_a_windowed_rate_is_forecast_at_its_centre_so_a_daily_step_is_not_foreca
     assert at[12] == 4.0  # two minutes in: all of the window after the step (old: 2.8)
 
 
+def test_replicas_for_a_daily_step_are_ordered_a_lead_time_before_it_despite_the_smoothing() -> None:
+    # Stop 23's CI failure: even centred, a 5-minute mean turns yesterday's step into a ramp that
+    # reaches the step's level two minutes in, so the decision covering the step's first minutes
+    # read 3/5 of it; the full count came one decision later, Ready after the step. A smoothed
+    # bucket carries demand up to ``lag`` buckets after it: the plan now reads that far.
+    day = np.r_[np.full(600, 1.0), np.full(840, 4.0)]  # every day: 1 req/s, then 4 from minute 600
+    y = np.tile(day, 3)
+    settings = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, upper_headroom=0.0, rate_window_s=300.0,
+                                  warmup_s=120.0, actuation_delay_s=0.0, models=["seasonal_naive"], metrics_port=0,
+                                  max_replicas=20, band_window_s=0.0)
+    step = 2 * 1440 + 600
+    first = None
+    for minute in range(step - 10, step + 1):  # one decision a minute, 30 s into it
+        now = minute * 60.0 + 30.0
+        result = run_once(settings, _Source(y[:minute]), now=now, current=1)
+        if result.decision.replicas >= 4:
+            first = now
+            break
+    assert first is not None
+    assert first + 120.0 <= step * 60.0, (first / 60 - step)  # Ready (decision + warm-up) by the step
+
+
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), "1e400", "3601", -1.0])
 def test_a_rate_window_that_is_not_finite_or_past_an_hour_is_a_settings_error(
         bad: float | str, monkeypatch: pytest.MonkeyPatch) -> None:
