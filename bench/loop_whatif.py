@@ -45,6 +45,8 @@ import typer
 from pydantic import ValidationError
 
 from forecaster import ForecasterSettings, PlannerState, Traffic, run_once
+from forecaster.errors import ConfigError
+from forecaster.models.select import build_candidates
 from forecaster.run import SelectionCache
 from sim.loop.config import LoopConfig
 from sim.loop.run import Prepared, prepare, replicas_for
@@ -186,6 +188,19 @@ def compare(cfg: LoopConfig, prep: Prepared, data: Counts, variants: list[tuple[
     return rows
 
 
+def check_variant(name: str, overrides: dict[str, Any], base: dict[str, Any]) -> None:
+    """Raise typer.BadParameter naming the variant when its overrides on ``base`` (settings
+    fields) are not valid ForecasterSettings or name a model the forecaster does not have."""
+    try:
+        settings = ForecasterSettings(**{**base, **overrides})
+        build_candidates(settings.models, 1440, 60.0, settings.level)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise typer.BadParameter(f"{name}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    except ConfigError as exc:
+        raise typer.BadParameter(f"{name}: {exc}") from None
+
+
 def loop_settings(cfg: LoopConfig, capacity_rps: float) -> dict[str, Any]:
     """The forecaster settings the loop gives its daemon (sim/loop/run.py, ``_start_actor``)."""
     return dict(capacity_per_replica=capacity_rps, headroom=cfg.headroom, min_replicas=1,
@@ -222,11 +237,7 @@ def main(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     for name, over in variants:  # refuse a bad value before the half minute of preparation
-        try:
-            ForecasterSettings(**{**loop_settings(cfg, 1.0), **over})
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise typer.BadParameter(f"{name}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        check_variant(name, over, loop_settings(cfg, 1.0))
     t0 = time.time()
     prep = prepare(cfg)
     data = counts(cfg, prep, miss_ratio)

@@ -33,3 +33,13 @@ def test_the_source_reads_the_minutes_before_now_padded_with_missing_ones() -> N
     assert t.start == whatif.T0 - 6 * 60 and len(t) == 8
     assert np.isnan(t.requests[0]) and list(t.requests[1:] * 60) == [0, 1, 2, 3, 4, 5, 6]
     assert list(t.misses[1:] * 60) == [0, 0.5, 1, 1.5, 2, 2.5, 3]
+
+
+def test_an_unknown_model_in_a_variant_is_a_clear_error_before_any_work() -> None:
+    # Regression: --variant 'models=["holt_damped"]' printed a traceback (ConfigError) after the
+    # half minute of preparation; the fields were checked, the model names were not.
+    with pytest.raises(typer.BadParameter, match="holt_damped"):
+        whatif.check_variant("v", {"models": ["holt_damped"]}, {"capacity_per_replica": 1.0})
+    with pytest.raises(typer.BadParameter, match="level"):
+        whatif.check_variant("v", {"level": 2.0}, {"capacity_per_replica": 1.0})
+    whatif.check_variant("v", {"models": ["last_value", "ets_level"]}, {"capacity_per_replica": 1.0})
