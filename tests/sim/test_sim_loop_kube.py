@@ -61,7 +61,12 @@ def _first_ready_at(report: dict, policy: str, replicas: int) -> float | None:  
 # history, since switched off) and once with 56 requests answered 503 in one policy. Those were
 # a scale-down's draining replicas: each refused new requests while discovery still listed it,
 # and least-load dispatch sent it more (fixed in the router: a refusing replica is backed off
-# and a request tries up to 8 of them; tests/router/test_draining_replicas.py).
+# and a request tries up to 8 of them; tests/router/test_draining_replicas.py). It failed stop
+# 23's CI with the third replica Ready in minute 15, seconds after the step, as it then did on
+# every run here: the 5-minute rate reached the step's level two minutes in, so the step's
+# replicas were ordered a decision late (fixed in forecaster.plan: ``smoothing_s``), and the
+# segment started at a random second against the counters' minutes (sim.loop.run.segment_start).
+# After both, Ready in minute 13 (3 runs).
 def test_predictive_is_ready_before_the_step_reactive_after_and_nothing_fails(tmp_path: Path) -> None:
     _needs_control_plane()
     trace = tmp_path / "step.csv"
