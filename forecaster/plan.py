@@ -141,7 +141,8 @@ def lead_steps(lead_time_s: float, step_s: float) -> int:
 
 def horizon_steps(horizon_s: float, step_s: float, config: PlannerConfig) -> int:
     """Steps to forecast: the horizon setting, but at least up to the last bucket a decision
-    taken anywhere inside the current bucket must cover (now + lead + decision interval)."""
+    taken anywhere inside the current bucket must cover (now + lead + decision interval +
+    ``config.smoothing_s``, as ``covered`` reads it)."""
     reach = step_s + config.lead_time_s + config.decision_interval_s + config.smoothing_s
     return max(1, math.ceil(horizon_s / step_s), math.ceil(reach / step_s))
 

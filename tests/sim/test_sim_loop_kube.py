@@ -66,7 +66,8 @@ def _first_ready_at(report: dict, policy: str, replicas: int) -> float | None:  
 # every run here: the 5-minute rate reached the step's level two minutes in, so the step's
 # replicas were ordered a decision late (fixed in forecaster.plan: ``smoothing_s``), and the
 # segment started at a random second against the counters' minutes (sim.loop.run.segment_start).
-# After both it passed 3 of 3 runs here (Ready in minute 13, two minutes early, where printed).
+# After both it passed both runs here, and a predictive-only run of the same set-up had the
+# third replica Ready in minute 13, two minutes before the step.
 def test_predictive_is_ready_before_the_step_reactive_after_and_nothing_fails(tmp_path: Path) -> None:
     _needs_control_plane()
     trace = tmp_path / "step.csv"
