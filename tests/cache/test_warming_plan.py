@@ -98,7 +98,7 @@ def test_peak_slot_needs_a_rise_above_now() -> None:
 
 def test_peak_slot_needs_a_rise_of_min_rise() -> None:
     now = START - 600
-    flat = [(now, 6.0), (START + 60, 7.2)]  # exactly 20 % more: not more than min_rise
+    flat = [(now, 6.0), (START + 60, 7.1)]  # 18 % more: less than min_rise
     assert peak_slot(flat, now, P, capacity_rps=10.0) is None
     assert peak_slot([(now, 6.0), (START + 60, 7.3)], now, P, capacity_rps=10.0) == (START, END)
     assert peak_slot(flat, now, WarmPolicy(min_rise=0.0), capacity_rps=10.0) == (START, END)
