@@ -41,6 +41,7 @@ from router.state import RouterState
 from router.tokens import PromptTokens
 from router.tracing import make_tracer
 from router.upstream import Upstream
+from router.warming import Warmer, warming_configured
 
 log = logging.getLogger("router")
 
@@ -71,8 +72,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall), credentials)
         weights = Weights(stale_after_s=settings.stale_after_s, prefix=settings.prefix_weight)
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
-        counters = TrafficCounters(redis, SimClock(settings.clock_origin, settings.clock_scale),
-                                   settings.counters_flush_s, [])
+        clock = SimClock(settings.clock_origin, settings.clock_scale)
+        counters = TrafficCounters(redis, clock, settings.counters_flush_s, [])
         source = discovery or build_source(settings)
         if isinstance(source, StaticSource):
             credentials.check(source.specs)
@@ -89,7 +90,9 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
                          changes.draining)
 
-        cache = ResponseCache(redis, cache_settings, bounded_redis=cache_redis, follow_redis=follow_redis)
+        # the cache counts requests per time of day for warming on the router's (maybe simulated) clock
+        cache = ResponseCache(redis, cache_settings, bounded_redis=cache_redis, follow_redis=follow_redis,
+                              clock=clock.now)
         # load the embedding model before serving: importing it in the background would stall the
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
@@ -110,9 +113,16 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         counters.start()
         # --workers N: this worker's scrape-time series copied for the others' scrapes (router/metrics_shared.py)
         publisher = None if metrics.shared is None else asyncio.create_task(publish_every(metrics.shared))
+        # predictive cache warming (router/warming.py): a task per pool with warming on, none otherwise
+        warmer = Warmer(app.state.router, clock.now, settings.clock_scale) \
+            if warming_configured(app.state.router) else None
+        if warmer is not None:
+            warmer.start()
         try:
             yield
         finally:
+            if warmer is not None:  # before the clients its generations use are closed
+                await warmer.stop()
             if publisher is not None:
                 publisher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -65,6 +65,11 @@ class RouterMetrics:
             "Served semantic hits drawn for shadow verification, by pool and outcome (right, wrong, no_label, "
             "error, ineligible, skipped_budget, skipped_load; router/shadow.py)", ["pool", "outcome"],
             registry=self.registry)
+        self.warm = Counter(
+            "promptedge_router_warm_generations",
+            "Predictive warming's regenerations of expired hot entries before a forecast peak, by pool and "
+            "outcome (attempted; then stored or failed; router/warming.py)", ["pool", "outcome"],
+            registry=self.registry)
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}
 

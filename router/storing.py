@@ -40,17 +40,18 @@ def with_replica_control(state: RouterState, rec: Record, store: CacheRequest | 
 
 
 async def store_answer(state: RouterState, rec: Record, store: CacheRequest, response: dict[str, Any],
-                       raw: bytes | None = None) -> None:
+                       raw: bytes | None = None, warmed: bool = False) -> bool:
     """Store ``response`` under ``store`` unless its JSON (``raw``, the replica's bytes, else
-    serialised here, once) is over the cache's ``max_entry_bytes``: then counted ``too_large``."""
+    serialised here, once) is over the cache's ``max_entry_bytes``: then counted ``too_large``.
+    warmed: a warm generation (router/warming.py), marked so by the cache. True when stored."""
     if store.control.no_store or not state.cache.settings.enabled:
-        return  # not stored anyway: no need to serialise it
+        return False  # not stored anyway: no need to serialise it
     if raw is None:
         raw = json.dumps(response, separators=(",", ":")).encode()
     if len(raw) > state.cache.settings.max_entry_bytes:
         skipped(state, rec, "too_large")
-        return
-    await state.cache.store(store, response, raw)
+        return False
+    return await state.cache.store(store, response, raw, warmed=warmed)
 
 
 def skipped(state: RouterState, rec: Record, reason: str) -> None:

@@ -1,0 +1,286 @@
+"""Predictive cache warming, the router's part (issue 14 item 4; cache/README.md, "Predictive
+warming"): before a forecast peak, regenerate the expired entries that were hot in the same
+time-of-day slot on earlier days, while the pool is idle, at a budgeted rate.
+
+One background task per pool with warming on (``CacheSettings.warming_for``), started and
+stopped by the app's lifespan. Each step:
+
+1. hold the pool's lock (``SET NX EX``, renewed by its holder): of several router workers, one
+   warms a pool at a time;
+2. read the forecaster's published forecast (``FORECAST_KEY``, JSON v1, written by the
+   forecaster's live cycle; the pool's own, else ``"*"``, the sum over pools) and ask the
+   planner (cache/warming/plan.py ``peak_slot``) for the slot to warm for;
+3. read that slot's candidates on the earlier days with their entries' remaining TTL
+   (cache/warming/popularity.py) and ``choose`` the keys to regenerate (once per ``tick_s``);
+4. regenerate one key when the budget's token bucket (``allowance``) has a token and the pool
+   is idle (``idle``: requests open on its eligible replicas / (replicas x ``replica_slots``)
+   below ``idle_load``): the same path as a client's miss (dispatch, the upstream call with its
+   retries and health evidence, the replica's ``Cache-Control``, the cache's store with the
+   request's own key and scope, semantic entry included), at priority P2, not counted as demand
+   (the forecaster's counters hold what clients asked) nor as a client request.
+
+A failed warm generation (replica error, timeout, an answer the cache refuses) is logged,
+counted and never cached; that key is not tried again for the same slot. Counted in
+``promptedge_router_warm_generations_total{pool,outcome}`` (attempted, stored, failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cache import exact_key
+from cache.warming.plan import WarmPolicy, allowance, choose, idle, peak_slot, wait_s
+from cache.warming.popularity import Recipe, lock_key
+from cache.warming.settings import WarmingSettings
+from opskit.redis_client import REDIS_ERRORS
+from router import classify
+from router.dispatch import estimated_requests
+from router.errors import APIError
+from router.record import Record
+from router.service import open_upstream, read_answer, upstream_failed
+from router.state import RouterState
+from router.storing import store_answer, with_replica_control
+from router.stream.sse import parse_json
+
+log = logging.getLogger("router.warming")
+
+# The forecaster's contract (forecaster/state.py FORECAST_KEY, forecast_document): its JSON is
+# all the router knows of the forecaster (neither imports the other).
+FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
+FORECAST_VERSION = 1
+PRIORITY = "P2"  # warming runs at the lowest class: its timeouts, and it is first to be shed
+
+# KEYS[1] the pool's lock; ARGV: holder id, ttl s. 1 when held by this holder (taken or renewed).
+_LOCK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
+return 0
+"""
+_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A published forecast: ``points`` [(Unix s, demand/s)], ``capacity`` in the same unit."""
+
+    pool: str
+    at: float
+    points: list[tuple[float, float]]
+    capacity: float
+
+
+def parse_forecast(raw: str | bytes | None) -> Forecast | None:
+    """The forecaster's JSON document (v1), or None when absent, of another version or malformed
+    (warming then does nothing: an optimisation never guesses)."""
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        if doc.get("v") != FORECAST_VERSION:
+            return None
+        points = [(float(t), float(v)) for t, v in doc["points"]]
+        return Forecast(str(doc["pool"]), float(doc["at"]), points, float(doc["capacity_rps"]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def pool_load(state: RouterState, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
+    """(requests open on the pool's eligible replicas, replicas x ``replica_slots``): the
+    scraped running + waiting where fresh, else this worker's own in-flight counts."""
+    replicas = state.pools.eligible(pool, now)
+    busy = sum(estimated_requests(r.view(now), state.weights) for r in replicas)
+    return busy, float(len(replicas) * replica_slots)
+
+
+@dataclass
+class _Plan:
+    """The keys chosen for one slot, and when they were chosen (router clock, s)."""
+
+    slot: tuple[float, float]
+    keys: list[str]
+    at: float
+    done: set[str] = field(default_factory=set)
+
+
+class PoolWarmer:
+    """The warming loop of one pool (module doc). ``clock``: the router's clock (Unix s, maybe
+    simulated, ``scale`` times real time)."""
+
+    def __init__(self, state: RouterState, pool: str, clock: Any, scale: float = 1.0) -> None:
+        self.state = state
+        self.pool = pool
+        self.clock = clock
+        self.scale = scale
+        self.holder = os.urandom(8).hex()
+        self.tokens = 0.0
+        self.last_refill: float | None = None
+        self.plan: _Plan | None = None
+        self._lock = state.redis.register_script(_LOCK_LUA)
+
+    @property
+    def settings(self) -> WarmingSettings | None:
+        return self.state.cache.settings.warming_for(self.pool)
+
+    async def run(self) -> None:
+        """Step until cancelled; Redis trouble waits a tick and tries again (never raises)."""
+        while True:
+            settings = self.settings
+            if settings is None:
+                return
+            try:
+                delay = await self.step(settings)
+            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
+                            exc.__class__.__name__, settings.tick_s)
+                delay = settings.tick_s
+            await asyncio.sleep(delay)
+
+    async def step(self, settings: WarmingSettings) -> float:
+        """One look: at most one warm generation. Returns the wall seconds to wait before the next."""
+        policy = settings.policy()
+        if not await self._lock(keys=[lock_key(self.state.cache.settings.key_prefix, self.pool)],
+                                args=[self.holder, settings.lock_ttl_s]):
+            self.plan = None
+            return settings.tick_s
+        now = self.clock()
+        plan = await self._plan(settings, policy, now)
+        key = next((k for k in plan.keys if k not in plan.done), None) if plan is not None else None
+        if key is None:
+            return settings.tick_s
+        self.tokens, self.last_refill = allowance(now, self.last_refill, self.tokens, policy)
+        if self.tokens < 1:
+            return min(settings.tick_s, wait_s(self.tokens, policy) / self.scale)
+        busy, capacity = pool_load(self.state, self.pool, time.monotonic(), settings.replica_slots)
+        if not idle(busy, capacity, policy):
+            return settings.tick_s
+        assert plan is not None
+        plan.done.add(key)
+        self.tokens -= 1
+        await self.warm(key, plan.slot[0], settings)
+        return 0.0
+
+    async def _plan(self, settings: WarmingSettings, policy: WarmPolicy, now: float) -> _Plan | None:
+        """The slot to warm for and its keys, chosen again every ``tick_s`` (router clock)."""
+        if self.plan is not None and now - self.plan.at < settings.tick_s * self.scale:
+            return self.plan
+        forecast = await self.forecast()
+        slot = None if forecast is None else peak_slot(forecast.points, now, policy, forecast.capacity)
+        if slot is None:
+            self.plan = None
+            return None
+        cache = self.state.cache
+        candidates = await cache.popularity.candidates(self.pool, slot[0], settings, now, self.scale)
+        done = self.plan.done if self.plan is not None and self.plan.slot == slot else set()
+        self.plan = _Plan(slot, choose(candidates, slot[0], slot[1], policy), now, done)
+        return self.plan
+
+    async def forecast(self) -> Forecast | None:
+        """The pool's published forecast, else the one of every pool together (``"*"``)."""
+        redis = self.state.redis
+        for name in (self.pool, "*"):
+            found = parse_forecast(await redis.get(FORECAST_KEY.format(pool=name)))
+            if found is not None:
+                return found
+        return None
+
+    async def warm(self, key: str, slot_start: float, settings: WarmingSettings) -> bool:
+        """Regenerate the entry ``key`` from its recipe through the miss path; True when stored."""
+        metrics = self.state.metrics.warm
+        recipe = await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings)
+        if recipe is None or _key_of(self.state, recipe) != key:
+            log.info("warming %s: no usable recipe for %s", self.pool, key)
+            return False
+        metrics.labels(self.pool, "attempted").inc()
+        try:
+            stored = await generate(self.state, recipe)
+        except APIError as exc:
+            log.warning("warming %s: generation of %s failed: %s", self.pool, key, exc)
+            stored = False
+        metrics.labels(self.pool, "stored" if stored else "failed").inc()
+        return stored
+
+
+def _key_of(state: RouterState, recipe: Recipe) -> str:
+    req = recipe.request()
+    return exact_key(state.cache.settings.key_prefix, req.endpoint, req.body, req.tenant, None, req.pool)
+
+
+async def generate(state: RouterState, recipe: Recipe) -> bool:
+    """One warm generation of ``recipe``: dispatch in its pool, the upstream call (non-stream),
+    stored with ``warmed=True`` under the recipe's own request. True when stored; False for an
+    answer that is not stored (a 4xx, the replica's ``no-store``, an answer the cache refuses).
+    Raises APIError (no replica, a replica error, a timeout: nothing stored)."""
+    creq = recipe.request()
+    rec = Record(f"warm-{os.urandom(8).hex()}", time.perf_counter(), pool=recipe.pool, target=recipe.pool,
+                 priority=PRIORITY, claimed_priority=PRIORITY, cache="miss", demand=False)
+    rec.prompt_tokens = await state.prompt_tokens.count(recipe.pool, creq.body)
+    rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
+    raw = json.dumps(creq.body).encode()
+    upstream, lease = await open_upstream(state, rec, _PATHS[creq.endpoint], dict(creq.body), raw,
+                                          {"x-request-id": rec.request_id})
+    if upstream.status_code >= 400:
+        await upstream_failed(rec, upstream, lease, False)  # releases the lease; a 5xx raises
+        return False
+    store = with_replica_control(state, rec, creq, upstream.headers.get("cache-control"))
+    content = await read_answer(upstream, lease, state.settings.timeouts[PRIORITY].ttfb_s)
+    lease.replica.health.on_success(time.monotonic())
+    try:
+        response = parse_json(content)
+    except ValueError:
+        return False
+    if store is None or not isinstance(response, dict):
+        return False
+    return await store_answer(state, rec, store, response, content, warmed=True)
+
+
+class Warmer:
+    """The pools' warming tasks: one per pool served here with warming on, kept in step with
+    discovery (``sync`` every ``interval_s``)."""
+
+    def __init__(self, state: RouterState, clock: Any, scale: float = 1.0, interval_s: float = 1.0) -> None:
+        self.state = state
+        self.clock = clock
+        self.scale = scale
+        self.interval_s = interval_s
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._supervisor: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._supervisor = asyncio.create_task(self._supervise())
+
+    def sync(self) -> None:
+        """Start a task for every pool with warming on that has none running."""
+        for pool in sorted(self.state.pools.by_model):
+            task = self.tasks.get(pool)
+            if (task is None or task.done()) and self.state.cache.settings.warming_for(pool) is not None:
+                self.tasks[pool] = asyncio.create_task(PoolWarmer(self.state, pool, self.clock, self.scale).run())
+
+    async def _supervise(self) -> None:
+        while True:
+            self.sync()
+            await asyncio.sleep(self.interval_s)
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._supervisor, *self.tasks.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()
+
+
+def warming_configured(state: RouterState) -> bool:
+    """True when some pool (or ``"*"``) has warming on: only then is a Warmer started."""
+    return any(w.enabled for w in state.cache.settings.warming.values())
+
+
+__all__ = ["FORECAST_KEY", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast", "pool_load",
+           "warming_configured"]
