@@ -491,13 +491,17 @@ class ResponseCache:
     async def delete(self, tenant: str | None = None, model: str | None = None) -> dict[str, int]:
         """Delete the entries (exact and semantic) of a tenant and/or model; None matches any.
 
-        Returns {"exact": n, "semantic": n}. Raises CacheUnavailable (bounded by 30 s).
+        Returns {"exact": n, "semantic": n}, plus ``"warming": n`` (recipes deleted with their
+        counts) when some pool has warming configured. Raises CacheUnavailable (bounded by 30 s).
         """
         exact = await self._bounded(self._exact.delete_where(tenant, model), _ADMIN_TIMEOUT_S)
         semantic = 0
         if self.semantic is not None:
             semantic = await self._bounded(self.semantic.delete(tenant, model), _ADMIN_TIMEOUT_S)
-        return {"exact": exact, "semantic": semantic}
+        deleted = {"exact": exact, "semantic": semantic}
+        if self.settings.warming:  # the prompts kept for warming go with the entries
+            deleted["warming"] = await self._bounded(self.popularity.forget(tenant, model), _ADMIN_TIMEOUT_S)
+        return deleted
 
     async def stats(self) -> dict[str, Any]:
         """The ``/cache/stats`` JSON (see StatsStore.read) plus ``semantic`` {state, error,

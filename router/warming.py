@@ -39,7 +39,7 @@ from cache.warming.plan import WarmPolicy, allowance, choose, idle, peak_slot, w
 from cache.warming.popularity import Recipe, lock_key
 from cache.warming.settings import WarmingSettings
 from opskit.redis_client import REDIS_ERRORS
-from router import classify
+from router import cachepolicy, classify
 from router.dispatch import estimated_requests
 from router.errors import APIError
 from router.record import Record
@@ -199,6 +199,8 @@ class PoolWarmer:
         if recipe is None or _key_of(self.state, recipe) != key:
             log.info("warming %s: no usable recipe for %s", self.pool, key)
             return False
+        if cachepolicy.keeps_out(self.state.settings.cache_policy_for(self.pool), recipe.body):
+            return False  # the pool's policy changed since it was counted: not cached, so not warmed
         metrics.labels(self.pool, "attempted").inc()
         try:
             stored = await generate(self.state, recipe)

@@ -58,6 +58,13 @@ end
 return 1
 """
 
+# KEYS[1] a slot's recipes (hash), KEYS[2] its counts (zset), one slot; ARGV: members to forget.
+_FORGET_LUA = """
+redis.call('HDEL', KEYS[1], unpack(ARGV))
+redis.call('ZREM', KEYS[2], unpack(ARGV))
+return #ARGV
+"""
+
 
 def pool_tag(pool: str) -> str:
     """Hash tag of one pool's warming keys: 16 hex digits of SHA-256 of its name (pure)."""
@@ -146,6 +153,7 @@ class Popularity:
         self._redis = redis
         self._prefix = prefix
         self._record = redis.register_script(_RECORD_LUA)
+        self._forget = redis.register_script(_FORGET_LUA)
 
     async def record(self, req: CacheRequest, key: str, settings: WarmingSettings, now_s: float) -> bool:
         """Count ``req`` (exact key ``key``) in its pool's slot of ``now_s`` (Unix s) and keep its
@@ -220,3 +228,25 @@ class Popularity:
     async def marked(self, key: str) -> bool:
         """True when the exact entry ``key`` was written by the warmer (and not since by a client)."""
         return bool(await self._redis.exists(mark_key(self._prefix, key)))
+
+    async def forget(self, tenant: str | None, pool: str | None) -> int:
+        """Delete the counts and recipes of a tenant and/or pool (None: any), with the cache's
+        entries (``ResponseCache.delete``): the prompts kept for warming go with them. SCAN of
+        every slot's recipes (a cluster client scans every primary). Returns recipes deleted."""
+        head = f"{self._prefix}:warm:recipe:"
+        deleted = 0
+        async for name in self._redis.scan_iter(match=head + "*", count=1000, _type="hash"):
+            name = name.decode() if isinstance(name, bytes) else name
+            doomed = []
+            for member, raw in (await self._redis.hgetall(name)).items():
+                try:
+                    recipe = Recipe.from_json(raw)
+                except ValueError:
+                    doomed.append(member)
+                    continue
+                if (tenant is None or recipe.tenant == tenant) and (pool is None or recipe.pool == pool):
+                    doomed.append(member)
+            if doomed:
+                counts = f"{self._prefix}:warm:count:{name[len(head):]}"
+                deleted += int(await self._forget(keys=[name, counts], args=doomed))
+        return deleted

@@ -167,3 +167,14 @@ def test_recipe_json_round_trips_and_rejects_garbage() -> None:
     assert Recipe.from_json(recipe.to_json()) == recipe
     with pytest.raises(ValueError):
         Recipe.from_json(json.dumps({"key": "k"}))
+
+
+async def test_delete_by_tenant_forgets_its_recipes_and_counts(client) -> None:
+    cache = make_cache(client)
+    mine, theirs = request("mine", tenant="t1"), request("theirs", tenant="t2")
+    await cache.store(mine, chat_response())
+    await cache.store(theirs, chat_response())
+    assert await cache.delete(tenant="t1") == {"exact": 1, "semantic": 0, "warming": 1}
+    assert await counted(client) == {key_of(theirs): 1.0}
+    recipes = await client.hkeys(recipe_key(PREFIX, "m", 20, 72))
+    assert [r.decode() for r in recipes] == [key_of(theirs)]
