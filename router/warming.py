@@ -246,7 +246,7 @@ async def generate(state: RouterState, recipe: Recipe) -> bool:
 
 class Warmer:
     """The pools' warming tasks: one per pool served here with warming on, kept in step with
-    discovery (``sync`` every ``interval_s``)."""
+    discovery (``sync`` every ``interval_s``); a task ended by a bug is logged and restarted."""
 
     def __init__(self, state: RouterState, clock: Any, scale: float = 1.0, interval_s: float = 1.0) -> None:
         self.state = state
@@ -263,6 +263,8 @@ class Warmer:
         """Start a task for every pool with warming on that has none running."""
         for pool in sorted(self.state.pools.by_model):
             task = self.tasks.get(pool)
+            if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
+                log.error("warming %s stopped on an error; restarting it", pool, exc_info=task.exception())
             if (task is None or task.done()) and self.state.cache.settings.warming_for(pool) is not None:
                 self.tasks[pool] = asyncio.create_task(PoolWarmer(self.state, pool, self.clock, self.scale).run())
 
