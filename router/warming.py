@@ -164,8 +164,8 @@ class PoolWarmer:
             return settings.tick_s
         assert plan is not None
         plan.done.add(key)
-        self.tokens -= 1
-        await self.warm(key, plan.slot[0], settings)
+        if await self.warm(key, plan.slot[0], settings) is not None:
+            self.tokens -= 1  # only a generation sent spends the budget (not a key without a recipe)
         return 0.0
 
     async def _plan(self, settings: WarmingSettings, policy: WarmPolicy, now: float) -> _Plan | None:
@@ -192,15 +192,17 @@ class PoolWarmer:
                 return found
         return None
 
-    async def warm(self, key: str, slot_start: float, settings: WarmingSettings) -> bool:
-        """Regenerate the entry ``key`` from its recipe through the miss path; True when stored."""
+    async def warm(self, key: str, slot_start: float, settings: WarmingSettings) -> bool | None:
+        """Regenerate the entry ``key`` from its recipe through the miss path: True when stored,
+        False when attempted and failed, None when not attempted (no usable recipe, or the
+        pool's cache policy keeps the request out)."""
         metrics = self.state.metrics.warm
         recipe = await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings)
         if recipe is None or _key_of(self.state, recipe) != key:
             log.info("warming %s: no usable recipe for %s", self.pool, key)
-            return False
+            return None
         if cachepolicy.keeps_out(self.state.settings.cache_policy_for(self.pool), recipe.body):
-            return False  # the pool's policy changed since it was counted: not cached, so not warmed
+            return None  # the pool's policy changed since it was counted: not cached, so not warmed
         metrics.labels(self.pool, "attempted").inc()
         try:
             stored = await generate(self.state, recipe)

@@ -210,3 +210,20 @@ async def test_of_several_workers_one_warms_a_pool(start_replica, start_router, 
     await asyncio.sleep(0.5)  # time for the other worker to (wrongly) warm them too
     attempted = sorted([await warm_count(client, r, "attempted") for r in routers])
     assert attempted == [0.0, 4.0]
+
+
+async def test_a_request_the_pool_policy_keeps_out_is_not_warmed(start_replica, start_router, client, store,
+                                                                   warming) -> None:
+    warming()
+    sampled = {**chat("Write a poem."), "temperature": 0.7}
+    popularity = Popularity(store, PREFIX)
+    slot_start, _ = slot_bounds(time.time() + 120, 600)
+    for back in (1, 2):  # counted while the policy still cached sampled answers
+        req = CacheRequest("chat.completions", sampled, "acme", pool=MODEL)
+        assert await popularity.record(req, key_of(sampled), WarmingSettings(**WARMING), slot_start - back * 86400 + 1)
+    await publish(store)
+    router = await start_router([(await start_replica()).url], api_keys=KEYS,
+                                cache_policy={"*": {"cache_sampled": False}})
+    await asyncio.sleep(1.0)
+    assert not await store.exists(key_of(sampled))
+    assert await warm_count(client, router, "attempted") == 0.0
