@@ -68,7 +68,8 @@ warm ones included), ``moved_gpu_s`` (warm generations started outside peak slot
 was then hit in a peak slot), ``warm_hits``, ``warm_wasted`` (warm entries never hit before they
 expired or the replay ended), ``warm_max_per_min`` (most warm generations in one clock
 minute), ``targeted_slots`` (distinct slots warmed for) and ``targeted_peak_slots`` (of those,
-peak slots); ``vs_off``: peak_gpu_s, gpu_s and peak misses of the run over the off run.
+peak slots), ``named_ticks`` (ticks in which ``peak_slot`` named a slot) and ``busy_ticks`` (of
+those, ticks in which the pool was not idle); ``vs_off``: peak_gpu_s, gpu_s and peak misses of the run over the off run.
 Top level: ``config`` (every option), ``workload``, ``pool``, ``forecast`` (errors at the lead
 step, ``forecast_errors``), ``peak_slots`` (window indices), ``sweep`` (with ``--sweep``: one
 row per setting with the same run fields) and ``wall_s``.
@@ -197,11 +198,13 @@ class Warming:
 @dataclass
 class Tally:
     """One run's outcome. hit: per request in the replay span, shape (n,); warm: per warm
-    generation (time, hits, peak hits); gens_per_tick: generations started per tick."""
+    generation (time, hits, peak hits); targeted: start of every slot warmed for."""
 
     hit: np.ndarray
     warm: list[list[float]] = field(default_factory=list)
     targeted: set[float] = field(default_factory=set)
+    named_ticks: int = 0  # ticks in which peak_slot named a slot
+    busy_ticks: int = 0  # of those, ticks in which the pool was not idle
 
 
 def replay(req: Requests, t0: float, t1: float, ttl_s: float, gen_s: float, peak: set[int], step: float,
@@ -262,8 +265,11 @@ def _warm_plan(warming: Warming, now: float, expiry: dict[int, float], recent: l
     policy = warming.policy
     points = warming.points.get(int(now // policy.slot_s))
     slot = peak_slot(points, now, policy, warming.capacity_rps) if points else None
-    replicas = warming.capacity_rps * gen_s
-    if slot is None or not idle(sum(recent) / 60.0 * gen_s, replicas, policy):
+    if slot is None:
+        return [], tokens, last
+    tally.named_ticks += 1
+    if not idle(sum(recent) / 60.0 * gen_s, warming.capacity_rps * gen_s, policy):
+        tally.busy_ticks += 1
         return [], tokens, last
     cands = [WarmCandidate(name, c, d, expiry[k] if expiry.get(k, -1.0) > now else None)
              for k, name, c, d in warming.popularity.top(slot[0])]
@@ -373,6 +379,7 @@ def summarise(req: Requests, tally: Tally, t0: float, t1: float, step: float, pe
         "warm_max_per_min": int(per_min.max()),
         "targeted_slots": len(tally.targeted),
         "targeted_peak_slots": sum(int(s // step) in peak for s in tally.targeted),
+        "named_ticks": tally.named_ticks, "busy_ticks": tally.busy_ticks,
     }
 
 
@@ -402,7 +409,8 @@ SWEEP = [("repeat_share", v) for v in (0.0, 0.1, 0.5)] + [("zipf_s", v) for v in
 def main(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     policy = WarmPolicy(history_days=args.history_days, top_k=args.top_k, budget_per_min=args.budget_per_min,
-                        lead_s=args.lead_s, min_days_seen=min(2, args.history_days))
+                        lead_s=args.lead_s, min_days_seen=min(2, args.history_days), idle_load=args.idle_load,
+                        peak_fraction=args.peak_fraction)
     ttl = CacheSettings.model_fields["ttl_s"].default
     prompts = Prompts(args.repeat_share, args.zipf_s, args.prompts_per_slot)
     setup = prepare(args, policy)
@@ -454,11 +462,12 @@ def render(report: dict[str, Any]) -> str:
 
 def _table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     head = ("run", "peak hit", "hit", "peak GPU-s", "vs off", "moved GPU-s", "warm gens", "wasted",
-            "GPU-s", "vs off", "max/min", "targeted (peak)")
+            "GPU-s", "vs off", "max/min", "slots (peak)", "named/busy ticks")
     body = [(name, f"{r['peak_hit_ratio']:.4f}", f"{r['hit_ratio']:.4f}", f"{r['peak_gpu_s']:.0f}",
              _ratio(r["vs_off"]["peak_gpu_s"]), f"{r['moved_gpu_s']:.0f}", str(r["warm_generations"]),
              str(r["warm_wasted"]), f"{r['gpu_s']:.0f}", _ratio(r["vs_off"]["gpu_s"]), str(r["warm_max_per_min"]),
-             f"{r['targeted_slots']} ({r['targeted_peak_slots']})") for name, r in rows]
+             f"{r['targeted_slots']} ({r['targeted_peak_slots']})", f"{r['named_ticks']}/{r['busy_ticks']}")
+            for name, r in rows]
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
     return ["  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip() for row in (head, *body)]
 
@@ -485,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-k", type=int, default=WarmPolicy.top_k)
     parser.add_argument("--lead-s", type=int, default=WarmPolicy.lead_s)
     parser.add_argument("--history-days", type=int, default=WarmPolicy.history_days)
+    parser.add_argument("--idle-load", type=float, default=WarmPolicy.idle_load)
+    parser.add_argument("--peak-fraction", type=float, default=WarmPolicy.peak_fraction)
     parser.add_argument("--models", type=lambda s: s.split(","), default=MODELS,
                         help="forecaster candidates, comma-separated")
     parser.add_argument("--sweep", action="store_true", help="also the prompt-model sweep (same arrivals)")
