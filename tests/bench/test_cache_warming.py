@@ -45,6 +45,10 @@ def test_warming_never_lowers_the_peak_hit_ratio_and_the_oracle_moves_work_off_t
     assert oracle["warm_generations"] > 0 and oracle["moved_gpu_s"] > 0
     assert oracle["peak_hits"] > off["peak_hits"] and oracle["peak_gpu_s"] < off["peak_gpu_s"]
     assert off["warm_generations"] == 0 and off["moved_gpu_s"] == 0
+    # The ceiling bounds what any warming moved: popular sets are per slot, so a warm entry hit at
+    # a peak slot is a key whose first request there missed without warming.
+    assert 0 < oracle["moved_gpu_s"] <= off["warmable_peak_gpu_s"]
+    assert fc["moved_gpu_s"] <= off["warmable_peak_gpu_s"]
 
 
 def test_without_repeated_prompts_warming_changes_nothing(data_dir: Path) -> None:
@@ -86,6 +90,7 @@ def test_the_script_writes_the_documented_json(data_dir: Path, tmp_path: Path) -
     report = json.loads(out.read_text())
     assert {"config", "workload", "pool", "policy", "forecast", "peak_slots", "runs", "wall_s"} <= set(report)
     assert set(report["runs"]) == {"off", "forecast", "oracle"}
+    assert "warmable_peak_gpu_s" in report["runs"]["off"]
     for run in report["runs"].values():
         assert RUN_FIELDS <= set(run)
         assert run["warm_max_per_min"] <= 3
