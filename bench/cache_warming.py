@@ -197,8 +197,9 @@ class Popularity:
 
 @dataclass
 class Warming:
-    """What the warmer needs: forecast points per window (``points[w]``: (window start,
-    requests/s) for window w and those after it up to ``lead_s`` ahead), the pool."""
+    """What the warmer needs: forecast points per window (``points[w]``, w the epoch window
+    number now // slot_s: (window start, requests/s) for that window and those after it up to
+    ``lead_s`` ahead), the pool."""
 
     points: dict[int, list[tuple[float, float]]]
     policy: WarmPolicy
@@ -360,8 +361,8 @@ def prepare(args: argparse.Namespace, policy: WarmPolicy) -> Setup:
     for i, o in enumerate(fc.origins[:-1]):
         w = int(o)
         span = range(w, min(w + horizon, y.size))
-        points["forecast"][w] = [(float(t_of[v]), float(fc.mean[i, v - w])) for v in span]
-        points["oracle"][w] = [(float(t_of[v]), float(y[v])) for v in span]
+        points["forecast"][base + w] = [(float(t_of[v]), float(fc.mean[i, v - w])) for v in span]
+        points["oracle"][base + w] = [(float(t_of[v]), float(y[v])) for v in span]
     errors = forecast_errors(y, fc.head(fc.origins.size - 1), max(1, ahead), 0.9, per_day)
     chosen = {name: fc.models.count(name) for name in sorted(set(fc.models))}
     return Setup(y, traffic.start, step, arrivals(y, traffic.start, step, args.seed), first, peak, points,
