@@ -40,6 +40,11 @@ REJECTED = Counter(
     "Cached entries found but not served, by reason (verification rule, stale, corrupt).",
     ["reason"], registry=REGISTRY,
 )
+WARM_HITS = Counter(
+    "promptedge_cache_warm_hits_total",
+    "Exact hits served from entries the warmer regenerated (a subset of the exact hits; "
+    "cache/README.md, Predictive warming).", ["model"], registry=REGISTRY,
+)
 LOOKUP_SECONDS = Histogram(
     "promptedge_cache_lookup_seconds", "Cache lookup latency by outcome (s).", ["outcome"],
     buckets=(0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5), registry=REGISTRY,

@@ -10,7 +10,7 @@ import math
 import os
 import time
 from collections import Counter
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -28,6 +28,7 @@ from cache.semantic_store import entry_key
 from cache.settings import CacheSettings
 from cache.stats import LookupEvent, PendingCounts, StatsStore
 from cache.types import CacheHit, CacheRequest, Outcome
+from cache.warming.popularity import Popularity
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,15 +99,21 @@ class ResponseCache:
     socket timeout ``cache.semantic.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of
     the three may be a one-server, Redis Cluster or Sentinel client (``opskit.redis_client.async_redis``):
     every script and transaction here touches keys of one hash slot (cache/README.md).
+    clock: Unix seconds for the warming counts' time-of-day slots (the router's clock, which
+    may be simulated; default ``time.time``).
     """
 
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
                  encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None,
-                 follow_redis: aioredis.Redis | None = None) -> None:
+                 follow_redis: aioredis.Redis | None = None, clock: Callable[[], float] | None = None) -> None:
         self.settings = settings or CacheSettings()
         client = bounded_redis or redis
         self._exact = ExactStore(client, self.settings.key_prefix)
         self._stats = StatsStore(client, self.settings.key_prefix)
+        # predictive warming (cache/warming/): counts and recipes, only for pools that enable it
+        self.popularity = Popularity(client, self.settings.key_prefix)
+        self.clock = clock or time.time
+        self._counting: set[asyncio.Task[None]] = set()
         # the semantic stage too: every call of it is bounded here (or, the index rebuild, in
         # SemanticCache), and the router's 0.25 s socket timeout turned one slow semantic write
         # under load into a cache marked down for a second
@@ -145,6 +152,8 @@ class ResponseCache:
     async def aclose(self) -> None:
         """Write the counts not yet in Redis, then stop background work (index follower,
         encoder thread)."""
+        if self._counting:  # warming counts of hits already served (each bounded)
+            await asyncio.gather(*self._counting, return_exceptions=True)
         if self._prober is not None:
             self._prober.cancel()
             await asyncio.gather(self._prober, return_exceptions=True)
@@ -239,6 +248,8 @@ class ResponseCache:
                     response = None
                 if response is not None:
                     hit = CacheHit(kind="exact", response=response, similarity=None, key=key, raw=raw)
+                    if self.settings.warming:
+                        self._count_hit(req, key)
                 elif self.semantic is not None and not req.control.semantic:
                     skipped = "exact_only"  # the request's policy (e.g. a client without a key)
                 elif self.semantic is not None:
@@ -256,6 +267,25 @@ class ResponseCache:
         if (self._flusher is None or self._flusher.done()) and time.monotonic() >= self._down_until:
             self._flusher = asyncio.create_task(self._write_pending())
         return hit
+
+    def _count_hit(self, req: CacheRequest, key: str) -> None:
+        """Count an exact hit of a pool with warming on, after the answer (a task: no round trip
+        on the hit's path); a hit on a warmed entry is counted apart (``warm_hits``)."""
+        warming = self.settings.warming_for(req.model)
+        if warming is None or req.control.no_store:  # a request the cache would not store is not kept
+            return
+
+        async def count() -> None:
+            try:
+                await self._bounded(self.popularity.record(req, key, warming, self.clock()), self._off_path_timeout_s)
+                if await self._bounded(self.popularity.marked(key), self._off_path_timeout_s):
+                    metrics.WARM_HITS.labels(req.model).inc()
+            except CacheUnavailable:
+                pass
+
+        task = asyncio.create_task(count())
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
 
     async def _write_pending(self) -> None:
         while self._pending:
@@ -353,11 +383,14 @@ class ResponseCache:
         cap = req.control.ttl_cap_s
         return ttl if cap is None else max(1, min(ttl, cap))
 
-    async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None) -> bool:
+    async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None,
+                    warmed: bool = False) -> bool:
         """Store a complete, successful response (exact, and semantic when eligible); True when
         the exact entry was written. raw: ``response``'s JSON bytes as received, if at hand
         (stored as is instead of serialising ``response`` again). With the per-entry error
         bound, a candidate its lookup explored is then labelled by comparing answers.
+        warmed: the answer is a warm generation (the router's warmer), marked as such and not
+        counted as a request; a client's answer in a pool with warming on is counted.
 
         Refuses (False) errors, partial responses (a choice without finish_reason, fewer or
         other choices than the request's ``n`` per prompt), ``no-store`` requests, entries
@@ -375,10 +408,21 @@ class ResponseCache:
         def bounded(op: Awaitable[T]) -> Awaitable[T]:
             return self._bounded(op, self._off_path_timeout_s)
 
+        key = self._key(req)
         try:
-            await bounded(self._exact.set(self._key(req), response, ttl_s, req.tenant, req.model, raw))
+            await bounded(self._exact.set(key, response, ttl_s, req.tenant, req.model, raw))
         except CacheUnavailable:
             return False
+        warming = self.settings.warming_for(req.model) if self.settings.warming else None
+        if warming is not None:
+            try:
+                if warmed:
+                    await bounded(self.popularity.mark(key, ttl_s))
+                else:
+                    await bounded(self.popularity.unmark(key))
+                    await bounded(self.popularity.record(req, key, warming, self.clock()))
+            except CacheUnavailable:
+                pass  # the entry is stored; a count or mark lost is no wrong answer
         if self.semantic is not None and self.semantic.ready and req.control.semantic:
             query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
             if not isinstance(query, Skip):

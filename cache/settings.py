@@ -12,6 +12,8 @@ from pydantic_settings import SettingsConfigDict
 from opskit import FileSettings
 from opskit import redact_url as _redact
 
+from cache.warming.settings import WarmingSettings
+
 if TYPE_CHECKING:
     from cache.bound.model import BoundPrior
     from cache.verifier import LearnedVerifier
@@ -94,6 +96,11 @@ class CacheSettings(FileSettings):
     feedback: clients may report a wrong semantic hit (``POST /v1/cache/feedback`` with the
       hit's ``X-PromptEdge-Cache-Hit-Id``; needs error_bound): the entry that answered becomes
       stricter. Off by default. feedback_ttl_s: how long a hit can be reported (s).
+    warming: predictive warming per pool (issue 14 item 4; cache/README.md, "Predictive
+      warming"): pool or ``"*"`` -> WarmingSettings (cache/warming/settings.py), JSON
+      (``PROMPTEDGE_CACHE_WARMING='{"llama": {"enabled": true}}'``). Empty (default): off for
+      every pool, nothing recorded. Enabled, it keeps the canonical requests (prompts) of hot
+      entries for history_days + 1 days: a data-retention change.
     prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
       estimate, the hit's service time on an idle replica = prompt / prefill + completion /
       decode (defaults: sim/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
@@ -142,6 +149,7 @@ class CacheSettings(FileSettings):
     feedback_ttl_s: int = Field(3600, ge=1, le=7 * 24 * 3600)
     prefill_tokens_per_s: float = Field(10_000.0, gt=0)
     decode_tokens_per_s: float = Field(110.0, gt=0)
+    warming: dict[str, WarmingSettings] = Field(default_factory=dict)
 
     @field_validator("key_prefix")
     @classmethod
@@ -214,6 +222,11 @@ class CacheSettings(FileSettings):
             return base
         floor = base if self.min_request_threshold is None else min(self.min_request_threshold, base)
         return max(override, floor)
+
+    def warming_for(self, pool: str) -> WarmingSettings | None:
+        """The pool's warming settings (its own entry, else ``"*"``'s) when enabled, else None."""
+        found = self.warming.get(pool) or self.warming.get("*")
+        return found if found is not None and found.enabled else None
 
     def lanes(self) -> int:
         """Forward passes the embedder runs at once: embed_lanes, else one per CPU."""

@@ -14,6 +14,7 @@ to simulated seconds, so the planner works in simulated seconds throughout.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from forecaster.run import RunResult, SelectionCache, run_once
 from forecaster.scheduler import ExitCode
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source
-from forecaster.state import RedisStateStore
+from forecaster.errors import SourceUnavailable
+from forecaster.state import RedisStateStore, forecast_document
 
 log = logging.getLogger("forecaster")
 
@@ -78,7 +80,9 @@ def cycle(
     except ActuationError as exc:
         log.error("observed scale unreadable: %s", exc)
         current = None
-    result = run_once(settings, source, now, state_store(settings, actuator_settings), current, lead, cache)
+    store = state_store(settings, actuator_settings)
+    result = run_once(settings, source, now, store, current, lead, cache)
+    publish(settings, store, result, clock)
     try:
         actuation = actuator.apply(result.decision, current)
     except ActuationError as exc:
@@ -86,6 +90,25 @@ def cycle(
         return Cycle(result, None, ExitCode.ACTUATION_FAILED)
     code = ExitCode.HOLD if result.decision.action == "hold" else ExitCode.OK
     return Cycle(result, actuation, code)
+
+
+# Cycles a published forecast outlives: then the router's warmer sees none and warms nothing.
+FORECAST_TTL_CYCLES = 3
+
+
+def publish(settings: ForecasterSettings, store: RedisStateStore, result: RunResult, clock: SimClock) -> None:
+    """Publish the run's forecast for the router's cache warming (forecaster/state.py
+    ``forecast_document``), unless it held without a plan; a Redis error is logged, never
+    raised (warming is an optimisation, scaling is not held up by it)."""
+    if not result.steps:
+        return
+    document = forecast_document(settings.model_name or "*", result.now, result.steps,
+                                 settings.capacity_per_replica, result.decision.replicas, settings.demand_unit)
+    ttl_s = math.ceil(clock.to_wall(FORECAST_TTL_CYCLES * settings.daemon_interval_s))
+    try:
+        store.publish_forecast(document, ttl_s)
+    except SourceUnavailable as exc:
+        log.warning("%s", exc)
 
 
 def daemon_job(

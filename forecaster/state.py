@@ -2,6 +2,10 @@
 
 One JSON string per scaled target under ``ForecasterSettings.state_key``. Every call is bounded
 by ``timeout_s``; Redis errors raise SourceUnavailable (the runner logs them and goes on).
+
+Next to it, each cycle publishes its forecast for the router's cache warming (issue 14 item 4)
+under ``FORECAST_KEY`` (``forecast_document`` below is the whole contract: the router reads the
+JSON, it imports nothing of the forecaster).
 """
 
 from __future__ import annotations
@@ -14,7 +18,29 @@ import redis
 from opskit.redis_client import sync_redis
 
 from forecaster.errors import SourceUnavailable
-from forecaster.plan import PlannerState, Recommendation
+from forecaster.plan import PlannerState, PlanStep, Recommendation
+
+# The router's warmer reads this key (router/warming.py); pool "*" when the forecast is the sum
+# over every pool (no model_name).
+FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
+FORECAST_VERSION = 1
+
+
+def forecast_document(pool: str, at: float, steps: list[PlanStep], capacity_per_replica: float,
+                      replicas: int, unit: str) -> dict[str, Any]:
+    """The published forecast (pure): ``{"v": 1, "pool", "at" (Unix s, the forecaster's clock),
+    "unit" ("requests" or "tokens": demand per second, cache misses when the router counts
+    them), "capacity_rps" (capacity_per_replica x decided replicas, same unit), "points":
+    [[step start Unix s, mean demand], ...], "upper": [[start, upper quantile], ...]}``."""
+    return {
+        "v": FORECAST_VERSION,
+        "pool": pool,
+        "at": at,
+        "unit": unit,
+        "capacity_rps": capacity_per_replica * replicas,
+        "points": [[s.start, s.forecast] for s in steps],
+        "upper": [[s.start, s.upper] for s in steps],
+    }
 
 
 class RedisStateStore:
@@ -51,6 +77,16 @@ class RedisStateStore:
             last_down_at=data.get("last_down_at"),
             recent=tuple(_recommendation(x) for x in data.get("recent", ())),
         )
+
+    def publish_forecast(self, document: dict[str, Any], ttl_s: int) -> None:
+        """Write ``document`` (``forecast_document``) under its pool's ``FORECAST_KEY`` for
+        ``ttl_s`` wall seconds (a few cycles: a forecaster that stopped leaves no stale
+        forecast behind). Raises SourceUnavailable."""
+        key = FORECAST_KEY.format(pool=document["pool"])
+        try:
+            self._client().set(key, json.dumps(document, separators=(",", ":")), ex=max(1, ttl_s))
+        except redis.RedisError as exc:
+            raise SourceUnavailable(f"forecast unwritable in Redis: {exc}") from None
 
     def save(self, state: PlannerState) -> None:
         """Persist ``state`` (no expiry: a held decision must survive quiet weeks)."""

@@ -10,8 +10,8 @@ generations per minute per pool.
 
 Rules:
 - a **peak** is the forecast's highest point within ``lead_s`` ahead of now when it reaches
-  ``peak_fraction`` of the pool's capacity and is above the forecast nearest now (a rise to
-  come); warming targets the slot holding that point (``peak_slot``);
+  ``peak_fraction`` of the pool's capacity and is at least ``min_rise`` above the forecast
+  nearest now (a rise to come); warming targets the slot holding that point (``peak_slot``);
 - a key is **warmed** for that slot when it is among the ``top_k`` hottest of the slot, was seen
   on at least ``min_days_seen`` earlier days (one-off prompts are never regenerated) and its
   cache entry is absent or expires before the slot ends (``choose``);
@@ -55,7 +55,8 @@ class WarmPolicy:
     most (0: none); lead_s: how long before the peak slot starts warming may begin (s);
     idle_load: warm only while pool load (in flight / capacity) is below this;
     peak_fraction: the forecast peak must reach this fraction of the pool's capacity to be worth
-    warming for; burst: tokens the budget's bucket holds at most (1: evenly paced, one warm
+    warming for; min_rise: ... and be this fraction above the forecast nearest now (0.2 = 20 %
+    more; 0: any rise), so a flat busy day is no peak; burst: tokens the budget's bucket holds at most (1: evenly paced, one warm
     generation every 60 / budget_per_min s).
     """
 
@@ -67,6 +68,7 @@ class WarmPolicy:
     lead_s: int = 900
     idle_load: float = 0.5
     peak_fraction: float = 0.5
+    min_rise: float = 0.2
     burst: float = 1.0
 
     def __post_init__(self) -> None:
@@ -78,8 +80,8 @@ class WarmPolicy:
             raise ValueError(f"min_days_seen {self.min_days_seen} must be in [1, history_days={self.history_days}]")
         if self.budget_per_min < 0 or self.lead_s < 0 or self.burst < 1:
             raise ValueError("budget_per_min and lead_s must be >= 0, burst >= 1")
-        if self.idle_load <= 0 or self.peak_fraction < 0:
-            raise ValueError("idle_load must be > 0, peak_fraction >= 0")
+        if self.idle_load <= 0 or self.peak_fraction < 0 or self.min_rise < 0:
+            raise ValueError("idle_load must be > 0, peak_fraction and min_rise >= 0")
 
 
 def slot_of(t_s: float, slot_s: int) -> tuple[int, int]:
@@ -127,8 +129,9 @@ def peak_slot(
 
     forecast: (epoch s, requests/s) points; those after ``now_s`` and at most ``lead_s`` ahead
     count. The peak is their highest point (the earliest of equal ones); it is worth warming
-    for when it is >= ``peak_fraction * capacity_rps`` and above the forecast point nearest
-    ``now_s`` (demand is still to rise). The slot returned holds the peak point; it may have
+    for when it is >= ``peak_fraction * capacity_rps`` and > ``(1 + min_rise)`` times the
+    forecast point nearest ``now_s`` (demand is still to rise). Any demand unit works (tokens/s
+    with a capacity in tokens/s): only ratios are compared. The slot returned holds the peak point; it may have
     started already when the peak is late in the current slot. capacity_rps <= 0 (no replica
     known) gives None: there is nothing idle to warm with.
     """
@@ -139,7 +142,7 @@ def peak_slot(
         return None
     peak_t, peak_rps = max(ahead, key=lambda p: (p[1], -p[0]))
     _, current_rps = min(forecast, key=lambda p: abs(p[0] - now_s))
-    if peak_rps < policy.peak_fraction * capacity_rps or peak_rps <= current_rps:
+    if peak_rps < policy.peak_fraction * capacity_rps or peak_rps <= current_rps * (1 + policy.min_rise):
         return None
     return slot_bounds(peak_t, policy.slot_s)
 

@@ -96,6 +96,14 @@ def test_peak_slot_needs_a_rise_above_now() -> None:
     assert peak_slot(forecast, now, P, capacity_rps=10.0) is None
 
 
+def test_peak_slot_needs_a_rise_of_min_rise() -> None:
+    now = START - 600
+    flat = [(now, 6.0), (START + 60, 7.1)]  # 18 % more: less than min_rise
+    assert peak_slot(flat, now, P, capacity_rps=10.0) is None
+    assert peak_slot([(now, 6.0), (START + 60, 7.3)], now, P, capacity_rps=10.0) == (START, END)
+    assert peak_slot(flat, now, WarmPolicy(min_rise=0.0), capacity_rps=10.0) == (START, END)
+
+
 def test_peak_slot_without_capacity_or_forecast_is_none() -> None:
     now = START - 600
     assert peak_slot([(now, 1.0), (START + 60, 8.0)], now, P, capacity_rps=0.0) is None
@@ -154,7 +162,8 @@ def test_idle_compares_load_with_idle_load() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"slot_s": 7}, {"slot_s": 0}, {"min_days_seen": 8}, {"budget_per_min": -1}, {"idle_load": 0}, {"top_k": 0}],
+    [{"slot_s": 7}, {"slot_s": 0}, {"min_days_seen": 8}, {"budget_per_min": -1}, {"idle_load": 0}, {"top_k": 0},
+     {"min_rise": -0.1}, {"burst": 0.5}],
 )
 def test_policy_rejects_values_that_cannot_work(bad: dict) -> None:
     with pytest.raises(ValueError):

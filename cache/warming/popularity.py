@@ -1,0 +1,222 @@
+"""Popularity of exact-cache keys per time-of-day slot, and the recipes to regenerate them (Redis).
+
+Written only for pools with warming enabled (``CacheSettings.warming_for``), by the cache itself:
+an exact hit and a stored miss each count their request once (``record``); nothing else does, so
+a request the cache would not store (an error, a partial answer, ``no-store``, a pool policy that
+keeps it out) is never counted, and neither is a semantic hit (its own request has no entry to
+regenerate) nor a warm generation (the warmer must not feed its own counts).
+
+Layout, per pool (``pool_tag``: 16 hex digits of SHA-256 of the pool's name, the Redis Cluster
+hash tag, so a script touches one slot and pools spread over the nodes):
+
+- ``{prefix}:warm:count:{<pool tag>}:{day}:{slot}``: sorted set, exact key -> requests in that UTC
+  day (days since the epoch) and slot of the day; at most ``keep_per_slot`` members (the lowest
+  counts are trimmed);
+- ``{prefix}:warm:recipe:{<pool tag>}:{day}:{slot}``: hash, exact key -> recipe JSON (below), for
+  the members of that sorted set only (a trimmed member's recipe is deleted with it);
+- both expire ``history_days + 1`` days after their last write: the retention of the prompts.
+
+A recipe is what regenerating the entry needs, nothing more: endpoint, tenant (the cache scope),
+tenant label (statistics), pool, the request body rebuilt from the canonical request (the model,
+messages or prompt, every output-affecting parameter; neutral fields such as ``user``,
+``metadata`` and ``stream`` are gone), whether the semantic stage applied, and the TTL override.
+Its exact key must come out of it again (checked when it is recorded), so a regenerated answer
+lands under the key the clients' requests look up, in the same scope.
+
+Warmed entries carry a side key ``{prefix}:warm:mark:{<scope tag>}:{sha}`` (the entry's own slot,
+same TTL), so hits on them can be counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import redis.asyncio as aioredis
+
+from cache.keys import canonical_request, digest, exact_key
+from cache.types import CacheControl, CacheRequest, Endpoint
+from cache.warming.plan import WarmCandidate, earlier_days, slot_of
+from cache.warming.settings import WarmingSettings
+
+_INPUT = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+
+# KEYS[1] counts (zset), KEYS[2] recipes (hash), one slot; ARGV: member, recipe, ttl s, keep.
+_RECORD_LUA = """
+redis.call('ZINCRBY', KEYS[1], 1, ARGV[1])
+redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
+if extra > 0 then
+  local gone = redis.call('ZRANGE', KEYS[1], 0, extra - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, extra - 1)
+  redis.call('HDEL', KEYS[2], unpack(gone))
+end
+return 1
+"""
+
+
+def pool_tag(pool: str) -> str:
+    """Hash tag of one pool's warming keys: 16 hex digits of SHA-256 of its name (pure)."""
+    return digest(["warm", pool])[:16]
+
+
+def count_key(prefix: str, pool: str, day: int, slot: int) -> str:
+    """The sorted set of one pool's (day, slot) counts."""
+    return f"{prefix}:warm:count:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def recipe_key(prefix: str, pool: str, day: int, slot: int) -> str:
+    """The hash of the recipes of that sorted set's members."""
+    return f"{prefix}:warm:recipe:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def lock_key(prefix: str, pool: str) -> str:
+    """The key one router worker holds while it warms ``pool`` (SET NX EX)."""
+    return f"{prefix}:warm:lock:{{{pool_tag(pool)}}}"
+
+
+def mark_key(prefix: str, key: str) -> str:
+    """The side key marking the exact entry ``key`` as warmed (same hash tag as the entry)."""
+    head = f"{prefix}:exact:"
+    if not key.startswith(head):
+        raise ValueError(f"not an exact-cache key of prefix {prefix!r}: {key!r}")
+    return f"{prefix}:warm:mark:{key[len(head):]}"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What regenerating one exact entry needs (module doc). ``key`` is its exact key."""
+
+    key: str
+    endpoint: Endpoint
+    tenant: str
+    tenant_label: str | None
+    pool: str
+    body: dict[str, Any]
+    semantic: bool
+    ttl_s: int | None
+
+    def request(self) -> CacheRequest:
+        """The CacheRequest a warm generation is stored under (same key and scope)."""
+        return CacheRequest(self.endpoint, self.body, self.tenant, CacheControl(semantic=self.semantic, ttl_s=self.ttl_s),
+                            self.pool, self.tenant_label)
+
+    def to_json(self) -> str:
+        return json.dumps({"key": self.key, "endpoint": self.endpoint, "tenant": self.tenant,
+                           "tenant_label": self.tenant_label, "pool": self.pool, "body": self.body,
+                           "semantic": self.semantic, "ttl_s": self.ttl_s}, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Recipe:
+        """Raises ValueError (also KeyError, TypeError as ValueError) on a malformed recipe."""
+        try:
+            d = json.loads(raw)
+            return cls(str(d["key"]), d["endpoint"], str(d["tenant"]), d["tenant_label"], str(d["pool"]),
+                       dict(d["body"]), bool(d["semantic"]), d["ttl_s"])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed warming recipe: {exc}") from None
+
+
+def canonical_body(endpoint: Endpoint, body: Mapping[str, Any], tenant: str, pool: str | None) -> dict[str, Any]:
+    """A request body equivalent to ``body`` for the exact cache (pure): the model, the canonical
+    input and the canonical parameters (cache/keys.py), so neutral fields and defaults are gone."""
+    canon = canonical_request(endpoint, body, tenant, pool)
+    return {"model": canon["model"], _INPUT[endpoint]: canon[_INPUT[endpoint]], **canon["params"]}
+
+
+def recipe_for(prefix: str, req: CacheRequest, key: str) -> Recipe | None:
+    """The recipe of ``req`` (whose exact key is ``key``), or None when the rebuilt body would not
+    give ``key`` back (then regenerating it could never serve the requests it was counted for)."""
+    body = canonical_body(req.endpoint, req.body, req.tenant, req.pool)
+    if exact_key(prefix, req.endpoint, body, req.tenant, None, req.pool) != key:
+        return None
+    return Recipe(key, req.endpoint, req.tenant, req.tenant_label, req.model, body, req.control.semantic,
+                  req.control.ttl_s)
+
+
+class Popularity:
+    """Counts and recipes in Redis (module doc). Redis errors propagate: the caller bounds and
+    absorbs them (ResponseCache, the router's warmer)."""
+
+    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._record = redis.register_script(_RECORD_LUA)
+
+    async def record(self, req: CacheRequest, key: str, settings: WarmingSettings, now_s: float) -> bool:
+        """Count ``req`` (exact key ``key``) in its pool's slot of ``now_s`` (Unix s) and keep its
+        recipe. False when not counted: the recipe's JSON is over ``max_recipe_bytes`` or the
+        request does not rebuild to its key."""
+        recipe = recipe_for(self._prefix, req, key)
+        if recipe is None:
+            return False
+        text = recipe.to_json()
+        if len(text.encode()) > settings.max_recipe_bytes:
+            return False
+        day, slot = slot_of(now_s, settings.slot_s)
+        await self._record(keys=[count_key(self._prefix, req.model, day, slot), recipe_key(self._prefix, req.model, day, slot)],
+                           args=[key, text, settings.history_ttl_s, settings.keep_per_slot])
+        return True
+
+    async def candidates(self, pool: str, slot_start_s: float, settings: WarmingSettings, now_s: float,
+                         ttl_scale: float = 1.0) -> list[WarmCandidate]:
+        """The ``top_k`` keys of the slot at ``slot_start_s`` summed over the ``history_days`` days
+        before it, hottest first, each with the days it was seen and when its entry expires:
+        ``now_s`` + its remaining TTL x ``ttl_scale`` (Redis TTLs are wall seconds; the
+        router's clock may run faster), None when there is no entry, inf when it never expires."""
+        policy = settings.policy()
+        pipe = self._redis.pipeline(transaction=False)
+        for day, slot in earlier_days(slot_start_s, policy):
+            pipe.zrevrange(count_key(self._prefix, pool, day, slot), 0, settings.keep_per_slot - 1, withscores=True)
+        counts: dict[str, float] = {}
+        days: dict[str, int] = {}
+        for members in await pipe.execute():
+            for member, score in members:
+                name = member.decode() if isinstance(member, bytes) else member
+                counts[name] = counts.get(name, 0.0) + float(score)
+                days[name] = days.get(name, 0) + 1
+        top = sorted(counts, key=lambda k: (-counts[k], k))[: policy.top_k]
+        if not top:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for key in top:
+            pipe.pttl(key)
+        ttls = await pipe.execute()
+        out = []
+        for key, pttl in zip(top, ttls):
+            until = None if pttl == -2 else math.inf if pttl == -1 else now_s + pttl / 1000 * ttl_scale
+            out.append(WarmCandidate(key, counts[key], days[key], until))
+        return out
+
+    async def recipe(self, pool: str, key: str, slot_start_s: float, settings: WarmingSettings) -> Recipe | None:
+        """The most recent recipe of ``key`` among the earlier days' slots, or None (trimmed,
+        expired or malformed)."""
+        pipe = self._redis.pipeline(transaction=False)
+        for day, slot in earlier_days(slot_start_s, settings.policy()):  # most recent day first
+            pipe.hget(recipe_key(self._prefix, pool, day, slot), key)
+        for raw in await pipe.execute():
+            if raw is None:
+                continue
+            try:
+                recipe = Recipe.from_json(raw)
+            except ValueError:
+                continue
+            if recipe.key == key and recipe.pool == pool:
+                return recipe
+        return None
+
+    async def mark(self, key: str, ttl_s: int) -> None:
+        """Mark the exact entry ``key`` as warmed for ``ttl_s`` s (its own TTL)."""
+        await self._redis.set(mark_key(self._prefix, key), b"1", ex=ttl_s)
+
+    async def unmark(self, key: str) -> None:
+        """The entry ``key`` was stored again by a client's miss: no longer a warmed one."""
+        await self._redis.delete(mark_key(self._prefix, key))
+
+    async def marked(self, key: str) -> bool:
+        """True when the exact entry ``key`` was written by the warmer (and not since by a client)."""
+        return bool(await self._redis.exists(mark_key(self._prefix, key)))
