@@ -89,6 +89,7 @@ ceiling (every peak slot warmed) was 4.4 % of the peak GPU-seconds; the oracle r
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import math
 import os
@@ -102,6 +103,7 @@ import numpy as np
 
 from cache.settings import CacheSettings
 from cache.warming.plan import WarmCandidate, WarmPolicy, allowance, choose, idle, peak_slot, wait_s
+from cache.warming.settings import WarmingSettings
 from forecaster.backtest.forecasts import forecast_errors, rolling_forecasts
 from forecaster.sources.traces import read_trace
 
@@ -113,6 +115,7 @@ TICK_S = 15.0  # the warmer's decision period (as the backtest's tick)
 # l4 replica: 0.381 requests/s within the SLO (sim/README.md, "Sizing"): GPU-s per generation.
 GEN_GPU_S = round(1 / 0.381, 3)
 MODELS = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
+WARM_DEFAULTS = {name: f.default for name, f in WarmingSettings.model_fields.items()}
 
 
 @dataclass(frozen=True)
@@ -155,26 +158,55 @@ def draw_prompts(t: np.ndarray, prompts: Prompts, slot_s: int, seed: int) -> Req
     return Requests(t, key.astype(np.int64))
 
 
-def key_name(key: int) -> str:
-    """The cache key string the planner sees (``choose`` orders ties by it)."""
-    return f"k{key}"
+def key_hashes(keys: np.ndarray) -> np.ndarray:
+    """A 64-bit mix (splitmix64) of each key id, shape as ``keys``: the bench's stand-in for the
+    SHA-256 in the product's exact keys. Its 16-hex-digit form is the key name, so names sort
+    as these numbers do, and equal counts are ordered by name as Redis orders equal scores
+    (lexicographically), which is as good as random for a hash, and unlike ``str(id)``."""
+    with np.errstate(over="ignore"):
+        z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def slot_counts(keys: list[int], hashes: list[int], keep: int) -> dict[int, int]:
+    """One (day, slot) sorted set after ``keys`` (in arrival order) were counted as the product's
+    ``Popularity.record`` does (cache/warming/popularity.py, its Lua script): ZINCRBY 1, then,
+    over ``keep`` members, remove the lowest (score, then member name). A newcomer enters with 1
+    and may be the one removed. Returns key -> count of the members left."""
+    score: dict[int, int] = {}
+    heap: list[tuple[int, int, int]] = []  # (score, name order, key); stale entries skipped on pop
+    for k, h in zip(keys, hashes):
+        n = score.get(k, 0) + 1
+        score[k] = n
+        heapq.heappush(heap, (n, h, k))
+        if n == 1 and len(score) > keep:  # only a newcomer grows the set
+            while True:
+                low, _, gone = heapq.heappop(heap)
+                if score.get(gone) == low:
+                    break
+            del score[gone]
+    return score
 
 
 class Popularity:
-    """Requests per (day, slot of day, key), and the candidates of a target slot from the
-    ``history_days`` days before it (module doc). Only the top_k by (count, key name) are kept
-    per target: ``choose`` looks at no others."""
+    """The per (day, slot of day) counts as the product keeps them (``slot_counts``, at most
+    ``keep`` keys each), and the candidates of a target slot as its ``Popularity.candidates``
+    makes them: each earlier day's members summed over the ``history_days`` days before, the
+    days seen counted, the ``top_k`` by (count, key name) kept (``choose`` looks at no others)."""
 
-    def __init__(self, req: Requests, policy: WarmPolicy) -> None:
+    def __init__(self, req: Requests, policy: WarmPolicy, keep: int) -> None:
         self.policy = policy
-        day = np.floor(req.t).astype(np.int64) // DAY_S
-        slot = (np.floor(req.t).astype(np.int64) % DAY_S) // policy.slot_s
-        group = day * (DAY_S // policy.slot_s) + slot
-        pairs, counts = np.unique(np.stack([group, req.key]), axis=1, return_counts=True)
-        bounds = np.flatnonzero(np.diff(pairs[0])) + 1
-        self.counts: dict[int, tuple[np.ndarray, np.ndarray]] = {
-            int(g[0]): (k, c) for g, k, c in zip(np.split(pairs[0], bounds), np.split(pairs[1], bounds),
-                                                 np.split(counts, bounds))}
+        group = np.floor(req.t).astype(np.int64) // policy.slot_s  # epoch slot number: day x per day + slot
+        hashes = key_hashes(req.key)
+        bounds = np.flatnonzero(np.diff(group)) + 1  # requests are in time order: a group is contiguous
+        self.counts: dict[int, dict[int, int]] = {}
+        self.names: dict[int, int] = {}
+        for g, k, h in zip(np.split(group, bounds), np.split(req.key, bounds), np.split(hashes, bounds)):
+            if g.size:
+                self.counts[int(g[0])] = slot_counts(k.tolist(), h.tolist(), keep)
+                self.names.update(zip(k.tolist(), h.tolist()))
         self._top: dict[float, list[tuple[int, str, float, int]]] = {}
 
     def top(self, slot_start_s: float) -> list[tuple[int, str, float, int]]:
@@ -184,14 +216,12 @@ class Popularity:
             group = int(slot_start_s // self.policy.slot_s)
             total: dict[int, list[float]] = {}
             for back in range(1, self.policy.history_days + 1):
-                keys, counts = self.counts.get(group - back * per_day, (np.empty(0, np.int64), np.empty(0)))
-                for k, c in zip(keys.tolist(), counts.tolist()):
+                for k, c in self.counts.get(group - back * per_day, {}).items():
                     entry = total.setdefault(k, [0.0, 0])
                     entry[0] += c
                     entry[1] += 1
-            rows = [(k, key_name(k), c, int(d)) for k, (c, d) in total.items()]
-            rows.sort(key=lambda r: (-r[2], r[1]))
-            self._top[slot_start_s] = rows[: self.policy.top_k]
+            rows = sorted(total.items(), key=lambda r: (-r[1][0], self.names[r[0]]))[: self.policy.top_k]
+            self._top[slot_start_s] = [(k, f"{self.names[k]:016x}", c, int(d)) for k, (c, d) in rows]
         return self._top[slot_start_s]
 
 
@@ -283,9 +313,10 @@ def _warm_plan(warming: Warming, now: float, expiry: dict[int, float], recent: l
     if not idle(sum(recent) / 60.0 * gen_s, warming.capacity_rps * gen_s, policy):
         tally.busy_ticks += 1
         return [], tokens, last
-    cands = [WarmCandidate(name, c, d, expiry[k] if expiry.get(k, -1.0) > now else None)
-             for k, name, c, d in warming.popularity.top(slot[0])]
-    chosen = [int(name[1:]) for name in choose(cands, slot[0], slot[1], policy)]
+    top = warming.popularity.top(slot[0])
+    cands = [WarmCandidate(name, c, d, expiry[k] if expiry.get(k, -1.0) > now else None) for k, name, c, d in top]
+    key_of = {name: k for k, name, _, _ in top}
+    chosen = [key_of[name] for name in choose(cands, slot[0], slot[1], policy)]
     plan, tau = [], now
     while chosen and tau < now + TICK_S:
         tokens, last = allowance(tau, last, tokens, policy)
@@ -417,13 +448,14 @@ def warmable_gpu_s(req: Requests, hit: np.ndarray, popularity: Popularity, polic
     return round(saved * gen_s, 1)
 
 
-def run_setting(setup: Setup, prompts: Prompts, policy: WarmPolicy, args: argparse.Namespace) -> dict[str, Any]:
+def run_setting(setup: Setup, prompts: Prompts, settings: WarmingSettings, args: argparse.Namespace) -> dict[str, Any]:
     """The three runs (off, forecast, oracle) on one prompt model, with ratios to off."""
+    policy = settings.policy()
     req = draw_prompts(setup.t, prompts, policy.slot_s, args.seed)
     t0 = setup.start + setup.first * setup.step
     t1 = setup.start + setup.y.size * setup.step
     ttl = float(CacheSettings.model_fields["ttl_s"].default)
-    popularity = Popularity(req, policy)
+    popularity = Popularity(req, policy, settings.keep_per_slot)
     runs: dict[str, Any] = {}
     for name in ("off", "forecast", "oracle"):
         warming = None if name == "off" else Warming(setup.points[name], policy, setup.capacity_rps, popularity)
@@ -445,9 +477,13 @@ SWEEP = [("repeat_share", v) for v in (0.0, 0.1, 0.5)] + [("zipf_s", v) for v in
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    policy = WarmPolicy(history_days=args.history_days, top_k=args.top_k, budget_per_min=args.budget_per_min,
-                        lead_s=args.lead_s, min_days_seen=min(2, args.history_days), idle_load=args.idle_load,
-                        peak_fraction=args.peak_fraction)
+    # The product's per-pool settings (cache/warming/settings.py), so the bench runs its defaults.
+    settings = WarmingSettings(enabled=True, history_days=args.history_days, top_k=args.top_k,
+                               budget_per_min=args.budget_per_min, lead_s=args.lead_s,
+                               min_days_seen=min(WARM_DEFAULTS["min_days_seen"], args.history_days),
+                               idle_load=args.idle_load, peak_fraction=args.peak_fraction, min_rise=args.min_rise,
+                               keep_per_slot=args.keep_per_slot)
+    policy = settings.policy()
     ttl = CacheSettings.model_fields["ttl_s"].default
     prompts = Prompts(args.repeat_share, args.zipf_s, args.prompts_per_slot)
     setup = prepare(args, policy)
@@ -458,16 +494,16 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                      "prompt_model": "assumed: no public trace has prompt identity over several days"},
         "pool": {"capacity_rps": round(setup.capacity_rps, 4), "gen_gpu_s": args.gen_gpu_s,
                  "replicas": round(setup.capacity_rps * args.gen_gpu_s, 2), "ttl_s": ttl},
-        "policy": asdict(policy), "forecast": setup.forecast,
+        "policy": {**asdict(policy), "keep_per_slot": settings.keep_per_slot}, "forecast": setup.forecast,
         "peak_slots": sorted(setup.peak),  # epoch window numbers: start = number x 600 s
-        "runs": run_setting(setup, prompts, policy, args),
+        "runs": run_setting(setup, prompts, settings, args),
     }
     if args.sweep:
         report["sweep"] = []
         for field_name, value in SWEEP:
             p = Prompts(**{**asdict(prompts), field_name: value})
             report["sweep"].append({"setting": f"{field_name}={value}", **asdict(p),
-                                    "runs": run_setting(setup, p, policy, args)})
+                                    "runs": run_setting(setup, p, settings, args)})
     report["wall_s"] = round(time.perf_counter() - started, 1)
     return report
 
@@ -482,8 +518,9 @@ def render(report: dict[str, Any]) -> str:
         f"{w['zipf_s']:g}, {w['per_slot']} per 10-min slot",
         f"pool {pool['capacity_rps']:g} req/s = {pool['replicas']:g} GPUs at {pool['gen_gpu_s']:g} GPU-s per "
         f"generation; TTL {pool['ttl_s']} s fixed; warming: top {pol['top_k']}, >= {pol['min_days_seen']} of "
-        f"{pol['history_days']} days, {pol['budget_per_min']:g}/min, lead {pol['lead_s']} s, idle < "
-        f"{pol['idle_load']:g}, peak >= {pol['peak_fraction']:g} x capacity",
+        f"{pol['history_days']} days ({pol['keep_per_slot']} kept per slot and day), {pol['budget_per_min']:g}/min, "
+        f"lead {pol['lead_s']} s, idle < {pol['idle_load']:g}, peak >= {pol['peak_fraction']:g} x capacity and "
+        f"> {1 + pol['min_rise']:g} x now",
         f"forecast {fc['steps_ahead']} windows ahead: MAE {fc['mae']:.4g} req/s (last value {fc['mae_last_value']:.4g}), "
         f"models {fc['models_chosen']}; peak slots: each scored day's top {len(report['peak_slots']) // w['scored_days']}"
         " 10-min windows by true rate", ""]
@@ -528,12 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gen-gpu-s", type=float, default=GEN_GPU_S, help="GPU-seconds per generation")
     parser.add_argument("--capacity-rps", type=float, default=None,
                         help="pool capacity (req/s); default 1.2 x the busiest history window")
-    parser.add_argument("--budget-per-min", type=float, default=WarmPolicy.budget_per_min)
-    parser.add_argument("--top-k", type=int, default=WarmPolicy.top_k)
-    parser.add_argument("--lead-s", type=int, default=WarmPolicy.lead_s)
-    parser.add_argument("--history-days", type=int, default=WarmPolicy.history_days)
-    parser.add_argument("--idle-load", type=float, default=WarmPolicy.idle_load)
-    parser.add_argument("--peak-fraction", type=float, default=WarmPolicy.peak_fraction)
+    for name, kind in (("budget_per_min", float), ("top_k", int), ("lead_s", int), ("history_days", int),
+                       ("idle_load", float), ("peak_fraction", float), ("min_rise", float), ("keep_per_slot", int)):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=WARM_DEFAULTS[name],
+                            help="WarmingSettings field (cache/warming/settings.py)")
     parser.add_argument("--models", type=lambda s: s.split(","), default=MODELS,
                         help="forecaster candidates, comma-separated")
     parser.add_argument("--sweep", action="store_true", help="also the prompt-model sweep (same arrivals)")

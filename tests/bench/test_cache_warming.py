@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import redis
 
 from cache.warming.plan import WarmPolicy
+from cache.warming.popularity import _RECORD_LUA
 from tests.bench_script import load_bench
 
 cw = load_bench("cache_warming")
@@ -65,11 +67,11 @@ def test_the_budget_paces_warm_generations(data_dir: Path) -> None:
     # The replay itself, so every warm generation's time is visible: with burst 1 and a budget of
     # b per minute two warm generations are at least 60 / b s apart.
     args = _args(data_dir, "--budget-per-min", "2")
-    policy = WarmPolicy(history_days=2, top_k=50, budget_per_min=2.0, lead_s=900)
+    policy = WarmPolicy(history_days=2, top_k=50, budget_per_min=2.0, lead_s=900, min_rise=0.0)
     setup = cw.prepare(args, policy)
     req = cw.draw_prompts(setup.t, cw.Prompts(), policy.slot_s, args.seed)
     t0, t1 = setup.start + setup.first * setup.step, setup.start + setup.y.size * setup.step
-    warming = cw.Warming(setup.points["oracle"], policy, setup.capacity_rps, cw.Popularity(req, policy))
+    warming = cw.Warming(setup.points["oracle"], policy, setup.capacity_rps, cw.Popularity(req, policy, 100))
     tally = cw.replay(req, t0, t1, 3600.0, args.gen_gpu_s, setup.peak, setup.step, warming)
     times = np.array([w[0] for w in tally.warm])
     assert times.size > 2
@@ -96,3 +98,20 @@ def test_the_script_writes_the_documented_json(data_dir: Path, tmp_path: Path) -
         assert run["warm_max_per_min"] <= 3
     assert len(report["peak_slots"]) == 2 * 6
     assert report["pool"]["ttl_s"] == 3600
+
+
+def test_the_counts_are_trimmed_as_the_product_trims_them_in_redis(redis_url: str) -> None:
+    # The product's own Lua script (cache/warming/popularity.py) on a real Redis against the
+    # bench's stand-in, on a sequence where newcomers keep displacing members: the same members
+    # with the same counts must be left, ties removed by name as Redis orders them.
+    rng = np.random.default_rng(7)
+    keys = (rng.zipf(1.3, 600) % 200).astype(np.int64) - 50  # hot keys, a long tail, negative ids too
+    hashes = cw.key_hashes(keys)
+    client = redis.Redis.from_url(redis_url)
+    record = client.register_script(_RECORD_LUA)
+    for k, h in zip(keys.tolist(), hashes.tolist()):
+        record(keys=["warm:z", "warm:r"], args=[f"{h:016x}", "{}", 3600, 12])
+    in_redis = {m.decode(): int(sc) for m, sc in client.zrange("warm:z", 0, -1, withscores=True)}
+    names = dict(zip(keys.tolist(), hashes.tolist()))
+    bench = {f"{names[k]:016x}": c for k, c in cw.slot_counts(keys.tolist(), hashes.tolist(), 12).items()}
+    assert len(in_redis) == 12 and bench == in_redis
