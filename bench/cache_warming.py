@@ -2,12 +2,16 @@
 
     PYTHONPATH=. python bench/cache_warming.py [--mean-rps 1.0] [--repeat-share 0.3] [--zipf-s 1.0]
         [--prompts-per-slot 1000] [--seed 0] [--days 14] [--eval-days 7] [--peak-slots 6]
-        [--budget-per-min 6] [--top-k 50] [--lead-s 900] [--history-days 7] [--capacity-rps X]
-        [--models last_value,seasonal_naive,...] [--sweep] [--json out/cache_warming.json]
+        [--gen-gpu-s 2.625] [--capacity-rps X] [--warmup-s 300] [--models last_value,...]
+        [--budget-per-min 6] [--top-k 50] [--lead-s 900] [--history-days 7] [--idle-load 0.5]
+        [--peak-fraction 0.5] [--min-rise 0.2] [--keep-per-slot 100] [--sweep]
+        [--json out/cache_warming.json]
 
-A multi-day replay, no wall clock. Three runs on the same arrivals and prompts: warming off,
-warming on with the forecaster's forecast, warming on with an oracle forecast (the true future
-rate), so what a better forecast would add is visible.
+A multi-day replay, no wall clock. Five runs on the same arrivals and prompts: warming off;
+warming on with the forecaster's forecast or with an oracle forecast (the true future rate),
+so what a better forecast would add is visible; each on a fixed pool and on an autoscaled one.
+The warming options are the product's per-pool ``WarmingSettings`` (cache/warming/settings.py),
+their defaults its defaults; the rules are its planner's (cache/warming/plan.py).
 
 Arrivals. The real ServeGen m-large rate series (``../shared/data/traces/servegen-m-large``,
 14 days of 600 s windows, total = sum over its 162 clients, read by the forecaster's trace
@@ -22,68 +26,84 @@ its 10-minute time-of-day slot, drawn by Zipf with exponent ``--zipf-s`` (rank r
 1 / r^s); the slot's set is the same every day and the sets of different slots do not overlap
 (a prompt is popular in one slot of the day only); otherwise the prompt is a one-off that never
 recurs. No published figure is used for these values: they are assumptions, and ``--sweep``
-shows the result over the repeat share and the Zipf exponent. One scope (tenant, pool, params)
-throughout: every key belongs to the same pool.
+shows the result over the repeat share, the Zipf exponent and the set size. One scope (tenant,
+pool, params) throughout: every key belongs to the same pool.
 
 Cache: exact match, the product's default fixed TTL (``CacheSettings.ttl_s``, 3600 s, a hit
 never extends it), on the simulated clock. A request hits when its key has a live entry; else
 it is a generation that stores an entry. The cache is simulated from one TTL before the first
 scored day with an empty cache. Each generation costs ``--gen-gpu-s`` GPU-seconds (default
-1 / 0.381 = 2.62 s: the l4 replica of the closed loop serves 0.381 requests/s within the SLO
+1 / 0.381 = 2.625 s: the l4 replica of the closed loop serves 0.381 requests/s within the SLO
 on the Azure conv token pairs, sim/README.md "Sizing"; one replica = one GPU), warm ones too,
 at the moment they run.
 
-Pool: fixed, ``--capacity-rps`` requests/s, default 1.2 x the busiest history window (the
-planner's 20 % headroom over the highest rate seen before the scored days): a pool sized for
-the peak without counting on the cache. Its replicas = capacity_rps x gen_gpu_s. Load =
-in-flight generations / replicas, where in flight = generations started in the last 60 s /
-60 x gen_gpu_s (Little's law), warm ones included; idle = ``cache.warming.plan.idle``.
+Pools. Load = in flight / Ready replicas, in flight = generations started in the last 60 s /
+60 x gen_gpu_s (Little's law, in GPUs; the product's in-flight requests / (replicas x
+replica_slots) is the same ratio when a request holds its slot replica_slots / per-replica
+capacity seconds), warm ones included; idle = ``cache.warming.plan.idle``.
+- fixed: ``--capacity-rps`` requests/s, default 1.2 x the busiest history window (the
+  planner's 20 % headroom over the highest rate seen before the scored days), capacity_rps x
+  gen_gpu_s GPUs: sized for the peak without counting on the cache;
+- autoscaled: the forecaster's backtest (``forecaster.backtest.run.run_backtest``) on the
+  scaled arrivals, its ``predictive`` policy (the planner every 60 s, replicas Ready after
+  ``--warmup-s``) at 1 / gen_gpu_s requests/s per replica; ``peak_slot`` gets capacity per
+  replica x the replicas decided, as the forecaster publishes it (forecaster/state.py
+  ``forecast_document``). The autoscaler sees arrivals, not misses (the pool is sized without
+  counting on the cache) and neither the hits warming adds nor its own generations.
 
-Forecast: the forecaster's backtest (``forecaster.backtest.forecasts.rolling_forecasts``: the
-model chosen daily as ``run --once`` would, ``forward`` in between) on the scaled request
-rate, one origin per window (made at the window's start, knowing the windows before). The
-product forecasts misses/s; here the pool is sized for all arrivals, so arrivals are the
-demand compared with its capacity, and the forecast is the same for every run. Each tick the
-warmer hands ``peak_slot`` one point per window, (window start, rate), for the current window
-and those up to ``lead_s`` ahead.
+Forecast: that backtest's rolling forecasts (the model chosen daily at the warm-up's lead, as
+the live forecaster's, ``forward`` in between), one origin per window, made at the window's
+start knowing the windows before; the mean, as the forecaster publishes it. Each tick the
+warmer hands ``peak_slot`` one point per window, (window start, requests/s), for the current
+window and the next ones of the forecast's horizon (3 windows by default; ``lead_s`` 900
+reaches 2 of them). Oracle: the same points with the true rates. The live forecaster
+publishes 1-minute steps; the trace has 10-minute windows, so the bench's steps are those.
 
-Warming (the product's rules, ``cache.warming.plan``): every 15 s tick, when ``peak_slot``
-names a slot and the pool is idle, the keys ``choose`` returns for it are regenerated, paced by
-``allowance`` (a token bucket of ``--budget-per-min`` holding ``burst`` tokens; a generation
-runs at the moment a token is there, within the tick, in time order with the requests). A warm
-entry has the normal TTL. Popularity: every request of the scored and history days is counted
-per (day, time-of-day slot, key), as a per-slot counter per day would hold it (untrimmed);
-a candidate's count is its sum over the ``history_days`` days before the target slot's day,
-``days_seen`` the number of those days it appeared on. Warm generations are not requests and
-are not counted. Only the ``top_k`` candidates by (count, key) are handed to ``choose`` (it
-considers no others, so its answer is the same).
+Warming: every 15 s tick, when ``peak_slot`` names a slot and the pool is idle, the keys
+``choose`` returns for it are regenerated, paced by ``allowance`` (a token bucket of
+``--budget-per-min`` holding ``burst`` tokens; a generation runs at the moment a token is
+there, within the tick, in time order with the requests). A warm entry has the normal TTL.
+Popularity as the product keeps it (cache/warming/popularity.py): every request (hit or
+stored miss) is counted in its (day, slot) sorted set, at most ``--keep-per-slot`` members,
+the lowest score trimmed at once when a newcomer makes one too many (equal scores by member
+name: the bench names a key by a 64-bit hash of it, as the product's are SHA-256 digests;
+``slot_counts``); a candidate's count is its sum over the ``history_days`` days before the
+target slot's day, ``days_seen`` the number of those days it is a member on. Warm generations
+are not counted. Only the ``top_k`` candidates by (count, name) are handed to ``choose``, as
+the product's ``Popularity.candidates`` does.
 
 Peak slots (scored): each scored day's ``--peak-slots`` 10-minute windows with the highest
 true rate (default 6: an hour's worth), the same for every run.
 
-Reported per run (JSON ``runs.{off,forecast,oracle}``): ``requests``, ``hits``, ``hit_ratio``;
-``peak_requests``, ``peak_hits``, ``peak_hit_ratio``; ``generations`` (misses), ``warm_generations``;
-``gpu_s`` (all generations x gen_gpu_s), ``peak_gpu_s`` (generations started in peak slots,
-warm ones included), ``moved_gpu_s`` (warm generations started outside peak slots whose entry
-was then hit in a peak slot), ``warm_hits``, ``warm_wasted`` (warm entries never hit before they
+Reported per run (JSON ``runs.{off,forecast_fixed,oracle_fixed,forecast_autoscaled,
+oracle_autoscaled}``): ``requests``, ``hits``, ``hit_ratio``; ``peak_requests``, ``peak_hits``,
+``peak_hit_ratio``; ``generations`` (misses), ``peak_misses``, ``warm_generations``; ``gpu_s``
+(all generations x gen_gpu_s), ``peak_gpu_s`` (generations started in peak slots, warm ones
+included), ``moved_gpu_s`` (warm generations started outside peak slots whose entry was then
+hit in a peak slot), ``warm_hits``, ``warm_wasted`` (warm entries never hit before they
 expired or the replay ended), ``warm_max_per_min`` (most warm generations in one clock
 minute), ``targeted_slots`` (distinct slots warmed for) and ``targeted_peak_slots`` (of those,
 peak slots), ``named_ticks`` (ticks in which ``peak_slot`` named a slot) and ``busy_ticks`` (of
 those, ticks in which the pool was not idle); the off run also ``warmable_peak_gpu_s``: the
 ceiling, the GPU-s of its peak-slot misses that warming every peak slot's chosen keys just
-before it would have saved (``warmable_gpu_s``); ``vs_off``: peak_gpu_s, gpu_s and peak misses of
-the run over the off run's. Top level: ``config`` (every option), ``workload``, ``pool``,
-``policy``, ``forecast`` (errors at the lead step, ``forecast_errors``, and the models chosen),
+before it would have saved (``warmable_gpu_s``); ``vs_off``: peak_gpu_s, gpu_s and peak_misses
+of the run over the off run's. Top level: ``config`` (every option), ``workload``, ``pool``
+(the fixed one), ``policy``, ``forecast`` (the backtest's errors at its lead step, the models
+chosen, and ``autoscaler``: the predictive policy's replica-minutes and minutes short),
 ``peak_slots`` (epoch window numbers: start = number x 600 s), ``sweep`` (with ``--sweep``: one
-row per setting, each with the three runs) and ``wall_s``.
+row per setting, each with the five runs) and ``wall_s``.
 
-Measured (3 December 2026, defaults, ``--sweep``, 40 s on 2 shared cores): with the oracle
-forecast warming took 1.6 % of the peak slots' GPU-seconds off them (peak hit ratio 0.157 ->
-0.173) for +0.06 % GPU-seconds in all, 20 % of warm generations wasted; with the forecaster's
-forecast 0.3 %: the model chosen on m-large is last value on 5 days of 7, whose flat forecast
-never shows the rise ``peak_slot`` asks for, so it warmed for 6 slots against the oracle's 31.
-Warming can save at most the first request of each of ``top_k`` keys per warmed slot: the
-ceiling (every peak slot warmed) was 4.4 % of the peak GPU-seconds; the oracle reached 39 % of it.
+Measured (3 December 2026, defaults, ``--sweep``, 49 s on 2 shared cores): with the
+forecaster's forecast warming never ran, on either pool: the model chosen is last value on
+6 days of 7 and seasonal level on one, and neither forecast a rise of ``min_rise`` (20 %)
+within ``lead_s``. With the oracle forecast it took 0.33 % of the peak slots' GPU-seconds off
+them on the fixed pool (peak hit ratio 0.157 -> 0.160, 417 warm generations, 36 % wasted) and
+0.29 % on the autoscaled pool, whose capacity follows demand so ``peak_fraction`` always
+holds: it warmed for 172 slots (14 of them peak slots), 2,433 generations, 37 % wasted, +0.19 %
+GPU-seconds in all, and was busy in 73 % of the ticks that named a slot. The ceiling (every
+peak slot's chosen keys warmed) was 2.4 % of the peak GPU-seconds; 4.4 % with counts kept
+untrimmed (``--keep-per-slot 100000``): with mostly one-off prompts, 100 members per slot and
+day drop hot keys before their second request.
 """
 
 from __future__ import annotations
@@ -104,7 +124,8 @@ import numpy as np
 from cache.settings import CacheSettings
 from cache.warming.plan import WarmCandidate, WarmPolicy, allowance, choose, idle, peak_slot, wait_s
 from cache.warming.settings import WarmingSettings
-from forecaster.backtest.forecasts import forecast_errors, rolling_forecasts
+from forecaster.backtest.run import BacktestConfig, run_backtest
+from forecaster.series import Traffic
 from forecaster.sources.traces import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,6 +246,30 @@ class Popularity:
         return self._top[slot_start_s]
 
 
+@dataclass(frozen=True)
+class Pool:
+    """The GPU pool the warmer sees. Fixed: ``capacity_rps`` requests/s and ``replicas`` GPUs
+    all the time. Autoscaled (``provisioned`` given): per tick of ``tick_s`` from ``t0``, the
+    replicas the forecaster's backtest policy decided (``provisioned``, warming ones included:
+    the product's published capacity is capacity per replica x decided replicas) and those
+    Ready (``ready``, whose slots the load is measured against); ``per_replica_rps`` each."""
+
+    capacity_rps: float
+    replicas: float
+    per_replica_rps: float = 0.0
+    t0: float = 0.0
+    tick_s: float = TICK_S
+    provisioned: np.ndarray | None = None
+    ready: np.ndarray | None = None
+
+    def at(self, now: float) -> tuple[float, float]:
+        """(capacity in requests/s as published, Ready replicas) at ``now``."""
+        if self.provisioned is None or self.ready is None:
+            return self.capacity_rps, self.replicas
+        i = min(max(0, int((now - self.t0) // self.tick_s)), self.provisioned.size - 1)
+        return float(self.provisioned[i]) * self.per_replica_rps, float(self.ready[i])
+
+
 @dataclass
 class Warming:
     """What the warmer needs: forecast points per window (``points[w]``, w the epoch window
@@ -233,7 +278,7 @@ class Warming:
 
     points: dict[int, list[tuple[float, float]]]
     policy: WarmPolicy
-    capacity_rps: float
+    pool: Pool
     popularity: Popularity
 
 
@@ -306,11 +351,13 @@ def _warm_plan(warming: Warming, now: float, expiry: dict[int, float], recent: l
     bucket; none when ``peak_slot`` names no slot or the pool is not idle."""
     policy = warming.policy
     points = warming.points.get(int(now // policy.slot_s))
-    slot = peak_slot(points, now, policy, warming.capacity_rps) if points else None
+    capacity_rps, ready = warming.pool.at(now)
+    slot = peak_slot(points, now, policy, capacity_rps) if points else None
     if slot is None:
         return [], tokens, last
     tally.named_ticks += 1
-    if not idle(sum(recent) / 60.0 * gen_s, warming.capacity_rps * gen_s, policy):
+    # In flight by Little's law, in GPUs: generations started in the last minute x GPU-s each.
+    if not idle(sum(recent) / 60.0 * gen_s, ready, policy):
         tally.busy_ticks += 1
         return [], tokens, last
     top = warming.popularity.top(slot[0])
@@ -358,7 +405,7 @@ class Setup:
     first: int
     peak: set[int]
     points: dict[str, dict[int, list[tuple[float, float]]]]
-    capacity_rps: float
+    pools: dict[str, Pool]
     forecast: dict[str, Any]
 
 
@@ -374,32 +421,46 @@ def prepare(args: argparse.Namespace, policy: WarmPolicy) -> Setup:
         raise SystemExit(f"need {args.days} whole days with at least one before the {args.eval_days} scored")
     y = raw / np.nanmean(raw) * args.mean_rps
     first = (args.days - args.eval_days) * per_day
-    capacity = args.capacity_rps or 1.2 * float(np.nanmax(y[:first]))
+    capacity = args.capacity_rps or 1.2 * float(np.nanmax(y[:first]))  # the fixed pool
     peak: set[int] = set()  # epoch window numbers (t // step), as the replay reads a request's window
     base = round(traffic.start / step)
     for d in range(args.days - args.eval_days, args.days):
         day = y[d * per_day:(d + 1) * per_day]
         top = np.argsort(-np.nan_to_num(day), kind="stable")[: args.peak_slots]
         peak.update(int(base + d * per_day + i) for i in top)
-    ahead = math.ceil(policy.lead_s / step)  # windows after the current one that peak_slot can see
-    horizon = ahead + 1
+    # The forecaster's backtest on the scaled arrivals: its rolling forecasts (the model chosen
+    # daily at the warm-up lead, as the live forecaster's) and its predictive policy's replicas.
+    # test_fraction half a window short of the scored days, so its first origin is theirs exactly.
+    per_replica = 1.0 / args.gen_gpu_s
+    cfg = BacktestConfig(warmup_s=args.warmup_s, capacity=per_replica, models=args.models,
+                         test_fraction=(args.eval_days * per_day - 0.5) / y.size)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # statsmodels' convergence warnings during selection
-        fc = rolling_forecasts(y, first, horizon, max(1, ahead), per_day, step, args.models, 0.9, 5.0, per_day,
-                               144, False, round(3600 / step), True)
+        bt = run_backtest(Traffic(traffic.start, step, y, name=traffic.name), y, cfg, progress=False)
+    assert bt.first == first, (bt.first, first)
+    fc = bt.forecasts
+    horizon = fc.mean.shape[1]
     t_of = traffic.start + np.arange(y.size) * step
     points: dict[str, dict[int, list[tuple[float, float]]]] = {"forecast": {}, "oracle": {}}
-    for i, o in enumerate(fc.origins[:-1]):
+    for i, o in enumerate(fc.origins):
         w = int(o)
         span = range(w, min(w + horizon, y.size))
         points["forecast"][base + w] = [(float(t_of[v]), float(fc.mean[i, v - w])) for v in span]
         points["oracle"][base + w] = [(float(t_of[v]), float(y[v])) for v in span]
-    errors = forecast_errors(y, fc.head(fc.origins.size - 1), max(1, ahead), 0.9, per_day)
-    chosen = {name: fc.models.count(name) for name in sorted(set(fc.models))}
+    run = bt.runs["predictive"]
+    t0 = traffic.start + first * step
+    pools = {"fixed": Pool(capacity, capacity * args.gen_gpu_s),
+             "autoscaled": Pool(0.0, 0.0, per_replica, t0, bt.tick_s, run.provisioned, run.ready)}
+    report: dict[str, Any] = bt.report
+    pred = report["policies"]["predictive"]  # type: ignore[index]
+    summary = {"points_per_origin": horizon,
+               **{k: report["forecast"][k] for k in ("horizon_steps", "mae", "mae_last_value", "mase")},  # type: ignore[index]
+               "models_chosen": report["models_chosen"],
+               "autoscaler": {"warmup_s": args.warmup_s, "per_replica_rps": round(per_replica, 4),
+                              "replica_minutes": round(pred["replica_minutes"], 1),
+                              "under_provisioned_minutes": pred["under_provisioned_minutes"]}}
     return Setup(y, traffic.start, step, arrivals(y, traffic.start, step, args.seed), first, peak, points,
-                 capacity, {"steps_ahead": max(1, ahead), "mae": errors["mae"],
-                            "mae_last_value": errors["mae_last_value"], "mase": errors["mase"],
-                            "models_chosen": chosen})
+                 pools, summary)
 
 
 def summarise(req: Requests, tally: Tally, t0: float, t1: float, step: float, peak: set[int],
@@ -457,8 +518,9 @@ def run_setting(setup: Setup, prompts: Prompts, settings: WarmingSettings, args:
     ttl = float(CacheSettings.model_fields["ttl_s"].default)
     popularity = Popularity(req, policy, settings.keep_per_slot)
     runs: dict[str, Any] = {}
-    for name in ("off", "forecast", "oracle"):
-        warming = None if name == "off" else Warming(setup.points[name], policy, setup.capacity_rps, popularity)
+    for name in RUNS:
+        fc, _, pool = name.partition("_")
+        warming = None if name == "off" else Warming(setup.points[fc], policy, setup.pools[pool], popularity)
         tally = replay(req, t0, t1, ttl, args.gen_gpu_s, setup.peak, setup.step, warming)
         runs[name] = summarise(req, tally, t0, t1, setup.step, setup.peak, args.gen_gpu_s)
         if name == "off":
@@ -471,6 +533,7 @@ def run_setting(setup: Setup, prompts: Prompts, settings: WarmingSettings, args:
     return runs
 
 
+RUNS = ("off", "forecast_fixed", "oracle_fixed", "forecast_autoscaled", "oracle_autoscaled")
 SWEEP = [("repeat_share", v) for v in (0.0, 0.1, 0.5)] + [("zipf_s", v) for v in (0.6, 0.8, 1.2, 1.4)] + \
     [("per_slot", v) for v in (100, 10000)]
 
@@ -492,8 +555,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "workload": {"trace": Path(args.trace).name, "mean_rps": args.mean_rps, "days": args.days,
                      "scored_days": args.eval_days, "arrivals": int(setup.t.size), **asdict(prompts),
                      "prompt_model": "assumed: no public trace has prompt identity over several days"},
-        "pool": {"capacity_rps": round(setup.capacity_rps, 4), "gen_gpu_s": args.gen_gpu_s,
-                 "replicas": round(setup.capacity_rps * args.gen_gpu_s, 2), "ttl_s": ttl},
+        "pool": {"capacity_rps": round(setup.pools["fixed"].capacity_rps, 4), "gen_gpu_s": args.gen_gpu_s,
+                 "replicas": round(setup.pools["fixed"].replicas, 2), "ttl_s": ttl},
         "policy": {**asdict(policy), "keep_per_slot": settings.keep_per_slot}, "forecast": setup.forecast,
         "peak_slots": sorted(setup.peak),  # epoch window numbers: start = number x 600 s
         "runs": run_setting(setup, prompts, settings, args),
@@ -512,18 +575,23 @@ def render(report: dict[str, Any]) -> str:
     """The side-by-side table (and the sweep's) and what it was computed on."""
     w, pool, pol = report["workload"], report["pool"], report["policy"]
     fc = report["forecast"]
+    auto = fc["autoscaler"]
     lines = [
         f"{w['trace']} scaled to {w['mean_rps']:g} req/s mean, {w['days']} days, last {w['scored_days']} scored; "
         f"{w['arrivals']} arrivals; prompts (assumed, see doc): repeat share {w['repeat_share']:g}, Zipf s "
         f"{w['zipf_s']:g}, {w['per_slot']} per 10-min slot",
-        f"pool {pool['capacity_rps']:g} req/s = {pool['replicas']:g} GPUs at {pool['gen_gpu_s']:g} GPU-s per "
-        f"generation; TTL {pool['ttl_s']} s fixed; warming: top {pol['top_k']}, >= {pol['min_days_seen']} of "
+        f"fixed pool {pool['capacity_rps']:g} req/s = {pool['replicas']:g} GPUs; autoscaled pool: the backtest's "
+        f"predictive policy at {auto['per_replica_rps']:g} req/s per GPU, warm-up {auto['warmup_s']:g} s, "
+        f"{auto['replica_minutes'] / 60:.0f} GPU-h, {auto['under_provisioned_minutes']:g} min short; "
+        f"{pool['gen_gpu_s']:g} GPU-s per generation",
+        f"cache TTL {pool['ttl_s']} s fixed; warming: top {pol['top_k']}, >= {pol['min_days_seen']} of "
         f"{pol['history_days']} days ({pol['keep_per_slot']} kept per slot and day), {pol['budget_per_min']:g}/min, "
         f"lead {pol['lead_s']} s, idle < {pol['idle_load']:g}, peak >= {pol['peak_fraction']:g} x capacity and "
         f"> {1 + pol['min_rise']:g} x now",
-        f"forecast {fc['steps_ahead']} windows ahead: MAE {fc['mae']:.4g} req/s (last value {fc['mae_last_value']:.4g}), "
-        f"models {fc['models_chosen']}; peak slots: each scored day's top {len(report['peak_slots']) // w['scored_days']}"
-        " 10-min windows by true rate", ""]
+        f"forecast (the backtest's, {fc['horizon_steps']} window(s) ahead): MAE {fc['mae']:.4g} req/s "
+        f"(last value {fc['mae_last_value']:.4g}), models chosen per origin {fc['models_chosen']}",
+        f"peak slots: each scored day's top {len(report['peak_slots']) // w['scored_days']} 10-min windows by true rate",
+        ""]
     lines += _table([(name, run) for name, run in report["runs"].items()])
     if report.get("sweep"):
         lines += ["", "sweep (one prompt-model setting changed from the above each row):"]
@@ -569,6 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("idle_load", float), ("peak_fraction", float), ("min_rise", float), ("keep_per_slot", int)):
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=WARM_DEFAULTS[name],
                             help="WarmingSettings field (cache/warming/settings.py)")
+    parser.add_argument("--warmup-s", type=float, default=300.0, help="replica warm-up of the autoscaled pool (s)")
     parser.add_argument("--models", type=lambda s: s.split(","), default=MODELS,
                         help="forecaster candidates, comma-separated")
     parser.add_argument("--sweep", action="store_true", help="also the prompt-model sweep (same arrivals)")

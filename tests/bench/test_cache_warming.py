@@ -38,10 +38,11 @@ def default_run(data_dir: Path) -> dict[str, Any]:
 
 
 def test_warming_never_lowers_the_peak_hit_ratio_and_the_oracle_moves_work_off_the_peak(default_run) -> None:
-    off, fc, oracle = (default_run["runs"][k] for k in ("off", "forecast", "oracle"))
-    assert off["requests"] == fc["requests"] == oracle["requests"]  # same seed, same arrivals
-    assert fc["peak_hit_ratio"] >= off["peak_hit_ratio"]
-    assert oracle["peak_hit_ratio"] >= off["peak_hit_ratio"]
+    runs = default_run["runs"]
+    off, fc, oracle = runs["off"], runs["forecast_fixed"], runs["oracle_fixed"]
+    for name in cw.RUNS:  # same seed, same arrivals; warming, fixed or autoscaled pool, never hurts the peak
+        assert runs[name]["requests"] == off["requests"]
+        assert runs[name]["peak_hit_ratio"] >= off["peak_hit_ratio"]
     # Not vacuous: with the true future rate the warmer did run, and its entries were hit at the
     # peak, so the peak's GPU time fell by at least what was moved minus what was warmed there.
     assert oracle["warm_generations"] > 0 and oracle["moved_gpu_s"] > 0
@@ -56,8 +57,8 @@ def test_warming_never_lowers_the_peak_hit_ratio_and_the_oracle_moves_work_off_t
 def test_without_repeated_prompts_warming_changes_nothing(data_dir: Path) -> None:
     # Every key is a one-off, seen on one day only: none passes min_days_seen.
     runs = cw.main(_args(data_dir, "--repeat-share", "0"))["runs"]
-    assert runs["oracle"]["named_ticks"] > 0  # the warmer was asked, and found nothing to do
-    for name in ("forecast", "oracle"):
+    assert runs["oracle_fixed"]["named_ticks"] > 0  # the warmer was asked, and found nothing to do
+    for name in cw.RUNS[1:]:
         assert runs[name]["warm_generations"] == 0
         for key in ("hits", "generations", "gpu_s", "peak_gpu_s", "peak_hit_ratio"):
             assert runs[name][key] == runs["off"][key]
@@ -71,7 +72,7 @@ def test_the_budget_paces_warm_generations(data_dir: Path) -> None:
     setup = cw.prepare(args, policy)
     req = cw.draw_prompts(setup.t, cw.Prompts(), policy.slot_s, args.seed)
     t0, t1 = setup.start + setup.first * setup.step, setup.start + setup.y.size * setup.step
-    warming = cw.Warming(setup.points["oracle"], policy, setup.capacity_rps, cw.Popularity(req, policy, 100))
+    warming = cw.Warming(setup.points["oracle"], policy, setup.pools["fixed"], cw.Popularity(req, policy, 100))
     tally = cw.replay(req, t0, t1, 3600.0, args.gen_gpu_s, setup.peak, setup.step, warming)
     times = np.array([w[0] for w in tally.warm])
     assert times.size > 2
@@ -91,7 +92,7 @@ def test_the_script_writes_the_documented_json(data_dir: Path, tmp_path: Path) -
     assert "peak hit" in proc.stdout and "oracle" in proc.stdout
     report = json.loads(out.read_text())
     assert {"config", "workload", "pool", "policy", "forecast", "peak_slots", "runs", "wall_s"} <= set(report)
-    assert set(report["runs"]) == {"off", "forecast", "oracle"}
+    assert set(report["runs"]) == {"off", "forecast_fixed", "oracle_fixed", "forecast_autoscaled", "oracle_autoscaled"}
     assert "warmable_peak_gpu_s" in report["runs"]["off"]
     for run in report["runs"].values():
         assert RUN_FIELDS <= set(run)
