@@ -452,9 +452,9 @@ def prepare(args: argparse.Namespace, policy: WarmPolicy) -> Setup:
     pools = {"fixed": Pool(capacity, capacity * args.gen_gpu_s),
              "autoscaled": Pool(0.0, 0.0, per_replica, t0, bt.tick_s, run.provisioned, run.ready)}
     report: dict[str, Any] = bt.report
-    pred = report["policies"]["predictive"]  # type: ignore[index]
+    pred = report["policies"]["predictive"]
     summary = {"points_per_origin": horizon,
-               **{k: report["forecast"][k] for k in ("horizon_steps", "mae", "mae_last_value", "mase")},  # type: ignore[index]
+               **{k: report["forecast"][k] for k in ("horizon_steps", "mae", "mae_last_value", "mase")},
                "models_chosen": report["models_chosen"],
                "autoscaler": {"warmup_s": args.warmup_s, "per_replica_rps": round(per_replica, 4),
                               "replica_minutes": round(pred["replica_minutes"], 1),
