@@ -86,8 +86,13 @@ class LoopConfig:
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
-        if self.speedup <= 0 or self.hours <= 0 or self.warmup_s < 0:
-            raise ValueError("need speedup > 0, hours > 0 and warmup_s >= 0")
+        if not self.policies:
+            raise ValueError(f"no policy to run; give one or more of {', '.join(POLICIES)}")
+        for name, value, ok, rule in (("speedup", self.speedup, self.speedup > 0, "> 0"),
+                                      ("hours", self.hours, self.hours > 0, "> 0"),
+                                      ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0")):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value:g}")
         if self.max_jump is not None and self.max_jump < 1:
             raise ValueError(f"max_jump must be >= 1 (a factor from one window to the next), got {self.max_jump}")
         if self.history not in ("sampled", "expected"):

@@ -85,6 +85,10 @@ def prepare(cfg: LoopConfig) -> Prepared:
     else:
         start_s = cfg.start_hour * 3600
     span_s = cfg.hours * 3600
+    if cfg.tokens_trace is None and not DEFAULT_TOKENS.exists():
+        # the user passed --trace only: say which file the loop also needs, and where it looks
+        raise ValueError(f"{DEFAULT_TOKENS}: does not exist; the loop draws token counts from the Azure conv trace "
+                         "in the data folder (set PROMPTEDGE_DATA_DIR to the folder that holds traces/)")
     tokens = TokenSampler.from_trace(cfg.tokens_trace or DEFAULT_TOKENS, max_generated=cfg.max_generated)
     capacity = cfg.capacity_rps or replica_capacity(get_profile(cfg.profile), tokens, cfg.ttft_slo_s, cfg.itl_slo_s,
                                                     cfg.pad_context, MAX_CONTEXT_TOKENS, seed=cfg.seed)

@@ -137,4 +137,7 @@ def read_rates(path: Path | str) -> RateSeries:
         return read_servegen(path)
     if path.suffix == ".csv" and path.exists():
         return read_nab(path)
+    if not path.exists():
+        raise TrafficFormatError(f"{path}: does not exist (a ServeGen folder or a timestamp,value CSV; the data "
+                                 "folder is ../shared/data unless PROMPTEDGE_DATA_DIR names another)")
     raise TrafficFormatError(f"{path}: expected a ServeGen folder or a timestamp,value CSV")

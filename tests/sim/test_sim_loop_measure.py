@@ -143,3 +143,35 @@ def test_the_segment_starts_on_a_whole_simulated_minute_so_history_and_live_minu
         for m in (0, 14, 15):  # a live arrival anywhere in segment minute m counts in bucket start // 60 + m
             for x in (0.0, 30.0, 59.999):
                 assert int((sim_start + 60 * m + x) // 60) == int(sim_start // 60) + m
+
+
+@pytest.mark.parametrize(("field", "value"), [("hours", 0.0), ("hours", -1.0), ("speedup", 0.0), ("warmup_s", -5.0)])
+def test_a_bad_setting_is_refused_by_name_and_value(field: str, value: float) -> None:
+    # A new user's `--hours 0` was told "need speedup > 0, hours > 0 and warmup_s >= 0": which one?
+    with pytest.raises(ValueError, match=rf"^{field} must be .* got {value:g}"):
+        LoopConfig(trace=Path("x"), **{field: value})
+
+
+def test_no_policy_is_refused_not_run_as_an_empty_table() -> None:
+    # `--policies ""` printed an empty table and exited 0.
+    with pytest.raises(ValueError, match="no policy"):
+        LoopConfig(trace=Path("x"), policies=())
+
+
+def test_a_missing_trace_is_reported_as_missing(tmp_path: Path) -> None:
+    from sim.traffic.rates import TrafficFormatError, read_rates
+
+    with pytest.raises(TrafficFormatError, match="does not exist"):
+        read_rates(tmp_path / "nowhere" / "servegen")
+
+
+def test_a_missing_default_token_trace_names_the_data_folder_setting(data_dir: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # With --trace given and no data folder, the loop failed on a file the user never passed
+    # (the Azure token counts) with "[Errno 2]" and no word of PROMPTEDGE_DATA_DIR.
+    from sim.loop import run
+
+    monkeypatch.setattr(run, "DEFAULT_TOKENS", tmp_path / "traces" / "azure.csv")
+    cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, progress=False)
+    with pytest.raises(ValueError, match="PROMPTEDGE_DATA_DIR"):
+        run.prepare(cfg)
