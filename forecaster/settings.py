@@ -55,7 +55,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
-    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore",
+    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore", populate_by_name=True,
                                       hide_input_in_errors=True)
 
     redis_url: RedisURL = Field(  # one server, Redis Cluster or Sentinel (opskit/_redis_url.py)
