@@ -1,0 +1,169 @@
+"""Attacks on predictive cache warming (router/warming.py, cache/warming/): regression tests for
+what a security / SRE review found. Real router app, real sim replica over HTTP, real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+
+import pytest
+
+from cache import CacheControl, CacheRequest
+from cache.warming.plan import slot_bounds
+from cache.warming.popularity import Popularity
+from cache.warming.settings import WarmingSettings
+from router.warming import FORECAST_KEY, parse_forecast
+from tests.router.conftest import MODEL
+from tests.router.test_warming import (KEYS, PREFIX, WARMING, chat, key_of, no_semantic, publish, seed, store,  # noqa: F401
+                                       wait_for, warm_count, warming)
+
+
+def _doc(points: list, capacity: object = 10.0) -> dict:
+    return {"v": 1, "pool": MODEL, "at": time.time(), "unit": "requests", "capacity_rps": capacity,
+            "points": points, "upper": points}
+
+
+# --- the forecast key: whatever is in it, the warmer must not crash, warm wildly, or stay silent ---
+
+@pytest.mark.parametrize("raw", [
+    # an integer too large for a float: float() raises OverflowError, which parse_forecast does not catch
+    '{"v":1,"pool":"m","at":0,"unit":"requests","capacity_rps":1' + "0" * 400 + ',"points":[]}',
+    # nested deeper than json's recursion limit: RecursionError
+    "[" * 100_000 + "]" * 100_000,
+], ids=["int-overflow", "deep-nesting"])
+def test_a_malformed_forecast_is_refused_not_raised(raw: str) -> None:
+    assert parse_forecast(raw) is None
+
+
+@pytest.mark.parametrize("points, capacity", [
+    ([[0, 1.0], [120, math.nan]], 10.0),   # NaN peak: every comparison is False, so it passes as a peak
+    ([[0, 1.0], [120, 2.0]], math.nan),    # NaN capacity: any rise is a peak
+    ([[0, 1.0], [120, math.inf]], 10.0),   # infinite demand
+], ids=["nan-peak", "nan-capacity", "inf-peak"])
+def test_a_forecast_with_non_finite_values_is_refused(points: list, capacity: float) -> None:
+    now = time.time()
+    raw = json.dumps(_doc([[now + t, v] for t, v in points], capacity))
+    assert parse_forecast(raw) is None
+
+
+async def test_an_overflowing_forecast_does_not_kill_the_warming_task_nor_stall_it(
+        start_replica, start_router, client, store, warming, caplog) -> None:  # noqa: F811
+    """One bad document made the pool's task die (OverflowError escapes ``step``), the supervisor
+    log a traceback and restart it under a new lock holder id; the dead holder's lock then kept
+    the new task from warming for ``lock_ttl_s`` (60 s) after a good forecast came back."""
+    caplog.set_level(logging.INFO, logger="router.warming")
+    warming()
+    await seed(store, ["What is a KV cache?"], forecast=False)
+    bad = '{"v":1,"pool":"%s","at":0,"unit":"requests","capacity_rps":1%s,"points":[]}' % (MODEL, "0" * 400)
+    await store.set(FORECAST_KEY.format(pool=MODEL), bad, ex=120)
+    router = await start_router([(await start_replica()).url], api_keys=KEYS)
+    await asyncio.sleep(1.5)
+    crashed = [r for r in caplog.records if "stopped on an error" in r.getMessage()]
+    await publish(store)  # the forecaster writes a good one again
+    warmed = await wait_for(lambda: store.exists(key_of(chat("What is a KV cache?"))), timeout_s=8.0)
+    assert warmed, "warming stayed stalled after the forecast was good again"
+    assert crashed == [], "the warming task died on a malformed forecast"
+    assert (await client.get(router.url + "/health")).status_code == 200
+
+
+async def test_a_nan_forecast_warms_nothing(start_replica, start_router, client, store, warming) -> None:  # noqa: F811
+    warming()
+    await seed(store, ["What is a KV cache?"], forecast=False)
+    now = time.time()
+    document = _doc([[now, 1.0], [now + 120, math.nan]], 10.0)
+    await store.set(FORECAST_KEY.format(pool=MODEL), json.dumps(document), ex=120)
+    router = await start_router([(await start_replica()).url], api_keys=KEYS)
+    await asyncio.sleep(1.5)
+    assert await warm_count(client, router, "attempted") == 0.0
+    assert not await store.exists(key_of(chat("What is a KV cache?")))
+
+
+async def test_a_malformed_forecast_is_logged(start_replica, start_router, client, store, warming,  # noqa: F811
+                                              caplog) -> None:
+    """A forecast that is there but unusable (garbage, another version) must say so in the log:
+    the operator otherwise sees warming silently do nothing."""
+    caplog.set_level(logging.DEBUG, logger="router.warming")
+    warming()
+    await store.set(FORECAST_KEY.format(pool=MODEL), b"{not json", ex=120)
+    await start_router([(await start_replica()).url], api_keys=KEYS)
+    await asyncio.sleep(1.0)
+    said = [r for r in caplog.records if r.name == "router.warming" and "forecast" in r.getMessage().lower()
+            and r.levelno >= logging.WARNING]
+    assert said, "a malformed forecast was ignored without a word"
+
+
+# --- abuse: one tenant against the pool's shared popularity sets ---
+
+async def test_one_tenant_cannot_evict_another_tenants_hot_keys(store) -> None:  # noqa: F811
+    """The count sets are per pool, shared by every tenant, trimmed to ``keep_per_slot`` by lowest
+    count: a tenant (or anonymous clients) asking ``keep_per_slot`` prompts of its own a few
+    times each (exact hits are cheap) evicts every other tenant's history and takes the whole
+    warming budget of the pool."""
+    settings = WarmingSettings(**WARMING)  # keep_per_slot 100
+    popularity = Popularity(store, PREFIX)
+    slot_start, _ = slot_bounds(time.time() + 120, 600)
+    victim = chat("What is a KV cache?")
+    for back in (1, 2):
+        at = slot_start - back * 86400 + 1
+        for _ in range(5):  # acme's hot prompt: 5 requests a day in this slot
+            assert await popularity.record(CacheRequest("chat.completions", victim, "acme", pool=MODEL),
+                                           key_of(victim), settings, at)
+        for i in range(settings.keep_per_slot):  # beta: 100 prompts, 6 times each
+            body = chat(f"flood {i}")
+            for _ in range(6):
+                assert await popularity.record(CacheRequest("chat.completions", body, "beta", pool=MODEL),
+                                               key_of(body, "beta"), settings, at)
+    found = [c.key for c in await popularity.candidates(MODEL, slot_start, settings, time.time())]
+    assert key_of(victim) in found, "another tenant's flood evicted acme's hot prompt from warming"
+
+
+# --- budget spent on entries that cannot live until the peak ---
+
+async def test_an_entry_that_would_expire_before_the_peak_is_not_generated(
+        start_replica, start_router, client, store, warming) -> None:  # noqa: F811
+    """A recipe with a short TTL (``X-Cache-TTL: 5``, or a replica's ``max-age``) is regenerated
+    minutes before the peak slot starts: its entry is gone before the first peak request, so
+    every such generation is GPU spent for nothing (and a tenant chooses its TTL)."""
+    settings = warming(lead_s=1800)
+    now = time.time()
+    next_start, _ = slot_bounds(now + 600, 600)
+    if next_start - now < 180:  # the slot after, so that it starts minutes from now
+        next_start += 600
+    popularity = Popularity(store, PREFIX)
+    body = chat("What is a KV cache?")
+    for back in (1, 2):
+        req = CacheRequest("chat.completions", body, "acme", CacheControl(ttl_s=5), pool=MODEL)
+        assert await popularity.record(req, key_of(body), WarmingSettings(**settings), next_start - back * 86400 + 1)
+    document = _doc([[now, 1.0], [next_start + 60, 10.0]], 10.0)
+    await store.set(FORECAST_KEY.format(pool=MODEL), json.dumps(document), ex=120)
+    router = await start_router([(await start_replica()).url], api_keys=KEYS)
+    await asyncio.sleep(2.0)
+    assert await warm_count(client, router, "attempted") == 0.0, \
+        f"warmed an entry with a 5 s TTL {next_start - now:.0f} s before its slot starts"
+
+
+# --- the lock: one worker per pool, also while a generation outlasts the lock's TTL ---
+
+async def test_a_long_generation_does_not_let_a_second_worker_warm_the_pool(
+        start_replica, start_router, client, store, warming) -> None:  # noqa: F811
+    """The lock is renewed only between generations; a generation longer than ``lock_ttl_s``
+    (P2's ttfb_s is 60 s, the default lock_ttl_s 60 s, and nothing ties them) lets the lock
+    expire, and a second worker warms the same pool at the same time (twice the budget)."""
+    warming(lock_ttl_s=1, replica_slots=8)  # a generation in flight leaves the pool idle
+    texts = [f"Question number {i}?" for i in range(4)]
+    popularity = Popularity(store, PREFIX)
+    slot_start, _ = slot_bounds(time.time() + 120, 600)
+    for back in (1, 2):
+        for text in texts:
+            body = {**chat(text), "max_tokens": 500}  # 500 decode steps of 5 ms: 2.5 s per generation
+            req = CacheRequest("chat.completions", body, "acme", pool=MODEL)
+            assert await popularity.record(req, key_of(body), WarmingSettings(**WARMING), slot_start - back * 86400 + 1)
+    await publish(store)
+    replica = await start_replica()
+    routers = await asyncio.gather(*(start_router([replica.url], api_keys=KEYS) for _ in range(2)))
+    await asyncio.sleep(4.0)
+    attempted = sorted([await warm_count(client, r, "attempted") for r in routers])
+    assert attempted[0] == 0.0, f"both workers warmed the pool: {attempted}"
