@@ -167,3 +167,50 @@ async def test_a_long_generation_does_not_let_a_second_worker_warm_the_pool(
     await asyncio.sleep(4.0)
     attempted = sorted([await warm_count(client, r, "attempted") for r in routers])
     assert attempted[0] == 0.0, f"both workers warmed the pool: {attempted}"
+
+
+# --- warming that can store nothing must not spend GPU ---
+
+async def test_no_warm_generation_while_the_cache_is_disabled(start_replica, start_router, client, store,  # noqa: F811
+                                                              warming, monkeypatch) -> None:
+    """With ``PROMPTEDGE_CACHE_ENABLED=false`` (an operator switching the cache off, e.g. in an
+    incident) and warming still configured, the warmer kept generating the last 8 days' hot
+    prompts before every peak; each answer is refused by the store ("failed"): GPU for nothing."""
+    warming()
+    monkeypatch.setenv("PROMPTEDGE_CACHE_ENABLED", "false")
+    await seed(store, ["What is a KV cache?", "What is paged attention?"])
+    router = await start_router([(await start_replica()).url], api_keys=KEYS)
+    await asyncio.sleep(2.0)
+    assert await warm_count(client, router, "attempted") == 0.0
+
+
+# --- retention: the prompts kept for warming must stay deletable ---
+
+async def test_delete_cache_removes_warming_recipes_after_warming_is_switched_off(
+        start_replica, start_router, client, store, warming, monkeypatch) -> None:  # noqa: F811
+    """Recipes (whole prompts) live ``history_days + 1`` days. Once PROMPTEDGE_CACHE_WARMING is
+    unset, ``DELETE /cache?tenant=`` no longer looks at them (``ResponseCache.delete`` runs
+    ``forget`` only ``if self.settings.warming``): a tenant's erasure request leaves its prompts
+    in Redis for up to 8 days with no API to remove them."""
+    warming()
+    replica = await start_replica()
+    first = await start_router([replica.url], api_keys=KEYS)
+    response = await client.post(first.url + "/v1/chat/completions", json=chat("my private question"),
+                                 headers={"authorization": "Bearer key-acme"})
+    assert response.status_code == 200
+    assert await wait_for(lambda: _recipes_hold(store, b"my private question"))
+    await first.stop()
+    monkeypatch.delenv("PROMPTEDGE_CACHE_WARMING")  # warming switched off
+    second = await start_router([replica.url], api_keys=KEYS, admin_key="admin-secret")
+    deleted = await client.delete(second.url + "/cache", params={"tenant": "acme"},
+                                  headers={"authorization": "Bearer admin-secret"})
+    assert deleted.status_code == 200
+    assert not await _recipes_hold(store, b"my private question"), \
+        f"DELETE /cache?tenant=acme left acme's prompt in a warming recipe: {deleted.json()}"
+
+
+async def _recipes_hold(store, text: bytes) -> bool:  # noqa: F811
+    for name in await store.keys(PREFIX + ":warm:recipe:*"):
+        if any(text in raw for raw in (await store.hgetall(name)).values()):
+            return True
+    return False
