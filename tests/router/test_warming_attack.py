@@ -214,3 +214,30 @@ async def _recipes_hold(store, text: bytes) -> bool:  # noqa: F811
         if any(text in raw for raw in (await store.hgetall(name)).values()):
             return True
     return False
+
+
+async def test_an_entry_deleted_during_its_warm_generation_does_not_come_back(
+        start_replica, start_router, client, store, warming) -> None:  # noqa: F811
+    """``DELETE /cache?tenant=acme`` answered while a warm generation of acme's prompt was in
+    flight: the generation then stored the entry (and its mark) anyway, so acme's cache holds
+    an answer after its deletion was acknowledged (e.g. a purge after a bad replica is undone
+    by an answer from the same replica; the window is P2's ttfb_s, 60 s)."""
+    warming()
+    popularity = Popularity(store, PREFIX)
+    slot_start, _ = slot_bounds(time.time() + 120, 600)
+    body = {**chat("What is a KV cache?"), "max_tokens": 600}  # 600 decode steps of 5 ms: 3 s
+    for back in (1, 2):
+        req = CacheRequest("chat.completions", body, "acme", pool=MODEL)
+        assert await popularity.record(req, key_of(body), WarmingSettings(**WARMING), slot_start - back * 86400 + 1)
+    await publish(store)
+    router = await start_router([(await start_replica()).url], api_keys=KEYS, admin_key="admin-secret")
+
+    async def started() -> bool:
+        return await warm_count(client, router, "attempted") >= 1
+
+    assert await wait_for(started)
+    deleted = await client.delete(router.url + "/cache", params={"tenant": "acme"},
+                                  headers={"authorization": "Bearer admin-secret"})
+    assert deleted.status_code == 200
+    await asyncio.sleep(4.0)  # the generation ends
+    assert not await store.exists(key_of(body)), "acme's entry was stored after DELETE /cache?tenant=acme"
