@@ -10,6 +10,8 @@ import math
 import time
 
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from cache import CacheControl, CacheRequest
 from cache.warming.plan import slot_bounds
@@ -241,3 +243,56 @@ async def test_an_entry_deleted_during_its_warm_generation_does_not_come_back(
     assert deleted.status_code == 200
     await asyncio.sleep(4.0)  # the generation ends
     assert not await store.exists(key_of(body)), "acme's entry was stored after DELETE /cache?tenant=acme"
+
+
+# --- the request a warm generation sends is the clients' own, not its canonical form ---
+
+def _recording_replica(seen: list[dict]) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> PlainTextResponse:
+        return PlainTextResponse("")
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse("")
+
+    @app.post("/v1/chat/completions")
+    async def completions(request: Request) -> JSONResponse:
+        seen.append(await request.json())
+        return JSONResponse({"id": "c", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+    return app
+
+
+@pytest.mark.parametrize("params", [
+    # vLLM fills a field the request leaves out from the model's generation_config.json
+    # (--generation-config auto, its default): an explicit temperature 1.0 / top_p 1.0 /
+    # repetition_penalty 1.0 is another sampling than none at all (e.g. Llama 3's 0.6 / 0.9)
+    {"temperature": 1.0, "top_p": 1.0, "repetition_penalty": 1.0},
+    # OpenAI-compatible upstreams that take only max_completion_tokens (reasoning models) refuse max_tokens
+    {"max_completion_tokens": 8},
+], ids=["explicit-defaults", "max_completion_tokens"])
+async def test_a_warm_generation_sends_the_clients_parameters(start_router, client, store, warming, servers,  # noqa: F811
+                                                              params: dict) -> None:
+    from tests.router.conftest import Served
+
+    warming()
+    seen: list[dict] = []
+    replica = await Served(_recording_replica(seen)).start()
+    servers.append(replica)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "What is a KV cache?"}], **params}
+    popularity = Popularity(store, PREFIX)
+    slot_start, _ = slot_bounds(time.time() + 120, 600)
+    for back in (1, 2):  # what the router records for a client's stored miss with this body
+        req = CacheRequest("chat.completions", body, "acme", pool=MODEL)
+        assert await popularity.record(req, key_of(body), WarmingSettings(**WARMING), slot_start - back * 86400 + 1)
+    await publish(store)
+    await start_router([replica.url], api_keys=KEYS)
+    assert await wait_for(lambda: store.exists(key_of(body)))
+    assert seen, "no warm generation reached the replica"
+    sent = {k: v for k, v in seen[-1].items() if k in params}
+    assert sent == params, f"the clients sent {params}, the warmer sent {seen[-1]}"
