@@ -296,3 +296,21 @@ async def test_a_warm_generation_sends_the_clients_parameters(start_router, clie
     assert seen, "no warm generation reached the replica"
     sent = {k: v for k, v in seen[-1].items() if k in params}
     assert sent == params, f"the clients sent {params}, the warmer sent {seen[-1]}"
+
+
+# --- the lock goes to a worker that can warm ---
+
+async def test_a_worker_whose_replicas_are_all_down_does_not_keep_the_pool_from_warming(
+        start_replica, start_router, client, store, warming) -> None:  # noqa: F811
+    """The lock is taken (and renewed every tick, forever) before the worker looks at its pool:
+    a router instance sharing the Redis whose replicas of the pool are all down (another zone,
+    a discovery that lost them) holds it while it can never be idle (no capacity), and the
+    instances that could warm never get it."""
+    warming()
+    await seed(store, ["What is a KV cache?"])
+    dead = "http://127.0.0.1:9"  # nothing listens: never healthy
+    await start_router([dead], api_keys=KEYS)
+    await asyncio.sleep(0.5)  # it took the lock
+    live = await start_router([(await start_replica()).url], api_keys=KEYS)
+    warmed = await wait_for(lambda: store.exists(key_of(chat("What is a KV cache?"))), timeout_s=6.0)
+    assert warmed, f"the pool was never warmed (attempts by the live worker: {await warm_count(client, live, 'attempted')})"
