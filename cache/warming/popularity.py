@@ -53,17 +53,26 @@ local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
 if extra > 0 then
   local gone = redis.call('ZRANGE', KEYS[1], 0, extra - 1)
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, extra - 1)
-  redis.call('HDEL', KEYS[2], unpack(gone))
+  for i = 1, #gone, 1000 do  -- unpack takes ~8000 values at most (LUAI_MAXCSTACK)
+    redis.call('HDEL', KEYS[2], unpack(gone, i, math.min(i + 999, #gone)))
+  end
 end
 return 1
 """
 
-# KEYS[1] a slot's recipes (hash), KEYS[2] its counts (zset), one slot; ARGV: members to forget.
+# KEYS[1] a slot's recipes (hash), KEYS[2] its counts (zset), one slot; ARGV: members to forget
+# (the caller sends at most _FORGET_CHUNK; unpacked 1000 at a time all the same).
+# Returns the recipes deleted (HSCAN may hand the caller a member twice).
 _FORGET_LUA = """
-redis.call('HDEL', KEYS[1], unpack(ARGV))
-redis.call('ZREM', KEYS[2], unpack(ARGV))
-return #ARGV
+local deleted = 0
+for i = 1, #ARGV, 1000 do
+  local last = math.min(i + 999, #ARGV)
+  deleted = deleted + redis.call('HDEL', KEYS[1], unpack(ARGV, i, last))
+  redis.call('ZREM', KEYS[2], unpack(ARGV, i, last))
+end
+return deleted
 """
+_FORGET_CHUNK = 1000  # members per HSCAN page and per script call: no call grows with the slot
 
 
 def pool_tag(pool: str) -> str:
@@ -237,8 +246,10 @@ class Popularity:
         deleted = 0
         async for name in self._redis.scan_iter(match=head + "*", count=1000, _type="hash"):
             name = name.decode() if isinstance(name, bytes) else name
-            doomed = []
-            for member, raw in (await self._redis.hgetall(name)).items():
+            counts = f"{self._prefix}:warm:count:{name[len(head):]}"
+            doomed: list[Any] = []
+            # HSCAN, not HGETALL: a slot may hold keep_per_slot (up to 100,000) recipes
+            async for member, raw in self._redis.hscan_iter(name, count=_FORGET_CHUNK):
                 try:
                     recipe = Recipe.from_json(raw)
                 except ValueError:
@@ -246,7 +257,9 @@ class Popularity:
                     continue
                 if (tenant is None or recipe.tenant == tenant) and (pool is None or recipe.pool == pool):
                     doomed.append(member)
+                if len(doomed) >= _FORGET_CHUNK:
+                    deleted += int(await self._forget(keys=[name, counts], args=doomed))
+                    doomed = []
             if doomed:
-                counts = f"{self._prefix}:warm:count:{name[len(head):]}"
                 deleted += int(await self._forget(keys=[name, counts], args=doomed))
         return deleted
