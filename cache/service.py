@@ -491,16 +491,22 @@ class ResponseCache:
     async def delete(self, tenant: str | None = None, model: str | None = None) -> dict[str, int]:
         """Delete the entries (exact and semantic) of a tenant and/or model; None matches any.
 
+        Warming's recipes (prompts) and counts of the tenant/model are deleted too, whatever the
+        warming settings are now: those kept while warming was on live ``history_days + 1`` days.
         Returns {"exact": n, "semantic": n}, plus ``"warming": n`` (recipes deleted with their
-        counts) when some pool has warming configured. Raises CacheUnavailable (bounded by 30 s).
+        counts) when some pool has warming configured or some recipe was deleted. Raises
+        CacheUnavailable (bounded by 30 s).
         """
         exact = await self._bounded(self._exact.delete_where(tenant, model), _ADMIN_TIMEOUT_S)
         semantic = 0
         if self.semantic is not None:
             semantic = await self._bounded(self.semantic.delete(tenant, model), _ADMIN_TIMEOUT_S)
         deleted = {"exact": exact, "semantic": semantic}
-        if self.settings.warming:  # the prompts kept for warming go with the entries
-            deleted["warming"] = await self._bounded(self.popularity.forget(tenant, model), _ADMIN_TIMEOUT_S)
+        # the prompts kept for warming go with the entries, also after warming was switched off
+        # (a SCAN of the warm:recipe keys, on every primary of a cluster)
+        forgotten = await self._bounded(self.popularity.forget(tenant, model), _ADMIN_TIMEOUT_S)
+        if self.settings.warming or forgotten:
+            deleted["warming"] = forgotten
         return deleted
 
     async def stats(self) -> dict[str, Any]:
