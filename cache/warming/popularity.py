@@ -17,11 +17,14 @@ hash tag, so a script touches one slot and pools spread over the nodes):
 - both expire ``history_days + 1`` days after their last write: the retention of the prompts.
 
 A recipe is what regenerating the entry needs, nothing more: endpoint, tenant (the cache scope),
-tenant label (statistics), pool, the request body rebuilt from the canonical request (the model,
-messages or prompt, every output-affecting parameter; neutral fields such as ``user``,
-``metadata`` and ``stream`` are gone), whether the semantic stage applied, and the TTL override.
-Its exact key must come out of it again (checked when it is recorded), so a regenerated answer
-lands under the key the clients' requests look up, in the same scope.
+tenant label (statistics), pool, the client's own request body (of the first request counted in
+that slot) minus the fields the exact key ignores (``NEUTRAL_FIELDS``: ``stream``,
+``stream_options``, ``user``, ``metadata``, ...; ``recipe_body``), whether the semantic stage
+applied, and the TTL override. Explicit defaults and ``max_completion_tokens`` stay as sent: a
+warm generation is the clients' request, not its canonical form. Its exact key must come out of
+it again (checked when it is recorded), so a regenerated answer lands under the key the
+clients' requests look up, in the same scope. A body surely over ``max_recipe_bytes`` is refused
+before the recipe is built.
 
 Warmed entries carry a side key ``{prefix}:warm:mark:{<scope tag>}:{sha}`` (the entry's own slot,
 same TTL), so hits on them can be counted apart.
@@ -36,12 +39,10 @@ from typing import Any, Mapping
 
 import redis.asyncio as aioredis
 
-from cache.keys import canonical_request, digest, exact_key
+from cache.keys import NEUTRAL_FIELDS, digest, exact_key
 from cache.types import CacheControl, CacheRequest, Endpoint
 from cache.warming.plan import WarmCandidate, earlier_days, slot_of
 from cache.warming.settings import WarmingSettings
-
-_INPUT = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
 
 # KEYS[1] counts (zset), KEYS[2] recipes (hash), one slot; ARGV: member, recipe, ttl s, keep.
 _RECORD_LUA = """
@@ -137,17 +138,49 @@ class Recipe:
             raise ValueError(f"malformed warming recipe: {exc}") from None
 
 
-def canonical_body(endpoint: Endpoint, body: Mapping[str, Any], tenant: str, pool: str | None) -> dict[str, Any]:
-    """A request body equivalent to ``body`` for the exact cache (pure): the model, the canonical
-    input and the canonical parameters (cache/keys.py), so neutral fields and defaults are gone."""
-    canon = canonical_request(endpoint, body, tenant, pool)
-    return {"model": canon["model"], _INPUT[endpoint]: canon[_INPUT[endpoint]], **canon["params"]}
+def recipe_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The body a warm generation sends (pure): the client's own, minus the fields the exact key
+    ignores (cache/keys.py ``NEUTRAL_FIELDS``: ``stream`` and ``stream_options``, the end user's
+    ids, ``metadata``, ``store``, the per-request ``request_id`` and ``priority``), which by that
+    rule cannot change the answer and are not the warmer's to send. Everything else is kept as
+    the client sent it: an explicit default (``temperature: 1.0``) is not the same request to an
+    upstream that fills missing fields from the model's generation config, and
+    ``max_completion_tokens`` is not renamed."""
+    return {name: value for name, value in body.items() if name not in NEUTRAL_FIELDS}
+
+
+def surely_larger(value: Any, limit: int) -> bool:
+    """True when ``value``'s JSON is surely longer than ``limit`` bytes (pure): its strings'
+    lengths plus one per item are a lower bound of it, summed until past ``limit``, so an 8 MB
+    body costs O(limit), not a serialisation, before it is refused."""
+    size = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, Mapping):
+            size += 2 + 4 * len(item)  # braces; quotes, colon and comma of each field
+            if size > limit:
+                return True
+            size += sum(len(name) for name in item if isinstance(name, str))
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            size += 1 + len(item)  # brackets and commas
+            if size > limit:
+                return True
+            stack.extend(item)
+        else:
+            size += 1
+        if size > limit:
+            return True
+    return False
 
 
 def recipe_for(prefix: str, req: CacheRequest, key: str) -> Recipe | None:
-    """The recipe of ``req`` (whose exact key is ``key``), or None when the rebuilt body would not
+    """The recipe of ``req`` (whose exact key is ``key``), or None when its body would not
     give ``key`` back (then regenerating it could never serve the requests it was counted for)."""
-    body = canonical_body(req.endpoint, req.body, req.tenant, req.pool)
+    body = recipe_body(req.body)
     if exact_key(prefix, req.endpoint, body, req.tenant, None, req.pool) != key:
         return None
     return Recipe(key, req.endpoint, req.tenant, req.tenant_label, req.model, body, req.control.semantic,
@@ -168,6 +201,8 @@ class Popularity:
         """Count ``req`` (exact key ``key``) in its pool's slot of ``now_s`` (Unix s) and keep its
         recipe. False when not counted: the recipe's JSON is over ``max_recipe_bytes`` or the
         request does not rebuild to its key."""
+        if surely_larger(req.body, settings.max_recipe_bytes):  # before building the recipe
+            return False
         recipe = recipe_for(self._prefix, req, key)
         if recipe is None:
             return False

@@ -12,7 +12,7 @@ class WarmingSettings(BaseModel):
     """One pool's warming. Unknown fields are errors (a typo must not leave warming on defaults).
 
     enabled: count this pool's cacheable requests per time-of-day slot, keep their recipes
-      (the canonical request, prompts included) for ``history_days + 1`` days, and regenerate
+      (the clients' request bodies, prompts included) for ``history_days + 1`` days, and regenerate
       expired hot entries before forecast peaks. False (default): nothing is recorded or warmed.
     slot_s .. burst: the planner's rules (cache/warming/plan.py ``WarmPolicy``: slot length s,
       earlier days counted, hottest keys considered, days a key must recur on, warm generations
@@ -20,7 +20,8 @@ class WarmingSettings(BaseModel):
       over now, bucket size).
     keep_per_slot: keys kept per (day, slot) in Redis, >= top_k: a set trimmed to exactly top_k
       could never admit a newcomer (its first count would always be the lowest).
-    max_recipe_bytes: largest recipe (canonical request JSON) kept; a larger request is not counted.
+    max_recipe_bytes: largest recipe (JSON, the client's body included) kept; a larger request is not
+      counted (one surely larger is refused before its recipe is built).
     tick_s: seconds between the warmer's looks at the forecast (router background task).
     replica_slots: requests one replica runs at once at full load (pool load = requests in
       flight or queued / (replicas x replica_slots)); vLLM's ``max_num_seqs`` is the upper end.

@@ -63,9 +63,10 @@ async def test_stored_misses_and_exact_hits_are_counted_with_a_recipe(client) ->
     assert await counted(client) == {key: 2.0}
     raw = await client.hget(recipe_key(PREFIX, "m", 20, 72), key)
     recipe = Recipe.from_json(raw)
-    # neutral fields and defaults are gone, the key comes back out of the recipe
-    assert "user" not in recipe.body and "stream" not in recipe.body and "temperature" not in recipe.body
-    assert recipe.body["max_tokens"] == 8 and recipe.tenant == "t1" and recipe.pool == "m"
+    # neutral fields are gone, the clients' parameters stay as sent, the key comes back out of the recipe
+    assert "user" not in recipe.body and "stream" not in recipe.body and recipe.body["temperature"] == 1.0
+    assert recipe.body["max_completion_tokens"] == 8 and "max_tokens" not in recipe.body
+    assert recipe.tenant == "t1" and recipe.pool == "m"
     assert key_of(recipe.request()) == key
     ttl = await client.ttl(count_key(PREFIX, "m", 20, 72))
     assert 7 * 86400 < ttl <= 8 * 86400  # history_days + 1 days
