@@ -12,7 +12,8 @@ Rules:
 - a **peak** is the forecast's highest point within ``lead_s`` ahead of now when it reaches
   ``peak_fraction`` of the pool's capacity and is at least ``min_rise`` above the forecast
   nearest now (a rise to come); warming targets the slot holding that point (``peak_slot``);
-- a key is **warmed** for that slot when it is among the ``top_k`` hottest of the slot, was seen
+- a key is **warmed** for that slot when it is among the ``top_k`` hottest of the slot (taken
+  round-robin over tenants by rank, ``fair_top``: one tenant cannot take them all), was seen
   on at least ``min_days_seen`` earlier days (one-off prompts are never regenerated) and its
   cache entry is absent or expires before the slot ends (``choose``);
 - warm generations are paced by a token bucket of ``budget_per_min`` per minute holding at most
@@ -36,13 +37,15 @@ class WarmCandidate:
     key: the exact-cache key (already scoped: tenant, pool/model, params, context);
     count: requests for this key in the same time-of-day slot on the earlier days kept (sum);
     days_seen: on how many of those days it appeared in that slot;
-    cached_until_s: when its current cache entry expires (epoch s), None if absent.
+    cached_until_s: when its current cache entry expires (epoch s), None if absent;
+    group: whose key it is (the tenant's scope tag), for the round-robin of ``fair_top``.
     """
 
     key: str
     count: float
     days_seen: int
     cached_until_s: float | None
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,19 +105,31 @@ def earlier_days(slot_start_s: float, policy: WarmPolicy) -> list[tuple[int, int
     return [(day - back, slot) for back in range(1, policy.history_days + 1)]
 
 
+def fair_top(candidates: Sequence[WarmCandidate], k: int) -> list[WarmCandidate]:
+    """The ``k`` candidates taken round-robin over their groups (tenants) by rank: every group's
+    hottest, then every group's second, ...; within a round hottest first (ties: key order). So
+    one tenant holds at most ceil(k / groups) of them while the others have candidates; with one
+    group it is the ``k`` hottest."""
+    groups: dict[str, list[WarmCandidate]] = {}
+    for c in sorted(candidates, key=lambda c: (-c.count, c.key)):
+        groups.setdefault(c.group, []).append(c)
+    ranked = sorted(((rank, -c.count, c.key), c) for g in groups.values() for rank, c in enumerate(g))
+    return [c for _, c in ranked[:k]]
+
+
 def choose(
     candidates: Sequence[WarmCandidate], slot_start_s: float, slot_end_s: float, policy: WarmPolicy
 ) -> list[str]:
     """Keys to regenerate for the slot [slot_start_s, slot_end_s), hottest first.
 
-    The ``top_k`` candidates by count (ties: key order, so the choice is reproducible) are
-    considered; of those, a key is chosen when ``days_seen >= min_days_seen`` and its entry is
+    The ``top_k`` candidates taken round-robin over tenants by rank (``fair_top``; by count
+    within a round, ties: key order, so the choice is reproducible) are considered; of those, a key is chosen when ``days_seen >= min_days_seen`` and its entry is
     absent or expires before ``slot_end_s`` (an entry alive through the slot needs nothing).
     ``slot_start_s`` is not used by the rule itself; it is part of the interface so a caller
     names the slot it plans for.
     """
     del slot_start_s
-    hottest = sorted(candidates, key=lambda c: (-c.count, c.key))[: policy.top_k]
+    hottest = fair_top(candidates, policy.top_k)
     return [
         c.key
         for c in hottest

@@ -10,11 +10,21 @@ Layout, per pool (``pool_tag``: 16 hex digits of SHA-256 of the pool's name, the
 hash tag, so a script touches one slot and pools spread over the nodes):
 
 - ``{prefix}:warm:count:{<pool tag>}:{day}:{slot}``: sorted set, exact key -> requests in that UTC
-  day (days since the epoch) and slot of the day; at most ``keep_per_slot`` members (the lowest
-  counts are trimmed);
+  day (days since the epoch) and slot of the day; at most ``keep_per_slot`` members;
 - ``{prefix}:warm:recipe:{<pool tag>}:{day}:{slot}``: hash, exact key -> recipe JSON (below), for
   the members of that sorted set only (a trimmed member's recipe is deleted with it);
-- both expire ``history_days + 1`` days after their last write: the retention of the prompts.
+- ``{prefix}:warm:order:{<pool tag>}:{day}:{slot}``: sorted set (scores 0) of
+  ``<tenant tag>:<count, 12 digits>:<exact key>``, each tenant's members by count;
+- ``{prefix}:warm:tenants:{<pool tag>}:{day}:{slot}``: sorted set, tenant tag -> members it holds;
+- all expire ``history_days + 1`` days after their last write: the retention of the prompts.
+
+A member's tenant tag is its exact key's scope tag (tenant and pool, cache/keys.py). Fairness:
+over ``keep_per_slot`` members, the lowest-count members **of the tenant holding the most** are
+trimmed (members counted before the order index existed go first, lowest counts), so a tenant
+is trimmed only while no tenant holds more (each keeps about ``keep_per_slot`` / tenants of the
+slot, or all of its own); and ``candidates`` takes the ``top_k`` round-robin over
+tenants by rank (plan.py ``fair_top``), so one tenant gets at most its share while others have
+candidates.
 
 A recipe is what regenerating the entry needs, nothing more: endpoint, tenant (the cache scope),
 tenant label (statistics), pool, the client's own request body (of the first request counted in
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -41,36 +52,75 @@ import redis.asyncio as aioredis
 
 from cache.keys import NEUTRAL_FIELDS, digest, exact_key
 from cache.types import CacheControl, CacheRequest, Endpoint
-from cache.warming.plan import WarmCandidate, earlier_days, slot_of
+from cache.warming.plan import WarmCandidate, earlier_days, fair_top, slot_of
 from cache.warming.settings import WarmingSettings
 
-# KEYS[1] counts (zset), KEYS[2] recipes (hash), one slot; ARGV: member, recipe, ttl s, keep.
-_RECORD_LUA = """
-redis.call('ZINCRBY', KEYS[1], 1, ARGV[1])
-redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
-if extra > 0 then
-  local gone = redis.call('ZRANGE', KEYS[1], 0, extra - 1)
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, extra - 1)
-  for i = 1, #gone, 1000 do  -- unpack takes ~8000 values at most (LUAI_MAXCSTACK)
-    redis.call('HDEL', KEYS[2], unpack(gone, i, math.min(i + 999, #gone)))
+# Shared by both scripts. KEYS[1] counts (zset), KEYS[2] recipes (hash), KEYS[3] order (zset of
+# "<tenant tag>:<count, 12 digits>:<member>", all scores 0: each tenant's members by count, read
+# by ZRANGEBYLEX), KEYS[4] tenants (zset, tenant tag -> members it holds); one (pool, day, slot),
+# one cluster slot. A member's tenant tag is its exact key's scope tag ("{...}" before the sha).
+_HELPERS = """
+local function tag_of(m) return string.match(m, '{([^{}]*)}:[^:]*$') or '' end
+local function entry(m, score) return tag_of(m) .. ':' .. string.format('%012d', tonumber(score)) .. ':' .. m end
+local function unentry(t, e)  -- removes order entry e of tenant t, lowering t's share
+  if redis.call('ZREM', KEYS[3], e) == 0 then return end
+  if tonumber(redis.call('ZINCRBY', KEYS[4], -1, t)) <= 0 then redis.call('ZREM', KEYS[4], t) end
+end
+local function unindex(m, score) unentry(tag_of(m), entry(m, score)) end
+local function drop(m)  -- m's count, order entry and recipe; 1 when its recipe was there
+  local score = redis.call('ZSCORE', KEYS[1], m)
+  if score then
+    redis.call('ZREM', KEYS[1], m)
+    unindex(m, score)
   end
+  return redis.call('HDEL', KEYS[2], m)
+end
+"""
+
+# ARGV: member, recipe, ttl s, keep. Counts the member; over ``keep`` members, trims the
+# lowest-count members of the tenant holding the most (module doc), members counted before the
+# order index existed (no entry) first by lowest count.
+_RECORD_LUA = _HELPERS + """
+local m = ARGV[1]
+local old = redis.call('ZSCORE', KEYS[1], m)
+local new = redis.call('ZINCRBY', KEYS[1], 1, m)
+if not old or redis.call('ZREM', KEYS[3], entry(m, old)) == 0 then
+  redis.call('ZINCRBY', KEYS[4], 1, tag_of(m))  -- a member new to the order index
+end
+redis.call('ZADD', KEYS[3], 0, entry(m, new))
+redis.call('HSETNX', KEYS[2], m, ARGV[2])
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
+local unindexed = redis.call('ZCARD', KEYS[1]) - redis.call('ZCARD', KEYS[3])
+while extra > 0 do
+  local gone = {}
+  if unindexed > 0 then  -- older members: the lowest counts, as before the index
+    gone = redis.call('ZRANGE', KEYS[1], 0, math.min(extra, unindexed, 1000) - 1)
+    unindexed = unindexed - #gone
+  else
+    local top = redis.call('ZREVRANGE', KEYS[4], 0, 1, 'WITHSCORES')
+    if #top == 0 then break end
+    local t = top[1]
+    local n = math.min(extra, 1000)
+    if #top == 4 then n = math.min(n, math.max(1, tonumber(top[2]) - tonumber(top[4]))) end
+    local low = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. t .. ':', '(' .. t .. ';', 'LIMIT', 0, n)
+    if #low == 0 then redis.call('ZREM', KEYS[4], t) end  -- a share with no entries left
+    for _, e in ipairs(low) do
+      local g = string.sub(e, #t + 15)
+      if redis.call('ZSCORE', KEYS[1], g) then gone[#gone + 1] = g else unentry(t, e) end  -- stale entry
+    end
+  end
+  for _, g in ipairs(gone) do drop(g) end
+  extra = extra - #gone
 end
 return 1
 """
 
-# KEYS[1] a slot's recipes (hash), KEYS[2] its counts (zset), one slot; ARGV: members to forget
-# (the caller sends at most _FORGET_CHUNK; unpacked 1000 at a time all the same).
-# Returns the recipes deleted (HSCAN may hand the caller a member twice).
-_FORGET_LUA = """
+# ARGV: members to forget (at most _FORGET_CHUNK per call). Returns the recipes deleted (HSCAN
+# may hand the caller a member twice).
+_FORGET_LUA = _HELPERS + """
 local deleted = 0
-for i = 1, #ARGV, 1000 do
-  local last = math.min(i + 999, #ARGV)
-  deleted = deleted + redis.call('HDEL', KEYS[1], unpack(ARGV, i, last))
-  redis.call('ZREM', KEYS[2], unpack(ARGV, i, last))
-end
+for i = 1, #ARGV do deleted = deleted + drop(ARGV[i]) end
 return deleted
 """
 _FORGET_CHUNK = 1000  # members per HSCAN page and per script call: no call grows with the slot
@@ -89,6 +139,31 @@ def count_key(prefix: str, pool: str, day: int, slot: int) -> str:
 def recipe_key(prefix: str, pool: str, day: int, slot: int) -> str:
     """The hash of the recipes of that sorted set's members."""
     return f"{prefix}:warm:recipe:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def order_key(prefix: str, pool: str, day: int, slot: int) -> str:
+    """The index of that sorted set's members by tenant, then count (lexicographic, for trimming)."""
+    return f"{prefix}:warm:order:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def tenants_key(prefix: str, pool: str, day: int, slot: int) -> str:
+    """The sorted set of that sorted set's tenants (scope tags) -> members each holds."""
+    return f"{prefix}:warm:tenants:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def slot_keys(prefix: str, pool: str, day: int, slot: int) -> list[str]:
+    """The keys one (pool, day, slot)'s scripts touch, in their KEYS order (one cluster slot)."""
+    return [count_key(prefix, pool, day, slot), recipe_key(prefix, pool, day, slot),
+            order_key(prefix, pool, day, slot), tenants_key(prefix, pool, day, slot)]
+
+
+_TAG = re.compile(r"\{([^{}]*)\}:[^:]*$")
+
+
+def group_of(key: str) -> str:
+    """The tenant tag of an exact key (its scope tag: tenant and pool), "" for another string."""
+    found = _TAG.search(key)
+    return found.group(1) if found else ""
 
 
 def lock_key(prefix: str, pool: str) -> str:
@@ -210,14 +285,14 @@ class Popularity:
         if len(text.encode()) > settings.max_recipe_bytes:
             return False
         day, slot = slot_of(now_s, settings.slot_s)
-        await self._record(keys=[count_key(self._prefix, req.model, day, slot), recipe_key(self._prefix, req.model, day, slot)],
+        await self._record(keys=slot_keys(self._prefix, req.model, day, slot),
                            args=[key, text, settings.history_ttl_s, settings.keep_per_slot])
         return True
 
     async def candidates(self, pool: str, slot_start_s: float, settings: WarmingSettings, now_s: float,
                          ttl_scale: float = 1.0) -> list[WarmCandidate]:
         """The ``top_k`` keys of the slot at ``slot_start_s`` summed over the ``history_days`` days
-        before it, hottest first, each with the days it was seen and when its entry expires:
+        before it, taken round-robin over tenants by rank (plan.py ``fair_top``), each with the days it was seen and when its entry expires:
         ``now_s`` + its remaining TTL x ``ttl_scale`` (Redis TTLs are wall seconds; the
         router's clock may run faster), None when there is no entry, inf when it never expires."""
         policy = settings.policy()
@@ -231,7 +306,8 @@ class Popularity:
                 name = member.decode() if isinstance(member, bytes) else member
                 counts[name] = counts.get(name, 0.0) + float(score)
                 days[name] = days.get(name, 0) + 1
-        top = sorted(counts, key=lambda k: (-counts[k], k))[: policy.top_k]
+        ranked = [WarmCandidate(k, counts[k], days[k], None, group_of(k)) for k in counts]
+        top = [c.key for c in fair_top(ranked, policy.top_k)]  # round-robin over tenants by rank
         if not top:
             return []
         pipe = self._redis.pipeline(transaction=False)
@@ -241,7 +317,7 @@ class Popularity:
         out = []
         for key, pttl in zip(top, ttls):
             until = None if pttl == -2 else math.inf if pttl == -1 else now_s + pttl / 1000 * ttl_scale
-            out.append(WarmCandidate(key, counts[key], days[key], until))
+            out.append(WarmCandidate(key, counts[key], days[key], until, group_of(key)))
         return out
 
     async def recipe(self, pool: str, key: str, slot_start_s: float, settings: WarmingSettings) -> Recipe | None:
@@ -281,7 +357,8 @@ class Popularity:
         deleted = 0
         async for name in self._redis.scan_iter(match=head + "*", count=1000, _type="hash"):
             name = name.decode() if isinstance(name, bytes) else name
-            counts = f"{self._prefix}:warm:count:{name[len(head):]}"
+            rest = name[len(head):]
+            keys = [f"{self._prefix}:warm:{kind}:{rest}" for kind in ("count", "recipe", "order", "tenants")]
             doomed: list[Any] = []
             # HSCAN, not HGETALL: a slot may hold keep_per_slot (up to 100,000) recipes
             async for member, raw in self._redis.hscan_iter(name, count=_FORGET_CHUNK):
@@ -293,8 +370,8 @@ class Popularity:
                 if (tenant is None or recipe.tenant == tenant) and (pool is None or recipe.pool == pool):
                     doomed.append(member)
                 if len(doomed) >= _FORGET_CHUNK:
-                    deleted += int(await self._forget(keys=[name, counts], args=doomed))
+                    deleted += int(await self._forget(keys=keys, args=doomed))
                     doomed = []
             if doomed:
-                deleted += int(await self._forget(keys=[name, counts], args=doomed))
+                deleted += int(await self._forget(keys=keys, args=doomed))
         return deleted

@@ -18,8 +18,9 @@ class WarmingSettings(BaseModel):
       earlier days counted, hottest keys considered, days a key must recur on, warm generations
       per minute, lead before the peak slot s, idle pool load, peak fraction of capacity, rise
       over now, bucket size).
-    keep_per_slot: keys kept per (day, slot) in Redis, >= top_k: a set trimmed to exactly top_k
-      could never admit a newcomer (its first count would always be the lowest).
+    keep_per_slot: keys kept per (day, slot) in Redis, all tenants together, >= top_k: a set
+      trimmed to exactly top_k could never admit a newcomer (its first count would always be the
+      lowest). Over it, the tenant holding the most keys loses its lowest counts (popularity.py).
     max_recipe_bytes: largest recipe (JSON, the client's body included) kept; a larger request is not
       counted (one surely larger is refused before its recipe is built).
     tick_s: seconds between the warmer's looks at the forecast (router background task).

@@ -168,3 +168,12 @@ def test_idle_compares_load_with_idle_load() -> None:
 def test_policy_rejects_values_that_cannot_work(bad: dict) -> None:
     with pytest.raises(ValueError):
         WarmPolicy(**bad)
+
+
+def test_fair_top_takes_candidates_round_robin_over_tenants_by_rank() -> None:
+    from cache.warming.plan import fair_top
+    flood = [WarmCandidate(f"b{i}", 100.0 - i, 2, None, "beta") for i in range(5)]
+    mine = [WarmCandidate("a0", 3.0, 2, None, "acme"), WarmCandidate("a1", 2.0, 2, None, "acme")]
+    assert [c.key for c in fair_top(flood + mine, 3)] == ["b0", "a0", "b1"]
+    assert [c.key for c in fair_top(flood + mine, 10)] == ["b0", "a0", "b1", "a1", "b2", "b3", "b4"]
+    assert [c.key for c in fair_top(flood, 2)] == ["b0", "b1"]  # one tenant: the hottest
