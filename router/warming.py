@@ -54,6 +54,9 @@ log = logging.getLogger("router.warming")
 # all the router knows of the forecaster (neither imports the other).
 FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
 FORECAST_VERSION = 1
+# The largest forecast document read (bytes; the forecaster's is a few kB): parsing a larger one
+# would hold the event loop (27 MB: 1.7 s) on every tick.
+MAX_FORECAST_BYTES = 1024 * 1024
 PRIORITY = "P2"  # warming runs at the lowest class: its timeouts, and it is first to be shed
 
 # KEYS[1] the pool's lock; ARGV: holder id, ttl s. 1 when held by this holder (taken or renewed).
@@ -80,8 +83,11 @@ class Forecast:
 
 def parse_forecast(raw: str | bytes | None) -> Forecast | None:
     """The forecaster's JSON document (v1), or None when absent, of another version or malformed
-    (warming then does nothing: an optimisation never guesses)."""
-    if raw is None:
+    (warming then does nothing: an optimisation never guesses). Never raises: a document over
+    ``MAX_FORECAST_BYTES`` is refused before it is parsed (json.loads runs on the event loop),
+    and whatever json / float can raise on a hostile one (an int too large for a float, nesting
+    deeper than the recursion limit) is a malformed document."""
+    if raw is None or len(raw) > MAX_FORECAST_BYTES:
         return None
     try:
         doc = json.loads(raw)
@@ -89,7 +95,7 @@ def parse_forecast(raw: str | bytes | None) -> Forecast | None:
             return None
         points = [(float(t), float(v)) for t, v in doc["points"]]
         return Forecast(str(doc["pool"]), float(doc["at"]), points, float(doc["capacity_rps"]))
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None
 
 
@@ -288,5 +294,5 @@ def warming_configured(state: RouterState) -> bool:
     return any(w.enabled for w in state.cache.settings.warming.values())
 
 
-__all__ = ["FORECAST_KEY", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast", "pool_load",
-           "warming_configured"]
+__all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast",
+           "pool_load", "warming_configured"]
