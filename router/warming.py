@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -83,7 +84,8 @@ class Forecast:
 
 def parse_forecast(raw: str | bytes | None) -> Forecast | None:
     """The forecaster's JSON document (v1), or None when absent, of another version or malformed
-    (warming then does nothing: an optimisation never guesses). Never raises: a document over
+    (warming then does nothing: an optimisation never guesses); a NaN, infinite or negative time
+    or value is malformed. Never raises: a document over
     ``MAX_FORECAST_BYTES`` is refused before it is parsed (json.loads runs on the event loop),
     and whatever json / float can raise on a hostile one (an int too large for a float, nesting
     deeper than the recursion limit) is a malformed document."""
@@ -94,7 +96,12 @@ def parse_forecast(raw: str | bytes | None) -> Forecast | None:
         if doc.get("v") != FORECAST_VERSION:
             return None
         points = [(float(t), float(v)) for t, v in doc["points"]]
-        return Forecast(str(doc["pool"]), float(doc["at"]), points, float(doc["capacity_rps"]))
+        at, capacity = float(doc["at"]), float(doc["capacity_rps"])
+        # NaN fails every comparison (peak_slot would see a peak), inf outranks any capacity;
+        # a negative demand or capacity is no forecast either
+        if not all(math.isfinite(x) and x >= 0 for x in (at, capacity, *(n for p in points for n in p))):
+            return None
+        return Forecast(str(doc["pool"]), at, points, capacity)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None
 
