@@ -58,6 +58,7 @@ FORECAST_VERSION = 1
 # The largest forecast document read (bytes; the forecaster's is a few kB): parsing a larger one
 # would hold the event loop (27 MB: 1.7 s) on every tick.
 MAX_FORECAST_BYTES = 1024 * 1024
+_MAX_EPOCH_S = 1e11  # Unix s of the year 5138: a larger time is in milliseconds
 PRIORITY = "P2"  # warming runs at the lowest class: its timeouts, and it is first to be shed
 
 # KEYS[1] the pool's lock; ARGV: holder id, ttl s. 1 when held by this holder (taken or renewed).
@@ -84,26 +85,38 @@ class Forecast:
 
 def parse_forecast(raw: str | bytes | None) -> Forecast | None:
     """The forecaster's JSON document (v1), or None when absent, of another version or malformed
-    (warming then does nothing: an optimisation never guesses); a NaN, infinite or negative time
-    or value is malformed. Never raises: a document over
-    ``MAX_FORECAST_BYTES`` is refused before it is parsed (json.loads runs on the event loop),
-    and whatever json / float can raise on a hostile one (an int too large for a float, nesting
-    deeper than the recursion limit) is a malformed document."""
-    if raw is None or len(raw) > MAX_FORECAST_BYTES:
-        return None
+    (warming then does nothing: an optimisation never guesses). See ``read_forecast``."""
+    return read_forecast(raw)[0]
+
+
+def read_forecast(raw: str | bytes | None) -> tuple[Forecast | None, str | None]:
+    """(the forecast, None) when usable, (None, None) when absent, (None, why) when unusable: of
+    another version, malformed, with a NaN, infinite or negative time or value, or times past
+    ``_MAX_EPOCH_S`` (milliseconds). ``why`` never quotes the document. Never raises: a document
+    over ``MAX_FORECAST_BYTES`` is refused before it is parsed (json.loads runs on the event
+    loop), and whatever json / float can raise on a hostile one (an int too large for a float,
+    nesting deeper than the recursion limit) is a malformed document."""
+    if raw is None:
+        return None, None
+    if len(raw) > MAX_FORECAST_BYTES:
+        return None, f"{len(raw)} bytes, over the {MAX_FORECAST_BYTES} read"
     try:
         doc = json.loads(raw)
-        if doc.get("v") != FORECAST_VERSION:
-            return None
+        version = doc.get("v")
+        if version != FORECAST_VERSION:
+            shown = version if isinstance(version, int) else type(version).__name__
+            return None, f"version {shown}, not {FORECAST_VERSION}"
         points = [(float(t), float(v)) for t, v in doc["points"]]
         at, capacity = float(doc["at"]), float(doc["capacity_rps"])
-        # NaN fails every comparison (peak_slot would see a peak), inf outranks any capacity;
-        # a negative demand or capacity is no forecast either
-        if not all(math.isfinite(x) and x >= 0 for x in (at, capacity, *(n for p in points for n in p))):
-            return None
-        return Forecast(str(doc["pool"]), at, points, capacity)
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
-        return None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        return None, f"malformed ({exc.__class__.__name__})"
+    # NaN fails every comparison (peak_slot would see a peak), inf outranks any capacity;
+    # a negative demand or capacity is no forecast either
+    if not all(math.isfinite(x) and x >= 0 for x in (at, capacity, *(n for p in points for n in p))):
+        return None, "a time, point or capacity_rps not finite and >= 0"
+    if max((at, *(t for t, _ in points))) > _MAX_EPOCH_S:
+        return None, "times past the year 5000: milliseconds, not Unix seconds?"
+    return Forecast(str(doc["pool"]), at, points, capacity), None
 
 
 def pool_load(state: RouterState, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
@@ -137,6 +150,7 @@ class PoolWarmer:
         self.tokens = 0.0
         self.last_refill: float | None = None
         self.plan: _Plan | None = None
+        self._forecast_problems: dict[str, str] = {}  # forecast key -> why unusable, last logged
         self._lock = state.redis.register_script(_LOCK_LUA)
 
     @property
@@ -200,7 +214,14 @@ class PoolWarmer:
         """The pool's published forecast, else the one of every pool together (``"*"``)."""
         redis = self.state.redis
         for name in (self.pool, "*"):
-            found = parse_forecast(await redis.get(FORECAST_KEY.format(pool=name)))
+            key = FORECAST_KEY.format(pool=name)
+            found, why = read_forecast(await redis.get(key))
+            if why is not None and self._forecast_problems.get(key) != why:
+                log.warning("warming %s: forecast %s unusable: %s; not warming on it", self.pool, key, why)
+            if why is None:
+                self._forecast_problems.pop(key, None)
+            else:  # said once per problem, not every tick
+                self._forecast_problems[key] = why
             if found is not None:
                 return found
         return None
@@ -302,4 +323,4 @@ def warming_configured(state: RouterState) -> bool:
 
 
 __all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast",
-           "pool_load", "warming_configured"]
+           "pool_load", "read_forecast", "warming_configured"]
