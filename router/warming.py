@@ -27,6 +27,7 @@ counted and never cached; that key is not tried again for the same slot. Counted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -70,6 +71,12 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
 return 0
 """
+# KEYS[1] the pool's lock; ARGV[1] holder id. Deleted only when this holder still holds it.
+_UNLOCK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_RELEASE_TIMEOUT_S = 1.0  # giving the lock back on shutdown: at most this long (else it expires)
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 
 
@@ -151,37 +158,52 @@ class PoolWarmer:
         self.last_refill: float | None = None
         self.plan: _Plan | None = None
         self._forecast_problems: dict[str, str] = {}  # forecast key -> why unusable, last logged
+        self.holding = False  # this worker took the pool's lock (as far as it knows)
         self._lock = state.redis.register_script(_LOCK_LUA)
+        self._unlock = state.redis.register_script(_UNLOCK_LUA)
+        self._lock_name = lock_key(state.cache.settings.key_prefix, pool)
 
     @property
     def settings(self) -> WarmingSettings | None:
         return self.state.cache.settings.warming_for(self.pool)
 
     async def run(self) -> None:
-        """Step until cancelled; Redis trouble waits a tick and tries again (never raises)."""
-        while True:
-            settings = self.settings
-            if settings is None:
-                return
-            try:
-                delay = await self.step(settings)
-            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
-                log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
-                            exc.__class__.__name__, settings.tick_s)
-                delay = settings.tick_s
-            await asyncio.sleep(delay)
+        """Step until cancelled; Redis trouble waits a tick and tries again (never raises).
+        Cancelled (the app's shutdown), it gives the pool's lock back if it holds it."""
+        try:
+            while True:
+                settings = self.settings
+                if settings is None:
+                    return
+                try:
+                    delay = await self.step(settings)
+                except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                    log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
+                                exc.__class__.__name__, settings.tick_s)
+                    delay = settings.tick_s
+                await asyncio.sleep(delay)
+        finally:
+            if self.holding:  # another instance need not wait lock_ttl_s for it to expire
+                with contextlib.suppress(*REDIS_ERRORS, asyncio.TimeoutError):
+                    await asyncio.wait_for(self.release(), _RELEASE_TIMEOUT_S)
 
     async def step(self, settings: WarmingSettings) -> float:
-        """One look: at most one warm generation. Returns the wall seconds to wait before the next."""
+        """One look: at most one warm generation. Returns the wall seconds to wait before the next.
+        The pool's lock is taken (or renewed) only when this worker can warm: an eligible
+        replica, a peak slot, a key to regenerate; otherwise it is given back, so that a worker
+        whose replicas are all down never keeps a healthy one from warming."""
         policy = settings.policy()
-        if not await self._lock(keys=[lock_key(self.state.cache.settings.key_prefix, self.pool)],
-                                args=[self.holder, settings.lock_ttl_s]):
-            self.plan = None
-            return settings.tick_s
+        _, capacity = pool_load(self.state, self.pool, time.monotonic(), settings.replica_slots)
         now = self.clock()
-        plan = await self._plan(settings, policy, now)
+        plan = await self._plan(settings, policy, now) if capacity > 0 else None
         key = next((k for k in plan.keys if k not in plan.done), None) if plan is not None else None
         if key is None:
+            if self.holding:
+                await self.release()
+            return settings.tick_s
+        self.holding = bool(await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s]))
+        if not self.holding:
+            self.plan = None
             return settings.tick_s
         self.tokens, self.last_refill = allowance(now, self.last_refill, self.tokens, policy)
         if self.tokens < 1:
@@ -194,6 +216,11 @@ class PoolWarmer:
         if await self.warm(key, plan.slot[0], settings) is not None:
             self.tokens -= 1  # only a generation sent spends the budget (not a key without a recipe)
         return 0.0
+
+    async def release(self) -> None:
+        """Give the pool's lock back, if this worker still holds it (compare-and-delete)."""
+        self.holding = False
+        await self._unlock(keys=[self._lock_name], args=[self.holder])
 
     async def _plan(self, settings: WarmingSettings, policy: WarmPolicy, now: float) -> _Plan | None:
         """The slot to warm for and its keys, chosen again every ``tick_s`` (router clock)."""
