@@ -213,9 +213,31 @@ class PoolWarmer:
             return settings.tick_s
         assert plan is not None
         plan.done.add(key)
-        if await self.warm(key, plan.slot[0], settings) is not None:
+        # a generation may outlast lock_ttl_s (P2's ttfb_s is 60 s): renewed while it runs, the
+        # lock keeps a second worker from warming the pool at the same time
+        renewal = asyncio.create_task(self._renew(settings))
+        try:
+            sent = await self.warm(key, plan.slot[0], settings)
+        finally:
+            renewal.cancel()  # not awaited: awaiting it could swallow this task's own cancellation
+        if sent is not None:
             self.tokens -= 1  # only a generation sent spends the budget (not a key without a recipe)
         return 0.0
+
+    async def _renew(self, settings: WarmingSettings) -> None:
+        """Renew the pool's lock every lock_ttl_s / 3 until cancelled (never raises)."""
+        while True:
+            await asyncio.sleep(settings.lock_ttl_s / 3)
+            try:
+                held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
+            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                log.warning("warming %s: lock not renewed during a generation (%s)", self.pool,
+                            exc.__class__.__name__)
+                continue
+            if not held:
+                self.holding = False
+                log.warning("warming %s: lost the pool's lock during a generation", self.pool)
+                return
 
     async def release(self) -> None:
         """Give the pool's lock back, if this worker still holds it (compare-and-delete)."""
