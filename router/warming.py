@@ -367,8 +367,15 @@ class Warmer:
 
 
 def warming_configured(state: RouterState) -> bool:
-    """True when some pool (or ``"*"``) has warming on: only then is a Warmer started."""
-    return any(w.enabled for w in state.cache.settings.warming.values())
+    """True when some pool (or ``"*"``) has warming on and the cache is enabled: only then is a
+    Warmer started (with the cache off, every warm answer would be refused: GPU for nothing)."""
+    settings = state.cache.settings
+    if not any(w.enabled for w in settings.warming.values()):
+        return False
+    if not settings.enabled:
+        log.warning("warming: configured but the cache is disabled (PROMPTEDGE_CACHE_ENABLED=false); not warming")
+        return False
+    return True
 
 
 __all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast",
