@@ -277,8 +277,9 @@ class PoolWarmer:
 
     async def warm(self, key: str, slot_start: float, settings: WarmingSettings) -> bool | None:
         """Regenerate the entry ``key`` from its recipe through the miss path: True when stored,
-        False when attempted and failed, None when not attempted (no usable recipe, or the
-        pool's cache policy keeps the request out)."""
+        False when attempted and failed, None when not attempted (no usable recipe, the pool's
+        cache policy keeps the request out, or its TTL, the recipe's X-Cache-TTL or the default,
+        would end before ``slot_start``)."""
         metrics = self.state.metrics.warm
         recipe = await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings)
         if recipe is None or _key_of(self.state, recipe) != key:
@@ -286,6 +287,11 @@ class PoolWarmer:
             return None
         if cachepolicy.keeps_out(self.state.settings.cache_policy_for(self.pool), recipe.body):
             return None  # the pool's policy changed since it was counted: not cached, so not warmed
+        ttl_s = self.state.cache.ttl_for(recipe.request())  # real s; the router's clock runs scale x
+        if self.clock() + ttl_s * self.scale < slot_start:
+            log.info("warming %s: %s would expire (TTL %d s) before its slot starts; not generated",
+                     self.pool, key, ttl_s)
+            return None  # GPU for an entry no peak request could hit
         metrics.labels(self.pool, "attempted").inc()
         try:
             stored = await generate(self.state, recipe)
