@@ -34,7 +34,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from cache import exact_key
 from cache.warming.plan import WarmPolicy, allowance, choose, idle, peak_slot, wait_s
@@ -294,7 +294,7 @@ class PoolWarmer:
             return None  # GPU for an entry no peak request could hit
         metrics.labels(self.pool, "attempted").inc()
         try:
-            stored = await generate(self.state, recipe)
+            stored = await generate(self.state, recipe, lambda: self._recipe_kept(key, slot_start, settings))
         except APIError as exc:
             log.warning("warming %s: generation of %s failed: %s", self.pool, key, exc)
             stored = False
@@ -302,15 +302,26 @@ class PoolWarmer:
         return stored
 
 
+    async def _recipe_kept(self, key: str, slot_start: float, settings: WarmingSettings) -> bool:
+        """True when ``key``'s recipe is still kept: DELETE /cache of its tenant or pool (which
+        forgets the recipes with the entries) answered during the generation removes it."""
+        if await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings) is not None:
+            return True
+        log.info("warming %s: %s deleted during its generation; not stored", self.pool, key)
+        return False
+
+
 def _key_of(state: RouterState, recipe: Recipe) -> str:
     req = recipe.request()
     return exact_key(state.cache.settings.key_prefix, req.endpoint, req.body, req.tenant, None, req.pool)
 
 
-async def generate(state: RouterState, recipe: Recipe) -> bool:
+async def generate(state: RouterState, recipe: Recipe,
+                   still_wanted: Callable[[], Awaitable[bool]] | None = None) -> bool:
     """One warm generation of ``recipe``: dispatch in its pool, the upstream call (non-stream),
-    stored with ``warmed=True`` under the recipe's own request. True when stored; False for an
-    answer that is not stored (a 4xx, the replica's ``no-store``, an answer the cache refuses).
+    stored with ``warmed=True`` under the recipe's own request, unless ``still_wanted`` (asked
+    once the answer is in) says no. True when stored; False for an answer that is not stored (a
+    4xx, the replica's ``no-store``, an answer the cache refuses, no longer wanted).
     Raises APIError (no replica, a replica error, a timeout: nothing stored)."""
     creq = recipe.request()
     rec = Record(f"warm-{os.urandom(8).hex()}", time.perf_counter(), pool=recipe.pool, target=recipe.pool,
@@ -331,6 +342,8 @@ async def generate(state: RouterState, recipe: Recipe) -> bool:
     except ValueError:
         return False
     if store is None or not isinstance(response, dict):
+        return False
+    if still_wanted is not None and not await still_wanted():
         return False
     return await store_answer(state, rec, store, response, content, warmed=True)
 
