@@ -27,12 +27,14 @@ counted and never cached; that key is not tried again for the same slot. Counted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from cache import exact_key
 from cache.warming.plan import WarmPolicy, allowance, choose, idle, peak_slot, wait_s
@@ -54,6 +56,10 @@ log = logging.getLogger("router.warming")
 # all the router knows of the forecaster (neither imports the other).
 FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
 FORECAST_VERSION = 1
+# The largest forecast document read (bytes; the forecaster's is a few kB): parsing a larger one
+# would hold the event loop (27 MB: 1.7 s) on every tick.
+MAX_FORECAST_BYTES = 1024 * 1024
+_MAX_EPOCH_S = 1e11  # Unix s of the year 5138: a larger time is in milliseconds
 PRIORITY = "P2"  # warming runs at the lowest class: its timeouts, and it is first to be shed
 
 # KEYS[1] the pool's lock; ARGV: holder id, ttl s. 1 when held by this holder (taken or renewed).
@@ -65,6 +71,12 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
 return 0
 """
+# KEYS[1] the pool's lock; ARGV[1] holder id. Deleted only when this holder still holds it.
+_UNLOCK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_RELEASE_TIMEOUT_S = 1.0  # giving the lock back on shutdown: at most this long (else it expires)
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 
 
@@ -80,17 +92,38 @@ class Forecast:
 
 def parse_forecast(raw: str | bytes | None) -> Forecast | None:
     """The forecaster's JSON document (v1), or None when absent, of another version or malformed
-    (warming then does nothing: an optimisation never guesses)."""
+    (warming then does nothing: an optimisation never guesses). See ``read_forecast``."""
+    return read_forecast(raw)[0]
+
+
+def read_forecast(raw: str | bytes | None) -> tuple[Forecast | None, str | None]:
+    """(the forecast, None) when usable, (None, None) when absent, (None, why) when unusable: of
+    another version, malformed, with a NaN, infinite or negative time or value, or times past
+    ``_MAX_EPOCH_S`` (milliseconds). ``why`` never quotes the document. Never raises: a document
+    over ``MAX_FORECAST_BYTES`` is refused before it is parsed (json.loads runs on the event
+    loop), and whatever json / float can raise on a hostile one (an int too large for a float,
+    nesting deeper than the recursion limit) is a malformed document."""
     if raw is None:
-        return None
+        return None, None
+    if len(raw) > MAX_FORECAST_BYTES:
+        return None, f"{len(raw)} bytes, over the {MAX_FORECAST_BYTES} read"
     try:
         doc = json.loads(raw)
-        if doc.get("v") != FORECAST_VERSION:
-            return None
+        version = doc.get("v")
+        if version != FORECAST_VERSION:
+            shown = version if isinstance(version, int) else type(version).__name__
+            return None, f"version {shown}, not {FORECAST_VERSION}"
         points = [(float(t), float(v)) for t, v in doc["points"]]
-        return Forecast(str(doc["pool"]), float(doc["at"]), points, float(doc["capacity_rps"]))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+        at, capacity = float(doc["at"]), float(doc["capacity_rps"])
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        return None, f"malformed ({exc.__class__.__name__})"
+    # NaN fails every comparison (peak_slot would see a peak), inf outranks any capacity;
+    # a negative demand or capacity is no forecast either
+    if not all(math.isfinite(x) and x >= 0 for x in (at, capacity, *(n for p in points for n in p))):
+        return None, "a time, point or capacity_rps not finite and >= 0"
+    if max((at, *(t for t, _ in points))) > _MAX_EPOCH_S:
+        return None, "times past the year 5000: milliseconds, not Unix seconds?"
+    return Forecast(str(doc["pool"]), at, points, capacity), None
 
 
 def pool_load(state: RouterState, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
@@ -124,37 +157,53 @@ class PoolWarmer:
         self.tokens = 0.0
         self.last_refill: float | None = None
         self.plan: _Plan | None = None
+        self._forecast_problems: dict[str, str] = {}  # forecast key -> why unusable, last logged
+        self.holding = False  # this worker took the pool's lock (as far as it knows)
         self._lock = state.redis.register_script(_LOCK_LUA)
+        self._unlock = state.redis.register_script(_UNLOCK_LUA)
+        self._lock_name = lock_key(state.cache.settings.key_prefix, pool)
 
     @property
     def settings(self) -> WarmingSettings | None:
         return self.state.cache.settings.warming_for(self.pool)
 
     async def run(self) -> None:
-        """Step until cancelled; Redis trouble waits a tick and tries again (never raises)."""
-        while True:
-            settings = self.settings
-            if settings is None:
-                return
-            try:
-                delay = await self.step(settings)
-            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
-                log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
-                            exc.__class__.__name__, settings.tick_s)
-                delay = settings.tick_s
-            await asyncio.sleep(delay)
+        """Step until cancelled; Redis trouble waits a tick and tries again (never raises).
+        Cancelled (the app's shutdown), it gives the pool's lock back if it holds it."""
+        try:
+            while True:
+                settings = self.settings
+                if settings is None:
+                    return
+                try:
+                    delay = await self.step(settings)
+                except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                    log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
+                                exc.__class__.__name__, settings.tick_s)
+                    delay = settings.tick_s
+                await asyncio.sleep(delay)
+        finally:
+            if self.holding:  # another instance need not wait lock_ttl_s for it to expire
+                with contextlib.suppress(*REDIS_ERRORS, asyncio.TimeoutError):
+                    await asyncio.wait_for(self.release(), _RELEASE_TIMEOUT_S)
 
     async def step(self, settings: WarmingSettings) -> float:
-        """One look: at most one warm generation. Returns the wall seconds to wait before the next."""
+        """One look: at most one warm generation. Returns the wall seconds to wait before the next.
+        The pool's lock is taken (or renewed) only when this worker can warm: an eligible
+        replica, a peak slot, a key to regenerate; otherwise it is given back, so that a worker
+        whose replicas are all down never keeps a healthy one from warming."""
         policy = settings.policy()
-        if not await self._lock(keys=[lock_key(self.state.cache.settings.key_prefix, self.pool)],
-                                args=[self.holder, settings.lock_ttl_s]):
-            self.plan = None
-            return settings.tick_s
+        _, capacity = pool_load(self.state, self.pool, time.monotonic(), settings.replica_slots)
         now = self.clock()
-        plan = await self._plan(settings, policy, now)
+        plan = await self._plan(settings, policy, now) if capacity > 0 else None
         key = next((k for k in plan.keys if k not in plan.done), None) if plan is not None else None
         if key is None:
+            if self.holding:
+                await self.release()
+            return settings.tick_s
+        self.holding = bool(await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s]))
+        if not self.holding:
+            self.plan = None
             return settings.tick_s
         self.tokens, self.last_refill = allowance(now, self.last_refill, self.tokens, policy)
         if self.tokens < 1:
@@ -164,9 +213,36 @@ class PoolWarmer:
             return settings.tick_s
         assert plan is not None
         plan.done.add(key)
-        if await self.warm(key, plan.slot[0], settings) is not None:
+        # a generation may outlast lock_ttl_s (P2's ttfb_s is 60 s): renewed while it runs, the
+        # lock keeps a second worker from warming the pool at the same time
+        renewal = asyncio.create_task(self._renew(settings))
+        try:
+            sent = await self.warm(key, plan.slot[0], settings)
+        finally:
+            renewal.cancel()  # not awaited: awaiting it could swallow this task's own cancellation
+        if sent is not None:
             self.tokens -= 1  # only a generation sent spends the budget (not a key without a recipe)
         return 0.0
+
+    async def _renew(self, settings: WarmingSettings) -> None:
+        """Renew the pool's lock every lock_ttl_s / 3 until cancelled (never raises)."""
+        while True:
+            await asyncio.sleep(settings.lock_ttl_s / 3)
+            try:
+                held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
+            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                log.warning("warming %s: lock not renewed during a generation (%s)", self.pool,
+                            exc.__class__.__name__)
+                continue
+            if not held:
+                self.holding = False
+                log.warning("warming %s: lost the pool's lock during a generation", self.pool)
+                return
+
+    async def release(self) -> None:
+        """Give the pool's lock back, if this worker still holds it (compare-and-delete)."""
+        self.holding = False
+        await self._unlock(keys=[self._lock_name], args=[self.holder])
 
     async def _plan(self, settings: WarmingSettings, policy: WarmPolicy, now: float) -> _Plan | None:
         """The slot to warm for and its keys, chosen again every ``tick_s`` (router clock)."""
@@ -187,15 +263,23 @@ class PoolWarmer:
         """The pool's published forecast, else the one of every pool together (``"*"``)."""
         redis = self.state.redis
         for name in (self.pool, "*"):
-            found = parse_forecast(await redis.get(FORECAST_KEY.format(pool=name)))
+            key = FORECAST_KEY.format(pool=name)
+            found, why = read_forecast(await redis.get(key))
+            if why is not None and self._forecast_problems.get(key) != why:
+                log.warning("warming %s: forecast %s unusable: %s; not warming on it", self.pool, key, why)
+            if why is None:
+                self._forecast_problems.pop(key, None)
+            else:  # said once per problem, not every tick
+                self._forecast_problems[key] = why
             if found is not None:
                 return found
         return None
 
     async def warm(self, key: str, slot_start: float, settings: WarmingSettings) -> bool | None:
         """Regenerate the entry ``key`` from its recipe through the miss path: True when stored,
-        False when attempted and failed, None when not attempted (no usable recipe, or the
-        pool's cache policy keeps the request out)."""
+        False when attempted and failed, None when not attempted (no usable recipe, the pool's
+        cache policy keeps the request out, or its TTL, the recipe's X-Cache-TTL or the default,
+        would end before ``slot_start``)."""
         metrics = self.state.metrics.warm
         recipe = await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings)
         if recipe is None or _key_of(self.state, recipe) != key:
@@ -203,9 +287,14 @@ class PoolWarmer:
             return None
         if cachepolicy.keeps_out(self.state.settings.cache_policy_for(self.pool), recipe.body):
             return None  # the pool's policy changed since it was counted: not cached, so not warmed
+        ttl_s = self.state.cache.ttl_for(recipe.request())  # real s; the router's clock runs scale x
+        if self.clock() + ttl_s * self.scale < slot_start:
+            log.info("warming %s: %s would expire (TTL %d s) before its slot starts; not generated",
+                     self.pool, key, ttl_s)
+            return None  # GPU for an entry no peak request could hit
         metrics.labels(self.pool, "attempted").inc()
         try:
-            stored = await generate(self.state, recipe)
+            stored = await generate(self.state, recipe, lambda: self._recipe_kept(key, slot_start, settings))
         except APIError as exc:
             log.warning("warming %s: generation of %s failed: %s", self.pool, key, exc)
             stored = False
@@ -213,15 +302,26 @@ class PoolWarmer:
         return stored
 
 
+    async def _recipe_kept(self, key: str, slot_start: float, settings: WarmingSettings) -> bool:
+        """True when ``key``'s recipe is still kept: DELETE /cache of its tenant or pool (which
+        forgets the recipes with the entries) answered during the generation removes it."""
+        if await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings) is not None:
+            return True
+        log.info("warming %s: %s deleted during its generation; not stored", self.pool, key)
+        return False
+
+
 def _key_of(state: RouterState, recipe: Recipe) -> str:
     req = recipe.request()
     return exact_key(state.cache.settings.key_prefix, req.endpoint, req.body, req.tenant, None, req.pool)
 
 
-async def generate(state: RouterState, recipe: Recipe) -> bool:
+async def generate(state: RouterState, recipe: Recipe,
+                   still_wanted: Callable[[], Awaitable[bool]] | None = None) -> bool:
     """One warm generation of ``recipe``: dispatch in its pool, the upstream call (non-stream),
-    stored with ``warmed=True`` under the recipe's own request. True when stored; False for an
-    answer that is not stored (a 4xx, the replica's ``no-store``, an answer the cache refuses).
+    stored with ``warmed=True`` under the recipe's own request, unless ``still_wanted`` (asked
+    once the answer is in) says no. True when stored; False for an answer that is not stored (a
+    4xx, the replica's ``no-store``, an answer the cache refuses, no longer wanted).
     Raises APIError (no replica, a replica error, a timeout: nothing stored)."""
     creq = recipe.request()
     rec = Record(f"warm-{os.urandom(8).hex()}", time.perf_counter(), pool=recipe.pool, target=recipe.pool,
@@ -242,6 +342,8 @@ async def generate(state: RouterState, recipe: Recipe) -> bool:
     except ValueError:
         return False
     if store is None or not isinstance(response, dict):
+        return False
+    if still_wanted is not None and not await still_wanted():
         return False
     return await store_answer(state, rec, store, response, content, warmed=True)
 
@@ -284,9 +386,16 @@ class Warmer:
 
 
 def warming_configured(state: RouterState) -> bool:
-    """True when some pool (or ``"*"``) has warming on: only then is a Warmer started."""
-    return any(w.enabled for w in state.cache.settings.warming.values())
+    """True when some pool (or ``"*"``) has warming on and the cache is enabled: only then is a
+    Warmer started (with the cache off, every warm answer would be refused: GPU for nothing)."""
+    settings = state.cache.settings
+    if not any(w.enabled for w in settings.warming.values()):
+        return False
+    if not settings.enabled:
+        log.warning("warming: configured but the cache is disabled (PROMPTEDGE_CACHE_ENABLED=false); not warming")
+        return False
+    return True
 
 
-__all__ = ["FORECAST_KEY", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast", "pool_load",
-           "warming_configured"]
+__all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast",
+           "pool_load", "read_forecast", "warming_configured"]

@@ -26,7 +26,8 @@ class WarmingSettings(BaseModel):
     tick_s: seconds between the warmer's looks at the forecast (router background task).
     replica_slots: requests one replica runs at once at full load (pool load = requests in
       flight or queued / (replicas x replica_slots)); vLLM's ``max_num_seqs`` is the upper end.
-    lock_ttl_s: how long one router worker holds the pool's warming lock without renewing it.
+    lock_ttl_s: how long one router worker holds the pool's warming lock without renewing it;
+      >= 2 x tick_s (its holder renews it every tick, and every lock_ttl_s / 3 during a generation).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -53,6 +54,8 @@ class WarmingSettings(BaseModel):
         self.policy()  # ValueError names the rule (slot_s divides a day, min_days_seen <= history_days)
         if self.keep_per_slot < self.top_k:
             raise ValueError(f"keep_per_slot {self.keep_per_slot} must be >= top_k {self.top_k}")
+        if self.lock_ttl_s < 2 * self.tick_s:  # the holder renews it at least every tick
+            raise ValueError(f"lock_ttl_s {self.lock_ttl_s} must be >= 2 x tick_s {self.tick_s}")
         return self
 
     def policy(self) -> WarmPolicy:
