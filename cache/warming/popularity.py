@@ -82,6 +82,7 @@ end
 # order index existed (no entry) first by lowest count.
 _RECORD_LUA = _HELPERS + """
 local m = ARGV[1]
+local fresh = redis.call('EXISTS', KEYS[2]) == 0  -- this (pool, day, slot)'s first recipe
 local old = redis.call('ZSCORE', KEYS[1], m)
 local new = redis.call('ZINCRBY', KEYS[1], 1, m)
 if not old or redis.call('ZREM', KEYS[3], entry(m, old)) == 0 then
@@ -113,6 +114,7 @@ while extra > 0 do
   for _, g in ipairs(gone) do drop(g) end
   extra = extra - #gone
 end
+if fresh then return 2 end
 return 1
 """
 
@@ -149,6 +151,12 @@ def order_key(prefix: str, pool: str, day: int, slot: int) -> str:
 def tenants_key(prefix: str, pool: str, day: int, slot: int) -> str:
     """The sorted set of that sorted set's tenants (scope tags) -> members each holds."""
     return f"{prefix}:warm:tenants:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def slots_key(prefix: str) -> str:
+    """The set of every recipe hash's name (all pools, days and slots), added to when a hash is
+    created, so a deletion reads the hashes from it instead of walking the keyspace."""
+    return f"{prefix}:warm:slots"
 
 
 def slot_keys(prefix: str, pool: str, day: int, slot: int) -> list[str]:
@@ -285,8 +293,13 @@ class Popularity:
         if len(text.encode()) > settings.max_recipe_bytes:
             return False
         day, slot = slot_of(now_s, settings.slot_s)
-        await self._record(keys=slot_keys(self._prefix, req.model, day, slot),
-                           args=[key, text, settings.history_ttl_s, settings.keep_per_slot])
+        keys = slot_keys(self._prefix, req.model, day, slot)
+        created = await self._record(keys=keys, args=[key, text, settings.history_ttl_s, settings.keep_per_slot])
+        if int(created) == 2:  # a new recipe hash: list it for deletions (its own key: another cluster slot)
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.sadd(slots_key(self._prefix), keys[1])
+            pipe.expire(slots_key(self._prefix), settings.history_ttl_s)
+            await pipe.execute()
         return True
 
     async def candidates(self, pool: str, slot_start_s: float, settings: WarmingSettings, now_s: float,
@@ -352,11 +365,12 @@ class Popularity:
     async def forget(self, tenant: str | None, pool: str | None) -> int:
         """Delete the counts and recipes of a tenant and/or pool (None: any), with the cache's
         entries (``ResponseCache.delete``): the prompts kept for warming go with them. SCAN of
-        every slot's recipes (a cluster client scans every primary). Returns recipes deleted."""
+        recipe hash listed in ``slots_key`` (a cache that never warmed has none: one SMEMBERS);
+        names whose hash has expired leave the list. Returns recipes deleted."""
         head = f"{self._prefix}:warm:recipe:"
         deleted = 0
-        async for name in self._redis.scan_iter(match=head + "*", count=1000, _type="hash"):
-            name = name.decode() if isinstance(name, bytes) else name
+        listed = await self._redis.smembers(slots_key(self._prefix))
+        for name in sorted(n.decode() if isinstance(n, bytes) else n for n in listed):
             rest = name[len(head):]
             keys = [f"{self._prefix}:warm:{kind}:{rest}" for kind in ("count", "recipe", "order", "tenants")]
             doomed: list[Any] = []
@@ -374,4 +388,6 @@ class Popularity:
                     doomed = []
             if doomed:
                 deleted += int(await self._forget(keys=keys, args=doomed))
+            if not await self._redis.exists(name):  # expired, or emptied just now
+                await self._redis.srem(slots_key(self._prefix), name)
         return deleted

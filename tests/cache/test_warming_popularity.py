@@ -179,3 +179,26 @@ async def test_delete_by_tenant_forgets_its_recipes_and_counts(client) -> None:
     assert await counted(client) == {key_of(theirs): 1.0}
     recipes = await client.hkeys(recipe_key(PREFIX, "m", 20, 72))
     assert [r.decode() for r in recipes] == [key_of(theirs)]
+
+
+async def _scans(client: aioredis.Redis) -> int:
+    return int((await client.info("commandstats")).get("cmdstat_scan", {}).get("calls", 0))
+
+
+async def test_delete_does_not_walk_the_keyspace_to_find_warming_recipes(client) -> None:
+    # DELETE /cache forgets warming's recipes even after warming was switched off; it found them
+    # with a SCAN of the whole keyspace on every call, so every tenant deletion on a cache of
+    # millions of entries paid a walk of all of them, warming used or not. The recipe hashes are
+    # listed where they are created; a cache that never warmed reads an empty list.
+    cold = make_cache(client, enabled=False)
+    await cold.store(request("never warmed"), chat_response())
+    before = await _scans(client)
+    # tenant and model both named: the exact entries' owner list is read directly (no SCAN either)
+    assert await cold.delete(tenant="t1", model="m") == {"exact": 1, "semantic": 0, "warming": 0}
+    assert await _scans(client) == before
+    warm = make_cache(client)
+    await warm.store(request("warmed"), chat_response())
+    before = await _scans(client)
+    assert (await make_cache(client, enabled=False).delete(tenant="t1", model="m"))["warming"] == 1
+    assert await _scans(client) == before
+    assert await warm_keys(client) == []

@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheRequest, CacheSettings, ResponseCache
-from cache.warming.popularity import Popularity, Recipe, count_key, recipe_key
+from cache.warming.popularity import Popularity, Recipe, count_key, recipe_key, slots_key
 from cache.warming.settings import WarmingSettings
 
 PREFIX = "promptedge:cache"
@@ -32,6 +32,7 @@ async def _fill(client: aioredis.Redis, tenant: str, n: int) -> None:
         pipe.hset(recipe_key(PREFIX, "m", 20, 72), key, Recipe(key, "chat.completions", tenant, tenant, "m", body,
                                                                 True, None).to_json())
         pipe.zadd(count_key(PREFIX, "m", 20, 72), {key: 1})
+    pipe.sadd(slots_key(PREFIX), recipe_key(PREFIX, "m", 20, 72))  # record() lists each new recipe hash
     await pipe.execute()
 
 
