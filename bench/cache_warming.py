@@ -117,7 +117,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -125,6 +125,7 @@ from cache.settings import CacheSettings
 from cache.warming.plan import WarmCandidate, WarmPolicy, allowance, choose, idle, peak_slot, wait_s
 from cache.warming.settings import WarmingSettings
 from forecaster.backtest.run import BacktestConfig, run_backtest
+from forecaster.errors import TraceFormatError
 from forecaster.series import Traffic
 from forecaster.sources.traces import read_trace
 
@@ -539,6 +540,8 @@ SWEEP = [("repeat_share", v) for v in (0.0, 0.1, 0.5)] + [("zipf_s", v) for v in
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every replay (and the sweep with ``--sweep``), print the tables; returns the JSON
+    document (module docstring: fields and units)."""
     started = time.perf_counter()
     # The product's per-pool settings (cache/warming/settings.py), so the bench runs its defaults.
     settings = WarmingSettings(enabled=True, history_days=args.history_days, top_k=args.top_k,
@@ -619,18 +622,29 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def _ranged(low: float, high: float = math.inf, open_low: bool = False) -> Callable[[str], float]:
+    """An argparse type: a float in [low, high] ((low, high] with ``open_low``), else a usage error."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (low < value if open_low else low <= value) or value > high or math.isnan(value):
+            raise argparse.ArgumentTypeError(f"{text} is not in {'(' if open_low else '['}{low:g}, {high:g}]")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The command line (``--help`` lists every option with its unit)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=TRACE, help="ServeGen folder (600 s windows)")
     parser.add_argument("--days", type=int, default=14, help="first N days of the trace used")
     parser.add_argument("--eval-days", type=int, default=7, help="last N of those scored; the rest is history")
-    parser.add_argument("--mean-rps", type=float, default=1.0, help="mean arrival rate after scaling (req/s)")
-    parser.add_argument("--repeat-share", type=float, default=0.3, help="share of requests asking a popular prompt")
-    parser.add_argument("--zipf-s", type=float, default=1.0, help="Zipf exponent over a slot's popular prompts")
+    parser.add_argument("--mean-rps", type=_ranged(0, open_low=True), default=1.0, help="mean arrival rate after scaling (req/s)")
+    parser.add_argument("--repeat-share", type=_ranged(0, 1), default=0.3, help="share of requests asking a popular prompt")
+    parser.add_argument("--zipf-s", type=_ranged(0), default=1.0, help="Zipf exponent over a slot's popular prompts")
     parser.add_argument("--prompts-per-slot", type=int, default=1000, help="popular prompts per 10-min slot of the day")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peak-slots", type=int, default=6, help="scored peak windows per day (top by true rate)")
-    parser.add_argument("--gen-gpu-s", type=float, default=GEN_GPU_S, help="GPU-seconds per generation")
+    parser.add_argument("--gen-gpu-s", type=_ranged(0, open_low=True), default=GEN_GPU_S, help="GPU-seconds per generation")
     parser.add_argument("--capacity-rps", type=float, default=None,
                         help="pool capacity (req/s); default 1.2 x the busiest history window")
     for name, kind in (("budget_per_min", float), ("top_k", int), ("lead_s", int), ("history_days", int),
@@ -646,8 +660,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 if __name__ == "__main__":
-    arguments = build_parser().parse_args()
-    result = main(arguments)
+    parser = build_parser()
+    arguments = parser.parse_args()
+    try:
+        result = main(arguments)
+    except (TraceFormatError, ValueError) as exc:  # a trace or a setting the replay cannot use
+        parser.error(str(exc))
     print(render(result))
     arguments.json.parent.mkdir(parents=True, exist_ok=True)
     arguments.json.write_text(json.dumps(result, indent=2) + "\n")

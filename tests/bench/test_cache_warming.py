@@ -116,3 +116,15 @@ def test_the_counts_are_trimmed_as_the_product_trims_them_in_redis(redis_url: st
     names = dict(zip(keys.tolist(), hashes.tolist()))
     bench = {f"{names[k]:016x}": c for k, c in cw.slot_counts(keys.tolist(), hashes.tolist(), 12).items()}
     assert len(in_redis) == 12 and bench == in_redis
+
+
+@pytest.mark.parametrize(("args", "names"), [(["--trace", "/nowhere/servegen"], "/nowhere/servegen"),
+                                            (["--repeat-share", "2"], "--repeat-share"),
+                                            (["--mean-rps", "0"], "--mean-rps")])
+def test_bad_input_is_one_clear_error_not_a_traceback(args: list[str], names: str) -> None:
+    # A missing trace printed a TraceFormatError traceback; a repeat share of 2 ran as if it were 1.
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "cache_warming.py"), *args, "--json", "/dev/null"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert names in proc.stderr
