@@ -165,6 +165,7 @@ class PoolWarmer:
 
     @property
     def settings(self) -> WarmingSettings | None:
+        """This pool's warming settings now, None when warming is off for it."""
         return self.state.cache.settings.warming_for(self.pool)
 
     async def run(self) -> None:
@@ -361,6 +362,7 @@ class Warmer:
         self._supervisor: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Start the supervisor: every ``interval_s`` it (re)starts a task per pool with warming on."""
         self._supervisor = asyncio.create_task(self._supervise())
 
     def sync(self) -> None:
@@ -378,6 +380,7 @@ class Warmer:
             await asyncio.sleep(self.interval_s)
 
     async def stop(self) -> None:
+        """Cancel the supervisor and every pool's task, and wait for them (each gives its lock back)."""
         tasks = [t for t in (self._supervisor, *self.tasks.values()) if t is not None]
         for task in tasks:
             task.cancel()

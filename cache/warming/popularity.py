@@ -206,6 +206,8 @@ class Recipe:
                             self.pool, self.tenant_label)
 
     def to_json(self) -> str:
+        """The recipe as compact JSON with sorted keys (what the recipe hash stores; ``from_json``
+        reads it back)."""
         return json.dumps({"key": self.key, "endpoint": self.endpoint, "tenant": self.tenant,
                            "tenant_label": self.tenant_label, "pool": self.pool, "body": self.body,
                            "semantic": self.semantic, "ttl_s": self.ttl_s}, separators=(",", ":"), sort_keys=True)
