@@ -39,10 +39,16 @@ requests it held finish with the stall in their duration) is trusted again withi
   unknown (:func:`current`): the replica gets a request (a *re-test*) and is measured again;
 - the sample of a re-test replaces the estimate (``observe(..., retest=True)``) instead of
   moving it by ``alpha``: it is the only measurement taken after whatever made the replica
-  look slow.
+  look slow; and it counts as one sample (trust ``1 / min_samples``), so that a re-test that
+  was itself slow (a pause on a busy node) does not lock the replica out for another
+  ``retest_s``: its factor is at most ``1 + (max_factor - 1) / min_samples`` (2.4), and the
+  samples that follow rebuild the estimate as a fresh mean. (In CI, a full-trust slow re-test
+  kept a recovered replica at 0 requests for 10 s instead of 5;
+  tests/router/test_recovery_live.py.)
 
 A genuinely slower GPU keeps its factor: under load it has requests in flight (no re-test),
-and after an idle spell the one re-test request measures it slow again. On
+and after an idle spell the one re-test request measures it slow again, with its full factor
+back after ``min_samples`` samples (a few extra requests to it after each idle spell). On
 bench/dispatch_quality.py's traces no replica is ever idle with a stale estimate, and its
 numbers are unchanged. Besides, an estimate that is not refreshed loses trust with age
 (``half_life_s``). Replacing every sample that follows a 5 s silence instead was tried and
@@ -98,12 +104,10 @@ def observe(prev: Speed | None, s_per_token: float, now: float, config: SpeedCon
             retest: bool = False) -> Speed:
     """``prev`` with one more sample taken at ``now``. The first sample is the estimate; later
     ones move it by ``alpha`` (the older the estimate, the less it counts); the sample of a
-    re-test (a request sent because :func:`current` found the estimate stale) replaces it,
-    keeping its count."""
-    if prev is None:
+    re-test (a request sent because :func:`current` found the estimate stale) replaces it as a
+    first sample (module doc)."""
+    if prev is None or retest:
         return Speed(s_per_token, 1, now)
-    if retest:
-        return Speed(s_per_token, prev.samples + 1, now)
     alpha = config.alpha
     if prev.samples < config.min_samples:
         alpha = max(alpha, 1.0 / (prev.samples + 1))  # a plain mean until the EWMA has enough

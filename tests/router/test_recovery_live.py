@@ -19,6 +19,19 @@ URL = "/v1/chat/completions"
 
 async def test_a_stalled_replica_rejoins_within_seconds_after_it_recovers(start_replica, start_router,
                                                                          client) -> None:
+    await _stall_and_count(start_replica, start_router, client, second_stall=None)
+
+
+async def test_a_recovered_replica_whose_retest_is_slow_still_rejoins_within_seconds(start_replica, start_router,
+                                                                                    client) -> None:
+    """CI, stop 24: the one request that re-tests the recovered replica (5 s after its last
+    sample) was itself slow, its sample replaced the estimate with full trust, and the replica
+    got nothing for another 5 s (36 of 250 late requests). Here a second short stall (0.6 s)
+    catches that re-test request on purpose."""
+    await _stall_and_count(start_replica, start_router, client, second_stall=(4.6, 5.6))
+
+
+async def _stall_and_count(start_replica, start_router, client, second_stall: tuple[float, float] | None) -> None:
     replicas = [await start_replica() for _ in range(3)]
     stalled = replicas[0]
     router = await start_router([r.url for r in replicas])
@@ -33,14 +46,22 @@ async def test_a_stalled_replica_rejoins_within_seconds_after_it_recovers(start_
             answer = await client.post(router.url + URL, json=body, timeout=30)
             served.append((time.monotonic(), answer.headers.get("x-promptedge-replica", ""), answer.status_code))
 
+    async def hang(on: bool) -> None:
+        await client.post(stalled.url + "/sim/faults", json={"hang": on})
+
     workers = [asyncio.create_task(worker(w)) for w in range(4)]
     try:
         await asyncio.sleep(2.0)  # every replica measured
-        await client.post(stalled.url + "/sim/faults", json={"hang": True})
+        await hang(True)
         await asyncio.sleep(3.0)  # a stall: what it got meanwhile waits
-        await client.post(stalled.url + "/sim/faults", json={"hang": False})
+        await hang(False)
         released = time.monotonic()
-        await asyncio.sleep(12.0)
+        if second_stall is not None:  # around the re-test, retest_s after the held ones' samples
+            await asyncio.sleep(second_stall[0])
+            await hang(True)
+            await asyncio.sleep(second_stall[1] - second_stall[0])
+            await hang(False)
+        await asyncio.sleep(released + 12.0 - time.monotonic())
     finally:
         stop.set()
         await asyncio.gather(*workers)
