@@ -37,18 +37,20 @@ requests it held finish with the stall in their duration) is trusted again withi
 
 - an estimate older than ``retest_s`` (5 s) of a replica with nothing in flight counts as
   unknown (:func:`current`): the replica gets a request (a *re-test*) and is measured again;
-- the sample of a re-test replaces the estimate (``observe(..., retest=True)``) instead of
-  moving it by ``alpha``: it is the only measurement taken after whatever made the replica
-  look slow; and it counts as one sample (trust ``1 / min_samples``), so that a re-test that
-  was itself slow (a pause on a busy node) does not lock the replica out for another
-  ``retest_s``: its factor is at most ``1 + (max_factor - 1) / min_samples`` (2.4), and the
-  samples that follow rebuild the estimate as a fresh mean. (In CI, a full-trust slow re-test
-  kept a recovered replica at 0 requests for 10 s instead of 5;
-  tests/router/test_recovery_live.py.)
+- a re-test starts a *probe*: the replica is measured afresh on ``min_samples`` requests and
+  the median of their samples replaces the estimate (``observe(..., retest=True)``), instead
+  of each moving it by ``alpha``: they are the only measurements taken after whatever made the
+  replica look slow. While the probe runs, the replica with nothing in flight still counts as
+  unknown, so its next request follows at once (one at a time: with one in flight, the
+  interim median applies). The median, not the first sample alone nor a mean, because a
+  probe request can itself be slow (a pause on a busy node): in CI one slow re-test sample
+  replaced the estimate with full trust and shut a recovered replica out for another
+  ``retest_s`` (tests/router/test_recovery_live.py); a mean keeps such an outlier for many
+  samples, a median of 5 ignores up to 2.
 
 A genuinely slower GPU keeps its factor: under load it has requests in flight (no re-test),
-and after an idle spell the one re-test request measures it slow again, with its full factor
-back after ``min_samples`` samples (a few extra requests to it after each idle spell). On
+and after an idle spell the probe measures it slow again (``min_samples`` requests sent to it
+while it is idle). On
 bench/dispatch_quality.py's traces no replica is ever idle with a stale estimate, and its
 numbers are unchanged. Besides, an estimate that is not refreshed loses trust with age
 (``half_life_s``). Replacing every sample that follows a 5 s silence instead was tried and
@@ -59,6 +61,7 @@ estimates (gpu_load's TTFT p99 up to 34 % worse on Mooncake windows, 30 % on Azu
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,11 +84,13 @@ class SpeedConfig:
 @dataclass(frozen=True, slots=True)
 class Speed:
     """One replica's estimate: ``s_per_token`` (EWMA, seconds per token of work), ``samples``
-    folded in, and ``at`` (the time of the last sample, in the caller's clock, seconds)."""
+    folded in, ``at`` (the time of the last sample, in the caller's clock, seconds), and
+    ``probe``: the samples of a re-test probe under way (empty when none; module doc)."""
 
     s_per_token: float
     samples: int
     at: float
+    probe: tuple[float, ...] = ()
 
 
 PROMPT_WEIGHT = 0.1  # a prompt token's share of an output token's work (see module docstring)
@@ -103,11 +108,16 @@ def sample(duration_s: float, completion_tokens: int, prompt_tokens: int = 0) ->
 def observe(prev: Speed | None, s_per_token: float, now: float, config: SpeedConfig = SpeedConfig(), *,
             retest: bool = False) -> Speed:
     """``prev`` with one more sample taken at ``now``. The first sample is the estimate; later
-    ones move it by ``alpha`` (the older the estimate, the less it counts); the sample of a
-    re-test (a request sent because :func:`current` found the estimate stale) replaces it as a
-    first sample (module doc)."""
-    if prev is None or retest:
+    ones move it by ``alpha`` (the older the estimate, the less it counts). The sample of a
+    re-test (a request sent because :func:`current` found the estimate unknown) starts a probe,
+    and every sample until the probe has ``min_samples`` joins it: the estimate is then the
+    probe's median (module doc)."""
+    if prev is None:
         return Speed(s_per_token, 1, now)
+    if retest or prev.probe:
+        probe = (*prev.probe, s_per_token)
+        done = len(probe) >= config.min_samples
+        return Speed(statistics.median(probe), prev.samples + 1, now, () if done else probe)
     alpha = config.alpha
     if prev.samples < config.min_samples:
         alpha = max(alpha, 1.0 / (prev.samples + 1))  # a plain mean until the EWMA has enough
@@ -117,9 +127,10 @@ def observe(prev: Speed | None, s_per_token: float, now: float, config: SpeedCon
 
 def current(speed: Speed | None, inflight: int, now: float, config: SpeedConfig = SpeedConfig()) -> Speed | None:
     """The estimate dispatch goes by: ``speed``, or None (unknown, so the replica is tried and
-    measured again) when it is older than ``retest_s`` and the replica has no request in
-    flight (``inflight``, the router's own count). ``now`` in the clock of ``speed.at``."""
-    if speed is not None and inflight == 0 and now - speed.at >= config.retest_s:
+    measured again) when the replica has no request in flight (``inflight``, the router's own
+    count) and the estimate is older than ``retest_s`` or a probe is under way. ``now`` in the
+    clock of ``speed.at``."""
+    if speed is not None and inflight == 0 and (speed.probe or now - speed.at >= config.retest_s):
         return None
     return speed
 
