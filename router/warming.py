@@ -148,9 +148,11 @@ class PoolWarmer:
     """The warming loop of one pool (module doc). ``clock``: the router's clock (Unix s, maybe
     simulated, ``scale`` times real time)."""
 
-    def __init__(self, state: RouterState, pool: str, clock: Any, scale: float = 1.0) -> None:
+    def __init__(self, state: RouterState, pool: str, clock: Any, scale: float = 1.0,
+                 stopping: asyncio.Event | None = None) -> None:
         self.state = state
         self.pool = pool
+        self.stopping = stopping or asyncio.Event()  # set by Warmer.stop: end even if a cancel is lost
         self.clock = clock
         self.scale = scale
         self.holder = os.urandom(8).hex()
@@ -182,6 +184,13 @@ class PoolWarmer:
                     log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
                                 exc.__class__.__name__, settings.tick_s)
                     delay = settings.tick_s
+                # A cancel that lands in a bounded await can be lost on Python 3.11: asyncio.timeout
+                # turns it into the TimeoutError taken above for Redis trouble, wait_for returns
+                # an inner result completed at the same moment. Warmer.stop's flag still ends the
+                # loop (else it, and the router's shutdown, waited forever). Not the task's
+                # cancelling() count: the miss path's httpx/anyio timeouts leave it raised.
+                if self.stopping.is_set():
+                    return
                 await asyncio.sleep(delay)
         finally:
             if self.holding:  # another instance need not wait lock_ttl_s for it to expire
@@ -216,19 +225,25 @@ class PoolWarmer:
         plan.done.add(key)
         # a generation may outlast lock_ttl_s (P2's ttfb_s is 60 s): renewed while it runs, the
         # lock keeps a second worker from warming the pool at the same time
-        renewal = asyncio.create_task(self._renew(settings))
+        generating = asyncio.Event()
+        generating.set()
+        renewal = asyncio.create_task(self._renew(settings, generating))
         try:
             sent = await self.warm(key, plan.slot[0], settings)
         finally:
+            generating.clear()  # ends the renewal even if the cancel below is lost (see run)
             renewal.cancel()  # not awaited: awaiting it could swallow this task's own cancellation
         if sent is not None:
             self.tokens -= 1  # only a generation sent spends the budget (not a key without a recipe)
         return 0.0
 
-    async def _renew(self, settings: WarmingSettings) -> None:
-        """Renew the pool's lock every lock_ttl_s / 3 until cancelled (never raises)."""
+    async def _renew(self, settings: WarmingSettings, generating: asyncio.Event) -> None:
+        """Renew the pool's lock every lock_ttl_s / 3 while ``generating`` is set, until
+        cancelled (never raises)."""
         while True:
             await asyncio.sleep(settings.lock_ttl_s / 3)
+            if not generating.is_set():
+                return
             try:
                 held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
             except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
@@ -360,19 +375,22 @@ class Warmer:
         self.interval_s = interval_s
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
+        self.stopping = asyncio.Event()
 
     def start(self) -> None:
         """Start the supervisor: every ``interval_s`` it (re)starts a task per pool with warming on."""
         self._supervisor = asyncio.create_task(self._supervise())
 
     def sync(self) -> None:
-        """Start a task for every pool with warming on that has none running."""
+        """Start a task for every pool with warming on that has none running (none once stopping)."""
+        if self.stopping.is_set():
+            return
         for pool in sorted(self.state.pools.by_model):
             task = self.tasks.get(pool)
             if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
                 log.error("warming %s stopped on an error; restarting it", pool, exc_info=task.exception())
             if (task is None or task.done()) and self.state.cache.settings.warming_for(pool) is not None:
-                self.tasks[pool] = asyncio.create_task(PoolWarmer(self.state, pool, self.clock, self.scale).run())
+                self.tasks[pool] = asyncio.create_task(PoolWarmer(self.state, pool, self.clock, self.scale, self.stopping).run())
 
     async def _supervise(self) -> None:
         while True:
@@ -381,6 +399,7 @@ class Warmer:
 
     async def stop(self) -> None:
         """Cancel the supervisor and every pool's task, and wait for them (each gives its lock back)."""
+        self.stopping.set()  # a pool's task that loses its cancel (PoolWarmer.run) still ends
         tasks = [t for t in (self._supervisor, *self.tasks.values()) if t is not None]
         for task in tasks:
             task.cancel()

@@ -5,6 +5,7 @@ for the llama.cpp modules, a real ``llama-server`` per module (``llama``, ``mode
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -54,16 +55,21 @@ class Served:
         return self
 
     async def stop(self) -> None:
-        # Bounded: a full `make test` once sat for 19 minutes in this teardown (the event loop idle,
-        # after test_no_warm_generation_while_the_cache_is_disabled; not reproduced alone, cause
-        # not found). A stop that hangs is forced, then cancelled, and reported as a warning, so
-        # a stuck shutdown costs a minute instead of the whole CI run.
+        # Bounded, with the tasks' stacks in the warning: full `make test` runs sat 30 s to 19
+        # minutes in a warming router's shutdown, a cancel lost in a bounded Redis await
+        # (router/warming.py PoolWarmer.run; test_warming_attack.py::
+        # test_the_router_stops_when_a_cancel_is_lost_inside_a_warming_step). Whatever else
+        # may hang a shutdown costs a minute and says where, instead of the whole CI run.
         self.server.should_exit = True
         if self.task is None:
             return
         done, _ = await asyncio.wait({self.task}, timeout=30)
         if not done:
-            warnings.warn(f"server {self.url} did not stop within 30 s: forcing it", stacklevel=2)
+            stuck = io.StringIO()  # what the shutdown waits on, for the report
+            for task in asyncio.all_tasks():
+                task.print_stack(limit=8, file=stuck)
+            warnings.warn(f"server {self.url} did not stop within 30 s: forcing it; tasks:\n{stuck.getvalue()}",
+                          stacklevel=2)
             self.server.force_exit = True
             done, _ = await asyncio.wait({self.task}, timeout=10)
             if not done:

@@ -17,7 +17,7 @@ from cache import CacheControl, CacheRequest
 from cache.warming.plan import slot_bounds
 from cache.warming.popularity import Popularity
 from cache.warming.settings import WarmingSettings
-from router.warming import FORECAST_KEY, parse_forecast
+from router.warming import FORECAST_KEY, PoolWarmer, parse_forecast
 from tests.router.conftest import MODEL
 from tests.router.test_warming import (KEYS, PREFIX, WARMING, chat, key_of, no_semantic, publish, seed, store,  # noqa: F401
                                        wait_for, warm_count, warming)
@@ -314,3 +314,37 @@ async def test_a_worker_whose_replicas_are_all_down_does_not_keep_the_pool_from_
     live = await start_router([(await start_replica()).url], api_keys=KEYS)
     warmed = await wait_for(lambda: store.exists(key_of(chat("What is a KV cache?"))), timeout_s=6.0)
     assert warmed, f"the pool was never warmed (attempts by the live worker: {await warm_count(client, live, 'attempted')})"
+
+
+# --- shutdown: a cancel that a bounded Redis call swallows must still stop the warmer ---
+
+@pytest.mark.parametrize("lost_as", ["timeout", "result"])
+async def test_the_router_stops_when_a_cancel_is_lost_inside_a_warming_step(
+        start_replica, start_router, warming, monkeypatch, lost_as: str) -> None:  # noqa: F811
+    """Full ``make test`` runs twice sat 30 s to 19 min in a warming router's shutdown, the event
+    loop idle: ``Warmer.stop`` cancels each pool's task and waits for it, but a cancel that lands
+    in a bounded await is lost on Python 3.11 (``asyncio.timeout`` turns it into the
+    TimeoutError the warmer treats as Redis trouble, or ``wait_for`` returns the inner result
+    that completed at the same moment), and ``PoolWarmer.run`` then loops forever. Here the
+    step loses the cancel in each of those two ways on purpose."""
+    stepping = asyncio.Event()
+
+    async def step(self, settings) -> float:
+        stepping.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if lost_as == "timeout":
+                raise asyncio.TimeoutError from None
+            return 0.05
+        return 0.05
+
+    monkeypatch.setattr(PoolWarmer, "step", step)
+    warming()
+    router = await start_router([(await start_replica()).url], api_keys=KEYS)
+    await asyncio.wait_for(stepping.wait(), 10.0)
+    started = time.monotonic()
+    stopping = asyncio.ensure_future(router.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=10.0)
+    assert done, "the router's shutdown waited on a warming task that had lost its cancel"
+    assert time.monotonic() - started < 10.0
