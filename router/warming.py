@@ -390,7 +390,8 @@ class Warmer:
             if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
                 log.error("warming %s stopped on an error; restarting it", pool, exc_info=task.exception())
             if (task is None or task.done()) and self.state.cache.settings.warming_for(pool) is not None:
-                self.tasks[pool] = asyncio.create_task(PoolWarmer(self.state, pool, self.clock, self.scale, self.stopping).run())
+                warmer = PoolWarmer(self.state, pool, self.clock, self.scale, self.stopping)
+                self.tasks[pool] = asyncio.create_task(warmer.run())
 
     async def _supervise(self) -> None:
         while True:
