@@ -77,8 +77,9 @@ class Replica:
         its first byte (:meth:`Lease.first_byte`) or its end; a request not ``streamed`` has
         its first byte only after its whole generation, so its count also ends with the first
         scrape showing it admitted (:meth:`observe`). A request sent while the
-        replica's learned speed is stale and nothing is in flight is its re-test: its sample
-        replaces the estimate (router/dispatch/speed.py)."""
+        replica's learned speed is unknown (stale, or a probe under way) and nothing is in
+        flight is a re-test: its sample starts or continues the probe whose median replaces
+        the estimate (router/dispatch/speed.py)."""
         now = time.monotonic()
         if self.speed is not None and current(self.speed, self.inflight, now) is None:
             self._retest = True
