@@ -73,7 +73,11 @@ class Served:
             self.server.force_exit = True
             done, _ = await asyncio.wait({self.task}, timeout=10)
             if not done:
-                self.task.cancel()
+                self.task.cancel()  # a task that loses this cancel too is left behind, not awaited
+                done, _ = await asyncio.wait({self.task}, timeout=10)
+                if not done:
+                    warnings.warn(f"server {self.url} ignored its cancel: abandoned", stacklevel=2)
+                    return
         await asyncio.gather(self.task, return_exceptions=True)
 
 
