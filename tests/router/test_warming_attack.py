@@ -326,25 +326,28 @@ async def test_the_router_stops_when_a_cancel_is_lost_inside_a_warming_step(
     in a bounded await is lost on Python 3.11 (``asyncio.timeout`` turns it into the
     TimeoutError the warmer treats as Redis trouble, or ``wait_for`` returns the inner result
     that completed at the same moment), and ``PoolWarmer.run`` then loops forever. Here the
-    step loses the cancel in each of those two ways on purpose."""
+    step loses the first cancel in each of those two ways on purpose (later ones are honoured,
+    as in the race, so that a failing run ends instead of hanging the test session)."""
     stepping = asyncio.Event()
+    lost = 0
 
     async def step(self, settings) -> float:
+        nonlocal lost
         stepping.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
+            if lost:
+                raise
+            lost += 1
             if lost_as == "timeout":
                 raise asyncio.TimeoutError from None
-            return 0.05
         return 0.05
 
     monkeypatch.setattr(PoolWarmer, "step", step)
     warming()
     router = await start_router([(await start_replica()).url], api_keys=KEYS)
     await asyncio.wait_for(stepping.wait(), 10.0)
-    started = time.monotonic()
     stopping = asyncio.ensure_future(router.stop())
     done, _ = await asyncio.wait({stopping}, timeout=10.0)
     assert done, "the router's shutdown waited on a warming task that had lost its cancel"
-    assert time.monotonic() - started < 10.0
