@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -58,6 +59,19 @@ def _probe(http: httpx.Client, url: str, timeout_s: float) -> bool:
     except httpx.HTTPError:
         return False
 
+
+def address_free(ip: str, port: int) -> bool:
+    """Whether a replica could listen on ``ip:port`` now: a test bind with SO_REUSEADDR, as
+    uvicorn binds, so only a listening socket (another node's replica, any server) makes it
+    False, not a closed connection's TIME_WAIT. Pods share this machine's loopback, unlike
+    the network namespaces of a real cluster."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((ip, port))
+        except OSError:
+            return False
+    return True
 
 class SimNode:
     """A Node and its Pods' replicas. ``run(stop)`` until ``stop`` is set, then ``close()``."""
@@ -160,7 +174,8 @@ class SimNode:
             rt.error = str(exc)
             log.warning("pod %s: cannot run it: %s", rt.key, exc)
             return rt
-        rt.ip = self.ips.take(status.get("podIP"))
+        port = rt.spec.port
+        rt.ip = self.ips.take(status.get("podIP"), usable=lambda ip: address_free(ip, port))
         if rt.ip is None:
             rt.error = f"no free Pod IP in {self.settings.ip_base}.0/24"
         return rt
@@ -187,6 +202,17 @@ class SimNode:
     def _start(self, rt: PodRuntime, now: float) -> None:
         spec = rt.spec
         assert spec is not None and rt.ip is not None
+        if not address_free(rt.ip, spec.port):
+            # taken since admission (or before a restart) by a process outside this node: a
+            # replica there would fail to bind while the other process answered its probes
+            other = self.ips.take(usable=lambda ip: address_free(ip, spec.port))
+            if other is None:
+                rt.error = f"no free Pod IP in {self.settings.ip_base}.0/24"
+                return
+            log.warning("pod %s: %s:%d is in use by another process on this machine; the Pod moves to %s",
+                        rt.key, rt.ip, spec.port, other)
+            self.ips.give_back(rt.ip)
+            rt.ip = other
         if rt.last_terminated is not None:
             rt.restart_count += 1
         log_path = self.log_dir / f"{rt.namespace}_{rt.name}.log"

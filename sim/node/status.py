@@ -6,6 +6,7 @@ All bodies are the API's JSON (camelCase), for patches of the ``node``/``node st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -137,16 +138,18 @@ class IpPool:
         self.base = base
         self._used: set[str] = set()
 
-    def take(self, wanted: str | None = None) -> str | None:
-        """``wanted`` if it is in this pool and free, else the lowest free address; None when full."""
+    def take(self, wanted: str | None = None, usable: Callable[[str], bool] = lambda ip: True) -> str | None:
+        """``wanted`` if it is in this pool, free and ``usable``, else the lowest such address;
+        None when none is. ``usable`` says whether nothing outside this pool holds the address
+        (the node checks that nothing else on the machine listens there)."""
         if wanted and wanted.rsplit(".", 1)[0] == self.base and wanted not in self._used:
             host = wanted.rsplit(".", 1)[1]
-            if host.isdigit() and 2 <= int(host) <= 254:
+            if host.isdigit() and 2 <= int(host) <= 254 and usable(wanted):
                 self._used.add(wanted)
                 return wanted
         for host in range(2, 255):
             ip = f"{self.base}.{host}"
-            if ip not in self._used:
+            if ip not in self._used and usable(ip):
                 self._used.add(ip)
                 return ip
         return None

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,47 @@ def test_a_frozen_replica_goes_not_ready_and_a_killed_one_is_restarted(cluster: 
     assert complete(f"http://{ip}:8000").status_code == 200
     assert again.status.container_statuses[0].last_state.terminated.exit_code == 128 + signal.SIGKILL
     cluster.scale("victim", 0)
+
+
+def test_an_address_another_process_listens_on_is_never_a_pod_ip(cluster: Cluster) -> None:
+    # Pods of a real cluster each have their own network namespace; here they share the machine's
+    # loopback, where another node or loop may already listen on the address the next Pod would get.
+    # That Pod's replica could not bind, and the other process answered its readiness probe.
+    class Squatter(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"another process")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    servers = []
+    for host in range(2, 41):  # every address of the first 39 not held by this node's own Pods
+        try:
+            servers.append(ThreadingHTTPServer((f"{cluster.ip_base}.{host}", 8000), Squatter))
+        except OSError:
+            pass
+    taken = {server.server_address[0] for server in servers}
+    assert len(taken) > 30
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster.deploy("squatted", ["sim-llama-8b"], {}, replicas=1)
+        pod = wait_for("a Ready pod", lambda: [p for p in cluster.pods("squatted") if is_ready(p)], cluster)[0]
+        ip = pod.status.pod_ip
+        assert ip not in taken
+        assert replica_pids(ip), f"nothing of this node listens on {ip}"
+        models = httpx.get(f"http://{ip}:8000/v1/models", timeout=5).json()
+        assert [m["id"] for m in models["data"]] == [MODEL]
+        time.sleep(1)  # 20 simulated seconds: it stays up, no crash loop
+        pod = cluster.core.read_namespaced_pod(pod.metadata.name, NS)
+        assert is_ready(pod) and pod.status.container_statuses[0].restart_count == 0
+        cluster.scale("squatted", 0)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
 
 
 def test_no_replica_outlives_the_node(cluster: Cluster) -> None:
