@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -83,6 +84,22 @@ def run() -> None:
 def _fail(message: str) -> typer.Exit:
     typer.secho(f"error: {message}", fg="red", err=True)
     return typer.Exit(2)
+
+
+def _check_writable(option: str, path: Path | None) -> None:
+    """Refuse, before a long run, an output file that could not be written at its end: its
+    folder is made now (as the writer would) and must be writable, and the path must not be a
+    folder. Raises typer.Exit(2) with the option and the path named."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(f"{option} {path}: cannot make its folder ({exc.strerror or exc})") from None
+    if path.is_dir():
+        raise _fail(f"{option} {path}: is a folder, give a file name")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise _fail(f"{option} {path}: not writable")
 
 
 @app.command()
@@ -239,6 +256,8 @@ def loop(
     from sim.traces import TraceFormatError
     from sim.traffic import TrafficFormatError
 
+    _check_writable("--json", json_path)
+    _check_writable("--plot", plot_path)
     try:
         cfg = LoopConfig(trace=trace, start_hour=start_hour, max_jump=max_jump or None, hours=hours, speedup=speedup,
                          warmup_s=warmup_s, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),

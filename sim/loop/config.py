@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,11 +90,17 @@ class LoopConfig:
             raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
         if not self.policies:
             raise ValueError(f"no policy to run; give one or more of {', '.join(POLICIES)}")
+        # finite first: an infinite speed-up reached the router as a NaN, a negative history as
+        # an empty array, deep inside the run
         for name, value, ok, rule in (("speedup", self.speedup, self.speedup > 0, "> 0"),
                                       ("hours", self.hours, self.hours > 0, "> 0"),
-                                      ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0")):
-            if not ok:
-                raise ValueError(f"{name} must be {rule}, got {value:g}")
+                                      ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0"),
+                                      ("history_days", self.history_days, self.history_days >= 0, ">= 0"),
+                                      ("miss_ratio", self.miss_ratio, 0 <= self.miss_ratio <= 1, "in [0, 1]"),
+                                      ("capacity_rps", self.capacity_rps,
+                                       self.capacity_rps is None or self.capacity_rps > 0, "> 0 (or not given: measured)")):
+            if value is not None and (not math.isfinite(value) or not ok):
+                raise ValueError(f"{name} must be {rule} and finite, got {value:g}")
         if self.max_jump is not None and self.max_jump < 1:
             raise ValueError(f"max_jump must be >= 1 (a factor from one window to the next), got {self.max_jump}")
         if self.history not in ("sampled", "expected"):

@@ -175,3 +175,31 @@ def test_a_missing_default_token_trace_names_the_data_folder_setting(data_dir: P
     cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, progress=False)
     with pytest.raises(ValueError, match="PROMPTEDGE_DATA_DIR"):
         run.prepare(cfg)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("speedup", float("inf"), "speedup"), ("hours", float("nan"), "hours"), ("warmup_s", float("inf"), "warmup_s"),
+    ("capacity_rps", -1.0, "capacity_rps"), ("capacity_rps", 0.0, "capacity_rps"),
+    ("history_days", -1.0, "history_days"), ("miss_ratio", 1.5, "miss_ratio")])
+def test_the_loop_refuses_values_it_cannot_run_with_the_field_named(field: str, value: float, match: str) -> None:
+    # inf speedup reached the router as a NaN, -1 capacity as numpy's "lam < 0", -1 history days
+    # as "zero-size array to reduction operation" (new-user trial, 4 December)
+    with pytest.raises(ValueError, match=match):
+        LoopConfig(trace=Path("x"), **{field: value})
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_loop_starts(tmp_path: Path, option: str) -> None:
+    # a file where the folder should be: the loop ran its whole hour, then lost the report
+    # in a traceback (new-user trial, 4 December)
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    (tmp_path / "README.md").write_text("a file, not a folder\n")
+    target = tmp_path / "README.md" / "out.x"
+    result = CliRunner().invoke(app, ["loop", "--trace", str(tmp_path / "no-such-trace"), option, str(target)])
+    assert result.exit_code == 2, result.output
+    assert str(target) in result.output and option in result.output
+    assert "no-such-trace" not in result.output  # refused first, before the trace was even read
+    assert "Traceback" not in result.output
