@@ -174,6 +174,18 @@ class SimNode:
             rt.error = str(exc)
             log.warning("pod %s: cannot run it: %s", rt.key, exc)
             return rt
+        except Exception as exc:  # noqa: BLE001 - a spec this parser did not foresee must not stop the node
+            rt.error = f"cannot read its spec: {type(exc).__name__}: {exc}"
+            log.warning("pod %s: %s", rt.key, rt.error)
+            return rt
+        previous = (status.get("containerStatuses") or [{}])[0]
+        ran = (previous.get("state") or {}).get("running")
+        if ran is not None:
+            # a node before this one ran its replica, which died with it: the new process is a
+            # restart (the forecaster's warm-up measure skips restarted Pods), reported as the
+            # kubelet reports a container killed by SIGKILL
+            rt.restart_count = int(previous.get("restartCount") or 0)
+            rt.last_terminated = Terminated(137, "Error", ran.get("startedAt") or rt.start_ts, rfc3339())
         port = rt.spec.port
         rt.ip = self.ips.take(status.get("podIP"), usable=lambda ip: address_free(ip, port))
         if rt.ip is None:
@@ -197,6 +209,10 @@ class SimNode:
                 self._start(rt, now)
             if rt.process is not None:
                 self._probe_step(rt, now)
+        elif rt.terminating:  # it never ran (a spec it cannot map, no address): nothing to stop
+            self._terminate(rt, now)
+            if rt.deleted:
+                return
         self._publish(rt)
 
     def _start(self, rt: PodRuntime, now: float) -> None:

@@ -14,6 +14,7 @@ container's ``lifecycle.preStop`` is read by ``prestop``.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -65,8 +66,8 @@ class ReplicaSpec:
 
 
 def replica_spec(pod: dict[str, Any], default_profile: str, default_warmup: str) -> ReplicaSpec:
-    """The replica for ``pod`` (a Pod as JSON). Raises PodSpecError when it has no container or
-    a port cannot be resolved."""
+    """The replica for ``pod`` (a Pod as JSON). Raises PodSpecError when it has no container,
+    a port cannot be resolved or its shell script cannot be split."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
@@ -98,13 +99,17 @@ def replica_spec(pod: dict[str, Any], default_profile: str, default_warmup: str)
 
 def container_tokens(container: dict[str, Any]) -> list[str]:
     """``command + args`` with ``$(VAR)`` expanded from the container's literal env values;
-    a shell's ``-c SCRIPT`` is split into words (no other shell syntax is interpreted)."""
+    a shell's ``-c SCRIPT`` is split into words (no other shell syntax is interpreted).
+    Raises PodSpecError for a script that cannot be split (an open quote)."""
     env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e and "name" in e}
     raw = [*(container.get("command") or []), *(container.get("args") or [])]
     tokens = [_VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), str(t)) for t in raw]
     if tokens and tokens[0] in _SHELLS and "-c" in tokens:
         script = tokens[tokens.index("-c") + 1] if tokens.index("-c") + 1 < len(tokens) else ""
-        return shlex.split(script)
+        try:
+            return shlex.split(script)
+        except ValueError as exc:  # an open quote: the container's shell would fail too
+            raise PodSpecError(f"cannot split the container's shell script {script!r}: {exc}") from None
     return tokens
 
 
@@ -138,6 +143,8 @@ def _human_int(value: str | None) -> str | None:
         return value
     number, unit = float(m.group(1)), m.group(2)
     factor = {"k": 1000, "K": 1024, "m": 1_000_000, "M": 1024 * 1024}[unit]
+    if not math.isfinite(number * factor):  # hundreds of digits: ``sim serve`` refuses it
+        return value
     return str(int(number * factor))
 
 

@@ -333,6 +333,20 @@ def test_an_address_another_process_listens_on_is_never_a_pod_ip(cluster: Cluste
             server.server_close()
 
 
+def test_a_pod_it_cannot_run_is_removed_when_deleted_and_frees_its_gpus(cluster: Cluster) -> None:
+    # "5m" is no warm-up the node reads: the Pod waits with the reason; deleted, it stayed
+    # Terminating for ever and kept its GPUs from the scheduler (attack round, 4 December)
+    cluster.deploy("typo", ["sim-llama-8b"], {"promptedge.io/sim-warmup-s": "5m"}, replicas=1)
+
+    def waiting() -> Any:
+        pods = cluster.pods("typo")
+        cs = pods and pods[0].status.container_statuses
+        return cs and cs[0].state.waiting and cs[0].state.waiting.reason == "CreateContainerConfigError" and pods[0]
+    wait_for("the Pod waiting with its reason", waiting, cluster)
+    cluster.scale("typo", 0)
+    wait_for("the Pod gone", lambda: cluster.pods("typo") == [], cluster, 20)
+
+
 def test_no_replica_outlives_the_node(cluster: Cluster) -> None:
     cluster.deploy("orphans", ["sim-llama-8b"], {}, replicas=2)
 
@@ -346,8 +360,15 @@ def test_no_replica_outlives_the_node(cluster: Cluster) -> None:
     assert cluster.node.wait(timeout=30) == 0
     assert alive(children) == []  # all stopped on the way out
 
+    restarts = {p.metadata.name: p.status.container_statuses[0].restart_count for p in cluster.pods("orphans")}
     cluster.start_node()  # a new node takes the Pods over, on the same addresses
     assert wait_for("replicas started again", running, cluster) == ips
+    # their replicas are new processes that warmed up again: restarts, as the forecaster's
+    # warm-up measure must see them (it skips restarted Pods; a count kept at 0 made a 20 s
+    # warm-up read as 295 s, attack round, 4 December)
+    wait_for("each adopted Pod counting one restart", lambda: {
+        p.metadata.name: p.status.container_statuses[0].restart_count for p in cluster.pods("orphans")
+        if p.status.container_statuses} == {name: n + 1 for name, n in restarts.items()}, cluster, 15)
     time.sleep(1)  # its spares started too
     children = [p.pid for p in psutil.Process(cluster.node.pid).children(recursive=True)]
     cluster.node.kill()  # SIGKILL: the node cannot clean up; the kernel does (PR_SET_PDEATHSIG)

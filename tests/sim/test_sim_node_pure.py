@@ -56,6 +56,17 @@ def test_unmappable_pods_raise() -> None:
         replica_spec({"metadata": {}, "spec": {"containers": []}}, "a100", "0")
     with pytest.raises(PodSpecError, match="names no container port"):
         replica_spec(pod({"readinessProbe": {"httpGet": {"path": "/health", "port": "nope"}}}), "a100", "0")
+    # a shell script with an open quote: the node exited with shlex's ValueError, on every
+    # restart, taking every replica with it (attack round, 4 December)
+    with pytest.raises(PodSpecError, match="No closing quotation"):
+        replica_spec(pod({"command": ["/bin/sh", "-c", "exec vllm serve m --served-model-name 'llama"]}), "a100", "0")
+
+
+def test_a_length_too_large_for_a_number_passes_through_for_serve_to_refuse() -> None:
+    # 400 digits + "k" overflowed float -> int inside the node (OverflowError, node exit)
+    huge = "1" * 400 + "k"
+    r = replica_spec(pod({"command": ["vllm", "serve", "m"], "args": ["--max-model-len", huge]}), "a100", "0")
+    assert r.max_model_len == huge
 
 
 def test_warmup_number_or_distribution_seeded_by_pod_name() -> None:
@@ -108,3 +119,10 @@ def test_ip_pool_gives_unique_loopback_addresses() -> None:
     assert pool.take("127.0.1.9") == "127.0.1.7"  # wanted is taken: the lowest free one
     with pytest.raises(ValueError):
         IpPool("10.0.1")
+
+
+def test_ip_pool_skips_addresses_it_is_told_are_held_elsewhere() -> None:
+    pool = IpPool("127.0.1")
+    held = {"127.0.1.2", "127.0.1.3"}  # another process listens there
+    assert pool.take("127.0.1.2", usable=lambda ip: ip not in held) == "127.0.1.4"
+    assert pool.take(usable=lambda ip: False) is None
