@@ -83,6 +83,11 @@ class ControlPlane:
         except subprocess.TimeoutExpired:
             self.stop()
             raise WorldError(f"start.sh did not finish in {START_TIMEOUT_S:.0f} s") from None
+        except BaseException:
+            # an interrupt (Ctrl-C, SIGTERM) kills start.sh, not the servers it started in the
+            # background, and __exit__ never runs for a failed __enter__
+            self.stop()
+            raise
         if done.returncode != 0:
             tails = self._log_tails()
             self.stop()

@@ -145,3 +145,47 @@ def test_an_api_server_killed_mid_replay_marks_the_run_invalid(tmp_path: Path) -
     invalid = report["policies"]["fixed_peak"]["invalid"]
     assert any("the API server failed" in reason for reason in invalid), (invalid, report["policies"]["fixed_peak"])
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(log_dir) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_an_interrupt_while_the_control_plane_starts_leaves_none_of_it_running(tmp_path: Path) -> None:
+    # Attack round: SIGINT to `sim loop` while start.sh ran left etcd and kube-apiserver running
+    # (adopted by init) after "interrupted: every loop process stopped". A SIGINT to the one
+    # process, as `kill -INT` sends it (its own session: the servers do not get it too).
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    _needs_control_plane()
+    run_dir = tmp_path / "kube"
+    script = ("import time\nfrom pathlib import Path\nfrom sim.loop.config import _default_kube_tools\n"
+              "from sim.loop.world import ControlPlane\n"
+              f"with ControlPlane(_default_kube_tools(), Path({str(run_dir)!r})):\n    time.sleep(600)\n")
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if str(run_dir) in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+        return found
+
+    loop = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not any("kube-apiserver" in " ".join(p.info["cmdline"] or []) for p in ours()):
+            assert loop.poll() is None and time.monotonic() < deadline, "no kube-apiserver started"
+            time.sleep(0.05)
+        loop.send_signal(signal.SIGINT)  # start.sh still waits for the API server's health
+        loop.wait(timeout=90)
+        deadline = time.monotonic() + 30
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [" ".join(p.info["cmdline"] or [])[:120] for p in ours()]
+        assert left == [], left
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+        for proc in ours():
+            proc.kill()
