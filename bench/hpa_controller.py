@@ -143,18 +143,23 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
     from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError as TransportError
 
     cfg = HpaConfig(target=args.target_rps, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                     tolerance=args.tolerance, sync_s=args.sync_s, stabilisation_s=args.stabilisation_s)
-    api = k8s.AppsV1Api(k8s_config.new_client_from_config(config_file=args.kubeconfig, context=args.context))
+    conf = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=conf)
+    conf.retries = False  # no hidden urllib3 retries: each call is bounded by one timeout, and the next sync retries
+    api = k8s.AppsV1Api(k8s.ApiClient(conf))
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     state = HpaState()
     origin = time.time()
     wall_sync = cfg.sync_s / args.clock_scale
+    timeout = max(1.0, wall_sync)  # wall s per call: one sync period, so a silent API server holds no sync long
     last: tuple[float, float] | None = None  # (wall time, forwarded total)
-    with httpx.Client(timeout=max(1.0, wall_sync)) as http:
+    with httpx.Client(timeout=timeout) as http:
         while not stop.requested:
             tick = time.time()
             sim_now = origin + (tick - origin) * args.clock_scale
@@ -167,17 +172,20 @@ def run(args: argparse.Namespace) -> int:
             except (httpx.HTTPError, ValueError) as exc:
                 print(json.dumps({"t": sim_now, "error": f"metrics: {exc!r}"}), flush=True)
             try:
-                dep = api.read_namespaced_deployment(args.deployment, args.namespace)
+                dep = api.read_namespaced_deployment(args.deployment, args.namespace, _request_timeout=timeout)
                 current = int(dep.spec.replicas or 0)
                 ready = int(dep.status.ready_replicas or 0)
                 decision = decide(cfg, state, sim_now, load, ready, current)
                 if decision.replicas != current:
                     api.patch_namespaced_deployment_scale(args.deployment, args.namespace,
-                                                          {"spec": {"replicas": decision.replicas}})
+                                                          {"spec": {"replicas": decision.replicas}},
+                                                          _request_timeout=timeout)
                 print(json.dumps({"t": round(sim_now, 1), "load_rps": load, "ready": ready, "current": current,
                                   "desired": decision.replicas, "reason": decision.reason}), flush=True)
             except ApiException as exc:
                 print(json.dumps({"t": sim_now, "error": f"kubernetes: {exc.status} {exc.reason}"}), flush=True)
+            except TransportError as exc:  # refused, reset, timed out: no answer at all
+                print(json.dumps({"t": sim_now, "error": f"kubernetes: {type(exc).__name__}: {exc}"}), flush=True)
             while not stop.requested and time.time() < tick + wall_sync:
                 time.sleep(min(0.1, wall_sync))
     return 0

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
-from tests.bench_script import load_bench
+from tests.bench_script import BENCH, load_bench
 
 hpa = load_bench("hpa_controller")
 
@@ -78,3 +86,39 @@ def test_a_new_controller_does_not_scale_down_before_its_first_window_has_passed
     assert hpa.decide(CFG, state, 315.0, 0.0, ready=2, current=2).replicas == 1
     # Scale-up is never held back by the seed.
     assert hpa.decide(CFG, hpa.HpaState(), 0.0, 12.0, ready=2, current=2).replicas == 6
+
+
+@pytest.mark.parametrize("api", ["refused", "silent"])
+def test_an_api_server_that_is_down_or_silent_is_logged_each_sync_and_sigterm_still_stops_it(
+        tmp_path: Path, api: str) -> None:
+    # Attack round: a refused connection ended the controller in a urllib3 traceback, and an API
+    # server that accepts and never answers held it for minutes, deaf to SIGTERM, while the
+    # loop's reactive run went on with no autoscaler.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    if api == "silent":
+        listener.listen(16)  # accepts (the kernel's backlog), never answers
+    else:
+        listener.close()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+    proc = subprocess.Popen([sys.executable, str(BENCH / "hpa_controller.py"), "--router", "http://127.0.0.1:9",
+                             "--deployment", "vllm", "--kubeconfig", str(kubeconfig), "--target-rps", "1",
+                             "--clock-scale", "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(6)  # six syncs of one wall second
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    errors = [json.loads(line)["error"] for line in out.splitlines() if '"error"' in line]
+    assert sum(e.startswith("kubernetes:") for e in errors) >= 2, out
