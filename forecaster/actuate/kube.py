@@ -56,15 +56,20 @@ def new_api_client(settings: ActuatorSettings) -> k8s.ApiClient:
     Raises ActuationConfigError when no usable configuration is found.
     """
     try:
+        configuration = k8s.Configuration()
         if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = k8s.Configuration()
             k8s_config.load_incluster_config(client_configuration=configuration)
-            return k8s.ApiClient(configuration)
-        return k8s_config.new_client_from_config(
-            config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-            context=settings.context,
-            persist_config=False,
-        )
+        else:
+            k8s_config.load_kube_config(
+                config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+                context=settings.context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        # no hidden urllib3 retries: each call is bounded by its one REQUEST_TIMEOUT_S (three
+        # retries made a silent API server cost 4x that, with the daemon deaf to SIGTERM)
+        configuration.retries = False
+        return k8s.ApiClient(configuration)
     except (k8s_config.ConfigException, OSError) as exc:
         where = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise ActuationConfigError(

@@ -248,3 +248,43 @@ def test_in_cluster_without_service_account_token_is_a_config_error(monkeypatch:
     with pytest.raises(ActuationConfigError, match="in-cluster"):
         build_actuator(settings()).read_current()
 
+
+
+def test_a_silent_api_server_costs_one_timeout_per_call_not_four(tmp_path) -> None:
+    # Attack round: REQUEST_TIMEOUT_S is documented as the bound on every API call, but urllib3's
+    # default retries connected again three times, so a read took 4 x 10 s and the daemon could
+    # not stop meanwhile. Counted here as connections the silent server accepts.
+    import json
+    import threading
+
+    from forecaster.actuate.kube import new_api_client
+    from forecaster.actuate.settings import ActuatorSettings
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])  # and never answer
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{listener.getsockname()[1]}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+    settings = ActuatorSettings(mode="kubernetes", namespace="llm", deployment="vllm", kubeconfig=kubeconfig)
+    try:
+        with pytest.raises(KubeUnavailable):
+            KubeScaleAPI(new_api_client(settings), "llm", "vllm", 0.3).read_scale()
+        assert len(accepted) == 1
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
