@@ -267,7 +267,8 @@ def loop(
                          questions=questions, log_dir=log_dir)
         report = run_loop(cfg)
     except (TraceFormatError, QuestionsFormatError, TrafficFormatError, ValueError, KeyError) as exc:
-        raise _fail(str(exc)) from None
+        # a KeyError's str() is its message in quotes
+        raise _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)) from None
     except StackError as exc:
         raise _fail(f"{exc}\n(logs in {log_dir})") from None
     except RuntimeError as exc:  # WorldError: the control plane or a manifest

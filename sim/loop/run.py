@@ -85,6 +85,9 @@ def prepare(cfg: LoopConfig) -> Prepared:
     else:
         start_s = cfg.start_hour * 3600
     span_s = cfg.hours * 3600
+    if start_s < 0 or start_s + span_s > series.span_s + 1e-9:  # else "no traffic" or a negative offset
+        raise ValueError(f"--start-hour {start_s / 3600:g} --hours {cfg.hours:g} is outside the trace "
+                         f"{cfg.trace} (0 to {series.span_s / 3600:g} h)")
     if cfg.tokens_trace is None and not DEFAULT_TOKENS.exists():
         # the user passed --trace only: say which file the loop also needs, and where it looks
         raise ValueError(f"{DEFAULT_TOKENS}: does not exist; the loop draws token counts from the Azure conv trace "

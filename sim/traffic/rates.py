@@ -18,9 +18,12 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 SERVEGEN_WINDOW_S = 600.0
 
@@ -68,6 +71,18 @@ def _number(path: Path, line: int, column: str, raw: str) -> float:
     return value
 
 
+@contextmanager
+def _text(path: Path) -> Iterator[TextIO]:
+    """``path`` open as UTF-8 CSV text; a file that is not text raises TrafficFormatError naming
+    it (and the byte), not the codec's bare message."""
+    with path.open(newline="", encoding="utf-8") as f:
+        try:
+            yield f
+        except UnicodeDecodeError as exc:
+            raise TrafficFormatError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                                     "expected a CSV of rates") from None
+
+
 def _chunk_number(path: Path) -> int:
     found = re.search(r"(\d+)", path.stem)
     return int(found.group(1)) if found else -1
@@ -82,7 +97,7 @@ def read_servegen(folder: Path | str) -> RateSeries:
         raise TrafficFormatError(f"{folder}: no ServeGen *.csv files")
     by_window: dict[int, list[ClientWindow]] = {}
     for path in files:
-        with path.open(newline="") as f:
+        with _text(path) as f:
             for line, row in enumerate(csv.reader(f), start=1):
                 if not row:
                     continue
@@ -107,7 +122,7 @@ def read_nab(path: Path | str) -> RateSeries:
     path = Path(path)
     stamps: list[float] = []
     values: list[float] = []
-    with path.open(newline="") as f:
+    with _text(path) as f:
         reader = csv.reader(f)
         next(reader, None)
         for row in reader:

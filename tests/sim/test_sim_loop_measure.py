@@ -203,3 +203,11 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_loop_starts
     assert str(target) in result.output and option in result.output
     assert "no-such-trace" not in result.output  # refused first, before the trace was even read
     assert "Traceback" not in result.output
+
+
+def test_a_segment_past_the_trace_end_says_so_with_the_trace_length(data_dir: Path) -> None:
+    # new-user trial: --start-hour 400 on a 336 h trace said "the segment has no traffic"
+    cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", start_hour=400.0, hours=0.25, capacity_rps=0.4,
+                     progress=False)
+    with pytest.raises(ValueError, match="outside the trace.*0 to 336 h"):
+        prepare(cfg)

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from sim.traffic import (ClientWindow, RateSeries, TokenSampler, TrafficFormatError, build_segment,
-                         generate_arrivals, history_minutes, read_nab, read_servegen, scale_for_peak,
+                         generate_arrivals, history_minutes, read_nab, read_rates, read_servegen, scale_for_peak,
                          shape_for_cv, steepest_ramp)
 from sim.traffic.arrivals import _weibull_cv
 from sim.traffic.history import counter_fields, write_history
@@ -173,3 +173,14 @@ def test_sampled_history_keeps_the_mean_and_the_burstiness_of_each_window() -> N
     assert bursty.mean() == pytest.approx(60, rel=0.05)
     assert bursty.var() == pytest.approx(60 * 9, rel=0.2)  # rate x 60 x cv^2
     assert minutes == history_minutes(series, start_s=4 * 86400, days=4, scale=1.0, seed=3)
+
+
+@pytest.mark.parametrize("layout", ["csv", "servegen"])
+def test_a_trace_that_is_not_text_is_refused_with_its_file_named(tmp_path: Path, layout: str) -> None:
+    # new-user trial: a binary file as --trace gave "'utf-8' codec can't decode byte 0x82 in
+    # position 1", naming no file
+    bad = tmp_path / "trace.csv" if layout == "csv" else tmp_path / "servegen" / "chunk-0.csv"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_bytes(b"\x00\x82\xff\xfe binary")
+    with pytest.raises(TrafficFormatError, match=f"{bad}.*not UTF-8"):
+        read_rates(bad if layout == "csv" else bad.parent)
