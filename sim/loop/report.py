@@ -77,7 +77,7 @@ def write_json(report: dict[str, Any], path: Path) -> None:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """PNG: demand per minute; each policy's ready replicas; each policy's TTFT p95."""
+    """PNG: demand per minute; each policy's Ready and desired replicas; each policy's TTFT p95."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,11 +91,17 @@ def plot(report: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel("demand (req/s)")
     for name, p in policies.items():
         rows = p["minutes"]
-        axes[1].step([r["minute"] for r in rows], [r["ready"] if r["ready"] is not None else float("nan") for r in rows],
-                     where="post", label=name)
+        ready = axes[1].step([r["minute"] for r in rows],
+                             [r["ready"] if r["ready"] is not None else float("nan") for r in rows],
+                             where="post", label=f"{name} ready")[0]
+        # desired above ready: replicas asked for and still warming, or asked for and cancelled
+        # before Ready (GPU time with nothing served), which the ready line alone hides
+        axes[1].step([r["minute"] for r in rows],
+                     [r.get("desired") if r.get("desired") is not None else float("nan") for r in rows],
+                     where="post", linestyle=":", color=ready.get_color(), label=f"{name} desired")
         axes[2].plot([r["minute"] for r in rows],
                      [r["ttft_s"]["p95"] if r["ttft_s"]["p95"] is not None else float("nan") for r in rows], label=name)
-    axes[1].set_ylabel("ready replicas")
+    axes[1].set_ylabel("replicas (solid: Ready, dotted: desired)")
     axes[2].set_ylabel("TTFT p95 (s)")
     axes[2].axhline(report.get("slo", {}).get("ttft_s", 0), color="grey", linestyle="--", linewidth=1, label="SLO")
     axes[2].set_xlabel(f"simulated minute (clock {report.get('clock', {}).get('speedup')}x)")
