@@ -1,6 +1,6 @@
 """The closed loop side by side: predictive vs reactive (HPA) vs fixed at peak vs fixed at mean.
 
-    python bench/closed_loop.py [--hours 1] [--speedup 6] [--start-hour H] [--json out/closed_loop.json]
+    python bench/closed_loop.py [--hours 1] [--speedup 7] [--start-hour H] [--seed 0] [--json out/closed_loop.json]
                                 [--plot out/closed_loop.png] [--policies ...]
 
 Runs ``python -m sim loop``'s ``run_loop`` on the ServeGen m-large segment with the steepest
@@ -53,15 +53,18 @@ def targets(report: dict) -> list[tuple[str, str, bool | None]]:  # type: ignore
 
 
 def main(
-    hours: float = 1.0,
-    speedup: float = 7.0,
-    start_hour: Optional[float] = None,
+    hours: float = typer.Option(1.0, help="Segment length, simulated hours."),
+    speedup: float = typer.Option(7.0, help="Simulated seconds per wall second, in every process."),
+    start_hour: Optional[float] = typer.Option(None, help="Segment start, hours from the trace start (default: "
+                                               "the steepest ramp after 7 days of history)."),
     max_jump: float = typer.Option(1.35, help="Default segment: the steepest ramp rising at most this factor per window; 0: any rise, a step included."),
-    policies: str = "predictive,reactive,fixed_peak,fixed_mean",
-    json_path: Path = typer.Option(Path("out/closed_loop.json"), "--json"),
-    plot_path: Path = typer.Option(Path("out/closed_loop.png"), "--plot"),
-    seed: int = 0,
+    policies: str = typer.Option("predictive,reactive,fixed_peak,fixed_mean", help="Comma-separated, run in turn."),
+    json_path: Path = typer.Option(Path("out/closed_loop.json"), "--json", help="Report with the targets, JSON."),
+    plot_path: Path = typer.Option(Path("out/closed_loop.png"), "--plot", help="Demand, replicas and TTFT p95, PNG."),
+    seed: int = typer.Option(0, help="Seed of arrivals, tokens and prompts (the same for every policy)."),
 ) -> None:
+    """Issue 10's side-by-side loop on ServeGen m-large (warm-up 300 simulated s); the
+    loop's other settings are ``python -m sim loop``'s."""
     cfg = LoopConfig(trace=DATA / "traces" / "servegen-m-large", start_hour=start_hour, max_jump=max_jump or None,
                      hours=hours,
                      speedup=speedup, warmup_s=300.0, policies=tuple(policies.split(",")), seed=seed,
