@@ -73,6 +73,7 @@ def address_free(ip: str, port: int) -> bool:
             return False
     return True
 
+
 class SimNode:
     """A Node and its Pods' replicas. ``run(stop)`` until ``stop`` is set, then ``close()``."""
 
