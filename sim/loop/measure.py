@@ -18,6 +18,9 @@ Definitions (simulated seconds throughout; the replayer's wall-clock timings x s
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,3 +134,15 @@ def summarize(requests: list[RequestRecord], samples: list[ScaleSample], span_s:
         "itl_s": _pct([r.itl_s for r in requests if r.ok and r.itl_s is not None]),
         "hit_ratio": round(sum(r.hit for r in requests) / len(requests), 4) if requests else None,
     }
+
+
+# forecaster/live.py's line per decision: "decision N (ACTION, exit C) at T (ISO) on MODEL: REASON"
+_DECISION = re.compile(r"decision \d+ \([^)]*\) at [\d.]+ \([^)]*\) on ([\w.-]+):")
+
+
+def models_chosen(log_lines: Iterable[str]) -> dict[str, int]:
+    """How many of the forecaster daemon's decisions each model made, from its log lines (JSON
+    or text); {} when none is found. The table and JSON name it, so a win is not read as a lead
+    when the model was last value."""
+    found = (_DECISION.search(line) for line in log_lines)
+    return dict(Counter(m.group(1) for m in found if m))

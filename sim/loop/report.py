@@ -62,6 +62,10 @@ def render(report: dict[str, Any]) -> str:
                  "capacity fell short of the forwarded demand; vs X: goodput/GPU-h over X's ('-': X not run). "
                  "sim/README.md, loop, Measures")
     for name, p in policies.items():
+        if p.get("models"):
+            lines.append(f"{name}'s forecasts by model (decisions): "
+                         + ", ".join(f"{m} {n}" for m, n in sorted(p["models"].items(), key=lambda kv: -kv[1])))
+    for name, p in policies.items():
         for problem in p.get("invalid") or ():
             lines.append(f"INVALID: {name}: {problem}; its row does not measure the policy (logs in {p.get('logs')})")
     if seg.get("questions_exhausted"):

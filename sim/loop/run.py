@@ -26,7 +26,7 @@ import redis
 
 from sim.loop.capacity import replica_capacity
 from sim.loop.config import LoopConfig
-from sim.loop.measure import RequestRecord, per_minute, summarize
+from sim.loop.measure import RequestRecord, models_chosen, per_minute, summarize
 from sim.loop.observe import Observer
 from sim.loop.queue_time import queue_time_minutes, queue_time_total
 from sim.loop.world import ControlPlane, apply_manifest, connect, start_warm, wait_ready
@@ -238,6 +238,9 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     out["observer_errors"] = len(observer.errors)
     out["invalid"] = invalid
     out["errors"] = _error_counts(records)
+    forecaster_log = log_dir / "forecaster.log"
+    if forecaster_log.exists():
+        out["models"] = models_chosen(forecaster_log.read_text(errors="replace").splitlines())
     # Queue time as the replicas' own vLLM histograms report it (simulated seconds).
     out["queue_time_s"] = queue_time_total(observer.scrapes)
     out["metrics_scrape_errors"] = len(observer.scrape_errors)

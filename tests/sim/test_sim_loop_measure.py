@@ -211,3 +211,22 @@ def test_a_segment_past_the_trace_end_says_so_with_the_trace_length(data_dir: Pa
                      progress=False)
     with pytest.raises(ValueError, match="outside the trace.*0 to 336 h"):
         prepare(cfg)
+
+
+def test_the_models_the_forecaster_chose_are_counted_from_its_log_and_shown() -> None:
+    # new-user trial: neither the table nor the JSON said the forecaster chose last value
+    from sim.loop.measure import models_chosen
+
+    lines = [
+        '{"message": "decision 3 (keep, exit 0) at 1796393224.4 (2026-12-04T14:07:04Z) on last_value: upper ...", '
+        '"level": "INFO"}',
+        "2026-12-04 INFO forecaster decision 4 (up, exit 0) at 1796393284.4 (2026-12-04T14:08:04Z) on "
+        "seasonal_naive: upper forecast 0.125 at +6 min needs 4",
+        '{"message": "decision 4 (keep, exit 0) at 1796393344.5 (2026-12-04T14:09:04Z) on last_value: keep 4"}',
+        '{"message": "warm-up 120 s (setting: no Ready pod)"}',
+    ]
+    assert models_chosen(lines) == {"last_value": 2, "seasonal_naive": 1}
+    assert models_chosen(["nothing here"]) == {}
+    report = {"clock": {"speedup": 7.0}, "slo": {"ttft_s": 2.0, "itl_s": 0.2}, "segment": {},
+              "policies": {"predictive": {"goodput_per_gpu_hour": 1.0, "models": models_chosen(lines), "minutes": []}}}
+    assert "predictive's forecasts by model (decisions): last_value 2, seasonal_naive 1" in render(report)
