@@ -29,7 +29,7 @@ from sim.loop.config import LoopConfig
 from sim.loop.measure import RequestRecord, models_chosen, per_minute, summarize
 from sim.loop.observe import Observer
 from sim.loop.queue_time import queue_time_minutes, queue_time_total
-from sim.loop.world import ControlPlane, apply_manifest, connect, start_warm, wait_ready
+from sim.loop.world import ControlPlane, apply_manifest, connect, require_tools, start_warm, wait_ready
 from sim.node.podspec import WARMUP_ANNOTATION
 from sim.profiles import get_profile
 from sim.questions import MixConfig, QuestionMix, load_pairs
@@ -79,6 +79,8 @@ def prepare(cfg: LoopConfig) -> Prepared:
     Raises TrafficFormatError / TraceFormatError / QuestionsFormatError / ValueError."""
     series = read_rates(cfg.trace)
     history_s = cfg.history_days * 86400
+    if cfg.hours * 3600 > series.span_s:
+        raise ValueError(f"--hours {cfg.hours:g} is longer than the trace {cfg.trace} ({series.span_s / 3600:g} h)")
     if cfg.start_hour is None:
         start_s = steepest_ramp(series, cfg.hours, min_start_s=min(history_s, series.span_s - cfg.hours * 3600),
                                 max_jump=cfg.max_jump)
@@ -128,6 +130,7 @@ def _sigterm_as_sigint(signum: int, frame: FrameType | None) -> None:
 def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     """Run every policy of ``cfg`` in turn; returns the report (see sim/README.md, "loop").
     Raises WorldError / StackError when the world does not come up."""
+    require_tools(cfg.kube_tools)  # before the segment is built and anything says "starting"
     prep = prepare(cfg)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous_term = signal.signal(signal.SIGTERM, _sigterm_as_sigint)

@@ -31,6 +31,12 @@ class WorldError(RuntimeError):
     """The control plane did not start, or a manifest was refused."""
 
 
+def require_tools(tools: Path) -> None:
+    """Raise WorldError naming ``tools`` unless it holds ../shared/tools/kube's start.sh."""
+    if not (tools / "start.sh").is_file():
+        raise WorldError(f"no Kubernetes tools at {tools} (set PROMPTEDGE_KUBE_TOOLS)")
+
+
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + kube-scheduler from ``tools``
     (start.sh / stop.sh), state in ``run_dir``. Context manager; ``kubeconfig`` after start."""
@@ -53,8 +59,7 @@ class ControlPlane:
         """Start it (a failed start is retried on fresh ports up to ``attempts`` times in all:
         on a loaded machine the controller manager can miss start.sh's 60 s health wait);
         returns the kubeconfig path. Raises WorldError with start.sh's stderr and log tails."""
-        if not (self.tools / "start.sh").is_file():
-            raise WorldError(f"no Kubernetes tools at {self.tools} (set PROMPTEDGE_KUBE_TOOLS)")
+        require_tools(self.tools)
         for attempt in range(1, attempts + 1):
             try:
                 return self._start_once()

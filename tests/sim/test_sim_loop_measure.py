@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.loop import LoopConfig, plot, ratios, render, write_json
+from sim.loop import LoopConfig, plot, ratios, render, run_loop, write_json
 from sim.loop.measure import RequestRecord, ScaleSample, gpu_hours, is_good, per_minute, scale_events, summarize
 from sim.loop.run import prepare, replicas_for, to_records
 from sim.replay import Outcome, PlannedRequest
@@ -230,3 +230,20 @@ def test_the_models_the_forecaster_chose_are_counted_from_its_log_and_shown() ->
     report = {"clock": {"speedup": 7.0}, "slo": {"ttft_s": 2.0, "itl_s": 0.2}, "segment": {},
               "policies": {"predictive": {"goodput_per_gpu_hour": 1.0, "models": models_chosen(lines), "minutes": []}}}
     assert "predictive's forecasts by model (decisions): last_value 2, seasonal_naive 1" in render(report)
+
+
+def test_missing_kube_tools_are_named_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # new-user trial: "starting the control plane" was printed, then the tools were found missing
+    from sim.loop.world import WorldError
+
+    cfg = LoopConfig(trace=tmp_path / "no-trace", kube_tools=tmp_path / "no-tools", progress=True)
+    with pytest.raises(WorldError, match="no Kubernetes tools at .*no-tools"):
+        run_loop(cfg)
+    assert "starting" not in capsys.readouterr().err
+
+
+def test_a_segment_longer_than_the_trace_says_so(data_dir: Path) -> None:
+    # new-user trial: --hours 1000 named "a 1000.0 h segment ... after -2390400 s"
+    cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=400.0, capacity_rps=0.4, progress=False)
+    with pytest.raises(ValueError, match="--hours 400 is longer than the trace.*336 h"):
+        prepare(cfg)
