@@ -141,16 +141,21 @@ def run(args: argparse.Namespace) -> int:
     """The controller's loop (I/O shell around :func:`decide`)."""
     import httpx
     from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError as TransportError
 
+    from forecaster.actuate import ActuationConfigError, ActuatorSettings
+    from forecaster.actuate.kube import new_api_client
+
     cfg = HpaConfig(target=args.target_rps, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                     tolerance=args.tolerance, sync_s=args.sync_s, stabilisation_s=args.stabilisation_s)
-    conf = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=conf)
-    conf.retries = False  # no hidden urllib3 retries: each call is bounded by one timeout, and the next sync retries
-    api = k8s.AppsV1Api(k8s.ApiClient(conf))
+    try:  # the forecaster's client: kubeconfig or in-cluster, no hidden urllib3 retries (the next sync retries)
+        api = k8s.AppsV1Api(new_api_client(ActuatorSettings(mode="kubernetes", namespace=args.namespace,
+                                                            deployment=args.deployment, kubeconfig=args.kubeconfig,
+                                                            context=args.context)))
+    except ActuationConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

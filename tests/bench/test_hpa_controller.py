@@ -122,3 +122,12 @@ def test_an_api_server_that_is_down_or_silent_is_logged_each_sync_and_sigterm_st
     assert proc.returncode == 0 and "Traceback" not in err, err
     errors = [json.loads(line)["error"] for line in out.splitlines() if '"error"' in line]
     assert sum(e.startswith("kubernetes:") for e in errors) >= 2, out
+
+
+def test_an_unusable_kubeconfig_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    missing = tmp_path / "no-kubeconfig"
+    done = subprocess.run([sys.executable, str(BENCH / "hpa_controller.py"), "--router", "http://127.0.0.1:9",
+                           "--deployment", "vllm", "--kubeconfig", str(missing), "--target-rps", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and str(missing) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
