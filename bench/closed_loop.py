@@ -22,6 +22,7 @@ from typing import Optional
 
 import typer
 
+from sim.cli import check_output_path
 from sim.loop import LoopConfig, plot, ratios, render, run_loop, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +66,8 @@ def main(
 ) -> None:
     """Issue 10's side-by-side loop on ServeGen m-large (warm-up 300 simulated s); the
     loop's other settings are ``python -m sim loop``'s."""
+    check_output_path("--json", json_path)  # before the run, not in a traceback after it
+    check_output_path("--plot", plot_path)
     cfg = LoopConfig(trace=DATA / "traces" / "servegen-m-large", start_hour=start_hour, max_jump=max_jump or None,
                      hours=hours,
                      speedup=speedup, warmup_s=300.0, policies=tuple(policies.split(",")), seed=seed,

@@ -86,10 +86,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _check_writable(option: str, path: Path | None) -> None:
+def check_output_path(option: str, path: Path | None) -> None:
     """Refuse, before a long run, an output file that could not be written at its end: its
     folder is made now (as the writer would) and must be writable, and the path must not be a
-    folder. Raises typer.Exit(2) with the option and the path named."""
+    folder. Prints the error naming ``option`` and ``path`` and raises typer.Exit(2); None: nothing
+    to check. Also used by bench/closed_loop.py."""
     if path is None:
         return
     try:
@@ -256,8 +257,8 @@ def loop(
     from sim.traces import TraceFormatError
     from sim.traffic import TrafficFormatError
 
-    _check_writable("--json", json_path)
-    _check_writable("--plot", plot_path)
+    check_output_path("--json", json_path)
+    check_output_path("--plot", plot_path)
     try:
         cfg = LoopConfig(trace=trace, start_hour=start_hour, max_jump=max_jump or None, hours=hours, speedup=speedup,
                          warmup_s=warmup_s, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
