@@ -97,8 +97,16 @@ class Verdict:
 
 @dataclass(frozen=True)
 class _Text:
+    """What the rules compare of one text, derived once per text (``_parse`` caches it: a
+    stored text is compared on every lookup it is a candidate of)."""
+
     words: tuple[str, ...]  # lower case, contractions split ("don't" -> "do", "n't")
     capitals: frozenset[str]  # lower-cased capitalised words that are not sentence-initial
+    word_set: frozenset[str]
+    stems: frozenset[str]  # of word_set
+    numbers: frozenset[str]  # _numbers(words)
+    neighbours: frozenset[tuple[str, str, str]]  # _neighbours(words)
+    content: frozenset[str]  # _content(words)
 
 
 _IDIOMS = re.compile(r"\b(?:why or why not|or not|whether or not|or no)\b", re.IGNORECASE)
@@ -131,7 +139,10 @@ def _parse(text: str) -> _Text:
             if raw[0].isupper() and not sentence_start and lower != "i" and lower not in _STOPWORDS:
                 capitals.add(_stem(lower))
         sentence_start = text[match.end() : match.end() + 2].lstrip(" ")[:1] in (".", "?", "!", ":")
-    return _Text(tuple(words), frozenset(capitals))
+    parsed = tuple(words)
+    word_set = frozenset(parsed)
+    return _Text(parsed, frozenset(capitals), word_set, frozenset(map(_stem, word_set)), _numbers(parsed),
+                 _neighbours(parsed), frozenset(_content(parsed)))
 
 
 def _numbers(words: tuple[str, ...]) -> frozenset[str]:
@@ -167,30 +178,37 @@ def _between(words: tuple[str, ...], i: int, j: int) -> frozenset[str]:
     return frozenset(words[lo + 1 : hi])
 
 
-def _neighbours(words: tuple[str, ...]) -> set[tuple[str, str, str]]:
-    """(x, connector, y) for each directional word with the nearest content words around it."""
+def _neighbours(words: tuple[str, ...]) -> frozenset[tuple[str, str, str]]:
+    """(x, connector, y) for each directional word with the nearest content words around it;
+    one pass each way (it was quadratic in the words: 1,900-character texts dominated the
+    verification's p99)."""
+    after: list[str | None] = [None] * len(words)
+    following: str | None = None
+    for i in range(len(words) - 1, -1, -1):
+        after[i] = following
+        if words[i] not in _STOPWORDS:
+            following = words[i]
     found = set()
-    content = [(i, w) for i, w in enumerate(words) if w not in _STOPWORDS]
+    before: str | None = None
     for i, word in enumerate(words):
-        if word in _ASYMMETRIC:
-            before = [w for j, w in content if j < i]
-            after = [w for j, w in content if j > i]
-            if before and after:
-                found.add((before[-1], word, after[0]))
-    return found
+        if word in _ASYMMETRIC and before is not None and after[i] is not None:
+            found.add((before, word, after[i]))
+        if word not in _STOPWORDS:
+            before = word
+    return frozenset(found)
 
 
-def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+def _swapped(ta: _Text, tb: _Text) -> bool:
     """The same relation with its two sides swapped: "x to y" / "y to x" around one
     directional word ("PDF to HTML" / "HTML to PDF"); or, when two short texts use the same
     content words, two of them in opposite order with a directional word between them in both
     ("Indians find annoying about Americans" / the reverse). A symmetric word between them
     ("between A and B", "A or B") means the order does not matter."""
-    if any((y, c, x) in _neighbours(b) for x, c, y in _neighbours(a) if x != y):
+    if any((y, c, x) in tb.neighbours for x, c, y in ta.neighbours if x != y):
         return True
-    content_a, content_b = set(_content(a)), set(_content(b))
-    if content_a != content_b or len(content_a) > 6:
+    if ta.content != tb.content or len(ta.content) > 6:
         return False  # reworded or long: reordering is style there, not meaning
+    a, b = ta.words, tb.words
     pos_a = {w: i for i, w in reversed(list(enumerate(a))) if w not in _STOPWORDS}
     pos_b = {w: i for i, w in reversed(list(enumerate(b))) if w not in _STOPWORDS}
     shared = [w for w in pos_a if w in pos_b and w not in NEGATIONS]
@@ -211,19 +229,16 @@ def verify(query: str, candidate: str) -> Verdict:
     """Whether ``candidate`` (a cached question) may answer ``query``; pure, case-insensitive
     except for the named-entity rule."""
     pa, pb = _parse(query), _parse(candidate)
-    set_a, set_b = frozenset(pa.words), frozenset(pb.words)
-    if bool(set_a & NEGATIONS) != bool(set_b & NEGATIONS):
+    if bool(pa.word_set & NEGATIONS) != bool(pb.word_set & NEGATIONS):
         return Verdict(False, "negation")
-    if _numbers(pa.words) != _numbers(pb.words):
+    if pa.numbers != pb.numbers:
         return Verdict(False, "number")
-    opposite = _opposites(set_a, set_b)
+    opposite = _opposites(pa.word_set, pb.word_set)
     if opposite is not None:
         return Verdict(False, "opposite")
-    if _swapped(pa.words, pb.words):
+    if _swapped(pa, pb):
         return Verdict(False, "direction")
-    stems_a = frozenset(map(_stem, set_a))
-    stems_b = frozenset(map(_stem, set_b))
-    if (pa.capitals - stems_b) and (pb.capitals - stems_a):
+    if (pa.capitals - pb.stems) and (pb.capitals - pa.stems):
         return Verdict(False, "entity")
     return Verdict(True)
 
@@ -236,15 +251,12 @@ def rule_flags(query: str, candidate: str) -> dict[str, bool]:
     keyed by the names of ``RULES``: the learned verifier's rule features (cache/verifier.py),
     where ``verify`` stops at the first rule that fires."""
     pa, pb = _parse(query), _parse(candidate)
-    set_a, set_b = frozenset(pa.words), frozenset(pb.words)
-    stems_a = frozenset(map(_stem, set_a))
-    stems_b = frozenset(map(_stem, set_b))
     return {
-        "negation": bool(set_a & NEGATIONS) != bool(set_b & NEGATIONS),
-        "number": _numbers(pa.words) != _numbers(pb.words),
-        "opposite": _opposites(set_a, set_b) is not None,
-        "direction": _swapped(pa.words, pb.words),
-        "entity": bool(pa.capitals - stems_b) and bool(pb.capitals - stems_a),
+        "negation": bool(pa.word_set & NEGATIONS) != bool(pb.word_set & NEGATIONS),
+        "number": pa.numbers != pb.numbers,
+        "opposite": _opposites(pa.word_set, pb.word_set) is not None,
+        "direction": _swapped(pa, pb),
+        "entity": bool(pa.capitals - pb.stems) and bool(pb.capitals - pa.stems),
     }
 
 
@@ -256,7 +268,7 @@ def parsed_words(text: str) -> tuple[str, ...]:
 
 def numbers_of(text: str) -> frozenset[str]:
     """The numbers a text names, digits and number words alike ("two" == "2"), without 1."""
-    return _numbers(_parse(text).words)
+    return _parse(text).numbers
 
 
 def entities_of(text: str) -> frozenset[str]:
