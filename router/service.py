@@ -77,6 +77,7 @@ async def accounted(state: RouterState, request: Request,
         response = await inner(rec)
     except APIError as exc:
         rec.status = exc.status
+        await _settle_unanswered(state, rec)
         rec.finish(state.metrics, state.tracer)
         exc.headers = {**exc.headers, "x-request-id": rec.request_id}  # error answers carry it too
         raise
@@ -84,13 +85,24 @@ async def accounted(state: RouterState, request: Request,
         log.exception("unhandled error in request %s", rec.request_id)
         error = APIError("internal router error", code="internal_error")
         rec.status = error.status
+        await _settle_unanswered(state, rec)
         rec.finish(state.metrics, state.tracer)
         error.headers = {**error.headers, "x-request-id": rec.request_id}
         raise error from None
     response.headers["x-request-id"] = rec.request_id
     if not rec.deferred:
+        if response.status_code >= 400:  # a replica's 4xx, relayed: no answer was generated
+            await _settle_unanswered(state, rec)
         rec.finish(state.metrics, state.tracer)
     return response
+
+
+async def _settle_unanswered(state: RouterState, rec: Record) -> None:
+    """A request that got no answer (refused after admission: shed, no replica; a replica's
+    error; a failure before its answer's first byte) gives back every token admission took
+    from its key's bucket: it used none. Never raises (RateLimiter.settle)."""
+    if rec.charged_tokens:
+        await state.limiter.settle(rec.api_key, rec.charged_tokens, 0)
 
 
 def _request_id(given: str | None) -> str:

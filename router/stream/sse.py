@@ -205,6 +205,10 @@ class StreamAssembler:
         self.done = False
         self.failed = False
         self.too_large = False
+        # data events read (but [DONE]): what a stream that ends without usage is charged for,
+        # an upper bound of its tokens (vLLM sends one per generated token and choice, plus the
+        # role chunk and the usage chunk)
+        self.events = 0
 
     def feed(self, data: bytes) -> None:
         """Consume a piece of the upstream body (bytes, any boundaries)."""
@@ -224,7 +228,10 @@ class StreamAssembler:
             lines = lines[1:]
         for line in lines:
             if line.startswith(b"data:"):
-                self._on_data(line[5:].strip())
+                payload = line[5:].strip()
+                if payload != b"[DONE]":
+                    self.events += 1
+                self._on_data(payload)
         self._hold(rest)
 
     def _hold(self, data: bytes) -> None:

@@ -128,3 +128,18 @@ def test_the_byte_count_follows_the_assembled_answer_not_the_chunk_framing() -> 
     assert len(raw) > 2 * entry
     assert _fed(raw, 4096, max_bytes=int(entry * 1.5)).result() == answer
     assert _fed(raw, 4096, max_bytes=entry // 2).result() is None
+
+
+def test_data_events_are_counted_across_byte_splits_but_not_done() -> None:
+    # what a stream that ends without usage is charged for (router/stream/relay.py)
+    stream = b"".join(replay(CHAT))
+    sent = events(stream)
+    assert sent[-1] == "[DONE]"
+    for step in (1, 7, len(stream)):
+        assembler = StreamAssembler()
+        for i in range(0, len(stream), step):
+            assembler.feed(stream[i : i + step])
+        assert assembler.events == len(sent) - 1
+    cut = StreamAssembler()
+    cut.feed(stream[: stream.index(b"data:", 200)])  # cut mid-stream, as by a killed replica
+    assert 0 < cut.events < len(sent) - 1 and cut.usage is None
