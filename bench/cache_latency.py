@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -171,11 +172,17 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
     lookup sees: all 999 origins in one index, each paraphrase's 4 nearest neighbours (cosine
     prefilter of each path applied). Interleaved per lookup so both see the same load; the text
     caches of both paths are cleared before each round, so the learned path parses its query
-    cold as a lookup does (a stored text stays parsed after its first comparison, in both)."""
+    cold as a lookup does (a stored text stays parsed after its first comparison, in both).
+
+    Rounds alternate the process's heap as loaded (encoder, verifier: the collector walks it
+    all) with the heap frozen as ``router serve`` freezes it after its start
+    (router/heap.py): ``learned`` and ``rules`` are the frozen rounds, as the router runs them;
+    ``learned_unfrozen`` and ``rules_unfrozen`` the others, side by side."""
     from cache.index import ScopedIndex
     from cache.pair_features import _profile
     from cache.verifier import load_verifier
     from cache.verify import _parse, select
+    from router.heap import freeze_startup_heap
 
     pairs = json.loads(PAIRS.read_text())
     origins = [p["origin"] for p in pairs]
@@ -188,8 +195,14 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
     verifier = load_verifier()
     threshold = verifier.threshold_for(CacheSettings().semantic_precision_target)
     found = [[(origins[int(n.entry_id)], n.similarity) for n in index.search("bench", q, k=4)] for q in qvectors]
-    times: dict[str, list[float]] = {"rules": [], "learned": []}
-    for _ in range(rounds):
+    times: dict[str, list[float]] = {"rules": [], "learned": [], "rules_unfrozen": [], "learned_unfrozen": []}
+    for round_ in range(2 * rounds):
+        frozen = round_ % 2 == 1
+        if frozen:
+            freeze_startup_heap()
+        else:
+            gc.unfreeze()
+        suffix = "" if frozen else "_unfrozen"
         _parse.cache_clear()
         _profile.cache_clear()
         for query, candidates in zip(queries, found, strict=True):
@@ -198,11 +211,12 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
             learned = [c for c in candidates if c[1] >= verifier.min_cosine]
             started = time.perf_counter()
             verifier.select(query, learned, threshold)
-            times["learned"].append(time.perf_counter() - started)
+            times["learned" + suffix].append(time.perf_counter() - started)
             rules = [c for c in candidates if c[1] >= 0.96]
             started = time.perf_counter()
             select(query, rules, 0.96)
-            times["rules"].append(time.perf_counter() - started)
+            times["rules" + suffix].append(time.perf_counter() - started)
+    gc.unfreeze()
     out: dict[str, Any] = {"lookups": len(times["rules"]), "candidates_above_prefilter_mean": round(float(np.mean(
         [sum(c[1] >= verifier.min_cosine for c in cs) for cs in found])), 2), "loadavg_1m": round(os.getloadavg()[0], 1)}
     for name, values in times.items():
@@ -246,10 +260,12 @@ if __name__ == "__main__":
         cost = verification_cost(load_encoder(backend=arguments.backend or "auto"))
         print(f"verification per lookup ({cost['lookups']} lookups, {cost['candidates_above_prefilter_mean']} "
               f"candidates above the learned prefilter on average, load {cost['loadavg_1m']}):")
-        for name in ("rules", "learned"):
-            print(f"  {name:8} p50 {cost[name]['p50_ms']:.3f} ms  p99 {cost[name]['p99_ms']:.3f} ms  "
+        for name in ("rules", "learned", "rules_unfrozen", "learned_unfrozen"):
+            print(f"  {name:16} p50 {cost[name]['p50_ms']:.3f} ms  p99 {cost[name]['p99_ms']:.3f} ms  "
                   f"max {cost[name]['max_ms']:.3f} ms")
-        print(f"  learned / rules p99: {cost['learned']['p99_ms'] / max(cost['rules']['p99_ms'], 1e-9):.2f}x")
+        print(f"  learned / rules p99: {cost['learned']['p99_ms'] / max(cost['rules']['p99_ms'], 1e-9):.2f}x; "
+              f"learned unfrozen / frozen p99: "
+              f"{cost['learned_unfrozen']['p99_ms'] / max(cost['learned']['p99_ms'], 1e-9):.2f}x")
         if arguments.json:
             arguments.json.parent.mkdir(parents=True, exist_ok=True)
             arguments.json.write_text(json.dumps({"verification": cost}, indent=2))

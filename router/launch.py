@@ -35,6 +35,7 @@ from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
 from router.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, ReplicaSource, StaticSource, build_source
+from router.heap import frozen_after_startup
 from router.limits import ConnectionBudget, connection_budget
 from router.metrics_shared import ENV as SHARED_METRICS_ENV
 from router.metrics_shared import forget, hold, new_dir, remove_dir, shared_dir
@@ -194,7 +195,7 @@ class WorkerConfig(uvicorn.Config):
         if launch.budget.note:
             log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", launch.budget.nofile,
                         launch.budget.note)
-        self.app: Any = create_app(launch.settings, launch.source)
+        self.app: Any = frozen_after_startup(create_app(launch.settings, launch.source))
         self.http = protocol_class(launch.settings.limits, launch.budget)
         super().load()
 

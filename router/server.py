@@ -34,6 +34,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from router.bodylimit import BODY_DEADLINE_PASSED
 from router.errors import APIError, BadRequest, HeadersTooLarge, NoReplica, RequestTimeout, URITooLong
+from router.heap import frozen_after_startup
 from router.limits import ConnectionBudget, Limits
 
 log = logging.getLogger("router.server")
@@ -298,7 +299,9 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
     """Run ``app`` with uvicorn (uvloop, the limited httptools protocol) until stopped."""
     if budget.note:
         log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", budget.nofile, budget.note)
-    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http=protocol_class(limits, budget),
+    # the heap as start-up left it is frozen: the collector stops walking it (router/heap.py)
+    config = uvicorn.Config(frozen_after_startup(app), host=host, port=port, loop="uvloop",
+                            http=protocol_class(limits, budget),
                             log_level=log_level, access_log=False, log_config=None, timeout_keep_alive=limits.keepalive_timeout_s)
     server = uvicorn.Server(config)
     try:
