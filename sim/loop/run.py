@@ -39,6 +39,7 @@ from sim.stack import Stack, free_port
 from sim.traffic import (RateSeries, TokenSampler, build_segment, history_minutes, read_rates, scale_for_peak,
                          steepest_ramp)
 from sim.traffic.history import write_history
+from sim.traffic.rates import data_folder_note
 from sim.traffic.segment import Segment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +94,7 @@ def prepare(cfg: LoopConfig) -> Prepared:
     if cfg.tokens_trace is None and not DEFAULT_TOKENS.exists():
         # the user passed --trace only: say which file the loop also needs, and where it looks
         raise ValueError(f"{DEFAULT_TOKENS}: does not exist; the loop draws token counts from the Azure conv trace "
-                         "in the data folder (set PROMPTEDGE_DATA_DIR to the folder that holds traces/)")
+                         f"in the data folder, the folder that holds traces/ ({data_folder_note()})")
     tokens = TokenSampler.from_trace(cfg.tokens_trace or DEFAULT_TOKENS, max_generated=cfg.max_generated)
     capacity = cfg.capacity_rps or replica_capacity(get_profile(cfg.profile), tokens, cfg.ttft_slo_s, cfg.itl_slo_s,
                                                     cfg.pad_context, MAX_CONTEXT_TOKENS, seed=cfg.seed)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -145,6 +146,15 @@ def read_nab(path: Path | str) -> RateSeries:
     return RateSeries(step, windows, name=path.stem)
 
 
+def data_folder_note() -> str:
+    """Where the data folder is looked for, for error messages: PROMPTEDGE_DATA_DIR's value, or
+    that it is unset (the default is ../shared/data next to the checkout)."""
+    value = os.environ.get("PROMPTEDGE_DATA_DIR")
+    if value is None:
+        return "PROMPTEDGE_DATA_DIR is not set, so the data folder is ../shared/data next to the checkout"
+    return f"PROMPTEDGE_DATA_DIR is {value}"
+
+
 def read_rates(path: Path | str) -> RateSeries:
     """A ServeGen folder or a NAB-style CSV file, by what ``path`` is."""
     path = Path(path)
@@ -153,6 +163,6 @@ def read_rates(path: Path | str) -> RateSeries:
     if path.suffix == ".csv" and path.exists():
         return read_nab(path)
     if not path.exists():
-        raise TrafficFormatError(f"{path}: does not exist (a ServeGen folder or a timestamp,value CSV; the data "
-                                 "folder is ../shared/data unless PROMPTEDGE_DATA_DIR names another)")
+        raise TrafficFormatError(f"{path}: does not exist (a ServeGen folder or a timestamp,value CSV; "
+                                 f"{data_folder_note()})")
     raise TrafficFormatError(f"{path}: expected a ServeGen folder or a timestamp,value CSV")

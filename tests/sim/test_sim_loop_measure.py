@@ -165,6 +165,23 @@ def test_a_missing_trace_is_reported_as_missing(tmp_path: Path) -> None:
         read_rates(tmp_path / "nowhere" / "servegen")
 
 
+@pytest.mark.parametrize("set_to", [None, "/srv/my-data"])
+def test_a_missing_trace_says_which_data_folder_was_looked_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             set_to: str | None) -> None:
+    # the trial round (Dec 4): with PROMPTEDGE_DATA_DIR set, the message still told the user
+    # to set it, not what it was set to
+    from sim.traffic.rates import TrafficFormatError, read_rates
+
+    if set_to is None:
+        monkeypatch.delenv("PROMPTEDGE_DATA_DIR", raising=False)
+        expected = "PROMPTEDGE_DATA_DIR is not set"
+    else:
+        monkeypatch.setenv("PROMPTEDGE_DATA_DIR", set_to)
+        expected = f"PROMPTEDGE_DATA_DIR is {set_to}"
+    with pytest.raises(TrafficFormatError, match=expected):
+        read_rates(tmp_path / "nowhere" / "servegen")
+
+
 def test_a_missing_default_token_trace_names_the_data_folder_setting(data_dir: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # With --trace given and no data folder, the loop failed on a file the user never passed
@@ -173,7 +190,8 @@ def test_a_missing_default_token_trace_names_the_data_folder_setting(data_dir: P
 
     monkeypatch.setattr(run, "DEFAULT_TOKENS", tmp_path / "traces" / "azure.csv")
     cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, progress=False)
-    with pytest.raises(ValueError, match="PROMPTEDGE_DATA_DIR"):
+    monkeypatch.setenv("PROMPTEDGE_DATA_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match=f"PROMPTEDGE_DATA_DIR is {tmp_path}"):
         run.prepare(cfg)
 
 
