@@ -252,6 +252,7 @@ def loop(
 ) -> None:
     """Closed loop on a real control plane: each policy in turn on the same traffic; table, JSON, PNG."""
     from sim.loop import LoopConfig, plot, render, run_loop, write_json
+    from sim.loop.world import ToolsMissing
     from sim.questions import QuestionsFormatError
     from sim.stack import StackError
     from sim.traces import TraceFormatError
@@ -270,6 +271,8 @@ def loop(
     except (TraceFormatError, QuestionsFormatError, TrafficFormatError, ValueError, KeyError) as exc:
         # a KeyError's str() is its message in quotes
         raise _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)) from None
+    except ToolsMissing as exc:  # before anything started: no logs
+        raise _fail(str(exc)) from None
     except StackError as exc:
         raise _fail(f"{exc}\n(logs in {log_dir})") from None
     except RuntimeError as exc:  # WorldError: the control plane or a manifest

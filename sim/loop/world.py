@@ -31,10 +31,15 @@ class WorldError(RuntimeError):
     """The control plane did not start, or a manifest was refused."""
 
 
+class ToolsMissing(WorldError):
+    """The Kubernetes tools are not where the loop looks: raised before anything starts (so
+    there are no logs to point at)."""
+
+
 def require_tools(tools: Path) -> None:
-    """Raise WorldError naming ``tools`` unless it holds ../shared/tools/kube's start.sh."""
+    """Raise ToolsMissing naming ``tools`` unless it holds ../shared/tools/kube's start.sh."""
     if not (tools / "start.sh").is_file():
-        raise WorldError(f"no Kubernetes tools at {tools} (set PROMPTEDGE_KUBE_TOOLS)")
+        raise ToolsMissing(f"no Kubernetes tools at {tools} (set PROMPTEDGE_KUBE_TOOLS)")
 
 
 class ControlPlane:

@@ -265,3 +265,18 @@ def test_a_segment_longer_than_the_trace_says_so(data_dir: Path) -> None:
     cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=400.0, capacity_rps=0.4, progress=False)
     with pytest.raises(ValueError, match="--hours 400 is longer than the trace.*336 h"):
         prepare(cfg)
+
+
+def test_the_cli_names_missing_kube_tools_without_pointing_at_logs_it_never_wrote(
+        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # trial round (Dec 4): the message ended "(logs in out/loop)", a folder nothing was written to
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    monkeypatch.setenv("PROMPTEDGE_KUBE_TOOLS", str(tmp_path / "no-tools"))
+    result = CliRunner().invoke(app, ["loop", "--trace", str(data_dir / "traces" / "servegen-m-large"),
+                                      "--log-dir", str(tmp_path / "logs")])
+    assert result.exit_code == 2, result.output
+    assert "no Kubernetes tools at" in result.output and "no-tools" in result.output
+    assert "logs in" not in result.output
