@@ -115,15 +115,19 @@ class RateLimiter:
         except REDIS_ERRORS as exc:
             log.warning("rate limiter unavailable, usage not settled: %r", exc)
 
-    async def wait_s(self, api_key: str, tokens: int) -> float:
-        """Seconds until this request would fit its key's buckets; 0.0 = admitted (and taken).
+    async def admit(self, api_key: str, tokens: int) -> tuple[float, int]:
+        """Take this request's cost from its key's buckets if it fits. Returns (seconds until it
+        would fit, 0) when it does not, else (0.0, tokens taken from the tokens bucket): what a
+        later :meth:`settle` may correct. Nothing is taken, (0.0, 0), when the key has no
+        limit, no tokens bucket, or Redis fails (admitted: fail open), so a settle never gives
+        back what was not taken.
 
         tokens: the request's token cost (prompt estimate + max_tokens). A cost larger than a
         bucket's capacity can never fit: it is charged the full capacity instead.
         """
         name, limit = self._owner(api_key)
         if limit is None or time.monotonic() < self._down_until:
-            return 0.0
+            return 0.0, 0
         keys, args = [], []
         if limit.requests_per_s is not None:
             keys.append(f"{name}:requests")
@@ -132,11 +136,14 @@ class RateLimiter:
             keys.append(f"{name}:tokens")
             args += [limit.tokens_per_min / 60.0, limit.tokens_per_min, min(tokens, limit.tokens_per_min)]
         if not keys:
-            return 0.0
+            return 0.0, 0
         try:
-            return float(await self._script(keys=keys, args=args))
+            wait = float(await self._script(keys=keys, args=args))
         except REDIS_ERRORS as exc:
             self.unavailable += 1
             self._down_until = time.monotonic() + _RETRY_AFTER_S
             log.warning("rate limiter unavailable, admitting: %r", exc)
-            return 0.0
+            return 0.0, 0
+        if wait > 0 or limit.tokens_per_min is None:
+            return wait, 0
+        return 0.0, min(tokens, limit.tokens_per_min)

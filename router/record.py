@@ -43,6 +43,9 @@ class Record:
     demand: bool = True  # counted in the forecaster's traffic counters (not /tokenize, /detokenize)
     api_key: str = ""  # whose token bucket was charged (never logged)
     charged_tokens: int = 0  # what admission took from it: prompt count + output bound; 0 = nothing
+    # a replica may have generated for it: set when it is sent, cleared when the replica provably
+    # never got it (no connection, 429/503) or refused it (4xx); what is charged stays charged
+    may_have_generated: bool = False
 
     def finish(self, metrics: RouterMetrics, tracer: Tracer | None = None) -> None:
         """Count the request in the metrics, write its log line and spans (call exactly once)."""

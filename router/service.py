@@ -91,17 +91,19 @@ async def accounted(state: RouterState, request: Request,
         raise error from None
     response.headers["x-request-id"] = rec.request_id
     if not rec.deferred:
-        if response.status_code >= 400:  # a replica's 4xx, relayed: no answer was generated
+        if response.status_code >= 400:  # a replica's 4xx, relayed
             await _settle_unanswered(state, rec)
         rec.finish(state.metrics, state.tracer)
     return response
 
 
 async def _settle_unanswered(state: RouterState, rec: Record) -> None:
-    """A request that got no answer (refused after admission: shed, no replica; a replica's
-    error; a failure before its answer's first byte) gives back every token admission took
-    from its key's bucket: it used none. Never raises (RateLimiter.settle)."""
-    if rec.charged_tokens:
+    """A request no replica generated for gives back every token admission took from its
+    key's bucket: shed, no replica, every replica unreachable or busy (429/503), refused by a
+    replica's 4xx. One that a replica may have generated for (the client left or timed out
+    while it ran, the replica broke off) stays charged, as admission charged it: a client
+    must not get generation for free by leaving early. Never raises (RateLimiter.settle)."""
+    if rec.charged_tokens and not rec.may_have_generated:
         await state.limiter.settle(rec.api_key, rec.charged_tokens, 0)
 
 
@@ -181,17 +183,17 @@ async def admit_request(state: RouterState, rec: Record, headers: Any, body: dic
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
         tokens = rec.prompt_tokens + classify.max_output_tokens(body) if inference else 0
-        await _rate_limit(state, api_key, tokens)
-        rec.api_key, rec.charged_tokens = api_key, tokens
+        rec.api_key, rec.charged_tokens = api_key, await _rate_limit(state, api_key, tokens)
     return api_key
 
 
-
-async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> None:
-    wait = await state.limiter.wait_s(api_key, tokens)
+async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> int:
+    """The tokens taken from the key's bucket (0: none, e.g. failed open); raises RateLimited."""
+    wait, taken = await state.limiter.admit(api_key, tokens)
     if wait > 0:
         raise RateLimited(f"rate limit of this API key reached; retry in {wait:.1f} s", code="rate_limited",
                           headers={"retry-after": str(max(1, math.ceil(wait)))})
+    return taken
 
 
 def shed_or_fall_back(state: RouterState, rec: Record, fallback_allowed: bool = True) -> None:
@@ -393,6 +395,8 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
         rec.forwarded_at = time.perf_counter()
         lease = replica.lease(to_prefill, streamed)
         opened = False
+        # from here the replica may be generating, also when the client leaves during the await
+        rec.may_have_generated = True
         try:
             authorization = replica.authorization or client_key
             sent = forward if authorization is None else {**forward, "authorization": authorization}
@@ -402,6 +406,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             if 200 <= response.status_code < 300:  # for a non-stream answer: once it is done
                 state.accepted(replica, chunks)
         except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
+            rec.may_have_generated = False
             replica.health.on_evidence(exc.evidence, time.monotonic())
             if isinstance(exc, RetryableStatus):
                 replica.health.on_refused(time.monotonic(), exc.retry_after_s)
@@ -468,6 +473,7 @@ async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, c
     if status < 500:
         lease.replica.health.on_success(time.monotonic())
         rec.status = status
+        rec.may_have_generated = False  # it refused the request
         # OpenAI error JSON as it came; anything else (an HTML page, FastAPI's {"detail": ...})
         # in OpenAI's shape with the same status, which OpenAI clients can read
         content_type = upstream.headers.get("content-type", _JSON)

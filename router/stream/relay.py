@@ -124,11 +124,10 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                 else rec.first_byte_at - rec.forwarded_at
             lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
         usage = usage_tokens(assembler.usage)
-        if usage is None and rec.first_byte_at is not None:
-            # no usage (cut by the replica, left by the client, a replica that sends none):
-            # charged and counted for what was streamed, not for nothing nor for max_tokens
-            usage = (rec.prompt_tokens, assembler.events)
-        prompt, completion = usage or (0, 0)
+        streamed = None if usage is not None or rec.first_byte_at is None else (rec.prompt_tokens, assembler.events)
+        # without usage (cut by the replica, left by the client): logged and counted with the
+        # data events streamed, a lower bound of its tokens, not 0
+        prompt, completion = usage or streamed or (0, 0)
         rec.completion_tokens = completion
         rec.prompt_tokens = prompt or rec.prompt_tokens
         if complete and not failed and rec.forwarded_at is not None:
@@ -137,8 +136,13 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
         rec.finish(state.metrics, state.tracer)
-        if rec.charged_tokens:  # the real usage corrects what admission charged; no byte came: nothing used
-            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage) if usage is not None else 0)
+        if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
+            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
+        elif rec.charged_tokens and failed and not isinstance(failed[0], UpstreamTimeout):
+            # the replica broke off (its fault, not the client's): charged what it streamed, a
+            # lower bound. A client that left or a timeout (the client picks its priority's)
+            # stays charged in full: leaving early must not make generation free.
+            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(streamed or (rec.prompt_tokens, 0)))
         if store is not None and assembler.too_large:
             if complete and not failed:  # a broken stream is not stored whatever its size
                 skipped(state, rec, "too_large")

@@ -205,9 +205,9 @@ class StreamAssembler:
         self.done = False
         self.failed = False
         self.too_large = False
-        # data events read (but [DONE]): what a stream that ends without usage is charged for,
-        # an upper bound of its tokens (vLLM sends one per generated token and choice, plus the
-        # role chunk and the usage chunk)
+        # data events read (but [DONE]): a lower bound of the tokens a stream that ends without
+        # usage carried (one or more tokens per event: vLLM's stream interval and the sim batch
+        # them; plus the role chunk)
         self.events = 0
 
     def feed(self, data: bytes) -> None:
