@@ -130,7 +130,8 @@ def _parse(text: str) -> _Text:
         if lower in ("cannot", "can't"):
             words.extend(["can", "n't"])
         elif lower.endswith("n't"):
-            words.extend([lower[:-3], "n't"])
+            # "do n't", as tokenised text writes it: the negation alone, no empty word
+            words.extend([lower[:-3], "n't"] if len(lower) > 3 else ["n't"])
         elif lower in _MISSPELT_NEGATIONS:
             words.extend([lower[:-1], "n't"])
         else:
