@@ -88,8 +88,8 @@ async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(s
     # No shedding either: in one full test run (Dec 4) 24 of the 72 P1 requests were shed (429
     # pool_saturated), so both replicas' scrapes showed at least twice the queue limit (4)
     # waiting. Likely the sims' engine loops lagging behind the 48 arrivals on the shared event
-    # loop; not reproduced alone (5 runs) nor beside 3 or 6 busy loops. Shedding is admission,
-    # not health, which is what this test is about.
+    # loop; not reproduced alone (3 runs) nor beside 3 or 6 busy loops (3 runs). Shedding is
+    # admission, not health, which is what this test is about.
     router = await start_router([r.url for r in replicas], timeouts={"P1": {"connect_s": 10.0},
                                                                      "P2": {"ttfb_s": 0.2, "connect_s": 10.0}},
                                 queue_limit=10_000)
