@@ -7,25 +7,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
 from router import ReplicaSpec, RouterSettings, create_app
 from tests.router.conftest import CHAT, MODEL, Served, sse_data
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from tests.router.sim_process import free_port, start_sim, wait_healthy
 
 def served_by(responses: list[httpx.Response]) -> list[str]:
     return [r.headers.get("x-promptedge-replica", "") for r in responses]
@@ -34,17 +22,10 @@ def served_by(responses: list[httpx.Response]) -> list[str]:
 @pytest.mark.slow
 async def test_replica_killed_mid_stream_gives_a_clean_sse_error(start_router, client) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_sim(port)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if (await client.get(url + "/health")).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
+        await wait_healthy(client, url)
         router = await start_router([url])
         body = {**CHAT, "stream": True, "max_tokens": 2000}  # ~20 s of generation
         text = ""

@@ -11,19 +11,15 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
 from router.dispatch.signals import parse_metrics
-from tests.router.conftest import CHAT, MODEL, sse_data
+from tests.router.conftest import CHAT, sse_data
 from tests.router.raw_replica import RawReplica
+from tests.router.sim_process import free_port, start_sim, wait_healthy
 
-ROOT = Path(__file__).resolve().parents[2]
 TRANSPORTS = ["aiohttp", "httpx"]
 URL = "/v1/chat/completions"
 
@@ -104,12 +100,6 @@ async def retries(client: httpx.AsyncClient, router) -> float:
                if line.startswith("promptedge_router_retries_total{"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_keep_alive_connection_the_replica_closed_while_idle_is_not_used(transport, start_router,
                                                                                  client) -> None:
@@ -129,22 +119,6 @@ async def test_a_keep_alive_connection_the_replica_closed_while_idle_is_not_used
         await replica.stop()
 
 
-def _start_sim(port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-async def _wait_healthy(client: httpx.AsyncClient, url: str) -> None:
-    for _ in range(600):
-        try:
-            if (await client.get(url + "/health")).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{url} never became healthy")
-
-
 async def _work_seen(client: httpx.AsyncClient, url: str) -> float:
     """Requests running or waiting on a sim replica, plus the prompt tokens it ever prefilled
     (0 for a replica that never saw a request)."""
@@ -161,11 +135,11 @@ async def _work_seen(client: httpx.AsyncClient, url: str) -> float:
 async def test_a_replica_killed_mid_generation_is_not_answered_by_another(transport, stream, start_router,
                                                                           client) -> None:
     ports = [free_port(), free_port()]
-    procs = [_start_sim(port) for port in ports]
+    procs = [start_sim(port) for port in ports]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
         for url in urls:
-            await _wait_healthy(client, url)
+            await wait_healthy(client, url)
         router = await start_router(urls, upstream_transport=transport)
         body = {**CHAT, "max_tokens": 2000, "stream": stream}  # ~20 s of generation
 

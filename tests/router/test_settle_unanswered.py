@@ -16,15 +16,13 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 
 import httpx
 import pytest
 
-from tests.router.conftest import CHAT, MODEL
+from tests.router.conftest import CHAT
 from tests.router.raw_replica import RawReplica
-from tests.router.test_faults import ROOT, free_port
+from tests.router.sim_process import free_port, start_sim, wait_healthy
 
 MAX_TOKENS = 2000  # the sim streams them for ~20 s: plenty of time to kill it mid-stream
 # a bucket a little over one request's charge (prompt estimate + MAX_TOKENS): unsettled, a
@@ -38,24 +36,13 @@ async def _charge_fits_now(router, tokens: int) -> bool:
     return wait == 0
 
 
-async def _wait_for_sim(client: httpx.AsyncClient, url: str) -> None:
-    for _ in range(300):
-        try:
-            if (await client.get(url + "/health")).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.1)
-
-
 @pytest.mark.slow
 async def test_a_stream_cut_by_a_killed_replica_is_charged_what_was_streamed(start_router, client, caplog) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_sim(port)
     try:
         url = f"http://127.0.0.1:{port}"
-        await _wait_for_sim(client, url)
+        await wait_healthy(client, url)
         router = await start_router([url], rate_limits=BUDGET)
         body = {**CHAT, "stream": True, "max_tokens": MAX_TOKENS}
         text = ""
@@ -118,11 +105,10 @@ async def test_a_client_that_leaves_while_its_replica_generates_stays_charged(st
     # whole charge back (499) while the replica generated: 5 requests of 2,000 tokens passed
     # a 2,100-a-minute limit in 63 s
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_sim(port)
     try:
         url = f"http://127.0.0.1:{port}"
-        await _wait_for_sim(client, url)
+        await wait_healthy(client, url)
         router = await start_router([url], rate_limits=BUDGET)
         body = {**CHAT, "max_tokens": MAX_TOKENS, "stream": stream}
         async with httpx.AsyncClient(timeout=60) as leaving:
