@@ -142,6 +142,9 @@ def evaluate(
                                             "--split): the pairs train-verifier --max-per-split N used."),
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file of train-verifier: texts in it are "
                                                "not encoded again (embeddings/s then counts only the new ones)."),
+    multi_turn: Optional[int] = typer.Option(None, "--multi-turn", min=1, help="Instead of the pairs themselves, "
+                                             "score a multi-turn context set of N cases per kind built from these "
+                                             "labelled pairs (cache/multiturn.py), drawn with --seed."),
 ) -> None:
     from cache.embed_onnx import default_cache_dir
     from cache.eval import PairsFormatError, filter_split, format_report, load_pairs, run_eval
@@ -174,6 +177,10 @@ def evaluate(
     except PairsFormatError as exc:  # bad input: exit 2, as the other CLIs
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if multi_turn is not None and (loaded.labels is None or len(set(loaded.labels)) < 2):
+        typer.echo(f"error: {pairs}: --multi-turn needs labelled pairs {{text_a, text_b, label}} with both "
+                   "labels (0 and 1)", err=True)
+        raise typer.Exit(2)
     # The first use of a model exports it to ONNX (10-30 s here): say so instead of going quiet.
     typer.echo("loading the embedding model (its first use exports it for ONNX Runtime, 10-30 s, "
                f"kept in {settings.onnx_cache_dir or default_cache_dir()})", err=True)
@@ -186,8 +193,24 @@ def evaluate(
                              log=lambda line: typer.echo(line, err=True))
 
         def encode(texts: list[str]) -> "np.ndarray":
+            new = [t for t in dict.fromkeys(texts) if t not in known]  # --multi-turn's joined turns
+            if new:
+                known.update(zip(new, encoder.encode(new), strict=True))
             return np.stack([known[t] for t in texts])
 
+    if multi_turn is not None:
+        assert loaded.labels is not None  # checked above
+        from cache.multiturn import build_cases, format_rows, score_cases
+
+        cases = build_cases(loaded.text_a, loaded.text_b, loaded.labels, multi_turn, seed)
+        rows = score_cases(cases, encode, settings.threshold, learned, learned.threshold_for(target), target)
+        typer.echo(format_rows(rows, pairs.name))
+        if json_path is not None:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps({"source": str(pairs), "split": split, "verifier": learned.source,
+                                             "multi_turn": {"per_kind": multi_turn, "seed": seed,
+                                                            "cases": len(cases), "rows": rows}}, indent=2))
+        return
     report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned,
                       precision_target=target)
     report["source"] = str(pairs)
