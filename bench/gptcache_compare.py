@@ -1,7 +1,7 @@
 """PromptEdge's semantic match against GPTCache on the same pairs with the same embeddings.
 
     PYTHONPATH=/path/to/gptcache python bench/gptcache_compare.py --pairs FILE \
-        [--sample N] [--seed S] [--json PATH]
+        [--sample N] [--seed S] [--json PATH] [--multi-turn N]
 
 GPTCache is not a PromptEdge dependency: install it anywhere (``pip install --target DIR
 gptcache cachetools sqlalchemy``) and put DIR on PYTHONPATH for this run only.
@@ -15,6 +15,14 @@ cosine >= 2t - 1), sized to hold every entry. PromptEdge: its ScopedIndex (4 can
 ``select`` (verification), as in the cache. QQP repeats questions across pairs, so a served
 text that is neither the pair's own nor identical to the query counts wrong even when it means
 the same: compare the systems with each other there, not with the pairwise curve.
+
+``--multi-turn N``: instead, the multi-turn context set of ``cache/multiturn.py`` (N cases per
+kind from labelled pairs) as a cache: every stored conversation is stored, every query
+conversation looked up. GPTCache keys a conversation with its own pre-processing functions
+(``last_content``, its default, and ``all_content``); PromptEdge with its semantic scope (the
+conversation before the last user turn, exactly) and the last turn by meaning. A served answer
+is correct when it is the query's own case labelled the same, or a case whose stored
+conversation is the query's, message for message.
 """
 
 from __future__ import annotations
@@ -77,7 +85,10 @@ def ours(stored: list[str], queries: list[str], vec: dict[str, np.ndarray], thre
     return served
 
 
-def gptcache_runs(stored: list[str], queries: list[str], vec: dict[str, np.ndarray]) -> dict[float, list[str | None]]:
+def gptcache_runs(stored: list[str], queries: list[str], vec: dict[str, np.ndarray],
+                  answers: list[str] | None = None) -> dict[float, list[str | None]]:
+    """What GPTCache serves each query at each threshold of ``GPTCACHE``: stored text i is put
+    with ``answers[i]`` (default: itself)."""
     from gptcache import Cache, Config
     from gptcache.adapter.api import get, put
     from gptcache.manager import CacheBase, VectorBase, get_data_manager
@@ -96,8 +107,8 @@ def gptcache_runs(stored: list[str], queries: list[str], vec: dict[str, np.ndarr
         similarity_evaluation=SearchDistanceEvaluation(),
         config=Config(similarity_threshold=0.0),
     )
-    for text in stored:
-        put(text, text, cache_obj=cache)
+    for text, answer in zip(stored, stored if answers is None else answers, strict=True):
+        put(text, answer, cache_obj=cache)
     runs: dict[float, list[str | None]] = {}
     for threshold in GPTCACHE:
         cache.config.similarity_threshold = threshold
@@ -115,6 +126,8 @@ def main() -> None:
                         help="labelled pairs: only this split of the learned verifier's (cache/splits.py)")
     parser.add_argument("--verifier", type=Path, help="learned verifier file (default: the shipped one)")
     parser.add_argument("--without-gptcache", action="store_true", help="run PromptEdge's rows only")
+    parser.add_argument("--multi-turn", type=int, metavar="N",
+                        help="score the multi-turn context set (N cases per kind) as a cache instead")
     args = parser.parse_args()
     try:
         import gptcache  # noqa: F401
@@ -133,6 +146,11 @@ def main() -> None:
         keep = sorted(random.Random(args.seed).sample(range(len(pairs.text_a)), args.sample))
         pairs = type(pairs)([pairs.text_a[i] for i in keep], [pairs.text_b[i] for i in keep],
                             None if pairs.labels is None else [pairs.labels[i] for i in keep])
+    if args.multi_turn is not None:
+        if pairs.labels is None or args.multi_turn < 1:
+            sys.exit("--multi-turn needs labelled pairs {text_a, text_b, label} and N >= 1")
+        multi_turn(pairs, args.multi_turn, args.seed, have_gptcache, args.verifier, args.json)
+        return
     labels = pairs.labels or [1] * len(pairs.text_a)
     stored = list(dict.fromkeys(pairs.text_a))
     texts = list(dict.fromkeys(pairs.text_a + pairs.text_b))
@@ -179,6 +197,81 @@ def main() -> None:
         args.json.write_text(json.dumps({"pairs": str(args.pairs), "sample": args.sample, "seed": args.seed,
                                          "split": args.split, "rows": rows,
                                          "stages": [{"stage": n, **r} for n, r in stages]}, indent=2))
+
+
+def multi_turn(pairs: Any, per_kind: int, seed: int, have_gptcache: bool, verifier_path: Path | None,
+               json_path: Path | None) -> None:
+    """The multi-turn context set as a cache (module doc), each system's correct / wrong / miss
+    per kind; prints a table, writes JSON."""
+    from cache.multiturn import KINDS, all_content, build_cases, last_content
+    from cache.scope import SemanticQuery, semantic_query
+
+    cases = build_cases(pairs.text_a, pairs.text_b, pairs.labels, per_kind, seed)
+    keyings: dict[str, Any] = {"last_content": last_content, "all_content": all_content}
+    if have_gptcache:  # GPTCache's own functions (they take the request's data dict)
+        from gptcache.processor.pre import all_content as g_all, last_content as g_last
+        keyings = {"last_content": lambda m: g_last({"messages": m}), "all_content": lambda m: g_all({"messages": m})}
+    texts = sorted({key(conv) for c in cases for conv in (c.stored, c.query) for key in keyings.values()})
+    encoder = load_encoder()
+    vectors = np.concatenate([encoder.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+    vec = dict(zip(texts, vectors, strict=True))
+
+    def right(i: int, served: str | None) -> bool:
+        j = int(served) if served is not None else -1
+        return (j == i and cases[i].label == 1) or (j >= 0 and cases[j].stored == cases[i].query)
+
+    def tally_kinds(served: list[str | None]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for kind in (*KINDS, "all"):
+            idx = [i for i, c in enumerate(cases) if kind in ("all", c.kind)]
+            hits = [i for i in idx if served[i] is not None]
+            correct = sum(right(i, served[i]) for i in hits)
+            out[kind] = {"correct": correct, "wrong": len(hits) - correct, "miss": len(idx) - len(hits)}
+        return out
+
+    rows: list[dict[str, Any]] = []
+    if have_gptcache:
+        for name, key in keyings.items():
+            stored_texts = [key(c.stored) for c in cases]
+            runs = gptcache_runs(stored_texts, [key(c.query) for c in cases], vec, [str(i) for i in range(len(cases))])
+            for threshold in (0.80, 0.98):  # its default, and cosine 0.96 (PromptEdge's default)
+                rows.append({"system": f"gptcache {name}", "threshold": threshold, **tally_kinds(runs[threshold])})
+
+    def scope(conv: list[dict[str, str]]) -> SemanticQuery | None:
+        found = semantic_query("chat.completions", {"model": "eval", "messages": conv}, tenant="eval")
+        return found if isinstance(found, SemanticQuery) else None
+
+    index = ScopedIndex(dim=vectors.shape[1], max_entries=len(cases) + 1)
+    for i, c in enumerate(cases):
+        if (q := scope(c.stored)) is not None:
+            index.add(str(i), q.scope, vec[last_content(c.stored)], expires_at=float("inf"))
+    verifier = load_verifier(verifier_path)
+    probability = verifier.threshold_for(0.90)
+    for name, choose in (
+        ("promptedge + rules (0.96, the default)",
+         lambda query, found: select(query, [(last_content(cases[int(n.entry_id)].stored), n.similarity)
+                                             for n in found], 0.96)[0]),
+        ("promptedge + learned verifier (target 0.9)",
+         lambda query, found: verifier.select(query, [(last_content(cases[int(n.entry_id)].stored), n.similarity)
+                                                      for n in found], probability)[0]),
+    ):
+        served: list[str | None] = []
+        for c in cases:
+            q = scope(c.query)
+            found = index.search(q.scope, vec[last_content(c.query)], k=4) if q is not None else []
+            chosen = choose(last_content(c.query), found) if found else None
+            served.append(None if chosen is None else found[chosen].entry_id)
+        rows.append({"system": name, "threshold": None, **tally_kinds(served)})
+    print(f"multi-turn context set: {len(cases)} cases ({per_kind} per kind), as a cache; correct / wrong / miss")
+    print(f"{'system':44} {'thr':>5} " + " ".join(f"{k:>26}" for k in (*KINDS, "all")))
+    for r in rows:
+        thr = "" if r["threshold"] is None else f"{r['threshold']:.3f}"
+        cells = " ".join(f"{r[k]['correct']:>8} /{r[k]['wrong']:>6} /{r[k]['miss']:>6}  " for k in (*KINDS, "all"))
+        print(f"{r['system']:44} {thr:>5} {cells}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"multi_turn": {"per_kind": per_kind, "seed": seed, "cases": len(cases),
+                                                        "rows": rows}}, indent=2))
 
 
 def stage_rows(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

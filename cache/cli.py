@@ -130,7 +130,7 @@ def evaluate(
                                               help="Also report this threshold (0 means 0)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
     sample: Optional[int] = typer.Option(None, min=1, help="Evaluate this many pairs drawn at random."),
-    seed: int = typer.Option(0, help="Seed of the --sample draw."),
+    seed: int = typer.Option(0, help="Seed of the --sample draw (and of --multi-turn's)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
     split: Optional[str] = typer.Option(None, help="Labelled pairs: only this split of the learned verifier's "
                                         "(train, calibration, test; cache/splits.py), before --sample."),
@@ -177,10 +177,17 @@ def evaluate(
     except PairsFormatError as exc:  # bad input: exit 2, as the other CLIs
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if multi_turn is not None and not loaded.text_a:
+        typer.echo(f"error: {pairs}: no pairs left to build a multi-turn set from"
+                   + (f" (split {split!r} of this file is empty)" if split else ""), err=True)
+        raise typer.Exit(2)
     if multi_turn is not None and (loaded.labels is None or len(set(loaded.labels)) < 2):
         typer.echo(f"error: {pairs}: --multi-turn needs labelled pairs {{text_a, text_b, label}} with both "
                    "labels (0 and 1)", err=True)
         raise typer.Exit(2)
+    if multi_turn is not None and split != "test":
+        typer.echo("note: without --split test the set draws on pairs the learned verifier was trained "
+                   "or calibrated on", err=True)
     # The first use of a model exports it to ONNX (10-30 s here): say so instead of going quiet.
     typer.echo("loading the embedding model (its first use exports it for ONNX Runtime, 10-30 s, "
                f"kept in {settings.onnx_cache_dir or default_cache_dir()})", err=True)
@@ -200,16 +207,30 @@ def evaluate(
 
     if multi_turn is not None:
         assert loaded.labels is not None  # checked above
+        from collections import Counter
+
         from cache.multiturn import build_cases, format_rows, score_cases
 
-        cases = build_cases(loaded.text_a, loaded.text_b, loaded.labels, multi_turn, seed)
-        rows = score_cases(cases, encode, settings.threshold, learned, learned.threshold_for(target), target)
+        report_model = model or settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2"
+
+        try:
+            cases = build_cases(loaded.text_a, loaded.text_b, loaded.labels, multi_turn, seed)
+        except ValueError as exc:  # e.g. every negative pair was two equal texts
+            typer.echo(f"error: {pairs}: {exc}", err=True)
+            raise typer.Exit(2) from None
+        per_kind = dict(Counter(c.kind for c in cases))
+        if min(per_kind.values()) < multi_turn or len(per_kind) < 4:
+            typer.echo(f"note: fewer cases than --multi-turn {multi_turn} asked for: {per_kind}", err=True)
+        cosine = settings.threshold if threshold is None else threshold
+        rows = score_cases(cases, encode, cosine, learned, learned.threshold_for(target), target)
         typer.echo(format_rows(rows, pairs.name))
         if json_path is not None:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps({"source": str(pairs), "split": split, "verifier": learned.source,
-                                             "multi_turn": {"per_kind": multi_turn, "seed": seed,
-                                                            "cases": len(cases), "rows": rows}}, indent=2))
+                                             "model": report_model,
+                                             "multi_turn": {"per_kind": multi_turn, "seed": seed, "threshold": cosine,
+                                                            "precision_target": target, "cases": len(cases),
+                                                            "cases_per_kind": per_kind, "rows": rows}}, indent=2))
         return
     report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned,
                       precision_target=target)

@@ -34,6 +34,7 @@ Pure but for the encoder passed in.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,8 +81,10 @@ class Case:
 
 
 def answer_to(question: str) -> str:
-    """The stand-in assistant turn after ``question`` (the set compares turns, not answers)."""
-    return f"(the model's answer to: {question})"
+    """The stand-in assistant turn after ``question``: an opaque token of it (the set compares
+    turns, not answers; one that repeated the question would make a joined-text key look more
+    like the question than a real answer does, or less)."""
+    return "answer " + hashlib.blake2b(question.encode(), digest_size=6).hexdigest()
 
 
 def _turns(question: str, answer: str, last: str) -> list[dict[str, str]]:
@@ -93,13 +96,16 @@ def build_cases(text_a: Sequence[str], text_b: Sequence[str], labels: Sequence[i
                 per_kind: int, seed: int = 0) -> list[Case]:
     """Up to ``per_kind`` cases of each kind from labelled pairs (text_a[i], text_b[i], labels[i]
     in {0, 1}), drawn with ``seed``: other_context and other_question_same_answer from the pairs
-    labelled 0 (two draws), paraphrased_context
-    from those labelled 1, same_context from any pair with another pair's text_a as the shared
-    earlier question. Deterministic for the same input and seed. Raises ValueError when the
-    pairs hold no positive or no negative."""
+    labelled 0 (two draws), paraphrased_context from those labelled 1, same_context from any
+    pair with another pair's text_a as the shared earlier question. Deterministic for the same
+    input and seed. Pairs with an empty text, or two texts equal but for surrounding space, are
+    left out (such a "different" pair would make identical conversations labelled different).
+    Raises ValueError when the usable pairs hold no positive or no negative."""
     rng = random.Random(seed)
-    negatives = [i for i, label in enumerate(labels) if label == 0]
-    positives = [i for i, label in enumerate(labels) if label == 1]
+    usable = [i for i in range(len(labels)) if text_a[i].strip() and text_b[i].strip()
+              and text_a[i].strip() != text_b[i].strip()]
+    negatives = [i for i in usable if labels[i] == 0]
+    positives = [i for i in usable if labels[i] == 1]
     if not negatives or not positives:
         raise ValueError("a multi-turn set needs pairs labelled 0 and pairs labelled 1")
     cases: list[Case] = []
@@ -116,7 +122,7 @@ def build_cases(text_a: Sequence[str], text_b: Sequence[str], labels: Sequence[i
         answer = answer_to(text_a[i])  # the first turn's answer came from the cache: the same
         cases.append(Case("paraphrased_context", _turns(text_a[i], answer, follow_up),
                           _turns(text_b[i], answer, follow_up), 1))
-    everyone = list(range(len(labels)))
+    everyone = usable
     for i in rng.sample(everyone, min(per_kind, len(everyone))):
         j = rng.choice(everyone)
         context, answer = text_a[j], answer_to(text_a[j])
@@ -168,8 +174,6 @@ def score_cases(cases: Sequence[Case], encode: Callable[[list[str]], np.ndarray]
         ("promptedge: scope + similarity", f"context identical, cosine >= {threshold}", scoped & (last >= threshold)),
         ("promptedge: + rules (the default)", f"context identical, cosine >= {threshold}, rules",
          scoped & (last >= threshold) & rules),
-        ("what-if: earlier user turns by meaning too", f"other turns identical, each user turn cosine >= "
-         f"{threshold} and rules (not built)", by_meaning & (last >= threshold) & rules),
     ]
     if verifier is not None and probability is not None:
         kept = scoped & (last >= verifier.min_cosine)
@@ -182,6 +186,8 @@ def score_cases(cases: Sequence[Case], encode: Callable[[list[str]], np.ndarray]
                         f"context identical, cosine >= {verifier.min_cosine}, p >= {probability:.4f}"
                         + (f" (target {precision_target})" if precision_target is not None else ""),
                         kept & (probs >= probability)))
+    systems.append(("what-if: earlier user turns by meaning too", f"other turns identical, each user turn "
+                    f"cosine >= {threshold} and rules (not built)", by_meaning & (last >= threshold) & rules))
     label = np.array([c.label == 1 for c in cases])
     kinds = np.array([c.kind for c in cases])
     out: list[dict[str, Any]] = []
@@ -225,13 +231,14 @@ def _row(system: str, rule: str, kind: str, hit: np.ndarray, label: np.ndarray) 
 def format_rows(rows: Sequence[dict[str, Any]], source: str) -> str:
     """The rows as an aligned text table, one block per system."""
     lines = [f"{source}: multi-turn context set (pairwise: would the stored conversation's answer be served?)",
-             f"{'system / kind':44} {'cases':>6} {'prec':>6} {'recall':>6} {'hits':>6} {'correct':>7} {'wrong':>6}"]
+             f"{'system / kind':44} {'cases':>6} {'prec':>6} {'recall':>6} {'hit rate':>8} {'correct':>7} "
+             f"{'wrong':>6} {'miss':>6}"]
     for r in rows:
         name = r["system"] if r["kind"] == KINDS[0] else ""
         if name:
             lines.append(f"{name}  [{r['rule']}]")
         prec = "-" if r["precision"] is None else f"{r['precision']:.3f}"
         recall = "-" if r["recall"] is None else f"{r['recall']:.3f}"
-        lines.append(f"  {r['kind']:42} {r['cases']:>6} {prec:>6} {recall:>6} {r['hit_rate']:>6.3f} "
-                     f"{r['correct']:>7} {r['wrong']:>6}")
+        lines.append(f"  {r['kind']:42} {r['cases']:>6} {prec:>6} {recall:>6} {r['hit_rate']:>8.3f} "
+                     f"{r['correct']:>7} {r['wrong']:>6} {r['miss']:>6}")
     return "\n".join(lines)

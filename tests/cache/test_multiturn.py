@@ -54,6 +54,14 @@ def test_cases_follow_the_labels_of_the_pairs_they_come_from() -> None:
         build_cases(A[:2], B[:2], [0, 0], per_kind=5)
 
 
+def test_pairs_that_would_make_identical_conversations_labelled_different_are_left_out() -> None:
+    # QQP has label-0 pairs equal but for a trailing space; as a case they would score a
+    # correct refusal to serve an identical conversation as a wrong hit
+    cases = build_cases([*A, "Is it safe?", ""], [*B, "Is it safe? ", "x"], [*LABELS, 0, 0], per_kind=50)
+    assert all(c.stored != c.query for c in cases if c.label == 0)
+    assert not any("Is it safe?" in str(c.stored) or c.stored[0]["content"] == "" for c in cases)
+
+
 def test_only_a_cache_that_keys_the_context_refuses_the_same_follow_up_after_another_question() -> None:
     cases = build_cases(A, B, LABELS, per_kind=10, seed=0)
     rows = score_cases(cases, word_encode, threshold=0.96)
@@ -80,11 +88,14 @@ def test_cli_reports_the_multi_turn_set(tmp_path: Path, encoder: object) -> None
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps([{"text_a": a, "text_b": b, "label": y} for a, b, y in zip(A, B, LABELS)]))
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(app, ["eval", "--pairs", str(path), "--multi-turn", "10", "--json", str(out)])
+    result = CliRunner().invoke(app, ["eval", "--pairs", str(path), "--multi-turn", "10", "--json", str(out),
+                                      "--threshold", "0.9"])
     assert result.exit_code == 0, result.output
-    assert "multi-turn context set" in result.output
+    assert "multi-turn context set" in result.output and "cosine >= 0.9]" in result.output
     report = json.loads(out.read_text())
-    assert report["multi_turn"]["per_kind"] == 10
+    assert report["multi_turn"]["per_kind"] == 10 and report["multi_turn"]["threshold"] == 0.9
+    assert report["multi_turn"]["cases_per_kind"] == {"other_context": 3, "other_question_same_answer": 3,
+                                                      "paraphrased_context": 3, "same_context": 6}
     other = [r for r in report["multi_turn"]["rows"] if r["kind"] == "other_context"]
     assert {r["system"] for r in other} >= {"gptcache default (last message)", "promptedge: + learned verifier"}
     assert all(r["wrong"] == 0 for r in other if r["system"].startswith("promptedge"))
@@ -92,6 +103,10 @@ def test_cli_reports_the_multi_turn_set(tmp_path: Path, encoder: object) -> None
     positives.write_text(json.dumps([{"origin": "a", "similar": "b"}]))
     bad = CliRunner().invoke(app, ["eval", "--pairs", str(positives), "--multi-turn", "5"])
     assert bad.exit_code == 2 and "labelled pairs" in bad.output
+    one_split = tmp_path / "train_only.json"  # pairs 0, 2 and 3 are in the train split (cache/splits.py)
+    one_split.write_text(json.dumps([{"text_a": A[i], "text_b": B[i], "label": LABELS[i]} for i in (0, 2, 3)]))
+    empty = CliRunner().invoke(app, ["eval", "--pairs", str(one_split), "--split", "test", "--multi-turn", "5"])
+    assert empty.exit_code == 2 and "split 'test' of this file is empty" in empty.output, empty.output
 
 
 def test_the_what_if_row_compares_only_the_earlier_user_turns_by_meaning() -> None:
