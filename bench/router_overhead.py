@@ -14,6 +14,9 @@ wrk (non-stream chat completions, keep-alive) at concurrency 1 and 32:
 - ``promptedge_semantic``: the same with the semantic cache on (an embedding per miss);
 - ``promptedge_httpx_transport``: the same with httpx's own transport;
 - ``promptedge_no_cache``: the proxy path with the cache switched off (diagnosis);
+- ``promptedge_no_store``: the proxy path, every request sent with ``Cache-Control: no-store``:
+  looked up but not stored (diagnosis: against ``promptedge``, what the store costs; against
+  ``promptedge_no_cache``, what the lookup costs);
 - ``promptedge_wN`` (``--workers 1,N,...``, when ``promptedge`` is measured): the proxy path
   served by ``router serve --workers N``; CPU is summed over the supervisor and its N workers,
   which are started and quiet before the first run (:func:`wait_settled`);
@@ -82,6 +85,8 @@ local tid = os.getenv("BENCH_RUN")
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench-0123456789abcdef0123456789abcdef"
+local cache_control = os.getenv("BENCH_CACHE_CONTROL")
+if cache_control ~= nil and cache_control ~= "" then wrk.headers["Cache-Control"] = cache_control end
 local hit = os.getenv("BENCH_HIT") == "1"
 request = function()
   counter = counter + 1
@@ -317,9 +322,11 @@ def cache_outcomes(url: str, name: str) -> dict[str, int] | None:
 
 
 def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool,
-            pids: list[int] | None = None) -> dict[str, float]:
-    """One wrk run; with ``pids``, also the CPU milliseconds those processes spent per request."""
-    env = {**os.environ, "BENCH_HIT": "1" if hit else "0", "BENCH_RUN": uuid.uuid4().hex}
+            pids: list[int] | None = None, cache_control: str = "") -> dict[str, float]:
+    """One wrk run; with ``pids``, also the CPU milliseconds those processes spent per request.
+    cache_control: the requests' ``Cache-Control`` header ("" = none)."""
+    env = {**os.environ, "BENCH_HIT": "1" if hit else "0", "BENCH_RUN": uuid.uuid4().hex,
+           "BENCH_CACHE_CONTROL": cache_control}
     cpu_before = cpu_seconds(pids) if pids else 0.0
     out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", "10s", "-s", str(lua),
                           url + "/v1/chat/completions"], capture_output=True, text=True, env=env, check=True).stdout
@@ -344,12 +351,13 @@ def measure_system(name: str, backend_url: str, backend_proc: subprocess.Popen[b
         return None
     try:
         hit = name == "promptedge_hit_path"
+        control = "no-store" if name == "promptedge_no_store" else ""
         runs: dict[str, dict[str, Any]] = {}
         for c in (1, 32):
-            run_wrk(url, c, 1, lua, hit)  # warm-up: connections, caches, lazy imports
+            run_wrk(url, c, 1, lua, hit, cache_control=control)  # warm-up: connections, caches, lazy imports
             pids = [p.pid for p in procs] or [backend_proc.pid]
             before = cache_outcomes(url, name)
-            run = runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids)
+            run = runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids, cache_control=control)
             if before is not None:
                 run["cache_outcomes"] = outcomes = {
                     k: v - before[k] for k, v in (cache_outcomes(url, name) or before).items()}
