@@ -38,7 +38,7 @@ class WarmCandidate:
     count: requests for this key in the same time-of-day slot on the earlier days kept (sum);
     days_seen: on how many of those days it appeared in that slot;
     cached_until_s: when its current cache entry expires (epoch s), None if absent;
-    group: whose key it is (the tenant's scope tag), for the round-robin of ``fair_top``.
+    group: whose key it is (its tenant tag, cache/warming/popularity.py), for the round-robin of ``fair_top``.
     """
 
     key: str

@@ -16,9 +16,16 @@ hash tag, so a script touches one slot and pools spread over the nodes):
 - ``{prefix}:warm:order:{<pool tag>}:{day}:{slot}``: sorted set (scores 0) of
   ``<tenant tag>:<count, 12 digits>:<exact key>``, each tenant's members by count;
 - ``{prefix}:warm:tenants:{<pool tag>}:{day}:{slot}``: sorted set, tenant tag -> members it holds;
+- ``{prefix}:warm:group:{<pool tag>}:{day}:{slot}``: hash, exact key -> its tenant tag;
 - all expire ``history_days + 1`` days after their last write: the retention of the prompts.
 
-A member's tenant tag is its exact key's scope tag (tenant and pool, cache/keys.py). Fairness:
+A member's tenant tag (its fairness group) is 16 hex digits of SHA-256 of the request's tenant
+*label* (``CacheRequest.label``): a mapped tenant's name, ``default`` for requests without a
+key, and ``other`` for every API key without a mapping. Those keys are cache tenants of their
+own (each its own scope), but a client can make as many of them as it likes: as groups of their
+own, 100 throwaway keys sending one prompt each pushed a tenant's hot prompts out of the slot
+and took the warming budget. Members recorded before the group hash existed fall back to their
+exact key's scope tag. Fairness:
 over ``keep_per_slot`` members, the lowest-count members **of the tenant holding the most** are
 trimmed (members counted before the order index existed go first, lowest counts), so a tenant
 is trimmed only while no tenant holds more (each keeps about ``keep_per_slot`` / tenants of the
@@ -57,40 +64,46 @@ from cache.warming.settings import WarmingSettings
 
 # Shared by both scripts. KEYS[1] counts (zset), KEYS[2] recipes (hash), KEYS[3] order (zset of
 # "<tenant tag>:<count, 12 digits>:<member>", all scores 0: each tenant's members by count, read
-# by ZRANGEBYLEX), KEYS[4] tenants (zset, tenant tag -> members it holds); one (pool, day, slot),
-# one cluster slot. A member's tenant tag is its exact key's scope tag ("{...}" before the sha).
+# by ZRANGEBYLEX), KEYS[4] tenants (zset, tenant tag -> members it holds), KEYS[5] groups (hash,
+# member -> tenant tag); one (pool, day, slot), one cluster slot. A member without a group entry
+# (recorded before it existed) has its exact key's scope tag ("{...}" before the sha).
 _HELPERS = """
 local function tag_of(m) return string.match(m, '{([^{}]*)}:[^:]*$') or '' end
-local function entry(m, score) return tag_of(m) .. ':' .. string.format('%012d', tonumber(score)) .. ':' .. m end
+local function group_of(m) return redis.call('HGET', KEYS[5], m) or tag_of(m) end
+local function entry(t, m, score) return t .. ':' .. string.format('%012d', tonumber(score)) .. ':' .. m end
 local function unentry(t, e)  -- removes order entry e of tenant t, lowering t's share
   if redis.call('ZREM', KEYS[3], e) == 0 then return end
   if tonumber(redis.call('ZINCRBY', KEYS[4], -1, t)) <= 0 then redis.call('ZREM', KEYS[4], t) end
 end
-local function unindex(m, score) unentry(tag_of(m), entry(m, score)) end
-local function drop(m)  -- m's count, order entry and recipe; 1 when its recipe was there
+local function drop(m)  -- m's count, order entry, group and recipe; 1 when its recipe was there
   local score = redis.call('ZSCORE', KEYS[1], m)
   if score then
     redis.call('ZREM', KEYS[1], m)
-    unindex(m, score)
+    local t = group_of(m)
+    unentry(t, entry(t, m, score))
   end
+  redis.call('HDEL', KEYS[5], m)
   return redis.call('HDEL', KEYS[2], m)
 end
 """
 
-# ARGV: member, recipe, ttl s, keep. Counts the member; over ``keep`` members, trims the
-# lowest-count members of the tenant holding the most (module doc), members counted before the
-# order index existed (no entry) first by lowest count.
+# ARGV: member, recipe, ttl s, keep, tenant tag. Counts the member; over ``keep`` members, trims
+# the lowest-count members of the tenant holding the most (module doc), members counted before
+# the order index existed (no entry) first by lowest count. A member keeps the tenant tag it was
+# first counted with.
 _RECORD_LUA = _HELPERS + """
 local m = ARGV[1]
 local fresh = redis.call('EXISTS', KEYS[2]) == 0  -- this (pool, day, slot)'s first recipe
 local old = redis.call('ZSCORE', KEYS[1], m)
 local new = redis.call('ZINCRBY', KEYS[1], 1, m)
-if not old or redis.call('ZREM', KEYS[3], entry(m, old)) == 0 then
-  redis.call('ZINCRBY', KEYS[4], 1, tag_of(m))  -- a member new to the order index
+local t = ARGV[5]
+if old then t = group_of(m) else redis.call('HSET', KEYS[5], m, t) end
+if not old or redis.call('ZREM', KEYS[3], entry(t, m, old)) == 0 then
+  redis.call('ZINCRBY', KEYS[4], 1, t)  -- a member new to the order index
 end
-redis.call('ZADD', KEYS[3], 0, entry(m, new))
+redis.call('ZADD', KEYS[3], 0, entry(t, m, new))
 redis.call('HSETNX', KEYS[2], m, ARGV[2])
-for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
 local unindexed = redis.call('ZCARD', KEYS[1]) - redis.call('ZCARD', KEYS[3])
 while extra > 0 do
@@ -153,6 +166,16 @@ def tenants_key(prefix: str, pool: str, day: int, slot: int) -> str:
     return f"{prefix}:warm:tenants:{{{pool_tag(pool)}}}:{day}:{slot}"
 
 
+def group_key(prefix: str, pool: str, day: int, slot: int) -> str:
+    """The hash of that sorted set's members -> their tenant tags (fairness groups)."""
+    return f"{prefix}:warm:group:{{{pool_tag(pool)}}}:{day}:{slot}"
+
+
+def group_tag(label: str) -> str:
+    """The tenant tag (fairness group) of a tenant label: 16 hex digits of SHA-256 (pure)."""
+    return digest(["warm-group", label])[:16]
+
+
 def slots_key(prefix: str) -> str:
     """The set of every recipe hash's name (all pools, days and slots), added to when a hash is
     created, so a deletion reads the hashes from it instead of walking the keyspace."""
@@ -162,14 +185,16 @@ def slots_key(prefix: str) -> str:
 def slot_keys(prefix: str, pool: str, day: int, slot: int) -> list[str]:
     """The keys one (pool, day, slot)'s scripts touch, in their KEYS order (one cluster slot)."""
     return [count_key(prefix, pool, day, slot), recipe_key(prefix, pool, day, slot),
-            order_key(prefix, pool, day, slot), tenants_key(prefix, pool, day, slot)]
+            order_key(prefix, pool, day, slot), tenants_key(prefix, pool, day, slot),
+            group_key(prefix, pool, day, slot)]
 
 
 _TAG = re.compile(r"\{([^{}]*)\}:[^:]*$")
 
 
 def group_of(key: str) -> str:
-    """The tenant tag of an exact key (its scope tag: tenant and pool), "" for another string."""
+    """The scope tag of an exact key (tenant and pool), "" for another string: the tenant tag of
+    a member recorded before the group hash existed."""
     found = _TAG.search(key)
     return found.group(1) if found else ""
 
@@ -296,7 +321,8 @@ class Popularity:
             return False
         day, slot = slot_of(now_s, settings.slot_s)
         keys = slot_keys(self._prefix, req.model, day, slot)
-        created = await self._record(keys=keys, args=[key, text, settings.history_ttl_s, settings.keep_per_slot])
+        created = await self._record(keys=keys, args=[key, text, settings.history_ttl_s, settings.keep_per_slot,
+                                                      group_tag(req.label)])
         if int(created) == 2:  # a new recipe hash: list it for deletions (its own key: another cluster slot)
             pipe = self._redis.pipeline(transaction=False)
             pipe.sadd(slots_key(self._prefix), keys[1])
@@ -314,14 +340,20 @@ class Popularity:
         pipe = self._redis.pipeline(transaction=False)
         for day, slot in earlier_days(slot_start_s, policy):
             pipe.zrevrange(count_key(self._prefix, pool, day, slot), 0, settings.keep_per_slot - 1, withscores=True)
+            pipe.hgetall(group_key(self._prefix, pool, day, slot))
         counts: dict[str, float] = {}
         days: dict[str, int] = {}
-        for members in await pipe.execute():
+        groups: dict[str, str] = {}
+        replies = await pipe.execute()
+        for members, tags in zip(replies[::2], replies[1::2], strict=True):
             for member, score in members:
                 name = member.decode() if isinstance(member, bytes) else member
                 counts[name] = counts.get(name, 0.0) + float(score)
                 days[name] = days.get(name, 0) + 1
-        ranked = [WarmCandidate(k, counts[k], days[k], None, group_of(k)) for k in counts]
+            for member, tag in tags.items():
+                name = member.decode() if isinstance(member, bytes) else member
+                groups.setdefault(name, tag.decode() if isinstance(tag, bytes) else tag)
+        ranked = [WarmCandidate(k, counts[k], days[k], None, groups.get(k) or group_of(k)) for k in counts]
         top = [c.key for c in fair_top(ranked, policy.top_k)]  # round-robin over tenants by rank
         if not top:
             return []
@@ -332,7 +364,7 @@ class Popularity:
         out = []
         for key, pttl in zip(top, ttls):
             until = None if pttl == -2 else math.inf if pttl == -1 else now_s + pttl / 1000 * ttl_scale
-            out.append(WarmCandidate(key, counts[key], days[key], until, group_of(key)))
+            out.append(WarmCandidate(key, counts[key], days[key], until, groups.get(key) or group_of(key)))
         return out
 
     async def recipe(self, pool: str, key: str, slot_start_s: float, settings: WarmingSettings) -> Recipe | None:
@@ -374,7 +406,7 @@ class Popularity:
         listed = await self._redis.smembers(slots_key(self._prefix))
         for name in sorted(n.decode() if isinstance(n, bytes) else n for n in listed):
             rest = name[len(head):]
-            keys = [f"{self._prefix}:warm:{kind}:{rest}" for kind in ("count", "recipe", "order", "tenants")]
+            keys = [f"{self._prefix}:warm:{kind}:{rest}" for kind in ("count", "recipe", "order", "tenants", "group")]
             doomed: list[Any] = []
             # HSCAN, not HGETALL: a slot may hold keep_per_slot (up to 100,000) recipes
             async for member, raw in self._redis.hscan_iter(name, count=_FORGET_CHUNK):

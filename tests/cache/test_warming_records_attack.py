@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from cache import CacheRequest, CacheSettings, ResponseCache
 from cache.warming.popularity import Popularity, Recipe, count_key, recipe_key, slots_key
 from cache.warming.settings import WarmingSettings
+from tests.cache.test_exact_cache import chat_response
 
 PREFIX = "promptedge:cache"
 NOW = 20 * 86400.0 + 12 * 3600 + 30  # day 20, slot 72 of 600 s
@@ -71,3 +72,26 @@ async def test_lowering_keep_per_slot_trims_without_a_script_error(client) -> No
                                    WarmingSettings(enabled=True, keep_per_slot=100), NOW)
     assert await client.zcard(count_key(PREFIX, "m", 20, 72)) == 100
     assert await client.hlen(recipe_key(PREFIX, "m", 20, 72)) == 100
+
+
+async def test_throwaway_keys_do_not_push_a_tenants_prompts_out_of_warming(client) -> None:
+    """Review finding: every API key without a tenant mapping is a cache tenant of its own, and
+    warming's fairness (trim the group holding the most, candidates round-robin over groups)
+    counted each as a group. 30 keys sending one prompt each trimmed a mapped tenant's hot
+    prompts to 1 of 10 and took 9 of 10 warming slots. They share one group now: their label."""
+    from tests.cache.test_warming_popularity import key_of, make_cache, request
+
+    cache = make_cache(client, keep_per_slot=20, top_k=10, history_days=1, min_days_seen=1)
+    hot = [request(f"team question {i}", tenant="team-a") for i in range(10)]
+    for req in hot:
+        for _ in range(3):
+            await cache.store(req, chat_response())
+    for i in range(30):  # each its own scope (as classify.tenant makes them), all labelled "other"
+        sybil = request(f"junk {i}", tenant=f"key:{i:016x}")
+        await cache.store(CacheRequest(sybil.endpoint, sybil.body, sybil.tenant, sybil.control,
+                                       tenant_label="other"), chat_response())
+    kept = {m.decode() for m in await client.zrange(count_key(PREFIX, "m", 20, 72), 0, -1)}
+    assert {key_of(r) for r in hot} <= kept and len(kept) == 20
+    # the next day's candidates for this slot: half the tenant's, half the throwaway keys'
+    found = await cache.popularity.candidates("m", NOW + 86400 - 30, cache.settings.warming["m"], now_s=NOW)
+    assert sum(c.key in {key_of(r) for r in hot} for c in found) == 5 and len(found) == 10
