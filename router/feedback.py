@@ -1,7 +1,8 @@
 """``POST /v1/cache/feedback``: a client reports that a semantic hit it received was wrong.
 
-Body ``{"hit_id": "<X-PromptEdge-Cache-Hit-Id of the hit>", "verdict": "wrong"}``, with the
-same API key (tenant) that received the hit. The entry that answered becomes stricter
+Body ``{"hit_id": "<X-PromptEdge-Cache-Hit-Id of the hit>", "verdict": "wrong"}``, with an
+API key of the tenant that received the hit (the hit record keeps the tenant, not the key).
+A report counts as a request under the key's rate limits. The entry that answered becomes stricter
 (cache/bound/model.py); other tenants' entries and the pool's calibration are untouched, so a
 client can only make its own hits rarer. Each hit can be reported once, within
 ``PROMPTEDGE_CACHE_FEEDBACK_TTL_S``. Off unless ``PROMPTEDGE_CACHE_FEEDBACK`` (and
@@ -27,6 +28,7 @@ from router import classify
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden
 from router.ops import CacheStatsUnavailable
+from router.service import rate_limit
 
 feedback = APIRouter()
 # one line per report: reports change what the cache serves, so abuse must be traceable
@@ -66,13 +68,28 @@ def parse_report(raw: bytes) -> str:
     return hit_id
 
 
+async def _read_report(request: Request) -> bytes:
+    """The body, read no further than ``MAX_REPORT_BYTES`` + 1 bytes: a longer one is refused
+    (``parse_report``) without reading the rest, which the request limit would have allowed
+    up to 8 MiB of."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_REPORT_BYTES:
+            break
+    return bytes(body)
+
+
 @feedback.post("/v1/cache/feedback")
 async def report(state: StateDep, request: Request) -> dict[str, Any]:
     """Report a wrong semantic hit (module doc)."""
     if not state.cache.settings.feedback:
         raise Forbidden("cache feedback is switched off: set PROMPTEDGE_CACHE_FEEDBACK", code="feedback_disabled")
-    hit_id = parse_report(await request.body())
-    tenant = classify.tenant(classify.api_key(request.headers), state.settings.api_keys)
+    api_key = classify.api_key(request.headers)
+    if state.settings.rate_limits:  # a report costs a Redis script: it is a request like any other
+        await rate_limit(state, api_key, 0)
+    hit_id = parse_report(await _read_report(request))
+    tenant = classify.tenant(api_key, state.settings.api_keys)
     try:
         applied = await state.cache.report_wrong(hit_id, tenant)
     except CacheUnavailable:

@@ -183,12 +183,14 @@ async def admit_request(state: RouterState, rec: Record, headers: Any, body: dic
     rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
     if state.settings.rate_limits:  # off unless configured: then not even a coroutine per request
         tokens = rec.prompt_tokens + classify.max_output_tokens(body) if inference else 0
-        rec.api_key, rec.charged_tokens = api_key, await _rate_limit(state, api_key, tokens)
+        rec.api_key, rec.charged_tokens = api_key, await rate_limit(state, api_key, tokens)
     return api_key
 
 
-async def _rate_limit(state: RouterState, api_key: str, tokens: int) -> int:
-    """The tokens taken from the key's bucket (0: none, e.g. failed open); raises RateLimited."""
+async def rate_limit(state: RouterState, api_key: str, tokens: int) -> int:
+    """Admit one request of ``api_key`` costing ``tokens`` (0: a request, no tokens) under its
+    rate limits. The tokens taken from the key's bucket (0: none, e.g. failed open); raises
+    RateLimited (429, ``Retry-After``)."""
     wait, taken = await state.limiter.admit(api_key, tokens)
     if wait > 0:
         raise RateLimited(f"rate limit of this API key reached; retry in {wait:.1f} s", code="rate_limited",

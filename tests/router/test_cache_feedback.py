@@ -85,3 +85,36 @@ async def test_every_report_is_logged_with_its_tenant(feedback_on: None, start_r
                                    headers={"authorization": "Bearer key-a"})
     assert answer.status_code == 404
     assert any("acme" in r.getMessage() and "unknown hit" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_long_report_is_refused_before_its_body_is_read(feedback_on: None, start_replica, start_router) -> None:
+    # attack round, 4 December: the body was read whole (up to the 8 MiB request limit) before
+    # its 1,024-byte bound was checked. A client sends 2 KB of a chunked body and waits: the 400
+    # must come without the rest.
+    import asyncio
+    from urllib.parse import urlsplit
+
+    router = await start_router([(await start_replica()).url])
+    where = urlsplit(router.url)
+    reader, writer = await asyncio.open_connection(where.hostname, where.port)
+    chunk = b"x" * 2048
+    writer.write(b"POST /v1/cache/feedback HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    await writer.drain()
+    try:
+        status = await asyncio.wait_for(reader.readline(), timeout=5)
+    finally:
+        writer.close()
+    assert status.startswith(b"HTTP/1.1 400"), status
+
+
+async def test_reports_count_against_the_keys_rate_limit(feedback_on: None, start_replica, start_router,
+                                                         client: httpx.AsyncClient) -> None:
+    # attack round, 4 December: reports were not rate-limited, and each costs a Lua script in Redis
+    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"},
+                                rate_limits={"*": {"requests_per_s": 0.1, "burst": 2}})
+    report = {"hit_id": "0" * 32, "verdict": "wrong"}
+    answers = [await client.post(router.url + "/v1/cache/feedback", json=report,
+                                 headers={"authorization": "Bearer key-a"}) for _ in range(3)]
+    assert [a.status_code for a in answers] == [404, 404, 429]
+    assert answers[2].json()["error"]["code"] == "rate_limited" and "retry-after" in answers[2].headers
