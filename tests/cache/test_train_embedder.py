@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cache.cli import app
 from cache.splits import split_of
-from cache.train_embedder import THRESHOLDS_FILE, at, threshold_for
+from cache.train_embedder import THRESHOLDS_FILE, at, precision_at_recall, threshold_for
 from tests.cache.test_multiturn import A, B, LABELS
 
 
@@ -24,6 +24,10 @@ def test_the_threshold_is_the_lowest_cosine_whose_lower_bound_meets_the_target()
     assert threshold_for(sims, labels, 0.999) is None
     row = at(sims, labels, 0.96)
     assert (row["precision"], row["recall"], row["hits"]) == (1.0, 1.0, 200)
+    assert precision_at_recall(sims, labels, 0.5) == 1.0  # the 100 most similar: all duplicates
+    shuffled = np.array([0.99, 0.985, 0.98, 0.94] * 50)  # positives at 0.99 and 0.98, negatives between
+    mixed = np.array([True, False, True, False] * 50)
+    assert precision_at_recall(shuffled, mixed, 1.0) == pytest.approx(100 / 150, abs=1e-4)  # 50 negatives come first
 
 
 @pytest.mark.slow
@@ -39,7 +43,10 @@ def test_a_fine_tune_pulls_the_train_duplicates_together_and_writes_a_loadable_f
     result = CliRunner().invoke(app, ["train-embedder", "--pairs", str(path), "--out", str(out), "--epochs", "6",
                                       "--batch", "4", "--lr", "1e-4"])
     assert result.exit_code == 0, result.output
-    assert json.loads((out / THRESHOLDS_FILE).read_text())["steps"] == 18  # 12 train pairs / 4, 6 times
+    report = json.loads((out / THRESHOLDS_FILE).read_text())
+    assert report["steps"] == 18  # 12 train pairs / 4, 6 times
+    assert "precision_at_recall_0.4" in report["test"] and "precision_at_recall_0.4" in report["base"]["test"]
+    assert "base model: test precision at recall 0.40" in result.output
     train = [(a, b) for a, b, y in zip(A, B, LABELS) if y == 1 and split_of(a, b) == "train"]
     assert train
 
