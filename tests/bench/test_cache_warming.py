@@ -111,7 +111,7 @@ def test_the_counts_are_trimmed_as_the_product_trims_them_in_redis(redis_url: st
     client = redis.Redis.from_url(redis_url)
     record = client.register_script(_RECORD_LUA)
     for k, h in zip(keys.tolist(), hashes.tolist()):
-        record(keys=["warm:z", "warm:r", "warm:o", "warm:t"], args=[f"{h:016x}", "{}", 3600, 12])
+        record(keys=["warm:z", "warm:r", "warm:o", "warm:t", "warm:g"], args=[f"{h:016x}", "{}", 3600, 12, ""])
     in_redis = {m.decode(): int(sc) for m, sc in client.zrange("warm:z", 0, -1, withscores=True)}
     names = dict(zip(keys.tolist(), hashes.tolist()))
     bench = {f"{names[k]:016x}": c for k, c in cw.slot_counts(keys.tolist(), hashes.tolist(), 12).items()}
