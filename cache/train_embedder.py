@@ -36,7 +36,7 @@ import numpy as np
 
 from cache.eval import Pairs
 from cache.splits import split_of
-from cache.verifier import wilson_lower
+from cache.train_verifier import curve
 
 TARGETS = (0.90, 0.95, 0.97)
 THRESHOLDS_FILE = "promptedge-thresholds.json"
@@ -51,14 +51,10 @@ def cosines(encode: Callable[[list[str]], np.ndarray], a: Sequence[str], b: Sequ
 
 def threshold_for(sims: np.ndarray, labels: np.ndarray, target: float) -> float | None:
     """The lowest cosine at which the pairs above it (``sims``, ``labels`` bool) have a
-    precision whose one-sided 95 % Wilson lower bound is >= ``target``; None if none has."""
-    order = np.argsort(-sims, kind="stable")
-    ranked = sims[order]
-    tp = np.cumsum(labels[order])
-    # a cut at cosine c takes every pair at c: judged only where the next pair is less similar
-    ends = [i for i in range(len(order)) if i == len(order) - 1 or ranked[i + 1] < ranked[i]]
-    good = [i for i in ends if wilson_lower(int(tp[i]), i + 1) >= target]
-    return float(ranked[max(good)]) if good else None
+    precision whose one-sided 95 % Wilson lower bound is >= ``target``, ties taken whole; None
+    if none has. The learned verifier's calibration rule (train_verifier.curve) on cosines."""
+    points = curve(sims, labels, int(labels.sum()), len(labels), [target], lower=True)
+    return points[0].probability if points else None
 
 
 def at(sims: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, Any]:
