@@ -203,15 +203,15 @@ def multi_turn(pairs: Any, per_kind: int, seed: int, have_gptcache: bool, verifi
                json_path: Path | None) -> None:
     """The multi-turn context set as a cache (module doc), each system's correct / wrong / miss
     per kind; prints a table, writes JSON."""
-    from cache.multiturn import KINDS, all_content, build_cases, last_content
-    from cache.scope import SemanticQuery, semantic_query
+    from cache.multiturn import KINDS, all_content, build_cases, last_content, scope_of as scope
 
     cases = build_cases(pairs.text_a, pairs.text_b, pairs.labels, per_kind, seed)
     keyings: dict[str, Any] = {"last_content": last_content, "all_content": all_content}
     if have_gptcache:  # GPTCache's own functions (they take the request's data dict)
         from gptcache.processor.pre import all_content as g_all, last_content as g_last
         keyings = {"last_content": lambda m: g_last({"messages": m}), "all_content": lambda m: g_all({"messages": m})}
-    texts = sorted({key(conv) for c in cases for conv in (c.stored, c.query) for key in keyings.values()})
+    used = keyings.values() if have_gptcache else [last_content]  # PromptEdge's rows read the last turn only
+    texts = sorted({key(conv) for c in cases for conv in (c.stored, c.query) for key in used})
     encoder = load_encoder()
     vectors = np.concatenate([encoder.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
     vec = dict(zip(texts, vectors, strict=True))
@@ -236,10 +236,6 @@ def multi_turn(pairs: Any, per_kind: int, seed: int, have_gptcache: bool, verifi
             runs = gptcache_runs(stored_texts, [key(c.query) for c in cases], vec, [str(i) for i in range(len(cases))])
             for threshold in (0.80, 0.98):  # its default, and cosine 0.96 (PromptEdge's default)
                 rows.append({"system": f"gptcache {name}", "threshold": threshold, **tally_kinds(runs[threshold])})
-
-    def scope(conv: list[dict[str, str]]) -> SemanticQuery | None:
-        found = semantic_query("chat.completions", {"model": "eval", "messages": conv}, tenant="eval")
-        return found if isinstance(found, SemanticQuery) else None
 
     index = ScopedIndex(dim=vectors.shape[1], max_entries=len(cases) + 1)
     for i, c in enumerate(cases):

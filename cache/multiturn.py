@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cache.eval import GPTCACHE_DEFAULT_COSINE
 from cache.pair_features import feature_matrix
 from cache.scope import SemanticQuery, semantic_query
 from cache.verifier import LearnedVerifier
@@ -65,8 +66,6 @@ FOLLOW_UPS = (
     "What do most people get wrong about it?",
     "How do I know if it worked?",
 )
-
-GPTCACHE_DEFAULT_COSINE = 0.60  # SearchDistanceEvaluation's default 0.8 = (1 + cos) / 2
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,9 @@ def all_content(messages: Sequence[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in messages)
 
 
-def _scope(messages: list[dict[str, str]]) -> SemanticQuery | None:
+def scope_of(messages: list[dict[str, str]]) -> SemanticQuery | None:
+    """The semantic scope and text of a chat conversation as the cache computes them
+    (``cache.scope.semantic_query``, one tenant, model "eval"); None when it is not eligible."""
     found = semantic_query("chat.completions", {"model": "eval", "messages": messages}, tenant="eval")
     return found if isinstance(found, SemanticQuery) else None
 
@@ -163,7 +164,7 @@ def score_cases(cases: Sequence[Case], encode: Callable[[list[str]], np.ndarray]
         return np.array([float(vec[key(c.stored)] @ vec[key(c.query)]) for c in cases])
 
     last, joined = cosine(last_content), cosine(all_content)
-    scoped = np.array([(s := _scope(c.stored)) is not None and (q := _scope(c.query)) is not None
+    scoped = np.array([(s := scope_of(c.stored)) is not None and (q := scope_of(c.query)) is not None
                        and s.scope == q.scope for c in cases])
     rules = np.array([verify(last_content(c.query), last_content(c.stored)).ok for c in cases])
     by_meaning = np.array([_context_by_meaning(c, vec, threshold) for c in cases])
@@ -211,7 +212,7 @@ def _context_by_meaning(case: Case, vec: dict[str, np.ndarray], threshold: float
                           for i, m in enumerate(conv)]
     if len(stored) != len(query):
         return False
-    scope, other = _scope(blank(stored)), _scope(blank(query))
+    scope, other = scope_of(blank(stored)), scope_of(blank(query))
     if scope is None or other is None or scope.scope != other.scope:
         return False
     return all(a == b or (float(vec[a] @ vec[b]) >= threshold and verify(b, a).ok)
