@@ -144,3 +144,27 @@ async def test_a_label_counts_once_per_entry_and_query_on_the_cluster(
     assert cache.semantic is not None and cache.semantic.bound is not None
     assert (await cache.semantic.bound.pool(pool_name("t1", "m"))).seen == 1
     assert cache.healthy
+
+
+async def test_warming_records_trims_and_forgets_on_the_cluster(make_cache: Factory) -> None:
+    """Warming's record script touches five keys of one (pool, day, slot), its forget script the
+    same five: one hash tag, or CROSSSLOT. Trimming, candidates and delete by tenant work there."""
+    from cache.warming.popularity import group_tag
+    from cache.warming.settings import WarmingSettings
+
+    now = 20 * 86400.0 + 12 * 3600 + 30
+    cache = await make_cache(warming={"m": WarmingSettings(enabled=True, keep_per_slot=4, top_k=4,
+                                                          history_days=1, min_days_seen=1)})
+    cache.clock = lambda: now
+    for i in range(3):
+        for _ in range(2):
+            assert await cache.store(ask(f"team question {i}", tenant="acme"), answer("a"))
+    for i in range(5):  # each its own tenant, all labelled other: one fairness group
+        req = ask(f"junk {i}", tenant=f"key:{i:016x}")
+        assert await cache.store(CacheRequest(req.endpoint, req.body, req.tenant, tenant_label="other"), answer("b"))
+    # four kept: over the limit the group holding the most loses its lowest, so 2 and 2
+    found = await cache.popularity.candidates("m", now + 86400 - 30, cache.settings.warming["m"], now_s=now)
+    groups = [c.group for c in found]
+    assert sorted(groups) == sorted([group_tag("acme")] * 2 + [group_tag("other")] * 2)
+    result = await cache.delete("acme", None)
+    assert result["warming"] == 2
