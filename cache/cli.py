@@ -303,6 +303,9 @@ def train_embedder(
     except ValueError as exc:  # unlabelled pairs, no train split
         typer.echo(f"error: {pairs}: {exc}", err=True)
         raise typer.Exit(2) from None
+    except OSError as exc:
+        typer.echo(f"error: --out {out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(f"wrote {out} ({report['steps']} steps, {report['seconds']:.0f} s); use it with "
                f"PROMPTEDGE_CACHE_EMBEDDING_MODEL={out} and a threshold from {out}/promptedge-thresholds.json")
 

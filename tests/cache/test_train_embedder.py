@@ -65,3 +65,7 @@ def test_a_fine_tune_pulls_the_train_duplicates_together_and_writes_a_loadable_f
     unlabelled.write_text(json.dumps([{"origin": "a", "similar": "b"}]))
     bad = CliRunner().invoke(app, ["train-embedder", "--pairs", str(unlabelled), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "labelled pairs" in bad.output
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    unwritable = CliRunner().invoke(app, ["train-embedder", "--pairs", str(path), "--out", str(blocked / "model")])
+    assert unwritable.exit_code == 2 and "--out" in unwritable.output and "step" not in unwritable.output
