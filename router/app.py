@@ -12,6 +12,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from httpx_aiohttp import AiohttpTransport
+from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
@@ -46,6 +47,16 @@ from router.warming import Warmer, warming_configured
 log = logging.getLogger("router")
 
 
+def cache_client(url: str) -> Redis:
+    """The exact cache's own Redis client for ``url`` (opskit/redis_client.py schemes): no
+    socket timeout and no connect timeout. The cache bounds each of its calls itself, connecting
+    included (``CacheSettings.redis_timeout_s``); redis-py implements a socket timeout with an
+    ``asyncio.wait_for`` Task per command sent (Python 3.11), and a connect timeout of the
+    router's would override the cache's own bound. ``socket_timeout=None`` said out loud:
+    redis-py 8 gives a connection that names none a 5 s socket timeout."""
+    return async_redis(url, socket_timeout=None)
+
+
 def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource | None = None) -> FastAPI:
     """A router app for ``settings`` (default: read from the environment); its replicas come
     from ``discovery`` (default: ``build_source(settings)``, router/discovery/config.py).
@@ -58,11 +69,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # opskit.async_redis: one server, Redis Cluster or Sentinel, from the URL's scheme
         redis = async_redis(settings.redis_url, socket_timeout=settings.redis_timeout_s,
                             socket_connect_timeout=settings.redis_timeout_s)
-        # The exact cache's own client: the cache bounds each of its calls, connecting included
-        # (CacheSettings.redis_timeout_s), so no socket timeout, which redis-py implements with a
-        # wait_for Task per command (py-spy: ~2 % of a proxied request's CPU per Redis command),
-        # and no connect timeout of the router's, which would override the cache's own bound.
-        cache_redis = async_redis(settings.redis_url)
+        cache_redis = cache_client(settings.redis_url)
         # the semantic index follower's blocking XREAD: a socket timeout longer than its block
         follow_redis = async_redis(settings.redis_url, socket_timeout=FOLLOW_SOCKET_TIMEOUT_S)
         upstream = Upstream(settings.upstream_transport, settings.max_connections)
