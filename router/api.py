@@ -3,11 +3,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
 from router import responses, service
+from router.schemas import Endpoint
+
+
+# POST path -> what it serves: OpenAI chat and (legacy) text completions, stream or not, from
+# the cache or a replica; embeddings (exact cache only); vLLM's /tokenize and /detokenize (never
+# cached). A served app answers these in router/fastpath.py, ahead of the middleware stack.
+ROUTES: dict[str, Endpoint] = {"/v1/chat/completions": "chat.completions", "/v1/completions": "completions",
+                               "/v1/embeddings": "embeddings", "/tokenize": "tokenize",
+                               "/detokenize": "detokenize"}
 
 
 def add_completion_routes(app: FastAPI) -> None:
@@ -22,34 +33,12 @@ def add_completion_routes(app: FastAPI) -> None:
     docs). (Through an included APIRouter, FastAPI 0.165 also re-derived the routes' version
     on every request.)
     """
-    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"], include_in_schema=False)
-    app.add_route("/v1/completions", completions, methods=["POST"], include_in_schema=False)
-    app.add_route("/v1/embeddings", embeddings, methods=["POST"], include_in_schema=False)
-    app.add_route("/tokenize", tokenize, methods=["POST"], include_in_schema=False)
-    app.add_route("/detokenize", detokenize, methods=["POST"], include_in_schema=False)
+    for path, endpoint in ROUTES.items():
+        app.add_route(path, _route(endpoint), methods=["POST"], include_in_schema=False)
     app.add_route(responses.PATH, responses.responses, methods=["POST"], include_in_schema=False)
 
 
-async def chat_completions(request: Request) -> Response:
-    """OpenAI chat completions, stream or not, from the cache or a replica."""
-    return await service.handle(request.app.state.router, request, "chat.completions")
-
-
-async def completions(request: Request) -> Response:
-    """OpenAI (legacy) text completions, stream or not, from the cache or a replica."""
-    return await service.handle(request.app.state.router, request, "completions")
-
-
-async def embeddings(request: Request) -> Response:
-    """OpenAI embeddings, from the exact cache or a replica."""
-    return await service.handle(request.app.state.router, request, "embeddings")
-
-
-async def tokenize(request: Request) -> Response:
-    """vLLM's /tokenize, forwarded to a replica of the model's pool (never cached)."""
-    return await service.handle(request.app.state.router, request, "tokenize")
-
-
-async def detokenize(request: Request) -> Response:
-    """vLLM's /detokenize, forwarded to a replica of the model's pool (never cached)."""
-    return await service.handle(request.app.state.router, request, "detokenize")
+def _route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return await service.handle(request.app.state.router, request, endpoint)
+    return route

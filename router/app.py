@@ -32,6 +32,7 @@ from router.metrics import RouterMetrics
 from router.metrics_shared import publish_every
 from router import other_paths
 from router.ops import ops
+from router.fastpath import RouterApp
 from router.feedback import feedback
 from router.ratelimit import RateLimiter
 from router.replicas import Pools
@@ -154,8 +155,10 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     # redirect_slashes off: Starlette answered a trailing slash with a 307 to the Host header's
     # host (an open redirect that keeps the POST body); a wrong path is an OpenAI 404 instead.
     # No /openapi.json: an edge router need not list its admin routes to the internet.
-    app = FastAPI(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
-                  redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False})
+    # RouterApp: the completion routes are answered ahead of the middleware stack (router/fastpath.py)
+    app = RouterApp(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+                    redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False},
+                    fast_body_limit=settings.limits.max_body_bytes)
     add_completion_routes(app)
     app.include_router(ops)
     app.include_router(feedback)

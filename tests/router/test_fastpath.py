@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 import redis.asyncio.connection
 
 from opskit.redis_client import async_redis
+from router import service
 from router.app import cache_client
+from tests.router.conftest import CHAT
 
 
 def _count_wait_for(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -46,3 +49,36 @@ async def test_the_cache_client_sends_commands_without_a_task_each(redis_url, mo
     finally:
         await client.aclose()
     assert started == []
+
+
+async def test_an_unexpected_error_is_a_500_in_openai_shape_without_its_text(start_replica, start_router, client,
+                                                                             monkeypatch, caplog) -> None:
+    replica = await start_replica()
+    router = await start_router([replica.url])
+
+    async def broken(state: Any, request: Any, endpoint: str) -> Any:
+        raise RuntimeError("secret /etc/promptedge/key")
+
+    monkeypatch.setattr(service, "handle", broken)
+    with caplog.at_level(logging.ERROR, logger="router"):
+        response = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "secret" not in response.text
+    assert any("secret" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+
+
+async def test_the_other_routes_still_pass_the_middleware_stack(start_replica, start_router, client) -> None:
+    # what the fast path does not take keeps FastAPI's answers: the admin routes, a GET on a
+    # completion path (405 with Allow), an unknown path (OpenAI's 404 wording)
+    replica = await start_replica()
+    router = await start_router([replica.url])
+    assert (await client.get(router.url + "/health")).status_code == 200
+    wrong = await client.get(router.url + "/v1/chat/completions")
+    assert wrong.status_code == 405 and "POST" in wrong.headers["allow"]
+    unknown = await client.post(router.url + "/v1/chat/completion", json=CHAT)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["message"] == "Invalid URL (POST /v1/chat/completion)"
+    served = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+    assert served.status_code == 200 and served.headers["x-cache"] == "miss"
+    assert served.headers["x-request-id"]
