@@ -111,15 +111,19 @@ class ExactStore:
     ``[tenant, model, key]`` scored by its expiry time (Unix s), so entries can be deleted by
     tenant and/or model; members past their expiry are pruned on every write of that scope.
 
+    hot_redis: the client for :meth:`get_raw` and :meth:`set`, the calls on a request's path
+    (default: ``redis``); the deletes use ``redis``.
+
     Errors: redis exceptions propagate; the caller (ResponseCache) bounds and absorbs them.
     A corrupt entry (not JSON, or not a complete response) is counted in ``corrupt`` and
     treated as a miss.
     """
 
-    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str, hot_redis: aioredis.Redis | None = None) -> None:
         self._redis = redis
+        self._hot = hot_redis or redis
         self._prefix = prefix
-        self._set = redis.register_script(_SET_LUA)
+        self._set = self._hot.register_script(_SET_LUA)
         self._delete = redis.register_script(_DELETE_LUA)
         self.corrupt = 0
 
@@ -128,7 +132,7 @@ class ExactStore:
 
     async def get_raw(self, key: str) -> bytes | None:
         """The stored JSON at ``key`` as is (None: no entry); see decode()."""
-        return await self._redis.get(key)  # type: ignore[no-any-return]
+        return await self._hot.get(key)  # type: ignore[no-any-return]
 
     def decode(self, key: str, raw: bytes | None) -> dict[str, Any] | None:
         """The response stored at ``key`` from its raw value (None: no entry, or a corrupt one)."""

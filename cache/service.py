@@ -92,10 +92,12 @@ class ResponseCache:
     cannot be loaded the exact stage keeps working and ``healthy`` stays False.
 
     encoder: an already loaded Encoder to share (tests, benchmarks); None loads the configured
-    model. bounded_redis: the client for the entries (exact and semantic) and the stats
-    (default: ``redis``), every call of which this class bounds itself; it can do without a
-    socket timeout, which redis-py (8.x, Python 3.11) implements with ``asyncio.wait_for``: a
-    Task per command. follow_redis: the semantic index follower's client (SemanticCache; its
+    model. bounded_redis: the client for the entries (exact and semantic), the stats and
+    warming (default: ``redis``); its socket timeout also bounds the calls made outside this
+    class's own bounds (the warmer's, the index rebuild at start-up). exact_redis: the client
+    for the exact lookup's GET and the store's script only (default: ``bounded_redis``), each
+    of which this class bounds itself, so it can do without a socket timeout, which redis-py
+    (8.x, Python 3.11) implements with ``asyncio.wait_for``: a Task per command. follow_redis: the semantic index follower's client (SemanticCache; its
     socket timeout ``cache.semantic.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of
     the three may be a one-server, Redis Cluster or Sentinel client (``opskit.redis_client.async_redis``):
     every script and transaction here touches keys of one hash slot (cache/README.md).
@@ -105,10 +107,11 @@ class ResponseCache:
 
     def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
                  encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None,
-                 follow_redis: aioredis.Redis | None = None, clock: Callable[[], float] | None = None) -> None:
+                 follow_redis: aioredis.Redis | None = None, clock: Callable[[], float] | None = None,
+                 exact_redis: aioredis.Redis | None = None) -> None:
         self.settings = settings or CacheSettings()
         client = bounded_redis or redis
-        self._exact = ExactStore(client, self.settings.key_prefix)
+        self._exact = ExactStore(client, self.settings.key_prefix, hot_redis=exact_redis)
         self._stats = StatsStore(client, self.settings.key_prefix)
         # predictive warming (cache/warming/): counts and recipes, only for pools that enable it
         self.popularity = Popularity(client, self.settings.key_prefix)

@@ -49,12 +49,16 @@ log = logging.getLogger("router")
 
 
 def cache_client(url: str) -> Redis:
-    """The exact cache's own Redis client for ``url`` (opskit/redis_client.py schemes): no
-    socket timeout and no connect timeout. The cache bounds each of its calls itself, connecting
-    included (``CacheSettings.redis_timeout_s``); redis-py implements a socket timeout with an
+    """The Redis client for ``url`` (opskit/redis_client.py schemes) of the exact cache's
+    lookup and store, the two commands of a proxied miss: no socket timeout and no connect
+    timeout. The cache bounds each of those calls itself, connecting included
+    (``CacheSettings.redis_timeout_s``); redis-py implements a socket timeout with an
     ``asyncio.wait_for`` Task per command sent (Python 3.11), and a connect timeout of the
     router's would override the cache's own bound. ``socket_timeout=None`` said out loud:
-    redis-py 8 gives a connection that names none a 5 s socket timeout."""
+    redis-py 8 gives a connection that names none a 5 s socket timeout. Only for calls bounded
+    by their caller: the start-up index rebuild, the admin deletes and the warmer keep the
+    client with redis-py's default (attack round: on this client, a hung Redis held a router's
+    start-up for 70 s instead of 16 s)."""
     return async_redis(url, socket_timeout=None)
 
 
@@ -70,7 +74,10 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # opskit.async_redis: one server, Redis Cluster or Sentinel, from the URL's scheme
         redis = async_redis(settings.redis_url, socket_timeout=settings.redis_timeout_s,
                             socket_connect_timeout=settings.redis_timeout_s)
-        cache_redis = cache_client(settings.redis_url)
+        # The cache's own clients: redis-py's socket timeout (5 s by default in redis-py 8) on the
+        # one for everything but the exact lookup and store, which bound every call themselves
+        cache_redis = async_redis(settings.redis_url)
+        exact_redis = cache_client(settings.redis_url)
         # the semantic index follower's blocking XREAD: a socket timeout longer than its block
         follow_redis = async_redis(settings.redis_url, socket_timeout=FOLLOW_SOCKET_TIMEOUT_S)
         upstream = Upstream(settings.upstream_transport, settings.max_connections)
@@ -100,7 +107,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
 
         # the cache counts requests per time of day for warming on the router's (maybe simulated) clock
         cache = ResponseCache(redis, cache_settings, bounded_redis=cache_redis, follow_redis=follow_redis,
-                              clock=clock.now)
+                              clock=clock.now, exact_redis=exact_redis)
         # load the embedding model before serving: importing it in the background would stall the
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
@@ -145,6 +152,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             await probe_client.aclose()
             await redis.aclose()
             await cache_redis.aclose()
+            await exact_redis.aclose()
             await follow_redis.aclose()
             if tracer_provider is not None:
                 tracer_provider.shutdown()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ import redis.asyncio.connection
 from opskit.redis_client import async_redis
 from router import service
 from router.app import cache_client
+from sim.stack import RedisServer
 from tests.router.conftest import CHAT
 
 
@@ -82,3 +85,28 @@ async def test_the_other_routes_still_pass_the_middleware_stack(start_replica, s
     served = await client.post(router.url + "/v1/chat/completions", json=CHAT)
     assert served.status_code == 200 and served.headers["x-cache"] == "miss"
     assert served.headers["x-request-id"]
+
+
+async def test_a_hung_redis_holds_neither_start_up_nor_an_admin_delete(start_replica, start_router, client) -> None:
+    # Attack round: with every cache call on the client without a socket timeout, a router
+    # started against a stopped Redis waited out the semantic index rebuild's 60 s bound (70 s
+    # to its first answer, 16 s before) and DELETE /cache its 30 s one (5 s before). Only the
+    # exact lookup and store, bounded by the cache itself, go without a socket timeout.
+    replica = await start_replica()
+    with RedisServer() as own:
+        assert own.process is not None
+        own.process.send_signal(signal.SIGSTOP)  # accepts connections (kernel backlog), never answers
+        try:
+            began = time.monotonic()
+            router = await start_router([replica.url], redis_url=own.url, admin_key="adm1n-test")
+            start_up_s = time.monotonic() - began
+            served = await client.post(router.url + "/v1/chat/completions", json=CHAT)
+            began = time.monotonic()
+            deleted = await client.delete(router.url + "/cache?all=true", timeout=60,
+                                          headers={"authorization": "Bearer adm1n-test"})
+            delete_s = time.monotonic() - began
+        finally:
+            own.process.send_signal(signal.SIGCONT)
+    assert served.status_code == 200 and served.headers["x-cache"] == "miss"
+    assert deleted.status_code == 503
+    assert (start_up_s < 40, delete_s < 20) == (True, True), f"start-up {start_up_s:.1f} s, delete {delete_s:.1f} s"
