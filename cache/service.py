@@ -97,9 +97,10 @@ class ResponseCache:
     class's own bounds (the warmer's, the index rebuild at start-up). exact_redis: the client
     for the exact lookup's GET and the store's script only (default: ``bounded_redis``), each
     of which this class bounds itself, so it can do without a socket timeout, which redis-py
-    (8.x, Python 3.11) implements with ``asyncio.wait_for``: a Task per command. follow_redis: the semantic index follower's client (SemanticCache; its
-    socket timeout ``cache.semantic.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of
-    the three may be a one-server, Redis Cluster or Sentinel client (``opskit.redis_client.async_redis``):
+    (8.x, Python 3.11) implements with ``asyncio.wait_for``: a Task per command.
+    follow_redis: the semantic index follower's client (SemanticCache; its socket timeout
+    ``cache.semantic.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of these clients
+    may be a one-server, Redis Cluster or Sentinel client (``opskit.redis_client.async_redis``):
     every script and transaction here touches keys of one hash slot (cache/README.md).
     clock: Unix seconds for the warming counts' time-of-day slots (the router's clock, which
     may be simulated; default ``time.time``).
