@@ -14,29 +14,26 @@ Measured (bench/router_overhead.py, CPU per proxied miss): router/README.md, Mea
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from router import service
 from router.api import ROUTES
 from router.bodylimit import BodyLimit
 from router.errors import APIError
 
-log = logging.getLogger("router")
-
 
 class RouterApp(FastAPI):
     """FastAPI whose completion routes (router/api.py ``ROUTES``, POST) skip its middleware stack.
 
     ``fast_body_limit``: the bound (bytes) those requests' bodies get, as the app's BodyLimit
-    middleware gives every other request (413). Errors are answered as the app's exception
-    handlers answer them: an APIError as OpenAI error JSON with its status and headers; an
-    exception escaping ``service.handle`` (a bug: it turns its own into a 500 APIError) is
-    logged and answered 500 ``internal_error``.
+    middleware gives every other request (413). Errors are answered by the app's own exception
+    handlers (router/app.py): an APIError as OpenAI error JSON with its status and headers; an
+    exception escaping ``service.handle`` (a bug: it turns its own into a 500 APIError) by the
+    handler registered for ``Exception``, which logs it and answers 500 ``internal_error``.
     """
 
     def __init__(self, *args: Any, fast_body_limit: int, **kwargs: Any) -> None:
@@ -54,9 +51,7 @@ class RouterApp(FastAPI):
         request = Request(scope, receive)
         try:
             response: Response = await service.handle(self.state.router, request, ROUTES[scope["path"]])
-        except APIError as exc:
-            response = JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
-        except Exception:  # as the app's top-level handler: the trace for operators, never the client
-            log.exception("unhandled error on %s", scope["path"])
-            response = JSONResponse(APIError("internal router error", code="internal_error").body(), status_code=500)
+        except Exception as exc:
+            handler = self.exception_handlers[APIError if isinstance(exc, APIError) else Exception]
+            response = await handler(request, exc)
         await response(scope, receive, send)
