@@ -58,7 +58,8 @@ def cache_client(url: str) -> Redis:
     redis-py 8 gives a connection that names none a 5 s socket timeout. Only for calls bounded
     by their caller: the start-up index rebuild, the admin deletes and the warmer keep the
     client with redis-py's default (attack round: on this client, a hung Redis held a router's
-    start-up for 70 s instead of 16 s)."""
+    start-up for 70 s instead of 16 s). Raises RedisURLError for a URL it cannot read; connects
+    lazily (the first command raises redis errors)."""
     return async_redis(url, socket_timeout=None)
 
 
