@@ -28,15 +28,15 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cache.eval import Pairs
-from cache.splits import split_of
-from cache.train_verifier import curve
+from cache.eval import Pairs, score_labelled
+from cache.train_verifier import curve, split_pairs
 
 TARGETS = (0.90, 0.95, 0.97)
 THRESHOLDS_FILE = "promptedge-thresholds.json"
@@ -58,12 +58,10 @@ def threshold_for(sims: np.ndarray, labels: np.ndarray, target: float) -> float 
 
 
 def at(sims: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, Any]:
-    """Precision, recall and hit rate of ``cosine >= threshold`` on labelled pairs."""
-    hit = sims >= threshold
-    correct = int((hit & labels).sum())
-    return {"threshold": round(threshold, 4), "precision": round(correct / hit.sum(), 4) if hit.any() else None,
-            "recall": round(correct / labels.sum(), 4) if labels.any() else None,
-            "hit_rate": round(float(hit.mean()), 4), "hits": int(hit.sum())}
+    """Precision, recall, F1 and hit rate of ``cosine >= threshold`` on labelled pairs
+    (``cache.eval.score_labelled``), and the number of hits."""
+    point = score_labelled(sims, np.ones(len(sims), dtype=bool), labels, [threshold])[0]
+    return {**asdict(point), "threshold": round(threshold, 4), "hits": int((sims >= threshold).sum())}
 
 
 def precision_at_recall(sims: np.ndarray, labels: np.ndarray, recall: float) -> float | None:
@@ -76,15 +74,16 @@ def precision_at_recall(sims: np.ndarray, labels: np.ndarray, recall: float) -> 
     return round(float(tp[min(i, len(tp) - 1)] / (min(i, len(tp) - 1) + 1)), 4)
 
 
-def evaluate(encode: Callable[[list[str]], np.ndarray], pairs: Pairs, split: list[str],
+def evaluate(encode: Callable[[list[str]], np.ndarray], pairs: Pairs, by_split: Mapping[str, list[int]],
              log: Callable[[str], None] = print, name: str = "") -> tuple[dict[str, float], dict[str, Any]]:
     """Step 3 for one model: its thresholds (target -> cosine, calibration split) and its test
-    metrics at each, plus ``precision_at_recall_0.4``."""
+    metrics at each, plus ``precision_at_recall_0.4``. ``by_split``: the pairs' indices per
+    split (``train_verifier.split_pairs``)."""
     assert pairs.labels is not None
     labels = np.asarray(pairs.labels, dtype=bool)
     sims = {}
     for part in ("calibration", "test"):
-        idx = [i for i, s in enumerate(split) if s == part]
+        idx = by_split[part]
         sims[part] = (cosines(encode, [pairs.text_a[i] for i in idx], [pairs.text_b[i] for i in idx]), labels[idx])
     thresholds: dict[str, float] = {}
     test: dict[str, Any] = {"precision_at_recall_0.4": precision_at_recall(*sims["test"], 0.40)}
@@ -116,8 +115,8 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
 
     if pairs.labels is None:
         raise ValueError("train-embedder needs labelled pairs {text_a, text_b, label}")
-    split = [split_of(a, b) for a, b in zip(pairs.text_a, pairs.text_b, strict=True)]
-    train = [i for i, s in enumerate(split) if s == "train"]
+    by_split = split_pairs(pairs, None)
+    train = by_split["train"]
     if not train:
         raise ValueError("no pair of these falls in the train split")
     out.mkdir(parents=True, exist_ok=True)  # before the minutes of training: an unwritable --out fails now
@@ -129,7 +128,7 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(model.encode(texts, batch_size=128, normalize_embeddings=True))
 
-    base_thresholds, base_test = evaluate(encode, pairs, split, log, "base model: ")
+    base_thresholds, base_test = evaluate(encode, pairs, by_split, log, "base model: ")
     loss = OnlineContrastiveLoss(model, margin=0.5)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     per_epoch = len(train) // batch
@@ -160,6 +159,6 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
                               "train_pairs": len(train), "steps": steps, "batch": batch, "lr": lr, "seed": seed,
                               "seconds": round(time.perf_counter() - started, 1),
                               "base": {"thresholds": base_thresholds, "test": base_test}}
-    report["thresholds"], report["test"] = evaluate(encode, pairs, split, log, "fine-tuned: ")
+    report["thresholds"], report["test"] = evaluate(encode, pairs, by_split, log, "fine-tuned: ")
     (out / THRESHOLDS_FILE).write_text(json.dumps({"source": "python -m cache train-embedder", **report}, indent=2))
     return report
