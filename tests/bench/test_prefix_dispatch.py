@@ -1,0 +1,50 @@
+"""bench/prefix_dispatch.py: the exact-state policy and the no-queueing floor it reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.dispatch import Weights
+from sim import A100
+from tests.bench_script import load_bench
+
+pd = load_bench("prefix_dispatch")
+
+
+def _req(at: float, prompt: int, first_block: int = 1) -> "pd.Req":
+    """A request whose prompt is ``prompt // 16`` full blocks numbered from ``first_block``."""
+    return pd.Req(at, prompt, 4, tuple(range(first_block, first_block + prompt // 16)), (), None)
+
+
+def _chunked_prefill_ms(prompt: int) -> float:
+    """One prompt alone on an idle a100, from the sim's step formula (sim/latency.py)."""
+    t, done = 0.0, 0
+    while done < prompt:
+        chunk = min(prompt - done, A100.max_num_batched_tokens)
+        t += A100.decode_base_s + A100.decode_per_seq_s + A100.kv_read_s_per_token * done \
+            + A100.prefill_s_per_token * chunk
+        done += chunk
+    return t * 1000
+
+
+def test_the_oracle_finds_a_repeated_prompt_cached_but_for_its_last_block() -> None:
+    reqs = [_req(0.0, 20_000), _req(5.0, 20_000), _req(9.0, 20_000, first_block=10**6)]
+    cached = [c for _, c in pd.oracle_cached(reqs)]
+    assert cached == [0, 20_000 - 16, 0]  # vLLM leaves at least one token to compute
+    assert [c for _, c in pd.oracle_cached(reqs, 0)] == [0, 0, 0]
+
+
+def test_the_floor_is_the_prompts_own_chunked_prefill_and_the_oracles_cache_lowers_it() -> None:
+    reqs = [_req(5.0 * i, 20_000) for i in range(100)]
+    assert pd.idle_ttft_p99_ms(reqs, 0) == pytest.approx(_chunked_prefill_ms(20_000), abs=0.1)
+    # 99 of the 100 find all but the last block cached: one block's prefill and a step
+    assert pd.idle_ttft_p99_ms(reqs) < 0.1 * pd.idle_ttft_p99_ms(reqs, 0)
+
+
+def test_prefix_exact_sends_a_repeated_prompt_where_its_prefix_is_cached() -> None:
+    reqs = [_req(0.0, 8_000), _req(10.0, 8_000)]
+    exact = pd.run(reqs, "prefix_exact", Weights(stale_after_s=1.0))
+    load_only = pd.run(reqs, "gpu_load", Weights(stale_after_s=1.0))
+    # hits / queries over both prompts: all of the second but its last block
+    assert exact["hit_rate"] == pytest.approx((8_000 - 16) / 16_000, abs=1e-3)
+    assert load_only["hit_rate"] == 0.0  # an idle fleet spreads them: the exact state is what moved it
