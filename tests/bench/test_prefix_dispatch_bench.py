@@ -48,3 +48,21 @@ def test_prefix_exact_sends_a_repeated_prompt_where_its_prefix_is_cached() -> No
     # hits / queries over both prompts: all of the second but its last block
     assert exact["hit_rate"] == pytest.approx((8_000 - 16) / 16_000, abs=1e-3)
     assert load_only["hit_rate"] == 0.0  # an idle fleet spreads them: the exact state is what moved it
+
+
+def test_a_burst_of_long_prompts_that_no_packing_fits_leaves_the_excess_late() -> None:
+    deadline = 4.0
+    capacity = pd.prefill_capacity_tokens(deadline)
+    assert 30_000 < capacity < 60_000  # one 30k prompt per replica by the deadline, never two
+    burst = [_req(0.0, 30_000, first_block=i * 10**5) for i in range(5)]
+    # 5 x 30k is below 4 replicas' capacity in sum, but only one fits each replica
+    assert 5 * 30_000 < len(pd.FLEET) * capacity
+    assert pd.late_lower_bound(burst, deadline, 0) == 1
+    spread = [_req(10.0 * i, 30_000, first_block=i * 10**5) for i in range(5)]
+    assert pd.late_lower_bound(spread, deadline, 0) == 0
+
+
+def test_the_bound_counts_the_prefix_hits_the_oracle_would_get() -> None:
+    same = [_req(0.0, 30_000) for _ in range(5)]  # one prompt five times: four find it cached
+    assert pd.late_lower_bound(same, 4.0, 0) == 1
+    assert pd.late_lower_bound(same, 4.0) == 0
