@@ -32,13 +32,14 @@ Policies: ``round_robin``, ``least_request``, ``gpu_load`` (load only; the route
 ``prefix_affinity`` (gpu_load + today's prefix affinity), ``prefix_aware`` (the new score with
 bounded load), ``prefix_exact`` (the same score fed each replica's exact prefix cache content,
 read from its block pool at dispatch: the ceiling of vLLM's KV-cache-events feed, which the
-router does not consume; it measures what the approximate index loses), ``llm_d_like``: llm-d's inference-scheduler shape, implemented here from its
-documented scorers (prefix-cache scorer: fraction of the prompt's blocks the replica is
-believed to hold, from the same approximate index; queue scorer: (max - q) / (max - min) of
-the waiting queues; KV-cache-utilization scorer: 1 - KV usage), weights 1:1:1, highest total
-wins, no load bound. ``oracle``: not a policy but the hit rate a perfect-locality router would
-reach: every prompt served where every earlier prompt's blocks are, with no eviction (one
-unbounded cache), the ceiling of any dispatch.
+router does not consume; it measures what the approximate index loses), ``llm_d_like``:
+llm-d's inference-scheduler shape, implemented here from its documented scorers (prefix-cache
+scorer: fraction of the prompt's blocks the replica is believed to hold, from the same
+approximate index; queue scorer: (max - q) / (max - min) of the waiting queues;
+KV-cache-utilization scorer: 1 - KV usage), weights 1:1:1, highest total wins, no load bound.
+``oracle``: not a policy but the hit rate a perfect-locality router would reach: every prompt
+served where every earlier prompt's blocks are, with no eviction (one unbounded cache), the
+ceiling of any dispatch.
 
 Reported per workload and policy: TTFT p50/p99 (ms), prefix cache hit rate (from the replicas'
 metrics) and its ratio to the oracle's, throughput (completed requests per second of virtual
@@ -56,8 +57,8 @@ from __future__ import annotations
 import json
 import random
 import sys
-from itertools import groupby
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 

@@ -1,4 +1,5 @@
-"""bench/prefix_dispatch.py: the exact-state policy and the no-queueing floor it reports."""
+"""bench/prefix_dispatch.py: the exact-state policy, the no-queueing floor and the bound on
+requests any dispatch leaves past the TTFT target."""
 
 from __future__ import annotations
 
