@@ -167,21 +167,21 @@ def oracle_cached(reqs: list[Req], kv_tokens: int | None = None) -> list[tuple[R
     return out
 
 
-def oracle_hit_rate(reqs: list[Req], kv_tokens: int | None = None) -> float:
-    """Tokens found cached / tokens queried by the perfect-locality router of ``oracle_cached``."""
-    cached = oracle_cached(reqs, kv_tokens)
+def hit_rate(cached: list[tuple[Req, int]]) -> float:
+    """Tokens found cached / tokens queried, over ``oracle_cached``'s pairs."""
     return sum(c for _, c in cached) / sum(r.prompt for r, _ in cached)
 
 
-def idle_ttft_p99_ms(reqs: list[Req], kv_tokens: int | None = None) -> float:
-    """TTFT p99 (ms) if every request found an idle ``a100`` holding the oracle's cached prefix
-    (``oracle_cached``): its own chunked prefill of the uncached tokens and nothing else, the
-    floor no dispatch policy goes below. Each is stepped through a fresh ``BatchModel``; the
-    cached prefix's KV reads are left out (at most 2 ms a step), which only lowers the floor."""
+def idle_ttft_p99_ms(cached: list[tuple[Req, int]]) -> float:
+    """TTFT p99 (ms) if every request found an idle ``a100`` holding its cached prefix (the
+    pairs of ``oracle_cached``): its own chunked prefill of the uncached tokens and nothing
+    else, the floor no dispatch policy goes below. Each is stepped through a fresh
+    ``BatchModel``; the cached prefix's KV reads are left out (at most 2 ms a step), which only
+    lowers the floor."""
     ttft = []
-    for r, cached in oracle_cached(reqs, kv_tokens):
+    for r, cached_tokens in cached:
         model, elapsed = BatchModel(FLEET[0]), 0.0
-        model.submit(0, r.prompt - cached, 1)
+        model.submit(0, r.prompt - cached_tokens, 1)
         while True:
             out = model.step()
             elapsed += out.duration_s
@@ -230,9 +230,9 @@ def _packs(sizes: list[int], bins: int, capacity: int) -> bool:
     return place(0)
 
 
-def late_lower_bound(reqs: list[Req], deadline_s: float, kv_tokens: int | None = None) -> int:
+def late_lower_bound(cached: list[tuple[Req, int]], deadline_s: float) -> int:
     """Requests whose TTFT must exceed ``deadline_s`` under ANY dispatch over the fleet, given
-    the prefix hits of ``oracle_cached(reqs, kv_tokens)``. Requests arriving at the same
+    the prefix hits of ``cached`` (``oracle_cached``'s pairs, in arrival order). Requests arriving at the same
     instant (a burst) must each be prefilled by their deadline: the on-time ones of a replica
     share ``prefill_capacity_tokens(deadline_s)``. The k smallest uncached prompts are the
     likeliest k to fit, so the largest k whose prompts pack into the fleet's replicas is the
@@ -241,8 +241,8 @@ def late_lower_bound(reqs: list[Req], deadline_s: float, kv_tokens: int | None =
     lower bound."""
     capacity = prefill_capacity_tokens(deadline_s)
     late = 0
-    for _, burst in groupby(oracle_cached(reqs, kv_tokens), key=lambda rc: rc[0].at):
-        sizes = sorted(r.prompt - cached for r, cached in burst)
+    for _, burst in groupby(cached, key=lambda rc: rc[0].at):
+        sizes = sorted(r.prompt - tokens for r, tokens in burst)
         k = len(sizes)
         while k and not _packs(sizes[:k], len(FLEET), capacity):
             k -= 1
@@ -360,13 +360,16 @@ def main(
     results: dict[str, dict[str, Any]] = {}
     for name, (reqs, params) in workloads.items():
         span = reqs[-1].at - reqs[0].at
+        # the perfect-locality router's hits: no prefix cache, the fleet's KV pooled, unbounded
+        oracles = {"no_cache": oracle_cached(reqs, 0),
+                   "pooled_oracle": oracle_cached(reqs, sum(p.kv_capacity_tokens for p in FLEET)),
+                   "oracle": oracle_cached(reqs)}
         entry: dict[str, Any] = {**params, "requests": len(reqs), "offered_rps": round(len(reqs) / span, 2),
                                  "mean_prompt_tokens": round(sum(r.prompt for r in reqs) / len(reqs)),
-                                 "oracle_hit_rate": round(oracle_hit_rate(reqs), 4),
-                                 "pooled_oracle_hit_rate": round(oracle_hit_rate(
-                                     reqs, sum(p.kv_capacity_tokens for p in FLEET)), 4),
-                                 "idle_ttft_p99_ms": {"no_cache": idle_ttft_p99_ms(reqs, 0),
-                                                      "oracle": idle_ttft_p99_ms(reqs)},
+                                 "oracle_hit_rate": round(hit_rate(oracles["oracle"]), 4),
+                                 "pooled_oracle_hit_rate": round(hit_rate(oracles["pooled_oracle"]), 4),
+                                 "idle_ttft_p99_ms": {"no_cache": idle_ttft_p99_ms(oracles["no_cache"]),
+                                                      "oracle": idle_ttft_p99_ms(oracles["oracle"])},
                                  "prefix_weight": prefix_weight}
         for policy in policies.split(","):
             entry[policy] = run(reqs, policy, weights)
@@ -376,10 +379,8 @@ def main(
             # issue 15's target: TTFT p99 1.5x lower than load-only; which dispatch could reach it?
             deadline = entry["gpu_load"]["ttft_p99_ms"] / 1.5 / 1000
             entry["target"] = {"ttft_p99_ms": round(deadline * 1000, 1), "late_allowed": len(reqs) // 100,
-                               "late_at_least": {"no_cache": late_lower_bound(reqs, deadline, 0),
-                                                 "pooled_oracle": late_lower_bound(
-                                                     reqs, deadline, sum(p.kv_capacity_tokens for p in FLEET)),
-                                                 "oracle": late_lower_bound(reqs, deadline)}}
+                               "late_at_least": {kind: late_lower_bound(cached, deadline)
+                                                 for kind, cached in oracles.items()}}
         results[name] = entry
     print_table(results)
     if json_path is not None:

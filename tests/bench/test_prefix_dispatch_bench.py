@@ -32,14 +32,15 @@ def test_the_oracle_finds_a_repeated_prompt_cached_but_for_its_last_block() -> N
     reqs = [_req(0.0, 20_000), _req(5.0, 20_000), _req(9.0, 20_000, first_block=10**6)]
     cached = [c for _, c in pd.oracle_cached(reqs)]
     assert cached == [0, 20_000 - 16, 0]  # vLLM leaves at least one token to compute
+    assert pd.hit_rate(pd.oracle_cached(reqs)) == pytest.approx((20_000 - 16) / 60_000)
     assert [c for _, c in pd.oracle_cached(reqs, 0)] == [0, 0, 0]
 
 
 def test_the_floor_is_the_prompts_own_chunked_prefill_and_the_oracles_cache_lowers_it() -> None:
     reqs = [_req(5.0 * i, 20_000) for i in range(100)]
-    assert pd.idle_ttft_p99_ms(reqs, 0) == pytest.approx(_chunked_prefill_ms(20_000), abs=0.1)
+    assert pd.idle_ttft_p99_ms(pd.oracle_cached(reqs, 0)) == pytest.approx(_chunked_prefill_ms(20_000), abs=0.1)
     # 99 of the 100 find all but the last block cached: one block's prefill and a step
-    assert pd.idle_ttft_p99_ms(reqs) < 0.1 * pd.idle_ttft_p99_ms(reqs, 0)
+    assert pd.idle_ttft_p99_ms(pd.oracle_cached(reqs)) < 0.1 * pd.idle_ttft_p99_ms(pd.oracle_cached(reqs, 0))
 
 
 def test_prefix_exact_sends_a_repeated_prompt_where_its_prefix_is_cached() -> None:
@@ -58,12 +59,12 @@ def test_a_burst_of_long_prompts_that_no_packing_fits_leaves_the_excess_late() -
     burst = [_req(0.0, 30_000, first_block=i * 10**5) for i in range(5)]
     # 5 x 30k is below 4 replicas' capacity in sum, but only one fits each replica
     assert 5 * 30_000 < len(pd.FLEET) * capacity
-    assert pd.late_lower_bound(burst, deadline, 0) == 1
+    assert pd.late_lower_bound(pd.oracle_cached(burst, 0), deadline) == 1
     spread = [_req(10.0 * i, 30_000, first_block=i * 10**5) for i in range(5)]
-    assert pd.late_lower_bound(spread, deadline, 0) == 0
+    assert pd.late_lower_bound(pd.oracle_cached(spread, 0), deadline) == 0
 
 
 def test_the_bound_counts_the_prefix_hits_the_oracle_would_get() -> None:
     same = [_req(0.0, 30_000) for _ in range(5)]  # one prompt five times: four find it cached
-    assert pd.late_lower_bound(same, 4.0, 0) == 1
-    assert pd.late_lower_bound(same, 4.0) == 0
+    assert pd.late_lower_bound(pd.oracle_cached(same, 0), 4.0) == 1
+    assert pd.late_lower_bound(pd.oracle_cached(same), 4.0) == 0
