@@ -18,7 +18,8 @@ Rules (issue 5):
   default 300 s): down only to the highest recommendation of the last ``down_cooldown_s``, so a
   quiet minute between busy ones (noise in counts of a few requests a minute) does not give
   back replicas that take a whole warm-up to return; at most ``max_step`` replicas per decision
-  up, at most ``max_scale_down_step`` down (issue 31: a first decision once took a pool 4 -> 1);
+  up; down at most ``max_scale_down_fraction`` of the current replicas (at least one; issue 31:
+  a first decision once took a pool 4 -> 1);
 - cold start: no scale-down before the forecaster has observed a whole stabilisation window
   (``down_cooldown_s``) of decisions, in this process or in the saved state it restored
   (``PlannerState.observed_since``); a saved state older than that window restores nothing;
@@ -49,8 +50,8 @@ class PlannerConfig:
     demand it stands for reaches (s): the half-width of a centred mean the forecast was made
     on (forecaster.run: rate_window_s), so a step forecast there at full level only this long
     after it starts; the plan reads that far past each decision's covered span (0: buckets as
-    counted); max_scale_down_step: the most replicas one decision removes (the up step is
-    ``max_step``)."""
+    counted); max_scale_down_fraction: the most one decision removes, as a share of the current
+    replicas (at least 1 replica; within ``max_step`` too): 0.5 takes 4 to 2, 100 to 50."""
 
     capacity_per_replica: float
     headroom: float = 0.2
@@ -64,7 +65,7 @@ class PlannerConfig:
     upper_headroom: float | None = None
     observe_s: float = 60.0
     smoothing_s: float = 0.0
-    max_scale_down_step: int = 2
+    max_scale_down_fraction: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,7 @@ def decide(
                         f"of demand is observed ({now - since:.0f} of {config.down_cooldown_s:.0f} s)",
                         "keep", now, current, recommended, since)
     if target < current:
-        step = min(config.max_step, config.max_scale_down_step)
+        step = min(config.max_step, max(1, math.floor(current * config.max_scale_down_fraction)))
         new = max(target, current - step)
         capped = f"; capped by max scale-down step {step}" if new > target else ""
         return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current, recommended,

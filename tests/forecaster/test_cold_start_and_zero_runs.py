@@ -52,9 +52,9 @@ def test_a_fresh_forecaster_on_router_counters_keeps_four(redis_url: str) -> Non
     assert result.decision.replicas == 4, result.decision.reason
 
 
-def test_a_scale_down_removes_at_most_max_scale_down_step() -> None:
+def test_a_scale_down_removes_at_most_max_scale_down_fraction() -> None:
     config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=20, max_step=10,
-                           max_scale_down_step=2, down_cooldown_s=300.0)
+                           max_scale_down_fraction=0.2, down_cooldown_s=300.0)
     now = MINUTE * 60.0
     state = PlannerState(10, now - 60.0, observed_since=now - 3600.0)
     steps = plan_steps(np.ones(10), np.ones(10), now, 60.0, config)
@@ -69,7 +69,7 @@ def test_a_restarted_forecaster_with_saved_state_decides_as_the_one_before_it(re
     the pool until it has observed a whole window."""
     counts = [240] * 20 + [60] * 12
     _write_minutes(redis_url, "m", MINUTE, counts + [0])  # the last one: the minute in progress
-    settings = _settings(redis_url, max_step=4, max_scale_down_step=4)
+    settings = _settings(redis_url, max_step=4, max_scale_down_fraction=1.0)
     source = RedisCounterSource(redis_url, "m", 3600.0)
     key = "promptedge:forecaster:state:restart"
     store = RedisStateStore(redis_url, key)
@@ -143,3 +143,13 @@ def test_a_zero_run_after_steady_traffic_is_an_outage_and_a_bursty_one_real_quie
     bursty = np.r_[np.tile([300.0, 0.0, 40.0], 20), np.zeros(2)] / 60.0  # counts a minute, as rates
     assert not zero_run(bursty, 60.0).outage
     assert "real quiet" in zero_run(bursty, 60.0).describe(60.0)
+
+
+def test_by_default_one_decision_at_most_halves_the_pool() -> None:
+    """The 4 -> 1 of issue 31, with a whole window observed: 4 -> 2 at the default share."""
+    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=300.0)
+    now = MINUTE * 60.0
+    state = PlannerState(4, now - 60.0, observed_since=now - 3600.0)
+    steps = plan_steps(np.zeros(10), np.zeros(10), now, 60.0, config)
+    decision = decide(steps, 0.0, now, 60.0, config, state, current=4)
+    assert (decision.action, decision.replicas) == ("down", 2), decision.reason

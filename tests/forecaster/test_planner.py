@@ -21,7 +21,7 @@ from forecaster.plan import (
 
 CFG = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
                     lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4,
-                    max_scale_down_step=4)
+                    max_scale_down_fraction=1.0)
 NOW = 1_000_000.0
 
 
@@ -152,7 +152,7 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
     # backtest paid 1.370x the oracle's replica-minutes with it, 1.209x without the window).
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
                         lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10,
-                        max_scale_down_step=10)
+                        max_scale_down_fraction=1.0)
     boundary = NOW + 600.0
     state = None
     before = []
