@@ -31,8 +31,11 @@ def create_front(upstream: str, metrics_wait_s: float = 0.5) -> web.Application:
     last_metrics: list[bytes] = []
 
     async def client_ctx(app: web.Application):  # type: ignore[no-untyped-def]
-        # no total timeout: a relayed generation may last as long as the engine takes
-        app["client"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        # no total timeout: a relayed generation may last as long as the engine takes. A
+        # connection per request: an engine resumed after SIGSTOP finds its keep-alive timers
+        # expired and resets the idle connections the front had meanwhile sent requests on
+        app["client"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None),
+                                              connector=aiohttp.TCPConnector(force_close=True))
         yield
         await app["client"].close()
 

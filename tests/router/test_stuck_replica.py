@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,7 +25,7 @@ from tests.router.conftest import MODEL, sse_data
 from tests.router.sim_process import ROOT, free_port, start_sim, wait_healthy
 
 STUCK_AFTER_S = 2.0
-RATE_S = 0.05  # one new request every 50 ms, whatever the others do (open loop)
+RATE_S = 0.1  # one new request every 100 ms, whatever the others do (open loop)
 
 
 @dataclass
@@ -39,8 +40,11 @@ class Outcome:
 
 
 async def _one(client: httpx.AsyncClient, url: str, i: int) -> Outcome:
+    # unique: never a cache hit. Over 512 tokens (size class medium): the requests caught by the
+    # stop get a TTFT of seconds, which for short prompts rightly ejects the replica as a latency
+    # outlier for eject_s (router/health.py), another mechanism than the one tested here
     body = {"model": MODEL, "stream": True, "max_tokens": 12,
-            "messages": [{"role": "user", "content": f"question number {i}"}]}  # unique: never a cache hit
+            "messages": [{"role": "user", "content": f"question number {i}: " + "tell me more " * 175}]}
     sent = time.monotonic()
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
         text = (await response.aread()).decode()
@@ -48,16 +52,18 @@ async def _one(client: httpx.AsyncClient, url: str, i: int) -> Outcome:
                    text)
 
 
-def _start_front(engine_url: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_front(engine_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sim.front", "--port", str(port), "--upstream", engine_url],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "sim.front", "--port", str(port), "--upstream", engine_url],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     return proc, f"http://127.0.0.1:{port}"
 
 
-def _stuck_gauge(metrics: str, replica: str) -> float | None:
+def _gauge(metrics: str, name: str, replica: str) -> float | None:
+    """The value of ``promptedge_router_replica_<name>`` for ``replica`` in a /metrics text."""
     for line in metrics.splitlines():
-        if line.startswith("promptedge_router_replica_stuck{") and f'replica="{replica}"' in line:
+        if line.startswith(f"promptedge_router_replica_{name}{{") and f'replica="{replica}"' in line:
             return float(line.rsplit(" ", 1)[1])
     return None
 
@@ -65,10 +71,10 @@ def _stuck_gauge(metrics: str, replica: str) -> float | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["round_robin", "gpu_load"])
 async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_back(
-        start_router, client, exact_only, policy: str) -> None:
+        start_router, client, exact_only, tmp_path: Path, policy: str) -> None:
     engine_port, other_port = free_port(), free_port()
     engine, other = start_sim(engine_port), start_sim(other_port)
-    front, front_url = _start_front(f"http://127.0.0.1:{engine_port}")
+    front, front_url = _start_front(f"http://127.0.0.1:{engine_port}", tmp_path / "front.log")
     procs = [engine, other, front]
     try:
         other_url = f"http://127.0.0.1:{other_port}"
@@ -87,7 +93,7 @@ async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_bac
             await traffic(1.5)
             os.kill(engine.pid, signal.SIGSTOP)
             stopped = time.monotonic()
-            await traffic(STUCK_AFTER_S + 3.0)
+            await traffic(STUCK_AFTER_S + 4.0)
             during = (await client.get(router.url + "/metrics")).text
             os.kill(engine.pid, signal.SIGCONT)
             resumed = time.monotonic()
@@ -100,20 +106,21 @@ async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_bac
         for o in outcomes:
             events = sse_data(o.text)
             assert events[-1] == "[DONE]" and all('"error"' not in e for e in events), o.text[-300:]
-        # bounded latency once the router had time to notice (detection + a scrape/probe round of slack)
+        # once the router had time to notice (detection + a probe round), nothing goes to the
+        # stopped engine: every request is answered by the other replica in bounded time
         noticed = stopped + STUCK_AFTER_S + 1.0
         late = [o for o in outcomes if noticed <= o.sent < resumed]
-        assert late, "no request was sent while the engine was stopped"
-        slow = [(round(o.sent - stopped, 2), round(o.ended - o.sent, 2), o.replica) for o in late
-                if o.ended - o.sent > 1.5]
-        assert not slow, f"sent after detection, answered slowly (since stop s, latency s, replica): {slow}"
+        assert len(late) > 15, "too few requests were sent while the engine was stopped"
         assert {o.replica for o in late} == {other_url}
+        slow = [(round(o.sent - stopped, 2), round(o.ended - o.sent, 2)) for o in late if o.ended - o.sent > 3.0]
+        assert not slow, f"answered slowly after detection (s since the stop, latency s): {slow}"
         # the operator sees why the replica is out
-        assert _stuck_gauge(during, front_url) == 1.0
-        # after SIGCONT it progresses again and takes requests again
-        back = [o for o in outcomes if o.sent >= resumed + 1.0]
-        assert any(o.replica == front_url for o in back), {o.replica for o in back}
-        assert _stuck_gauge(after, front_url) == 0.0
+        assert _gauge(during, "stuck", front_url) == 1.0 and _gauge(during, "up", front_url) == 0.0
+        # after SIGCONT its stalled streams progress: it is back in rotation
+        assert _gauge(after, "stuck", front_url) == 0.0 and _gauge(after, "up", front_url) == 1.0
+        if policy == "round_robin":  # (gpu_load may prefer the other: it learned the stalled streams' speed)
+            back = [o for o in outcomes if o.sent >= resumed + 1.0]
+            assert any(o.replica == front_url for o in back), {o.replica for o in back}
     finally:
         for proc in procs:
             if proc.poll() is None:
