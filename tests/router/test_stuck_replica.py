@@ -10,6 +10,7 @@ other replica within a bounded time. After SIGCONT the replica comes back into r
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -71,7 +72,8 @@ def _gauge(metrics: str, name: str, replica: str) -> float | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["round_robin", "gpu_load"])
 async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_back(
-        start_router, client, exact_only, tmp_path: Path, policy: str) -> None:
+        start_router, client, exact_only, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        policy: str) -> None:
     engine_port, other_port = free_port(), free_port()
     engine, other = start_sim(engine_port), start_sim(other_port)
     front, front_url = _start_front(f"http://127.0.0.1:{engine_port}", tmp_path / "front.log")
@@ -80,6 +82,7 @@ async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_bac
         other_url = f"http://127.0.0.1:{other_port}"
         for url in (f"http://127.0.0.1:{engine_port}", front_url, other_url):
             await wait_healthy(client, url)
+        caplog.set_level(logging.INFO, logger="router.scraper")
         router = await start_router([front_url, other_url], policy=policy, stuck_after_s=STUCK_AFTER_S,
                                     health_interval_s=0.5)
         tasks: list[asyncio.Task[Outcome]] = []
@@ -116,6 +119,8 @@ async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_bac
         assert not slow, f"answered slowly after detection (s since the stop, latency s): {slow}"
         # the operator sees why the replica is out
         assert _gauge(during, "stuck", front_url) == 1.0 and _gauge(during, "up", front_url) == 0.0
+        logged = [r.getMessage() for r in caplog.records if r.name == "router.scraper" and front_url in r.getMessage()]
+        assert any("is stuck" in m for m in logged) and "progresses again" in logged[-1], logged
         # after SIGCONT its stalled streams progress: it is back in rotation
         assert _gauge(after, "stuck", front_url) == 0.0 and _gauge(after, "up", front_url) == 1.0
         if policy == "round_robin":  # (gpu_load may prefer the other: it learned the stalled streams' speed)
