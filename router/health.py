@@ -29,16 +29,21 @@ unlucky answers:
   (default 2 s), the replica is ejected for ``eject_s``. Only requests with a *short* prompt
   give TTFT samples (:func:`judged_ttft`): a long prompt's TTFT is mostly its own prefill,
   which the client chose, so it says nothing about the replica's health.
+- Stuck generation (:class:`~router.progress.Progress`, ``progress``): a replica that has open
+  requests and shows no progress on them (no chunk of its streams, its generation counter
+  still) for ``stuck_after_s`` (default 15 s) admits nothing new until it progresses again.
 - The last resort (``admits(now, last_resort=True)``, used by ``Pool.eligible`` when no replica
   of a pool admits): a replica that is up, not draining and still answers (its circuit was
-  opened by server errors, or it is ejected) takes requests rather than leaving the whole pool
-  with a 503; one that cannot be connected to does not.
+  opened by server errors, it is ejected, or it is judged stuck) takes requests rather than
+  leaving the whole pool with a 503; one that cannot be connected to does not.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+
+from router.progress import Progress
 
 REFUSED_DEFAULT_S = 2.0  # back-off after a 429/503 without Retry-After (seconds)
 REFUSED_MAX_S = 30.0  # a longer Retry-After is cut to this: the /health probes still judge
@@ -59,6 +64,7 @@ class HealthConfig:
     window: int = 50
     min_samples: int = 20
     eject_s: float = 10.0
+    stuck_after_s: float = 15.0
 
 
 JUDGED_SIZE = "short"  # the prompt size class (router/classify.py size_class) whose TTFT is judged
@@ -95,6 +101,7 @@ class HealthState:
         self.ejected_until = 0.0
         self.draining = False  # set by discovery: open requests finish, nothing new is admitted
         self.refused_until = 0.0  # the replica answered 429/503: no new request before this
+        self.progress = Progress(config.stuck_after_s)  # open requests -> stuck generation (router/progress.py)
 
     def probe(self, ok: bool) -> None:
         """Record one active ``/health`` probe result."""
@@ -112,13 +119,13 @@ class HealthState:
 
     def admits(self, now: float, *, last_resort: bool = False) -> bool:
         """True if a request may be sent now (probe up, not draining, circuit not open, not
-        ejected). ``last_resort``: ignore ejection and a circuit opened by server errors (the
-        replica answers), not one opened by connect failures."""
+        ejected, not stuck). ``last_resort``: ignore ejection, a stuck generation and a circuit
+        opened by server errors (the replica answers), not one opened by connect failures."""
         if not self.up or self.draining:
             return False
         if last_resort:  # a replica that refused may have room again: better asked than a 503
             return self._open_until is None or self._open_reason != CONNECT_FAILURE or now >= self._open_until
-        if now < self.ejected_until or now < self.refused_until:
+        if now < self.ejected_until or now < self.refused_until or not self.progress.admits(now):
             return False
         if self._open_until is None:
             return True

@@ -146,6 +146,9 @@ class _ReplicaCollector(Collector):
         speed = GaugeMetricFamily("promptedge_router_replica_seconds_per_token",
                                   "Learned seconds per token of work, end to end (router/dispatch/speed.py; absent until known)",
                                   labels=labels)
+        stuck = GaugeMetricFamily("promptedge_router_replica_stuck",
+                                  "1 while the replica is out of rotation because its open requests made no "
+                                  "progress for stuck_after_s (router/progress.py)", labels=labels)
         for pool, replicas in self.pools.by_model.items():
             for replica in replicas:
                 view = replica.view(now)
@@ -154,6 +157,7 @@ class _ReplicaCollector(Collector):
                 inflight.add_metric(values, replica.inflight)
                 age.add_metric(values, -1.0 if view.age_s is None else view.age_s)
                 up.add_metric(values, 1.0 if replica.health.admits(now) else 0.0)
+                stuck.add_metric(values, 1.0 if replica.health.progress.out(now) else 0.0)
                 if replica.speed is not None:
                     speed.add_metric(values, replica.speed.s_per_token)
-        yield from (score_g, inflight, age, up, speed)
+        yield from (score_g, inflight, age, up, speed, stuck)

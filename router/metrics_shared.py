@@ -65,6 +65,7 @@ GAUGE_MODES = {
     "promptedge_router_replica_score": "livemax",  # each worker's own in-flight in it: the worst view
     "promptedge_router_scrape_age_seconds": "livemax",  # the stalest worker's scrape (alert: > 10 s)
     "promptedge_router_replica_seconds_per_token": "livemax",  # learned per worker: the slowest
+    "promptedge_router_replica_stuck": "livemax",  # 1 while some worker judges its generation stuck
     "promptedge_router_cache_up": "livemin",  # 0 while any worker serves without its cache
     "promptedge_router_discovery_endpoints": "livemax",  # every worker discovers the same set
     "promptedge_router_discovery_sync_age_seconds": "livemax",

@@ -48,6 +48,7 @@ class Replica:
         so the non-stream ones among them stop counting as pending prefill."""
         self.signals = signals
         self.scraped_at = now
+        self.health.progress.scraped(now, signals.running, signals.generated)
         self.inflight_at_scrape = self.inflight
         if sent_before is not None and signals.waiting == 0:
             while self.unadmitted:
@@ -87,6 +88,7 @@ class Replica:
         prefill = max(0, int(prefill_tokens))
         self.prefill_tokens += prefill
         lease = Lease(self, self.health.on_dispatch(now), prefill)
+        self.health.progress.opened(lease, now, streamed)
         if prefill and not streamed:
             self.unadmitted[lease] = now
         return lease
@@ -112,6 +114,11 @@ class Lease:
             self._prefill = 0
             self.replica.unadmitted.pop(self, None)
 
+    def advanced(self) -> None:
+        """Part of the answer arrived (a stream's chunk, a whole answer): the replica generates
+        (router/progress.py)."""
+        self.replica.health.progress.advanced(time.monotonic())
+
     def release(self) -> None:
         """Close the request (decrements the replica's in-flight count once; ends a trial, so a
         trial that ended without a verdict does not hold the circuit half-open forever)."""
@@ -119,6 +126,7 @@ class Lease:
         if self._open:
             self._open = False
             self.replica.inflight -= 1
+            self.replica.health.progress.closed(self)
             if self.trial:
                 self.replica.health.end_trial()
 

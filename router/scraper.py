@@ -30,6 +30,7 @@ class Scraper:
         self.health_interval_s = health_interval_s
         self.scrapes = 0
         self.scrape_errors = 0
+        self._stuck: set[str] = set()  # replicas logged as stuck (router/progress.py)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -62,8 +63,26 @@ class Scraper:
         await asyncio.gather(*(self._scrape(r) for r in self.pools.all()))
 
     async def probe_all(self) -> None:
-        """Probe every replica's ``/health`` once, concurrently."""
-        await asyncio.gather(*(self._probe(r) for r in self.pools.all()))
+        """Probe every replica's ``/health`` once, concurrently; log each replica that became
+        stuck or progresses again since the last round."""
+        replicas = self.pools.all()
+        await asyncio.gather(*(self._probe(r) for r in replicas))
+        now = time.monotonic()
+        for replica in replicas:
+            self._log_progress(replica, now)
+
+    def _log_progress(self, replica: Replica, now: float) -> None:
+        # /health says nothing of a hung engine: the operator learns from here why it is out
+        progress, url = replica.health.progress, replica.url
+        if progress.out(now) and url not in self._stuck:
+            self._stuck.add(url)
+            quiet = progress.quiet_s(now)
+            log.warning("replica %s of pool %s is stuck: %d requests open, no progress for %s s "
+                        "(stuck_after_s %s); out of rotation until it progresses", url, replica.spec.model,
+                        replica.inflight, "?" if quiet is None else f"{quiet:.1f}", progress.stuck_after_s)
+        elif url in self._stuck and not progress.out(now):
+            self._stuck.discard(url)
+            log.info("replica %s of pool %s progresses again: back in rotation", url, replica.spec.model)
 
     async def _scrape(self, replica: Replica) -> None:
         if replica.spec.metrics_path is None:

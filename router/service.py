@@ -437,7 +437,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
                         code="replica_busy", headers={"retry-after": str(wait)})
     if last is not None:
         raise last
-    raise NoReplica(f"no replica of pool `{rec.target}` is available (all down, warming up or ejected)",
+    raise NoReplica(f"no replica of pool `{rec.target}` is available (all down, warming up, ejected or stuck)",
                     code="no_replica")
 
 
@@ -447,7 +447,9 @@ async def read_answer(upstream: httpx.Response, lease: Lease, total_s: float) ->
     failure counts as the replica's health evidence and raises UpstreamError / UpstreamTimeout
     (502 / 504)."""
     try:
-        return await read_body(upstream, lease.replica.url, total_s)
+        content = await read_body(upstream, lease.replica.url, total_s)
+        lease.advanced()  # a whole answer: the replica generates (router/progress.py)
+        return content
     except UpstreamError as exc:
         lease.replica.health.on_evidence(exc.evidence, time.monotonic())
         raise

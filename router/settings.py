@@ -161,6 +161,10 @@ class RouterSettings(FileSettings):
     stale_after_s: float = Field(1.0, gt=0)
     health_rise: int = Field(1, ge=1)
     health_fall: int = Field(2, ge=1)
+    # a replica with open requests and no progress on them (no stream chunk, its generation counter
+    # still) for this long takes no new request until it progresses (router/progress.py); above a
+    # long prompt's prefill on a busy replica, below P2's stream idle timeout (30 s)
+    stuck_after_s: float = Field(15.0, gt=0, le=600)
 
     upstream_transport: Transport = "aiohttp"
     timeouts: dict[Literal["P0", "P1", "P2"], Timeouts] = Field(default_factory=dict)

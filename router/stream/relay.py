@@ -87,6 +87,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
                     lease.first_byte()
+                lease.advanced()  # the replica generates: not stuck (router/progress.py)
                 assembler.feed(chunk)
                 if on_chunk is not None:
                     await on_chunk()
