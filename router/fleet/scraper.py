@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from router.replicas import Pools, Replica
+from router.fleet.replicas import Pools, Replica
 from router.dispatch.signals import Signals, parse_metrics
 
 log = logging.getLogger("router.scraper")

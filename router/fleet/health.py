@@ -61,7 +61,7 @@ class HealthConfig:
     eject_s: float = 10.0
 
 
-JUDGED_SIZE = "short"  # the prompt size class (router/classify.py size_class) whose TTFT is judged
+JUDGED_SIZE = "short"  # the prompt size class (router/forward/classify.py size_class) whose TTFT is judged
 
 
 def judged_ttft(ttft_s: float | None, size: str) -> float | None:
