@@ -176,13 +176,13 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
 
     Rounds alternate the process's heap as loaded (encoder, verifier: the collector walks it
     all) with the heap frozen as ``router serve`` freezes it after its start
-    (router/heap.py): ``learned`` and ``rules`` are the frozen rounds, as the router runs them;
+    (router/process/heap.py): ``learned`` and ``rules`` are the frozen rounds, as the router runs them;
     ``learned_unfrozen`` and ``rules_unfrozen`` the others, side by side."""
     from cache.index import ScopedIndex
     from cache.pair_features import _profile
     from cache.verifier import load_verifier
     from cache.verify import _parse, select
-    from router.heap import freeze_startup_heap
+    from router.process.heap import freeze_startup_heap
 
     pairs = json.loads(PAIRS.read_text())
     origins = [p["origin"] for p in pairs]

@@ -20,7 +20,7 @@ from opskit.redis_client import sync_redis
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, PlanStep, Recommendation
 
-# The router's warmer reads this key (router/warming.py); pool "*" when the forecast is the sum
+# The router's warmer reads this key (router/caching/warming.py); pool "*" when the forecast is the sum
 # over every pool (no model_name).
 FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
 FORECAST_VERSION = 1

@@ -3,7 +3,7 @@
 When the bound did not serve a candidate (a compared miss), the request went to the replica
 anyway; its answer then says whether the candidate's cached answer would have been right, at no
 replica cost. A served hit can be checked the same way by asking a replica off the client's
-path (shadow verification, router/shadowing.py: one replica call per verified hit). The
+path (shadow verification, router/caching/shadowing.py: one replica call per verified hit). The
 cache's rule for "right" is the house rule: a cached answer may be served only to a request
 that would have produced it. That can be checked only where the replica's answer is
 determined by the prompt: greedy decoding (``temperature`` 0) and one choice. There, right

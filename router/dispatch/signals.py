@@ -11,7 +11,7 @@ Metric names by source (current and older servers, so one router fronts all of t
 - KV size: vLLM's info gauge ``vllm:cache_config_info`` (labels: its CacheConfig's fields as
   strings, ``vllm/v1/metrics/loggers.py`` ``log_metrics_info``): ``num_gpu_blocks`` x
   ``block_size`` tokens, summed over engines.
-- Generation progress (counters of tokens generated since the server started, router/progress.py):
+- Generation progress (counters of tokens generated since the server started, router/fleet/progress.py):
   vLLM's ``vllm:generation_tokens_total``, SGLang's ``sglang:generation_tokens_total``,
   llama.cpp's ``llamacpp:tokens_predicted_total``.
 - NVIDIA DCGM exporter: ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from router.counters import TrafficCounters
+from router.observe.counters import TrafficCounters
 
 
 class StepClock:

@@ -1,10 +1,10 @@
-"""The stuck-generation judgement (router/progress.py) and how health and the replica use it:
+"""The stuck-generation judgement (router/fleet/progress.py) and how health and the replica use it:
 explicit clocks, no I/O."""
 
 from __future__ import annotations
 
-from router.health import HealthConfig, HealthState
-from router.progress import Progress
+from router.fleet.health import HealthConfig, HealthState
+from router.fleet.progress import Progress
 
 N = 10.0  # stuck_after_s
 

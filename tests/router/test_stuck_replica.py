@@ -43,7 +43,7 @@ class Outcome:
 async def _one(client: httpx.AsyncClient, url: str, i: int) -> Outcome:
     # unique: never a cache hit. Over 512 tokens (size class medium): the requests caught by the
     # stop get a TTFT of seconds, which for short prompts rightly ejects the replica as a latency
-    # outlier for eject_s (router/health.py), another mechanism than the one tested here
+    # outlier for eject_s (router/fleet/health.py), another mechanism than the one tested here
     body = {"model": MODEL, "stream": True, "max_tokens": 12,
             "messages": [{"role": "user", "content": f"question number {i}: " + "tell me more " * 175}]}
     sent = time.monotonic()

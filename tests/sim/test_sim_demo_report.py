@@ -164,7 +164,7 @@ def test_a_replica_that_got_no_request_is_still_listed_with_its_profile() -> Non
 
 
 def test_demand_minutes_count_each_request_in_the_simulated_minute_it_was_answered() -> None:
-    # The router counts a request when its answer ends (router/counters.py): at 60x an answer of
+    # The router counts a request when its answer ends (router/observe/counters.py): at 60x an answer of
     # 6 wall seconds lands 6 simulated minutes after it was sent, and the forecaster reads that.
     def outcome(at: float, cache: str | None, ok: bool = True, took: float = 0.1) -> Outcome:
         return Outcome("new", ok, None if ok else "HTTP 500", took, 0.05, cache, None if cache else "r", 0.0, at)

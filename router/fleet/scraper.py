@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from router.replicas import Pools, Replica
+from router.fleet.replicas import Pools, Replica
 from router.dispatch.signals import Signals, parse_metrics
 
 log = logging.getLogger("router.scraper")
@@ -30,7 +30,7 @@ class Scraper:
         self.health_interval_s = health_interval_s
         self.scrapes = 0
         self.scrape_errors = 0
-        self._stuck: set[str] = set()  # replicas logged as stuck (router/progress.py)
+        self._stuck: set[str] = set()  # replicas logged as stuck (router/fleet/progress.py)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

@@ -33,15 +33,15 @@ from cache.settings import CacheSettings
 from opskit import FORMATS, LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
-from router.credentials import CredentialError, Credentials
+from router.forward.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, ReplicaSource, StaticSource, build_source
-from router.heap import frozen_after_startup
-from router.limits import ConnectionBudget, connection_budget
-from router.metrics_shared import ENV as SHARED_METRICS_ENV
-from router.metrics_shared import forget, hold, new_dir, remove_dir, shared_dir
-from router.server import not_cancelled, protocol_class, raise_open_files_limit
+from router.process.heap import frozen_after_startup
+from router.process.limits import ConnectionBudget, connection_budget
+from router.observe.metrics_shared import ENV as SHARED_METRICS_ENV
+from router.observe.metrics_shared import forget, hold, new_dir, remove_dir, shared_dir
+from router.process.server import not_cancelled, protocol_class, raise_open_files_limit
 from router.settings import RouterSettings, error_location
-from router.tracing import TracingError, check_exporter
+from router.observe.tracing import TracingError, check_exporter
 
 log = logging.getLogger("router.server")
 S = TypeVar("S", bound=BaseSettings)
@@ -119,7 +119,7 @@ def _check(settings: RouterSettings) -> Launch:
         raise StartupError([f"setting PROMPTEDGE_REDIS_URL: {exc}"]) from None
     except (DiscoveryError, TracingError, CredentialError) as exc:
         raise StartupError([str(exc)]) from None
-    try:  # client and upstream connections share the open-files limit (router/limits.py)
+    try:  # client and upstream connections share the open-files limit (router/process/limits.py)
         budget = connection_budget(raise_open_files_limit(), settings.limits, settings.max_connections)
     except ValueError as exc:
         raise StartupError([str(exc)]) from None
@@ -170,7 +170,7 @@ class WorkerConfig(uvicorn.Config):
 
     def load(self) -> None:
         """In the worker: this process's logging (the supervisor's format), its hold on the shared
-        metrics directory (router/metrics_shared.py), the start-up checks
+        metrics directory (router/observe/metrics_shared.py), the start-up checks
         (a failure logs the error and exits with uvicorn's STARTUP_FAILURE, 3, which stops the
         supervisor rather than restarting the worker forever), then the app and the limited
         protocol."""
@@ -203,7 +203,7 @@ class WorkerConfig(uvicorn.Config):
 class Supervisor(Multiprocess):
     """uvicorn's supervisor, which also tells prometheus_client when a worker is gone (died and
     replaced, replaced on SIGHUP, removed on SIGTTOU), so that its live gauges leave the shared
-    ``/metrics`` with it (router/metrics_shared.py)."""
+    ``/metrics`` with it (router/observe/metrics_shared.py)."""
 
     def keep_subprocess_alive(self) -> None:
         before = self._pids()
@@ -224,7 +224,7 @@ def serve_workers(config: WorkerConfig) -> None:
     supervisor until SIGINT or SIGTERM (each worker is sent SIGTERM and waited for), then return.
     The workers share a fresh ``PROMETHEUS_MULTIPROC_DIR`` (made here before they start, any
     inherited one replaced, removed at exit; those of killed supervisors removed first:
-    :func:`router.metrics_shared.new_dir`) so that each one's ``/metrics`` answers with all of
+    :func:`router.observe.metrics_shared.new_dir`) so that each one's ``/metrics`` answers with all of
     their series. Exits with 3 (STARTUP_FAILURE) when the port cannot be bound or a worker fails
     to start."""
     sock = config.bind_socket()  # logs "Uvicorn running on ..." with the bound port

@@ -3,7 +3,7 @@
 Per-request series are updated on the request path (a dict lookup and an add each); replica
 gauges (score, in-flight, scrape age, up) are computed only when ``/metrics`` is scraped. Under
 ``router serve --workers N`` a scrape is answered with every worker's series
-(router/metrics_shared.py).
+(router/observe/metrics_shared.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from router.dispatch import Weights, score
-from router.metrics_shared import SharedSeries, shared_dir
-from router.replicas import Pools
+from router.observe.metrics_shared import SharedSeries, shared_dir
+from router.fleet.replicas import Pools
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -63,12 +63,12 @@ class RouterMetrics:
         self.shadow = Counter(
             "promptedge_router_cache_shadow_verifications",
             "Served semantic hits drawn for shadow verification, by pool and outcome (right, wrong, no_label, "
-            "error, ineligible, skipped_budget, skipped_load; router/shadow.py)", ["pool", "outcome"],
+            "error, ineligible, skipped_budget, skipped_load; router/caching/shadow.py)", ["pool", "outcome"],
             registry=self.registry)
         self.warm = Counter(
             "promptedge_router_warm_generations",
             "Predictive warming's regenerations of expired hot entries before a forecast peak, by pool and "
-            "outcome (attempted; then stored or failed; router/warming.py)", ["pool", "outcome"],
+            "outcome (attempted; then stored or failed; router/caching/warming.py)", ["pool", "outcome"],
             registry=self.registry)
         self._children: dict[tuple[str, str, int, str], tuple[Counter, Histogram]] = {}
         self._ttft: dict[str, Histogram] = {}
@@ -148,7 +148,7 @@ class _ReplicaCollector(Collector):
                                   labels=labels)
         stuck = GaugeMetricFamily("promptedge_router_replica_stuck",
                                   "1 while the replica is out of rotation because its open requests made no "
-                                  "progress for stuck_after_s (router/progress.py)", labels=labels)
+                                  "progress for stuck_after_s (router/fleet/progress.py)", labels=labels)
         for pool, replicas in self.pools.by_model.items():
             for replica in replicas:
                 view = replica.view(now)

@@ -29,7 +29,7 @@ unlucky answers:
   (default 2 s), the replica is ejected for ``eject_s``. Only requests with a *short* prompt
   give TTFT samples (:func:`judged_ttft`): a long prompt's TTFT is mostly its own prefill,
   which the client chose, so it says nothing about the replica's health.
-- Stuck generation (:class:`~router.progress.Progress`, ``progress``): a replica that has open
+- Stuck generation (:class:`~router.fleet.progress.Progress`, ``progress``): a replica that has open
   requests and shows no progress on them (no chunk of its streams, its generation counter
   still) for ``stuck_after_s`` (default 15 s) admits nothing new until it progresses again.
 - The last resort (``admits(now, last_resort=True)``, used by ``Pool.eligible`` when no replica
@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from router.progress import Progress
+from router.fleet.progress import Progress
 
 REFUSED_DEFAULT_S = 2.0  # back-off after a 429/503 without Retry-After (seconds)
 REFUSED_MAX_S = 30.0  # a longer Retry-After is cut to this: the /health probes still judge
@@ -67,7 +67,7 @@ class HealthConfig:
     stuck_after_s: float = 15.0
 
 
-JUDGED_SIZE = "short"  # the prompt size class (router/classify.py size_class) whose TTFT is judged
+JUDGED_SIZE = "short"  # the prompt size class (router/forward/classify.py size_class) whose TTFT is judged
 
 
 def judged_ttft(ttft_s: float | None, size: str) -> float | None:
@@ -101,7 +101,7 @@ class HealthState:
         self.ejected_until = 0.0
         self.draining = False  # set by discovery: open requests finish, nothing new is admitted
         self.refused_until = 0.0  # the replica answered 429/503: no new request before this
-        self.progress = Progress(config.stuck_after_s)  # open requests -> stuck generation (router/progress.py)
+        self.progress = Progress(config.stuck_after_s)  # open requests -> stuck generation (router/fleet/progress.py)
 
     def probe(self, ok: bool) -> None:
         """Record one active ``/health`` probe result."""

@@ -23,20 +23,22 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from cache import CacheControl, CacheHit, CacheRequest, age_s, usage_tokens
-from router import cachepolicy, classify, shadow
+from router.caching import policy as cachepolicy
+from router.caching import shadow
+from router.forward import classify
 from router.dispatch import lanes
 from router.dispatch.admission import replica_pressure, sheds
 from router.dispatch.affinity import prefix_key
-from router.disconnect import CancelOnDisconnect
+from router.api.disconnect import CancelOnDisconnect
 from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError, replica_error_body
-from router.record import Record
+from router.observe.record import Record
 from router.stream.relay import relay_stream
-from router.replicas import Lease, Replica
-from router.schemas import Endpoint, parse_request
+from router.fleet.replicas import Lease, Replica
+from router.api.schemas import Endpoint, parse_request
 from router.stream.sse import parse_json, replay
 from router.state import RouterState
-from router.storing import store_answer, with_replica_control
-from router.upstream import ConnectFailed, RetryableStatus, read_body, read_error_body
+from router.forward.storing import store_answer, with_replica_control
+from router.forward.upstream import ConnectFailed, RetryableStatus, read_body, read_error_body
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/comple
 _CACHED: frozenset[Endpoint] = frozenset({"chat.completions", "completions", "embeddings"})
 _STREAMED: frozenset[Endpoint] = frozenset({"chat.completions", "completions"})
 # The client's Authorization is its key to the router, not to a replica: never forwarded, except
-# with forward_client_key to a replica without a backend key of the router's (router/credentials.py).
+# with forward_client_key to a replica without a backend key of the router's (router/forward/credentials.py).
 _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
@@ -288,7 +290,7 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
         headers["age"] = str(int(age))  # HTTP's Age of a cached answer: seconds since the replica made it
     if hit.similarity is not None:
         headers["x-cache-similarity"] = f"{hit.similarity:.4f}"
-    if hit.feedback_id is not None:  # this key may report it: POST /v1/cache/feedback (router/feedback.py)
+    if hit.feedback_id is not None:  # this key may report it: POST /v1/cache/feedback (router/api/feedback.py)
         headers["x-promptedge-cache-hit-id"] = hit.feedback_id
     if stream:
         return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
@@ -299,7 +301,7 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
 
 async def _offer_shadow(state: RouterState, rec: Record, creq: CacheRequest, hit: CacheHit, headers: Any) -> None:
     """After a semantic hit's answer is sent: maybe verify it by a replica's own answer
-    (router/shadow.py). Only starts a task (router/shadowing.py), so the next request on the
+    (router/caching/shadow.py). Only starts a task (router/caching/shadowing.py), so the next request on the
     client's connection does not wait for the replica."""
     assert state.shadow is not None
     # its own record: never finished, so it is no client request in the metrics or the access log
@@ -360,7 +362,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
     scale-down drains several replicas at once, and every one of them refuses). ``pinned``: only the replica of that URL may take it (a
     Responses API follow-up: no other replica holds its state). ``streamed``: the answer is an
     SSE stream (else it comes whole: its prompt's pending prefill ends when a scrape shows the
-    replica admitted it, router/replicas.py). Raises NoReplica (503) when the pool has no
+    replica admitted it, router/fleet/replicas.py). Raises NoReplica (503) when the pool has no
     eligible replica, else the last replica error."""
     tried: set[str] = set()
     last: APIError | None = None
@@ -448,7 +450,7 @@ async def read_answer(upstream: httpx.Response, lease: Lease, total_s: float) ->
     (502 / 504)."""
     try:
         content = await read_body(upstream, lease.replica.url, total_s)
-        lease.advanced()  # a whole answer: the replica generates (router/progress.py)
+        lease.advanced()  # a whole answer: the replica generates (router/fleet/progress.py)
         return content
     except UpstreamError as exc:
         lease.replica.health.on_evidence(exc.evidence, time.monotonic())
@@ -462,7 +464,7 @@ async def upstream_failed(rec: Record, upstream: httpx.Response, lease: Lease, c
     when it is OpenAI error JSON, else wrapped in it (router/errors.py ``replica_error_body``);
     a 5xx becomes 502.
     Neither is cached. A 401/403 is the replica refusing the router's credential (none or the
-    backend key, router/credentials.py), not the client's: a 502 ``replica_auth_failed``,
+    backend key, router/forward/credentials.py), not the client's: a 502 ``replica_auth_failed``,
     unless the client's own key was forwarded (``forward_client_key``), then relayed."""
     status = upstream.status_code
     try:  # bounded: only a few hundred bytes of it are ever used

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from router.errors import BadRequest
-from router.limits import Limits
+from router.process.limits import Limits
 
 Endpoint = Literal["chat.completions", "completions", "embeddings", "tokenize", "detokenize", "responses"]
 
@@ -93,7 +93,7 @@ class DetokenizeRequest(_Strict):
 
 class ResponsesRequest(_Strict):
     """OpenAI's Responses API: ``input`` text or items; ``previous_response_id`` continues a
-    stored response (router/responses.py sends it to the replica holding it)."""
+    stored response (router/api/responses.py sends it to the replica holding it)."""
 
     model: str = Field(min_length=1)
     input: str | list[dict[str, Any]] = Field(min_length=1)
@@ -129,7 +129,7 @@ _PLAIN_STRING = re.compile(rb'"[^"]*"')
 def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMITS) -> dict[str, Any]:
     """Parse and validate a request body; returns the parsed JSON object unchanged.
 
-    raw: the HTTP body bytes (already bounded by ``limits.max_body_bytes``, router/bodylimit.py).
+    raw: the HTTP body bytes (already bounded by ``limits.max_body_bytes``, router/api/bodylimit.py).
     Raises BadRequest (400) for a body that is not UTF-8 JSON (``NaN``/``Infinity`` included),
     not an object, or nested deeper than ``limits.max_json_depth`` (code ``invalid_json``); a
     lone surrogate in any string or key (``invalid_unicode``); more than ``limits.max_messages``

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
-from router.metrics import RouterMetrics
-from router.tracing import record_spans
+from router.observe.metrics import RouterMetrics
+from router.observe.tracing import record_spans
 
 log = logging.getLogger("router.access")
 
@@ -26,7 +26,7 @@ class Record:
     started: float
     pool: str = ""
     target: str = ""  # the pool that serves it: ``pool`` or its fallback
-    priority: str = "P1"  # the class it is served at (router/classify.py bounded_priority)
+    priority: str = "P1"  # the class it is served at (router/forward/classify.py bounded_priority)
     claimed_priority: str = "P1"  # the class its X-Priority asked for (logged when lowered)
     size: str = ""  # prompt size class: short | medium | long
     lane: str = ""  # normal | long in a pool with replicas reserved for long prompts, else ""

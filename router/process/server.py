@@ -1,5 +1,5 @@
 """How the router is served: uvicorn (uvloop + httptools) with the connection limits of
-router/limits.py enforced where only the HTTP server can see them.
+router/process/limits.py enforced where only the HTTP server can see them.
 
 - request line + headers: at most ``max_header_bytes`` (431, counted as bytes arrive, before
   httptools buffers a header), ``max_headers`` headers (431), a target of ``max_url_bytes`` (414);
@@ -7,7 +7,7 @@ router/limits.py enforced where only the HTTP server can see them.
   request's first byte (slowloris: trickling bytes resets nothing), the body
   ``body_timeout_s`` after the head (408), and an idle keep-alive connection is closed after
   ``keepalive_timeout_s``;
-- connections: at most ``clients`` open (:func:`router.limits.connection_budget` below the
+- connections: at most ``clients`` open (:func:`router.process.limits.connection_budget` below the
   open-files limit, which is first raised to its hard limit); at the cap the oldest connection
   without a request in flight is closed to make room, else the oldest whose body has not
   advanced for ``body_stall_s`` (answered 408) (a WARNING, at most every 10 s); when every
@@ -32,10 +32,10 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from router.bodylimit import BODY_DEADLINE_PASSED
+from router.api.bodylimit import BODY_DEADLINE_PASSED
 from router.errors import APIError, BadRequest, HeadersTooLarge, NoReplica, RequestTimeout, URITooLong
-from router.heap import frozen_after_startup
-from router.limits import ConnectionBudget, Limits
+from router.process.heap import frozen_after_startup
+from router.process.limits import ConnectionBudget, Limits
 
 log = logging.getLogger("router.server")
 WARN_EVERY_S = 10.0
@@ -256,7 +256,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         self.scope[BODY_DEADLINE_PASSED] = True  # type: ignore[literal-required]
-        cycle.message_event.set()  # the app's receive() returns and raises 408 (router/bodylimit.py)
+        cycle.message_event.set()  # the app's receive() returns and raises 408 (router/api/bodylimit.py)
 
     def _refuse(self, error: APIError) -> None:
         """Answer ``error`` (unless a response is under way) and close the connection."""
@@ -299,7 +299,7 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
     """Run ``app`` with uvicorn (uvloop, the limited httptools protocol) until stopped."""
     if budget.note:
         log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", budget.nofile, budget.note)
-    # the heap as start-up left it is frozen: the collector stops walking it (router/heap.py)
+    # the heap as start-up left it is frozen: the collector stops walking it (router/process/heap.py)
     config = uvicorn.Config(frozen_after_startup(app), host=host, port=port, loop="uvloop",
                             http=protocol_class(limits, budget),
                             log_level=log_level, access_log=False, log_config=None, timeout_keep_alive=limits.keepalive_timeout_s)

@@ -4,7 +4,7 @@ The cache refuses what is not a complete answer on its own (cache/service.py ``s
 router decides, and counts in ``promptedge_router_cache_store_skipped_total{pool,reason}``:
 
 - ``replica_cache_control``: the replica's ``Cache-Control`` said a shared cache must not keep
-  it (router/cachepolicy.py ``replica_control``);
+  it (router/caching/policy.py ``replica_control``);
 - ``too_large``: the answer's JSON is over the cache's ``max_entry_bytes``
   (``PROMPTEDGE_CACHE_MAX_ENTRY_BYTES``); a stream past it is relayed whole but no longer
   assembled (router/stream/sse.py ``StreamAssembler.max_bytes``).
@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from cache import CacheRequest
-from router import cachepolicy
-from router.record import Record
+from router.caching import policy as cachepolicy
+from router.observe.record import Record
 from router.state import RouterState
 
 
@@ -43,7 +43,7 @@ async def store_answer(state: RouterState, rec: Record, store: CacheRequest, res
                        raw: bytes | None = None, warmed: bool = False) -> bool:
     """Store ``response`` under ``store`` unless its JSON (``raw``, the replica's bytes, else
     serialised here, once) is over the cache's ``max_entry_bytes``: then counted ``too_large``.
-    warmed: a warm generation (router/warming.py), marked so by the cache. True when stored."""
+    warmed: a warm generation (router/caching/warming.py), marked so by the cache. True when stored."""
     if store.control.no_store or not state.cache.settings.enabled:
         return False  # not stored anyway: no need to serialise it
     if raw is None:

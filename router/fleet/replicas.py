@@ -11,9 +11,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from router.credentials import Credentials
+from router.forward.credentials import Credentials
 from router.dispatch import ReplicaView
-from router.health import HealthConfig, HealthState
+from router.fleet.health import HealthConfig, HealthState
 from router.settings import ReplicaSpec
 from router.dispatch.signals import Signals
 from router.dispatch.speed import Speed, current, observe, sample
@@ -23,7 +23,7 @@ class Replica:
     """One upstream server: its spec, the router's open requests to it, signals and health.
 
     authorization: the ``Authorization`` header value the router sends it (its backend key,
-    router/credentials.py), None for none; never logged."""
+    router/forward/credentials.py), None for none; never logged."""
 
     def __init__(self, spec: ReplicaSpec, health: HealthConfig, authorization: str | None = None) -> None:
         self.spec = spec
@@ -96,7 +96,7 @@ class Replica:
 
 class Lease:
     """An open request on a replica; :meth:`release` is idempotent so every exit path may call it.
-    ``trial``: the request is its half-open circuit's trial (router/health.py)."""
+    ``trial``: the request is its half-open circuit's trial (router/fleet/health.py)."""
 
     __slots__ = ("replica", "trial", "_open", "_prefill")
 
@@ -116,7 +116,7 @@ class Lease:
 
     def advanced(self) -> None:
         """Part of the answer arrived (a stream's chunk, a whole answer): the replica generates
-        (router/progress.py)."""
+        (router/fleet/progress.py)."""
         self.replica.health.progress.advanced(time.monotonic())
 
     def release(self) -> None:
@@ -163,7 +163,7 @@ class Pools:
     def eligible(self, model: str, now: float, exclude: frozenset[str] = frozenset()) -> list[Replica]:
         """Replicas of ``model``'s pool that may take a request now, minus ``exclude`` URLs.
 
-        When none admits, the last resort (router/health.py): replicas that are up and still
+        When none admits, the last resort (router/fleet/health.py): replicas that are up and still
         answer, though ejected or with a circuit opened by server errors, rather than a 503
         for every client of the pool.
         """

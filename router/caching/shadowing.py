@@ -1,8 +1,8 @@
 """Shadow verification's calls: one asyncio task per verified hit, started after the client's
-answer is sent, at most ``max_inflight`` open per worker (router/shadow.py decides which).
+answer is sent, at most ``max_inflight`` open per worker (router/caching/shadow.py decides which).
 
 The replica call (``fetch``) and the label (``label``) are given by the caller
-(router/service.py: the same dispatch, lease and timeouts as a forwarded request; the cache's
+(router/forward/service.py: the same dispatch, lease and timeouts as a forwarded request; the cache's
 ``verify_hit``), so this module holds only the budget, the tasks and their counting. A call's
 failure is counted ``error`` and logged at INFO, never raised: no client waits for it.
 """
@@ -19,7 +19,7 @@ from prometheus_client import Counter
 
 from cache.bound.label import judgeable
 from router.errors import APIError
-from router.shadow import Outcome, decide
+from router.caching.shadow import Outcome, decide
 
 log = logging.getLogger(__name__)
 

@@ -41,13 +41,14 @@ from cache.warming.plan import WarmPolicy, allowance, choose, idle, peak_slot, w
 from cache.warming.popularity import Recipe, lock_key
 from cache.warming.settings import WarmingSettings
 from opskit.redis_client import REDIS_ERRORS
-from router import cachepolicy, classify
+from router.caching import policy as cachepolicy
+from router.forward import classify
 from router.dispatch import estimated_requests
 from router.errors import APIError
-from router.record import Record
-from router.service import open_upstream, read_answer, upstream_failed
+from router.observe.record import Record
+from router.forward.service import open_upstream, read_answer, upstream_failed
 from router.state import RouterState
-from router.storing import store_answer, with_replica_control
+from router.forward.storing import store_answer, with_replica_control
 from router.stream.sse import parse_json
 
 log = logging.getLogger("router.warming")

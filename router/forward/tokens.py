@@ -2,11 +2,11 @@
 
 A pool whose served model's ``tokenizer.json`` (Hugging Face ``tokenizers`` format, the file
 vLLM loads) is configured gets real counts for rate limits, lanes and size classes; any other
-pool, or a tokenizer that cannot be read, keeps the chars / 4 estimate (router/classify.py).
+pool, or a tokenizer that cannot be read, keeps the chars / 4 estimate (router/forward/classify.py).
 Chat prompts count their texts' tokens plus 3 per message and 3 for reply priming (the
 framing of the chat template, as in the estimate). Text beyond ``_INLINE_CHARS`` is encoded on a
 worker thread, so a long prompt does not hold the event loop; a count is an admission
-estimate: the replica's ``usage`` replaces it when the answer comes (router/ratelimit.py
+estimate: the replica's ``usage`` replaces it when the answer comes (router/forward/ratelimit.py
 ``settle``).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from router.classify import estimate_prompt_tokens
+from router.forward.classify import estimate_prompt_tokens
 
 log = logging.getLogger(__name__)
 _INLINE_CHARS = 8192  # below this, encoding takes well under a millisecond: done in place

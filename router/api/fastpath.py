@@ -4,9 +4,9 @@ Every request through FastAPI passes eight ASGI layers before its endpoint (Star
 ServerErrorMiddleware, FastAPI's body-limit and telemetry middlewares, the router's BodyLimit,
 ExceptionMiddleware, FastAPI's exit-stack middleware, the router, the route), each a coroutine
 frame, most a ``send`` wrapper of their own. The completion routes use none of them: they read
-the raw body, validate it themselves (router/schemas.py) and turn every failure into an
-APIError (router/service.py ``accounted``). :class:`RouterApp` answers a POST to one of those
-paths itself, with only the router's :class:`~router.bodylimit.BodyLimit` around it, and hands
+the raw body, validate it themselves (router/api/schemas.py) and turn every failure into an
+APIError (router/forward/service.py ``accounted``). :class:`RouterApp` answers a POST to one of those
+paths itself, with only the router's :class:`~router.api.bodylimit.BodyLimit` around it, and hands
 every other request (admin routes, other methods, unknown paths, lifespan) to FastAPI as before.
 
 Measured (bench/router_overhead.py, CPU per proxied miss): router/README.md, Measured.
@@ -20,14 +20,14 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router import service
-from router.api import ROUTES
-from router.bodylimit import BodyLimit
+from router.forward import service
+from router.api.routes import ROUTES
+from router.api.bodylimit import BodyLimit
 from router.errors import APIError
 
 
 class RouterApp(FastAPI):
-    """FastAPI whose completion routes (router/api.py ``ROUTES``, POST) skip its middleware stack.
+    """FastAPI whose completion routes (router/api/routes.py ``ROUTES``, POST) skip its middleware stack.
 
     ``fast_body_limit``: the bound (bytes) those requests' bodies get, as the app's BodyLimit
     middleware gives every other request (413). Errors are answered by the app's own exception

@@ -1,4 +1,4 @@
-"""ASGI middleware bounding request bodies: size (413) and, with router/server.py, arrival time (408).
+"""ASGI middleware bounding request bodies: size (413) and, with router/process/server.py, arrival time (408).
 
 A body announced larger than ``max_body_bytes`` (Content-Length) is refused before a byte of it
 is read; a chunked body is counted as it arrives and refused when it passes the limit, so the
@@ -14,7 +14,7 @@ from typing import Any
 
 from router.errors import APIError, PayloadTooLarge, RequestTimeout
 
-# Set in the ASGI scope by the server's protocol (router/server.py) when a body's deadline
+# Set in the ASGI scope by the server's protocol (router/process/server.py) when a body's deadline
 # passes; the next receive() of that request then raises RequestTimeout.
 BODY_DEADLINE_PASSED = "promptedge.body_deadline_passed"
 _CLOSE = {"connection": "close"}

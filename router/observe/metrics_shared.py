@@ -3,7 +3,7 @@ prometheus_client's multiprocess mode.
 
 Each scrape reaches one worker. Without this, it answered with its own counters only, so
 successive scrapes saw different workers' counts and ``rate()`` over them was garbage. The
-supervisor (router/launch.py) creates a fresh ``PROMETHEUS_MULTIPROC_DIR`` before it starts the
+supervisor (router/process/launch.py) creates a fresh ``PROMETHEUS_MULTIPROC_DIR`` before it starts the
 workers (prometheus_client reads it at import: every counter and histogram a worker creates then
 keeps its values in a file there), marks a worker that is gone with ``mark_process_dead`` and
 removes the directory at exit. A supervisor killed with SIGKILL cannot: the supervisor and

@@ -25,10 +25,10 @@ from urllib.parse import unquote
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router import service
-from router.disconnect import CancelOnDisconnect
+from router.forward import service
+from router.api.disconnect import CancelOnDisconnect
 from router.errors import BadRequest, InvalidURL
-from router.record import Record
+from router.observe.record import Record
 from router.state import RouterState
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]

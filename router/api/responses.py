@@ -34,12 +34,12 @@ from starlette.responses import Response
 
 from cache import usage_tokens
 from opskit.redis_client import REDIS_ERRORS
-from router import classify, service
-from router.disconnect import CancelOnDisconnect
+from router.forward import classify, service
+from router.api.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica
-from router.record import Record
+from router.observe.record import Record
 from router.stream.relay import relay_stream
-from router.schemas import parse_request
+from router.api.schemas import parse_request
 from router.stream.sse import StreamAssembler, parse_json
 from router.state import RouterState
 
@@ -151,7 +151,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
 
 
 def affinity_key(owner: str, response_id: str) -> str:
-    """The Redis key of ``response_id`` made for tenant ``owner`` (router/classify.py
+    """The Redis key of ``response_id`` made for tenant ``owner`` (router/forward/classify.py
     ``tenant``): another tenant's follow-up with the same id finds nothing (404), so knowing
     an id is not enough to continue someone else's conversation on the replica holding it."""
     return f"{_KEY}{owner}:{response_id}"

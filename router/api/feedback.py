@@ -24,11 +24,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from cache import CacheUnavailable
-from router import classify
+from router.forward import classify
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden
-from router.ops import CacheStatsUnavailable
-from router.service import rate_limit
+from router.api.ops import CacheStatsUnavailable
+from router.forward.service import rate_limit
 
 feedback = APIRouter()
 # one line per report: reports change what the cache serves, so abuse must be traceable

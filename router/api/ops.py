@@ -12,10 +12,10 @@ from starlette.responses import JSONResponse, Response
 from cache import CacheUnavailable, metrics_text
 from opskit.redis_client import REDIS_ERRORS
 from router.dispatch import lanes
-from router.classify import api_key
+from router.forward.classify import api_key
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden, ModelNotFound, Unauthorized
-from router.replicas import Replica
+from router.fleet.replicas import Replica
 
 ops = APIRouter()
 

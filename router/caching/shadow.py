@@ -5,7 +5,7 @@ With the per-entry error bound (``PROMPTEDGE_CACHE_ERROR_BOUND``) and
 sent to a replica after the client has its answer; the two answers are compared
 (cache/bound/label.py) and the label teaches the entry and its pool as a compared miss does.
 Without it a pool learns only from the hits its bound refused: once an entry serves, nothing
-tells the bound whether its served answers stay right. The calls run in router/shadowing.py;
+tells the bound whether its served answers stay right. The calls run in router/caching/shadowing.py;
 this module decides.
 
 Outcomes (``promptedge_router_cache_shadow_verifications_total{pool,outcome}``): ``right`` /
