@@ -29,7 +29,7 @@ COPY opskit ./opskit
 RUN pip install --no-deps .
 
 ENV PROMPTEDGE_CACHE_ONNX_CACHE_DIR=/opt/promptedge/onnx HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-RUN python -c "from cache.embed import load_encoder; print(load_encoder(backend='onnx', cache_dir='/opt/promptedge/onnx').backend)"
+RUN python -c "from cache.embed.load import load_encoder; print(load_encoder(backend='onnx', cache_dir='/opt/promptedge/onnx').backend)"
 
 USER 65532:65532
 ENV HOME=/tmp

@@ -58,7 +58,7 @@ def serve(
                               "environment variable, default, and its key in the YAML settings file.")
 def settings_command() -> None:
     """Print the router's, discovery's and cache's settings (opskit.settings_table)."""
-    from cache.settings import CacheSettings
+    from cache import CacheSettings
     from router.discovery.kube import KubeDiscoverySettings
 
     typer.echo(settings_table((RouterSettings, KubeDiscoverySettings, CacheSettings)))

@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from cache.bound.label import judgeable
+from cache import judgeable
 from router.errors import APIError
 from router.caching.shadow import Outcome, decide
 

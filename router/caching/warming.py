@@ -36,10 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from cache import exact_key
-from cache.warming.plan import WarmPolicy, allowance, choose, idle, peak_slot, wait_s
-from cache.warming.popularity import Recipe, lock_key
-from cache.warming.settings import WarmingSettings
+from cache import Recipe, WarmingSettings, WarmPolicy, allowance, choose, exact_key, idle, lock_key, peak_slot, wait_s
 from opskit.redis_client import REDIS_ERRORS
 from router.caching import policy as cachepolicy
 from router.forward import classify

@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, SettingsError
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
-from cache.settings import CacheSettings
+from cache import CacheSettings
 from opskit import FORMATS, LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app

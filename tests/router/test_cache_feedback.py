@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache.bound.model import BoundPrior
+from cache.verify.bound.model import BoundPrior
 from tests.router.conftest import MODEL
 from tests.router.test_cache_api import PARAPHRASE, QUESTION, chat, post_until_stored
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from cache.bound.label import compared_label, judgeable
+from cache.verify.bound.label import compared_label, judgeable
 from router.errors import NoReplica
 from router.caching.shadow import decide, shadow_body
 from router.caching.shadowing import ShadowVerifier

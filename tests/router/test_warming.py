@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheRequest, exact_key
-from cache import metrics as cache_metrics
+from cache.stats import metrics as cache_metrics
 from cache.warming.plan import slot_bounds
 from cache.warming.popularity import Popularity, count_key
 from cache.warming.settings import WarmingSettings

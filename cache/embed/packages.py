@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from cache.embed import EmbeddingError, default_model_path
+from cache.embed.encoder import default_model_path
+from cache.errors import EmbeddingError
 
 Kind = Literal["sentence-transformers", "static"]
 

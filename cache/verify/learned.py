@@ -3,7 +3,7 @@ calibrated probability that a cached text answers the query is compared with a t
 chosen for a precision target.
 
 The model is a JSON file (default ``cache/models/verifier.json``, written by
-``python -m cache train-verifier``, cache/train_verifier.py): plain numbers, read with
+``python -m cache train-verifier``, cache/training/verifier.py): plain numbers, read with
 ``json.load``, so loading runs no code (a pickle would). Two model kinds:
 
 - ``logistic``: ``raw = bias + weights . ((x - mean) / scale)``;
@@ -27,16 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from cache.model_file import PerVersion, read_json
-from cache.pair_features import FEATURES, pair_features
+from cache.errors import VerifierError
+from cache.verify.features import FEATURES, pair_features
+from cache.verify.model_file import PerVersion, read_json
 
-DEFAULT_PATH = Path(__file__).resolve().parent / "models" / "verifier.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[1] / "models" / "verifier.json"  # cache/models/
 FORMAT = "promptedge-verifier/1"
-
-
-class VerifierError(ValueError):
-    """The verifier file is unusable, or a precision target is outside what it was calibrated
-    for; the message names the file or the setting."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Model, for a query at score x (the cosine of the two texts) against entry e of a
 
 - ``eta_pool(x)``: the pool's calibration at the score, a step function of x. Its steps are
   fitted offline on labelled pairs (``BoundPrior``; QQP's train split, ``python -m cache
-  fit-bound``, cache/bound/fit.py): isotonic regression of the label on the score, blocks of at
+  fit-bound``, cache/training/bound_fit.py): isotonic regression of the label on the score, blocks of at
   least 100 pairs, each block's precision replaced by its one-sided 95 % Wilson lower bound. Online, every step is a Beta belief whose prior is
   that value with a bounded weight (``strength``, pseudo-observations) and which counts the
   pool's labelled right and wrong answers at that step (``PoolState``). So the calibration
@@ -55,18 +55,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cache.model_file import PerVersion, read_json
+from cache.errors import BoundError
+from cache.verify.model_file import PerVersion, read_json
 
-DEFAULT_PRIOR_PATH = Path(__file__).resolve().parent.parent / "models" / "entry_bound.json"
+DEFAULT_PRIOR_PATH = Path(__file__).resolve().parents[2] / "models" / "entry_bound.json"  # cache/models/
 FORMAT = "promptedge-entry-bound/1"
 Decision = Literal["serve", "explore"]
 _EPS = 1e-6  # probabilities are clipped to [eps, 1 - eps] before taking log-odds
 _MIN_VAR = 1e-4  # a belief never becomes certain: the world may still change
 CONFIDENCE_Z = 1.645  # a step's calibration is used at its one-sided 95 % lower bound
-
-
-class BoundError(ValueError):
-    """A prior file or a state that cannot be used; the message names the file or field."""
 
 
 def sigmoid(z: float) -> float:

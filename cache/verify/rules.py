@@ -249,7 +249,7 @@ RULES = ("negation", "number", "opposite", "direction", "entity")
 
 def rule_flags(query: str, candidate: str) -> dict[str, bool]:
     """Every rule of ``verify`` evaluated on its own (True = the rule would reject the pair),
-    keyed by the names of ``RULES``: the learned verifier's rule features (cache/verifier.py),
+    keyed by the names of ``RULES``: the learned verifier's rule features (cache/verify/learned.py),
     where ``verify`` stops at the first rule that fires."""
     pa, pb = _parse(query), _parse(candidate)
     return {

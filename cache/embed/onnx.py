@@ -10,7 +10,7 @@ vectors (max |cos - 1| 1e-7).
 
 Only ``Transformer -> Pooling(mean) [-> Normalize]`` models are run here (the common
 sentence-transformers layout); ``onnx_support`` names the reason for anything else, and
-``cache.embed.load_encoder`` falls back to torch.
+``cache.embed.load.load_encoder`` falls back to torch.
 
 The exported file is cached on disk (``default_cache_dir()``), named by a digest of the
 transformer's config and weights plus the exporter's versions, so a different model or version
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from cache.embed import EmbeddingError
+from cache.errors import EmbeddingError
 
 log = logging.getLogger("promptedge.cache.embed")
 

@@ -8,7 +8,7 @@ Key layout (``{prefix}`` = settings.key_prefix, default ``promptedge:cache``):
 
 | key | type | content | TTL |
 |---|---|---|---|
-| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens``; ``bound`` once labelled (cache/bound/store.py) | fixed, = entry TTL |
+| ``{prefix}:sem:entry:{<id>}`` | hash | ``response`` (JSON), ``embedding`` (base64 of float32 bytes, so clients with or without decode_responses read it), ``scope``, ``text`` (last user turn), ``tenant``, ``model``, ``created_at``, ``expires_at`` (Unix s), ``prompt_tokens``, ``completion_tokens``; ``bound`` once labelled (cache/verify/bound/store.py) | fixed, = entry TTL |
 | ``{prefix}:{sem}:expiry`` | sorted set | entry id scored by ``expires_at`` (eviction order, rebuild, delete-by) | none |
 | ``{prefix}:{sem}:group:{label}`` | sorted set | the ids of one tenant group (the tenant's statistics label: a mapped tenant, ``default``, ``other`` for every unmapped key) scored by ``expires_at`` (fair eviction) | none |
 | ``{prefix}:{sem}:groups`` | set | the labels that have a ``group:`` set | none |
@@ -43,6 +43,9 @@ from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
+
+from cache.errors import CorruptEntry
+from cache.keys import entry_key
 
 # The index side of an insert, then eviction, in one script (one slot: the ``{sem}`` tag).
 # KEYS = expiry, groups, the entry's group set, events; ARGV = now, max_entries, group key
@@ -111,18 +114,9 @@ _ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "e
                  "prompt_tokens", "completion_tokens", "bound")
 
 
-def entry_key(prefix: str, entry_id: str) -> str:
-    """Redis key of one semantic entry, tagged with its own id (its own Redis Cluster slot)."""
-    return f"{prefix}:sem:entry:{{{entry_id}}}"
-
-
 def _pairs(mapping: dict[str, Any]) -> list[Any]:
     """{field: value} -> [field, value, ...], as HSET and XADD take them in a script."""
     return [item for pair in mapping.items() for item in pair]
-
-
-class CorruptEntry(ValueError):
-    """A semantic entry in Redis that cannot be decoded; it is skipped, counted and deleted."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +133,7 @@ class StoredEntry:
     expires_at: float
     prompt_tokens: int
     completion_tokens: int
-    bound: str = ""  # the per-entry error bound's state (cache/bound/store.py), "" = never labelled
+    bound: str = ""  # the per-entry error bound's state (cache/verify/bound/store.py), "" = never labelled
 
 
 @dataclass(frozen=True)
@@ -261,7 +255,7 @@ class SemanticStore:
     async def get_many_and_hash(self, entry_ids: Sequence[str], hash_key: str | None
                                 ) -> tuple[list[StoredEntry | None | CorruptEntry], dict[Any, Any]]:
         """``get_many`` plus HGETALL of ``hash_key`` (None: nothing) in the same pipeline, so
-        one round trip: the per-entry bound reads its pool's counts so (cache/bound/store.py)."""
+        one round trip: the per-entry bound reads its pool's counts so (cache/verify/bound/store.py)."""
         pipe = self._redis.pipeline(transaction=False)
         for entry_id in entry_ids:
             pipe.hmget(entry_key(self.prefix, entry_id), list(_ENTRY_FIELDS))

@@ -23,20 +23,22 @@ from typing import Any, TypeVar
 import numpy as np
 import redis.asyncio as aioredis
 
-from opskit.redis_client import REDIS_ERRORS
-
-from cache.bound.model import decide
-from cache.bound.store import BoundStore, entry_state, pool_state as pool_state_of
-from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError, Encoder, shared_encoder
+from cache.embed.batching import BatchingEmbedder
+from cache.embed.encoder import Encoder
+from cache.embed.load import shared_encoder
+from cache.errors import CorruptEntry, EmbedderBusy, EmbeddingError, RedisFailed
 from cache.exact import is_complete_response
-from cache.index import ScopedIndex
-from cache.keys import digest
-from cache.scope import SemanticQuery
-from cache.semantic_store import CorruptEntry, IndexEvent, SemanticStore, StoredEntry, entry_key
+from cache.keys import digest, entry_key
+from cache.redis_errors import redis_failures
+from cache.semantic.index import ScopedIndex
+from cache.semantic.scope import SemanticQuery
+from cache.semantic.store import IndexEvent, SemanticStore, StoredEntry
 from cache.settings import CacheSettings
-from cache.verify import select
+from cache.verify.bound.model import decide
+from cache.verify.bound.store import BoundStore, entry_state, pool_state as pool_state_of
+from cache.verify.rules import select
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
 T = TypeVar("T")
 Bounded = Callable[[Awaitable[T]], Awaitable[T]]
 
@@ -165,9 +167,10 @@ class SemanticCache:
                                    origin=self.origin)
         self._follow_client = self._given_follow_client or self._own_follow_client()
         try:
-            await self._rebuild()
-        except REDIS_ERRORS as exc:
-            log.warning("semantic index rebuild failed (%s); the follower retries", exc.__class__.__name__)
+            with redis_failures():
+                await self._rebuild()
+        except RedisFailed as exc:
+            log.warning("semantic index rebuild failed (%s); the follower retries", exc.kind)
             self._last_id = ""
         self.state = "ready"
         self._follower = asyncio.create_task(self._follow())
@@ -183,8 +186,8 @@ class SemanticCache:
         return aioredis.Redis(connection_pool=aioredis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
 
     async def _rebuild(self) -> None:
-        """Reload the index from Redis; raises one of REDIS_ERRORS or TimeoutError (after
-        _REBUILD_TIMEOUT_S)."""
+        """Reload the index from Redis; raises what redis-py raises, or TimeoutError (after
+        _REBUILD_TIMEOUT_S): callers run it inside ``redis_failures``."""
         assert self.store is not None and self.index is not None
         async with asyncio.timeout(_REBUILD_TIMEOUT_S):
             tail = await self.store.stream_tail()  # before the scan: replaying overlap is idempotent
@@ -212,21 +215,22 @@ class SemanticCache:
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError
             try:
-                if not self._last_id:
-                    await self._rebuild()
-                if time.monotonic() >= next_head_check:
-                    next_head_check = time.monotonic() + _HEAD_CHECK_S
-                    head = await reader.stream_head()
-                    if self._last_id != "0-0" and _stream_id(head) > _stream_id(self._last_id):
-                        log.warning("semantic index fell behind the trimmed stream; rebuilding")
+                with redis_failures():
+                    if not self._last_id:
                         await self._rebuild()
-                for event in await reader.read_events(self._last_id, _FOLLOW_BLOCK_MS):
-                    self._apply(event)
-                    self._last_id = event.stream_id
-                self.index.drop_expired(time.time())
-                backoff = 0.5
-            except REDIS_ERRORS as exc:
-                log.warning("semantic index follower: %s; retrying in %.1f s", exc.__class__.__name__, backoff)
+                    if time.monotonic() >= next_head_check:
+                        next_head_check = time.monotonic() + _HEAD_CHECK_S
+                        head = await reader.stream_head()
+                        if self._last_id != "0-0" and _stream_id(head) > _stream_id(self._last_id):
+                            log.warning("semantic index fell behind the trimmed stream; rebuilding")
+                            await self._rebuild()
+                    for event in await reader.read_events(self._last_id, _FOLLOW_BLOCK_MS):
+                        self._apply(event)
+                        self._last_id = event.stream_id
+                    self.index.drop_expired(time.time())
+                    backoff = 0.5
+            except RedisFailed as exc:
+                log.warning("semantic index follower: %s; retrying in %.1f s", exc.kind, backoff)
                 self._last_id = ""  # events may be lost while down: rebuild on reconnect
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -257,11 +261,11 @@ class SemanticCache:
 
     async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded, pool: str = "") -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold that the
-        verification stage accepts: the rules (cache/verify.py ``select``) or, with
+        verification stage accepts: the rules (cache/verify/rules.py ``select``) or, with
         ``settings.verifier`` "learned", the most probable candidate whose calibrated
         probability reaches the precision target's threshold (rejections counted ``learned``).
         With ``settings.error_bound``, the rules' choice is served only when its entry's
-        bound says so (cache/bound/model.py ``decide``, with the state of ``pool``, read in
+        bound says so (cache/verify/bound/model.py ``decide``, with the state of ``pool``, read in
         the candidates' round trip; rejections counted ``bound``).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
@@ -327,7 +331,7 @@ class SemanticCache:
     async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,
                           response: dict[str, Any], ttl_s: int, bounded: Bounded, group: str | None = None) -> bool:
         """Write one entry (fixed TTL) and index it here; False when not ready or not embeddable.
-        ``group``: the tenant's statistics label, the unit of fair eviction (cache/semantic_store.py)."""
+        ``group``: the tenant's statistics label, the unit of fair eviction (cache/semantic/store.py)."""
         if not self.ready:
             return False
         assert self.index is not None and self.store is not None

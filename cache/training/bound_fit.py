@@ -1,14 +1,14 @@
 """Offline fit of the per-entry bound's global prior (``python -m cache fit-bound``).
 
 Input: scores (cosine of each labelled pair's two texts) and labels of the QQP *train* split
-(cache/splits.py, the learned verifier's; calibration and test are never read here). Steps:
+(cache/training/splits.py, the learned verifier's; calibration and test are never read here). Steps:
 
 1. keep the pairs whose score is >= ``floor`` (the candidates a lookup can ever judge);
 2. isotonic regression of the label on the score (scikit-learn's ``IsotonicRegression``,
    increasing): the precision of a cut can only grow with the score;
 3. blocks of equal fitted value are joined with their upper neighbours until each holds at
    least ``min_step_pairs`` pairs; each becomes a step, its value replaced by the one-sided
-   95 % Wilson lower bound of the block's share of positives (cache/verifier.py's
+   95 % Wilson lower bound of the block's share of positives (cache/verify/learned.py's
    ``wilson_lower``), then made non-decreasing again by a running maximum (under monotony, a
    higher block is at least as good as any lower one, so the lower one's bound holds for it):
    a block whose bound is no higher than the step below joins that step (fewer, wider steps
@@ -16,7 +16,7 @@ Input: scores (cosine of each labelled pair's two texts) and labels of the QQP *
 4. its strength (pseudo-observations in the pool's Beta belief of the step) is the block's
    size, at most ``max_strength``.
 
-scikit-learn is needed here only; serving reads the JSON (cache/bound/model.py).
+scikit-learn is needed here only; serving reads the JSON (cache/verify/bound/model.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cache.bound.model import BoundPrior
-from cache.verifier import wilson_lower
+from cache.verify.bound.model import BoundPrior
+from cache.verify.learned import wilson_lower
 
 DEFAULT_FLOOR = 0.70  # the learned verifier's prefilter: below it no candidate is ever judged
 # a step's training data counts as at most this many of the pool's own labels: QQP is a prior

@@ -1,7 +1,7 @@
 """Prometheus metrics of the cache, in the cache's own registry (``metrics_text()``; the
 router's /metrics appends it to its own series).
 
-Per process, so sum them across workers in PromQL; the Redis counters (cache/stats.py) are the
+Per process, so sum them across workers in PromQL; the Redis counters (cache/stats/store.py) are the
 cross-worker truth behind /cache/stats. Label values are bounded: ``model`` is a configured pool
 and ``tenant`` a tenant label (mapped tenants, ``default``, ``other``; see CacheRequest.label).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from cache.stats import LookupEvent
+from cache.stats.store import LookupEvent
 
 REGISTRY = CollectorRegistry()
 

@@ -1,4 +1,4 @@
-"""Redis side of the per-entry error bound (cache/bound/model.py): pool states, entry states
+"""Redis side of the per-entry error bound (cache/verify/bound/model.py): pool states, entry states
 and the records of served hits that a client may report.
 
 | key (``{prefix}`` = settings.key_prefix) | type | content | TTL |
@@ -36,9 +36,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from cache.bound.model import BoundError, BoundPrior, EntryState, PoolState
-from cache.keys import digest
-from cache.semantic_store import entry_key
+from cache.errors import BoundError
+from cache.keys import digest, entry_key
+from cache.verify.bound.model import BoundPrior, EntryState, PoolState, update_entry
 
 # KEYS[1] = the entry; ARGV = the state read before ('' = none), the new state.
 # Returns -1 when the entry is gone, 0 when its state changed meanwhile, 1 when written.
@@ -138,8 +138,6 @@ class BoundStore:
     async def report(self, entry_id: str, pool: str, score: float, right: bool) -> EntryState | None:
         """Update the entry's state with one label (``update_entry``) by compare-and-set;
         the new state, or None when the entry is gone or kept changing under us."""
-        from cache.bound.model import update_entry
-
         key = entry_key(self.prefix, entry_id)
         pool_state_now = await self.pool(pool)
         for _ in range(_CAS_TRIES):

@@ -3,7 +3,7 @@
 Steps, all printed:
 
 1. Read labelled pairs (QQP: ``../shared/data/cache-eval/qqp/similiar_qqp_full.tar.gz``) and
-   put each in its fixed split (cache/splits.py: keyed hash of the pair id, 60/20/20). At most
+   put each in its fixed split (cache/training/splits.py: keyed hash of the pair id, 60/20/20). At most
    ``max_per_split`` pairs of each split are used, the first ones in file order (encoding every
    QQP text takes about an hour on this 2-core machine).
 2. Encode every distinct text with the cache's embedder; vectors are kept in an ``.npz`` file
@@ -18,7 +18,7 @@ Steps, all printed:
 6. Report precision / recall / hit rate on the test split at each target (recall counts every
    positive of the split, also those below the prefilter), and write the JSON file.
 
-scikit-learn is needed here only; serving reads the JSON (cache/verifier.py).
+scikit-learn is needed here only; serving reads the JSON (cache/verify/learned.py).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from cache.eval import Pairs
-from cache.pair_features import FEATURES, feature_matrix
-from cache.splits import SEED, SPLITS, Split, split_of
-from cache.verifier import FORMAT, LearnedVerifier, OperatingPoint, wilson_lower
+from cache.training.eval import Pairs
+from cache.training.splits import SEED, SPLITS, Split, split_of
+from cache.verify.features import FEATURES, feature_matrix
+from cache.verify.learned import FORMAT, LearnedVerifier, OperatingPoint, wilson_lower
 
 TARGETS = tuple(round(0.80 + 0.01 * i, 2) for i in range(20))
 # the trees may only learn these directions: a more similar pair is never less probable, a rule
@@ -224,7 +224,7 @@ def _train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_s
         fitted["logistic"] = (lr, lambda x, lr=lr, m=mean, sc=scale: lr.decision_function((x - m) / sc),
                               _export_logistic(lr, mean, scale))
     if "trees" in kinds:
-        # shallow and few: the walk costs one numpy step per level (cache/verifier.py), and
+        # shallow and few: the walk costs one numpy step per level (cache/verify/learned.py), and
         # 200 trees of depth 14 took 1.8 ms per lookup under load
         gb = HistGradientBoostingClassifier(max_iter=100, learning_rate=0.1, max_depth=4, max_leaf_nodes=15,
                                             min_samples_leaf=40, l2_regularization=1.0,

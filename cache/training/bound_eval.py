@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cache.bound.model import BoundPrior, EntryState, decide, update_entry, update_pool
+from cache.verify.bound.model import BoundPrior, EntryState, decide, update_entry, update_pool
+from cache.verify.rules import verify
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,8 @@ def baseline_rows(queries: Sequence[str], candidates: Sequence[str], stream: Seq
                   positives: int, threshold: float, verifier: Any | None = None,
                   precision_target: float = 0.90) -> list[dict[str, Any]]:
     """The static decisions on the same stream (query i against its candidate i): similarity
-    alone at ``threshold``, + the rules (cache/verify.py), and the learned verifier
-    (cache/verifier.py: cosine prefilter, probability >= the target's threshold)."""
-    from cache.verify import verify
-
+    alone at ``threshold``, + the rules (cache/verify/rules.py), and the learned verifier
+    (cache/verify/learned.py: cosine prefilter, probability >= the target's threshold)."""
     n = len(stream)
 
     def row(name: str, rule: str, hit: Sequence[bool]) -> dict[str, Any]:

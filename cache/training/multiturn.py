@@ -2,7 +2,7 @@
 conversation scores on it (issue 14, item 5).
 
 No public multi-turn set with labels ships in ``../shared/data``, so the set is built from QQP's
-labelled pairs (its test split for evaluation: ``cache/splits.py``). Each case is a stored
+labelled pairs (its test split for evaluation: ``cache/training/splits.py``). Each case is a stored
 conversation and a query conversation; label 1 when the stored answer is right for the query:
 
 - ``other_context``: the earlier user turns are a QQP pair labelled *different* (often near
@@ -26,7 +26,7 @@ stored conversation's answer to the query, for
 - GPTCache's keying (GPTCache 0.1.44: ``Cache.init``'s default ``pre_embedding_func`` is
   ``last_content``, the last message's content; ``all_content`` joins every message's content
   with newlines), by cosine alone;
-- PromptEdge's: the semantic scope (``cache.scope.semantic_query``: the whole conversation
+- PromptEdge's: the semantic scope (``cache.semantic.scope.semantic_query``: the whole conversation
   before the last user turn must be identical) and the last turn by similarity, + the rules,
   + the learned verifier.
 Pure but for the encoder passed in.
@@ -42,11 +42,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cache.eval import GPTCACHE_DEFAULT_COSINE
-from cache.pair_features import feature_matrix
-from cache.scope import SemanticQuery, semantic_query
-from cache.verifier import LearnedVerifier
-from cache.verify import verify
+from cache.semantic.scope import SemanticQuery, semantic_query
+from cache.training.eval import GPTCACHE_DEFAULT_COSINE
+from cache.verify.features import feature_matrix
+from cache.verify.learned import LearnedVerifier
+from cache.verify.rules import verify
 
 Kind = Literal["other_context", "other_question_same_answer", "paraphrased_context", "same_context"]
 KINDS: tuple[Kind, ...] = ("other_context", "other_question_same_answer", "paraphrased_context", "same_context")
@@ -142,7 +142,7 @@ def all_content(messages: Sequence[dict[str, str]]) -> str:
 
 def scope_of(messages: list[dict[str, str]]) -> SemanticQuery | None:
     """The semantic scope and text of a chat conversation as the cache computes them
-    (``cache.scope.semantic_query``, one tenant, model "eval"); None when it is not eligible."""
+    (``cache.semantic.scope.semantic_query``, one tenant, model "eval"); None when it is not eligible."""
     found = semantic_query("chat.completions", {"model": "eval", "messages": messages}, tenant="eval")
     return found if isinstance(found, SemanticQuery) else None
 

@@ -27,17 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from cache.index import ScopedIndex
-from cache.pair_features import feature_matrix
-from cache.splits import split_of
-from cache.verifier import LearnedVerifier
-from cache.verify import select, verify
+from cache.errors import PairsFormatError
+from cache.semantic.index import ScopedIndex
+from cache.training.splits import split_of
+from cache.verify.features import feature_matrix
+from cache.verify.learned import LearnedVerifier
+from cache.verify.rules import select, verify
 
 SWEEP = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))
-
-
-class PairsFormatError(ValueError):
-    """The pairs file cannot be read; the message names the file, item and field."""
 
 
 @dataclass(frozen=True)
@@ -259,7 +256,7 @@ def format_stages(rows: list[dict[str, Any]], source: str) -> str:
 
 
 def filter_split(pairs: Pairs, split: str | None) -> Pairs:
-    """Only the labelled pairs of one split (cache/splits.py); None or a positives-only set: all."""
+    """Only the labelled pairs of one split (cache/training/splits.py); None or a positives-only set: all."""
     if split is None or pairs.labels is None:
         return pairs
     keep = [i for i, (a, b) in enumerate(zip(pairs.text_a, pairs.text_b, strict=True)) if split_of(a, b) == split]
