@@ -3,7 +3,7 @@
 In the Mooncake FAST'25 traces each request lists ``hash_ids``: ids of the 512-token blocks
 of its prompt, equal ids = the same block of the same prefix (kvcache-ai/Mooncake
 ``FAST25-release``; ../shared/data/README.md). Each id maps to one deterministic text of
-``BLOCK_TOKENS`` sim tokens (4 characters each, sim/tokens.py), so equal ids give equal text
+``BLOCK_TOKENS`` sim tokens (4 characters each, sim/replica/tokens.py), so equal ids give equal text
 and different ids different text (hex of SHA-256: two blocks agree on a character by chance,
 never on a 16-token KV block in practice); a request's prompt is its
 blocks' texts in order, trimmed to its input length. Two requests then share exactly the
@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sim.tokens import CHARS_PER_TOKEN
+from sim.replica.tokens import CHARS_PER_TOKEN
 
 BLOCK_TOKENS = 512  # Mooncake's hash_ids block size (tokens)
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN

@@ -1,7 +1,7 @@
 """Load generator: replays a trace against any OpenAI-compatible endpoint.
 
 Arrivals keep the trace's gaps divided by ``speedup`` (60 -> one trace minute per wall
-second). Prompts come from a :class:`~sim.questions.QuestionMix`. Request parameters belong to
+second). Prompts come from a :class:`~sim.client.questions.QuestionMix`. Request parameters belong to
 the question: ``max_tokens`` is the trace's generated-token count (at least 1) of the row where
 the question, or for a paraphrase or near miss its source question, first appeared, so a
 repeated question is a byte-identical request (as a repeating client sends) and a paraphrase
@@ -10,10 +10,10 @@ the prompt is the question alone. With ``pad_context`` a system message of fille
 prompt to the context size of the source's first row (capped), so replicas do realistic
 prefill work; repeats stay identical, paraphrases get their source's padding. The padding is
 the source question's own text (drawn from its hash), so different questions share no prompt
-prefix and replicas' prefix caches (sim/prefix.py) reuse only what repeats repeat.
+prefix and replicas' prefix caches (sim/replica/latency/prefix.py) reuse only what repeats repeat.
 
 With ``shared_prefixes`` a trace row that has prefix block ids (Mooncake ``hash_ids``) is sent
-instead as one user message made of its blocks' texts (sim/prefix_text.py), trimmed to its
+instead as one user message made of its blocks' texts (sim/client/prefix_text.py), trimmed to its
 context tokens (capped at ``max_context_tokens``), with its own generated-token count as
 ``max_tokens``: requests share exactly the prefixes the trace says they share, so replicas'
 prefix caches and the router's prefix-aware dispatch see the trace's reuse. Such requests
@@ -37,9 +37,9 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from sim.prefix_text import BLOCK_TOKENS, prompt_from_blocks
-from sim.questions import Kind, QuestionMix
-from sim.traces import TraceRequest
+from sim.client.prefix_text import BLOCK_TOKENS, prompt_from_blocks
+from sim.client.questions import Kind, QuestionMix
+from sim.client.traces import TraceRequest
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Outcome:
 def _padding(tokens: int, source: str) -> str:
     # ~4 characters per token, the same estimate the sim uses for prompts. The text is the
     # source question's own (blocks drawn from its hash): one padding shared by every request
-    # would make every padded prompt a prefix-cache hit on the replicas (sim/prefix.py).
+    # would make every padded prompt a prefix-cache hit on the replicas (sim/replica/latency/prefix.py).
     seed = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big")
     return prompt_from_blocks([seed + k for k in range(tokens // BLOCK_TOKENS + 1)], tokens)
 

@@ -1,4 +1,5 @@
-"""Replay and demo reports: summary numbers from request outcomes, and a printed table."""
+"""Replay reports: summary numbers from request outcomes, and a printed table (the demo adds
+its forecaster section to it: sim/demo/report.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.demo_report import forecast_lines
-from sim.questions import KINDS
-from sim.replay import Outcome
+from sim.client.questions import KINDS
+from sim.client.replay import Outcome
 
 EXACT_VALUES = {"hit", "exact"}  # X-Cache: "hit" (issue 2 router), "exact" (issue 3 onwards)
 SEMANTIC_VALUES = {"semantic"}
@@ -97,8 +97,8 @@ def _pcts(d: dict[str, float | None]) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """Readable table of a report (replay keys, plus the demo's forecaster section when
-    forecast_plan is present: sim/demo_report.py)."""
+    """Readable table of a replay report's keys (and the demo's optional ones: logs, replicas,
+    questions); the demo's forecaster section is rendered by sim/demo/report.py."""
     rows = [
         ("requests", report["requests"]),
         ("ok / failed", f"{report['ok']} / {report['failed']}"),
@@ -133,8 +133,4 @@ def render(report: dict[str, Any]) -> str:
         rows.append(("question pool", f"all {pool['pairs']} pairs used by {pool['last_new_at_s']} s: later prompts "
                                       "only repeat (cache hits), so replicas and forecaster see little demand"))
     width = max(len(name) for name, _ in rows)
-    lines = [f"{name:<{width}}  {value}" for name, value in rows]
-    if "forecast_plan" in report:
-        lines.append("")
-        lines.extend(forecast_lines(report))
-    return "\n".join(lines)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

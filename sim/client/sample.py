@@ -19,7 +19,8 @@ import random
 from datetime import datetime, timedelta
 from pathlib import Path
 
-SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
+# the data sits at the package root (sim/samples/, shipped as package data), not beside this module
+SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 TRACE_FILE = SAMPLES_DIR / "sample_trace.csv"
 QUESTIONS_FILE = SAMPLES_DIR / "sample_questions.json"
 

@@ -8,7 +8,7 @@ Formats (see ../shared/data/README.md):
 - Mooncake FAST'25 traces (kvcache-ai/Mooncake ``*_trace.jsonl``): one JSON object per line with
   ``timestamp`` (ms since trace start), ``input_length``, ``output_length`` (tokens) and,
   when present, ``hash_ids`` (ids of the prompt's 512-token prefix blocks; equal ids = a
-  shared prefix block; sim/prefix_text.py turns them into prompt texts).
+  shared prefix block; sim/client/prefix_text.py turns them into prompt texts).
 
 A bad row raises :class:`TraceFormatError` naming the file, line and column.
 """

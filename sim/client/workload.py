@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sim.questions import MixConfig, QuestionMix, QuestionPair, load_pairs
-from sim.replay import PlannedRequest, ReplayConfig, plan_requests, run_plan
-from sim.report import demand_minutes, summarize
-from sim.sample import QUESTIONS_FILE, TRACE_FILE
-from sim.traces import TraceRequest, read_trace
+from sim.client.questions import MixConfig, QuestionMix, QuestionPair, load_pairs
+from sim.client.replay import PlannedRequest, ReplayConfig, plan_requests, run_plan
+from sim.client.report import demand_minutes, summarize
+from sim.client.sample import QUESTIONS_FILE, TRACE_FILE
+from sim.client.traces import TraceRequest, read_trace
 
 
 def load_inputs(trace: Path | None, questions: Path | None) -> tuple[list[TraceRequest], list[QuestionPair]]:

@@ -1,7 +1,8 @@
-"""The demo report's forecaster section, in text: demand in one unit side by side (requests
-sent, cache hits, misses forwarded, the forecast of misses), the history the forecaster read,
-the capacity and headroom its replicas follow from with the arithmetic at the warm-up lead, the
-decision, and the plan summed up. Every minute is in the picture (sim/demo_plot.py)."""
+"""The demo's report in text: the replay table (sim/client/report.py), then its forecaster
+section: demand in one unit side by side (requests sent, cache hits, misses forwarded, the
+forecast of misses), the history the forecaster read, the capacity and headroom its replicas
+follow from with the arithmetic at the warm-up lead, the decision, and the plan summed up. Every
+minute is in the picture (sim/demo/plot.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,20 @@ import math
 import time
 from typing import Any
 
+from sim.client.report import render as render_replay
+
 LABEL = 58  # width of the demand table's row labels
 CELL = 14
 
+
+
+def render(report: dict[str, Any]) -> str:
+    """The demo's report as text: the replay table, then the forecaster section when the report
+    holds ``forecast_plan`` (None there when the forecaster failed: the section says why)."""
+    text = render_replay(report)
+    if "forecast_plan" not in report:
+        return text
+    return "\n".join([text, "", *forecast_lines(report)])
 
 def when(minute: object) -> str:
     """A Unix minute as UTC ``YYYY-MM-DD HH:MM``."""
@@ -40,7 +52,7 @@ def forecast_lines(report: dict[str, Any]) -> list[str]:
         lines.extend(f"  {line}" for line in capacity_lines(planner, plan, report.get("forecast_capacity_source")))
     lines.append(f"  decided: {decision.get('replicas', '?')} replicas ({decision.get('reason', '')})")
     # the decision's action is the planner's ("set", "hold"); the demo's forecaster always runs
-    # in dry-run (demo.py forces it), so nothing is ever scaled here
+    # in dry-run (sim/demo/run.py forces it), so nothing is ever scaled here
     lines.append("  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real "
                  "Deployment)")
     if plan:

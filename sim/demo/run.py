@@ -23,11 +23,11 @@ from typing import Any
 
 import httpx
 
-from sim.demo_plot import plot_demand
-from sim.questions import MixConfig, QuestionMix
-from sim.replay import PlannedRequest, ReplayConfig, plan_requests
-from sim.stack import Stack, free_port
-from sim.workload import load_inputs, replay_report, thinning_fraction
+from sim.client.questions import MixConfig, QuestionMix
+from sim.client.replay import PlannedRequest, ReplayConfig, plan_requests
+from sim.client.workload import load_inputs, replay_report, thinning_fraction
+from sim.demo.plot import plot_demand
+from sim.stack.processes import Stack, free_port
 
 # Mixed fleet: two A100-like replicas and one T4-like, so least-load dispatch has a reason to
 # prefer some replicas over others.

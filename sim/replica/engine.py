@@ -13,9 +13,9 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from sim.latency import BatchModel, Profile
-from sim.metrics import ReplicaMetrics
-from sim.prefix import DEFAULT_BLOCK_SIZE, block_hashes
+from sim.replica.latency.batch import BatchModel, Profile
+from sim.replica.latency.prefix import DEFAULT_BLOCK_SIZE, block_hashes
+from sim.replica.metrics import ReplicaMetrics
 
 
 # How far behind its step clock a replica may fall and still catch up (simulated seconds): late
@@ -59,7 +59,7 @@ class Engine:
     warm-up lasts ``warmup_s / time_scale`` wall seconds, while every duration it records (TTFT
     and e2e histograms, queue time) is in simulated seconds, so the metrics keep their meaning.
     ``prefix_caching`` / ``block_size``: vLLM's automatic prefix caching over blocks of that
-    many tokens (sim/prefix.py; on by default, as in vLLM V1).
+    many tokens (sim/replica/latency/prefix.py; on by default, as in vLLM V1).
     """
 
     def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0, time_scale: float = 1.0,
@@ -113,7 +113,7 @@ class Engine:
         return not self._handles
 
     def submit(self, prompt_tokens: int, max_tokens: int, token_ids: list[int] | None = None) -> Handle:
-        """Queue a request; ``token_ids``: its prompt's token ids (sim/tokens.py), which the
+        """Queue a request; ``token_ids``: its prompt's token ids (sim/replica/tokens.py), which the
         prefix cache hashes in blocks (None: nothing of it can be cached). Raises
         latency.ModelLimitError if it can never fit."""
         req_id = next(self._ids)

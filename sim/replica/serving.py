@@ -20,9 +20,9 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 from opskit import configure as configure_logging
 
-from sim.api import create_app
-from sim.profiles import PROFILES
-from sim.settings import SimSettings
+from sim.replica.api.app import create_app
+from sim.replica.latency.profiles import PROFILES
+from sim.replica.settings import SimSettings
 
 log = logging.getLogger("sim.serve")
 

@@ -29,7 +29,7 @@ class SimSettings(FileSettings):
     ``log_format``: json (one object per stderr line) or text;
     ``enable_prefix_caching``: vLLM's automatic prefix caching (on by default, as in vLLM V1;
     ``--no-enable-prefix-caching`` there): a prompt's leading blocks found in the KV cache are
-    not prefilled again (sim/prefix.py); ``block_size``: tokens per KV block (vLLM's
+    not prefilled again (sim/replica/latency/prefix.py); ``block_size``: tokens per KV block (vLLM's
     ``--block-size``, default 16, 1..256)."""
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_SIM_")

@@ -6,7 +6,7 @@ OpenAI's rule of thumb of ~4 characters per token (help.openai.com, "What are to
 to count them?"), plus 3 tokens of framing per chat message and 3 to prime the reply
 (the per-message overhead in OpenAI's cookbook "How to count tokens with tiktoken").
 
-Token ids (for ``/tokenize`` and the prefix cache, sim/prefix.py): a text token is up to 4
+Token ids (for ``/tokenize`` and the prefix cache, sim/replica/latency/prefix.py): a text token is up to 4
 characters, its id those characters' UTF-8 bytes read as one big-endian integer
 (:func:`text_token_ids`); a chat prompt is, per message, 3 framing ids (message start, the
 role, separator) then its content's ids, and 3 priming ids at the end

@@ -192,7 +192,7 @@ class RedisServer:
     carries it (``redis://:password@...``), so never log :attr:`url`. Raises StackError when
     the binary is missing or the server does not answer within 10 s. ``extra_args``: more
     ``redis-server`` options (``--cluster-enabled yes``, ``--replicaof host port``,
-    sim/redis_topology.py); ``config``: a config file, read first (a sentinel's, with
+    sim/stack/redis_topology.py); ``config``: a config file, read first (a sentinel's, with
     ``--sentinel`` in ``extra_args``)."""
 
     def __init__(self, port: int | None = None, password: str | None = None, binary: str = "redis-server",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from sim.stack import RedisServer, StackError, port_free
+from sim.stack.processes import RedisServer, StackError, port_free
 
 SERVICE = "promptedge"
 

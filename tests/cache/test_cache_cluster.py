@@ -20,7 +20,7 @@ from cache.bound.model import BoundPrior
 from cache.bound.store import pool_name
 from cache.embed import Encoder
 from opskit.redis_client import async_redis
-from sim.redis_topology import LocalCluster
+from sim.stack.redis_topology import LocalCluster
 
 pytestmark = pytest.mark.redis_ha
 

@@ -50,7 +50,7 @@ def exported_names() -> set[str]:
     from router.health import HealthConfig
     from router.metrics import RouterMetrics
     from router.replicas import Pools
-    from sim.metrics import ReplicaMetrics
+    from sim.replica.metrics import ReplicaMetrics
 
     pools = Pools((), HealthConfig())
     router = RouterMetrics(pools, Weights(), cache_healthy=lambda: True)

@@ -7,15 +7,15 @@ Public surface:
 - :func:`steepest_ramp` picks a segment with a ramp; :func:`scale_for_peak` rescales volume;
 - :func:`generate_arrivals` -> arrival offsets (seconds) of one segment, seeded;
 - :class:`TokenSampler` draws (context, generated) token pairs from a real trace;
-- :func:`build_segment` ties them into :class:`~sim.traces.TraceRequest` rows for the replayer;
+- :func:`build_segment` ties them into :class:`~sim.client.traces.TraceRequest` rows for the replayer;
 - :func:`history_minutes` turns the days before a segment into per-minute counts for the
-  router's Redis traffic counters (:mod:`sim.traffic.history` writes them).
+  router's Redis traffic counters (:mod:`sim.client.traffic.history` writes them).
 """
 
-from sim.traffic.arrivals import generate_arrivals, shape_for_cv
-from sim.traffic.rates import ClientWindow, RateSeries, TrafficFormatError, read_nab, read_rates, read_servegen
-from sim.traffic.segment import Segment, build_segment, history_minutes, scale_for_peak, steepest_ramp
-from sim.traffic.tokens import TokenSampler
+from sim.client.traffic.arrivals import generate_arrivals, shape_for_cv
+from sim.client.traffic.rates import ClientWindow, RateSeries, TrafficFormatError, read_nab, read_rates, read_servegen
+from sim.client.traffic.segment import Segment, build_segment, history_minutes, scale_for_peak, steepest_ramp
+from sim.client.traffic.tokens import TokenSampler
 
 __all__ = [
     "ClientWindow", "RateSeries", "Segment", "TokenSampler", "TrafficFormatError", "build_segment",

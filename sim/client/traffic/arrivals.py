@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from sim.traffic.rates import ClientWindow, RateSeries
+from sim.client.traffic.rates import ClientWindow, RateSeries
 
 MIN_SHAPE, MAX_SHAPE = 0.02, 200.0
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.traces import TraceRequest
-from sim.traffic.arrivals import generate_arrivals
-from sim.traffic.rates import RateSeries
-from sim.traffic.tokens import TokenSampler
+from sim.client.traces import TraceRequest
+from sim.client.traffic.arrivals import generate_arrivals
+from sim.client.traffic.rates import RateSeries
+from sim.client.traffic.tokens import TokenSampler
 
 def steepest_ramp(series: RateSeries, hours: float, min_start_s: float = 0.0,
                   max_jump: float | None = None) -> float:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.traces import read_trace
+from sim.client.traces import read_trace
 
 
 class TokenSampler:
@@ -24,7 +24,7 @@ class TokenSampler:
 
     @classmethod
     def from_trace(cls, path: Path | str, max_generated: int = 0) -> TokenSampler:
-        """From an Azure CSV or Mooncake JSONL trace (sim.traces.read_trace; raises
+        """From an Azure CSV or Mooncake JSONL trace (sim.client.traces.read_trace; raises
         TraceFormatError)."""
         return cls([(r.context_tokens, r.generated_tokens) for r in read_trace(path)], max_generated)
 

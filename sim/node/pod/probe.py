@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.node.podspec import ProbeSpec
+from sim.node.pod.spec import ProbeSpec
 
 
 @dataclass

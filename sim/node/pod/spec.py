@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from sim.node.prestop import PreStopHook, pre_stop_hook
+from sim.node.pod.prestop import PreStopHook, pre_stop_hook
 
 PROFILE_ANNOTATION = "promptedge.io/sim-profile"
 WARMUP_ANNOTATION = "promptedge.io/sim-warmup-s"
@@ -59,10 +59,10 @@ class ReplicaSpec:
     max_model_len: str | None  # passed through to `sim serve --max-model-len` (validated there)
     port: int
     profile: str
-    warmup: str  # a number of seconds or a distribution name (sim.node.warmup)
+    warmup: str  # a number of seconds or a distribution name (sim.node.pod.warmup)
     probe: ProbeSpec
     grace_s: float  # simulated seconds from the deletion to SIGKILL (preStop hook included)
-    pre_stop: PreStopHook | None = None  # the container's lifecycle.preStop (sim.node.prestop)
+    pre_stop: PreStopHook | None = None  # the container's lifecycle.preStop (sim.node.pod.prestop)
 
 
 def replica_spec(pod: dict[str, Any], default_profile: str, default_warmup: str) -> ReplicaSpec:

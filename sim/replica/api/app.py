@@ -15,18 +15,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim import output
-from sim import responses as r
-from sim.engine import Engine, Handle
-from sim.latency import ModelLimitError, Profile
-from sim.profiles import get_profile
-from sim import surface
-from sim.schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, ResponsesRequest,
-                         TokenizeRequest,
-                         error_body, validation_error_body)
-from sim.settings import SimSettings
-from sim.schemas import DEFAULT_MAX_TOKENS
-from sim.tokens import chat_token_ids, estimate_chat_tokens, estimate_text_tokens, filler, text_token_ids
+from sim.replica.api import output
+from sim.replica.api import responses as r
+from sim.replica.api import surface
+from sim.replica.api.schemas import (DEFAULT_MAX_TOKENS, ChatRequest, CompletionRequest, DetokenizeRequest,
+                                     EmbeddingRequest, ResponsesRequest, TokenizeRequest, error_body,
+                                     validation_error_body)
+from sim.replica.engine import Engine, Handle
+from sim.replica.latency.batch import ModelLimitError, Profile
+from sim.replica.latency.profiles import get_profile
+from sim.replica.settings import SimSettings
+from sim.replica.tokens import chat_token_ids, estimate_chat_tokens, estimate_text_tokens, filler, text_token_ids
 
 
 class Faults(BaseModel):
@@ -311,7 +310,7 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
 
 
 def _shape(rep: Replica, req: ChatRequest | CompletionRequest) -> output.Shape:
-    """What the answer holds besides text (sim/output.py), from the request and the replica's settings."""
+    """What the answer holds besides text (sim/replica/api/output.py), from the request and the replica's settings."""
     if isinstance(req, CompletionRequest):
         return output.Shape(chat=False, logprobs=req.logprobs)
     tool = output.chosen_tool(req.tools, req.tool_choice)
@@ -322,7 +321,7 @@ def _shape(rep: Replica, req: ChatRequest | CompletionRequest) -> output.Shape:
 
 async def _stream(rep: Replica, handle: Handle, shape: output.Shape, head: r.Head) -> AsyncIterator[bytes]:
     """SSE events: role chunk, content chunks (tokens batched per stream interval; reasoning,
-    tool-call arguments and logprobs as sim/output.py says), a finish chunk, an optional usage
+    tool-call arguments and logprobs as sim/replica/api/output.py says), a finish chunk, an optional usage
     chunk, then ``data: [DONE]``. Aborts the request on disconnect.
 
     Nothing is sent before the first token exists (queueing and prefill done): the chat role

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sim.tokens import filler
+from sim.replica.tokens import filler
 
 _ARGS_HEAD = '{"text": "'
 _ARGS_TAIL = '"}'

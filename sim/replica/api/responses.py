@@ -1,7 +1,7 @@
 """OpenAI response bodies and SSE chunks (chat.completion / text_completion shapes).
 
 Every completion stops at max_tokens, so ``finish_reason`` is ``"length"`` (``"tool_calls"``
-for a forced tool call, sim/output.py).
+for a forced tool call, sim/replica/api/output.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Head:
 def completion_body(kind: Kind, req_id: str, model: str, choice: dict[str, Any], prompt_tokens: int,
                     completion_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Non-stream response body with ``usage`` always filled in; ``choice``: the choice's
-    fields but its index (sim/output.py ``whole``); ``extra``: more top-level fields."""
+    fields but its index (sim/replica/api/output.py ``whole``); ``extra``: more top-level fields."""
     return {
         "id": req_id,
         "object": "chat.completion" if kind == "chat" else "text_completion",

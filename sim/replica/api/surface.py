@@ -1,11 +1,11 @@
 """The rest of vLLM's API surface the router forwards: ``POST /v1/embeddings``, ``/tokenize``,
-``/detokenize`` and ``/v1/responses`` (pure bodies; the routes are registered by ``sim.api``).
+``/detokenize`` and ``/v1/responses`` (pure bodies; the routes are registered by ``sim.replica.api.app``).
 
 Responses are kept by the replica that made them (as vLLM keeps them in its memory), so a
 ``previous_response_id`` this replica does not hold is a 404.
 
 The sim has no tokenizer: a sim token is up to 4 characters of text (the same count as its
-prompt estimate, sim/tokens.py), and its id is those characters' UTF-8 bytes read as one
+prompt estimate, sim/replica/tokens.py), and its id is those characters' UTF-8 bytes read as one
 big-endian integer, so ``/detokenize`` inverts ``/tokenize`` exactly. An embedding is a unit
 vector of ``EMBEDDING_DIM`` floats drawn from the SHA-256 of the text: the same text always
 gets the same vector, different texts different ones.
@@ -22,13 +22,13 @@ import time
 import uuid
 from typing import Any
 
-from sim.tokens import text_token_ids
+from sim.replica.tokens import text_token_ids
 
 EMBEDDING_DIM = 8
 
 
 def tokenize(text: str) -> list[int]:
-    """Sim token ids of ``text`` (one per 4 characters; sim/tokens.py ``text_token_ids``)."""
+    """Sim token ids of ``text`` (one per 4 characters; sim/replica/tokens.py ``text_token_ids``)."""
     return text_token_ids(text)
 
 

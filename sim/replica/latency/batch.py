@@ -1,12 +1,12 @@
 """Pure latency model of one vLLM-like replica: continuous batching over a KV cache.
 
 No clock, no I/O: :class:`BatchModel` advances one engine step at a time and says how long that
-step takes; the asyncio engine (``sim.engine``) sleeps for it. The model follows vLLM V1's
+step takes; the asyncio engine (``sim.replica.engine``) sleeps for it. The model follows vLLM V1's
 scheduler in shape (decode first, then chunked prefill under a per-step token budget) with one
 documented simplification: a request is admitted only when its whole footprint
 (prompt + max_tokens) fits in the free KV cache, so there is never a preemption.
 
-With prefix caching on (``prefix_caching=True``, sim/prefix.py) the KV cache is counted in
+With prefix caching on (``prefix_caching=True``, sim/replica/latency/prefix.py) the KV cache is counted in
 blocks of ``block_size`` tokens; a request's prompt starts prefilled by the tokens found in
 the cache, so only its uncached tokens are prefilled and charged ``prefill_s_per_token``.
 Off, the pool is counted in tokens (block size 1, nothing cached), as before.
@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
-from sim.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool
+from sim.replica.latency.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool
 
 
 class ModelLimitError(ValueError):
@@ -76,7 +76,7 @@ class Profile:
 @dataclass
 class Sequence:
     """One request inside the model. Token counts only; text lives in the API layer.
-    ``block_hashes``: chained hashes of its prompt's full blocks (sim/prefix.py), empty when
+    ``block_hashes``: chained hashes of its prompt's full blocks (sim/replica/latency/prefix.py), empty when
     unknown; ``cached``: prompt tokens found in the prefix cache at admission."""
 
     req_id: int
@@ -133,7 +133,7 @@ class BatchModel:
 
     def submit(self, req_id: int, prompt_tokens: int, max_tokens: int, block_hashes: Seq[int] = ()) -> None:
         """Queue a request. ``block_hashes``: its prompt's chained block hashes
-        (sim/prefix.py ``block_hashes`` of its token ids), for the prefix cache. Raises
+        (sim/replica/latency/prefix.py ``block_hashes`` of its token ids), for the prefix cache. Raises
         ModelLimitError when it can never fit this replica."""
         if prompt_tokens < 1 or max_tokens < 1:
             raise ValueError("prompt_tokens and max_tokens must be >= 1")

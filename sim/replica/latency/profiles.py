@@ -27,7 +27,7 @@ allowance, not derived from a datasheet.
 
 from __future__ import annotations
 
-from sim.latency import Profile
+from sim.replica.latency.batch import Profile
 
 A100 = Profile(
     name="a100",
