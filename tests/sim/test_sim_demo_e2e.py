@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sim.demo.run import DemoConfig, run_demo
+from sim.demo import DemoConfig, run_demo
 from sim.stack import pid_alive
 
 
