@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.demo import question_pool
-from sim.demo_plot import plot_demand
-from sim.questions import MixConfig, QuestionMix, QuestionPair
-from sim.replay import Outcome, PlannedRequest
-from sim.report import demand_minutes, render
+from sim.client.questions import MixConfig, QuestionMix, QuestionPair
+from sim.client.replay import Outcome, PlannedRequest
+from sim.client.report import demand_minutes
+from sim.demo.plot import plot_demand
+from sim.demo.report import render
+from sim.demo.run import question_pool
 
 
 def _report(**extra: object) -> dict:  # type: ignore[type-arg]
