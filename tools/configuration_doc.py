@@ -66,7 +66,7 @@ def settings_classes() -> list[type[BaseSettings]]:
     """Every concrete settings class of the product packages, in package then module order."""
     found = []
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in sorted((ROOT / package).rglob("*.py"), key=lambda p: (len(p.parts), p)):
             tree = ast.parse(path.read_text(), str(path))
             names = [node.name for node in tree.body if isinstance(node, ast.ClassDef)
                      and any(isinstance(b, ast.Name) and b.id in SETTINGS_BASES for b in node.bases)]
@@ -106,7 +106,7 @@ def _docstring_passages(cls: type, fields: typing.Iterable[str]) -> dict[str, st
     """``name: text`` passages of the class docstring (``a / b: text`` gives both)."""
     doc = " ".join((inspect.getdoc(cls) or "").split())
     names = sorted(fields, key=len, reverse=True)
-    one = r"``?(?:%s)``?" % "|".join(map(re.escape, names))
+    one = r"(?:``)?(?:%s)(?:``)?" % "|".join(map(re.escape, names))
     heads = list(re.finditer(rf"(?<![\w.`])({one}(?:\s*/\s*{one})*):\s", doc)) if names else []
     out: dict[str, str] = {}
     for i, head in enumerate(heads):
@@ -118,13 +118,19 @@ def _docstring_passages(cls: type, fields: typing.Iterable[str]) -> dict[str, st
 
 
 def _type(annotation: object) -> str:
-    if isinstance(annotation, type) and not typing.get_args(annotation):
-        return annotation.__name__
-    text = str(annotation)
-    text = re.sub(r"\b[a-z_][\w]*\.", "", text)  # module paths
-    text = re.sub(r"Annotated\[(.*?), (?:NoDecode|FieldInfo\(.*?\)|.*?)\]", r"\1", text)
-    text = text.replace("NoneType", "None").replace("Optional[", "None | ")
-    return text
+    """A field's type as a reader writes it: ``int | None``, ``list[ReplicaSpec]``, ``'a' | 'b'``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "None"
+    if origin is typing.Annotated:
+        return _type(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type(a) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type(a) for a in args)}]"
+    return getattr(annotation, "__name__", str(annotation))
 
 
 def _default(field: FieldInfo) -> str:
@@ -150,10 +156,10 @@ def _default(field: FieldInfo) -> str:
 def _bounds(field: FieldInfo) -> str:
     parts = []
     for meta in field.metadata:
-        for kind, sign in ((Ge, ">="), (Gt, ">"), (Le, "<="), (Lt, "<"), (MinLen, "len >="), (MaxLen, "len <=")):
+        for kind, attr, sign in ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"),
+                                 (MinLen, "min_length", "length >="), (MaxLen, "max_length", "length <=")):
             if isinstance(meta, kind):
-                value = next(iter(vars(meta).values())) if vars(meta) else getattr(meta, "__dict__", "")
-                parts.append(f"{sign} {value}")
+                parts.append(f"{sign} {getattr(meta, attr)}")
     return ", ".join(parts)
 
 
@@ -182,6 +188,15 @@ def _table(cls: type[BaseModel], first: str, name_of: typing.Callable[[str, Fiel
     return rows
 
 
+def _intro(cls: type[BaseModel]) -> list[str]:
+    """The class docstring above its table: whole, or only its first paragraph when the table
+    already quotes its ``name: text`` passages."""
+    doc = inspect.getdoc(cls) or ""
+    if _docstring_passages(cls, cls.model_fields):
+        doc = doc.split("\n\n")[0]
+    return [doc, ""] if doc else []
+
+
 def render() -> str:
     """The whole page, as markdown."""
     from opskit import env_name, section_name
@@ -191,9 +206,7 @@ def render() -> str:
     for cls in settings_classes():
         section = section_name(cls)
         out += [f"## {cls.__name__} (`{cls.__module__}`): section `{section}`", ""]
-        doc = inspect.getdoc(cls) or ""
-        if doc:
-            out += [doc, ""]
+        out += _intro(cls)
         out += _table(cls, "environment variable / YAML key",
                       lambda n, f, c=cls, s=section: f"`{env_name(c, n, f)}`<br>`{s}.{n}`")
         out.append("")
@@ -211,9 +224,7 @@ def render() -> str:
             continue
         seen.add(model.__name__)
         out += [f"### {model.__name__} (`{model.__module__}`)", ""]
-        doc = inspect.getdoc(model) or ""
-        if doc:
-            out += [doc, ""]
+        out += _intro(model)
         out += _table(model, "field", lambda n, f: f"`{n}`")
         out.append("")
         for field in model.model_fields.values():
