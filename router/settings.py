@@ -1,6 +1,6 @@
 """Router settings (pydantic-settings, env prefix ``PROMPTEDGE_``).
 
-Replica list and clock settings are fixed by CONTRACTS.md; everything else has a documented
+Replica list and clock settings are contracts (docs/contracts.md); everything else has a documented
 default. Durations are seconds, fractions are 0..1.
 """
 
@@ -127,7 +127,7 @@ class RouterSettings(FileSettings):
     Cluster) or ``redis+sentinel://host:port[,host:port]/service_name[/db]`` (Sentinel), see
     opskit/_redis_url.py; redis_timeout_s bounds each call of the rate limiter and counters'
     client (socket timeout, s). The rest use the
-    ``ROUTER_`` infix (PROMPTEDGE_ROUTER_REPLICAS, ...), see CONTRACTS.md.
+    ``ROUTER_`` infix (PROMPTEDGE_ROUTER_REPLICAS, ...): docs/configuration.md.
     """
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ROUTER_", extra="ignore", populate_by_name=True)

@@ -1,4 +1,4 @@
-"""The dependency rules of DESIGN.md hold: router -> cache only; forecaster and sim import
+"""The dependency rules of docs/architecture.md hold: router -> cache only; forecaster and sim import
 none of the others; the pure cores (dispatch scoring, cache keys, replica planning) do no I/O.
 The contracts live in pyproject.toml under [tool.importlinter]."""
 

@@ -29,7 +29,7 @@ and the offset is
 
 with s in log1p units per bucket, so one day's residuals calibrate a band that is wide in a
 restless hour and narrow in a calm one, and a quantile chosen on calm days means about the same
-on busy ones (README, Measured: the chosen setting's shortfall ratio to HPA-like 5.8x on the
+on busy ones (docs/benchmarks.md, forecaster: the chosen setting's shortfall ratio to HPA-like 5.8x on the
 tuning days, 6.4x held out; unscaled 6.1x and 12.2x). s is clipped to the range it was
 calibrated on and floored at ``MIN_SCALE``; the cap above still holds.
 """

@@ -9,7 +9,7 @@ APIError (router/forward/service.py ``accounted``). :class:`RouterApp` answers a
 paths itself, with only the router's :class:`~router.api.bodylimit.BodyLimit` around it, and hands
 every other request (admin routes, other methods, unknown paths, lifespan) to FastAPI as before.
 
-Measured (bench/router_overhead.py, CPU per proxied miss): router/README.md, Measured.
+Measured (bench/router_overhead.py, CPU per proxied miss): docs/benchmarks.md, router overhead.
 """
 
 from __future__ import annotations

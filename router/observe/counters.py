@@ -1,4 +1,4 @@
-"""Per-minute traffic counters in Redis, read by the forecaster (layout: README.md, CONTRACTS.md).
+"""Per-minute traffic counters in Redis, read by the forecaster (layout: docs/contracts.md).
 
 Requests add to an in-process tally (no I/O on the request path); a background task flushes
 the tally every ``flush_s`` in one pipelined round trip. Each flush also marks every minute

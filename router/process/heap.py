@@ -11,7 +11,7 @@ moves every object tracked at that point into a permanent generation the collect
 walks; objects made later (requests, cache entries) are collected as before.
 
 Measured (bench/cache_latency.py --verification-only, frozen against unfrozen rounds in one run,
-and bench/router_overhead.py): router/README.md, Measured.
+and bench/router_overhead.py): docs/benchmarks.md, router overhead.
 """
 
 from __future__ import annotations
