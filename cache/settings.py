@@ -102,7 +102,7 @@ class CacheSettings(FileSettings):
       entries for history_days + 1 days: a data-retention change.
     prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
       estimate, the hit's service time on an idle replica = prompt / prefill + completion /
-      decode (defaults: sim/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
+      decode (defaults: sim/replica/latency/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
       decode step).
     """
 

@@ -3,7 +3,7 @@
 Body ``{"hit_id": "<X-PromptEdge-Cache-Hit-Id of the hit>", "verdict": "wrong"}``, with an
 API key of the tenant that received the hit (the hit record keeps the tenant, not the key).
 A report counts as a request under the key's rate limits. The entry that answered becomes stricter
-(cache/bound/model.py); other tenants' entries and the pool's calibration are untouched, so a
+(cache/verify/bound/model.py); other tenants' entries and the pool's calibration are untouched, so a
 client can only make its own hits rarer. Each hit can be reported once, within
 ``PROMPTEDGE_CACHE_FEEDBACK_TTL_S``. Off unless ``PROMPTEDGE_CACHE_FEEDBACK`` (and
 ``PROMPTEDGE_CACHE_ERROR_BOUND``) are set: 403 ``feedback_disabled``.

@@ -116,7 +116,7 @@ def _is_admin(admin_key: str | None, request: Request) -> bool:
 
 
 def without_tenants(stats: dict[str, Any]) -> dict[str, Any]:
-    """``stats`` (cache/stats.py shape) without ``per_tenant``, in the totals and every window."""
+    """``stats`` (cache/stats/store.py shape) without ``per_tenant``, in the totals and every window."""
     out = {k: v for k, v in stats.items() if k != "per_tenant"}
     windows = stats.get("windows")
     if isinstance(windows, dict):

@@ -3,7 +3,7 @@
 With the per-entry error bound (``PROMPTEDGE_CACHE_ERROR_BOUND``) and
 ``PROMPTEDGE_CACHE_SHADOW_RATE`` > 0, a served semantic hit is, with that probability, also
 sent to a replica after the client has its answer; the two answers are compared
-(cache/bound/label.py) and the label teaches the entry and its pool as a compared miss does.
+(cache/verify/bound/label.py) and the label teaches the entry and its pool as a compared miss does.
 Without it a pool learns only from the hits its bound refused: once an entry serves, nothing
 tells the bound whether its served answers stay right. The calls run in router/caching/shadowing.py;
 this module decides.
@@ -35,7 +35,7 @@ _STREAM_FIELDS = ("stream", "stream_options")
 def decide(rate: float, draw: float, judged: bool, inflight: int, max_inflight: int) -> Decision | None:
     """Whether one served semantic hit is shadow-verified. ``rate``: the share verified, 0..1;
     ``draw``: a uniform number in [0, 1) drawn for this hit; ``judged``: the request's answer is
-    determined by it (cache/bound/label.py ``judgeable``); ``inflight``: shadow calls open in
+    determined by it (cache/verify/bound/label.py ``judgeable``); ``inflight``: shadow calls open in
     this worker, at most ``max_inflight``. None when not drawn (uncounted), else ``run`` or the
     outcome that skips it (module doc). The pool's load is checked by the caller, after."""
     if draw >= rate:

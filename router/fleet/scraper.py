@@ -53,7 +53,7 @@ class Scraper:
         while True:
             await asyncio.sleep(interval)
             await job()
-            # a library that swallows a cancel (redis-py did, cache/semantic.py) must not keep
+            # a library that swallows a cancel (redis-py did, cache/semantic/cache.py) must not keep
             # the loop going: stop() awaits it
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions",
           "embeddings": "/v1/embeddings", "tokenize": "/tokenize", "detokenize": "/detokenize"}
-# Endpoints whose answers are cached (embeddings: exact only, cache/scope.py); /tokenize and
+# Endpoints whose answers are cached (embeddings: exact only, cache/semantic/scope.py); /tokenize and
 # /detokenize are cheap and not inference demand: neither cached nor in the traffic counters.
 _CACHED: frozenset[Endpoint] = frozenset({"chat.completions", "completions", "embeddings"})
 _STREAMED: frozenset[Endpoint] = frozenset({"chat.completions", "completions"})

@@ -135,7 +135,7 @@ class TrafficCounters:
         while True:
             await asyncio.sleep(self.flush_s)
             await self.flush()
-            # a library that swallows a cancel (redis-py did, cache/semantic.py) must not keep
+            # a library that swallows a cancel (redis-py did, cache/semantic/cache.py) must not keep
             # the loop going: stop() awaits it
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError
