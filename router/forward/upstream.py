@@ -19,6 +19,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from router.errors import UpstreamError, UpstreamTimeout
+from router.liveconn import CheckedConnector
 
 RETRYABLE_STATUS = frozenset({429, 503})
 # Idle pooled connections are closed after this many seconds, before the replica's own
@@ -129,7 +130,9 @@ class Upstream:
     transport as ``httpx.Request`` objects: the client layer (auth, redirects, cookies, event
     hooks) has nothing to do for a proxy and costs a measurable share of a request. Both
     transports trace each request's progress (connection, request headers written), which is
-    what decides whether a failure may be retried (:meth:`open`).
+    what decides whether a failure may be retried (:meth:`open`). Both check a pooled
+    connection before reusing it, so one the replica has already closed is never used
+    (router/liveconn.py).
     """
 
     def __init__(self, transport: str, max_connections: int) -> None:
@@ -140,7 +143,8 @@ class Upstream:
             self.transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=limits)
         else:
             def session() -> aiohttp.ClientSession:  # made on first use, inside the event loop
-                connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S)
+                # checked before reuse: a connection the replica has closed is never written into
+                connector = CheckedConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S)
                 return aiohttp.ClientSession(connector=connector, trace_configs=[_aiohttp_trace()])
             self.transport = AiohttpTransport(limits=limits, client=session)
         self._urls: dict[str, httpx.URL] = {}
