@@ -19,7 +19,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from router.errors import UpstreamError, UpstreamTimeout
-from router.liveconn import CheckedConnector
+from router.forward.liveconn import CheckedConnector
 
 RETRYABLE_STATUS = frozenset({429, 503})
 # Idle pooled connections are closed after this many seconds, before the replica's own
@@ -132,7 +132,7 @@ class Upstream:
     transports trace each request's progress (connection, request headers written), which is
     what decides whether a failure may be retried (:meth:`open`). Both check a pooled
     connection before reusing it, so one the replica has already closed is never used
-    (router/liveconn.py).
+    (router/forward/liveconn.py).
     """
 
     def __init__(self, transport: str, max_connections: int) -> None:

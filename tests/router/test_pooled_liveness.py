@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from router.errors import UpstreamError
-from router.liveconn import CheckedConnector, peer_open
-from router.upstream import ConnectFailed, Upstream
+from router.forward.liveconn import CheckedConnector, peer_open
+from router.forward.upstream import ConnectFailed, Upstream
 
 ANSWER = b'{"ok": true}'
 
