@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from tests.router.router_process import RouterProcess, closed_within, read_response, start_router
@@ -252,10 +253,24 @@ def test_a_client_that_keeps_sending_after_its_answer_is_cut_at_the_byte_bound(t
     assert httpx.get(tight.url + "/health", timeout=30).status_code == 200
 
 
+def _router_lets_go(router: RouterProcess, sock: socket.socket, seconds: float) -> bool:
+    """True once the router holds no descriptor for ``sock``'s connection (within ``seconds``).
+    The client cannot tell: lingering half-closes at once, so it reads EOF either way."""
+    port = sock.getsockname()[1]
+    process = psutil.Process(router.proc.pid)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(c.raddr and c.raddr.port == port for c in process.net_connections(kind="tcp")):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_client_that_goes_quiet_after_its_answer_is_closed_after_the_idle_bound(tight: RouterProcess) -> None:
     sock = _refused_upload(tight)
     try:
-        assert closed_within(sock, 20)  # lingering_timeout_s (1 s) after the last byte
+        assert closed_within(sock, 20)  # the half-close: EOF after the answer
+        assert _router_lets_go(tight, sock, 20)  # lingering_timeout_s (1 s) after the last byte
     finally:
         sock.close()
 
@@ -274,7 +289,7 @@ def test_a_client_that_trickles_after_its_answer_is_closed_after_the_total_bound
     sender = threading.Thread(target=trickle)
     sender.start()
     try:
-        assert closed_within(sock, 20)  # lingering_time_s (3 s) after the answer
+        assert _router_lets_go(tight, sock, 20)  # lingering_time_s (3 s) after the answer
     finally:
         stop.set()
         sender.join(timeout=10)
@@ -291,6 +306,7 @@ def test_a_refused_head_is_answered_even_when_the_rest_never_comes(tight: Router
         assert (status, json.loads(body)["error"]["code"], headers.get("connection")) == (
             431, "headers_too_large", "close")
         assert closed_within(sock, 20)
+        assert _router_lets_go(tight, sock, 20)
     finally:
         sock.close()
 
