@@ -40,7 +40,8 @@ class Limits(BaseModel):
     discards what still arrives, so the client reads its answer instead of a reset, and closes
     when the client does or at the first of: lingering_max_bytes discarded, lingering_timeout_s
     without a byte, lingering_time_s after the answer (nginx's lingering_time and
-    lingering_timeout, 30 s and 5 s there too). Past a bound the client gets a reset, as before.
+    lingering_timeout, 30 s and 5 s there too; lingering_max_bytes 0 closes at the first byte
+    that still arrives). Past a bound the client gets a reset, as before.
     """
 
     model_config = ConfigDict(extra="forbid")

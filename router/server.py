@@ -303,8 +303,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """The app has answered with ``Connection: close``: linger over the rest of a request
         not yet read whole, else close."""
         if self._mid_message and self._linger is None and not self.transport.is_closing():
-            self._refused = True  # the parser is fed no more
-            self._disarm()
+            self._disarm()  # the body's deadline no longer applies: the lingering bounds do
             self._start_lingering()
         elif self._linger is None:
             self.transport.close()
