@@ -5,6 +5,10 @@ is read; a chunked body is counted as it arrives and refused when it passes the 
 router never holds more than the limit (plus one read) of any body. A client that goes away
 before its body is complete ends the request quietly (499, as nginx logs it), not with a
 traceback from deep inside the framework.
+
+The 413 goes with ``Connection: close``; the HTTP protocol (router/process/server.py) then lingers over
+the body's unread rest (discarding it, within the ``lingering_*`` bounds of router/process/limits.py)
+before it closes, so the client reads the 413 instead of a TCP reset.
 """
 
 from __future__ import annotations

@@ -34,6 +34,14 @@ class Limits(BaseModel):
     max_client_connections: open client connections, None = derived from RLIMIT_NOFILE
     (:func:`connection_budget`); health_reserve: connections above the cap that are served only
     for ``/health`` and ``/metrics`` while every connection under the cap has a request in flight.
+
+    After a refusal that leaves part of the request unread (431 headers, 413 body, 408, 400),
+    the answer is followed by a lingering close (router/process/linger.py): the router half-closes and
+    discards what still arrives, so the client reads its answer instead of a reset, and closes
+    when the client does or at the first of: lingering_max_bytes discarded, lingering_timeout_s
+    without a byte, lingering_time_s after the answer (nginx's lingering_time and
+    lingering_timeout, 30 s and 5 s there too; lingering_max_bytes 0 closes at the first byte
+    that still arrives). Past a bound the client gets a reset, as before.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -53,6 +61,9 @@ class Limits(BaseModel):
     keepalive_timeout_s: float = Field(5.0, gt=0)
     max_client_connections: int | None = Field(None, ge=1)
     health_reserve: int = Field(16, ge=1)
+    lingering_max_bytes: int = Field(256 * MIB, ge=0)
+    lingering_timeout_s: float = Field(5.0, gt=0)
+    lingering_time_s: float = Field(30.0, gt=0)
 
 
 # Descriptors the process holds besides client and upstream connections: the listening socket,

@@ -16,6 +16,12 @@ router/process/limits.py enforced where only the HTTP server can see them.
   closed, so ``accept()`` never fails for want of a file descriptor.
 
 Refusals are OpenAI error JSON with ``Connection: close``; malformed HTTP too (400 ``invalid_http``).
+A refusal that leaves part of the request unread (headers over the limit, a body refused by
+router/api/bodylimit.py before or while it arrives) is followed by a lingering close
+(router/process/linger.py): half-close, discard what still arrives up to ``lingering_max_bytes``,
+``lingering_timeout_s`` idle and ``lingering_time_s`` in all, then close, so that the client
+reads its 431 / 413 instead of a TCP reset. Connections refused at the connection cap (503)
+and connections evicted to make room are closed at once: they are what the cap is for.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from router.api.bodylimit import BODY_DEADLINE_PASSED
 from router.errors import APIError, BadRequest, HeadersTooLarge, NoReplica, RequestTimeout, URITooLong
 from router.process.heap import frozen_after_startup
 from router.process.limits import ConnectionBudget, Limits
+from router.process.linger import Lingering
 
 log = logging.getLogger("router.server")
 WARN_EVERY_S = 10.0
@@ -135,6 +142,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._refusal: APIError | None = None
         self._refused = False
         self._body_at: float | None = None  # loop time of the last body byte (or of the head's end)
+        self._mid_message = False  # a request has begun and its last byte has not been parsed
+        self._linger: Lingering | None = None  # set once the answer is written and the rest is discarded
 
     @property
     def busy(self) -> bool:
@@ -163,7 +172,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         role = self.guard.admit(self)
         if role == "refuse":
-            self._refuse(ServerBusy("the router is at its connection limit", code="server_busy"))
+            # closed at once: lingering would hold the descriptor the cap is protecting
+            self._refuse(ServerBusy("the router is at its connection limit", code="server_busy"), linger=False)
             return
         if role == "reserve":
             self.app = _reserved_only(self.app)
@@ -171,10 +181,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._linger is not None:
+            self._linger.cancel()
         self.guard.remove(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._linger is not None:  # the answer is written: what still comes is dropped unread
+            self._linger.discard(len(data))
+            return
         while data and not self._refused:
             if self._in_head:
                 room = self.limits.max_header_bytes - self._head_bytes
@@ -200,6 +215,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_count = 0
+        self._mid_message = True
         if self._timer is None:  # a new request on a kept-alive connection: its head's deadline
             self._arm(self.limits.header_timeout_s, self._head_timed_out)
 
@@ -220,6 +236,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm()
         super().on_headers_complete()
+        if self.cycle is not None and self.cycle.transport is self.transport:
+            # the app's answer with Connection: close (a 413 from router/api/bodylimit.py before or
+            # during the body) closes through this, so it can linger over the unread rest
+            self.cycle.transport = _AnswerThenLinger(self.transport, self._close_after_answer)
         self._body_at = self.loop.time()
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
 
@@ -228,7 +248,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._body_at = None
         self._in_head = True
         self._head_bytes = 0
+        self._mid_message = False
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self._linger is not None:  # no keep-alive timer, no pipelined request: it is closing
+            self.server_state.total_requests += 1
+            return
+        super().on_response_complete()
 
     # limits
     def _stop(self, error: APIError) -> None:
@@ -258,13 +285,50 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.scope[BODY_DEADLINE_PASSED] = True  # type: ignore[literal-required]
         cycle.message_event.set()  # the app's receive() returns and raises 408 (router/api/bodylimit.py)
 
-    def _refuse(self, error: APIError) -> None:
-        """Answer ``error`` (unless a response is under way) and close the connection."""
+    def _refuse(self, error: APIError, linger: bool = True) -> None:
+        """Answer ``error`` (unless a response is under way) and close the connection, lingering
+        (the rest of the request discarded within the limits' bounds) when ``linger``."""
         self._refused = True
         self._disarm()
-        if not self.transport.is_closing() and not self.busy:
-            self.transport.write(_error_bytes(error))
-        self.transport.close()
+        if self.transport.is_closing() or self.busy:
+            self.transport.close()
+            return
+        self.transport.write(_error_bytes(error))
+        if linger:
+            self._start_lingering()
+        else:
+            self.transport.close()
+
+    def _close_after_answer(self) -> None:
+        """The app has answered with ``Connection: close``: linger over the rest of a request
+        not yet read whole, else close."""
+        if self._mid_message and self._linger is None and not self.transport.is_closing():
+            self._disarm()  # the body's deadline no longer applies: the lingering bounds do
+            self._start_lingering()
+        elif self._linger is None:
+            self.transport.close()
+
+    def _start_lingering(self) -> None:
+        limits = self.limits
+        self._linger = Lingering(self.transport, self.loop, limits.lingering_max_bytes,
+                                 limits.lingering_timeout_s, limits.lingering_time_s)
+        self.flow.resume_reading()  # uvicorn pauses reading while a body waits for the app
+        self._linger.start()
+
+
+class _AnswerThenLinger:
+    """The transport as a request's uvicorn cycle sees it: ``close()`` (after an answer with
+    ``Connection: close``) calls ``on_close`` instead, which may linger; the rest is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, on_close: Any) -> None:
+        self._transport = transport
+        self._on_close = on_close
+
+    def close(self) -> None:
+        self._on_close()
+
+    def __getattr__(self, name: str) -> Any:  # write, is_closing, get_extra_info...
+        return getattr(self._transport, name)
 
 
 def _error_bytes(error: APIError) -> bytes:
