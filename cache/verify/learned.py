@@ -53,7 +53,12 @@ class _Trees:
     leaf links to itself, so ``depth`` steps of four numpy operations reach every leaf."""
 
     def __init__(self, trees: list[dict[str, list[Any]]], n_features: int) -> None:
-        feature, threshold, left, right, value, roots = [], [], [], [], [], []
+        feature: list[int] = []
+        left: list[int] = []
+        right: list[int] = []
+        roots: list[int] = []
+        threshold: list[float] = []
+        value: list[float] = []
         depth = 0
         for i, t in enumerate(trees):
             n = len(t["feature"])
@@ -96,7 +101,8 @@ class _Trees:
         for _ in range(self.depth):
             go_left = x[samples, self.feature[node]] <= self.threshold[node]
             node = np.where(go_left, self.left[node], self.right[node])
-        return self.value[node].sum(axis=1)
+        sums: np.ndarray = self.value[node].sum(axis=1)
+        return sums
 
 
 class LearnedVerifier:

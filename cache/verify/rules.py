@@ -189,11 +189,12 @@ def _neighbours(words: tuple[str, ...]) -> frozenset[tuple[str, str, str]]:
         after[i] = following
         if words[i] not in _STOPWORDS:
             following = words[i]
-    found = set()
+    found: set[tuple[str, str, str]] = set()
     before: str | None = None
     for i, word in enumerate(words):
-        if word in _ASYMMETRIC and before is not None and after[i] is not None:
-            found.add((before, word, after[i]))
+        nearest_after = after[i]
+        if word in _ASYMMETRIC and before is not None and nearest_after is not None:
+            found.add((before, word, nearest_after))
         if word not in _STOPWORDS:
             before = word
     return frozenset(found)

@@ -13,7 +13,7 @@ import numpy as np
 
 from sim.client.traffic import TokenSampler
 from sim.replica.latency.batch import simulate
-from sim.replica.latency.profiles import Profile
+from sim.replica.latency.batch import Profile
 
 RATE_GRID = tuple(round(0.1 * 1.25 ** i, 3) for i in range(30))  # 0.1 .. ~64 requests/s
 

@@ -27,7 +27,7 @@ def _outputs(response: Mapping[str, Any]) -> list[Any] | None:
     choices = response.get("choices")
     if not isinstance(choices, list):
         return None
-    out = []
+    out: list[Any] = []
     for choice in sorted((c for c in choices if isinstance(c, dict)), key=lambda c: c.get("index", 0)):
         message = choice.get("message")
         if isinstance(message, dict):

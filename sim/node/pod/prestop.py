@@ -66,7 +66,7 @@ def pre_stop_hook(container: dict[str, Any]) -> PreStopHook | None:
             return PreStopHook("skip", what=f"exec {command!r}: the sim node runs no image's commands")
         return PreStopHook("sleep", sleep_s=seconds)
     if "sleep" in hook:
-        seconds_field = (hook["sleep"] or {}).get("seconds")
+        seconds_field: Any = (hook["sleep"] or {}).get("seconds")  # the manifest's JSON: anything
         try:
             return PreStopHook("sleep", sleep_s=max(0.0, float(seconds_field)))
         except (TypeError, ValueError):
