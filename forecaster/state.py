@@ -21,6 +21,7 @@ from opskit.redis_client import sync_redis
 
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, PlanStep, Recommendation
+from forecaster.redis_errors import redis_failures
 
 
 def forecast_document(pool: str, at: float, steps: list[PlanStep], capacity_per_replica: float,
@@ -52,10 +53,8 @@ class RedisStateStore:
 
     def load(self) -> PlannerState | None:
         """The last saved state, or None when none was saved."""
-        try:
+        with redis_failures(SourceUnavailable, "planner state unreadable in Redis"):
             raw = self._client().get(self.key)
-        except redis.RedisError as exc:
-            raise SourceUnavailable(f"planner state unreadable in Redis: {exc}") from None
         if raw is None:
             return None
         data = json.loads(raw)
@@ -73,10 +72,8 @@ class RedisStateStore:
         ``ttl_s`` wall seconds (a few cycles: a forecaster that stopped leaves no stale
         forecast behind). Raises SourceUnavailable."""
         key = FORECAST_KEY.format(pool=document["pool"])
-        try:
+        with redis_failures(SourceUnavailable, "forecast unwritable in Redis"):
             self._client().set(key, json.dumps(document, separators=(",", ":")), ex=max(1, ttl_s))
-        except redis.RedisError as exc:
-            raise SourceUnavailable(f"forecast unwritable in Redis: {exc}") from None
 
     def save(self, state: PlannerState) -> None:
         """Persist ``state`` (no expiry: a held decision must survive quiet weeks)."""
@@ -91,10 +88,8 @@ class RedisStateStore:
                 "observed_since": state.observed_since,
             }
         )
-        try:
+        with redis_failures(SourceUnavailable, "planner state unwritable in Redis"):
             self._client().set(self.key, payload)
-        except redis.RedisError as exc:
-            raise SourceUnavailable(f"planner state unwritable in Redis: {exc}") from None
 
 
 def _recommendation(item: list[Any]) -> Recommendation:

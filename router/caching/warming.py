@@ -38,11 +38,11 @@ from typing import Any, Awaitable, Callable
 
 from cache import Recipe, WarmingSettings, WarmPolicy, allowance, choose, exact_key, idle, lock_key, peak_slot, wait_s
 from opskit import ALL_POOLS, FORECAST_KEY, MAX_FORECAST_BYTES, Forecast, read_forecast
-from opskit.redis_client import REDIS_ERRORS
 from router.caching import policy as cachepolicy
 from router.forward import classify
 from router.dispatch import estimated_requests
-from router.errors import APIError
+from router.errors import APIError, RedisUnavailable
+from router.redis_errors import redis_failures
 from router.observe.record import Record
 from router.forward.service import open_upstream, read_answer, upstream_failed
 from router.state import RouterState
@@ -75,6 +75,12 @@ def parse_forecast(raw: str | bytes | None) -> Forecast | None:
     """The forecaster's JSON document (v1), or None when absent, of another version or malformed
     (warming then does nothing: an optimisation never guesses). See ``read_forecast``."""
     return read_forecast(raw)[0]
+
+
+def _kind(exc: BaseException) -> str:
+    """The class name of what failed, for a log line: redis-py's (or the socket's) under a
+    RedisUnavailable."""
+    return exc.kind if isinstance(exc, RedisUnavailable) else exc.__class__.__name__
 
 
 def pool_load(state: RouterState, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
@@ -130,10 +136,11 @@ class PoolWarmer:
                 if settings is None:
                     return
                 try:
-                    delay = await self.step(settings)
-                except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                    with redis_failures():
+                        delay = await self.step(settings)
+                except (RedisUnavailable, asyncio.TimeoutError) as exc:
                     log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
-                                exc.__class__.__name__, settings.tick_s)
+                                _kind(exc), settings.tick_s)
                     delay = settings.tick_s
                 # A cancel that lands in a bounded await can be lost on Python 3.11: asyncio.timeout
                 # turns it into the TimeoutError taken above for Redis trouble, wait_for returns
@@ -145,7 +152,7 @@ class PoolWarmer:
                 await asyncio.sleep(delay)
         finally:
             if self.holding:  # another instance need not wait lock_ttl_s for it to expire
-                with contextlib.suppress(*REDIS_ERRORS, asyncio.TimeoutError):
+                with contextlib.suppress(RedisUnavailable, asyncio.TimeoutError), redis_failures():
                     await asyncio.wait_for(self.release(), _RELEASE_TIMEOUT_S)
 
     async def step(self, settings: WarmingSettings) -> float:
@@ -196,10 +203,10 @@ class PoolWarmer:
             if not generating.is_set():
                 return
             try:
-                held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
-            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
-                log.warning("warming %s: lock not renewed during a generation (%s)", self.pool,
-                            exc.__class__.__name__)
+                with redis_failures():
+                    held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
+            except (RedisUnavailable, asyncio.TimeoutError) as exc:
+                log.warning("warming %s: lock not renewed during a generation (%s)", self.pool, _kind(exc))
                 continue
             if not held:
                 self.holding = False

@@ -33,7 +33,8 @@ def _settings(url: str, **kw: object) -> ForecasterSettings:
 
 def test_a_fresh_forecaster_over_four_replicas_keeps_them_on_one_zero_minute() -> None:
     """Issue 31: "current demand 0 needs 1; scale down 4->1" on the first decision."""
-    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10)
+    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=900.0,
+                           upper_headroom=None)
     now = MINUTE * 60.0
     steps = plan_steps(np.zeros(10), np.zeros(10), now, 60.0, config)
     decision = decide(steps, 0.0, now, 60.0, config, None, current=4)

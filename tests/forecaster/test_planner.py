@@ -138,7 +138,7 @@ def test_upper_headroom_sizes_the_band_and_the_mean_separately() -> None:
     run at full capacity): the step needs the larger of the two; None keeps one headroom over
     the upper, as before."""
     split = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100, upper_headroom=0.0)
-    same = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100)
+    same = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100, upper_headroom=None)
     mean, upper = np.array([50.0, 50.0]), np.array([55.0, 90.0])
     assert [s.replicas for s in plan_steps(mean, upper, NOW, 60.0, split)] == [6, 9]  # ceil(50*1.2/10), ceil(90/10)
     assert [s.replicas for s in plan_steps(mean, upper, NOW, 60.0, same)] == [7, 11]  # ceil(upper*1.2/10)
@@ -187,7 +187,8 @@ def test_an_infinite_upper_forecast_holds_instead_of_reading_as_min_replicas() -
     """Attack round: a bucket whose upper forecast was inf planned 1 replica and scaled 10 -> 6."""
     from forecaster.plan import PlannerConfig, PlannerState, decide, plan_steps
 
-    config = PlannerConfig(capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0)
+    config = PlannerConfig(capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0, down_cooldown_s=900.0,
+                           upper_headroom=None)
     steps = plan_steps(np.array([5.0] * 10), np.array([6.0] * 5 + [np.inf] * 5), 0.0, 60.0, config)
     decision = decide(steps, 5.0, 0.0, 60.0, config, PlannerState(10, -60.0), 10)
     assert decision.action == "hold" and decision.replicas == 10
