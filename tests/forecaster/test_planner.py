@@ -21,7 +21,7 @@ from forecaster.plan import (
 
 CFG = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
                     lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4,
-                    max_scale_down_fraction=1.0)
+                    max_scale_down_fraction=1.0, upper_headroom=None)
 NOW = 1_000_000.0
 
 
@@ -99,7 +99,7 @@ def test_scale_down_goes_only_to_the_highest_recommendation_of_the_window() -> N
     # (Poisson counts of a few requests a minute), and replicas given back on it take a whole
     # warm-up to return. Regression: the closed loop scaled 3 -> 1 -> 3 in two minutes.
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=0.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=4)
+                        lead_time_s=0.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=4, upper_headroom=None)
     state = None
     replicas = []
     for minute, demand in enumerate([25.0, 5.0, 25.0, 5.0, 15.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]):
@@ -152,7 +152,7 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
     # backtest paid 1.370x the oracle's replica-minutes with it, 1.209x without the window).
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
                         lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10,
-                        max_scale_down_fraction=1.0)
+                        max_scale_down_fraction=1.0, upper_headroom=None)
     boundary = NOW + 600.0
     state = None
     before = []
@@ -172,7 +172,7 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
 def test_what_the_mean_or_the_current_demand_asked_for_still_stands_for_the_whole_window() -> None:
     # The same shape, but the 8 came from the mean forecast: it is kept for the window.
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10)
+                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10, upper_headroom=None)
     state = None
     for minute in range(5, 10):
         now = NOW + 60.0 * minute
