@@ -26,6 +26,7 @@ import redis
 import typer
 
 from forecaster import ForecasterSettings, RedisCounterSource, read_trace, run_once
+from opskit import TRAFFIC_KEY, TRAFFIC_MODELS_KEY, traffic_field, traffic_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data")) / "traces/servegen-m-large"
@@ -33,14 +34,14 @@ MODEL = "bench"
 
 
 def load_counters(client: redis.Redis, rates: np.ndarray, first_minute: int) -> None:
-    """Per-minute request counts in the router's hash layout (README: Redis layout)."""
+    """Per-minute request counts in the router's hash layout (opskit's ``TRAFFIC_*``)."""
     counts = np.random.default_rng(0).poisson(np.repeat(rates, 10) * 60.0)
     pipe = client.pipeline(transaction=False)
-    pipe.sadd("promptedge:traffic:models", MODEL)
+    pipe.sadd(TRAFFIC_MODELS_KEY, MODEL)
     for i, count in enumerate(counts):
         minute = first_minute + i
-        key = f"promptedge:traffic:{MODEL}:{minute // 1440}"
-        pipe.hset(key, mapping={f"{minute}:requests": int(count), f"{minute}:misses": int(count)})
+        pipe.hset(traffic_key(MODEL, minute), mapping={traffic_field(minute, "requests"): int(count),
+                                                       traffic_field(minute, "misses"): int(count)})
     pipe.execute()
 
 
@@ -77,9 +78,9 @@ def main(
                          "redis_read_s": round(read, 3), "plan_s": round(total - read, 3),
                          "total_s": round(total, 3), "target_s": 10.0, "ok": total <= 10.0})
     finally:
-        for key in client.scan_iter(f"promptedge:traffic:{MODEL}:*"):
+        for key in client.scan_iter(TRAFFIC_KEY.format(model=MODEL, day="*")):
             client.delete(key)
-        client.srem("promptedge:traffic:models", MODEL)
+        client.srem(TRAFFIC_MODELS_KEY, MODEL)
     print(f"{'models':12} {'buckets':>8} {'chosen':>14} {'redis read s':>12} {'plan s':>8} {'total s':>8} {'<= 10 s':>8}")
     for r in rows:
         print(f"{r['models']:12} {r['buckets']:>8} {r['chosen']:>14} {r['redis_read_s']:>12.3f} "

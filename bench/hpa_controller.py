@@ -38,6 +38,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from types import FrameType
 
+from forecaster.plan import PLANNER_DEFAULTS
+
 HIT_LABELS = frozenset({"hit", "exact", "semantic"})
 
 
@@ -47,8 +49,9 @@ class HpaConfig:
     aims at."""
 
     target: float
-    min_replicas: int = 1
-    max_replicas: int = 10
+    # the predictive planner's bounds, so that a comparison differs in the policy alone
+    min_replicas: int = PLANNER_DEFAULTS.min_replicas
+    max_replicas: int = PLANNER_DEFAULTS.max_replicas
     tolerance: float = 0.1
     sync_s: float = 15.0
     stabilisation_s: float = 300.0
@@ -205,8 +208,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--context", default=None)
     p.add_argument("--target-rps", type=float, required=True, help="per-pod load target, requests/s")
     p.add_argument("--clock-scale", type=float, default=1.0, help="simulated seconds per wall second")
-    p.add_argument("--min-replicas", type=int, default=1)
-    p.add_argument("--max-replicas", type=int, default=10)
+    p.add_argument("--min-replicas", type=int, default=HpaConfig.min_replicas)
+    p.add_argument("--max-replicas", type=int, default=HpaConfig.max_replicas)
     p.add_argument("--tolerance", type=float, default=0.1)
     p.add_argument("--sync-s", type=float, default=15.0, help="sync period, simulated s")
     p.add_argument("--stabilisation-s", type=float, default=300.0, help="scale-down window, simulated s")

@@ -23,6 +23,7 @@ from opskit.redis_client import check_redis_url
 from forecaster.actuate import build_actuator, load_actuator_settings
 from forecaster.errors import ForecasterError
 from forecaster.live import cycle, daemon_job
+from forecaster.plan import PLANNER_DEFAULTS as _PLAN
 from forecaster.run import RunResult, run_once
 from forecaster.scheduler import ExitCode, run_daemon
 from forecaster.series import demand
@@ -30,6 +31,10 @@ from forecaster.settings import ForecasterSettings
 from forecaster.sources import TraceSource, open_source
 
 # The help texts below are for users (typer shows them as given); docstrings stay for developers.
+# The backtest's flags default as the live forecaster does: the planner's knobs from
+# PLANNER_DEFAULTS, the forecasting ones from ForecasterSettings (read without the environment).
+_FORECASTING = ForecasterSettings.model_construct()
+
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
     help="PromptEdge forecaster: forecasts request volume and plans replicas ahead of demand by their warm-up time.",
@@ -183,21 +188,21 @@ def _forecast_table(report: dict) -> None:
 @app.command(help="Replay a trace: predictive scaling against HPA-like, KEDA-like and perfect-foresight scaling.")
 def backtest(
     trace: Annotated[Path, typer.Option(help="Trace file or ServeGen folder.")],
-    warmup: Annotated[float, typer.Option(help="Replica warm-up (lead time), s.")] = 300.0,
-    capacity: Annotated[float, typer.Option(help="Demand one replica serves, per s.")] = 2.0,
-    headroom: Annotated[float, typer.Option(help="Extra capacity fraction.")] = 0.2,
+    warmup: Annotated[float, typer.Option(help="Replica warm-up (lead time), s.")] = _PLAN.lead_time_s,
+    capacity: Annotated[float, typer.Option(help="Demand one replica serves, per s.")] = _PLAN.capacity_per_replica,
+    headroom: Annotated[float, typer.Option(help="Extra capacity fraction.")] = _PLAN.headroom,
     trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
     step: Annotated[Optional[float], typer.Option(help="Bucket length in s (default: the trace's).")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
     test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
-    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = "last_value,seasonal_naive,seasonal_level,ets_level,holt_winters",
-    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = 0.9,
-    upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = 0.1,
-    down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = 300.0,
-    band_window: Annotated[float, typer.Option(help="Trailing mean (s) the band is conditioned on; 0: one band for every origin.")] = 3600.0,
-    band_scale: Annotated[bool, typer.Option(help="Scale the band by the volatility of the --band-window span.")] = True,
+    models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = ",".join(_FORECASTING.models),
+    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = _FORECASTING.level,
+    upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = _FORECASTING.upper_headroom,
+    down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = _PLAN.down_cooldown_s,
+    band_window: Annotated[float, typer.Option(help="Trailing mean (s) the band is conditioned on; 0: one band for every origin.")] = _FORECASTING.band_window_s,
+    band_scale: Annotated[bool, typer.Option(help="Scale the band by the volatility of the --band-window span.")] = _FORECASTING.band_scale,
     head_days: Annotated[Optional[float], typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")] = None,
-    budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = 5.0,
+    budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = _FORECASTING.time_budget_s,
     demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG plot here.")] = None,

@@ -1,9 +1,21 @@
 """The forecaster's one error tree.
 
+    ForecasterError
+    ├── TraceFormatError         a trace file row that cannot be read
+    ├── SourceUnavailable        a metrics source or Redis did not answer (the run holds)
+    ├── ConfigError              settings or flags that contradict each other or the data
+    └── ActuationError           the decision was not carried out (forecaster/actuate/errors.py)
+        ├── ActuationConfigError
+        ├── InvalidDecision
+        ├── PublishUnavailable   the KEDA endpoint's Redis store
+        └── KubeApiError         KubeForbidden, KubeNotFound, KubeConflict, KubeUnavailable
+
 Everything the forecaster raises on bad input or an unavailable dependency derives from
 ``ForecasterError``; the CLI turns these into a one-line message and an exit code, never a
-stack trace. Third-party errors (httpx, redis, pandas parsing) are translated where they occur,
-at the adapter boundary.
+stack trace. Third-party errors are translated at one adapter each: redis-py's in
+forecaster/redis_errors.py (the counters source, forecaster/sources/redis_counters.py, still
+tells unreachable from refused itself), Kubernetes' in forecaster/actuate/kube.py, httpx's
+and trace parsing where each source reads.
 """
 
 from __future__ import annotations

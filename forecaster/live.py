@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from datetime import datetime, timezone
 
+from opskit import ALL_POOLS
+
 from forecaster.actuate import ActuationError, ActuationResult, Actuator, ActuatorSettings, measure_warmup
 from forecaster.clock import SimClock
 from forecaster.run import RunResult, SelectionCache, run_once
@@ -102,7 +104,7 @@ def publish(settings: ForecasterSettings, store: RedisStateStore, result: RunRes
     raised (warming is an optimisation, scaling is not held up by it)."""
     if not result.steps:
         return
-    document = forecast_document(settings.model_name or "*", result.now, result.steps,
+    document = forecast_document(settings.model_name or ALL_POOLS, result.now, result.steps,
                                  settings.capacity_per_replica, result.decision.replicas, settings.demand_unit)
     ttl_s = math.ceil(clock.to_wall(FORECAST_TTL_CYCLES * settings.daemon_interval_s))
     try:

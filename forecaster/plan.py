@@ -36,10 +36,14 @@ import numpy as np
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    """capacity_per_replica: demand one replica serves at target latency (> 0, demand unit);
+    """The planner's knobs, and the one place their defaults live: the settings
+    (``ForecasterSettings``), the backtest (``BacktestConfig``), the CLI's flags and the bench
+    take theirs from ``PLANNER_DEFAULTS``.
+
+    capacity_per_replica: demand one replica serves at target latency (> 0, demand unit);
     headroom: extra fraction (0.2 = 20 %); lead_time_s: replica warm-up; up_cooldown_s: no
     forecast-driven scale-up this long after the last one (s); down_cooldown_s: the scale-down
-    stabilisation window (s);
+    stabilisation window (s; HPA's default);
     decision_interval_s: time until the next decision (cron or daemon interval);
     upper_headroom: headroom over the upper forecast (None: ``headroom``). A plan step needs
     max(replicas of the mean at ``headroom``, replicas of the upper at ``upper_headroom``), so
@@ -51,21 +55,28 @@ class PlannerConfig:
     on (forecaster.run: rate_window_s), so a step forecast there at full level only this long
     after it starts; the plan reads that far past each decision's covered span (0: buckets as
     counted); max_scale_down_fraction: the most one decision removes, as a share of the current
-    replicas (at least 1 replica; within ``max_step`` too): 0.5 takes 4 to 2, 100 to 50."""
+    replicas (at least 1 replica; within ``max_step`` too): 0.5 takes 4 to 2, 100 to 50 (issue
+    31: a first decision read demand as 0 and took a pool 4 -> 1; a count instead of a share,
+    2 a minute, held a pool of hundreds up for an hour after each peak)."""
 
-    capacity_per_replica: float
+    capacity_per_replica: float = 2.0
     headroom: float = 0.2
     min_replicas: int = 1
     max_replicas: int = 10
     lead_time_s: float = 300.0
     up_cooldown_s: float = 300.0
-    down_cooldown_s: float = 900.0
+    down_cooldown_s: float = 300.0
     max_step: int = 4
     decision_interval_s: float = 60.0
-    upper_headroom: float | None = None
+    # chosen with the forecast band's level on the backtest's tuning days (forecaster README)
+    upper_headroom: float | None = 0.1
     observe_s: float = 60.0
     smoothing_s: float = 0.0
     max_scale_down_fraction: float = 0.5
+
+
+# Every default of the planner, for those that spell its knobs under their own names.
+PLANNER_DEFAULTS = PlannerConfig()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from opskit import FileSettings, LogFormat, RedisURL
 
 from forecaster.clock import SimClock
+from forecaster.plan import PLANNER_DEFAULTS as _PLAN
 from forecaster.plan import PlannerConfig
 
 # A POP name (``pops``' keys): it appears in log lines, hold reasons and error messages.
@@ -52,6 +53,9 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+# The planner's knobs take their defaults from PlannerConfig (forecaster/plan.py
+# ``PLANNER_DEFAULTS``), where they are defined once for the settings, the backtest, the CLI and
+# the bench.
 class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
@@ -104,27 +108,27 @@ class ForecasterSettings(FileSettings):
     season_s: PositiveFloat = 86400.0
 
     demand_unit: Literal["requests", "tokens"] = "requests"
-    capacity_per_replica: PositiveFloat = 2.0  # in the demand unit per second
-    headroom: float = Field(0.2, ge=0.0)  # over the mean forecast and the current demand
-    upper_headroom: float = Field(0.1, ge=0.0)  # over the upper quantile
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: PositiveInt = 10
-    warmup_s: float = Field(300.0, ge=0.0)  # lead time when none is measured from pods
+    capacity_per_replica: PositiveFloat = _PLAN.capacity_per_replica  # in the demand unit per second
+    headroom: float = Field(_PLAN.headroom, ge=0.0)  # over the mean forecast and the current demand
+    upper_headroom: float = Field(_PLAN.upper_headroom, ge=0.0)  # over the upper quantile
+    min_replicas: int = Field(_PLAN.min_replicas, ge=0)
+    max_replicas: PositiveInt = _PLAN.max_replicas
+    warmup_s: float = Field(_PLAN.lead_time_s, ge=0.0)  # lead time when none is measured from pods
     # Added to the lead time: from the decision to the Pod's creation (scale patch, Deployment
     # and ReplicaSet controllers), which the warm-up (pod creation -> Ready) does not include.
     actuation_delay_s: float = Field(15.0, ge=0.0)
-    up_cooldown_s: float = Field(300.0, ge=0.0)
-    down_cooldown_s: float = Field(300.0, ge=0.0)  # HPA's default scale-down stabilisation
-    max_step: PositiveInt = 4  # the most replicas one decision adds
+    up_cooldown_s: float = Field(_PLAN.up_cooldown_s, ge=0.0)
+    down_cooldown_s: float = Field(_PLAN.down_cooldown_s, ge=0.0)  # HPA's default scale-down stabilisation
+    max_step: PositiveInt = _PLAN.max_step  # the most replicas one decision adds
     # The most one decision removes, as a share of the current replicas (at least one replica;
     # issue 31: a first decision read demand as 0 and took a pool 4 -> 1, ten minutes of
     # warm-ups to come back). A share, not a count: 2 a minute held a pool of hundreds up for an
     # hour after each peak (ServeGen m-large at 2 req/s a replica: 1.165x the oracle, 1.095x
     # uncapped); 0.5 halves it at most per decision.
-    max_scale_down_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    max_scale_down_fraction: float = Field(_PLAN.max_scale_down_fraction, gt=0.0, le=1.0)
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
-    daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes (simulated s)
+    daemon_interval_s: PositiveFloat = _PLAN.decision_interval_s  # also the cron interval the planner assumes (simulated s)
     # Simulated clock, same semantics as the router's: origin + (time.time() - origin) * scale.
     clock_origin: float | None = None  # Unix s; None = when the process starts
     clock_scale: PositiveFloat = 1.0  # simulated seconds per wall second

@@ -4,8 +4,8 @@ One JSON string per scaled target under ``ForecasterSettings.state_key``. Every 
 by ``timeout_s``; Redis errors raise SourceUnavailable (the runner logs them and goes on).
 
 Next to it, each cycle publishes its forecast for the router's cache warming (issue 14 item 4)
-under ``FORECAST_KEY`` (``forecast_document`` below is the whole contract: the router reads the
-JSON, it imports nothing of the forecaster).
+under ``FORECAST_KEY``; key and document are defined once in opskit, which the router's warming
+imports too (the router imports nothing of the forecaster).
 """
 
 from __future__ import annotations
@@ -15,32 +15,22 @@ from typing import Any
 
 import redis
 
+from opskit import FORECAST_KEY
+from opskit import forecast_document as shared_forecast_document
 from opskit.redis_client import sync_redis
 
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, PlanStep, Recommendation
-
-# The router's warmer reads this key (router/caching/warming.py); pool "*" when the forecast is the sum
-# over every pool (no model_name).
-FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
-FORECAST_VERSION = 1
+from forecaster.redis_errors import redis_failures
 
 
 def forecast_document(pool: str, at: float, steps: list[PlanStep], capacity_per_replica: float,
                       replicas: int, unit: str) -> dict[str, Any]:
-    """The published forecast (pure): ``{"v": 1, "pool", "at" (Unix s, the forecaster's clock),
-    "unit" ("requests" or "tokens": demand per second, cache misses when the router counts
-    them), "capacity_rps" (capacity_per_replica x decided replicas, same unit), "points":
-    [[step start Unix s, mean demand], ...], "upper": [[start, upper quantile], ...]}``."""
-    return {
-        "v": FORECAST_VERSION,
-        "pool": pool,
-        "at": at,
-        "unit": unit,
-        "capacity_rps": capacity_per_replica * replicas,
-        "points": [[s.start, s.forecast] for s in steps],
-        "upper": [[s.start, s.upper] for s in steps],
-    }
+    """The published forecast of ``steps`` (pure; the document's fields: opskit's
+    ``forecast_document``, which the router's ``read_forecast`` reads back): the mean and the
+    upper quantile of each step from its start (Unix s), capacity_per_replica x ``replicas``."""
+    return shared_forecast_document(pool, at, capacity_per_replica * replicas,
+                                    [(s.start, s.forecast) for s in steps], [(s.start, s.upper) for s in steps], unit)
 
 
 class RedisStateStore:
@@ -63,10 +53,8 @@ class RedisStateStore:
 
     def load(self) -> PlannerState | None:
         """The last saved state, or None when none was saved."""
-        try:
+        with redis_failures(SourceUnavailable, "planner state unreadable in Redis"):
             raw = self._client().get(self.key)
-        except redis.RedisError as exc:
-            raise SourceUnavailable(f"planner state unreadable in Redis: {exc}") from None
         if raw is None:
             return None
         data = json.loads(raw)
@@ -84,10 +72,8 @@ class RedisStateStore:
         ``ttl_s`` wall seconds (a few cycles: a forecaster that stopped leaves no stale
         forecast behind). Raises SourceUnavailable."""
         key = FORECAST_KEY.format(pool=document["pool"])
-        try:
+        with redis_failures(SourceUnavailable, "forecast unwritable in Redis"):
             self._client().set(key, json.dumps(document, separators=(",", ":")), ex=max(1, ttl_s))
-        except redis.RedisError as exc:
-            raise SourceUnavailable(f"forecast unwritable in Redis: {exc}") from None
 
     def save(self, state: PlannerState) -> None:
         """Persist ``state`` (no expiry: a held decision must survive quiet weeks)."""
@@ -102,10 +88,8 @@ class RedisStateStore:
                 "observed_since": state.observed_since,
             }
         )
-        try:
+        with redis_failures(SourceUnavailable, "planner state unwritable in Redis"):
             self._client().set(self.key, payload)
-        except redis.RedisError as exc:
-            raise SourceUnavailable(f"planner state unwritable in Redis: {exc}") from None
 
 
 def _recommendation(item: list[Any]) -> Recommendation:

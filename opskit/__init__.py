@@ -7,16 +7,35 @@ Public surface: :func:`configure` (root logging on stderr, uvicorn's loggers fol
 :data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`env_name`, :func:`section_name`;
 Redis URLs of every topology (one server, Redis Cluster, Sentinel): :func:`parse_redis_url`,
 :class:`RedisTarget`, :class:`RedisURLError`, :data:`RedisURL` (a settings field type),
-:func:`redact_url`; their redis-py clients are in :mod:`opskit.redis_client` (``async_redis``,
+:func:`redact_url`; the Redis keys and the document the router and the forecaster share
+(``TRAFFIC_*``, ``FORECAST_*``, :func:`traffic_key`, :func:`traffic_field`,
+:func:`forecast_document`, :func:`read_forecast`, :class:`Forecast`); their redis-py clients are in :mod:`opskit.redis_client` (``async_redis``,
 ``sync_redis``), which this surface does not import.
 Standard library, PyYAML and pydantic-settings only, so the product packages and ``sim`` can all
 use it without importing each other (pyproject.toml's import-linter contracts).
 """
 
+from opskit._contracts import (
+    ALL_POOLS,
+    FORECAST_KEY,
+    FORECAST_VERSION,
+    MAX_FORECAST_BYTES,
+    TRAFFIC_FIELDS,
+    TRAFFIC_KEY,
+    TRAFFIC_MODELS_KEY,
+    TRAFFIC_TTL_S,
+    Forecast,
+    forecast_document,
+    read_forecast,
+    traffic_field,
+    traffic_key,
+)
 from opskit._logfmt import FORMATS, JsonFormatter, LogFormat, TextFormatter, configure
 from opskit._redis_url import RedisTarget, RedisURL, RedisURLError, parse_redis_url, redact_url
 from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table
 
-__all__ = ["FORMATS", "SETTINGS_FILE_ENV", "FileSettings", "JsonFormatter", "LogFormat", "RedisTarget",
-           "RedisURL", "RedisURLError", "TextFormatter", "configure", "env_name", "parse_redis_url",
-           "redact_url", "section_name", "settings_table"]
+__all__ = ["ALL_POOLS", "FORECAST_KEY", "FORECAST_VERSION", "FORMATS", "MAX_FORECAST_BYTES", "SETTINGS_FILE_ENV",
+           "TRAFFIC_FIELDS", "TRAFFIC_KEY", "TRAFFIC_MODELS_KEY", "TRAFFIC_TTL_S", "FileSettings", "Forecast",
+           "JsonFormatter", "LogFormat", "RedisTarget", "RedisURL", "RedisURLError", "TextFormatter", "configure",
+           "env_name", "forecast_document", "parse_redis_url", "read_forecast", "redact_url", "section_name",
+           "settings_table", "traffic_field", "traffic_key"]

@@ -1,8 +1,20 @@
 """The router's error tree and its OpenAI-style JSON form.
 
-Every error a client can see is an :class:`APIError`; it renders as
-``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Errors from httpx
-and redis are translated into this tree at one boundary each (``upstream.py`` and the cache).
+    RouterError                 the root: every error the router raises on purpose
+    ├── APIError                answered to the client as OpenAI-style JSON (the tree below)
+    ├── RedisUnavailable        a Redis call of the router's own failed (router/redis_errors.py)
+    ├── StartupError            the process cannot start as configured (router/process/launch.py)
+    ├── DiscoveryError          replicas cannot be discovered (router/discovery/base.py)
+    │   └── ReplicasFileError   the replicas file is unreadable (router/discovery/file.py)
+    ├── NoServedVersion         the API server serves no EndpointSlice version (also ValueError)
+    ├── CredentialError         an upstream credential is unusable (router/forward/credentials.py)
+    └── TracingError            OpenTelemetry tracing cannot be set up (also RuntimeError)
+
+Each keeps the built-in base it had before the root existed, so a handler that catches
+``ValueError`` or ``RuntimeError`` still catches it. Every error a client can see is an
+:class:`APIError`; it renders as ``{"error": {"message", "type", "param", "code"}}`` with its
+HTTP status. Third-party errors are translated into this tree at one boundary each: httpx's in
+router/forward/upstream.py, redis-py's in router/redis_errors.py (the cache translates its own).
 """
 
 from __future__ import annotations
@@ -12,7 +24,22 @@ from http import HTTPStatus
 from typing import Any
 
 
-class APIError(Exception):
+class RouterError(Exception):
+    """The root of every error the router package raises on purpose."""
+
+
+class RedisUnavailable(RouterError):
+    """A Redis call of the router's own (rate limits, response affinity, warming, health) failed:
+    a connection refused or lost, a timeout, a cluster without a node that answers, a command
+    refused. Raised by ``router.redis_errors.redis_failures``; the message is the original
+    error's, ``kind`` its class name (for logs), ``__cause__`` the original error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.kind = type(error).__name__
+
+
+class APIError(RouterError):
     """An error answered to the client as OpenAI-style JSON.
 
     status: HTTP status; type: OpenAI error type (``invalid_request_error``, ...);

@@ -27,6 +27,7 @@ from opskit.redis_client import sync_redis
 
 from forecaster.actuate.errors import PublishUnavailable
 from forecaster.actuate.settings import ActuatorSettings
+from forecaster.redis_errors import redis_failures
 
 KEY_PREFIX = "promptedge:forecaster:desired"
 
@@ -74,17 +75,13 @@ class DesiredStore:
     def publish(self, replicas: int, reason: str, decided_at: datetime) -> None:
         """Overwrite the record with a new decision."""
         mapping = {"replicas": replicas, "reason": reason, "decided_at": decided_at.timestamp()}
-        try:
+        with redis_failures(PublishUnavailable, f"cannot publish desired replicas to Redis key {self.key}"):
             self._client.hset(self.key, mapping=mapping)
-        except redis.RedisError as exc:
-            raise PublishUnavailable(f"cannot publish desired replicas to Redis key {self.key}: {exc}") from None
 
     def read(self) -> Published | None:
         """The last published decision, or None when nothing was ever published."""
-        try:
+        with redis_failures(PublishUnavailable, f"cannot read Redis key {self.key}"):
             fields = self._client.hgetall(self.key)
-        except redis.RedisError as exc:
-            raise PublishUnavailable(f"cannot read Redis key {self.key}: {exc}") from None
         if not fields:
             return None
         return Published(

@@ -10,6 +10,7 @@ import numpy as np
 
 from forecaster.backtest.forecasts import RollingForecasts, forecast_errors, rolling_forecasts
 from forecaster.backtest.simulate import (
+    UNBOUNDED,
     PolicyRun,
     SimConfig,
     hpa_decider,
@@ -20,8 +21,14 @@ from forecaster.backtest.simulate import (
     simulate,
 )
 from forecaster.errors import ConfigError
+from forecaster.plan import PLANNER_DEFAULTS as _PLAN
 from forecaster.plan import PlannerConfig, horizon_steps, lead_steps
 from forecaster.series import Traffic
+from forecaster.settings import ForecasterSettings
+
+# The forecasting settings' defaults (level, models, band, budget), as the live forecaster has
+# them: built without reading the environment or a settings file.
+_FORECASTING = ForecasterSettings.model_construct()
 
 
 @dataclass(frozen=True)
@@ -32,29 +39,39 @@ class BacktestConfig:
     decides (a cron tick), on the forecast made at the last bucket boundary; band_window_s: the
     trailing span whose mean the band is conditioned on (s, ``select``'s ``band_window``; 0: one
     band for every origin); band_scale: the band is also scaled by that span's volatility
-    (``select``'s ``band_scale``); the remaining fields as in the planner and ``select``."""
+    (``select``'s ``band_scale``); the remaining fields as in the planner and ``select``.
+    Defaults: the planner's from ``PLANNER_DEFAULTS``, the forecasting ones from
+    ``ForecasterSettings``; never spelled here."""
 
-    warmup_s: float
-    capacity: float
-    headroom: float = 0.2
+    warmup_s: float = _PLAN.lead_time_s
+    capacity: float = _PLAN.capacity_per_replica
+    headroom: float = _PLAN.headroom
     test_fraction: float = 0.5
-    horizon_s: float = 1800.0
-    season_s: float = 86400.0
-    level: float = 0.9
-    models: list[str] = field(
-        default_factory=lambda: ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters"]
-    )
-    budget_s: float = 5.0
+    horizon_s: float = _FORECASTING.horizon_s
+    season_s: float = _FORECASTING.season_s
+    level: float = _FORECASTING.level
+    models: list[str] = field(default_factory=lambda: list(_FORECASTING.models))
+    budget_s: float = _FORECASTING.time_budget_s
     refit_every_s: float = 86400.0
     max_origins: int = 144
-    up_cooldown_s: float = 300.0
-    down_cooldown_s: float = 300.0
-    max_step: int = 100_000
-    max_scale_down_fraction: float = 0.5
-    decision_interval_s: float = 60.0
-    upper_headroom: float | None = 0.1
-    band_window_s: float = 3600.0
-    band_scale: bool = True
+    up_cooldown_s: float = _PLAN.up_cooldown_s
+    down_cooldown_s: float = _PLAN.down_cooldown_s
+    max_step: int = UNBOUNDED
+    max_scale_down_fraction: float = _PLAN.max_scale_down_fraction
+    decision_interval_s: float = _PLAN.decision_interval_s
+    upper_headroom: float | None = _PLAN.upper_headroom
+    band_window_s: float = _FORECASTING.band_window_s
+    band_scale: bool = _FORECASTING.band_scale
+
+    def planner(self) -> PlannerConfig:
+        """The planner the predictive policy runs: these knobs, unbounded replicas."""
+        return PlannerConfig(
+            capacity_per_replica=self.capacity, headroom=self.headroom, min_replicas=_PLAN.min_replicas,
+            max_replicas=UNBOUNDED, lead_time_s=self.warmup_s, up_cooldown_s=self.up_cooldown_s,
+            down_cooldown_s=self.down_cooldown_s, max_step=self.max_step,
+            max_scale_down_fraction=self.max_scale_down_fraction, decision_interval_s=self.decision_interval_s,
+            upper_headroom=self.upper_headroom,
+        )
 
 
 @dataclass
@@ -83,12 +100,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     first = int(n * (1 - cfg.test_fraction))
     if first < 2 or n - first < 2:
         raise ConfigError(f"trace too short to backtest: {n} buckets of {step:g} s")
-    planner = PlannerConfig(
-        capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=1,
-        max_replicas=100_000, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
-        down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step, max_scale_down_fraction=cfg.max_scale_down_fraction,
-        decision_interval_s=cfg.decision_interval_s, upper_headroom=cfg.upper_headroom,
-    )
+    planner = cfg.planner()
     horizon = horizon_steps(cfg.horizon_s, step, planner)
     lead = min(lead_steps(cfg.warmup_s, step), horizon)
     season = max(1, round(cfg.season_s / step))

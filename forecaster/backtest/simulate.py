@@ -28,8 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from forecaster.backtest.forecasts import RollingForecasts
-from forecaster.plan import PlannerConfig, PlannerState, advance, decide, hold, plan_steps
+from forecaster.plan import PLANNER_DEFAULTS, PlannerConfig, PlannerState, advance, decide, hold, plan_steps
 from forecaster.series import mask_outages
+
+# The backtest scales without bounds (no max_replicas, no max_step): it compares policies on
+# demand, not on a cluster's size.
+UNBOUNDED = 100_000
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,8 @@ class SimConfig:
     headroom: float
     warmup_s: float
     tick_s: float = 15.0
-    min_replicas: int = 1
-    max_replicas: int = 100_000
+    min_replicas: int = PLANNER_DEFAULTS.min_replicas
+    max_replicas: int = UNBOUNDED
     hpa_tolerance: float = 0.1
     hpa_stabilization_s: float = 300.0
     keda_poll_s: float = 30.0
@@ -164,7 +168,7 @@ def predictive_decider(
     step: float,
     cfg: SimConfig,
     planner: PlannerConfig,
-    observe_s: float = 60.0,
+    observe_s: float = PLANNER_DEFAULTS.observe_s,
 ) -> Decider:
     """The PromptEdge planner every ``planner.decision_interval_s``.
 

@@ -1,8 +1,9 @@
 """The router's per-minute traffic counters in Redis, as Traffic.
 
-Layout (owned by the router, see the top-level README): hash ``promptedge:traffic:{model}:{day}``
-with ``day`` = Unix minute // 1440 and fields ``{minute}:requests``, ``{minute}:misses``,
-``{minute}:prompt_tokens``, ``{minute}:completion_tokens``; set ``promptedge:traffic:models``.
+Layout (written by the router, defined once in opskit's ``TRAFFIC_*``): hash
+``promptedge:traffic:{model}:{day}`` with ``day`` = Unix minute // 1440 and fields
+``{minute}:requests``, ``{minute}:misses``, ``{minute}:prompt_tokens``,
+``{minute}:completion_tokens``; set ``promptedge:traffic:models``.
 
 The router marks every minute it is up with a ``{minute}:requests`` field, 0 when it saw no
 request. So a minute with a field is counted (possibly 0); a minute without any field is
@@ -19,14 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from opskit import TRAFFIC_FIELDS as FIELDS
+from opskit import TRAFFIC_KEY, TRAFFIC_MODELS_KEY as MODELS_KEY
 from opskit.redis_client import REDIS_ERRORS, sync_redis
 
 from forecaster.errors import SourceUnavailable
 from forecaster.series import Traffic
-
-KEY_PREFIX = "promptedge:traffic"
-MODELS_KEY = f"{KEY_PREFIX}:models"
-FIELDS = ("requests", "misses", "prompt_tokens", "completion_tokens")
 
 
 class RedisCounterSource:
@@ -73,7 +72,7 @@ class RedisCounterSource:
             pipe = client.pipeline(transaction=False)
             for model in models:
                 for day in range(first // 1440, last // 1440 + 1):
-                    pipe.hgetall(f"{KEY_PREFIX}:{model}:{day}")
+                    pipe.hgetall(TRAFFIC_KEY.format(model=model, day=day))
             hashes = pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise SourceUnavailable(f"Redis counters unreachable: {exc}") from None

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from cache import CacheUnavailable, metrics_text
-from opskit.redis_client import REDIS_ERRORS
+from router.errors import RedisUnavailable
+from router.redis_errors import redis_failures
 from router.dispatch import lanes
 from router.forward.classify import api_key
 from router.deps import StateDep
@@ -48,8 +49,9 @@ async def health(state: StateDep) -> dict[str, Any]:
     load, a pool without a ready replica, or a pool's lane, e.g. its ``long`` replicas, without
     one: ``pools[model]["lanes"][lane]["ready"] == 0``); ``semantic``: the semantic stage's state."""
     try:
-        redis_ok = bool(await state.redis.ping())
-    except REDIS_ERRORS:
+        with redis_failures():
+            redis_ok = bool(await state.redis.ping())
+    except RedisUnavailable:
         redis_ok = False
     now = time.monotonic()
     pools = {model: _pool_health(replicas, now) for model, replicas in state.pools.by_model.items()}

@@ -33,10 +33,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cache import usage_tokens
-from opskit.redis_client import REDIS_ERRORS
+from router.redis_errors import redis_failures
 from router.forward import classify, service
 from router.api.disconnect import CancelOnDisconnect
-from router.errors import APIError, NoReplica
+from router.errors import APIError, NoReplica, RedisUnavailable
 from router.observe.record import Record
 from router.stream.relay import relay_stream
 from router.api.schemas import parse_request
@@ -162,11 +162,12 @@ async def _remember(state: RouterState, rec: Record, owner: str, response_id: st
     ``response_affinity_ttl_s``); a Redis failure costs the affinity of that response (a later
     follow-up is a 404), counted and logged (without a traceback), never the answer."""
     try:
-        await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
-    except REDIS_ERRORS as exc:
+        with redis_failures():
+            await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
+    except RedisUnavailable as exc:
         state.metrics.affinity_unavailable.labels(rec.pool, "note").inc()
         log.warning("response %s of request %s not noted for affinity: Redis unavailable (%s)", response_id,
-                    rec.request_id, type(exc).__name__)
+                    rec.request_id, exc.kind)
 
 
 async def _holder(state: RouterState, rec: Record, owner: str, response_id: str) -> str:
@@ -176,11 +177,12 @@ async def _holder(state: RouterState, rec: Record, owner: str, response_id: str)
     does not answer: the id's owner cannot be checked, so it is sent nowhere)."""
     pool = rec.pool
     try:
-        url = await state.redis.get(affinity_key(owner, response_id))
-    except REDIS_ERRORS as exc:
+        with redis_failures():
+            url = await state.redis.get(affinity_key(owner, response_id))
+    except RedisUnavailable as exc:
         state.metrics.affinity_unavailable.labels(pool, "lookup").inc()
         log.warning("request %s refused: Redis unavailable for the affinity of previous_response_id (%s)",
-                    rec.request_id, type(exc).__name__)
+                    rec.request_id, exc.kind)
         raise StateStoreUnavailable("the router's store of responses is unavailable, so previous_response_id "
                                     "cannot be checked now; retry later", param="previous_response_id",
                                     code="state_store_unavailable", headers={"retry-after": "1"}) from None

@@ -8,8 +8,9 @@ stopped by the app's lifespan. Each step:
 1. hold the pool's lock (``SET NX EX``, renewed by its holder): of several router workers, one
    warms a pool at a time;
 2. read the forecaster's published forecast (``FORECAST_KEY``, JSON v1, written by the
-   forecaster's live cycle; the pool's own, else ``"*"``, the sum over pools) and ask the
-   planner (cache/warming/plan.py ``peak_slot``) for the slot to warm for;
+   forecaster's live cycle; key and document are opskit's, which both sides import; the
+   pool's own, else ``"*"``, the sum over pools) and ask the planner (cache/warming/plan.py
+   ``peak_slot``) for the slot to warm for;
 3. read that slot's candidates on the earlier days with their entries' remaining TTL
    (cache/warming/popularity.py) and ``choose`` the keys to regenerate (once per ``tick_s``);
 4. regenerate one key when the budget's token bucket (``allowance``) has a token and the pool
@@ -30,18 +31,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from cache import Recipe, WarmingSettings, WarmPolicy, allowance, choose, exact_key, idle, lock_key, peak_slot, wait_s
-from opskit.redis_client import REDIS_ERRORS
+from opskit import ALL_POOLS, FORECAST_KEY, MAX_FORECAST_BYTES, Forecast, read_forecast
 from router.caching import policy as cachepolicy
 from router.forward import classify
 from router.dispatch import estimated_requests
-from router.errors import APIError
+from router.errors import APIError, RedisUnavailable
+from router.redis_errors import redis_failures
 from router.observe.record import Record
 from router.forward.service import open_upstream, read_answer, upstream_failed
 from router.state import RouterState
@@ -50,14 +51,6 @@ from router.stream.sse import parse_json
 
 log = logging.getLogger("router.warming")
 
-# The forecaster's contract (forecaster/state.py FORECAST_KEY, forecast_document): its JSON is
-# all the router knows of the forecaster (neither imports the other).
-FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
-FORECAST_VERSION = 1
-# The largest forecast document read (bytes; the forecaster's is a few kB): parsing a larger one
-# would hold the event loop (27 MB: 1.7 s) on every tick.
-MAX_FORECAST_BYTES = 1024 * 1024
-_MAX_EPOCH_S = 1e11  # Unix s of the year 5138: a larger time is in milliseconds
 PRIORITY = "P2"  # warming runs at the lowest class: its timeouts, and it is first to be shed
 
 # KEYS[1] the pool's lock; ARGV: holder id, ttl s. 1 when held by this holder (taken or renewed).
@@ -78,50 +71,16 @@ _RELEASE_TIMEOUT_S = 1.0  # giving the lock back on shutdown: at most this long 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 
 
-@dataclass(frozen=True)
-class Forecast:
-    """A published forecast: ``points`` [(Unix s, demand/s)], ``capacity`` in the same unit."""
-
-    pool: str
-    at: float
-    points: list[tuple[float, float]]
-    capacity: float
-
-
 def parse_forecast(raw: str | bytes | None) -> Forecast | None:
     """The forecaster's JSON document (v1), or None when absent, of another version or malformed
     (warming then does nothing: an optimisation never guesses). See ``read_forecast``."""
     return read_forecast(raw)[0]
 
 
-def read_forecast(raw: str | bytes | None) -> tuple[Forecast | None, str | None]:
-    """(the forecast, None) when usable, (None, None) when absent, (None, why) when unusable: of
-    another version, malformed, with a NaN, infinite or negative time or value, or times past
-    ``_MAX_EPOCH_S`` (milliseconds). ``why`` never quotes the document. Never raises: a document
-    over ``MAX_FORECAST_BYTES`` is refused before it is parsed (json.loads runs on the event
-    loop), and whatever json / float can raise on a hostile one (an int too large for a float,
-    nesting deeper than the recursion limit) is a malformed document."""
-    if raw is None:
-        return None, None
-    if len(raw) > MAX_FORECAST_BYTES:
-        return None, f"{len(raw)} bytes, over the {MAX_FORECAST_BYTES} read"
-    try:
-        doc = json.loads(raw)
-        version = doc.get("v")
-        if version != FORECAST_VERSION:
-            shown = version if isinstance(version, int) else type(version).__name__
-            return None, f"version {shown}, not {FORECAST_VERSION}"
-        points = [(float(t), float(v)) for t, v in doc["points"]]
-        at, capacity = float(doc["at"]), float(doc["capacity_rps"])
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
-        return None, f"malformed ({exc.__class__.__name__})"
-    # NaN fails every comparison (peak_slot would see a peak), inf outranks any capacity;
-    # a negative demand or capacity is no forecast either
-    if not all(math.isfinite(x) and x >= 0 for x in (at, capacity, *(n for p in points for n in p))):
-        return None, "a time, point or capacity_rps not finite and >= 0"
-    if max((at, *(t for t, _ in points))) > _MAX_EPOCH_S:
-        return None, "times past the year 5000: milliseconds, not Unix seconds?"
-    return Forecast(str(doc["pool"]), at, points, capacity), None
+def _kind(exc: BaseException) -> str:
+    """The class name of what failed, for a log line: redis-py's (or the socket's) under a
+    RedisUnavailable."""
+    return exc.kind if isinstance(exc, RedisUnavailable) else exc.__class__.__name__
 
 
 def pool_load(state: RouterState, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
@@ -177,10 +136,11 @@ class PoolWarmer:
                 if settings is None:
                     return
                 try:
-                    delay = await self.step(settings)
-                except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                    with redis_failures():
+                        delay = await self.step(settings)
+                except (RedisUnavailable, asyncio.TimeoutError) as exc:
                     log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
-                                exc.__class__.__name__, settings.tick_s)
+                                _kind(exc), settings.tick_s)
                     delay = settings.tick_s
                 # A cancel that lands in a bounded await can be lost on Python 3.11: asyncio.timeout
                 # turns it into the TimeoutError taken above for Redis trouble, wait_for returns
@@ -192,7 +152,7 @@ class PoolWarmer:
                 await asyncio.sleep(delay)
         finally:
             if self.holding:  # another instance need not wait lock_ttl_s for it to expire
-                with contextlib.suppress(*REDIS_ERRORS, asyncio.TimeoutError):
+                with contextlib.suppress(RedisUnavailable, asyncio.TimeoutError), redis_failures():
                     await asyncio.wait_for(self.release(), _RELEASE_TIMEOUT_S)
 
     async def step(self, settings: WarmingSettings) -> float:
@@ -243,10 +203,10 @@ class PoolWarmer:
             if not generating.is_set():
                 return
             try:
-                held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
-            except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
-                log.warning("warming %s: lock not renewed during a generation (%s)", self.pool,
-                            exc.__class__.__name__)
+                with redis_failures():
+                    held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
+            except (RedisUnavailable, asyncio.TimeoutError) as exc:
+                log.warning("warming %s: lock not renewed during a generation (%s)", self.pool, _kind(exc))
                 continue
             if not held:
                 self.holding = False
@@ -276,7 +236,7 @@ class PoolWarmer:
     async def forecast(self) -> Forecast | None:
         """The pool's published forecast, else the one of every pool together (``"*"``)."""
         redis = self.state.redis
-        for name in (self.pool, "*"):
+        for name in (self.pool, ALL_POOLS):
             key = FORECAST_KEY.format(pool=name)
             found, why = read_forecast(await redis.get(key))
             if why is not None and self._forecast_problems.get(key) != why:

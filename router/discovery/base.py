@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from router.errors import RouterError
 from router.fleet.replicas import Pools, Replica
 from router.settings import ReplicaSpec
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(RouterError):
     """Discovery cannot start: bad replica file, bad Kubernetes settings or configuration."""
 
 

@@ -44,6 +44,7 @@ from opskit import FileSettings
 
 from router.discovery.base import DiscoveredReplica, DiscoveryError, Publish, SourceStats
 from router.discovery.slices import GROUP, SliceRules, choose_version, merge, replicas_of, slice_key
+from router.errors import RouterError
 
 log = logging.getLogger("router.discovery")
 
@@ -126,7 +127,7 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old (410): re-list now, without backoff."""
 
 
-class NoServedVersion(ValueError):
+class NoServedVersion(RouterError, ValueError):
     """The API server serves no ``discovery.k8s.io`` version this router reads (transient:
     the loop backs off and asks again, as for an API error)."""
 

@@ -19,13 +19,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from router.errors import RouterError
+
 log = logging.getLogger("router")
 
 MAX_KEY_BYTES = 4096  # a key file larger than this is refused (a wrong path, not a key)
 ANY_POOL = "*"
 
 
-class CredentialError(Exception):
+class CredentialError(RouterError):
     """A backend key cannot be read: the file is missing, unreadable, empty, too large or not
     one line of printable ASCII; or the environment variable is unset or empty."""
 

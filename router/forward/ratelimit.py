@@ -23,7 +23,8 @@ from collections.abc import Collection, Mapping
 
 import redis.asyncio as aioredis
 
-from opskit.redis_client import REDIS_ERRORS
+from router.errors import RedisUnavailable
+from router.redis_errors import redis_failures
 
 from router.settings import RateLimit
 
@@ -111,9 +112,10 @@ class RateLimiter:
         if delta == 0:
             return
         try:
-            await self._settle(keys=[f"{key}:tokens"], args=[delta, limit.tokens_per_min])
-        except REDIS_ERRORS as exc:
-            log.warning("rate limiter unavailable, usage not settled: %r", exc)
+            with redis_failures():
+                await self._settle(keys=[f"{key}:tokens"], args=[delta, limit.tokens_per_min])
+        except RedisUnavailable as exc:
+            log.warning("rate limiter unavailable, usage not settled: %s: %s", exc.kind, exc)
 
     async def admit(self, api_key: str, tokens: int) -> tuple[float, int]:
         """Take this request's cost from its key's buckets if it fits. Returns (seconds until it
@@ -138,11 +140,12 @@ class RateLimiter:
         if not keys:
             return 0.0, 0
         try:
-            wait = float(await self._script(keys=keys, args=args))
-        except REDIS_ERRORS as exc:
+            with redis_failures():
+                wait = float(await self._script(keys=keys, args=args))
+        except RedisUnavailable as exc:
             self.unavailable += 1
             self._down_until = time.monotonic() + _RETRY_AFTER_S
-            log.warning("rate limiter unavailable, admitting: %r", exc)
+            log.warning("rate limiter unavailable, admitting: %s: %s", exc.kind, exc)
             return 0.0, 0
         if wait > 0 or limit.tokens_per_min is None:
             return wait, 0

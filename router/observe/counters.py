@@ -12,7 +12,7 @@ Redis Cluster: the keys carry no hash tag on purpose, so each counter hash (one 
 is its own slot and the counters spread over the nodes by model and day. Nothing needs two of
 them in one slot: every command touches one key, and the flush is a plain (non-transactional)
 pipeline, which a cluster client splits by node. The layout is shared with the forecaster and
-``sim`` (README.md), so it stays as it is on every topology.
+``sim``, defined once in opskit (``TRAFFIC_*``), so it stays as it is on every topology.
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
+from opskit import TRAFFIC_KEY as KEY
+from opskit import TRAFFIC_MODELS_KEY as MODELS_KEY
+from opskit import TRAFFIC_TTL_S as EXPIRE_S
 from opskit.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("router.counters")
-
-KEY = "promptedge:traffic:{model}:{day}"
-MODELS_KEY = "promptedge:traffic:models"
-EXPIRE_S = 15 * 86400
 
 
 class SimClock:

@@ -18,8 +18,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from router.errors import RouterError
 
-class TracingError(RuntimeError):
+
+class TracingError(RouterError, RuntimeError):
     """The tracing settings cannot be honoured (e.g. the OTLP exporter is not installed)."""
 
 

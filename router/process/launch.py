@@ -33,6 +33,7 @@ from cache import CacheSettings
 from opskit import FORMATS, LogFormat, configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
+from router.errors import RouterError
 from router.forward.credentials import CredentialError, Credentials
 from router.discovery import DiscoveryError, ReplicaSource, StaticSource, build_source
 from router.process.heap import frozen_after_startup
@@ -51,7 +52,7 @@ S = TypeVar("S", bound=BaseSettings)
 WORKER_HEALTHCHECK_S = 30
 
 
-class StartupError(Exception):
+class StartupError(RouterError):
     """The router cannot start with these settings; ``lines`` are the messages for the log
     (:func:`report_startup_error`), which never repeat a secret; ``log_format`` is the router's
     setting when it could be read (None: the settings themselves failed)."""

@@ -33,7 +33,8 @@ def _settings(url: str, **kw: object) -> ForecasterSettings:
 
 def test_a_fresh_forecaster_over_four_replicas_keeps_them_on_one_zero_minute() -> None:
     """Issue 31: "current demand 0 needs 1; scale down 4->1" on the first decision."""
-    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10)
+    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=900.0,
+                           upper_headroom=None)
     now = MINUTE * 60.0
     steps = plan_steps(np.zeros(10), np.zeros(10), now, 60.0, config)
     decision = decide(steps, 0.0, now, 60.0, config, None, current=4)
@@ -54,7 +55,7 @@ def test_a_fresh_forecaster_on_router_counters_keeps_four(redis_url: str) -> Non
 
 def test_a_scale_down_removes_at_most_max_scale_down_fraction() -> None:
     config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=20, max_step=10,
-                           max_scale_down_fraction=0.2, down_cooldown_s=300.0)
+                           max_scale_down_fraction=0.2, down_cooldown_s=300.0, upper_headroom=None)
     now = MINUTE * 60.0
     state = PlannerState(10, now - 60.0, observed_since=now - 3600.0)
     steps = plan_steps(np.ones(10), np.ones(10), now, 60.0, config)
@@ -147,7 +148,8 @@ def test_a_zero_run_after_steady_traffic_is_an_outage_and_a_bursty_one_real_quie
 
 def test_by_default_one_decision_at_most_halves_the_pool() -> None:
     """The 4 -> 1 of issue 31, with a whole window observed: 4 -> 2 at the default share."""
-    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=300.0)
+    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=300.0,
+                           upper_headroom=None)
     now = MINUTE * 60.0
     state = PlannerState(4, now - 60.0, observed_since=now - 3600.0)
     steps = plan_steps(np.zeros(10), np.zeros(10), now, 60.0, config)

@@ -21,7 +21,7 @@ from forecaster.plan import (
 
 CFG = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
                     lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4,
-                    max_scale_down_fraction=1.0)
+                    max_scale_down_fraction=1.0, upper_headroom=None)
 NOW = 1_000_000.0
 
 
@@ -99,7 +99,7 @@ def test_scale_down_goes_only_to_the_highest_recommendation_of_the_window() -> N
     # (Poisson counts of a few requests a minute), and replicas given back on it take a whole
     # warm-up to return. Regression: the closed loop scaled 3 -> 1 -> 3 in two minutes.
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=0.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=4)
+                        lead_time_s=0.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=4, upper_headroom=None)
     state = None
     replicas = []
     for minute, demand in enumerate([25.0, 5.0, 25.0, 5.0, 15.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]):
@@ -138,7 +138,7 @@ def test_upper_headroom_sizes_the_band_and_the_mean_separately() -> None:
     run at full capacity): the step needs the larger of the two; None keeps one headroom over
     the upper, as before."""
     split = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100, upper_headroom=0.0)
-    same = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100)
+    same = PlannerConfig(capacity_per_replica=10.0, headroom=0.2, max_replicas=100, upper_headroom=None)
     mean, upper = np.array([50.0, 50.0]), np.array([55.0, 90.0])
     assert [s.replicas for s in plan_steps(mean, upper, NOW, 60.0, split)] == [6, 9]  # ceil(50*1.2/10), ceil(90/10)
     assert [s.replicas for s in plan_steps(mean, upper, NOW, 60.0, same)] == [7, 11]  # ceil(upper*1.2/10)
@@ -152,7 +152,7 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
     # backtest paid 1.370x the oracle's replica-minutes with it, 1.209x without the window).
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
                         lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10,
-                        max_scale_down_fraction=1.0)
+                        max_scale_down_fraction=1.0, upper_headroom=None)
     boundary = NOW + 600.0
     state = None
     before = []
@@ -172,7 +172,7 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
 def test_what_the_mean_or_the_current_demand_asked_for_still_stands_for_the_whole_window() -> None:
     # The same shape, but the 8 came from the mean forecast: it is kept for the window.
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10)
+                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10, upper_headroom=None)
     state = None
     for minute in range(5, 10):
         now = NOW + 60.0 * minute
@@ -187,7 +187,8 @@ def test_an_infinite_upper_forecast_holds_instead_of_reading_as_min_replicas() -
     """Attack round: a bucket whose upper forecast was inf planned 1 replica and scaled 10 -> 6."""
     from forecaster.plan import PlannerConfig, PlannerState, decide, plan_steps
 
-    config = PlannerConfig(capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0)
+    config = PlannerConfig(capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0, down_cooldown_s=900.0,
+                           upper_headroom=None)
     steps = plan_steps(np.array([5.0] * 10), np.array([6.0] * 5 + [np.inf] * 5), 0.0, 60.0, config)
     decision = decide(steps, 5.0, 0.0, 60.0, config, PlannerState(10, -60.0), 10)
     assert decision.action == "hold" and decision.replicas == 10

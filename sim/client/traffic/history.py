@@ -1,5 +1,5 @@
-"""Writes per-minute history into the router's Redis traffic counters (layout: top-level
-README, "Traffic counters"): hash ``promptedge:traffic:{model}:{day}`` with fields
+"""Writes per-minute history into the router's Redis traffic counters (layout: opskit's
+``TRAFFIC_*``, docs/contracts.md): hash ``promptedge:traffic:{model}:{day}`` with fields
 ``{minute}:requests``, ``:misses``, ``:prompt_tokens``, ``:completion_tokens`` (``minute`` =
 Unix seconds // 60, ``day`` = minute // 1440), 15-day TTL, and the model in
 ``promptedge:traffic:models``. Times are on the simulated clock."""
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import redis
 
-COUNTER_TTL_S = 15 * 86400
-MODELS_KEY = "promptedge:traffic:models"
+from opskit import TRAFFIC_MODELS_KEY as MODELS_KEY
+from opskit import TRAFFIC_TTL_S as COUNTER_TTL_S
+from opskit import traffic_field, traffic_key
 
 
 def counter_fields(requests: float, miss_ratio: float, mean_tokens: tuple[float, float]) -> dict[str, int]:
@@ -27,15 +28,15 @@ def write_history(client: redis.Redis, model: str, segment_start_unix: float, mi
     Raises redis.RedisError."""
     base = int(segment_start_unix // 60)
     pipe = client.pipeline(transaction=False)
-    days: set[int] = set()
+    keys: set[str] = set()
     for offset, requests in minutes:
         minute = base + offset
-        day = minute // 1440
-        days.add(day)
-        key = f"promptedge:traffic:{model}:{day}"
-        pipe.hset(key, mapping={f"{minute}:{k}": v for k, v in counter_fields(requests, miss_ratio, mean_tokens).items()})
-    for day in days:
-        pipe.expire(f"promptedge:traffic:{model}:{day}", COUNTER_TTL_S)
+        key = traffic_key(model, minute)
+        keys.add(key)
+        pipe.hset(key, mapping={traffic_field(minute, k): v
+                                for k, v in counter_fields(requests, miss_ratio, mean_tokens).items()})
+    for key in sorted(keys):
+        pipe.expire(key, COUNTER_TTL_S)
     pipe.sadd(MODELS_KEY, model)
     pipe.execute()
     return len(minutes)
