@@ -37,10 +37,13 @@ async def test_quiet_minutes_are_zero_and_requests_are_counted(redis_url: str) -
     assert await counters.flush()
     clock.t += 180  # three quiet minutes later
     assert await counters.flush()
+    # the first minute: the router started 5 s into it (partial); then two whole quiet minutes
+    # and the one it is still counting (open)
     assert await fields(client, "m", base) == {"requests": 2, "misses": 1, "prompt_tokens": 20,
-                                               "completion_tokens": 8}
-    for quiet in (base + 1, base + 2, base + 3):
-        assert await fields(client, "m", quiet) == {"requests": 0}
+                                               "completion_tokens": 8, "open": 0, "partial": 1}
+    for quiet in (base + 1, base + 2):
+        assert await fields(client, "m", quiet) == {"requests": 0, "open": 0}
+    assert await fields(client, "m", base + 3) == {"requests": 0, "open": 1}
     assert await client.smembers("promptedge:traffic:models") == {b"m"}
     await client.aclose()
 
@@ -53,9 +56,10 @@ async def test_minutes_while_the_router_was_down_stay_empty(redis_url: str) -> N
     # A new router process starts ten minutes later: the minutes in between were never counted.
     second = TrafficCounters(client, StepClock((base + 10) * 60), flush_s=1.0, models=["m"])  # type: ignore[arg-type]
     assert await second.flush()
-    assert await fields(client, "m", base) == {"requests": 0}
+    # the first process never closed its minute (it was gone): still open, never read as demand
+    assert await fields(client, "m", base) == {"requests": 0, "open": 1}
     assert await fields(client, "m", base + 5) == {}
-    assert await fields(client, "m", base + 10) == {"requests": 0}
+    assert await fields(client, "m", base + 10) == {"requests": 0, "open": 1}
     await client.aclose()
 
 
