@@ -88,3 +88,50 @@ async def test_stop_returns_even_if_a_flush_swallows_the_cancellation(redis_url:
         await counters.stop()
     assert counters.swallowed == 1
     await client.aclose()
+
+
+async def test_a_minute_is_whole_only_when_every_worker_closed_it(redis_url: str) -> None:
+    """Two workers (processes) count into the same fields: the minute stays open until the
+    second one has flushed after it ended; a worker stopped in a minute closes it as partial."""
+    client = aioredis.Redis.from_url(redis_url)
+    base = 28_000_000
+    clock_a, clock_b = StepClock(base * 60), StepClock(base * 60 - 2)  # b's clock 2 s behind
+    a = TrafficCounters(client, clock_a, flush_s=1.0, models=["m"])  # type: ignore[arg-type]
+    b = TrafficCounters(client, clock_b, flush_s=1.0, models=["m"])  # type: ignore[arg-type]
+    clock_b.t += 10
+    a.count("m", miss=True, prompt_tokens=0, completion_tokens=0)
+    b.count("m", miss=True, prompt_tokens=0, completion_tokens=0)
+    assert await a.flush() and await b.flush()
+    assert await fields(client, "m", base) == {"requests": 2, "misses": 2, "open": 2}
+    clock_a.t += 61
+    assert await a.flush()
+    assert (await fields(client, "m", base))["open"] == 1  # b is still counting it
+    clock_b.t += 52
+    assert await b.flush()
+    assert await fields(client, "m", base) == {"requests": 2, "misses": 2, "open": 0}
+    await a.stop()  # stopped 1 s into the next minute
+    assert await fields(client, "m", base + 1) == {"requests": 0, "open": 1, "partial": 1}
+    await client.aclose()
+
+
+async def test_a_minute_whose_counts_were_dropped_is_partial(redis_url: str) -> None:
+    """Beyond ``max_pending`` keys (a long Redis outage) the oldest counts are dropped: that
+    minute is closed as partial, never read as whole."""
+    client = aioredis.Redis.from_url(redis_url)
+    base = 28_000_000
+    clock = StepClock(base * 60)
+    counters = TrafficCounters(client, clock, flush_s=1.0, models=["m"], max_pending=1)  # type: ignore[arg-type]
+    good = counters.redis
+    counters.redis = aioredis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)  # Redis down
+    counters.count("m", miss=False, prompt_tokens=0, completion_tokens=0)
+    clock.t += 60
+    counters.count("m", miss=False, prompt_tokens=0, completion_tokens=0)
+    assert not await counters.flush()
+    assert counters.dropped == 1
+    await counters.redis.aclose()
+    counters.redis = good
+    clock.t += 60
+    assert await counters.flush()
+    assert await fields(client, "m", base) == {"requests": 0, "open": 0, "partial": 1}
+    assert await fields(client, "m", base + 1) == {"requests": 1, "open": 0}
+    await client.aclose()
