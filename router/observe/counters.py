@@ -82,15 +82,12 @@ class TrafficCounters:
         self.dropped = 0
         self._tally: Counter[tuple[str, int, str]] = Counter()
         self._task: asyncio.Task[None] | None = None
-        self._started = clock.now()
-        first = int(self._started // 60)
-        # Minutes up to this one are marked as counted; a restarted router starts at its first minute.
-        self._marked = first - 1
         # (model, minute) this writer opened and has not closed; minutes up to _closed are closed.
         self._open: set[tuple[str, int]] = set()
-        self._closed = first - 1
+        self._begin(clock.now())
         self._lossy: set[int] = set()  # minutes whose counts _trim dropped: never whole
         self._stopping = False
+        self._flushed = False
 
     def count(self, model: str, *, miss: bool, prompt_tokens: int, completion_tokens: int) -> None:
         """Add one request (and its token usage) to the current minute of ``model``."""
@@ -157,6 +154,7 @@ class TrafficCounters:
         self._open = (self._open | opens) - closes
         self._closed = max(self._closed, last)
         self._lossy = {minute for minute in self._lossy if minute > last}
+        self._flushed = True
         return True
 
     def _whole(self, minute: int, current: int, final: bool) -> bool:
@@ -171,8 +169,20 @@ class TrafficCounters:
             self.dropped += self._tally.pop(key)
             self._lossy.add(key[1])
 
+    def _begin(self, at: float) -> None:
+        # Counted from ``at`` (simulated Unix s): minutes before it are never marked, its own is partial.
+        self._started = at
+        first = int(at // 60)
+        # Minutes up to this one are marked as counted; a restarted router starts at its first minute.
+        self._marked = first - 1
+        self._closed = first - 1
+
     def start(self) -> None:
-        """Start flushing every ``flush_s`` in the background."""
+        """Start flushing every ``flush_s`` in the background. Called when the router starts
+        serving: the minutes of its start-up before it (no request could reach it) are never
+        marked as counted, and the minute it starts in is partial."""
+        if not self._flushed and not self._tally:  # nothing counted or written yet: nothing to keep
+            self._begin(self.clock.now())
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:

@@ -135,3 +135,23 @@ async def test_a_minute_whose_counts_were_dropped_is_partial(redis_url: str) -> 
     assert await fields(client, "m", base) == {"requests": 0, "open": 0, "partial": 1}
     assert await fields(client, "m", base + 1) == {"requests": 1, "open": 0}
     await client.aclose()
+
+
+async def test_minutes_before_the_router_serves_are_not_counted(redis_url: str) -> None:
+    """The counters are made when the router's start-up begins and started when it serves; the
+    start-up in between (the embedding model loading: seconds, minutes on a scaled clock) saw
+    no request because none could reach it: its minutes are not marked as counted (they read
+    as missing, not as 0), and the first minute it serves in is partial."""
+    client = aioredis.Redis.from_url(redis_url)
+    base = 28_000_000
+    clock = StepClock(base * 60 + 10)
+    counters = TrafficCounters(client, clock, flush_s=3600.0, models=["m"])  # type: ignore[arg-type]
+    clock.t += 150  # loading
+    counters.start()  # serving from here, 40 s into base + 2
+    counters.count("m", miss=True, prompt_tokens=0, completion_tokens=0)
+    clock.t += 60
+    await counters.stop()
+    assert await fields(client, "m", base) == {} and await fields(client, "m", base + 1) == {}
+    assert await fields(client, "m", base + 2) == {"requests": 1, "misses": 1, "open": 0, "partial": 1}
+    assert await fields(client, "m", base + 3) == {"requests": 0, "open": 0, "partial": 1}
+    await client.aclose()
