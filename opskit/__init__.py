@@ -21,6 +21,7 @@ from opskit._contracts import (
     FORECAST_VERSION,
     MAX_FORECAST_BYTES,
     TRAFFIC_FIELDS,
+    TRAFFIC_MARKERS,
     TRAFFIC_KEY,
     TRAFFIC_MODELS_KEY,
     TRAFFIC_TTL_S,
@@ -35,7 +36,7 @@ from opskit._redis_url import RedisTarget, RedisURL, RedisURLError, parse_redis_
 from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table
 
 __all__ = ["ALL_POOLS", "FORECAST_KEY", "FORECAST_VERSION", "FORMATS", "MAX_FORECAST_BYTES", "SETTINGS_FILE_ENV",
-           "TRAFFIC_FIELDS", "TRAFFIC_KEY", "TRAFFIC_MODELS_KEY", "TRAFFIC_TTL_S", "FileSettings", "Forecast",
+           "TRAFFIC_FIELDS", "TRAFFIC_KEY", "TRAFFIC_MARKERS", "TRAFFIC_MODELS_KEY", "TRAFFIC_TTL_S", "FileSettings", "Forecast",
            "JsonFormatter", "LogFormat", "RedisTarget", "RedisURL", "RedisURLError", "TextFormatter", "configure",
            "env_name", "forecast_document", "parse_redis_url", "read_forecast", "redact_url", "section_name",
            "settings_table", "traffic_field", "traffic_key"]

@@ -26,6 +26,9 @@ from typing import Any
 TRAFFIC_KEY = "promptedge:traffic:{model}:{day}"
 TRAFFIC_MODELS_KEY = "promptedge:traffic:models"
 TRAFFIC_FIELDS = ("requests", "misses", "prompt_tokens", "completion_tokens")
+# Each writer's bracket of a minute, ``{minute}:open`` and ``{minute}:partial`` (docs/contracts.md,
+# "Only whole minutes are demand"): the reader counts a minute only when open is 0 and partial absent.
+TRAFFIC_MARKERS = ("open", "partial")
 TRAFFIC_TTL_S = 15 * 86400  # two weeks of history for the weekly season, and a day to spare
 
 FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
@@ -43,7 +46,7 @@ def traffic_key(model: str, minute: int) -> str:
 
 
 def traffic_field(minute: int, counter: str) -> str:
-    """The hash field of one counter (one of ``TRAFFIC_FIELDS``) in Unix minute ``minute``."""
+    """The hash field of one counter (one of ``TRAFFIC_FIELDS`` or ``TRAFFIC_MARKERS``) in Unix minute ``minute``."""
     return f"{minute}:{counter}"
 
 

@@ -50,7 +50,8 @@ def sum_counts(counts: Sequence[MinuteCounts]) -> MinuteCounts:
     Every element must cover the same minutes (same ``first``, same length; ValueError
     otherwise). ``sums`` are added; ``seen`` is True only where every POP saw the minute;
     ``present`` is the union (a field one POP never wrote in the span counts 0 there, as it
-    would in one shared Redis)."""
+    would in one shared Redis); ``open`` where any POP is still counting the minute, so the
+    sum ends where every POP finished."""
     if not counts:
         raise ValueError("no POP counts to sum")
     first, n = counts[0].first, counts[0].seen.shape[0]
@@ -62,6 +63,7 @@ def sum_counts(counts: Sequence[MinuteCounts]) -> MinuteCounts:
         sums={field: np.sum([c.sums[field] for c in counts], axis=0) for field in fields},
         seen=np.logical_and.reduce([c.seen for c in counts]),
         present=frozenset().union(*(c.present for c in counts)),
+        open=np.logical_or.reduce([np.zeros(n, dtype=bool) if c.open is None else c.open for c in counts]),
     )
 
 
