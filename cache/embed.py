@@ -131,6 +131,13 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
 
             return load_static_encoder(folder)
         model = str(folder)
+    if backend != "torch":
+        # an earlier export's manifest runs on onnxruntime alone: no torch import (cache/embed_bundle.py)
+        from cache.embed_bundle import load_bundle
+
+        bundled = load_bundle(model, cache_dir, threads)
+        if bundled is not None:
+            return bundled
     loaded, dim = _load_sentence_transformer(model, threads)
     torch_encoder = SentenceTransformerEncoder(loaded, dim)
     if backend == "torch":
@@ -141,7 +148,8 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
     reason = onnx_support(loaded)
     if reason is None:
         try:
-            encoder, exported = load_onnx_encoder(loaded, torch_encoder.encode(PROBE_TEXTS), cache_dir, threads)
+            reference = torch_encoder.encode(PROBE_TEXTS)
+            encoder, exported = load_onnx_encoder(loaded, reference, cache_dir, threads)
         except EmbeddingError as exc:
             reason = str(exc)
         except ImportError as exc:
@@ -149,6 +157,9 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
         else:
             log.info("embedding model %s runs on ONNX Runtime (%s)", name,
                      "exported now" if exported else "cached export")
+            from cache.embed_bundle import save_bundle
+
+            save_bundle(model, loaded, cache_dir, reference, threads)
             return encoder
     if backend == "onnx":
         raise EmbeddingError(f"embedding model {name} cannot run on ONNX Runtime: {reason}")
@@ -168,7 +179,14 @@ def _load_sentence_transformer(model: str | None, threads: int) -> tuple[object,
         loaded = SentenceTransformer(source, device="cpu")
     except EmbeddingError:
         raise
-    except (OSError, ValueError, RuntimeError, ImportError) as exc:
+    except ImportError as exc:
+        # the router's install has no torch: it runs an export made where torch is installed
+        raise EmbeddingError(
+            f"embedding model {model or 'all-MiniLM-L6-v2'} has no torch-free ONNX export here and {exc.name or exc} "
+            "is not installed: run `python -m cache export-onnx` where torch is (the router image does, "
+            "at build time) with the same PROMPTEDGE_CACHE_ONNX_CACHE_DIR, or pip install 'promptedge[train]'"
+        ) from exc
+    except (OSError, ValueError, RuntimeError) as exc:
         raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
     # renamed in sentence-transformers 5.x; older releases only have the long name
     dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
