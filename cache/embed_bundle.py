@@ -128,6 +128,7 @@ def load_bundle(model: str | None, cache_dir: Path | None = None, threads: int =
     if cosine < PROBE_MIN_COSINE:
         log.warning("the ONNX export in %s gives other vectors (cosine %.6f)", path, cosine)
         return None
+    log.info("embedding model %s runs on ONNX Runtime (the export in %s)", folder or "all-MiniLM-L6-v2", directory)
     return encoder
 
 
