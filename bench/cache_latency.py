@@ -44,7 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cache import CacheRequest, CacheSettings, ResponseCache  # noqa: E402
-from cache.embed import BatchingEmbedder, Encoder, load_encoder, lower_thread_priority  # noqa: E402
+from cache.embed.batching import BatchingEmbedder, lower_thread_priority  # noqa: E402
+from cache.embed.encoder import Encoder  # noqa: E402
+from cache.embed.load import load_encoder  # noqa: E402
 
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
 PAIRS = DATA / "cache-eval" / "gptcache-paraphrases" / "mock_data.json"
@@ -176,13 +178,13 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
 
     Rounds alternate the process's heap as loaded (encoder, verifier: the collector walks it
     all) with the heap frozen as ``router serve`` freezes it after its start
-    (router/heap.py): ``learned`` and ``rules`` are the frozen rounds, as the router runs them;
+    (router/process/heap.py): ``learned`` and ``rules`` are the frozen rounds, as the router runs them;
     ``learned_unfrozen`` and ``rules_unfrozen`` the others, side by side."""
-    from cache.index import ScopedIndex
-    from cache.pair_features import _profile
-    from cache.verifier import load_verifier
-    from cache.verify import _parse, select
-    from router.heap import freeze_startup_heap
+    from cache.semantic.index import ScopedIndex
+    from cache.verify.features import _profile
+    from cache.verify.learned import load_verifier
+    from cache.verify.rules import _parse, select
+    from router.process.heap import freeze_startup_heap
 
     pairs = json.loads(PAIRS.read_text())
     origins = [p["origin"] for p in pairs]

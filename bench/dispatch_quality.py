@@ -6,7 +6,7 @@ A discrete-event simulation in virtual time (the loop of bench/vtime.py, shared 
 bench/prefix_dispatch.py), so a whole policy comparison takes seconds of CPU on a shared 2-core
 machine and is exactly repeatable:
 
-- replicas: 2 x ``a100`` and 2 x ``t4`` profiles of ``sim`` (``sim.latency.BatchModel``: the
+- replicas: 2 x ``a100`` and 2 x ``t4`` profiles of ``sim`` (``sim.replica.latency.batch.BatchModel``: the
   same continuous-batching model the simulated vLLM replica serves with), each running its
   engine steps back to back while it has work; a request that arrives during a step joins at
   the next step boundary, as in the sim's engine loop;
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from bench.vtime import Job, SimReplica, replay  # noqa: E402
 from router.dispatch import Weights, pick  # noqa: E402
 from sim import A100, T4, BatchModel  # noqa: E402
-from sim.traces import read_trace  # noqa: E402
+from sim.client.traces import read_trace  # noqa: E402
 
 POLICIES = ("round_robin", "least_request", "power_of_two", "gpu_load")
 FLEET = (A100, A100, T4, T4)

@@ -37,8 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cache.embed import SentenceTransformerEncoder, load_encoder  # noqa: E402
-from cache.embed_onnx import OnnxEncoder, _session, default_cache_dir, model_digest  # noqa: E402
+from cache.embed.encoder import SentenceTransformerEncoder  # noqa: E402
+from cache.embed.load import load_encoder  # noqa: E402
+from cache.embed.onnx import OnnxEncoder, _session, default_cache_dir, model_digest  # noqa: E402
 
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
 PAIRS = DATA / "cache-eval" / "gptcache-paraphrases" / "mock_data.json"

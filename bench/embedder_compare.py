@@ -3,10 +3,10 @@
     nice -n 10 python bench/embedder_compare.py [--test-pairs N] [--calibration-pairs N]
         [--rounds R] [--json out/embedder_compare.json] [--packages NAME ...]
 
-For each model of cache/embed_packages.py that is installed (the others are listed as skipped),
+For each model of cache/embed/packages.py that is installed (the others are listed as skipped),
 loaded as the cache loads it (``load_encoder(package=...)``, one thread per forward pass):
 
-- QQP (``../shared/data/cache-eval/qqp``), the learned verifier's splits (cache/splits.py), the
+- QQP (``../shared/data/cache-eval/qqp``), the learned verifier's splits (cache/training/splits.py), the
   first N pairs of each split in file order, scored pair by pair on similarity alone:
   precision / recall at the default threshold 0.96 (tuned on MiniLM's cosines); the threshold
   each model needs for precision >= 0.90 chosen on the calibration split (the policy that gave
@@ -43,9 +43,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cache.embed import EmbeddingError, Encoder, load_encoder  # noqa: E402
-from cache.embed_packages import PACKAGE_NAMES, packaged_model  # noqa: E402
-from cache.eval import filter_split, load_pairs, score_retrieval  # noqa: E402
+from cache.embed.encoder import Encoder  # noqa: E402
+from cache.embed.load import load_encoder  # noqa: E402
+from cache.embed.packages import PACKAGE_NAMES, packaged_model  # noqa: E402
+from cache.errors import EmbeddingError  # noqa: E402
+from cache.training.eval import filter_split, load_pairs, score_retrieval  # noqa: E402
 
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))
 QQP = DATA / "cache-eval" / "qqp" / "similiar_qqp_full.tar.gz"

@@ -2,7 +2,7 @@
 
 Two parts, each timed per lookup with ``time.perf_counter_ns``:
 
-- ``decide``: parsing the entry's stored state and deciding (cache/bound/model.py, pure), for
+- ``decide``: parsing the entry's stored state and deciding (cache/verify/bound/model.py, pure), for
   the shipped prior, random scores 0.70..1.0 and a pool with labels at every step;
 - ``re-read``: the lookup's round trip that re-reads its 4 candidates, without and with the
   pool's counts (HGETALL) in the same pipeline (``SemanticStore.get_many_and_hash``), the two
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import redis.asyncio as aioredis
 
-from cache.bound.model import EntryState, decide, load_prior
-from cache.bound.store import BoundStore, entry_state
+from cache.verify.bound.model import EntryState, decide, load_prior
+from cache.verify.bound.store import BoundStore, entry_state
 
 
 def _ms(samples: list[int]) -> dict[str, float]:
@@ -40,7 +40,7 @@ def decide_cost(lookups: int, seed: int = 0) -> dict[str, float]:
     prior = load_prior()
     rng = random.Random(seed)
     steps = len(prior.knots)
-    from cache.bound.model import PoolState
+    from cache.verify.bound.model import PoolState
 
     pool = PoolState(tuple(rng.randrange(500) for _ in range(steps)), tuple(rng.randrange(50) for _ in range(steps)))
     stored = [json.dumps(EntryState(rng.uniform(-2, 2), rng.uniform(0.1, 1.0), 3, 1).to_json()) for _ in range(64)]
@@ -55,7 +55,7 @@ def decide_cost(lookups: int, seed: int = 0) -> dict[str, float]:
 
 
 async def reread_cost(url: str, lookups: int) -> dict[str, dict[str, float]]:
-    from cache.semantic_store import SemanticStore
+    from cache.semantic.store import SemanticStore
 
     client = aioredis.Redis.from_url(url)
     prefix = "promptedge-bench"

@@ -16,7 +16,7 @@ cosine >= 2t - 1), sized to hold every entry. PromptEdge: its ScopedIndex (4 can
 text that is neither the pair's own nor identical to the query counts wrong even when it means
 the same: compare the systems with each other there, not with the pairwise curve.
 
-``--multi-turn N``: instead, the multi-turn context set of ``cache/multiturn.py`` (N cases per
+``--multi-turn N``: instead, the multi-turn context set of ``cache/training/multiturn.py`` (N cases per
 kind from labelled pairs) as a cache: every stored conversation is stored, every query
 conversation looked up. GPTCache keys a conversation with its own pre-processing functions
 (``last_content``, its default, and ``all_content``); PromptEdge with its semantic scope (the
@@ -40,12 +40,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cache.embed import load_encoder  # noqa: E402
-from cache.eval import filter_split, load_pairs  # noqa: E402
-from cache.index import ScopedIndex  # noqa: E402
-from cache.splits import split_of  # noqa: E402
-from cache.verifier import LearnedVerifier, load_verifier  # noqa: E402
-from cache.verify import select  # noqa: E402
+from cache.embed.load import load_encoder  # noqa: E402
+from cache.semantic.index import ScopedIndex  # noqa: E402
+from cache.training.eval import filter_split, load_pairs  # noqa: E402
+from cache.training.splits import split_of  # noqa: E402
+from cache.verify.learned import LearnedVerifier, load_verifier  # noqa: E402
+from cache.verify.rules import select  # noqa: E402
 
 OURS = (0.80, 0.85, 0.90, 0.93, 0.95, 0.96, 0.97, 0.98)
 TARGETS = (0.85, 0.90, 0.95, 0.97)  # the learned verifier's precision targets (those its file supports run)
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--split", choices=("train", "calibration", "test"),
-                        help="labelled pairs: only this split of the learned verifier's (cache/splits.py)")
+                        help="labelled pairs: only this split of the learned verifier's (cache/training/splits.py)")
     parser.add_argument("--verifier", type=Path, help="learned verifier file (default: the shipped one)")
     parser.add_argument("--without-gptcache", action="store_true", help="run PromptEdge's rows only")
     parser.add_argument("--multi-turn", type=int, metavar="N",
@@ -203,7 +203,7 @@ def multi_turn(pairs: Any, per_kind: int, seed: int, have_gptcache: bool, verifi
                json_path: Path | None) -> None:
     """The multi-turn context set as a cache (module doc), each system's correct / wrong / miss
     per kind; prints a table, writes JSON."""
-    from cache.multiturn import KINDS, all_content, build_cases, last_content, scope_of as scope
+    from cache.training.multiturn import KINDS, all_content, build_cases, last_content, scope_of as scope
 
     cases = build_cases(pairs.text_a, pairs.text_b, pairs.labels, per_kind, seed)
     keyings: dict[str, Any] = {"last_content": last_content, "all_content": all_content}

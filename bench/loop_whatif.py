@@ -48,10 +48,10 @@ from forecaster import ForecasterSettings, PlannerState, Traffic, run_once
 from forecaster.errors import ConfigError
 from forecaster.models.select import build_candidates
 from forecaster.run import SelectionCache
+from sim.client.traffic.history import counter_fields
 from sim.loop.config import LoopConfig
 from sim.loop.run import Prepared, prepare, replicas_for
 from sim.loop.whatif import emulate, forwarded_counts, score
-from sim.traffic.history import counter_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))

@@ -7,20 +7,20 @@ A discrete-event simulation in virtual time (the loop of bench/vtime.py, shared 
 bench/dispatch_quality.py), so a whole comparison takes about a minute of CPU and is exactly
 repeatable:
 
-- replicas: 4 x the sim's ``a100`` profile, each a ``sim.latency.BatchModel`` with vLLM's
-  automatic prefix caching on (sim/prefix.py: 16-token blocks, chained hashes, LRU eviction of
+- replicas: 4 x the sim's ``a100`` profile, each a ``sim.replica.latency.batch.BatchModel`` with vLLM's
+  automatic prefix caching on (sim/replica/latency/prefix.py: 16-token blocks, chained hashes, LRU eviction of
   free cached blocks, prefill charged only for uncached tokens), the model the simulated vLLM
-  replica serves with; each replica's step outcomes feed a ``sim.metrics.ReplicaMetrics``
+  replica serves with; each replica's step outcomes feed a ``sim.replica.metrics.ReplicaMetrics``
   exactly as the sim's engine does, and the hit rate is read back from that registry's
   Prometheus text (``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``);
-- requests: chat bodies as the replayer builds them. Mooncake: ``sim.replay.plan_requests``
+- requests: chat bodies as the replayer builds them. Mooncake: ``sim.client.replay.plan_requests``
   with ``shared_prefixes`` (each ``hash_ids`` block one deterministic text, so requests share
   the prefixes the trace says), prompts capped to fit the a100's ``max_model_len``. Chat: a
   small multi-turn replay built here (``chat_sessions``): conversations of several turns, each
   turn's prompt = the app's system prompt + the whole conversation so far + a new user
-  message, the assistant's turns being the sim's filler answer (sim/tokens.py), so each turn
+  message, the assistant's turns being the sim's filler answer (sim/replica/tokens.py), so each turn
   extends the previous turn's prompt; the replica gets the token ids of the body
-  (``sim.tokens.chat_token_ids``) as the sim's API computes them;
+  (``sim.replica.tokens.chat_token_ids``) as the sim's API computes them;
 - the router: ``router.dispatch.pick`` (production code) over ``ReplicaView`` snapshots built as
   the router builds them (a scrape every 0.25 s with waiting, running, KV usage and the KV size
   of ``vllm:cache_config_info``, the exact in-flight counts, learned speeds), with the router's
@@ -74,11 +74,11 @@ from router.dispatch.affinity import PrefixMap, prefix_key  # noqa: E402
 from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
 from router.dispatch.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes  # noqa: E402
 from sim import A100, BatchModel, StepOutcome  # noqa: E402
-from sim.metrics import ReplicaMetrics  # noqa: E402
-from sim.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool, block_hashes  # noqa: E402
-from sim.replay import ReplayConfig, plan_requests  # noqa: E402
-from sim.tokens import chat_token_ids, estimate_chat_tokens, filler  # noqa: E402
-from sim.traces import read_trace  # noqa: E402
+from sim.client.replay import ReplayConfig, plan_requests  # noqa: E402
+from sim.client.traces import read_trace  # noqa: E402
+from sim.replica.latency.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool, block_hashes  # noqa: E402
+from sim.replica.metrics import ReplicaMetrics  # noqa: E402
+from sim.replica.tokens import chat_token_ids, estimate_chat_tokens, filler  # noqa: E402
 
 POLICIES = ("round_robin", "least_request", "gpu_load", "prefix_affinity", "prefix_aware", "prefix_exact",
             "llm_d_like")

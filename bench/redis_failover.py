@@ -5,13 +5,13 @@ what the clients see meanwhile, and whether it comes back by itself.
                                    [--before-s 3] [--after-s 3] [--cache-timeout-s 0.05]
                                    [--json out/redis_failover.json]
 
-Starts a Sentinel group (sim/redis_topology.py: master, replica, ``--sentinels`` sentinels with
+Starts a Sentinel group (sim/stack/redis_topology.py: master, replica, ``--sentinels`` sentinels with
 ``down-after-milliseconds`` 1,000 and ``failover-timeout`` 3,000), one simulated vLLM replica
 (``python -m sim serve``) and the router as a user runs it (``python -m router serve``) on the
 ``redis+sentinel://`` URL with the production defaults (exact cache only: the embedding model's
 load is not what is measured; the cache's 50 ms bound; a rate limit on every request, so the
 limiter's Redis calls are on the path too). It seeds ``--prompts`` prompts into the cache, waits
-until the replica has every write, runs a closed-loop probe (sim/traffic/probe.py) for
+until the replica has every write, runs a closed-loop probe (sim/client/traffic/probe.py) for
 ``--before-s``, SIGKILLs the master, waits for the sentinels to promote the replica, and goes on
 until hits return plus ``--after-s``.
 
@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from sim.redis_topology import LocalSentinel, binaries_missing  # noqa: E402
-from sim.traffic.probe import chat_prompts, phases, probe, wrong_hits  # noqa: E402
+from sim.stack.redis_topology import LocalSentinel, binaries_missing  # noqa: E402
+from sim.client.traffic.probe import chat_prompts, phases, probe, wrong_hits  # noqa: E402
 from tests.router.router_process import MODEL, start_replica, start_router  # noqa: E402
 
 

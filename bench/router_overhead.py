@@ -154,7 +154,7 @@ def backend(port: int) -> None:
 def passthrough(port: int, upstream: str, client: str = "aiohttp") -> None:
     """Serve a FastAPI pass-through on PORT: ``aiohttp`` forwards with one aiohttp ClientSession;
     ``httpx`` with httpx's API on the same aiohttp transport the router uses (httpx-aiohttp,
-    requests handed straight to the transport as in router/upstream.py)."""
+    requests handed straight to the transport as in router/forward/upstream.py)."""
     from httpx_aiohttp import AiohttpTransport
 
     @asynccontextmanager

@@ -52,8 +52,8 @@ import typer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sim.replica.tokens import filler  # noqa: E402
 from sim.stack import RedisServer, Stack, StackError, free_port  # noqa: E402
-from sim.tokens import filler  # noqa: E402
 
 MODEL = "sim-llama-8b"
 POPULAR = 50

@@ -8,7 +8,7 @@ completion; the same keep-alive POSTs go through, in alternating rounds,
 
 - ``plain``: the transport as before (httpx-aiohttp's own session, or httpx's transport),
   ``handle_async_request`` and read the body;
-- ``traced``: ``router.upstream.Upstream.open`` (trace hooks, progress, error translation)
+- ``traced``: ``router.forward.upstream.Upstream.open`` (trace hooks, progress, error translation)
   and read the body;
 
 for both transports. Reported per transport and variant: the median over rounds of CPU
@@ -32,7 +32,7 @@ from aiohttp import web
 from httpx_aiohttp import AiohttpTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.upstream import Upstream, read_body  # noqa: E402
+from router.forward.upstream import Upstream, read_body  # noqa: E402
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}).encode()
 ANSWER = json.dumps({"id": "x", "object": "chat.completion", "choices": [

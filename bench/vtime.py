@@ -3,7 +3,7 @@
 The discrete-event loop that bench/dispatch_quality.py and bench/prefix_dispatch.py share, so a
 policy comparison takes seconds of CPU and is exactly repeatable (no wall clock, no threads):
 
-- each replica is a ``sim.latency.BatchModel`` (the continuous-batching model the simulated vLLM
+- each replica is a ``sim.replica.latency.batch.BatchModel`` (the continuous-batching model the simulated vLLM
   replica serves with) running its engine steps back to back while it has work; a request that
   arrives during a step joins at the next step boundary, as in the sim's engine loop;
 - every ``scrape_s`` (0.25 s) of virtual time the router's view of each replica is refreshed:

@@ -14,14 +14,15 @@ import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from cache.service import CacheUnavailable, ResponseCache
+from cache.errors import CacheUnavailable
+from cache.service import ResponseCache
 from cache.settings import CacheSettings, redact_url
 from opskit import RedisURLError
 from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
-    from cache.embed import Encoder
-    from cache.eval import Pairs
+    from cache.embed.encoder import Encoder
+    from cache.training.eval import Pairs
 
 app = typer.Typer(help="PromptEdge response cache.", no_args_is_help=True, add_completion=False)
 
@@ -58,7 +59,8 @@ def _encoder(model: str | None, settings: CacheSettings) -> tuple[Encoder, str]:
     """The embedding model ``model`` (None: the configured one) loaded as ``eval`` and
     ``train-verifier`` use it, and its tag in an embed cache (``model|backend``: vectors of
     another model or backend are never reused). A model that cannot load: its error, exit 1."""
-    from cache.embed import EmbeddingError, load_encoder
+    from cache.embed.load import load_encoder
+    from cache.errors import EmbeddingError
 
     try:
         encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
@@ -133,7 +135,7 @@ def evaluate(
     seed: int = typer.Option(0, help="Seed of the --sample draw (and of --multi-turn's)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
     split: Optional[str] = typer.Option(None, help="Labelled pairs: only this split of the learned verifier's "
-                                        "(train, calibration, test; cache/splits.py), before --sample."),
+                                        "(train, calibration, test; cache/training/splits.py), before --sample."),
     verifier: Optional[Path] = typer.Option(None, help="Learned verifier file for the stage table (default: "
                                             "PROMPTEDGE_CACHE_VERIFIER_PATH, else the shipped one)."),
     precision_target: Optional[float] = typer.Option(None, min=0.5, max=0.999, help="The learned verifier's "
@@ -144,12 +146,14 @@ def evaluate(
                                                "not encoded again (embeddings/s then counts only the new ones)."),
     multi_turn: Optional[int] = typer.Option(None, "--multi-turn", min=1, help="Instead of the pairs themselves, "
                                              "score a multi-turn context set of N cases per kind built from these "
-                                             "labelled pairs (cache/multiturn.py), drawn with --seed."),
+                                             "labelled pairs (cache/training/multiturn.py), drawn with --seed."),
 ) -> None:
-    from cache.embed_onnx import default_cache_dir
-    from cache.eval import PairsFormatError, filter_split, format_report, load_pairs, run_eval
-    from cache.splits import SPLITS
-    from cache.verifier import VerifierError, load_verifier
+    from cache.embed.onnx import default_cache_dir
+    from cache.errors import PairsFormatError
+    from cache.errors import VerifierError
+    from cache.training.eval import filter_split, format_report, load_pairs, run_eval
+    from cache.training.splits import SPLITS
+    from cache.verify.learned import load_verifier
 
     settings = _settings()
     if split is not None and split not in SPLITS:
@@ -194,7 +198,7 @@ def evaluate(
     encoder, tag = _encoder(model, settings)
     encode = encoder.encode
     if embed_cache is not None:
-        from cache.train_verifier import embed_cached
+        from cache.training.verifier import embed_cached
 
         known = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
                              log=lambda line: typer.echo(line, err=True))
@@ -209,7 +213,7 @@ def evaluate(
         assert loaded.labels is not None  # checked above
         from collections import Counter
 
-        from cache.multiturn import build_cases, format_rows, score_cases
+        from cache.training.multiturn import build_cases, format_rows, score_cases
 
         report_model = model or settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2"
 
@@ -260,8 +264,9 @@ def train_verifier(
                                                "(outside the repository: the texts are QQP's)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.eval import PairsFormatError, load_pairs
-    from cache.train_verifier import train
+    from cache.errors import PairsFormatError
+    from cache.training.eval import load_pairs
+    from cache.training.verifier import train
 
     settings = _settings()
     try:
@@ -291,8 +296,9 @@ def train_embedder(
     batch: int = typer.Option(64, min=2, max=1024, help="Pairs per step."),
     seed: int = typer.Option(0, help="Seed of the shuffling and of torch."),
 ) -> None:
-    from cache.eval import PairsFormatError, load_pairs
-    from cache.train_embedder import train_embedder as train
+    from cache.errors import PairsFormatError
+    from cache.training.embedder import train_embedder as train
+    from cache.training.eval import load_pairs
 
     try:
         loaded = load_pairs(pairs)
@@ -311,9 +317,10 @@ def train_embedder(
 
 
 def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]) -> "Pairs":
-    """Labelled pairs of one split (cache/splits.py), the first ``max_pairs`` in file order;
+    """Labelled pairs of one split (cache/training/splits.py), the first ``max_pairs`` in file order;
     bad input exits 2."""
-    from cache.eval import PairsFormatError, filter_split, load_pairs
+    from cache.errors import PairsFormatError
+    from cache.training.eval import filter_split, load_pairs
 
     try:
         loaded = filter_split(load_pairs(pairs), split)
@@ -340,8 +347,8 @@ def fit_bound(
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.bound.fit import fit_prior
-    from cache.train_verifier import embed_cached
+    from cache.training.bound_fit import fit_prior
+    from cache.training.verifier import embed_cached
 
     settings = _settings()
     loaded = _split_pairs(pairs, "train", max_pairs)
@@ -381,10 +388,11 @@ def eval_bound(
     embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
-    from cache.bound.eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
-    from cache.bound.model import BoundError, load_prior
-    from cache.train_verifier import embed_cached
-    from cache.verifier import load_verifier
+    from cache.errors import BoundError
+    from cache.training.bound_eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
+    from cache.training.verifier import embed_cached
+    from cache.verify.bound.model import load_prior
+    from cache.verify.learned import load_verifier
 
     settings = _settings()
     if split == "train":
@@ -432,14 +440,15 @@ def export_onnx(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Where to write (default: the configured "
                                              "ONNX cache dir)."),
 ) -> None:
-    from cache.embed import EmbeddingError, load_encoder
-    from cache.embed_bundle import load_bundle
+    from cache.embed.bundle import load_bundle
+    from cache.embed.load import load_encoder
+    from cache.errors import EmbeddingError
 
     settings = _settings()
     if directory is not None:
         settings = settings.model_copy(update={"onnx_cache_dir": directory})
     if model is None and settings.embedding_package is not None:
-        from cache.embed_packages import model_folder
+        from cache.embed.packages import model_folder
 
         model = str(model_folder(settings.embedding_package))
     model = model or settings.embedding_model

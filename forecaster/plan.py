@@ -17,7 +17,12 @@ Rules (issue 5):
 - scale-down stabilisation, the HPA's rule (``behavior.scaleDown.stabilizationWindowSeconds``,
   default 300 s): down only to the highest recommendation of the last ``down_cooldown_s``, so a
   quiet minute between busy ones (noise in counts of a few requests a minute) does not give
-  back replicas that take a whole warm-up to return; at most ``max_step`` replicas per decision;
+  back replicas that take a whole warm-up to return; at most ``max_step`` replicas per decision
+  up; down at most ``max_scale_down_fraction`` of the current replicas (at least one; issue 31:
+  a first decision once took a pool 4 -> 1);
+- cold start: no scale-down before the forecaster has observed a whole stabilisation window
+  (``down_cooldown_s``) of decisions, in this process or in the saved state it restored
+  (``PlannerState.observed_since``); a saved state older than that window restores nothing;
 - missing or stale data: hold the last decision, never scale down on missing data.
 """
 
@@ -45,7 +50,8 @@ class PlannerConfig:
     demand it stands for reaches (s): the half-width of a centred mean the forecast was made
     on (forecaster.run: rate_window_s), so a step forecast there at full level only this long
     after it starts; the plan reads that far past each decision's covered span (0: buckets as
-    counted)."""
+    counted); max_scale_down_fraction: the most one decision removes, as a share of the current
+    replicas (at least 1 replica; within ``max_step`` too): 0.5 takes 4 to 2, 100 to 50."""
 
     capacity_per_replica: float
     headroom: float = 0.2
@@ -59,6 +65,7 @@ class PlannerConfig:
     upper_headroom: float | None = None
     observe_s: float = 60.0
     smoothing_s: float = 0.0
+    max_scale_down_fraction: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,9 @@ class PlannerState:
     replicas: the last decided replica count; at: when it was decided (Unix s);
     last_up_at / last_down_at: when replicas last went up / down (Unix s), None if never;
     recent: the recommendations of the decisions inside the scale-down window, oldest first
-    (what the stabilisation takes the highest of).
+    (what the stabilisation takes the highest of); observed_since: Unix s from which decisions
+    were taken without a gap as long as the stabilisation window (None: unknown, a state saved
+    before it was kept: read as a cold start).
     """
 
     replicas: int
@@ -95,6 +104,7 @@ class PlannerState:
     last_up_at: float | None = None
     last_down_at: float | None = None
     recent: tuple[Recommendation, ...] = ()
+    observed_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,9 @@ class Decision:
     annotations; action: "up", "down", "keep", "set" (first decision) or "hold" (data missing); at: Unix s;
     current: replica count the decision started from (None when unknown); recommended: what
     the forecast and the reactive floor asked for before cooldowns, stabilisation and the max
-    step (None for a hold), with what part of it only the upper band asked for."""
+    step (None for a hold), with what part of it only the upper band asked for; observed_since:
+    Unix s from which this forecaster has observed demand without a gap (PlannerState's; None
+    for a hold, which changes nothing)."""
 
     replicas: int
     reason: str
@@ -111,6 +123,7 @@ class Decision:
     at: float = 0.0
     current: int | None = None
     recommended: Recommendation | None = None
+    observed_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +234,7 @@ def decide(
         return hold(state, now, "forecast not finite", config, current)
     if current is None and state is not None:
         current = state.replicas
+    since = observed_since(state, now, config)
     at_lead = max(covered(steps, now, step_s, config), key=lambda s: (s.replicas, s.upper))
     floor = replicas_for(current_demand, config)
     target = max(floor, at_lead.replicas)
@@ -236,7 +250,7 @@ def decide(
     recommended = Recommendation(now, target, min(base, target),
                                  at_lead.start + config.observe_s if target > base else None)
     if current is None:
-        return Decision(target, f"{why}; first decision", "set", now, None, recommended)
+        return Decision(target, f"{why}; first decision", "set", now, None, recommended, since)
     if target < current:
         horizon_end = now + config.lead_time_s + config.decision_interval_s + config.smoothing_s
         window_peak = max(s.replicas for s in steps if s.start < horizon_end)
@@ -244,28 +258,45 @@ def decide(
             target = min(current, window_peak)
             why += f"; rise to {window_peak} forecast within warm-up window"
     if target > current:
-        since = None if state is None or state.last_up_at is None else now - state.last_up_at
-        if since is not None and since < config.up_cooldown_s:
+        since_up = None if state is None or state.last_up_at is None else now - state.last_up_at
+        if since_up is not None and since_up < config.up_cooldown_s:
             if floor <= current:
-                return Decision(current, f"{why}; scale-up cooldown ({since:.0f} s)", "keep", now, current,
-                                recommended)
+                return Decision(current, f"{why}; scale-up cooldown ({since_up:.0f} s)", "keep", now, current,
+                                recommended, since)
             # The cooldown delays forecast-driven growth only: load that is already here is served.
             target = floor
-            why += f"; scale-up cooldown ({since:.0f} s): only up to the reactive floor"
+            why += f"; scale-up cooldown ({since_up:.0f} s): only up to the reactive floor"
         new = min(target, current + config.max_step)
         capped = f"; capped by max step {config.max_step}" if new < target else ""
-        return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current, recommended)
+        return Decision(new, f"{why}; scale up {current}->{new}{capped}", "up", now, current, recommended, since)
     if target < current:
         window = [r.standing(now) for r in (state.recent if state else ()) if now - r.at < config.down_cooldown_s]
         stable = max([target, *window])
         if stable > target:
             why += f"; scale-down stabilisation: {stable} recommended within {config.down_cooldown_s:.0f} s"
             target = stable
+    if target < current and now - since < config.down_cooldown_s:
+        # A fresh forecaster knows nothing of the window the stabilisation keeps: a first minute
+        # read as 0 (a router's partial minute, a restart) once took a pool 4 -> 1 (issue 31).
+        return Decision(current, f"{why}; keep {current}: no scale-down before a whole stabilisation window "
+                        f"of demand is observed ({now - since:.0f} of {config.down_cooldown_s:.0f} s)",
+                        "keep", now, current, recommended, since)
     if target < current:
-        new = max(target, current - config.max_step)
-        capped = f"; capped by max step {config.max_step}" if new > target else ""
-        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current, recommended)
-    return Decision(current, f"{why}; keep {current}", "keep", now, current, recommended)
+        step = min(config.max_step, max(1, math.floor(current * config.max_scale_down_fraction)))
+        new = max(target, current - step)
+        capped = f"; capped by max scale-down step {step}" if new > target else ""
+        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current, recommended,
+                        since)
+    return Decision(current, f"{why}; keep {current}", "keep", now, current, recommended, since)
+
+
+def observed_since(state: PlannerState | None, now: float, config: PlannerConfig) -> float:
+    """Unix s from which demand has been observed without a gap, for a decision at ``now``:
+    the saved state's, unless there is none, it predates the field, or its last decision is a
+    whole stabilisation window old (nothing of that window was seen); else ``now``."""
+    if state is None or state.observed_since is None or now - state.at > config.down_cooldown_s:
+        return now
+    return min(state.observed_since, now)
 
 
 def advance(state: PlannerState | None, decision: Decision, window_s: float = 0.0) -> PlannerState:
@@ -280,4 +311,6 @@ def advance(state: PlannerState | None, decision: Decision, window_s: float = 0.
     recent = [r for r in (state.recent if state else ()) if decision.at - r.at < window_s]
     if decision.recommended is not None and window_s > 0:
         recent.append(decision.recommended)
-    return PlannerState(decision.replicas, decision.at, up, down, tuple(recent))
+    since = decision.observed_since if decision.observed_since is not None else (
+        state.observed_since if state else None)
+    return PlannerState(decision.replicas, decision.at, up, down, tuple(recent), since)

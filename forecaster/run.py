@@ -16,7 +16,8 @@ import numpy as np
 from prometheus_client import Counter, Gauge
 
 from forecaster.errors import SourceUnavailable
-from forecaster.models.base import clean
+from forecaster.models.band import bound_upper
+from forecaster.models.base import Forecast, clean
 from forecaster.models.select import Selection, build_candidates, select
 from forecaster.plan import (
     Decision,
@@ -30,7 +31,7 @@ from forecaster.plan import (
     lead_steps,
     plan_steps,
 )
-from forecaster.series import Traffic, demand, trailing_mean
+from forecaster.series import Traffic, demand, mask_outages, trailing_mean, zero_run
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source
 from forecaster.state import RedisStateStore
@@ -167,7 +168,10 @@ def run_once(
     raw = demand(traffic, settings.demand_unit)
     series = _describe(traffic, raw, settings.demand_unit)
     window = max(1, round(settings.rate_window_s / traffic.step))
-    y = trailing_mean(raw, window)
+    # Zero buckets that read as an outage of the demand signal are missing data, not demand:
+    # neither the models nor the band learn from them, and the planner holds through them.
+    zeros = zero_run(raw, traffic.step)
+    y = trailing_mean(mask_outages(raw, traffic.step), window)
     # A trailing mean of ``window`` buckets is the rate at its centre, ``lag`` buckets back: the
     # models forecast that smoothed series ``lag`` buckets further, and the plan is read from
     # the forecast shifted back into place (a seasonal step is then not forecast late).
@@ -176,6 +180,9 @@ def run_once(
     if y.size == 0 or np.isnan(y).all():
         # the Traffic's name: only the part of the source that returned nothing (PopsCounterSource)
         decision = _hold(state, at, f"{traffic.name or source.name} returned no data", config, "empty", current)
+        return _finish(RunResult(decision, at, series=series), store, state, config)
+    if zeros.outage:
+        decision = _hold(state, at, zeros.describe(traffic.step), config, "outage", current)
         return _finish(RunResult(decision, at, series=series), store, state, config)
     planned = horizon_steps(settings.horizon_s, traffic.step, config)
     horizon = planned + lag
@@ -195,6 +202,7 @@ def run_once(
         forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level), history=seen)
         if cache is not None:
             cache.put(chosen, at, key)
+    forecast = Forecast(forecast.mean, bound_upper(forecast.mean, forecast.upper, seen, traffic.step))
     steps = plan_steps(forecast.mean[lag:], forecast.upper[lag:], traffic.end, traffic.step, config)
     observe_forecast(steps, float(raw[-1]), traffic.end + config.lead_time_s)
     if np.isnan(raw[-1]):  # a trailing mean would hide it: still a hold, never a scale-down
@@ -204,6 +212,8 @@ def run_once(
     decision = decide(steps, current_demand, at, traffic.step, config, state, current)
     if decision.action != "hold" and chosen.note.startswith("short history"):
         decision = replace(decision, reason=f"{decision.reason}; {chosen.note}")
+    if decision.action != "hold" and zeros.buckets:
+        decision = replace(decision, reason=f"{decision.reason}; {zeros.describe(traffic.step)}")
     result = RunResult(decision, at, chosen.model.name, chosen.note, steps, chosen.scores, series)
     return _finish(result, store, state, config)
 

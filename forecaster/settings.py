@@ -115,7 +115,13 @@ class ForecasterSettings(FileSettings):
     actuation_delay_s: float = Field(15.0, ge=0.0)
     up_cooldown_s: float = Field(300.0, ge=0.0)
     down_cooldown_s: float = Field(300.0, ge=0.0)  # HPA's default scale-down stabilisation
-    max_step: PositiveInt = 4
+    max_step: PositiveInt = 4  # the most replicas one decision adds
+    # The most one decision removes, as a share of the current replicas (at least one replica;
+    # issue 31: a first decision read demand as 0 and took a pool 4 -> 1, ten minutes of
+    # warm-ups to come back). A share, not a count: 2 a minute held a pool of hundreds up for an
+    # hour after each peak (ServeGen m-large at 2 req/s a replica: 1.165x the oracle, 1.095x
+    # uncapped); 0.5 halves it at most per decision.
+    max_scale_down_fraction: float = Field(0.5, gt=0.0, le=1.0)
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
     daemon_interval_s: PositiveFloat = 60.0  # also the cron interval the planner assumes (simulated s)
@@ -175,6 +181,7 @@ class ForecasterSettings(FileSettings):
             up_cooldown_s=self.up_cooldown_s,
             down_cooldown_s=self.down_cooldown_s,
             max_step=self.max_step,
+            max_scale_down_fraction=self.max_scale_down_fraction,
             decision_interval_s=self.daemon_interval_s,
             upper_headroom=self.upper_headroom,
         )

@@ -20,7 +20,7 @@ from opskit.redis_client import sync_redis
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, PlanStep, Recommendation
 
-# The router's warmer reads this key (router/warming.py); pool "*" when the forecast is the sum
+# The router's warmer reads this key (router/caching/warming.py); pool "*" when the forecast is the sum
 # over every pool (no model_name).
 FORECAST_KEY = "promptedge:forecaster:forecast:{pool}"
 FORECAST_VERSION = 1
@@ -76,6 +76,7 @@ class RedisStateStore:
             last_up_at=data.get("last_up_at"),
             last_down_at=data.get("last_down_at"),
             recent=tuple(_recommendation(x) for x in data.get("recent", ())),
+            observed_since=data.get("observed_since"),
         )
 
     def publish_forecast(self, document: dict[str, Any], ttl_s: int) -> None:
@@ -97,6 +98,8 @@ class RedisStateStore:
                 "last_up_at": state.last_up_at,
                 "last_down_at": state.last_down_at,
                 "recent": [[r.at, r.replicas, r.base, r.band_until] for r in state.recent],
+                # a restarted forecaster resumes the cold-start guard where this one was
+                "observed_since": state.observed_since,
             }
         )
         try:

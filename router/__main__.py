@@ -1,5 +1,5 @@
 """``python -m router serve [--host H] [--port P] [--workers N]``: run the router with uvicorn
-(router/server.py; N worker processes: router/launch.py)."""
+(router/process/server.py; N worker processes: router/process/launch.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import typer
 from opskit import settings_table
 
 from router.app import create_app
-from router.launch import (StartupError, WorkerConfig, configure_process_logging, prepare, report_startup_error,
+from router.process.launch import (StartupError, WorkerConfig, configure_process_logging, prepare, report_startup_error,
                            serve_workers)
-from router.server import serve as serve_app
+from router.process.server import serve as serve_app
 from router.settings import WORKERS_MAX, RouterSettings
 
 cli = typer.Typer(help="PromptEdge edge router: OpenAI-compatible, cache first, GPU-load-aware dispatch.",
@@ -48,7 +48,7 @@ def serve(
         serve_app(create_app(settings, launch.source), settings.limits, launch.budget, host=host, port=port,
                   log_level=log_level)
         return
-    # every worker repeats prepare() and builds its own app (router/launch.py); this process
+    # every worker repeats prepare() and builds its own app (router/process/launch.py); this process
     # only binds the port and supervises
     serve_workers(WorkerConfig(host=host, port=port, workers=workers, log_format=settings.log_format,
                                log_level=log_level, keepalive_s=settings.limits.keepalive_timeout_s))
@@ -58,7 +58,7 @@ def serve(
                               "environment variable, default, and its key in the YAML settings file.")
 def settings_command() -> None:
     """Print the router's, discovery's and cache's settings (opskit.settings_table)."""
-    from cache.settings import CacheSettings
+    from cache import CacheSettings
     from router.discovery.kube import KubeDiscoverySettings
 
     typer.echo(settings_table((RouterSettings, KubeDiscoverySettings, CacheSettings)))

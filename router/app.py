@@ -20,30 +20,30 @@ from cache import FOLLOW_SOCKET_TIMEOUT_S, CacheSettings, ResponseCache
 from opskit.redis_client import async_redis
 from router.dispatch.affinity import PrefixMap
 from router.dispatch.prefix_index import PrefixIndexes
-from router.api import add_completion_routes
-from router.bodylimit import BodyLimit
-from router.counters import SimClock, TrafficCounters
-from router.credentials import Credentials
+from router.api.routes import add_completion_routes
+from router.api.bodylimit import BodyLimit
+from router.observe.counters import SimClock, TrafficCounters
+from router.forward.credentials import Credentials
 from router.discovery import DiscoveredReplica, DiscoveryCollector, ReplicaSource, StaticSource, apply, build_source
 from router.dispatch import Weights
 from router.errors import APIError, BadRequest
-from router.health import HealthConfig
-from router.metrics import RouterMetrics
-from router.metrics_shared import publish_every
-from router import other_paths
-from router.ops import ops
-from router.fastpath import RouterApp
-from router.feedback import feedback
-from router.ratelimit import RateLimiter
-from router.replicas import Pools
-from router.scraper import Scraper
+from router.fleet.health import HealthConfig
+from router.observe.metrics import RouterMetrics
+from router.observe.metrics_shared import publish_every
+from router.api import other_paths
+from router.api.ops import ops
+from router.api.fastpath import RouterApp
+from router.api.feedback import feedback
+from router.forward.ratelimit import RateLimiter
+from router.fleet.replicas import Pools
+from router.fleet.scraper import Scraper
 from router.settings import RouterSettings
-from router.shadowing import ShadowVerifier
+from router.caching.shadowing import ShadowVerifier
 from router.state import RouterState
-from router.tokens import PromptTokens
-from router.tracing import make_tracer
-from router.upstream import Upstream
-from router.warming import Warmer, warming_configured
+from router.forward.tokens import PromptTokens
+from router.observe.tracing import make_tracer
+from router.forward.upstream import Upstream
+from router.caching.warming import Warmer, warming_configured
 
 log = logging.getLogger("router")
 
@@ -85,7 +85,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # aiohttp transport: measured 0.7 ms CPU per scrape against 1.5 ms on httpx's own (router/README.md).
         probe_client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
-        pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall), credentials)
+        pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall,
+                                       stuck_after_s=settings.stuck_after_s), credentials)
         weights = Weights(stale_after_s=settings.stale_after_s, prefix=settings.prefix_weight)
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         clock = SimClock(settings.clock_origin, settings.clock_scale)
@@ -127,9 +128,9 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         await source.start(on_replicas)
         await scraper.start()
         counters.start()
-        # --workers N: this worker's scrape-time series copied for the others' scrapes (router/metrics_shared.py)
+        # --workers N: this worker's scrape-time series copied for the others' scrapes (router/observe/metrics_shared.py)
         publisher = None if metrics.shared is None else asyncio.create_task(publish_every(metrics.shared))
-        # predictive cache warming (router/warming.py): a task per pool with warming on, none otherwise
+        # predictive cache warming (router/caching/warming.py): a task per pool with warming on, none otherwise
         warmer = Warmer(app.state.router, clock.now, settings.clock_scale) \
             if warming_configured(app.state.router) else None
         if warmer is not None:
@@ -159,12 +160,12 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                 tracer_provider.shutdown()
 
     # FastAPI's native OpenTelemetry hooks off: the router's telemetry is its own spans
-    # (router/tracing.py, otel_exporter) and /metrics; left on, FastAPI asks the global providers
+    # (router/observe/tracing.py, otel_exporter) and /metrics; left on, FastAPI asks the global providers
     # (environment lookups) on every request, ~2 % of the CPU of a proxied request (py-spy).
     # redirect_slashes off: Starlette answered a trailing slash with a 307 to the Host header's
     # host (an open redirect that keeps the POST body); a wrong path is an OpenAI 404 instead.
     # No /openapi.json: an edge router need not list its admin routes to the internet.
-    # RouterApp: the completion routes are answered ahead of the middleware stack (router/fastpath.py)
+    # RouterApp: the completion routes are answered ahead of the middleware stack (router/api/fastpath.py)
     app = RouterApp(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
                     redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False},
                     fast_body_limit=settings.limits.max_body_bytes)
@@ -193,7 +194,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     # FastAPI's own check of a route's query parameters (DELETE /cache?all=maybe): OpenAI's
     # 400 naming the parameter instead of FastAPI's 422 {"detail": [...]}. (Request bodies of
-    # the OpenAI routes are validated by router/schemas.py, not here.)
+    # the OpenAI routes are validated by router/api/schemas.py, not here.)
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     loc = [str(part) for part in first.get("loc", ()) if part not in ("query", "path", "header", "body")]

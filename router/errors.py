@@ -60,14 +60,14 @@ class BadRequest(APIError):
 
 
 class RequestTimeout(APIError):
-    """408: the request's body did not arrive in time (router/limits.py ``body_timeout_s``)."""
+    """408: the request's body did not arrive in time (router/process/limits.py ``body_timeout_s``)."""
 
     status = 408
     type = "invalid_request_error"
 
 
 class PayloadTooLarge(APIError):
-    """413: the request body is over ``max_body_bytes`` (router/limits.py)."""
+    """413: the request body is over ``max_body_bytes`` (router/process/limits.py)."""
 
     status = 413
     type = "invalid_request_error"
@@ -118,7 +118,7 @@ class RateLimited(APIError):
 class UpstreamError(APIError):
     """502: the replica failed (error status, unreachable, broke off, timed out).
 
-    ``evidence``: what the failure says about the replica's health (router/health.py):
+    ``evidence``: what the failure says about the replica's health (router/fleet/health.py):
     ``server_error`` (it answered 5xx or broke its answer off), ``connect_failure`` (no
     connection could be made), or None (no evidence: a deadline or a busy answer).
     """

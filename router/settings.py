@@ -1,6 +1,6 @@
 """Router settings (pydantic-settings, env prefix ``PROMPTEDGE_``).
 
-Replica list and clock settings are fixed by CONTRACTS.md; everything else has a documented
+Replica list and clock settings are contracts (docs/contracts.md); everything else has a documented
 default. Durations are seconds, fractions are 0..1.
 """
 
@@ -15,8 +15,8 @@ from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings, LogFormat, RedisURL
 
-from router.credentials import SecretRef
-from router.limits import Limits
+from router.forward.credentials import SecretRef
+from router.process.limits import Limits
 
 Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware"]
 Transport = Literal["aiohttp", "httpx"]
@@ -37,7 +37,7 @@ class ReplicaSpec(BaseModel):
     (dispatch then uses the router's in-flight counts only); role: ``long`` reserves the
     replica for long prompts, ``normal`` (default) takes the rest (router/dispatch/lanes.py);
     backend_key: where the router's key for this replica lives (``{"file": path}`` or
-    ``{"env": name}``, router/credentials.py), overriding the pool's ``backend_keys``.
+    ``{"env": name}``, router/forward/credentials.py), overriding the pool's ``backend_keys``.
     Unknown fields are errors (a typo must not silently drop a setting), in every source.
     """
 
@@ -108,7 +108,7 @@ DEFAULT_TIMEOUTS = {
 
 
 class CachePolicy(BaseModel):
-    """How one pool's answers are cached (router/cachepolicy.py; defaults and why: the
+    """How one pool's answers are cached (router/caching/policy.py; defaults and why: the
     README's Caching policy). cache_sampled: cache answers of sampled requests (temperature
     > 0, no seed, not greedy by top_k 1 or beam search); cache_n: cache answers of ``n`` > 1
     (always as a whole: every choice, or nothing). Unknown fields are errors."""
@@ -127,7 +127,7 @@ class RouterSettings(FileSettings):
     Cluster) or ``redis+sentinel://host:port[,host:port]/service_name[/db]`` (Sentinel), see
     opskit/_redis_url.py; redis_timeout_s bounds each call of the rate limiter and counters'
     client (socket timeout, s). The rest use the
-    ``ROUTER_`` infix (PROMPTEDGE_ROUTER_REPLICAS, ...), see CONTRACTS.md.
+    ``ROUTER_`` infix (PROMPTEDGE_ROUTER_REPLICAS, ...): docs/configuration.md.
     """
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ROUTER_", extra="ignore", populate_by_name=True)
@@ -143,11 +143,11 @@ class RouterSettings(FileSettings):
     discovery: Discovery = "static"  # kubernetes: EndpointSlices, PROMPTEDGE_ROUTER_K8S_* (router/discovery/kube.py)
     host: str = "127.0.0.1"
     port: int = 8000
-    # worker processes serving the port (router/launch.py; router/README.md, Workers)
+    # worker processes serving the port (router/process/launch.py; router/README.md, Workers)
     workers: int = Field(1, ge=1, le=WORKERS_MAX)
     log_format: LogFormat = "json"  # every stderr line one JSON object (opskit); "text" for a terminal
     cache_ttl_s: int | None = None  # None: the cache's own default (PROMPTEDGE_CACHE_TTL_S)
-    # pool or "*" -> where the router's key for that pool's replicas lives (router/credentials.py)
+    # pool or "*" -> where the router's key for that pool's replicas lives (router/forward/credentials.py)
     backend_keys: dict[str, SecretRef] = Field(default_factory=dict)
     forward_client_key: bool = False  # send the client's own Authorization to replicas without a backend key
     admin_key: str | None = None  # bearer key for DELETE /cache; None or empty switches the route off
@@ -161,6 +161,10 @@ class RouterSettings(FileSettings):
     stale_after_s: float = Field(1.0, gt=0)
     health_rise: int = Field(1, ge=1)
     health_fall: int = Field(2, ge=1)
+    # a replica with open requests and no progress on them (no stream chunk, its generation counter
+    # still) for this long takes no new request until it progresses (router/fleet/progress.py); above a
+    # long prompt's prefill on a busy replica, below P2's stream idle timeout (30 s)
+    stuck_after_s: float = Field(15.0, gt=0, le=600)
 
     upstream_transport: Transport = "aiohttp"
     timeouts: dict[Literal["P0", "P1", "P2"], Timeouts] = Field(default_factory=dict)
@@ -173,15 +177,15 @@ class RouterSettings(FileSettings):
     anonymous_cache: Literal["off", "exact", "semantic"] = "exact"
     rate_limits: dict[str, RateLimit] = Field(default_factory=dict)  # API key or "*" -> buckets
     # tenant (api_keys value) or "*" (no key, unmapped keys) -> the highest X-Priority it may claim;
-    # a mapped tenant not listed may claim P0, "*" defaults to P1 (router/classify.py bounded_priority)
+    # a mapped tenant not listed may claim P0, "*" defaults to P1 (router/forward/classify.py bounded_priority)
     max_priority: dict[str, Literal["P0", "P1", "P2"]] = Field(default_factory=dict)
     queue_limit: int = Field(4, ge=1)  # waiting requests that make a replica "saturated"
     max_inflight_per_replica: int | None = Field(None, ge=1)
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
     cache_policy: dict[str, CachePolicy] = Field(default_factory=dict)  # pool or "*" -> its policy
     response_affinity_ttl_s: int = Field(86400, ge=1)  # how long a Responses API id remembers its replica
-    tokenizers: dict[str, Path] = Field(default_factory=dict)  # pool -> its model's tokenizer.json (router/tokens.py)
-    other_paths: Literal["refuse", "forward"] = "refuse"  # paths the router has no route for (router/other_paths.py)
+    tokenizers: dict[str, Path] = Field(default_factory=dict)  # pool -> its model's tokenizer.json (router/forward/tokens.py)
+    other_paths: Literal["refuse", "forward"] = "refuse"  # paths the router has no route for (router/api/other_paths.py)
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     otel_endpoint: str | None = None  # OTLP/HTTP traces endpoint (default: the exporter's own)
@@ -195,13 +199,13 @@ class RouterSettings(FileSettings):
     prefix_kv_tokens: int = Field(400_000, ge=1)
     prefix_weight: float = Field(12.0, ge=0)
     size_thresholds: tuple[int, int] = (512, 4096)  # prompt tokens: short < a <= medium < b <= long
-    limits: Limits = Field(default_factory=Limits)  # JSON; every resource limit (router/limits.py)
+    limits: Limits = Field(default_factory=Limits)  # JSON; every resource limit (router/process/limits.py)
 
     @field_validator("api_keys")
     @classmethod
     def _own_tenants(cls, value: dict[str, str]) -> dict[str, str]:
         # "default" is the tenant of requests without a key, "key:..." that of unmapped keys
-        # (router/classify.py): a key mapped to one of them would share those clients' entries.
+        # (router/forward/classify.py): a key mapped to one of them would share those clients' entries.
         for tenant in value.values():  # the keys are secrets: never in the message
             if tenant == "default" or tenant.startswith("key:") or not tenant.strip():
                 raise ValueError(f"api_keys: a key's tenant cannot be empty, 'default' or start with "

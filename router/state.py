@@ -11,16 +11,16 @@ from opentelemetry.trace import Tracer
 from cache import ResponseCache
 from router.dispatch.affinity import PrefixMap
 from router.dispatch.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes
-from router.counters import TrafficCounters
+from router.observe.counters import TrafficCounters
 from router.dispatch import Context, ReplicaView, Weights, pick
-from router.metrics import RouterMetrics
-from router.ratelimit import RateLimiter
-from router.replicas import Pools, Replica
-from router.scraper import Scraper
+from router.observe.metrics import RouterMetrics
+from router.forward.ratelimit import RateLimiter
+from router.fleet.replicas import Pools, Replica
+from router.fleet.scraper import Scraper
 from router.settings import RouterSettings
-from router.shadowing import ShadowVerifier
-from router.tokens import PromptTokens
-from router.upstream import Upstream
+from router.caching.shadowing import ShadowVerifier
+from router.forward.tokens import PromptTokens
+from router.forward.upstream import Upstream
 
 
 @dataclass
@@ -38,12 +38,12 @@ class RouterState:
     weights: Weights
     limiter: RateLimiter
     tracer: Tracer | None = None
-    # shadow verification of served semantic hits (router/shadow.py); None: off
+    # shadow verification of served semantic hits (router/caching/shadow.py); None: off
     shadow: ShadowVerifier | None = None
     prefixes: PrefixMap = field(default_factory=lambda: PrefixMap(120.0))
     # what prompt prefixes went where, for policy prefix_aware (router/dispatch/prefix_index.py)
     prefix_index: PrefixIndexes = field(default_factory=lambda: PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000))
-    prompt_tokens: PromptTokens = field(default_factory=PromptTokens)  # per-pool tokenizers (router/tokens.py)
+    prompt_tokens: PromptTokens = field(default_factory=PromptTokens)  # per-pool tokenizers (router/forward/tokens.py)
     ticket: int = 0
     rng: random.Random = field(default_factory=random.Random)
 

@@ -45,7 +45,7 @@ def serve(
         min=1, max=256, help="Tokens per KV-cache block, as vLLM's --block-size (default 16).")] = None,
 ) -> None:
     """Run one simulated vLLM replica (OpenAI API, /health, vLLM /metrics); drains on SIGTERM."""
-    from sim.serving import ReplicaConfigError, build_replica, serve_replica
+    from sim.replica.serving import ReplicaConfigError, build_replica, serve_replica
 
     overrides = {
         k: v
@@ -71,7 +71,7 @@ def settings_command() -> None:
     """Print SimSettings and NodeSettings (opskit.settings_table)."""
     from opskit import settings_table
     from sim.node.settings import NodeSettings
-    from sim.settings import SimSettings
+    from sim.replica.settings import SimSettings
 
     typer.echo(settings_table((SimSettings, NodeSettings)))
 
@@ -161,11 +161,11 @@ def replay(
     seed: Annotated[int, typer.Option(help="Seed of the prompt mix and sampling.")] = 0,
 ) -> None:
     """Replay a trace against an OpenAI-compatible endpoint and report latency, TTFT, hits."""
-    from sim.questions import MixConfig, QuestionsFormatError
-    from sim.replay import ReplayConfig
-    from sim.report import render
-    from sim.traces import TraceFormatError
-    from sim.workload import build_plan, load_inputs, replay_report, write_json
+    from sim.client.questions import MixConfig, QuestionsFormatError
+    from sim.client.replay import ReplayConfig
+    from sim.client.report import render
+    from sim.client.traces import TraceFormatError
+    from sim.client.workload import build_plan, load_inputs, replay_report, write_json
 
     try:
         cfg = ReplayConfig(target=target, model=model, speedup=speedup, duration_s=duration,
@@ -186,7 +186,7 @@ def sample(
     dest: Annotated[Optional[Path], typer.Option(help="Folder (default: the package's sim/samples).")] = None,
 ) -> None:
     """Regenerate the synthetic sample trace and question pairs (not real traffic)."""
-    from sim.sample import SAMPLES_DIR, write_samples
+    from sim.client.sample import SAMPLES_DIR, write_samples
 
     for path in write_samples(dest or SAMPLES_DIR):
         typer.echo(f"wrote {path}")
@@ -204,12 +204,12 @@ def demo(
     replica_capacity: Annotated[float, typer.Option(help="Requests per wall second one replica serves (forecaster capacity).")] = 15.0,
 ) -> None:
     """Start Redis, three simulated replicas and the router; replay; forecast; stop; report."""
-    from sim.demo import DemoConfig, run_demo
-    from sim.questions import QuestionsFormatError
-    from sim.report import render
-    from sim.stack import StackError
-    from sim.traces import TraceFormatError
-    from sim.workload import write_json
+    from sim.client.questions import QuestionsFormatError
+    from sim.client.traces import TraceFormatError
+    from sim.client.workload import write_json
+    from sim.demo.report import render
+    from sim.demo.run import DemoConfig, run_demo
+    from sim.stack.processes import StackError
 
     cfg = DemoConfig(trace=trace, questions=questions, speedup=speedup, duration_s=duration,
                      max_token_rate=max_token_rate, log_dir=log_dir, replica_capacity_rps=replica_capacity)
@@ -251,12 +251,12 @@ def loop(
     log_dir: Annotated[Path, typer.Option(help="Folder for logs of every process.")] = Path("out/loop"),
 ) -> None:
     """Closed loop on a real control plane: each policy in turn on the same traffic; table, JSON, PNG."""
+    from sim.client.questions import QuestionsFormatError
+    from sim.client.traces import TraceFormatError
+    from sim.client.traffic import TrafficFormatError
     from sim.loop import LoopConfig, plot, render, run_loop, write_json
     from sim.loop.world import ToolsMissing
-    from sim.questions import QuestionsFormatError
-    from sim.stack import StackError
-    from sim.traces import TraceFormatError
-    from sim.traffic import TrafficFormatError
+    from sim.stack.processes import StackError
 
     check_output_path("--json", json_path)
     check_output_path("--plot", plot_path)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from sim.redis_topology import LocalCluster, LocalSentinel, binaries_missing
+from sim.stack.redis_topology import LocalCluster, LocalSentinel, binaries_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -127,7 +127,7 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[LocalCluster]:
-    """A real local Redis Cluster (three masters on 127.0.0.1 high ports, sim/redis_topology.py),
+    """A real local Redis Cluster (three masters on 127.0.0.1 high ports, sim/stack/redis_topology.py),
     started once per session; skips when redis-server or redis-cli is missing."""
     reason = binaries_missing()
     if reason:

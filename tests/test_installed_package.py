@@ -114,7 +114,7 @@ def test_the_wheel_holds_every_data_file_the_packages_read(full_install: tuple[P
     assert not missing, f"add to [tool.setuptools.package-data] in pyproject.toml: {missing}"
     # and the installed code finds them: the demo's default workload is the shipped sample
     loaded = run_in(work, str(work / "venv/bin/python"), "-c",
-                    "from sim.workload import load_inputs; t, q = load_inputs(None, None); print(len(t), len(q))")
+                    "from sim.client.workload import load_inputs; t, q = load_inputs(None, None); print(len(t), len(q))")
     assert loaded.returncode == 0, loaded.stderr
     assert all(int(n) > 0 for n in loaded.stdout.split())
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from forecaster.models.band import bound_upper
 from forecaster.models.base import clean
 from forecaster.models.select import Selection, build_candidates, select
+from forecaster.series import mask_outages
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ def rolling_forecasts(
     """Forecasts at every origin in [first_origin, len(y)]; y: rates per step with NaN gaps;
     band_window: buckets of the trailing mean that conditions the band (``select``; 0: static);
     band_scale: the band is also scaled by the volatility of that span (``select``)."""
+    # outages of the demand signal are missing data to the models, as in ``run_once``
+    y = mask_outages(y, step)
     origins = np.arange(first_origin, y.size + 1)
     mean = np.full((origins.size, horizon), np.nan)
     upper = np.full((origins.size, horizon), np.nan)
@@ -82,7 +86,7 @@ def rolling_forecasts(
         else:  # too little history to calibrate: the model's own P90 band (forward = predict on the fit)
             p90[i] = chosen.model.forward(history, horizon, 0.9).upper
         fc = chosen.calibrate(fc, history=seen)
-        mean[i], upper[i] = fc.mean, fc.upper
+        mean[i], upper[i] = fc.mean, bound_upper(fc.mean, fc.upper, seen, step)
         models.append(chosen.model.name)
     return RollingForecasts(origins, mean, upper, models, p90)
 

@@ -50,6 +50,7 @@ class BacktestConfig:
     up_cooldown_s: float = 300.0
     down_cooldown_s: float = 300.0
     max_step: int = 100_000
+    max_scale_down_fraction: float = 0.5
     decision_interval_s: float = 60.0
     upper_headroom: float | None = 0.1
     band_window_s: float = 3600.0
@@ -85,7 +86,7 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     planner = PlannerConfig(
         capacity_per_replica=cfg.capacity, headroom=cfg.headroom, min_replicas=1,
         max_replicas=100_000, lead_time_s=cfg.warmup_s, up_cooldown_s=cfg.up_cooldown_s,
-        down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step,
+        down_cooldown_s=cfg.down_cooldown_s, max_step=cfg.max_step, max_scale_down_fraction=cfg.max_scale_down_fraction,
         decision_interval_s=cfg.decision_interval_s, upper_headroom=cfg.upper_headroom,
     )
     horizon = horizon_steps(cfg.horizon_s, step, planner)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from forecaster.backtest.forecasts import RollingForecasts
-from forecaster.plan import PlannerConfig, PlannerState, advance, decide, plan_steps
+from forecaster.plan import PlannerConfig, PlannerState, advance, decide, hold, plan_steps
+from forecaster.series import mask_outages
 
 
 @dataclass(frozen=True)
@@ -174,13 +175,16 @@ def predictive_decider(
     simulation, so its first minute is its rate): the plan's first step is the bucket at the
     observed rate and the forecast is the one made with the bucket included, as a forecaster
     reading minute counters would have it. With buckets no longer than ``observe_s`` this never
-    happens and the plan is the forecast made at the last bucket boundary.
+    happens and the plan is the forecast made at the last bucket boundary. While the bucket
+    whose demand is current is an outage of the demand signal (``series.zero_run``) it holds, as
+    ``run_once`` does.
     """
     per_step = round(step / cfg.tick_s)
     every = max(1, round(planner.decision_interval_s / cfg.tick_s))
     per_obs = max(1, round(observe_s / cfg.tick_s))
     seen: deque[float] = deque(maxlen=per_obs)
     state: PlannerState | None = None
+    outage = (y == 0) & np.isnan(mask_outages(y, step))
 
     def decide_predictive(tick: int, observed: float, cluster: Cluster) -> int | None:
         nonlocal state
@@ -201,6 +205,9 @@ def predictive_decider(
             return None
         steps = plan_steps(mean, upper, o * step, step, planner)
         current_demand = minute if math.isfinite(minute) else (float(y[o - 1]) if o > 0 else float("nan"))
+        current_bucket = o if known else o - 1
+        if 0 <= current_bucket < y.size and outage[current_bucket]:
+            return hold(state, now, "demand signal outage", planner, cluster.provisioned).replicas
         decision = decide(steps, current_demand, now, step, planner, state, cluster.provisioned)
         state = advance(state, decision, planner.down_cooldown_s)
         return decision.replicas

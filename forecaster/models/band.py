@@ -29,7 +29,7 @@ and the offset is
 
 with s in log1p units per bucket, so one day's residuals calibrate a band that is wide in a
 restless hour and narrow in a calm one, and a quantile chosen on calm days means about the same
-on busy ones (README, Measured: the chosen setting's shortfall ratio to HPA-like 5.8x on the
+on busy ones (docs/benchmarks.md, forecaster: the chosen setting's shortfall ratio to HPA-like 5.8x on the
 tuning days, 6.4x held out; unscaled 6.1x and 12.2x). s is clipped to the range it was
 calibrated on and floored at ``MIN_SCALE``; the cap above still holds.
 """
@@ -134,3 +134,24 @@ def fit_reversion_band(
     return ReversionBand(window, np.array(intercepts), np.array(slopes), tuple(rest),
                          (float(spans.min()), float(spans.max())), np.array([float(r.max()) for r in usable]),
                          scale_range)
+
+
+# The upper forecast is never more than ``PEAK_FACTOR`` times the highest demand the pool counted
+# in the trailing ``PEAK_WINDOW_S`` (nor below the mean forecast): a band calibrated on log
+# residuals, with a zero in them (demand back after a stop: log1p(1500) - log1p(0) = 7.3), once
+# asked for e^7.3, about 1,500 times the demand, for an hour after each quiet spell (issue 31).
+# Demand that grows past the week's peak is still served: the mean forecast and the reactive
+# floor are not bounded, only the margin the band adds over them.
+PEAK_FACTOR = 1.5
+PEAK_WINDOW_S = 7 * 86400.0
+
+
+def bound_upper(mean: np.ndarray, upper: np.ndarray, history: np.ndarray, step: float) -> np.ndarray:
+    """``upper`` capped at max(``mean``, PEAK_FACTOR x the peak of ``history`` over the last
+    PEAK_WINDOW_S). mean, upper: shape (h,), demand unit per s; history: rates per bucket of
+    ``step`` s, oldest first, NaN ignored. Unchanged when the history has no counted bucket."""
+    recent = history[-max(1, round(PEAK_WINDOW_S / step)) :]
+    recent = recent[np.isfinite(recent)]
+    if recent.size == 0:
+        return upper
+    return np.minimum(upper, np.maximum(mean, PEAK_FACTOR * float(recent.max())))

@@ -2,8 +2,8 @@
 
 A :class:`ReplicaSource` publishes *full* snapshots of the wanted replica set (never deltas),
 so a lost or repeated snapshot cannot leave the pools wrong. :func:`apply` reconciles the
-router's :class:`~router.replicas.Pools` with a snapshot on the event loop: replicas that stay
-keep their :class:`~router.replicas.Replica` object (in-flight count, signals, health), new
+router's :class:`~router.fleet.replicas.Pools` with a snapshot on the event loop: replicas that stay
+keep their :class:`~router.fleet.replicas.Replica` object (in-flight count, signals, health), new
 ones are added (down until their first ``/health`` probe), gone ones are dropped (their open
 requests still finish and release their leases), and draining ones stay but admit nothing.
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from router.replicas import Pools, Replica
+from router.fleet.replicas import Pools, Replica
 from router.settings import ReplicaSpec
 
 

@@ -8,7 +8,7 @@ cannot silently drop a setting)::
         model: llama-3.1-8b
         profile: a100                                 # optional, a label for logs
         gpu_metrics_url: http://10.0.0.5:9400/metrics # optional, DCGM exporter
-        backend_key: {file: /run/secrets/vllm-key}    # optional, the router's key (router/credentials.py)
+        backend_key: {file: /run/secrets/vllm-key}    # optional, the router's key (router/forward/credentials.py)
 
 Errors name the file, the line and the field (``replicas.1.url``), from YAML node marks.
 """

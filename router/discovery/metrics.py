@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from router.discovery.base import ReplicaSource
-from router.replicas import Pools
+from router.fleet.replicas import Pools
 
 
 class DiscoveryCollector(Collector):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeGuard
 
 from pydantic import ValidationError
 
@@ -83,7 +83,7 @@ def replicas_of(obj: Mapping[str, Any], rules: SliceRules) -> tuple[list[Discove
     ipv6 = obj.get("addressType") == "IPv6"
     profile = labels.get(rules.profile_label) if rules.profile_label else None
     role = (labels.get(rules.role_label) if rules.role_label else None) or "normal"
-    if role not in ("normal", "long"):
+    if not _is_role(role):
         return [], f"slice {slice_key(obj)}: label {rules.role_label}={role!r} is not 'long' or 'normal'"
     found: list[DiscoveredReplica] = []
     for endpoint in obj.get("endpoints") or []:
@@ -109,6 +109,11 @@ def merge(per_slice: Iterable[list[DiscoveredReplica]]) -> list[DiscoveredReplic
             if known is None or (known.draining and not replica.draining):
                 merged[replica.spec.url] = replica
     return [merged[url] for url in sorted(merged)]
+
+
+def _is_role(value: object) -> TypeGuard[Literal["normal", "long"]]:
+    """True for a role ``ReplicaSpec.role`` takes (a label's value may be anything)."""
+    return value in ("normal", "long")
 
 
 def _takes_requests(conditions: Mapping[str, Any]) -> bool:

@@ -12,7 +12,7 @@ Modules: ``choice`` (the score and the policies), ``signals`` (load signals pars
 replica's ``/metrics``), ``speed`` (each replica's learned speed), ``prefix_index`` and
 ``affinity`` (where prompt prefixes went, for prefix-aware dispatch), ``lanes`` (replicas
 reserved for long prompts), ``admission`` (which priorities a full pool still takes). The
-replicas' runtime state and its I/O (router/replicas.py, router/scraper.py, router/health.py)
+replicas' runtime state and its I/O (router/fleet/replicas.py, router/fleet/scraper.py, router/fleet/health.py)
 feed these from outside.
 """
 

@@ -9,7 +9,7 @@ Score (``gpu_load``, lower is better; unit: "equivalent running requests")::
 
 ``prefill_tokens`` is the router's own count of prompt tokens sent to the replica whose prefill
 has not ended as far as the router can tell (a stream: no first byte yet; a non-stream request:
-until a scrape begun after it shows nothing waiting there, router/replicas.py): a new request there waits for those prefills before its
+until a scrape begun after it shows nothing waiting there, router/fleet/replicas.py): a new request there waits for those prefills before its
 own first token, however few requests are open (a replica with one 4,000-token prompt pending
 is a worse choice for time to first token than one decoding three answers). ``W_prefill`` = 3
 makes 1,000 pending prompt tokens weigh as three open requests; it is counted whether the

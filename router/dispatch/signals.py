@@ -11,6 +11,9 @@ Metric names by source (current and older servers, so one router fronts all of t
 - KV size: vLLM's info gauge ``vllm:cache_config_info`` (labels: its CacheConfig's fields as
   strings, ``vllm/v1/metrics/loggers.py`` ``log_metrics_info``): ``num_gpu_blocks`` x
   ``block_size`` tokens, summed over engines.
+- Generation progress (counters of tokens generated since the server started, router/fleet/progress.py):
+  vLLM's ``vllm:generation_tokens_total``, SGLang's ``sglang:generation_tokens_total``,
+  llama.cpp's ``llamacpp:tokens_predicted_total``.
 - NVIDIA DCGM exporter: ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB),
   ``DCGM_FI_DEV_GPU_UTIL`` (percent), ``DCGM_FI_DEV_GPU_TEMP`` (degrees C).
 
@@ -28,10 +31,11 @@ _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requ
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
        "llamacpp:kv_cache_usage_ratio")
+_GENERATED = ("vllm:generation_tokens_total", "sglang:generation_tokens_total", "llamacpp:tokens_predicted_total")
 _FB_USED, _FB_FREE = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"
 _UTIL, _TEMP = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"
 _CACHE_INFO = "vllm:cache_config_info"
-_WANTED = (*_WAITING, *_RUNNING, *_KV, _FB_USED, _FB_FREE, _UTIL, _TEMP, _CACHE_INFO)
+_WANTED = (*_WAITING, *_RUNNING, *_KV, *_GENERATED, _FB_USED, _FB_FREE, _UTIL, _TEMP, _CACHE_INFO)
 _WANTED_BYTES = tuple(name.encode() for name in _WANTED)
 
 
@@ -40,7 +44,8 @@ class Signals:
     """One scrape's load signals; None = the replica does not export it.
 
     waiting/running: requests (count); kv_usage, mem_used, gpu_util: fractions 0..1;
-    temp_c: degrees Celsius; kv_capacity_tokens: KV cache size in tokens.
+    temp_c: degrees Celsius; kv_capacity_tokens: KV cache size in tokens; generated: tokens
+    generated since the server started (a counter: only its moving means anything).
     """
 
     waiting: float | None = None
@@ -50,11 +55,12 @@ class Signals:
     gpu_util: float | None = None
     temp_c: float | None = None
     kv_capacity_tokens: float | None = None
+    generated: float | None = None
 
     def merged(self, gpu: Signals) -> Signals:
         """These engine signals completed with a GPU exporter's (memory, utilisation, temperature)."""
         return Signals(self.waiting, self.running, self.kv_usage, gpu.mem_used, gpu.gpu_util, gpu.temp_c,
-                       self.kv_capacity_tokens)
+                       self.kv_capacity_tokens, self.generated)
 
 
 def parse_metrics(text: bytes) -> Signals:
@@ -100,6 +106,7 @@ def parse_metrics(text: bytes) -> Signals:
         gpu_util=None if util is None else util / 100.0,
         temp_c=peak((_TEMP,)),
         kv_capacity_tokens=kv_capacity,
+        generated=total(_GENERATED),
     )
 
 

@@ -175,7 +175,8 @@ def _trust(speed: Speed, now: float, config: SpeedConfig, decay: float) -> float
 
 
 def _recency(age_s: float, config: SpeedConfig) -> float:
-    return 0.5 ** (max(0.0, age_s) / config.half_life_s)
+    weight: float = 0.5 ** (max(0.0, age_s) / config.half_life_s)  # a positive base: a real power
+    return weight
 
 
 _LN2 = math.log(2.0)

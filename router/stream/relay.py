@@ -21,13 +21,13 @@ from starlette.types import Receive, Scope, Send
 
 from cache import CacheRequest, usage_tokens
 from router.errors import APIError, UpstreamError, UpstreamTimeout
-from router.health import judged_ttft
-from router.record import Record
-from router.replicas import Lease
+from router.fleet.health import judged_ttft
+from router.observe.record import Record
+from router.fleet.replicas import Lease
 from router.stream.sse import DONE, StreamAssembler, UsageFilter
 from router.state import RouterState
-from router.storing import skipped, store_answer
-from router.upstream import iter_body
+from router.forward.storing import skipped, store_answer
+from router.forward.upstream import iter_body
 
 
 class RelayResponse(StreamingResponse):
@@ -56,11 +56,11 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
     """The client response for an open upstream SSE response; a complete stream is stored in
     the cache under ``store`` (None: not stored) unless its answer is over the cache's
     ``max_entry_bytes`` (then it is relayed whole but no longer assembled, and counted
-    ``too_large``, router/storing.py). ``strip_usage``: the router asked the replica
+    ``too_large``, router/forward/storing.py). ``strip_usage``: the router asked the replica
     for the usage chunk on the client's behalf (it did not ask for ``include_usage``): the
     client's stream goes out event by event without it; it is still counted and stored.
     ``assembler``: what reads the stream (default: a chat/completions StreamAssembler; the
-    Responses API has its own, router/responses.py); ``on_chunk``: awaited after each chunk
+    Responses API has its own, router/api/responses.py); ``on_chunk``: awaited after each chunk
     is read and before it is relayed."""
     if assembler is None:  # bounded by the cache's entry size: past it, relayed but not assembled
         assembler = StreamAssembler(state.cache.settings.max_entry_bytes)
@@ -87,6 +87,7 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
                     lease.first_byte()
+                lease.advanced()  # the replica generates: not stuck (router/fleet/progress.py)
                 assembler.feed(chunk)
                 if on_chunk is not None:
                     await on_chunk()

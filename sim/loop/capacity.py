@@ -2,7 +2,7 @@
 
 The capacity the autoscalers plan with (forecaster ``CAPACITY_PER_REPLICA``, the HPA's target)
 and that sizes the fixed policies: the highest Poisson arrival rate on a grid at which
-``sim.latency.simulate`` (virtual time, no CPU contention) keeps at least ``attainment`` (99.5 %)
+``sim.replica.latency.batch.simulate`` (virtual time, no CPU contention) keeps at least ``attainment`` (99.5 %)
 of the requests within both SLOs (TTFT and per-request ITL) over ``span_s`` of the segment's
 own token pairs (prompts padded to the trace's context, capped at ``max_context_tokens``).
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.latency import simulate
-from sim.profiles import Profile
-from sim.traffic import TokenSampler
+from sim.client.traffic import TokenSampler
+from sim.replica.latency.batch import simulate
+from sim.replica.latency.batch import Profile
 
 RATE_GRID = tuple(round(0.1 * 1.25 ** i, 3) for i in range(30))  # 0.1 .. ~64 requests/s
 

@@ -33,7 +33,7 @@ class LoopConfig:
     process; ``warmup_s``: each replica's cold start (Pod annotation
     ``promptedge.io/sim-warmup-s``); ``peak_replicas``: the segment is rescaled so its busiest
     window needs this many replicas at ``capacity_rps`` each (requests/s one replica serves
-    within the SLO; None: measured with sim.latency on the segment's tokens); ``history_days``:
+    within the SLO; None: measured with sim.replica.latency.batch on the segment's tokens); ``history_days``:
     days before the segment written as router counters for the forecaster; ``history``: how
     (``sampled`` counts or ``expected`` rates, see below); ``max_replicas``:
     the bound of both autoscalers; ``headroom``: extra capacity fraction (forecaster and HPA

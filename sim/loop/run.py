@@ -24,23 +24,23 @@ from typing import Any
 
 import redis
 
+from sim.client.questions import MixConfig, QuestionMix, load_pairs
+from sim.client.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
+from sim.client.sample import QUESTIONS_FILE
+from sim.client.traffic import (RateSeries, TokenSampler, build_segment, history_minutes, read_rates,
+                                scale_for_peak, steepest_ramp)
+from sim.client.traffic.history import write_history
+from sim.client.traffic.rates import data_folder_note
+from sim.client.traffic.segment import Segment
 from sim.loop.capacity import replica_capacity
 from sim.loop.config import LoopConfig
 from sim.loop.measure import RequestRecord, models_chosen, per_minute, summarize
 from sim.loop.observe import Observer
 from sim.loop.queue_time import queue_time_minutes, queue_time_total
 from sim.loop.world import ControlPlane, apply_manifest, connect, require_tools, start_warm, wait_ready
-from sim.node.podspec import WARMUP_ANNOTATION
-from sim.profiles import get_profile
-from sim.questions import MixConfig, QuestionMix, load_pairs
-from sim.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
-from sim.sample import QUESTIONS_FILE
-from sim.stack import Stack, free_port
-from sim.traffic import (RateSeries, TokenSampler, build_segment, history_minutes, read_rates, scale_for_peak,
-                         steepest_ramp)
-from sim.traffic.history import write_history
-from sim.traffic.rates import data_folder_note
-from sim.traffic.segment import Segment
+from sim.node.pod.spec import WARMUP_ANNOTATION
+from sim.replica.latency.profiles import get_profile
+from sim.stack.processes import Stack, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("PROMPTEDGE_DATA_DIR", ROOT.parent / "shared" / "data"))

@@ -55,7 +55,8 @@ def emulate(initial: int, desired: Sequence[int], lead_min: int) -> Timeline:
     then Ready ones, at once (Ready from minute m on is the smaller count)."""
     if initial < 0 or lead_min < 0 or any(d < 0 for d in desired):
         raise ValueError("replica counts and lead_min must be >= 0")
-    ready, pending = initial, []  # pending: [ready_minute, count], oldest first
+    ready = initial
+    pending: list[list[int]] = []  # [ready_minute, count], oldest first
     out = Timeline([], [], [])
     for minute, want in enumerate(desired):
         ready += sum(c for at, c in pending if at <= minute)

@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 from kubernetes import utils as k8s_utils
 from kubernetes.client.rest import ApiException
 
-from sim.stack import free_port, port_free
+from sim.stack.processes import free_port, port_free
 
 START_TIMEOUT_S = 240.0
 START_ATTEMPTS = 2

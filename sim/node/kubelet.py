@@ -23,14 +23,14 @@ from typing import Any
 import httpx
 
 from sim.node.kubeapi import KubeApi, NodeApiError
-from sim.node.podspec import PodSpecError, replica_spec
-from sim.node.prestop import prestop_sleep_wall_s, sigkill_at
+from sim.node.pod.prestop import prestop_sleep_wall_s, sigkill_at
+from sim.node.pod.spec import PodSpecError, replica_spec
+from sim.node.pod.warmup import WarmupError, warmup_seconds
 from sim.node.process import ReplicaProcess, SparePool, replica_settings, serve_command
 from sim.node.runtime import PodRuntime
 from sim.node.settings import NodeSettings
 from sim.node.status import (IpPool, Terminated, crash_backoff_s, node_body, node_capacity, node_status,
                              pod_status, rfc3339, taints_without_not_ready)
-from sim.node.warmup import WarmupError, warmup_seconds
 
 log = logging.getLogger("sim.node")
 

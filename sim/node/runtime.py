@@ -6,8 +6,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.node.podspec import ReplicaSpec
-from sim.node.probe import Readiness
+from sim.node.pod.probe import Readiness
+from sim.node.pod.spec import ReplicaSpec
 from sim.node.process import ReplicaProcess
 from sim.node.status import PodView, Terminated
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from sim.serving import ReplicaConfigError, build_replica, serve_replica
+from sim.replica.serving import ReplicaConfigError, build_replica, serve_replica
 
 
 def main() -> int:

@@ -123,7 +123,8 @@ def pod_status(view: PodView) -> dict[str, Any]:
 def crash_backoff_s(restarts: int, base_s: float = 10.0, cap_s: float = 300.0) -> float:
     """The kubelet's restart back-off before restart number ``restarts + 1``: 10 s, 20 s, 40 s,
     ... capped at 300 s (simulated seconds)."""
-    return min(cap_s, base_s * (2 ** max(0, restarts)))
+    doublings: int = 2 ** max(0, restarts)  # a non-negative power of two: an int
+    return min(cap_s, base_s * doublings)
 
 
 class IpPool:
@@ -147,8 +148,8 @@ class IpPool:
             if host.isdigit() and 2 <= int(host) <= 254 and usable(wanted):
                 self._used.add(wanted)
                 return wanted
-        for host in range(2, 255):
-            ip = f"{self.base}.{host}"
+        for octet in range(2, 255):
+            ip = f"{self.base}.{octet}"
             if ip not in self._used and usable(ip):
                 self._used.add(ip)
                 return ip

@@ -18,7 +18,7 @@ def _req(at: float, prompt: int, first_block: int = 1) -> "pd.Req":
 
 
 def _chunked_prefill_ms(prompt: int) -> float:
-    """One prompt alone on an idle a100, from the sim's step formula (sim/latency.py)."""
+    """One prompt alone on an idle a100, from the sim's step formula (sim/replica/latency/batch.py)."""
     t, done = 0.0, 0
     while done < prompt:
         chunk = min(prompt - done, A100.max_num_batched_tokens)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cache.embed import Encoder, SentenceTransformerEncoder, shared_encoder
+from cache.embed.encoder import Encoder, SentenceTransformerEncoder
+from cache.embed.load import shared_encoder
 
 
 @pytest.fixture(scope="session")

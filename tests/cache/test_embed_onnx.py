@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cache.embed_onnx as embed_onnx
-from cache.embed import EmbeddingError, SentenceTransformerEncoder, load_encoder
-from cache.embed_onnx import PROBE_TEXTS, OnnxEncoder, length_groups, load_onnx_encoder, mean_pool, onnx_support
+import cache.embed.onnx as embed_onnx
+from cache.embed.encoder import SentenceTransformerEncoder
+from cache.embed.load import load_encoder
+from cache.embed.onnx import PROBE_TEXTS, OnnxEncoder, length_groups, load_onnx_encoder, mean_pool, onnx_support
+from cache.errors import EmbeddingError
 
 pytestmark = pytest.mark.slow
 

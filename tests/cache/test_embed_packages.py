@@ -20,9 +20,10 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
-from cache.embed import EmbeddingError, load_encoder
-from cache.embed_packages import MPNET_PARTS, PACKAGE_NAMES, assemble_split_zip, model_folder
-from cache.embed_static import StaticEncoder, load_static_encoder
+from cache.embed.load import load_encoder
+from cache.embed.packages import MPNET_PARTS, PACKAGE_NAMES, assemble_split_zip, model_folder
+from cache.embed.static import StaticEncoder, load_static_encoder
+from cache.errors import EmbeddingError
 from tests.bench_script import load_bench
 
 VOCAB = {"[UNK]": 0, "hello": 1, "world": 2, "cache": 3, "lights": 4}
@@ -63,9 +64,9 @@ def fake_static_distribution(root: Path) -> Path:
 def fresh_shared_encoders(monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty process-wide encoder cache for one test: a cache started here loads its own
     model, and the synthetic one it loads is not handed to later tests."""
-    import cache.embed
+    import cache.embed.load
 
-    monkeypatch.setattr(cache.embed, "_LOADED", {})
+    monkeypatch.setattr(cache.embed.load, "_LOADED", {})
 
 
 def test_the_setting_lists_every_packaged_model_and_defaults_to_none() -> None:
@@ -164,7 +165,7 @@ async def test_an_absent_package_fails_the_semantic_stage_not_the_cache(monkeypa
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(metadata, "distribution", nothing)
-    from cache.semantic import SemanticCache
+    from cache.semantic.cache import SemanticCache
 
     semantic = SemanticCache(aioredis.Redis.from_url("redis://127.0.0.1:1/0"),
                              CacheSettings(embedding_package="tokenlearn-static-model"))

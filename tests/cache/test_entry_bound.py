@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from cache.bound.eval import Lookup, replay, sum_runs, wilson_upper
-from cache.bound.fit import fit_prior
-from cache.bound.model import (DEFAULT_PRIOR_PATH, BoundError, BoundPrior, EntryState, PoolState, boundary, decide, load_prior,
-                               predictive, sigmoid, update_entry, update_pool)
+from cache.errors import BoundError
+from cache.training.bound_eval import Lookup, replay, sum_runs, wilson_upper
+from cache.training.bound_fit import fit_prior
+from cache.verify.bound.model import (DEFAULT_PRIOR_PATH, BoundPrior, EntryState, PoolState, boundary, decide, load_prior, predictive, sigmoid, update_entry, update_pool)
 
 # a prior shaped like QQP's: P(right) grows with the cosine and levels off below 1
 PRIOR = BoundPrior("cosine", 0.70, (0.70, 0.85, 0.90, 0.95, 0.98), (0.30, 0.60, 0.80, 0.93, 0.97),

@@ -15,12 +15,11 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
-from cache.bound.model import BoundPrior, EntryState, load_prior
-from cache.bound.store import BoundStore, pool_name
-from cache.embed import Encoder
-from cache.keys import digest
-from cache.scope import SemanticQuery, semantic_query
-from cache.semantic_store import entry_key
+from cache.embed.encoder import Encoder
+from cache.keys import digest, entry_key
+from cache.semantic.scope import SemanticQuery, semantic_query
+from cache.verify.bound.model import BoundPrior, EntryState, load_prior
+from cache.verify.bound.store import BoundStore, pool_name
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cache.cli import app
-from cache.eval import Pairs, PairsFormatError, load_pairs, run_eval
+from cache.errors import PairsFormatError
+from cache.training.eval import Pairs, load_pairs, run_eval
 
 LABELLED = [
     {"text_a": "How do I turn on the lights?", "text_b": "How can I switch on the lights?", "label": 1},

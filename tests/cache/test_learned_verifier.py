@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from cache.eval import Pairs
-from cache.pair_features import FEATURES, pair_features
+from cache.errors import VerifierError
 from cache.settings import CacheSettings
-from cache.splits import SPLITS, bucket, split_of
-from cache.train_verifier import split_pairs, train
-from cache.verifier import DEFAULT_PATH, LearnedVerifier, VerifierError, load_verifier
+from cache.training.eval import Pairs
+from cache.training.splits import SPLITS, bucket, split_of
+from cache.training.verifier import split_pairs, train
+from cache.verify.features import FEATURES, pair_features
+from cache.verify.learned import DEFAULT_PATH, LearnedVerifier, load_verifier
 
 
 def test_split_is_deterministic_disjoint_and_60_20_20() -> None:

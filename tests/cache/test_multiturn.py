@@ -1,4 +1,4 @@
-"""The multi-turn context set (cache/multiturn.py) and `python -m cache eval --multi-turn`."""
+"""The multi-turn context set (cache/training/multiturn.py) and `python -m cache eval --multi-turn`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cache.cli import app
-from cache.multiturn import KINDS, build_cases, score_cases
+from cache.training.multiturn import KINDS, build_cases, score_cases
 
 # QQP-shaped labelled pairs: near-duplicates labelled different, paraphrases labelled the same
 A = ["How do I learn Python?", "What is the best way to lose weight?", "How can I improve my English?",
@@ -103,7 +103,7 @@ def test_cli_reports_the_multi_turn_set(tmp_path: Path, encoder: object) -> None
     positives.write_text(json.dumps([{"origin": "a", "similar": "b"}]))
     bad = CliRunner().invoke(app, ["eval", "--pairs", str(positives), "--multi-turn", "5"])
     assert bad.exit_code == 2 and "labelled pairs" in bad.output
-    one_split = tmp_path / "train_only.json"  # pairs 0, 2 and 3 are in the train split (cache/splits.py)
+    one_split = tmp_path / "train_only.json"  # pairs 0, 2 and 3 are in the train split (cache/training/splits.py)
     one_split.write_text(json.dumps([{"text_a": A[i], "text_b": B[i], "label": LABELS[i]} for i in (0, 2, 3)]))
     empty = CliRunner().invoke(app, ["eval", "--pairs", str(one_split), "--split", "test", "--multi-turn", "5"])
     assert empty.exit_code == 2 and "split 'test' of this file is empty" in empty.output, empty.output

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
-from cache.embed import Encoder
+from cache.embed.encoder import Encoder
 
 pytestmark = pytest.mark.slow
 
@@ -354,9 +354,9 @@ async def test_close_returns_even_if_a_read_swallows_the_follower_cancellation(
     # index follower while redis-py was reading an XREAD reply, the read absorbed the
     # CancelledError (retried the command) and the follower's while-True loop went on, so
     # `await task` in close() never returned. A read that swallows a cancel stands in for it.
-    from cache.index import ScopedIndex
-    from cache.semantic import SemanticCache
-    from cache.semantic_store import SemanticStore
+    from cache.semantic.cache import SemanticCache
+    from cache.semantic.index import ScopedIndex
+    from cache.semantic.store import SemanticStore
 
     swallowed: list[bool] = []
 

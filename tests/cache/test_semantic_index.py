@@ -11,8 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from cache.embed import BatchingEmbedder, EmbedderBusy, EmbeddingError
-from cache.index import ScopedIndex
+from cache.embed.batching import BatchingEmbedder
+from cache.errors import EmbedderBusy, EmbeddingError
+from cache.semantic.index import ScopedIndex
 
 
 def unit(seed: int, dim: int = 8) -> np.ndarray:

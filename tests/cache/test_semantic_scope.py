@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cache.scope import SemanticQuery, Skip, semantic_query
+from cache.semantic.scope import SemanticQuery, Skip, semantic_query
 
 
 def chat(*turns: tuple[str, Any], **params: Any) -> dict[str, Any]:

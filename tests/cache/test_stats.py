@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import cache.service
 from cache import CacheSettings, ResponseCache
-from cache.stats import BUCKET_S, LookupEvent, PendingCounts
+from cache.stats.store import BUCKET_S, LookupEvent, PendingCounts
 from tests.cache.test_exact_cache import chat_response, request
 
 

@@ -1,4 +1,4 @@
-"""`python -m cache train-embedder` (cache/train_embedder.py): thresholds from the calibration
+"""`python -m cache train-embedder` (cache/training/embedder.py): thresholds from the calibration
 split, and a real fine-tune of the bundled model on a few pairs."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cache.cli import app
-from cache.splits import split_of
-from cache.train_embedder import THRESHOLDS_FILE, at, precision_at_recall, threshold_for
+from cache.training.embedder import THRESHOLDS_FILE, at, precision_at_recall, threshold_for
+from cache.training.splits import split_of
 from tests.cache.test_multiturn import A, B, LABELS
 
 
@@ -34,7 +34,7 @@ def test_the_threshold_is_the_lowest_cosine_whose_lower_bound_meets_the_target()
 def test_a_fine_tune_pulls_the_train_duplicates_together_and_writes_a_loadable_folder(tmp_path: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from cache.embed import default_model_path
+    from cache.embed.encoder import default_model_path
 
     pairs = [{"text_a": a, "text_b": b, "label": y} for a, b, y in zip(A, B, LABELS)] * 4
     path = tmp_path / "pairs.json"

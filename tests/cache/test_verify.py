@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.verify import Verdict, verify
+from cache.verify.rules import Verdict, verify
 
 
 @pytest.mark.parametrize(("a", "b", "reason"), [
@@ -59,8 +59,8 @@ def test_accepts_a_reworded_statement(a: str, b: str) -> None:
 def test_a_detached_negation_is_a_negation_not_an_error() -> None:
     # attack round (Dec 4): "do n't" (a tokenised contraction) parsed into an empty word, and
     # every rule that reads a word's first letter raised IndexError (a 500 on the lookup)
-    from cache.pair_features import pair_features
-    from cache.verify import rule_flags
+    from cache.verify.features import pair_features
+    from cache.verify.rules import rule_flags
 
     assert verify("Why do cats like water?", "Why do n't cats like water?") == Verdict(False, "negation")
     assert verify("Why do n't cats like water?", "Why don't cats like water?").ok

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache, exact_key
-from cache import metrics
+from cache.stats import metrics
 from cache.warming.plan import slot_of
 from cache.warming.popularity import Recipe, count_key, mark_key, recipe_key
 from cache.warming.settings import WarmingSettings

@@ -47,10 +47,10 @@ def exported_names() -> set[str]:
     from cache.metrics import REGISTRY as CACHE
     from router.discovery import DiscoveryCollector, StaticSource
     from router.dispatch import Weights
-    from router.health import HealthConfig
-    from router.metrics import RouterMetrics
-    from router.replicas import Pools
-    from sim.metrics import ReplicaMetrics
+    from router.fleet.health import HealthConfig
+    from router.observe.metrics import RouterMetrics
+    from router.fleet.replicas import Pools
+    from sim.replica.metrics import ReplicaMetrics
 
     pools = Pools((), HealthConfig())
     router = RouterMetrics(pools, Weights(), cache_healthy=lambda: True)

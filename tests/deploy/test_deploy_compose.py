@@ -18,7 +18,7 @@ from forecaster.actuate.settings import ActuatorSettings
 from forecaster.settings import ForecasterSettings
 from router.settings import RouterSettings
 from sim.cli import app as sim_app
-from sim.settings import SimSettings
+from sim.replica.settings import SimSettings
 from tests.deploy.kustomize import DEPLOY
 from tests.deploy.test_deploy_settings import FORECASTER_SETTINGS, ROUTER_SETTINGS, unknown, use_env
 

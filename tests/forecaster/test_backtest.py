@@ -90,7 +90,7 @@ def test_predictive_scales_down_once_a_bucket_is_observed_below_its_forecast() -
     y = np.full(8, 10.0)
     cfg = SimConfig(capacity=10.0, headroom=0.0, warmup_s=300.0, tick_s=15.0)
     planner = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, max_replicas=100, lead_time_s=300.0,
-                            max_step=100, down_cooldown_s=0.0)
+                            max_step=100, max_scale_down_fraction=1.0, down_cooldown_s=0.0)
     origins = np.arange(first, y.size)
     mean = np.full((origins.size, 3), 10.0)
     mean[1, 0] = 50.0  # the origin of bucket 3 forecasts 50 for it

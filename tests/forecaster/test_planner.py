@@ -20,7 +20,8 @@ from forecaster.plan import (
 )
 
 CFG = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                    lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4)
+                    lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4,
+                    max_scale_down_fraction=1.0)
 NOW = 1_000_000.0
 
 
@@ -87,7 +88,8 @@ def test_cooldowns() -> None:
     recommended_recently = PlannerState(replicas=8, at=NOW - 600, last_up_at=NOW - 600, recent=(Recommendation(NOW - 600, 8, 8),))
     d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, recommended_recently)
     assert d.replicas == 8 and "scale-down stabilisation" in d.reason
-    long_ago = PlannerState(replicas=8, at=NOW - 1000, last_up_at=NOW - 1000, recent=(Recommendation(NOW - 1000, 8, 8),))
+    long_ago = PlannerState(replicas=8, at=NOW - 60, last_up_at=NOW - 1000, recent=(Recommendation(NOW - 1000, 8, 8),),
+                            observed_since=NOW - 3600)
     d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, long_ago)
     assert d.action == "down" and d.replicas == 4  # 8 -> 1 wanted, max step 4
 
@@ -149,7 +151,8 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
     # uncertainty about a bucket that is no longer uncertain (regression: the held-out
     # backtest paid 1.370x the oracle's replica-minutes with it, 1.209x without the window).
     cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10)
+                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10,
+                        max_scale_down_fraction=1.0)
     boundary = NOW + 600.0
     state = None
     before = []

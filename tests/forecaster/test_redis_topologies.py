@@ -11,7 +11,7 @@ from forecaster.actuate.publish import DesiredStore
 from forecaster.actuate.settings import ActuatorSettings
 from forecaster.plan import PlannerState, Recommendation
 from forecaster.state import RedisStateStore
-from sim.redis_topology import LocalSentinel
+from sim.stack.redis_topology import LocalSentinel
 
 pytestmark = pytest.mark.redis_ha
 

@@ -37,7 +37,7 @@ def settings(url: str, **kw: object) -> ForecasterSettings:
 
 def test_redis_counters_zero_only_where_counted_missing_where_nobody_counted(redis_url: str) -> None:
     base = 28_000_000  # a Unix minute
-    # The router marks a quiet minute it was up for with requests=0 (router.counters heartbeat);
+    # The router marks a quiet minute it was up for with requests=0 (router.observe.counters heartbeat);
     # base+3 has no field at all: the router was down.
     write_counters(redis_url, "m", {base: 60, base + 1: 0, base + 2: 120, base + 4: 60})
     traffic = RedisCounterSource(redis_url, "m", history_s=600).fetch(now=(base + 5) * 60 + 10)

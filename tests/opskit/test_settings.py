@@ -18,7 +18,7 @@ from opskit import SETTINGS_FILE_ENV, section_name, settings_table
 from router.discovery.kube import KubeDiscoverySettings
 from router.settings import RouterSettings
 from sim.node.settings import NodeSettings
-from sim.settings import SimSettings
+from sim.replica.settings import SimSettings
 from tests.deploy.test_deploy_settings import env_names, use_env
 
 FILE = """

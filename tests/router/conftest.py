@@ -57,7 +57,7 @@ class Served:
     async def stop(self) -> None:
         # Bounded, with the tasks' stacks in the warning: full `make test` runs sat 30 s to 19
         # minutes in a warming router's shutdown, a cancel lost in a bounded Redis await
-        # (router/warming.py PoolWarmer.run; test_warming_attack.py::
+        # (router/caching/warming.py PoolWarmer.run; test_warming_attack.py::
         # test_the_router_stops_when_a_cancel_is_lost_inside_a_warming_step). Whatever else
         # may hang a shutdown costs a minute and says where, instead of the whole CI run.
         self.server.should_exit = True

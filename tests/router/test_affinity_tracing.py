@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from router.dispatch.affinity import PrefixMap, prefix_key
-from router.classify import size_class
+from router.forward.classify import size_class
 from tests.router.conftest import CHAT, MODEL
 
 SYSTEM = "You are a careful assistant. " * 100  # ~2,900 characters shared by every request

@@ -213,13 +213,13 @@ async def test_an_unexpected_error_is_a_counted_500_with_the_request_id(start_re
                                                                           monkeypatch) -> None:
     # Left from the third attack round: an exception outside APIError skipped the accounting, so
     # the 500 had no X-Request-ID to find its log line by and no access-log line at all.
-    import router.service
+    import router.forward.service
 
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("secret internals")
 
     router_ = await start_router([(await start_replica()).url])
-    monkeypatch.setattr(router.service, "_handle", broken)
+    monkeypatch.setattr(router.forward.service, "_handle", broken)
     response = await client.post(router_.url + "/v1/chat/completions", json=CHAT,
                                  headers={"x-request-id": "trace-me-42"})
     assert response.status_code == 500 and response.headers.get("x-request-id") == "trace-me-42"

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache.bound.model import BoundPrior
+from cache.verify.bound.model import BoundPrior
 from tests.router.conftest import MODEL
 from tests.router.test_cache_api import PARAPHRASE, QUESTION, chat, post_until_stored
 
@@ -69,7 +69,7 @@ def test_a_deep_or_large_report_is_a_400_not_a_500(body: bytes) -> None:
     # Regression (attack round, 3 December): 100,000 nested brackets raised RecursionError in
     # json.loads, answered 500 with a traceback logged twice, with no API key needed.
     from router.errors import BadRequest
-    from router.feedback import parse_report
+    from router.api.feedback import parse_report
 
     with pytest.raises(BadRequest) as raised:
         parse_report(body)

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio
 
-from router.cachepolicy import ReplicaControl, is_sampled, replica_control
+from router.caching.policy import ReplicaControl, is_sampled, replica_control
 from tests.router.conftest import CHAT, MODEL, cache_entries
 from tests.router.raw_replica import RawReplica
 
@@ -189,7 +189,7 @@ def test_a_replicas_odd_max_age_is_no_crash() -> None:
 
 
 def test_a_clients_odd_max_age_is_a_400_or_read_not_a_500() -> None:
-    from router import classify
+    from router.forward import classify
     from router.errors import BadRequest
 
     for value in ("max-age=\u00b2", "max-age=\u0663"):  # what a latin-1 byte 0xb2 decodes to; not ASCII

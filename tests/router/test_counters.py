@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from router.counters import TrafficCounters
+from router.observe.counters import TrafficCounters
 
 
 class StepClock:
@@ -61,7 +61,7 @@ async def test_minutes_while_the_router_was_down_stay_empty(redis_url: str) -> N
 
 async def test_stop_returns_even_if_a_flush_swallows_the_cancellation(redis_url: str) -> None:
     # The cache's index follower hung close() for ever when redis-py swallowed its cancel
-    # (cache/semantic.py); the counters' flush loop had the same shape.
+    # (cache/semantic/cache.py); the counters' flush loop had the same shape.
     import asyncio
 
     class Swallowing(TrafficCounters):

@@ -147,7 +147,7 @@ async def test_redis_with_a_password_caches_and_no_log_line_shows_it(
 
 def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from router.credentials import CredentialError, Credentials
+    from router.forward.credentials import CredentialError, Credentials
     from router.discovery.file import load_replicas_file
 
     monkeypatch.delenv("H13_UNSET_KEY", raising=False)
@@ -163,7 +163,7 @@ def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(tmp_pa
 
 
 def test_secret_ref_needs_exactly_one_source_and_refuses_what_is_not_a_key(tmp_path: Path) -> None:
-    from router.credentials import MAX_KEY_BYTES, CredentialError, SecretRef
+    from router.forward.credentials import MAX_KEY_BYTES, CredentialError, SecretRef
 
     for bad in ({}, {"file": "/a", "env": "B"}, {"value": "sk-x"}):
         with pytest.raises(ValidationError):

@@ -12,8 +12,8 @@ from router.__main__ import cli
 from router.discovery import DiscoveredReplica, DiscoveryError, StaticSource, apply, build_source
 from router.discovery.file import ReplicasFileError, load_replicas_file
 from router.discovery.slices import SliceRules, choose_version, merge, replicas_of
-from router.health import HealthConfig
-from router.replicas import Pools
+from router.fleet.health import HealthConfig
+from router.fleet.replicas import Pools
 from router.settings import ReplicaSpec, RouterSettings
 from tests.router.fake_kube_api import convert, endpoint, endpoint_slice
 

@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from router.discovery import DiscoveredReplica, apply
 from router.discovery.kube import KubeSource, load_kube_settings, new_api_client
-from router.health import HealthConfig
-from router.replicas import Pools
+from router.fleet.health import HealthConfig
+from router.fleet.replicas import Pools
 from tests.router.fake_kube_api import TOKEN, FakeKubeAPI, endpoint, endpoint_slice
 
 SERVICE = {"kubernetes.io/service-name": "vllm", "promptedge.io/model": "llama"}

@@ -41,7 +41,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from sim.node.podspec import WARMUP_ANNOTATION, replica_spec
+from sim.node.pod.spec import WARMUP_ANNOTATION, replica_spec
 from tests.router.kube_apiserver import running_apiserver
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.discovery import DiscoveryCollector, SourceStats, StaticSource
-from router.health import HealthConfig
-from router.replicas import Pools
+from router.fleet.health import HealthConfig
+from router.fleet.replicas import Pools
 from router.settings import ReplicaSpec
 from tests.router.fake_kube_api import FakeKubeAPI, endpoint, endpoint_slice
 from tests.router.test_discovery_kube import SERVICE, discover, fake, until  # noqa: F401 (fixtures)

@@ -1,5 +1,5 @@
 """The proxy path's own costs: the completion routes ahead of FastAPI's middleware stack
-(router/fastpath.py) and the exact cache's Redis client without a socket timeout (router/app.py
+(router/api/fastpath.py) and the exact cache's Redis client without a socket timeout (router/app.py
 ``cache_client``). Real router, replica and Redis."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio.connection
 
 from opskit.redis_client import async_redis
-from router import service
+from router.forward import service
 from router.app import cache_client
 from sim.stack import RedisServer
 from tests.router.conftest import CHAT

@@ -1,4 +1,4 @@
-"""Replica health judged on the replica's behaviour, not on a client's (DESIGN.md): real sim
+"""Replica health judged on the replica's behaviour, not on a client's (docs/architecture.md): real sim
 replicas with faults set at run time (``POST /sim/faults``) behind a real router.
 
 Issue 13, finding 6: three 500s closed a one-replica pool for 5 s, and 48 slow P2 requests

@@ -1,4 +1,4 @@
-"""The router process freezes the heap its start-up left (router/heap.py), so that the cyclic
+"""The router process freezes the heap its start-up left (router/process/heap.py), so that the cyclic
 collector no longer walks the imported modules and models on a request's time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from router.heap import frozen_after_startup
+from router.process.heap import frozen_after_startup
 from tests.router.router_process import start_router
 
 

@@ -1,10 +1,10 @@
-"""router.limits.connection_budget: how the open-files limit is shared (pure, no I/O)."""
+"""router.process.limits.connection_budget: how the open-files limit is shared (pure, no I/O)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.limits import OTHER_FDS, Limits, connection_budget
+from router.process.limits import OTHER_FDS, Limits, connection_budget
 
 
 def _fits(nofile: int, budget_clients: int, reserve: int, upstream: int) -> bool:

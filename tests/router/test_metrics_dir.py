@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from router.metrics_shared import PREFIX, new_dir
+from router.observe.metrics_shared import PREFIX, new_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # A supervisor (new_dir) or a worker (hold) that keeps its directory until its stdin closes.
-SUPERVISOR = ("import sys; from router.metrics_shared import new_dir; "
+SUPERVISOR = ("import sys; from router.observe.metrics_shared import new_dir; "
               "print(new_dir(sys.argv[1]), flush=True); sys.stdin.read()")
-WORKER = ("import sys; from router.metrics_shared import hold; "
+WORKER = ("import sys; from router.observe.metrics_shared import hold; "
           "hold(sys.argv[1]); print('held', flush=True); sys.stdin.read()")
 
 

@@ -4,9 +4,9 @@ CacheUnavailable alert (deploy/monitoring) reads."""
 from __future__ import annotations
 
 from router.dispatch import Weights
-from router.health import HealthConfig
-from router.metrics import RouterMetrics
-from router.replicas import Pools
+from router.fleet.health import HealthConfig
+from router.observe.metrics import RouterMetrics
+from router.fleet.replicas import Pools
 
 
 def test_cache_up_follows_the_cache_and_process_series_are_exported() -> None:

@@ -1,6 +1,6 @@
 """The per-replica series of the router's ``/metrics`` text (no services): each exposed once, and
 gone from it once discovery removed the replica, in one process and under ``--workers N``
-(prometheus_client's multiprocess mode, router/metrics_shared.py)."""
+(prometheus_client's multiprocess mode, router/observe/metrics_shared.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from prometheus_client import values
 from router import ReplicaSpec
 from router.discovery import DiscoveredReplica, apply
 from router.dispatch import Weights
-from router.health import HealthConfig
-from router.metrics import RouterMetrics
-from router.metrics_shared import ENV, forget
-from router.replicas import Pools
+from router.fleet.health import HealthConfig
+from router.observe.metrics import RouterMetrics
+from router.observe.metrics_shared import ENV, forget
+from router.fleet.replicas import Pools
 
 A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,9 +94,9 @@ import json, sys
 from router import ReplicaSpec
 from router.discovery import DiscoveredReplica, apply
 from router.dispatch import Weights
-from router.health import HealthConfig
-from router.metrics import RouterMetrics
-from router.replicas import Pools
+from router.fleet.health import HealthConfig
+from router.observe.metrics import RouterMetrics
+from router.fleet.replicas import Pools
 
 pools = Pools((), HealthConfig())
 metrics = RouterMetrics(pools, Weights())

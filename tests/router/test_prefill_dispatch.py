@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from router.dispatch import Context, ReplicaView, Weights, pick, score
-from router.health import HealthConfig
-from router.replicas import Replica
+from router.fleet.health import HealthConfig
+from router.fleet.replicas import Replica
 from router.settings import ReplicaSpec
 from router.dispatch.signals import Signals
 from sim import Profile

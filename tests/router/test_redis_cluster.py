@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from forecaster.sources.redis_counters import RedisCounterSource
-from sim.redis_topology import LocalCluster
+from sim.stack.redis_topology import LocalCluster
 from tests.router.conftest import CHAT, MODEL
 
 pytestmark = pytest.mark.redis_ha

@@ -16,7 +16,7 @@ import logging
 import pytest
 
 from tests.router.conftest import CHAT, cache_entries
-from router.upstream import MAX_ANSWER_BYTES
+from router.forward.upstream import MAX_ANSWER_BYTES
 from tests.router.raw_replica import RawReplica
 
 URL = "/v1/chat/completions"
@@ -218,7 +218,7 @@ async def test_a_replicas_error_body_is_read_only_up_to_its_bound() -> None:
     request (attack review Dec 2 #2)."""
     import httpx
 
-    from router.upstream import ERROR_BODY_MAX_BYTES, read_error_body
+    from router.forward.upstream import ERROR_BODY_MAX_BYTES, read_error_body
 
     sent = []
 

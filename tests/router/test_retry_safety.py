@@ -1,4 +1,4 @@
-"""Never twice (DESIGN.md): a request is retried on another replica only when it provably never
+"""Never twice (docs/architecture.md): a request is retried on another replica only when it provably never
 reached one. Replicas fail at each stage of the exchange on real loopback sockets (nothing
 listening, closed on accept, closed after reading the request, died mid-headers, died
 mid-body) and a real ``python -m sim serve`` replica is SIGKILLed while generating; each case

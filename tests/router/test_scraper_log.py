@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from router import ReplicaSpec
-from router.health import HealthConfig
-from router.replicas import Pools
-from router.scraper import Scraper
+from router.fleet.health import HealthConfig
+from router.fleet.replicas import Pools
+from router.fleet.scraper import Scraper
 
 URL = "http://10.0.0.7:8000"
 

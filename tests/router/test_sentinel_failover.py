@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from sim.redis_topology import LocalSentinel
-from sim.traffic.probe import chat_prompts, phases, probe, wrong_hits
+from sim.stack.redis_topology import LocalSentinel
+from sim.client.traffic.probe import chat_prompts, phases, probe, wrong_hits
 from tests.router.conftest import MODEL
 
 pytestmark = pytest.mark.redis_ha

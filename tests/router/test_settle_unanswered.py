@@ -141,7 +141,7 @@ async def test_an_admission_that_failed_open_took_nothing_to_give_back(redis_url
     # request was still recorded as charged, and its refund then filled the bucket
     import redis.asyncio as aioredis
 
-    from router.ratelimit import RateLimiter
+    from router.forward.ratelimit import RateLimiter
     from router.settings import RateLimit
 
     down = aioredis.from_url("redis://127.0.0.1:9/0", socket_connect_timeout=0.5)

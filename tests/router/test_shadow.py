@@ -1,5 +1,5 @@
-"""Shadow verification's pure decisions (router/shadow.py) and its task budget
-(router/shadowing.py) without services: the replica call and the label are injected."""
+"""Shadow verification's pure decisions (router/caching/shadow.py) and its task budget
+(router/caching/shadowing.py) without services: the replica call and the label are injected."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import json
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from cache.bound.label import compared_label, judgeable
+from cache.verify.bound.label import compared_label, judgeable
 from router.errors import NoReplica
-from router.shadow import decide, shadow_body
-from router.shadowing import ShadowVerifier
+from router.caching.shadow import decide, shadow_body
+from router.caching.shadowing import ShadowVerifier
 
 
 @pytest.mark.parametrize("body, expected", [

@@ -1,7 +1,7 @@
 """Shadow verification of served semantic hits over HTTP, against real parts: the router app,
 simulated replicas and Redis. With ``PROMPTEDGE_CACHE_SHADOW_RATE`` a served semantic hit of a
 greedy request is also sent to a replica after the client has its answer; the two answers are
-compared (cache/bound/label.py) and the label teaches the entry and its pool, as a compared miss
+compared (cache/verify/bound/label.py) and the label teaches the entry and its pool, as a compared miss
 does. The sim's answer depends on ``max_tokens`` and its ``reasoning_tokens`` setting only, not
 on the prompt: a paraphrase gets the same answer (right) from a replica like the one that
 answered the cached question, another answer (wrong) from one with reasoning tokens."""
@@ -19,7 +19,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from cache.bound.model import BoundPrior
+from cache.verify.bound.model import BoundPrior
 from tests.router.conftest import MODEL
 from tests.router.test_cache_api import PARAPHRASE, QUESTION, post_until_stored
 

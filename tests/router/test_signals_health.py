@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from router.counters import SimClock
-from router.health import REFUSED_DEFAULT_S, REFUSED_MAX_S, HealthConfig, HealthState, judged_ttft
+from router.observe.counters import SimClock
+from router.fleet.health import REFUSED_DEFAULT_S, REFUSED_MAX_S, HealthConfig, HealthState, judged_ttft
 from router.dispatch.signals import parse_metrics
-from router.upstream import retry_after_s
+from router.forward.upstream import retry_after_s
 
 VLLM_NEW = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

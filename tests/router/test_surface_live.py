@@ -42,7 +42,7 @@ async def test_models_by_id_with_slashes_and_an_openai_404(start_replica, start_
 
 
 async def test_embeddings_are_exact_cached(start_replica, start_router, client, redis_url) -> None:
-    # never semantic (cache/scope.py: tests/cache/test_semantic_scope.py)
+    # never semantic (cache/semantic/scope.py: tests/cache/test_semantic_scope.py)
     router = await start_router([(await start_replica()).url], anonymous_cache="semantic")
     url = router.url + "/v1/embeddings"
     body = {"model": MODEL, "input": ["How do I turn on the kitchen lights?", "second text"]}

@@ -127,7 +127,7 @@ async def test_one_tenant_cannot_evict_the_others(start_replica, start_router, c
 
 
 def test_bucket_owner_groups_unlisted_keys_and_keeps_listed_ones_apart() -> None:
-    from router.ratelimit import bucket_owner
+    from router.forward.ratelimit import bucket_owner
     from router.settings import RateLimit
 
     star, own = RateLimit(requests_per_s=1), RateLimit(requests_per_s=9)
@@ -140,7 +140,7 @@ def test_bucket_owner_groups_unlisted_keys_and_keeps_listed_ones_apart() -> None
 
 
 def test_bounded_priority_lowers_claims_above_the_tenants_bound() -> None:
-    from router.classify import bounded_priority
+    from router.forward.classify import bounded_priority
 
     assert bounded_priority("P0", "", KEYS, {}) == "P1"
     assert bounded_priority("P0", "sk-random", KEYS, {}) == "P1"

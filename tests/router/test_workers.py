@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from uvicorn.config import STARTUP_FAILURE
 
-from router.launch import WorkerConfig
+from router.process.launch import WorkerConfig
 
 from tests.router.router_process import MODEL, RouterProcess, start_replica, start_router
 

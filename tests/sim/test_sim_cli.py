@@ -19,7 +19,7 @@ from sim.cli import app
 def served(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
     """The apps ``serve`` hands to its uvicorn server (which is not run)."""
     apps: list[FastAPI] = []
-    monkeypatch.setattr("sim.serving.DrainingServer.run", lambda server, *a, **kw: apps.append(server._app))
+    monkeypatch.setattr("sim.replica.serving.DrainingServer.run", lambda server, *a, **kw: apps.append(server._app))
     return apps
 
 
@@ -84,15 +84,16 @@ def test_the_json_report_is_written_before_the_text_is_printed(
         command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # Regression: the text was rendered first, and a render that raised lost the JSON report
     report = {"requests": 3, "forecast_plan": None}
-    monkeypatch.setattr("sim.demo.run_demo", lambda cfg: report)
-    monkeypatch.setattr("sim.workload.load_inputs", lambda trace, questions: ([], []))
-    monkeypatch.setattr("sim.workload.build_plan", lambda *args: [])
-    monkeypatch.setattr("sim.workload.replay_report", lambda plan, cfg: report)
+    monkeypatch.setattr("sim.demo.run.run_demo", lambda cfg: report)
+    monkeypatch.setattr("sim.client.workload.load_inputs", lambda trace, questions: ([], []))
+    monkeypatch.setattr("sim.client.workload.build_plan", lambda *args: [])
+    monkeypatch.setattr("sim.client.workload.replay_report", lambda plan, cfg: report)
 
     def render(report: dict[str, Any]) -> str:
         raise RuntimeError("render failed")
 
-    monkeypatch.setattr("sim.report.render", render)
+    # each command prints with its own renderer: the demo's adds the forecaster section
+    monkeypatch.setattr("sim.demo.report.render" if command == "demo" else "sim.client.report.render", render)
     out = tmp_path / "report.json"
     args = ["--log-dir", str(tmp_path / "logs")] if command == "demo" else ["--target", "http://127.0.0.1:1"]
     result = CliRunner().invoke(app, [command, "--json", str(out), *args])

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import redis
 
-from sim.demo import run_forecaster
+from sim.demo.run import run_forecaster
 from sim.stack import Stack, StackError, free_port, pid_alive
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

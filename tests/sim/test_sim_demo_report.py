@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.demo import question_pool
-from sim.demo_plot import plot_demand
-from sim.questions import MixConfig, QuestionMix, QuestionPair
-from sim.replay import Outcome, PlannedRequest
-from sim.report import demand_minutes, render
+from sim.client.questions import MixConfig, QuestionMix, QuestionPair
+from sim.client.replay import Outcome, PlannedRequest
+from sim.client.report import demand_minutes
+from sim.demo.plot import plot_demand
+from sim.demo.report import render
+from sim.demo.run import question_pool
 
 
 def _report(**extra: object) -> dict:  # type: ignore[type-arg]
@@ -164,7 +165,7 @@ def test_a_replica_that_got_no_request_is_still_listed_with_its_profile() -> Non
 
 
 def test_demand_minutes_count_each_request_in_the_simulated_minute_it_was_answered() -> None:
-    # The router counts a request when its answer ends (router/counters.py): at 60x an answer of
+    # The router counts a request when its answer ends (router/observe/counters.py): at 60x an answer of
     # 6 wall seconds lands 6 simulated minutes after it was sent, and the forecaster reads that.
     def outcome(at: float, cache: str | None, ok: bool = True, took: float = 0.1) -> Outcome:
         return Outcome("new", ok, None if ok else "HTTP 500", took, 0.05, cache, None if cache else "r", 0.0, at)

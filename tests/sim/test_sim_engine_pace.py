@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sim.engine import Engine, step_start
-from sim.latency import simulate
-from sim.profiles import get_profile
+from sim.replica.engine import Engine, step_start
+from sim.replica.latency.batch import simulate
+from sim.replica.latency.profiles import get_profile
 
 
 def test_late_wake_ups_do_not_add_up() -> None:

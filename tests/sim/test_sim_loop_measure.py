@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from sim.client.replay import Outcome, PlannedRequest
 from sim.loop import LoopConfig, plot, ratios, render, run_loop, write_json
 from sim.loop.measure import RequestRecord, ScaleSample, gpu_hours, is_good, per_minute, scale_events, summarize
 from sim.loop.run import prepare, replicas_for, to_records
-from sim.replay import Outcome, PlannedRequest
 
 
 def _req(at: float, ttft: float | None = 0.5, itl: float | None = 0.05, ok: bool = True, hit: bool = False) -> RequestRecord:
@@ -159,7 +159,7 @@ def test_no_policy_is_refused_not_run_as_an_empty_table() -> None:
 
 
 def test_a_missing_trace_is_reported_as_missing(tmp_path: Path) -> None:
-    from sim.traffic.rates import TrafficFormatError, read_rates
+    from sim.client.traffic.rates import TrafficFormatError, read_rates
 
     with pytest.raises(TrafficFormatError, match="does not exist"):
         read_rates(tmp_path / "nowhere" / "servegen")
@@ -170,7 +170,7 @@ def test_a_missing_trace_says_which_data_folder_was_looked_in(tmp_path: Path, mo
                                                              set_to: str | None) -> None:
     # the trial round (Dec 4): with PROMPTEDGE_DATA_DIR set, the message still told the user
     # to set it, not what it was set to
-    from sim.traffic.rates import TrafficFormatError, read_rates
+    from sim.client.traffic.rates import TrafficFormatError, read_rates
 
     if set_to is None:
         monkeypatch.delenv("PROMPTEDGE_DATA_DIR", raising=False)

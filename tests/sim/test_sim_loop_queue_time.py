@@ -10,7 +10,7 @@ import pytest
 from sim.loop.observe import metrics_targets, scrape_queue_time
 from sim.loop.queue_time import (HistogramTotals, Scrape, bucket_quantile, deltas, parse_histogram,
                                  queue_time_minutes, queue_time_total)
-from sim.metrics import QUEUE_BUCKETS, ReplicaMetrics
+from sim.replica.metrics import QUEUE_BUCKETS, ReplicaMetrics
 
 INF = float("inf")
 

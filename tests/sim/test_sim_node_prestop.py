@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.node.podspec import replica_spec
-from sim.node.prestop import PreStopHook, pre_stop_hook, prestop_sleep_wall_s, sigkill_at
+from sim.node.pod.prestop import PreStopHook, pre_stop_hook, prestop_sleep_wall_s, sigkill_at
+from sim.node.pod.spec import replica_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

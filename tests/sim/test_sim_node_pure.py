@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sim.node import DISTRIBUTIONS, PodSpecError, WarmupError, replica_spec, warmup_seconds
-from sim.node.podspec import ProbeSpec
-from sim.node.probe import Readiness
+from sim.node.pod.probe import Readiness
+from sim.node.pod.spec import ProbeSpec
 from sim.node.status import (IpPool, PodView, crash_backoff_s, node_capacity, pod_status,
                              taints_without_not_ready)
 

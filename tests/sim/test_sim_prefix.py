@@ -11,11 +11,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim import BatchModel, Profile
-from sim.prefix import KVBlockPool, block_hashes
-from sim.prefix_text import BLOCK_CHARS, prompt_from_blocks
-from sim.replay import ReplayConfig, plan_requests
-from sim.tokens import chat_token_ids, estimate_chat_tokens
-from sim.traces import TraceRequest
+from sim.client.prefix_text import BLOCK_CHARS, prompt_from_blocks
+from sim.client.replay import ReplayConfig, plan_requests
+from sim.client.traces import TraceRequest
+from sim.replica.latency.prefix import KVBlockPool, block_hashes
+from sim.replica.tokens import chat_token_ids, estimate_chat_tokens
 
 PREFILL = Profile(
     name="prefill", max_num_seqs=4, max_num_batched_tokens=4096, kv_capacity_tokens=4096, max_model_len=2048,
@@ -35,7 +35,7 @@ def test_block_hashes_chain_equal_prefixes_and_only_full_blocks() -> None:
 
 
 def test_block_hashes_are_the_same_in_another_process() -> None:
-    code = "from sim.prefix import block_hashes; print(block_hashes(list(range(64)), 16))"
+    code = "from sim.replica.latency.prefix import block_hashes; print(block_hashes(list(range(64)), 16))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(block_hashes(list(range(64)), 16))  # no per-process hash seed
 
@@ -148,9 +148,9 @@ def test_equal_hash_ids_give_equal_prompt_prefixes() -> None:
 def test_padded_prompts_of_different_questions_share_no_prefix_blocks() -> None:
     # With prefix caching on, a padding text common to every request would make every padded
     # prompt's prefill a cache hit; padding belongs to its source question instead.
-    from sim.questions import MixConfig, QuestionMix, load_pairs
-    from sim.sample import QUESTIONS_FILE, TRACE_FILE
-    from sim.traces import read_trace
+    from sim.client.questions import MixConfig, QuestionMix, load_pairs
+    from sim.client.sample import QUESTIONS_FILE, TRACE_FILE
+    from sim.client.traces import read_trace
 
     cfg = ReplayConfig(target="http://x", pad_context=True, max_context_tokens=1000)
     plan = plan_requests(read_trace(TRACE_FILE)[:200], QuestionMix(load_pairs(QUESTIONS_FILE), MixConfig(seed=1)), cfg)

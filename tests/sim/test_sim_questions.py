@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.questions import MixConfig, QuestionMix, QuestionsFormatError, load_pairs
-from sim.sample import QUESTIONS_FILE
+from sim.client.questions import MixConfig, QuestionMix, QuestionsFormatError, load_pairs
+from sim.client.sample import QUESTIONS_FILE
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.questions import MixConfig, QuestionMix, load_pairs
-from sim.replay import Outcome, ReplayConfig, plan_requests, run_plan
-from sim.report import STORE_SLACK_S, render, summarize
-from sim.sample import QUESTIONS_FILE, TRACE_FILE
-from sim.traces import read_trace
-from sim.workload import thinning_fraction
+from sim.client.questions import MixConfig, QuestionMix, load_pairs
+from sim.client.replay import Outcome, ReplayConfig, plan_requests, run_plan
+from sim.client.report import STORE_SLACK_S, render, summarize
+from sim.client.sample import QUESTIONS_FILE, TRACE_FILE
+from sim.client.traces import read_trace
+from sim.client.workload import thinning_fraction
 
 
 def test_plan_keeps_trace_timing_and_token_counts(data_dir: Path) -> None:

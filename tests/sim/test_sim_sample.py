@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.sample import QUESTIONS_FILE, TRACE_FILE, write_samples
-from sim.traces import read_trace
+from sim.client.sample import QUESTIONS_FILE, TRACE_FILE, write_samples
+from sim.client.traces import read_trace
 
 
 def test_shipped_sample_matches_the_generator(tmp_path: Path) -> None:

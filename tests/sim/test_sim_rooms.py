@@ -1,0 +1,37 @@
+"""sim/ stays a house of rooms: no package root holds more modules than a screen shows, and each
+room's ``__init__`` re-exports only names that exist (its ``__all__`` is its public surface)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import sim
+
+MAX_MODULES = 12  # .py files in one folder, __init__ and __main__ included
+
+
+def _packages() -> list[str]:
+    names = ["sim"]
+    for info in pkgutil.walk_packages(sim.__path__, prefix="sim."):
+        if info.ispkg:
+            names.append(info.name)
+    return names
+
+
+def test_no_package_root_under_sim_holds_more_than_twelve_modules() -> None:
+    root = Path(sim.__file__).resolve().parent
+    folders = [root, *(p.parent for p in root.rglob("__init__.py") if p.parent != root)]
+    wide = {str(f.relative_to(root.parent)): n for f in folders if (n := len(list(f.glob("*.py")))) > MAX_MODULES}
+    assert wide == {}, f"split these into subpackages named after responsibilities: {wide}"
+
+
+def test_each_sim_package_exports_only_names_it_has() -> None:
+    missing = {}
+    for name in _packages():
+        package = importlib.import_module(name)
+        absent = [n for n in getattr(package, "__all__", []) if not hasattr(package, n)]
+        if absent:
+            missing[name] = absent
+    assert missing == {}
