@@ -436,8 +436,8 @@ def eval_bound(
              "(pip install 'promptedge[router]') serve it. Needs torch: pip install 'promptedge[train]'. "
              "The router image runs it in its builder stage.")
 def export_onnx(
-    model: Optional[str] = typer.Option(None, help="Model folder (default: the configured one)."),
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Where to write (default: the configured "
+    model: str | None = typer.Option(None, help="Model folder (default: the configured one)."),
+    directory: Path | None = typer.Option(None, "--dir", help="Where to write (default: the configured "
                                              "ONNX cache dir)."),
 ) -> None:
     from cache.embed.bundle import load_bundle

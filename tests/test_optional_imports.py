@@ -23,7 +23,7 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "prophet", "matplotli
 ENTRY_POINTS = {
     # router: the console script's module and the app it serves
     "router": "import router.__main__\nfrom router.app import create_app\nfrom router.settings import RouterSettings\n"
-              "create_app(RouterSettings())",
+    "create_app(RouterSettings())",
     "forecaster": "import forecaster.cli",
 }
 # Installed here (make install) but absent from the image: importing them fails, as there.
@@ -46,7 +46,9 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("process", sorted(ENTRY_POINTS))
 def test_the_entry_point_imports_none_of_the_heavy_libraries(process: str) -> None:
-    code = ENTRY_POINTS[process] + f"\nimport json, sys\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    code = ENTRY_POINTS[process] + (
+        f"\nimport json, sys\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
     done = run_python(code)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1]) == []

@@ -33,8 +33,15 @@ from typing import Any
 import numpy as np
 
 from cache.embed.encoder import default_model_path
-from cache.embed.onnx import (FORMAT, PROBE_MIN_COSINE, PROBE_TEXTS, OnnxEncoder, default_cache_dir, model_digest,
-                              write_atomically)
+from cache.embed.onnx import (
+    FORMAT,
+    PROBE_MIN_COSINE,
+    PROBE_TEXTS,
+    OnnxEncoder,
+    default_cache_dir,
+    model_digest,
+    write_atomically,
+)
 from cache.embed.onnx import _session as onnx_session
 from cache.errors import EmbeddingError
 
@@ -89,8 +96,14 @@ class _Tokenizer:
 def _build(manifest: dict[str, Any], directory: Path, threads: int) -> OnnxEncoder:
     tokenizer = _Tokenizer(directory / manifest["tokenizer"], int(manifest["max_length"]), int(manifest["pad_id"]))
     session = onnx_session((directory / manifest["onnx"]).read_bytes(), threads)
-    return OnnxEncoder(session, tokenizer, manifest["input_names"], int(manifest["max_length"]),
-                       int(manifest["dim"]), bool(manifest["normalize"]))
+    return OnnxEncoder(
+        session,
+        tokenizer,
+        manifest["input_names"],
+        int(manifest["max_length"]),
+        int(manifest["dim"]),
+        bool(manifest["normalize"]),
+    )
 
 
 def _cosine(encoder: OnnxEncoder, reference: np.ndarray) -> float:
@@ -123,8 +136,7 @@ def load_bundle(model: str | None, cache_dir: Path | None = None, threads: int =
     except Exception as exc:  # noqa: BLE001
         # onnxruntime and tokenizers raise classes of their own (no common root); a missing file
         # or a bad manifest is just a miss
-        log.warning("the ONNX export in %s is unusable (%s): it is made again where torch is installed",
-                    path, exc)
+        log.warning("the ONNX export in %s is unusable (%s): it is made again where torch is installed", path, exc)
         return None
     if cosine < PROBE_MIN_COSINE:
         log.warning("the ONNX export in %s gives other vectors (cosine %.6f)", path, cosine)
@@ -133,8 +145,9 @@ def load_bundle(model: str | None, cache_dir: Path | None = None, threads: int =
     return encoder
 
 
-def save_bundle(model: str | None, st_model: Any, cache_dir: Path | None, reference: np.ndarray,
-                threads: int = 1) -> bool:
+def save_bundle(
+    model: str | None, st_model: Any, cache_dir: Path | None, reference: np.ndarray, threads: int = 1
+) -> bool:
     """After ``load_onnx_encoder`` exported (or reused) ``st_model`` (a loaded SentenceTransformer
     that onnx_support accepts) into ``cache_dir`` (None: ``default_cache_dir()``): write the
     manifest beside the ONNX file, if an encoder built from it alone (no torch)
@@ -150,21 +163,29 @@ def save_bundle(model: str | None, st_model: Any, cache_dir: Path | None, refere
         onnx_file = directory / f"{model_digest(transformer.auto_model)}.onnx"
         if not onnx_file.is_file():  # the cache dir was not writable: nothing to point at
             return False
-        input_names = [n for n in transformer.tokenizer.model_input_names
-                       if n in ("input_ids", "attention_mask", "token_type_ids")]
+        input_names = [
+            n for n in transformer.tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")
+        ]
         digest = source_digest(folder)
         tokenizer_file = directory / f"{digest}.{TOKENIZER_FILE}"
         write_atomically(tokenizer_file, (folder / TOKENIZER_FILE).read_bytes())
-        manifest = {"format": FORMAT, "onnx": onnx_file.name, "tokenizer": tokenizer_file.name,
-                    "input_names": input_names, "max_length": int(st_model.max_seq_length),
-                    "dim": int(reference.shape[1]), "normalize": len(list(st_model)) == 3,
-                    "pad_id": int(transformer.tokenizer.pad_token_id or 0),
-                    "probe": np.asarray(reference, dtype=np.float32).tolist()}
+        manifest = {
+            "format": FORMAT,
+            "onnx": onnx_file.name,
+            "tokenizer": tokenizer_file.name,
+            "input_names": input_names,
+            "max_length": int(st_model.max_seq_length),
+            "dim": int(reference.shape[1]),
+            "normalize": len(list(st_model)) == 3,
+            "pad_id": int(transformer.tokenizer.pad_token_id or 0),
+            "probe": np.asarray(reference, dtype=np.float32).tolist(),
+        }
         encoder = _build(manifest, directory, threads)
         cosine = _cosine(encoder, reference)
         if cosine < PROBE_MIN_COSINE:
-            log.warning("the torch-free ONNX encoder of %s gives other vectors (cosine %.6f): not saved",
-                        folder, cosine)
+            log.warning(
+                "the torch-free ONNX encoder of %s gives other vectors (cosine %.6f): not saved", folder, cosine
+            )
             return False
         data = json.dumps(manifest).encode()
         write_atomically(directory / f"{digest}.json", data)

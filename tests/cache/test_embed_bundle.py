@@ -38,9 +38,14 @@ sys.meta_path.insert(0, _Absent())
 def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``python -m cache export-onnx --dir`` as the router image's builder stage runs it."""
     directory = tmp_path_factory.mktemp("onnx")
-    done = subprocess.run([sys.executable, "-m", "cache", "export-onnx", "--dir", str(directory)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "cache", "export-onnx", "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(list(directory.glob("*.onnx"))) == 1 and (directory / "default-model.json").is_file()
     return directory
@@ -49,15 +54,23 @@ def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_without_torch(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "no_torch.py"
     script.write_text(_NO_TORCH + textwrap.dedent(code))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 @pytest.mark.parametrize("model_package", ["installed", "absent"])  # absent: the router image
-def test_the_export_runs_without_torch_with_torchs_vectors(model_package: str, export_dir: Path, tmp_path: Path,
-                                                           torch_encoder: SentenceTransformerEncoder) -> None:
+def test_the_export_runs_without_torch_with_torchs_vectors(
+    model_package: str, export_dir: Path, tmp_path: Path, torch_encoder: SentenceTransformerEncoder
+) -> None:
     out = tmp_path / "vectors.npy"
-    done = run_without_torch(f"""
+    done = run_without_torch(
+        f"""
         import numpy as np
         import cache.embed.encoder
         from cache.embed.load import load_encoder
@@ -67,14 +80,17 @@ def test_the_export_runs_without_torch_with_torchs_vectors(model_package: str, e
         np.save({str(out)!r}, encoder.encode({TEXTS!r}))
         assert encoder.backend == "onnx", encoder.backend
         assert not {{"torch", "sentence_transformers", "transformers"}} & set(sys.modules), "imported"
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     cosines = (np.load(out) * torch_encoder.encode(TEXTS)).sum(axis=1)
     assert np.abs(cosines - 1).max() < 1e-5
 
 
 def test_without_an_export_the_error_says_how_to_make_one(tmp_path: Path) -> None:
-    done = run_without_torch(f"""
+    done = run_without_torch(
+        f"""
         from cache.embed.load import load_encoder
         from cache.errors import EmbeddingError
         try:
@@ -83,7 +99,9 @@ def test_without_an_export_the_error_says_how_to_make_one(tmp_path: Path) -> Non
             print(exc)
         else:
             raise SystemExit("loaded without torch and without an export")
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "python -m cache export-onnx" in done.stdout and "promptedge[train]" in done.stdout
 
@@ -91,8 +109,9 @@ def test_without_an_export_the_error_says_how_to_make_one(tmp_path: Path) -> Non
 def test_a_damaged_manifest_is_a_miss_and_the_torch_path_repairs_it(export_dir: Path, tmp_path: Path) -> None:
     for path in export_dir.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
-    (manifest_path,) = [p for p in tmp_path.glob("*.json") if p.name != "default-model.json"
-                        and not p.name.endswith(".tokenizer.json")]
+    (manifest_path,) = [
+        p for p in tmp_path.glob("*.json") if p.name != "default-model.json" and not p.name.endswith(".tokenizer.json")
+    ]
     manifest = json.loads(manifest_path.read_text())
     manifest["probe"] = (-np.asarray(manifest["probe"])).tolist()  # as if the file computed other vectors
     manifest_path.write_text(json.dumps(manifest))
