@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	# CPU build of torch first, so sentence-transformers does not pull multi-GB CUDA wheels.
 	$(PY) -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu --retries 1 \
 	  || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	# every extra (pyproject.toml): router, forecaster, prophet, plot, sim, train and the test tools
+	$(PY) -m pip install -q -e '.[all]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -429,3 +429,37 @@ def eval_bound(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"source": str(pairs), "split": split, "max_pairs": max_pairs,
                                          "prior": prior.source, "seeds": seeds, "rows": rows}, indent=2))
+
+
+@app.command("export-onnx", help="Export the configured embedding model for ONNX Runtime into the ONNX cache "
+             "dir (PROMPTEDGE_CACHE_ONNX_CACHE_DIR), with the manifest that lets a router without torch "
+             "(pip install 'promptedge[router]') serve it. Needs torch: pip install 'promptedge[train]'. "
+             "The router image runs it in its builder stage.")
+def export_onnx(
+    model: str | None = typer.Option(None, help="Model folder (default: the configured one)."),
+    directory: Path | None = typer.Option(None, "--dir", help="Where to write (default: the configured "
+                                             "ONNX cache dir)."),
+) -> None:
+    from cache.embed.bundle import load_bundle
+    from cache.embed.load import load_encoder
+    from cache.errors import EmbeddingError
+
+    settings = _settings()
+    if directory is not None:
+        settings = settings.model_copy(update={"onnx_cache_dir": directory})
+    if model is None and settings.embedding_package is not None:
+        from cache.embed.packages import model_folder
+
+        model = str(model_folder(settings.embedding_package))
+    model = model or settings.embedding_model
+    try:
+        encoder = load_encoder(model, settings.embedding_threads, "onnx", settings.onnx_cache_dir)
+    except EmbeddingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if load_bundle(model, settings.onnx_cache_dir) is None:
+        typer.echo("error: the export runs on ONNX Runtime here but its torch-free manifest could not be "
+                   "written or read back (see the log above)", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"exported {model or 'all-MiniLM-L6-v2'} ({encoder.dim} dimensions) to "
+               f"{settings.onnx_cache_dir or 'the default ONNX cache dir'}")

@@ -7,6 +7,7 @@ settings, a trace row: the message names file, line and column); 3 actuation fai
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from datetime import datetime, timezone
@@ -213,6 +214,8 @@ def backtest(
 
     if demand_unit not in ("requests", "tokens"):
         raise _fail(f"--demand-unit must be requests or tokens, got {demand_unit!r}")
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:  # say so before the replay
+        raise _fail("--plot needs matplotlib: pip install 'promptedge[plot]'")
     for flag, value, ok, bound in (("--capacity", capacity, capacity > 0, "> 0"), ("--warmup", warmup, warmup >= 0, ">= 0"),
                                    ("--headroom", headroom, headroom >= 0, ">= 0"),
                                    ("--upper-headroom", upper_headroom, upper_headroom >= 0, ">= 0"),

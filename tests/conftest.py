@@ -10,6 +10,7 @@ service. A URL that was set and does not answer fails the tests loudly instead o
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -59,6 +60,25 @@ def _start_embedded_redis() -> str:
             raise RuntimeError(f"the embedded redis-server did not start (log: {folder / 'redis.log'})")
         time.sleep(0.05)
     return url
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test gets the root logger back as it found it: a CLI run in process (CliRunner)
+    configures logging onto the runner's stderr, closed when ``invoke`` returns, and every later
+    record printed a "--- Logging error --- ... I/O operation on closed file" traceback into the
+    run (tests/test_logging_isolation.py). Around the whole protocol, outside the per-phase
+    handlers pytest's logging plugin adds and removes itself."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 def pytest_configure(config: pytest.Config) -> None:

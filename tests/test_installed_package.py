@@ -6,7 +6,7 @@ data files the code reads at run time are inside the wheel.
 
 The fresh virtualenv borrows the third-party dependencies of the running one (a ``.pth`` line
 naming its site-packages, which adds the directory without running that directory's own
-``.pth`` hooks, so the editable install of the checkout stays out): the images' dependency pins
+``.pth`` hooks, so the editable install of the checkout stays out): the images' dependencies
 are checked by tests/deploy/test_deploy_images.py; what is checked here is the project's own
 install step, its entry points and its package data. About 40 s of CPU (three wheels and
 virtualenvs, one process per console script: importing a package takes seconds).
@@ -42,10 +42,11 @@ pytestmark = pytest.mark.slow
 
 
 def copied_paths(dockerfile: Path) -> list[str]:
-    """The repository paths the Dockerfile's ``COPY`` lines take into the image (not deploy/)."""
+    """The repository paths the ``COPY`` lines of the Dockerfile's last stage (the image) take
+    into the image (not deploy/, not what ``COPY --from`` takes from a builder stage)."""
     paths = []
-    for line in dockerfile.read_text().splitlines():
-        match = re.match(r"COPY\s+(.+?)\s+\S+$", line)
+    for line in dockerfile.read_text().split("\nFROM ")[-1].splitlines():
+        match = re.match(r"COPY\s+(?!--from)(.+?)\s+\S+$", line)
         if match:
             paths += [p for p in match.group(1).split() if not p.startswith("deploy/")]
     return paths
@@ -162,11 +163,13 @@ print(json.dumps({{"file": {package}.__file__, "answers": answers}}))
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_each_image_installs_what_it_copies_and_its_entrypoint_starts(image: str, tmp_path: Path) -> None:
-    """The Dockerfile's own install step (its COPY lines, then ``pip install --no-deps .``) into
-    a fresh virtualenv; its ENTRYPOINT is the package's console script, whose installed wrapper
-    answers ``--help``, and so does every command the manifests give it."""
+    """The Dockerfile's own install step (its COPY lines, then ``pip install ".[extras]"``, here
+    with ``--no-deps``: the extras' coverage is tests/deploy/test_deploy_images.py's) into a fresh
+    virtualenv; its ENTRYPOINT is the package's console script, whose installed wrapper answers
+    ``--help``, and so does every command the manifests give it."""
     dockerfile, commands = IMAGES[image]
-    assert "RUN pip install --no-deps ." in dockerfile.read_text()
+    extras = re.findall(r'RUN .*pip install "\.\[([a-z,-]+)\]"', dockerfile.read_text().split("\nFROM ")[-1])
+    assert extras and all(e in PYPROJECT["project"]["optional-dependencies"] for x in extras for e in x.split(","))
     (script,) = entrypoint(dockerfile)
     assert script == f"promptedge-{image}" and script in SCRIPTS
     build_and_install(copied_paths(dockerfile), tmp_path)

@@ -89,7 +89,14 @@ def load_sentence_transformer(model: str | None, threads: int) -> tuple[object, 
         loaded = SentenceTransformer(source, device="cpu")
     except EmbeddingError:
         raise
-    except (OSError, ValueError, RuntimeError, ImportError) as exc:
+    except ImportError as exc:
+        # the router's install has no torch: it runs an export made where torch is installed
+        raise EmbeddingError(
+            f"embedding model {model or 'all-MiniLM-L6-v2'} has no torch-free ONNX export here and {exc.name or exc} "
+            "is not installed: run `python -m cache export-onnx` where torch is (the router image does, "
+            "at build time) with the same PROMPTEDGE_CACHE_ONNX_CACHE_DIR, or pip install 'promptedge[train]'"
+        ) from exc
+    except (OSError, ValueError, RuntimeError) as exc:
         raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
     # renamed in sentence-transformers 5.x; older releases only have the long name
     dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension

@@ -12,6 +12,7 @@ import logging
 import threading
 from pathlib import Path
 
+from cache.embed.bundle import load_bundle, save_bundle
 from cache.embed.encoder import Encoder, SentenceTransformerEncoder, load_sentence_transformer
 from cache.embed.onnx import PROBE_TEXTS, load_onnx_encoder, onnx_support
 from cache.embed.packages import model_folder, packaged_model
@@ -55,6 +56,11 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
         if packaged_model(package).kind == "static":
             return load_static_encoder(folder)
         model = str(folder)
+    if backend != "torch":
+        # an earlier export's manifest runs on onnxruntime alone: no torch import (cache/embed/bundle.py)
+        bundled = load_bundle(model, cache_dir, threads)
+        if bundled is not None:
+            return bundled
     loaded, dim = load_sentence_transformer(model, threads)
     torch_encoder = SentenceTransformerEncoder(loaded, dim)
     if backend == "torch":
@@ -63,7 +69,8 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
     reason = onnx_support(loaded)
     if reason is None:
         try:
-            encoder, exported = load_onnx_encoder(loaded, torch_encoder.encode(PROBE_TEXTS), cache_dir, threads)
+            reference = torch_encoder.encode(PROBE_TEXTS)
+            encoder, exported = load_onnx_encoder(loaded, reference, cache_dir, threads)
         except EmbeddingError as exc:
             reason = str(exc)
         except ImportError as exc:
@@ -71,6 +78,7 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
         else:
             log.info("embedding model %s runs on ONNX Runtime (%s)", name,
                      "exported now" if exported else "cached export")
+            save_bundle(model, loaded, cache_dir, reference, threads)
             return encoder
     if backend == "onnx":
         raise EmbeddingError(f"embedding model {name} cannot run on ONNX Runtime: {reason}")

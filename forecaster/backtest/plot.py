@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from forecaster.backtest.run import BacktestResult  # noqa: E402
+from forecaster.backtest.run import BacktestResult
+from forecaster.errors import ConfigError
 
 
 def plot_backtest(result: BacktestResult, path: Path) -> None:
@@ -24,6 +21,13 @@ def plot_backtest(result: BacktestResult, path: Path) -> None:
     fc = result.forecasts
     hours = np.arange(result.y.size - result.first) * step / 3600
     target_hours = (fc.origins + lead - 1 - result.first) * step / 3600
+    try:  # the plot extra (matplotlib) is not in the forecaster's image
+        import matplotlib
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'promptedge[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True)
     top.plot(hours, result.y[result.first :], color="black", lw=0.8, label="demand")
     top.plot(target_hours, fc.mean[:, lead - 1], color="tab:blue", lw=0.8, label=f"forecast +{lead * step / 60:g} min")

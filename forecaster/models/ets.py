@@ -12,13 +12,16 @@ fitted state (checked against statsmodels' own filter), so a backtest pays for o
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-from statsmodels.tools.sm_exceptions import ConvergenceWarning
-from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
+from forecaster.errors import ConfigError
 from forecaster.models.base import Forecast, clean, log_band
 from forecaster.models.baselines import LastValue
+
+if TYPE_CHECKING:
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
 # Fitting a 1,440-step season takes about a minute; longer seasons are fitted without one.
 MAX_SEASON = 288
@@ -44,6 +47,12 @@ class HoltWinters:
         self._fallback: LastValue | None = None
 
     def _model(self, logs: np.ndarray, seasonal: bool) -> ExponentialSmoothing:
+        # imported here: statsmodels takes a second to import, and only the forecaster's
+        # fitting needs it (its CLI, /desired and the router import this package's neighbours)
+        try:
+            from statsmodels.tsa.holtwinters import ExponentialSmoothing
+        except ImportError:
+            raise ConfigError(f"model {self.name!r} needs statsmodels: pip install 'promptedge[forecaster]'") from None
         return ExponentialSmoothing(
             logs,
             trend="add" if self.trend else None,
@@ -63,10 +72,13 @@ class HoltWinters:
         window = max(FIT_WINDOW, 3 * self.season) if self.season <= MAX_SEASON else FIT_WINDOW
         logs = np.log1p(y[-window:])
         self._seasonal = 1 < self.season <= MAX_SEASON and logs.size >= 2 * self.season
+        model = self._model(logs, self._seasonal)
+        from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
-            result = self._model(logs, self._seasonal).fit()
+            result = model.fit()
         params = result.params
         self._alpha = float(params["smoothing_level"])
         self._beta = float(params["smoothing_trend"]) if self.trend else 0.0

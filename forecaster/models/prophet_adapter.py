@@ -1,4 +1,4 @@
-"""Prophet behind the model interface (optional engine: ``pip install prophet``).
+"""Prophet behind the model interface (optional engine: ``pip install 'promptedge[prophet]'``).
 
 Prophet fits in seconds, not milliseconds, so model selection only tries it when the time
 budget allows (see ``select``). ``forward`` refits: Prophet has no cheap state update.
@@ -29,7 +29,7 @@ class ProphetModel:
         try:
             from prophet import Prophet  # noqa: F401  (heavy import, only when used)
         except ImportError:
-            raise ConfigError("model 'prophet' needs the prophet package: pip install prophet") from None
+            raise ConfigError("model 'prophet' needs the prophet package: pip install 'promptedge[prophet]'") from None
         for noisy in ("cmdstanpy", "prophet"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
         self.step = step

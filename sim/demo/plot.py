@@ -20,8 +20,12 @@ def plot_demand(report: dict[str, Any], path: Path) -> bool:
     last replay minute when there is no plan), all rates per simulated second. True when it is
     written; False, with a warning naming ``path``, when it cannot be drawn or written (the
     picture is drawn after the replay: it must never cost the report)."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        log.warning("the demand picture %s was not written: matplotlib is not installed "
+                    "(pip install 'promptedge[plot]')", path)
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

