@@ -123,6 +123,7 @@ class Outcome:
     cache: str = ""
     error: str = ""
     kind: str = ""
+    detail: str = ""  # a failed answer's body (first 300 characters)
 
 
 @dataclass
@@ -435,7 +436,9 @@ class SoakStack:
                 os.kill(workers[0], signal.SIGKILL)
                 note["killed_pid"] = workers[0]
                 killed_at = time.monotonic()
-                deadline = killed_at + 30.0
+                # the supervisor may take its worker health-check timeout (router/process/launch.py
+                # WORKER_HEALTHCHECK_S, 30 s) to notice: a ping in flight when the worker died waits it out (measured: 30-35 s with the semantic stage on)
+                deadline = killed_at + 90.0
                 while time.monotonic() < deadline:
                     now = self.router_workers()
                     if len(now) == len(workers) and workers[0] not in now:
@@ -477,6 +480,8 @@ async def _one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int
     out.status = response.status_code
     out.latency_s = time.perf_counter() - started
     out.cache = response.headers.get("x-cache", "")
+    if response.status_code != 200:
+        out.detail = response.text[:300]
     if response.status_code == 200:
         try:
             out.wrong = not check(response.json(), prompt, max_tokens)
@@ -714,7 +719,11 @@ def main(
                              "client_timeout_s": CLIENT_TIMEOUT_S, "router_p1_ttfb_s": ROUTER_TTFB_S,
                              "router_stuck_after_s": STUCK_AFTER_S, "max_body_bytes": MAX_BODY_BYTES,
                              "max_header_bytes": MAX_HEADER_BYTES},
-                  "faults": faults, "phases": rows, "oversized": oversized, "forecaster": forecaster,
+                  "faults": faults, "phases": rows,
+                  "failures": [{"sent_at_s": round(o.sent_at, 2), "phase": o.phase, "kind": o.kind or "completion",
+                                "status": o.status, "error": o.error, "detail": o.detail}
+                               for o in outcomes if o.error != "skipped" and (o.status != 200 or o.wrong)
+                               and not (o.kind and o.status is not None and not o.wrong)], "oversized": oversized, "forecaster": forecaster,
                   "totals": totals}
         json_path.write_text(json.dumps(report, indent=2))
         typer.echo(f"report written to {json_path}")
