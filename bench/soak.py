@@ -22,7 +22,10 @@ ones have answered) for ``--minutes``. Every fault is scheduled as a fraction of
    ``/metrics`` page; SIGCONT 8 % later (99 s, 14 s);
 5. ``forecaster_down``: the forecaster SIGKILLed and started again 3 % later (126 s, 5 s);
 6. ``router_worker_killed``: one router worker (a child of the uvicorn supervisor) SIGKILLed;
-   the supervisor starts another (136 s; its pid and when it appeared are in the fault record);
+   the supervisor starts another (136 s; its pid and when it appeared are in the fault record).
+   Requests in flight on that worker have no process left to answer them: they are lost, and
+   counted apart too (``totals.lost_at_worker_kill``: sent before the kill, ended by a connection
+   error within 2 s of it);
 7. all along, oversized requests (a 16 MB header, a 20 MB body, alternately every max(15 s,
    run / 12), and one 200 MB body streamed from a generator at half time) that must each get
    431 / 413 with the OpenAI error naming the limit: counted per phase as ``refused`` (expected,
@@ -124,6 +127,7 @@ class Outcome:
     error: str = ""
     kind: str = ""
     detail: str = ""  # a failed answer's body (first 300 characters)
+    ended_at: float | None = None  # s since start, set by run_load when the request ended
 
 
 @dataclass
@@ -433,6 +437,7 @@ class SoakStack:
             workers = self.router_workers()
             note["workers_before"] = workers
             if workers:
+                note["kill_after_s"] = 0.0
                 os.kill(workers[0], signal.SIGKILL)
                 note["killed_pid"] = workers[0]
                 killed_at = time.monotonic()
@@ -526,6 +531,20 @@ async def _oversized(url: str, out: Outcome) -> None:
     out.wrong = not check_refusal(out.kind, response.status_code, response.content)
 
 
+async def _ended(request: Any, out: Outcome, start: float) -> None:
+    await request
+    out.ended_at = time.monotonic() - start
+
+
+def lost_at_worker_kill(outcomes: list[Outcome], faults: list[dict], within_s: float = 2.0) -> list[Outcome]:
+    """The lost requests that were in flight on the router worker when it was SIGKILLed: sent
+    before the kill, ended by a connection error within ``within_s`` of it (nothing can answer
+    them: the process holding them is gone; only a client's retry can)."""
+    kills = [f["at_s"] + f.get("kill_after_s", 0.0) for f in faults if f["action"] == "kill_router_worker"]
+    return [o for o in outcomes if o.status is None and o.error not in ("", "skipped") and o.ended_at is not None
+            and any(o.sent_at <= k <= o.ended_at <= k + within_s for k in kills)]
+
+
 async def run_load(soak: SoakStack, schedule: Schedule, rate: float, seed: int) -> tuple[list[Outcome], list[dict]]:
     """Send rate x duration requests on schedule, the oversized ones at their times, run the
     fault actions at theirs."""
@@ -551,7 +570,7 @@ async def run_load(soak: SoakStack, schedule: Schedule, rate: float, seed: int) 
             await asyncio.sleep(max(0.0, start + at - time.monotonic()))
             out = Outcome(sent_at=time.monotonic() - start, phase=schedule.phase_at(at), kind=kind)
             outcomes.append(out)
-            task = asyncio.create_task(_oversized(url, out))
+            task = asyncio.create_task(_ended(_oversized(url, out), out, start))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
@@ -568,7 +587,7 @@ async def run_load(soak: SoakStack, schedule: Schedule, rate: float, seed: int) 
                 out.error = "skipped"
                 continue
             prompt, max_tokens = prompts.next()
-            task = asyncio.create_task(_one(client, url, prompt, max_tokens, out))
+            task = asyncio.create_task(_ended(_one(client, url, prompt, max_tokens, out), out, start))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         await asyncio.gather(*side)
@@ -711,6 +730,7 @@ def main(
               "wrong": sum(r["wrong"] for r in rows),
               "failed": sum(sum(r["failed_by_status"].values()) for r in rows),
               "refused": sum(r["refused"] for r in rows), "oversized_sent": sum(r["oversized_sent"] for r in rows)}
+    totals["lost_at_worker_kill"] = len(lost_at_worker_kill(outcomes, faults))
     typer.echo(f"totals: {totals}")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -721,7 +741,8 @@ def main(
                              "max_header_bytes": MAX_HEADER_BYTES},
                   "faults": faults, "phases": rows,
                   "failures": [{"sent_at_s": round(o.sent_at, 2), "phase": o.phase, "kind": o.kind or "completion",
-                                "status": o.status, "error": o.error, "detail": o.detail}
+                                "status": o.status, "error": o.error, "detail": o.detail,
+                                "ended_at_s": None if o.ended_at is None else round(o.ended_at, 2)}
                                for o in outcomes if o.error != "skipped" and (o.status != 200 or o.wrong)
                                and not (o.kind and o.status is not None and not o.wrong)], "oversized": oversized, "forecaster": forecaster,
                   "totals": totals}
