@@ -21,11 +21,13 @@ ones have answered) for ``--minutes``. Every fault is scheduled as a fraction of
    most 10 s, for a running request), its front still answering ``/health`` and serving the last
    ``/metrics`` page; SIGCONT 8 % later (99 s, 14 s);
 5. ``forecaster_down``: the forecaster SIGKILLed and started again 3 % later (126 s, 5 s);
-6. ``router_worker_killed``: one router worker (a child of the uvicorn supervisor) SIGKILLed;
-   the supervisor starts another (136 s; its pid and when it appeared are in the fault record).
-   Requests in flight on that worker have no process left to answer them: they are lost, and
-   counted apart too (``totals.lost_at_worker_kill``: sent before the kill, ended by a connection
-   error within 2 s of it);
+6. ``router_worker_killed``: one router worker (a child of the uvicorn supervisor) restarted as a
+   rolling restart does it, with SIGTERM: it stops accepting, finishes what it has in flight and
+   exits, and the supervisor starts another (136 s; its pid and when it appeared are in the fault
+   record). A request lost there is counted apart too (``totals.lost_at_worker_kill``: sent
+   before the signal, ended by a connection error within 2 s of it). A SIGKILLed worker would
+   lose what it had in flight, with no process left to answer it: that is a crash, not a
+   restart, and ``--worker-signal KILL`` shows it;
 7. all along, oversized requests (a 16 MB header, a 20 MB body, alternately every max(15 s,
    run / 12), and one 200 MB body streamed from a generator at half time) that must each get
    431 / 413 with the OpenAI error naming the limit: counted per phase as ``refused`` (expected,
@@ -286,6 +288,7 @@ class SoakStack:
         self.router_port = free_port()
         self.semantic = semantic
         self.workers = workers
+        self.worker_signal = signal.SIGTERM
         self.rate = rate
         self.router: Child | None = None
         self.forecasters: list[Child] = []
@@ -438,7 +441,7 @@ class SoakStack:
             note["workers_before"] = workers
             if workers:
                 note["kill_after_s"] = 0.0
-                os.kill(workers[0], signal.SIGKILL)
+                os.kill(workers[0], self.worker_signal)
                 note["killed_pid"] = workers[0]
                 killed_at = time.monotonic()
                 # the supervisor may take its worker health-check timeout (router/process/launch.py
@@ -697,7 +700,9 @@ def main(
     minutes: float = typer.Option(3.0, min=0.5, max=60, help="Length of the load, minutes."),
     rate: float = typer.Option(5.0, min=0.5, max=200, help="Requests per second (open loop)."),
     replicas: int = typer.Option(3, min=3, max=8, help="Simulated replicas (three take faults)."),
-    router_workers: int = typer.Option(2, min=2, max=8, help="Router worker processes (one is killed)."),
+    router_workers: int = typer.Option(2, min=2, max=8, help="Router worker processes (one is restarted)."),
+    worker_signal: str = typer.Option("TERM", help="Signal of the worker restart: TERM (graceful, a rolling "
+                                      "restart) or KILL (a crash: its requests in flight are lost)."),
     semantic: bool = typer.Option(True, "--semantic/--no-semantic", help="The router's semantic cache stage."),
     json_path: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
     log_dir: Path = typer.Option(Path("out/soak-logs"), help="Folder for the processes' logs."),
@@ -707,6 +712,9 @@ def main(
     schedule = Schedule.of(minutes * 60)
     with Stack(log_dir) as stack:
         soak = SoakStack(stack, replicas, semantic, router_workers, rate)
+        if worker_signal.upper() not in ("TERM", "KILL"):
+            raise typer.BadParameter(f"--worker-signal is TERM or KILL, not {worker_signal!r}")
+        soak.worker_signal = signal.Signals["SIG" + worker_signal.upper()]
         try:
             soak.start()
             start_wall = time.time()

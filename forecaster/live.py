@@ -62,12 +62,15 @@ def cycle(
     clock: SimClock | None = None,
     run_delay_s: float = 0.0,
     cache: SelectionCache | None = None,
+    store: RedisStateStore | None = None,
 ) -> Cycle:
     """Observe, plan, act once at ``now`` (Unix s; None: ``clock.now()``, the clock defaulting
     to ``settings.clock()``). run_delay_s: simulated seconds between "now" and the scale
     write (the run's own duration), added to the lead time. Actuation errors give
     ACTUATION_FAILED (logged, not raised); a held decision (source unreachable, empty or last
-    bucket missing) gives HOLD."""
+    bucket missing) gives HOLD. store: the planner state's store (None: a new one, as a cron
+    run has; a daemon passes one store for its life, which remembers its last decision through
+    a Redis outage)."""
     clock = settings.clock() if clock is None else clock
     now = clock.now() if now is None else now
     lead = settings.warmup_s
@@ -82,7 +85,7 @@ def cycle(
     except ActuationError as exc:
         log.error("observed scale unreadable: %s", exc)
         current = None
-    store = state_store(settings, actuator_settings)
+    store = state_store(settings, actuator_settings) if store is None else store
     result = run_once(settings, source, now, store, current, lead, cache)
     publish(settings, store, result, clock)
     try:
@@ -130,12 +133,13 @@ def daemon_job(
     clock = settings.clock() if clock is None else clock
     last_run_s = 0.0
     cache = SelectionCache(settings.reselect_s)
+    store = state_store(settings, actuator_settings)
 
     def job() -> None:
         nonlocal last_run_s
         started = time.monotonic()
         outcome = cycle(settings, actuator_settings, source, actuator, clock=clock, run_delay_s=last_run_s,
-                        cache=cache)
+                        cache=cache, store=store)
         last_run_s = clock.to_simulated(time.monotonic() - started)
         d = outcome.result.decision
         at = datetime.fromtimestamp(outcome.result.now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

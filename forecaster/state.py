@@ -11,6 +11,7 @@ imports too (the router imports nothing of the forecaster).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import redis
@@ -22,6 +23,8 @@ from opskit.redis_client import sync_redis
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, PlanStep, Recommendation
 from forecaster.redis_errors import redis_failures
+
+log = logging.getLogger("forecaster")
 
 
 def forecast_document(pool: str, at: float, steps: list[PlanStep], capacity_per_replica: float,
@@ -41,6 +44,10 @@ class RedisStateStore:
         self._timeout_s = timeout_s
         self._conn: redis.Redis | None = None
         self.key = key
+        # The state this store last read or wrote: a daemon keeps one store for its life
+        # (forecaster.live.daemon_job), so a Redis outage does not make it forget its last
+        # decision and hold at min replicas.
+        self._last: PlannerState | None = None
 
     def _client(self) -> redis.Redis:
         # one server, Redis Cluster or Sentinel (opskit/_redis_url.py), built on first use inside
@@ -52,20 +59,21 @@ class RedisStateStore:
         return self._conn
 
     def load(self) -> PlannerState | None:
-        """The last saved state, or None when none was saved."""
-        with redis_failures(SourceUnavailable, "planner state unreadable in Redis"):
-            raw = self._client().get(self.key)
+        """The last saved state, or None when none was saved. While Redis is unreachable: the
+        state this store last loaded or saved in this process, else SourceUnavailable."""
+        try:
+            with redis_failures(SourceUnavailable, "planner state unreadable in Redis"):
+                raw = self._client().get(self.key)
+        except SourceUnavailable as exc:
+            if self._last is None:
+                raise
+            log.warning("%s; planning on the last state this process read or wrote (decision %d)",
+                        exc, self._last.replicas)
+            return self._last
         if raw is None:
             return None
-        data = json.loads(raw)
-        return PlannerState(
-            replicas=int(data["replicas"]),
-            at=float(data["at"]),
-            last_up_at=data.get("last_up_at"),
-            last_down_at=data.get("last_down_at"),
-            recent=tuple(_recommendation(x) for x in data.get("recent", ())),
-            observed_since=data.get("observed_since"),
-        )
+        self._last = _state(json.loads(raw))
+        return self._last
 
     def publish_forecast(self, document: dict[str, Any], ttl_s: int) -> None:
         """Write ``document`` (``forecast_document``) under its pool's ``FORECAST_KEY`` for
@@ -76,7 +84,9 @@ class RedisStateStore:
             self._client().set(key, json.dumps(document, separators=(",", ":")), ex=max(1, ttl_s))
 
     def save(self, state: PlannerState) -> None:
-        """Persist ``state`` (no expiry: a held decision must survive quiet weeks)."""
+        """Persist ``state`` (no expiry: a held decision must survive quiet weeks); kept in
+        memory first, so a failed write still leaves it for :meth:`load`."""
+        self._last = state
         payload = json.dumps(
             {
                 "replicas": state.replicas,
@@ -90,6 +100,18 @@ class RedisStateStore:
         )
         with redis_failures(SourceUnavailable, "planner state unwritable in Redis"):
             self._client().set(self.key, payload)
+
+
+def _state(data: dict[str, Any]) -> PlannerState:
+    """A PlannerState from its saved JSON document (:meth:`RedisStateStore.save`)."""
+    return PlannerState(
+        replicas=int(data["replicas"]),
+        at=float(data["at"]),
+        last_up_at=data.get("last_up_at"),
+        last_down_at=data.get("last_down_at"),
+        recent=tuple(_recommendation(x) for x in data.get("recent", ())),
+        observed_since=data.get("observed_since"),
+    )
 
 
 def _recommendation(item: list[Any]) -> Recommendation:
