@@ -34,7 +34,10 @@ from router.api import other_paths
 from router.api.ops import ops
 from router.api.fastpath import RouterApp
 from router.api.feedback import feedback
+from router.forward.chooser import Chooser
+from router.forward.forwarder import Forwarder
 from router.forward.ratelimit import RateLimiter
+from router.forward.storing import AnswerStore
 from router.fleet.replicas import Pools
 from router.fleet.scraper import Scraper
 from router.settings import RouterSettings
@@ -43,7 +46,7 @@ from router.state import RouterState
 from router.forward.tokens import PromptTokens
 from router.observe.tracing import make_tracer
 from router.forward.upstream import Upstream
-from router.caching.warming import Warmer, warming_configured
+from router.caching.warming import Warmer, WarmingDeps, warming_configured
 
 log = logging.getLogger("router")
 
@@ -91,6 +94,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         clock = SimClock(settings.clock_origin, settings.clock_scale)
         counters = TrafficCounters(redis, clock, settings.counters_flush_s, [])
+        # what prompt prefixes went where, for policy prefix_aware (router/dispatch/prefix_index.py)
+        prefix_index = PrefixIndexes(settings.prefix_chunk_chars, settings.prefix_kv_tokens)
         source = discovery or build_source(settings)
         if isinstance(source, StaticSource):
             credentials.check(source.specs)
@@ -100,9 +105,7 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             counters.models = sorted(pools.by_model)
             if changes.removed:
                 metrics.forget_replicas(changes.removed)  # bounded series under autoscaling
-                state = getattr(app.state, "router", None)
-                if state is not None:  # and bounded prefix indexes (router/dispatch/prefix_index.py)
-                    state.prefix_index.forget([r.url for r in pools.all()])
+                prefix_index.forget([r.url for r in pools.all()])  # and bounded prefix indexes
             if changes:
                 log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
                          changes.draining)
@@ -116,13 +119,15 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         tracer, tracer_provider = make_tracer(settings.otel_exporter, settings.otel_endpoint)
         metrics = RouterMetrics(pools, weights, cache_healthy=lambda: cache.healthy)
         metrics.register(DiscoveryCollector(pools, source))
+        limiter = RateLimiter(redis, settings.rate_limits, settings.api_keys)
+        # the one object every surface forwards through (router/forward/forwarder.py)
+        forwarder = Forwarder(settings, pools, upstream,
+                              Chooser(settings.policy, weights, PrefixMap(settings.prefix_ttl_s), prefix_index),
+                              limiter, PromptTokens.load(settings.tokenizers), AnswerStore(cache, metrics.store_skipped),
+                              counters, metrics, tracer)
         app.state.router = RouterState(
-            settings=settings, redis=redis, upstream=upstream, cache=cache,
-            pools=pools, scraper=scraper, counters=counters, metrics=metrics,
-            weights=weights, limiter=RateLimiter(redis, settings.rate_limits, settings.api_keys),
-            tracer=tracer, prefixes=PrefixMap(settings.prefix_ttl_s),
-            prefix_index=PrefixIndexes(settings.prefix_chunk_chars, settings.prefix_kv_tokens),
-            prompt_tokens=PromptTokens.load(settings.tokenizers),
+            settings=settings, redis=redis, cache=cache, pools=pools, scraper=scraper, counters=counters,
+            metrics=metrics, limiter=limiter, forwarder=forwarder, tracer=tracer,
             shadow=ShadowVerifier(cache_settings.shadow_rate, cache_settings.shadow_max_inflight, metrics.shadow)
             if cache_settings.shadow_rate > 0 and cache_settings.enabled else None)
         await source.start(on_replicas)
@@ -131,8 +136,8 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # --workers N: this worker's scrape-time series copied for the others' scrapes (router/observe/metrics_shared.py)
         publisher = None if metrics.shared is None else asyncio.create_task(publish_every(metrics.shared))
         # predictive cache warming (router/caching/warming.py): a task per pool with warming on, none otherwise
-        warmer = Warmer(app.state.router, clock.now, settings.clock_scale) \
-            if warming_configured(app.state.router) else None
+        warmer = Warmer(WarmingDeps(forwarder, redis, cache, metrics.warm), clock.now, settings.clock_scale) \
+            if warming_configured(cache.settings) else None
         if warmer is not None:
             warmer.start()
         try:

@@ -28,7 +28,6 @@ from router.forward import classify
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden
 from router.api.ops import CacheStatsUnavailable
-from router.forward.service import rate_limit
 
 feedback = APIRouter()
 # one line per report: reports change what the cache serves, so abuse must be traceable
@@ -87,7 +86,7 @@ async def report(state: StateDep, request: Request) -> dict[str, Any]:
         raise Forbidden("cache feedback is switched off: set PROMPTEDGE_CACHE_FEEDBACK", code="feedback_disabled")
     api_key = classify.api_key(request.headers)
     if state.settings.rate_limits:  # a report costs a Redis script: it is a request like any other
-        await rate_limit(state, api_key, 0)
+        await state.forwarder.rate_limit(api_key, 0)
     hit_id = parse_report(await _read_report(request))
     tenant = classify.tenant(api_key, state.settings.api_keys)
     try:

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router.forward import service
+from router.forward.forwarder import miss_headers
 from router.api.disconnect import CancelOnDisconnect
 from router.errors import BadRequest, InvalidURL
 from router.observe.record import Record
@@ -57,7 +57,7 @@ async def forward(request: Request) -> Response:
     raw_path = request.scope.get("raw_path") or request.url.path.encode()
     if not forwardable(raw_path.decode("latin-1")):
         raise InvalidURL(f"Invalid URL ({request.method} {request.url.path})")
-    return await service.accounted(state, request, lambda rec: _forward(state, request, rec))
+    return await state.forwarder.accounted(request, lambda rec: _forward(state, request, rec))
 
 
 def pool_of(headers_model: str | None, raw: bytes, pools: list[str]) -> str:
@@ -81,19 +81,19 @@ async def _forward(state: RouterState, request: Request, rec: Record) -> Respons
     raw = await request.body()
     headers = request.headers
     pool = pool_of(headers.get("x-model"), raw, list(state.pools.by_model))
-    await service.admit_request(state, rec, headers, {}, pool, inference=False)
+    forwarder = state.forwarder
+    await forwarder.admit(rec, headers, {}, pool, inference=False)
     rec.cache, rec.demand = "miss", False
-    service.shed_or_fall_back(state, rec, fallback_allowed=False)
+    forwarder.shed_or_fall_back(rec, fallback_allowed=False)
     raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
     path = raw_path + (f"?{request.url.query}" if request.url.query else "")  # as checked, not re-encoded
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await service.open_upstream(
-            state, rec, path, {}, raw, headers, method=request.method,
-            content_type=headers.get("content-type", "application/json"))
+        upstream, lease = await forwarder.open(rec, path, {}, raw, headers, method=request.method,
+                                               content_type=headers.get("content-type", "application/json"))
         if upstream.status_code >= 400:
-            return await service.upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
-        content = await service.read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
+            return await forwarder.failed(rec, upstream, lease)
+        content = await forwarder.read_answer(rec, upstream, lease)
     lease.replica.health.on_success(time.monotonic())
     return Response(content, status_code=upstream.status_code,
                     media_type=upstream.headers.get("content-type", "application/json"),
-                    headers=service.miss_headers(rec, lease))
+                    headers=miss_headers(rec, lease))

@@ -34,7 +34,8 @@ from starlette.responses import Response
 
 from cache import usage_tokens
 from router.redis_errors import redis_failures
-from router.forward import classify, service
+from router.forward import classify
+from router.forward.forwarder import miss_headers
 from router.api.disconnect import CancelOnDisconnect
 from router.errors import APIError, NoReplica, RedisUnavailable
 from router.observe.record import Record
@@ -98,27 +99,27 @@ class ResponseStream(StreamAssembler):
         return self._final
 
 
-async def responses(request: Request) -> Response:
+async def respond(state: RouterState, request: Request) -> Response:
     """``POST /v1/responses``, stream or not (see the module docstring)."""
-    state: RouterState = request.app.state.router
-    return await service.accounted(state, request, lambda rec: _respond(state, request, rec))
+    return await state.forwarder.accounted(request, lambda rec: _respond(state, request, rec))
 
 
 async def _respond(state: RouterState, request: Request, rec: Record) -> Response:
+    forwarder = state.forwarder
     raw = await request.body()
     body = parse_request(raw, "responses", state.settings.limits)
     headers = request.headers
-    api_key = await service.admit_request(state, rec, headers, body, headers.get("x-model") or body["model"])
+    api_key = await forwarder.admit(rec, headers, body, headers.get("x-model") or body["model"])
     owner = classify.tenant(api_key, state.settings.api_keys)
     previous = body.get("previous_response_id")
     pinned = await _holder(state, rec, owner, previous) if isinstance(previous, str) else None
     rec.cache = "miss"
-    service.shed_or_fall_back(state, rec, fallback_allowed=False)
+    forwarder.shed_or_fall_back(rec, fallback_allowed=False)
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await service.open_upstream(state, rec, PATH, body, raw, headers, pinned=pinned,
-                                                      streamed=body.get("stream") is True)
+        upstream, lease = await forwarder.open(rec, PATH, body, raw, headers, pinned=pinned,
+                                               streamed=body.get("stream") is True)
         if upstream.status_code >= 400:
-            return await service.upstream_failed(rec, upstream, lease, state.settings.forward_client_key)
+            return await forwarder.failed(rec, upstream, lease)
         if body.get("stream") is True:
             stream = ResponseStream()
             noted: list[str] = []
@@ -128,9 +129,9 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
                     noted.append(stream.response_id)
                     await _remember(state, rec, owner, stream.response_id, lease.replica.url)
 
-            return relay_stream(state, rec, None, upstream, lease, service.miss_headers(rec, lease),
+            return relay_stream(forwarder.relaying, rec, None, upstream, lease, miss_headers(rec, lease),
                                 assembler=stream, on_chunk=note_id)
-        content = await service.read_answer(upstream, lease, state.settings.timeouts[rec.priority].ttfb_s)
+        content = await forwarder.read_answer(rec, upstream, lease)
     lease.replica.health.on_success(time.monotonic())
     try:
         answer = parse_json(content)
@@ -147,7 +148,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
                 await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(used))
     state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                          completion_tokens=rec.completion_tokens)
-    return Response(content, media_type="application/json", headers=service.miss_headers(rec, lease))
+    return Response(content, media_type="application/json", headers=miss_headers(rec, lease))
 
 
 def affinity_key(owner: str, response_id: str) -> str:

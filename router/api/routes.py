@@ -1,5 +1,8 @@
-"""OpenAI-compatible completion, embeddings and vLLM tokenizer routes (thin: the flow lives in
-``router.forward.service``)."""
+"""The completion routes, declared once: ``ROUTES`` (POST path -> what serves it) is read both by
+the fast path (router/api/fastpath.py), which answers those POSTs ahead of the middleware stack,
+and by :func:`add_completion_routes`, which registers the same paths on the app so that another
+method gets Starlette's 405 with ``Allow: POST``. Thin: the flow lives in
+router/forward/service.py (completions, embeddings, tokenizer) and router/api/responses.py."""
 
 from __future__ import annotations
 
@@ -10,36 +13,49 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from router.api import responses
-from router.forward import service
 from router.api.schemas import Endpoint
+from router.forward import service
+from router.state import RouterState
+
+Serve = Callable[[RouterState, Request], Awaitable[Response]]
 
 
-# POST path -> what it serves: OpenAI chat and (legacy) text completions, stream or not, from
+def _completion(endpoint: Endpoint) -> Serve:
+    async def serve(state: RouterState, request: Request) -> Response:
+        # service.handle looked up per call: tests replace it to see how its failures are answered
+        return await service.handle(state, request, endpoint)
+    return serve
+
+
+# POST path -> what serves it: OpenAI chat and (legacy) text completions, stream or not, from
 # the cache or a replica; embeddings (exact cache only); vLLM's /tokenize and /detokenize (never
-# cached). A served app answers these in router/api/fastpath.py, ahead of the middleware stack.
-ROUTES: dict[str, Endpoint] = {"/v1/chat/completions": "chat.completions", "/v1/completions": "completions",
-                               "/v1/embeddings": "embeddings", "/tokenize": "tokenize",
-                               "/detokenize": "detokenize"}
+# cached); OpenAI's Responses API (relayed, with replica affinity, never cached).
+ROUTES: dict[str, Serve] = {
+    "/v1/chat/completions": _completion("chat.completions"),
+    "/v1/completions": _completion("completions"),
+    "/v1/embeddings": _completion("embeddings"),
+    "/tokenize": _completion("tokenize"),
+    "/detokenize": _completion("detokenize"),
+    responses.PATH: responses.respond,
+}
 
 
 def add_completion_routes(app: FastAPI) -> None:
-    """Register the completion routes (and embeddings, vLLM's /tokenize and /detokenize) on the
-    app itself, as plain Starlette routes.
+    """Register ``ROUTES`` on the app itself, as plain Starlette routes (POST only).
 
-    FastAPI's per-route machinery (dependency solving, endpoint context, exit stacks, telemetry
-    hooks) does nothing these routes use: they read the raw body and validate it themselves
-    (router/api/schemas.py), and errors go through the app's exception handlers either way.
-    Measured (callgrind, a proxied miss at c=1): 3.10 -> 2.89 M instructions per request
-    (-7 %); py-spy at c=32 showed the same share. Not in the OpenAPI schema (the app serves no
-    docs). (Through an included APIRouter, FastAPI 0.165 also re-derived the routes' version
-    on every request.)
+    A :class:`~router.api.fastpath.RouterApp` answers those POSTs before they reach these
+    routes; they still give every other method of those paths its 405, and serve the POSTs of
+    a plain FastAPI app. Plain Starlette routes, not FastAPI's: its per-route machinery
+    (dependency solving, endpoint context, exit stacks, telemetry hooks) does nothing these
+    routes use: they read the raw body and validate it themselves (router/api/schemas.py), and
+    errors go through the app's exception handlers either way. Not in the OpenAPI schema (the
+    app serves no docs).
     """
-    for path, endpoint in ROUTES.items():
-        app.add_route(path, _route(endpoint), methods=["POST"], include_in_schema=False)
-    app.add_route(responses.PATH, responses.responses, methods=["POST"], include_in_schema=False)
+    for path, serve in ROUTES.items():
+        app.add_route(path, _starlette(serve), methods=["POST"], include_in_schema=False)
 
 
-def _route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+def _starlette(serve: Serve) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
-        return await service.handle(request.app.state.router, request, endpoint)
+        return await serve(request.app.state.router, request)
     return route

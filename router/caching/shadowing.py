@@ -2,8 +2,9 @@
 answer is sent, at most ``max_inflight`` open per worker (router/caching/shadow.py decides which).
 
 The replica call (``fetch``) and the label (``label``) are given by the caller
-(router/forward/service.py: the same dispatch, lease and timeouts as a forwarded request; the cache's
-``verify_hit``), so this module holds only the budget, the tasks and their counting. A call's
+(router/forward/service.py, through the Forwarder: the same dispatch, lease and timeouts as a
+forwarded request; the cache's ``verify_hit``), so this module holds only the budget, the tasks
+and their counting. A call's
 failure is counted ``error`` and logged at INFO, never raised: no client waits for it.
 """
 

@@ -36,7 +36,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from cache import Recipe, WarmingSettings, WarmPolicy, allowance, choose, exact_key, idle, lock_key, peak_slot, wait_s
+import redis.asyncio as aioredis
+from prometheus_client import Counter
+
+from cache import (CacheSettings, Recipe, ResponseCache, WarmingSettings, WarmPolicy, allowance, choose, exact_key,
+                   idle, lock_key, peak_slot, wait_s)
 from opskit import ALL_POOLS, FORECAST_KEY, MAX_FORECAST_BYTES, Forecast, read_forecast
 from router.caching import policy as cachepolicy
 from router.forward import classify
@@ -44,9 +48,7 @@ from router.dispatch import estimated_requests
 from router.errors import APIError, RedisUnavailable
 from router.redis_errors import redis_failures
 from router.observe.record import Record
-from router.forward.service import open_upstream, read_answer, upstream_failed
-from router.state import RouterState
-from router.forward.storing import store_answer, with_replica_control
+from router.forward.forwarder import Forwarder
 from router.stream.sse import parse_json
 
 log = logging.getLogger("router.warming")
@@ -83,12 +85,25 @@ def _kind(exc: BaseException) -> str:
     return exc.kind if isinstance(exc, RedisUnavailable) else exc.__class__.__name__
 
 
-def pool_load(state: RouterState, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
+def pool_load(forwarder: Forwarder, pool: str, now: float, replica_slots: int) -> tuple[float, float]:
     """(requests open on the pool's eligible replicas, replicas x ``replica_slots``): the
     scraped running + waiting where fresh, else this worker's own in-flight counts."""
-    replicas = state.pools.eligible(pool, now)
-    busy = sum(estimated_requests(r.view(now), state.weights) for r in replicas)
+    replicas = forwarder.pools.eligible(pool, now)
+    busy = sum(estimated_requests(r.view(now), forwarder.weights) for r in replicas)
     return busy, float(len(replicas) * replica_slots)
+
+
+@dataclass(frozen=True)
+class WarmingDeps:
+    """What warming uses: ``forwarder``, the miss path a warm generation takes (dispatch, the
+    upstream call, storing) and the pools' load; ``redis``, the pools' locks and the published
+    forecasts; ``cache``, its popularity counts, recipes, TTLs and settings; ``generations``,
+    ``promptedge_router_warm_generations_total`` labelled (pool, outcome)."""
+
+    forwarder: Forwarder
+    redis: aioredis.Redis
+    cache: ResponseCache
+    generations: Counter
 
 
 @dataclass
@@ -105,9 +120,9 @@ class PoolWarmer:
     """The warming loop of one pool (module doc). ``clock``: the router's clock (Unix s, maybe
     simulated, ``scale`` times real time)."""
 
-    def __init__(self, state: RouterState, pool: str, clock: Any, scale: float = 1.0,
+    def __init__(self, deps: WarmingDeps, pool: str, clock: Any, scale: float = 1.0,
                  stopping: asyncio.Event | None = None) -> None:
-        self.state = state
+        self.deps = deps
         self.pool = pool
         self.stopping = stopping or asyncio.Event()  # set by Warmer.stop: end even if a cancel is lost
         self.clock = clock
@@ -118,14 +133,14 @@ class PoolWarmer:
         self.plan: _Plan | None = None
         self._forecast_problems: dict[str, str] = {}  # forecast key -> why unusable, last logged
         self.holding = False  # this worker took the pool's lock (as far as it knows)
-        self._lock = state.redis.register_script(_LOCK_LUA)
-        self._unlock = state.redis.register_script(_UNLOCK_LUA)
-        self._lock_name = lock_key(state.cache.settings.key_prefix, pool)
+        self._lock = deps.redis.register_script(_LOCK_LUA)
+        self._unlock = deps.redis.register_script(_UNLOCK_LUA)
+        self._lock_name = lock_key(deps.cache.settings.key_prefix, pool)
 
     @property
     def settings(self) -> WarmingSettings | None:
         """This pool's warming settings now, None when warming is off for it."""
-        return self.state.cache.settings.warming_for(self.pool)
+        return self.deps.cache.settings.warming_for(self.pool)
 
     async def run(self) -> None:
         """Step until cancelled; Redis trouble waits a tick and tries again (never raises).
@@ -161,7 +176,7 @@ class PoolWarmer:
         replica, a peak slot, a key to regenerate; otherwise it is given back, so that a worker
         whose replicas are all down never keeps a healthy one from warming."""
         policy = settings.policy()
-        _, capacity = pool_load(self.state, self.pool, time.monotonic(), settings.replica_slots)
+        _, capacity = pool_load(self.deps.forwarder, self.pool, time.monotonic(), settings.replica_slots)
         now = self.clock()
         plan = await self._plan(settings, policy, now) if capacity > 0 else None
         key = next((k for k in plan.keys if k not in plan.done), None) if plan is not None else None
@@ -176,7 +191,7 @@ class PoolWarmer:
         self.tokens, self.last_refill = allowance(now, self.last_refill, self.tokens, policy)
         if self.tokens < 1:
             return min(settings.tick_s, wait_s(self.tokens, policy) / self.scale)
-        busy, capacity = pool_load(self.state, self.pool, time.monotonic(), settings.replica_slots)
+        busy, capacity = pool_load(self.deps.forwarder, self.pool, time.monotonic(), settings.replica_slots)
         if not idle(busy, capacity, policy):
             return settings.tick_s
         assert plan is not None
@@ -227,7 +242,7 @@ class PoolWarmer:
         if slot is None:
             self.plan = None
             return None
-        cache = self.state.cache
+        cache = self.deps.cache
         candidates = await cache.popularity.candidates(self.pool, slot[0], settings, now, self.scale)
         done = self.plan.done if self.plan is not None and self.plan.slot == slot else set()
         self.plan = _Plan(slot, choose(candidates, slot[0], slot[1], policy), now, done)
@@ -235,7 +250,7 @@ class PoolWarmer:
 
     async def forecast(self) -> Forecast | None:
         """The pool's published forecast, else the one of every pool together (``"*"``)."""
-        redis = self.state.redis
+        redis = self.deps.redis
         for name in (self.pool, ALL_POOLS):
             key = FORECAST_KEY.format(pool=name)
             found, why = read_forecast(await redis.get(key))
@@ -254,21 +269,22 @@ class PoolWarmer:
         False when attempted and failed, None when not attempted (no usable recipe, the pool's
         cache policy keeps the request out, or its TTL, the recipe's X-Cache-TTL or the default,
         would end before ``slot_start``)."""
-        metrics = self.state.metrics.warm
-        recipe = await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings)
-        if recipe is None or _key_of(self.state, recipe) != key:
+        metrics = self.deps.generations
+        cache = self.deps.cache
+        recipe = await cache.popularity.recipe(self.pool, key, slot_start, settings)
+        if recipe is None or _key_of(cache.settings, recipe) != key:
             log.info("warming %s: no usable recipe for %s", self.pool, key)
             return None
-        if cachepolicy.keeps_out(self.state.settings.cache_policy_for(self.pool), recipe.body):
+        if cachepolicy.keeps_out(self.deps.forwarder.settings.cache_policy_for(self.pool), recipe.body):
             return None  # the pool's policy changed since it was counted: not cached, so not warmed
-        ttl_s = self.state.cache.ttl_for(recipe.request())  # real s; the router's clock runs scale x
+        ttl_s = cache.ttl_for(recipe.request())  # real s; the router's clock runs scale x
         if self.clock() + ttl_s * self.scale < slot_start:
             log.info("warming %s: %s would expire (TTL %d s) before its slot starts; not generated",
                      self.pool, key, ttl_s)
             return None  # GPU for an entry no peak request could hit
         metrics.labels(self.pool, "attempted").inc()
         try:
-            stored = await generate(self.state, recipe, lambda: self._recipe_kept(key, slot_start, settings))
+            stored = await generate(self.deps.forwarder, recipe, lambda: self._recipe_kept(key, slot_start, settings))
         except APIError as exc:
             log.warning("warming %s: generation of %s failed: %s", self.pool, key, exc)
             stored = False
@@ -279,18 +295,18 @@ class PoolWarmer:
     async def _recipe_kept(self, key: str, slot_start: float, settings: WarmingSettings) -> bool:
         """True when ``key``'s recipe is still kept: DELETE /cache of its tenant or pool (which
         forgets the recipes with the entries) answered during the generation removes it."""
-        if await self.state.cache.popularity.recipe(self.pool, key, slot_start, settings) is not None:
+        if await self.deps.cache.popularity.recipe(self.pool, key, slot_start, settings) is not None:
             return True
         log.info("warming %s: %s deleted during its generation; not stored", self.pool, key)
         return False
 
 
-def _key_of(state: RouterState, recipe: Recipe) -> str:
+def _key_of(settings: CacheSettings, recipe: Recipe) -> str:
     req = recipe.request()
-    return exact_key(state.cache.settings.key_prefix, req.endpoint, req.body, req.tenant, None, req.pool)
+    return exact_key(settings.key_prefix, req.endpoint, req.body, req.tenant, None, req.pool)
 
 
-async def generate(state: RouterState, recipe: Recipe,
+async def generate(forwarder: Forwarder, recipe: Recipe,
                    still_wanted: Callable[[], Awaitable[bool]] | None = None) -> bool:
     """One warm generation of ``recipe``: dispatch in its pool, the upstream call (non-stream),
     stored with ``warmed=True`` under the recipe's own request, unless ``still_wanted`` (asked
@@ -300,16 +316,16 @@ async def generate(state: RouterState, recipe: Recipe,
     creq = recipe.request()
     rec = Record(f"warm-{os.urandom(8).hex()}", time.perf_counter(), pool=recipe.pool, target=recipe.pool,
                  priority=PRIORITY, claimed_priority=PRIORITY, cache="miss", demand=False)
-    rec.prompt_tokens = await state.prompt_tokens.count(recipe.pool, creq.body)
-    rec.size = classify.size_class(rec.prompt_tokens, state.settings.size_thresholds)
+    rec.prompt_tokens = await forwarder.prompt_tokens.count(recipe.pool, creq.body)
+    rec.size = classify.size_class(rec.prompt_tokens, forwarder.settings.size_thresholds)
     raw = json.dumps(creq.body).encode()
-    upstream, lease = await open_upstream(state, rec, _PATHS[creq.endpoint], dict(creq.body), raw,
-                                          {"x-request-id": rec.request_id})
+    upstream, lease = await forwarder.open(rec, _PATHS[creq.endpoint], dict(creq.body), raw,
+                                           {"x-request-id": rec.request_id})
     if upstream.status_code >= 400:
-        await upstream_failed(rec, upstream, lease, False)  # releases the lease; a 5xx raises
+        await forwarder.failed(rec, upstream, lease, client_key_sent=False)  # releases the lease; a 5xx raises
         return False
-    store = with_replica_control(state, rec, creq, upstream.headers.get("cache-control"))
-    content = await read_answer(upstream, lease, state.settings.timeouts[PRIORITY].ttfb_s)
+    store = forwarder.answers.with_replica_control(rec, creq, upstream.headers.get("cache-control"))
+    content = await forwarder.read_answer(rec, upstream, lease)  # within P2's ttfb_s
     lease.replica.health.on_success(time.monotonic())
     try:
         response = parse_json(content)
@@ -319,15 +335,15 @@ async def generate(state: RouterState, recipe: Recipe,
         return False
     if still_wanted is not None and not await still_wanted():
         return False
-    return await store_answer(state, rec, store, response, content, warmed=True)
+    return await forwarder.answers.store(rec, store, response, content, warmed=True)
 
 
 class Warmer:
     """The pools' warming tasks: one per pool served here with warming on, kept in step with
     discovery (``sync`` every ``interval_s``); a task ended by a bug is logged and restarted."""
 
-    def __init__(self, state: RouterState, clock: Any, scale: float = 1.0, interval_s: float = 1.0) -> None:
-        self.state = state
+    def __init__(self, deps: WarmingDeps, clock: Any, scale: float = 1.0, interval_s: float = 1.0) -> None:
+        self.deps = deps
         self.clock = clock
         self.scale = scale
         self.interval_s = interval_s
@@ -343,12 +359,12 @@ class Warmer:
         """Start a task for every pool with warming on that has none running (none once stopping)."""
         if self.stopping.is_set():
             return
-        for pool in sorted(self.state.pools.by_model):
+        for pool in sorted(self.deps.forwarder.pools.by_model):
             task = self.tasks.get(pool)
             if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
                 log.error("warming %s stopped on an error; restarting it", pool, exc_info=task.exception())
-            if (task is None or task.done()) and self.state.cache.settings.warming_for(pool) is not None:
-                warmer = PoolWarmer(self.state, pool, self.clock, self.scale, self.stopping)
+            if (task is None or task.done()) and self.deps.cache.settings.warming_for(pool) is not None:
+                warmer = PoolWarmer(self.deps, pool, self.clock, self.scale, self.stopping)
                 self.tasks[pool] = asyncio.create_task(warmer.run())
 
     async def _supervise(self) -> None:
@@ -366,10 +382,9 @@ class Warmer:
         self.tasks.clear()
 
 
-def warming_configured(state: RouterState) -> bool:
-    """True when some pool (or ``"*"``) has warming on and the cache is enabled: only then is a
-    Warmer started (with the cache off, every warm answer would be refused: GPU for nothing)."""
-    settings = state.cache.settings
+def warming_configured(settings: CacheSettings) -> bool:
+    """True when some pool (or ``"*"``) has warming on and the cache (``settings``) is enabled: only
+    then is a Warmer started (with the cache off, every warm answer would be refused: GPU for nothing)."""
     if not any(w.enabled for w in settings.warming.values()):
         return False
     if not settings.enabled:
@@ -378,5 +393,5 @@ def warming_configured(state: RouterState) -> bool:
     return True
 
 
-__all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "generate", "parse_forecast",
+__all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "WarmingDeps", "generate", "parse_forecast",
            "pool_load", "read_forecast", "warming_configured"]

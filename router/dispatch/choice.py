@@ -45,7 +45,7 @@ Mooncake's 11k-token prompts a prefix is worth what its prefill costs, not a fla
 part, ``W_prefix`` = 12 (a fully matched prompt worth 12 open requests, a half-matched one 6;
 the best of 3, 6 and 12 in bench/prefix_dispatch.py, router/README.md), stays for what a match
 brings besides prefill: KV blocks shared instead of duplicated. The router then counts as the
-chosen replica's pending prefill only the unmatched part (``RouterState.choose``). What keeps
+chosen replica's pending prefill only the unmatched part (router/forward/chooser.py). What keeps
 that from piling requests onto one replica is the bound: a replica above it gets no bonus at
 all, so locality is never followed into a hotspot (consistent hashing with bounded loads,
 Mirrokni, Thorup and Zadimoghaddam, SODA 2018: no bin takes more than ceil(c x the mean) of

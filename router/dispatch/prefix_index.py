@@ -20,7 +20,7 @@ token, i.e. 4 vLLM blocks of 16) by default.
 Capacity: a replica's KV cache holds ``kv_tokens`` tokens, i.e. about ``kv_tokens x
 chars_per_token / chunk_chars`` chunks; older entries than that are probably evicted there
 too, so the index forgets them (LRU, the same order vLLM evicts in). Only prompts the replica
-accepted are recorded (router/state.py ``accepted``), at most half an index of chunks each. The index is a guess:
+accepted are recorded (router/forward/chooser.py ``accepted``), at most half an index of chunks each. The index is a guess:
 it misses what other routers sent and what vLLM evicted early, which is why dispatch weighs
 it against load and never follows it into a hotspot (router/dispatch/choice.py).
 """

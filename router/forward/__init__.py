@@ -1,2 +1,3 @@
-"""Forwarding one request: validate, look up the cache, rate-limit, send to a replica (upstream),
-relay or read the answer, and store it."""
+"""Forwarding a request to a replica: the Forwarder (forwarder.py: admission, dispatch through the
+Chooser, the upstream call, accounting) that every surface calls, the completion routes' own flow
+(service.py: cache lookup, hits, misses stored through storing.py), the upstream transport."""

@@ -5,7 +5,7 @@ where it lives (:class:`SecretRef`: a file, e.g. a mounted Kubernetes Secret, or
 environment variable), and the key is read once, when the router starts or a replica is
 added. It is sent as ``Authorization: Bearer <key>``. The client's own key is a different
 thing: it authenticates the client to the router and is not forwarded unless
-``forward_client_key`` says so (router/forward/service.py).
+``forward_client_key`` says so (router/forward/forwarder.py ``Forwarder.open``).
 
 Errors name the file or the variable, never the value.
 """

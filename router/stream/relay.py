@@ -11,11 +11,13 @@ request is accounted for.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
+from opentelemetry.trace import Tracer
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -24,10 +26,28 @@ from router.errors import APIError, UpstreamError, UpstreamTimeout
 from router.fleet.health import judged_ttft
 from router.observe.record import Record
 from router.fleet.replicas import Lease
-from router.stream.sse import DONE, StreamAssembler, UsageFilter
-from router.state import RouterState
-from router.forward.storing import skipped, store_answer
+from router.forward.ratelimit import RateLimiter
+from router.forward.storing import AnswerStore
 from router.forward.upstream import iter_body
+from router.observe.counters import TrafficCounters
+from router.observe.metrics import RouterMetrics
+from router.settings import Timeouts
+from router.stream.sse import DONE, StreamAssembler, UsageFilter
+
+
+@dataclass(frozen=True)
+class Relaying:
+    """What relaying a stream uses besides the stream itself (built once, by the Forwarder):
+    ``answers`` where a complete answer is stored; ``timeouts`` per priority class; where the
+    request is accounted when its stream ends: ``counters`` (the forecaster's traffic),
+    ``metrics`` and ``tracer`` (Record.finish), ``limiter`` (the real usage settles admission)."""
+
+    answers: AnswerStore
+    timeouts: Mapping[str, Timeouts]
+    counters: TrafficCounters
+    metrics: RouterMetrics
+    tracer: Tracer | None
+    limiter: RateLimiter
 
 
 class RelayResponse(StreamingResponse):
@@ -49,7 +69,7 @@ class RelayResponse(StreamingResponse):
                 await self._on_close()
 
 
-def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
+def relay_stream(relaying: Relaying, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
                  lease: Lease, headers: dict[str, str], strip_usage: bool = False,
                  assembler: StreamAssembler | None = None,
                  on_chunk: Callable[[], Awaitable[None]] | None = None) -> RelayResponse:
@@ -63,12 +83,12 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
     Responses API has its own, router/api/responses.py); ``on_chunk``: awaited after each chunk
     is read and before it is relayed."""
     if assembler is None:  # bounded by the cache's entry size: past it, relayed but not assembled
-        assembler = StreamAssembler(state.cache.settings.max_entry_bytes)
+        assembler = StreamAssembler(relaying.answers.max_entry_bytes)
     usage_filter = UsageFilter() if strip_usage else None
     url = lease.replica.url
     rec.deferred = True
     failed: list[APIError] = []
-    timeouts = state.settings.timeouts[rec.priority]
+    timeouts = relaying.timeouts[rec.priority]
 
     async def relay() -> AsyncIterator[bytes]:
         chunks = iter_body(upstream, url).__aiter__()
@@ -134,20 +154,20 @@ def relay_stream(state: RouterState, rec: Record, store: CacheRequest | None, up
         if complete and not failed and rec.forwarded_at is not None:
             lease.replica.observe_answer(time.perf_counter() - rec.forwarded_at, rec.completion_tokens,
                                          rec.prompt_tokens, now)
-        state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
+        relaying.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
                              completion_tokens=rec.completion_tokens)
-        rec.finish(state.metrics, state.tracer)
+        rec.finish(relaying.metrics, relaying.tracer)
         if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
-            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
+            await relaying.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))
         elif rec.charged_tokens and failed and not isinstance(failed[0], UpstreamTimeout):
             # the replica broke off (its fault, not the client's): charged what it streamed, a
             # lower bound. A client that left or a timeout (the client picks its priority's)
             # stays charged in full: leaving early must not make generation free.
-            await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(streamed or (rec.prompt_tokens, 0)))
+            await relaying.limiter.settle(rec.api_key, rec.charged_tokens, sum(streamed or (rec.prompt_tokens, 0)))
         if store is not None and assembler.too_large:
             if complete and not failed:  # a broken stream is not stored whatever its size
-                skipped(state, rec, "too_large")
+                relaying.answers.skipped(rec, "too_large")
         elif result is not None and store is not None:
-            await store_answer(state, rec, store, result)
+            await relaying.answers.store(rec, store, result)
 
     return RelayResponse(relay(), on_close, media_type="text/event-stream", headers=headers)

@@ -44,7 +44,8 @@ async def test_idle_pool_is_filled_evenly(start_replica, start_router, client) -
     # Equal replicas, equal ties: the speed each learns from its answers (router/dispatch/speed.py) would
     # break ties by timing noise on a loaded test machine, so it is switched off here.
     state = router.app.state.router
-    state.weights = dataclasses.replace(state.weights, speed=None)
+    chooser = state.forwarder.chooser
+    chooser.weights = dataclasses.replace(chooser.weights, speed=None)
     bodies = [{**CHAT, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(6)]
     served = [(await client.post(router.url + "/v1/chat/completions", json=b)).headers["x-promptedge-replica"]
               for b in bodies]

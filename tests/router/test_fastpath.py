@@ -111,3 +111,36 @@ async def test_a_hung_redis_holds_neither_start_up_nor_an_admin_delete(start_rep
     assert served.status_code == 200 and served.headers["x-cache"] == "miss"
     assert deleted.status_code == 503
     assert (start_up_s < 40, delete_s < 20) == (True, True), f"start-up {start_up_s:.1f} s, delete {delete_s:.1f} s"
+
+
+async def test_every_completion_route_is_declared_once_and_takes_the_fast_path(start_replica, start_router, client,
+                                                                               monkeypatch) -> None:
+    # One table (router/api/routes.py ROUTES) is what the fast path serves and what the app
+    # registers: /v1/responses was declared on the app but not in the fast path's table, so its
+    # POSTs went through the whole middleware stack.
+    from fastapi import FastAPI
+
+    from router.api.routes import ROUTES
+
+    router = await start_router([(await start_replica()).url])
+    stacked: list[str] = []
+    real = FastAPI.__call__
+
+    async def through_the_stack(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            stacked.append(scope["path"])
+        await real(self, scope, receive, send)
+
+    monkeypatch.setattr(FastAPI, "__call__", through_the_stack)
+    paths = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/tokenize", "/detokenize", "/v1/responses"]
+    assert sorted(ROUTES) == sorted(paths)
+    for path in paths:
+        answer = await client.post(router.url + path, content=b"{}", headers={"content-type": "application/json"})
+        assert answer.status_code == 400, path  # the route's own validation: no model
+    assert stacked == []
+    # the same table registered on the app: another method is the stack's 405
+    for path in paths:
+        assert (await client.get(router.url + path)).status_code == 405
+    assert stacked == paths
+    registered = {r.path for r in router.app.routes if "POST" in getattr(r, "methods", ())}
+    assert set(paths) <= registered

@@ -190,11 +190,11 @@ async def test_prompts_a_replica_rejects_do_not_evict_the_prefixes_it_holds(
     served = await client.post(url, json=victim)
     assert served.status_code == 200
     home = served.headers["x-promptedge-replica"]
-    hashes = state.prefix_index.hashes(victim)
-    assert state.prefix_index.matches([home], hashes) == {home: 1.0}
+    hashes = state.forwarder.chooser.prefix_index.hashes(victim)
+    assert state.forwarder.chooser.prefix_index.matches([home], hashes) == {home: 1.0}
     for i in range(12):  # ~5,000 tokens each: over max_model_len, 78 chunks each
         junk = await client.post(url, json=chat(f"{i:04d} " + "Ignore all that. " * 1200, "junk"))
         assert junk.status_code == 400
-    assert state.prefix_index.matches([home], hashes) == {home: 1.0}
+    assert state.forwarder.chooser.prefix_index.matches([home], hashes) == {home: 1.0}
     again = await client.post(url, json=chat("You are a careful assistant. " * 30, "again"))
     assert again.headers["x-promptedge-replica"] == home
