@@ -47,7 +47,8 @@ from opskit import TRAFFIC_KEY as KEY
 from opskit import TRAFFIC_MODELS_KEY as MODELS_KEY
 from opskit import TRAFFIC_TTL_S as EXPIRE_S
 from opskit import traffic_field
-from opskit.redis_client import REDIS_ERRORS
+from router.errors import RedisUnavailable
+from router.redis_errors import redis_failures
 
 log = logging.getLogger("router.counters")
 
@@ -143,9 +144,10 @@ class TrafficCounters:
         if models:
             pipe.sadd(MODELS_KEY, *models)
         try:
-            await pipe.execute()
-        except REDIS_ERRORS as exc:
-            log.warning("traffic counters not written (kept for the next flush): %r", exc)
+            with redis_failures():
+                await pipe.execute()
+        except RedisUnavailable as exc:
+            log.warning("traffic counters not written (kept for the next flush): %s", exc)
             tally.update(self._tally)
             self._tally = tally
             self._trim()
