@@ -38,7 +38,7 @@ from router.api.schemas import Endpoint, parse_request
 from router.stream.sse import parse_json, replay
 from router.state import RouterState
 from router.forward.storing import store_answer, with_replica_control
-from router.forward.upstream import ConnectFailed, RetryableStatus, read_body, read_error_body
+from router.forward.upstream import NotProcessed, RetryableStatus, read_body, read_error_body
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ _STREAMED: frozenset[Endpoint] = frozenset({"chat.completions", "completions"})
 _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
 _SSE = "text/event-stream"
-MAX_ATTEMPTS = 3  # replicas tried that could not be connected to
+MAX_ATTEMPTS = 3  # replicas tried that could not be connected to or reset the request unread (NotProcessed)
 MAX_REFUSALS = 8  # replicas tried that answered 429/503
 _UNCACHED = CacheControl(no_cache=True, no_store=True)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -356,9 +356,11 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
                         headers: Any, method: str = "POST", pinned: str | None = None,
                         content_type: str = _JSON, streamed: bool = False) -> tuple[httpx.Response, Lease]:
     """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
-    connect error, 429 or 503 (nothing reached the client yet) retry on a different replica:
-    at most MAX_ATTEMPTS replicas that could not be connected to (each may cost the connect
-    timeout), at most MAX_REFUSALS that answered 429/503 (each costs one round trip; a
+    failure that proves the replica never processed the request (NotProcessed: no connection,
+    or a reset with the request unread by a replica whose port closed; router/forward/unread.py),
+    a 429 or a 503, retry on a different replica; this runs before any byte of an answer
+    reached the client (the response is returned unread). At most MAX_ATTEMPTS replicas that
+    could not be connected to or reset (each may cost the connect timeout), at most MAX_REFUSALS that answered 429/503 (each costs one round trip; a
     scale-down drains several replicas at once, and every one of them refuses). ``pinned``: only the replica of that URL may take it (a
     Responses API follow-up: no other replica holds its state). ``streamed``: the answer is an
     SSE stream (else it comes whole: its prompt's pending prefill ends when a scrape shows the
@@ -409,7 +411,7 @@ async def open_upstream(state: RouterState, rec: Record, path: str, body: dict[s
             opened = True
             if 200 <= response.status_code < 300:  # for a non-stream answer: once it is done
                 state.accepted(replica, chunks)
-        except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
+        except (NotProcessed, RetryableStatus) as exc:  # provably never processed by the replica
             rec.may_have_generated = False
             replica.health.on_evidence(exc.evidence, time.monotonic())
             if isinstance(exc, RetryableStatus):

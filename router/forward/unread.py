@@ -1,0 +1,85 @@
+"""A reset with the request still unread: the replica provably never processed it.
+
+Why (issue 31, item 1): SIGKILL tears a process's memory down before its file descriptors, so
+for 15-90 ms a dead replica's kernel still accepts connections and request bytes that nobody will
+ever read. A request written then never reached the replica, yet the router saw it "sent"; the
+never-twice rule kept it a client's 502, several per crash with several router workers.
+
+The proof that such a request was never processed, from two facts:
+
+1. **A reset means some of the request was unread.** Linux closes a TCP socket that still has
+   unread bytes in its receive buffer with a reset (RST: ``ECONNRESET`` at the router) instead
+   of a FIN (RFC 2525 2.17; ``tcp_close``), and so it does for the connections still in a
+   listening socket's accept queue when that closes, and for data arriving at a socket that is
+   gone. A replica that read the whole request and then died leaves an empty buffer: the router
+   sees a clean end of stream ("Server disconnected"), never a reset. The router sends one request
+   per connection and nothing after it, so whatever was unread includes the request's last
+   byte: the replica never had the whole request (Content-Length framing), so it cannot have
+   started it. A reset arriving before the response's headers is therefore such a close.
+2. **The process is really gone.** A reset can also come from something else than the replica's
+   own kernel closing its socket: a middlebox (proxy, sidecar, NAT or firewall dropping state),
+   another process of a multi-process server, a server aborting a connection on purpose
+   (``SO_LINGER`` 0) after reading a request. So a reset is only believed when, right after it,
+   a fresh TCP connect to the replica's host and port is refused or the host is unreachable
+   (:func:`port_closed`, within ``PROBE_S``): nothing listens there any more. A port that still
+   accepts (a sidecar, a sibling process, a replica restarted at once), a connect that times out
+   (a partition, a full backlog: no verdict) or any other failure keeps the failure what it was.
+
+Assumed, and true of uvicorn (vLLM's OpenAI server, the sim): the replica's server does not
+abort a connection with a reset after reading a request and then exit within the probe's time.
+Not covered: a reset from a proxy between router and replica whose own port then closes too
+(a sidecar killed with its pod) where the proxy had passed the whole request on.
+
+Only ``errno`` ``ECONNRESET`` from the kernel counts. aiohttp raises a ``ConnectionResetError``
+without an errno ("Cannot write to closing transport") when it saw the connection close before
+writing: why it closed (a reset or a clean end) is not known there, so it does not count; nor
+does ``EPIPE`` (a reset that came after the peer's FIN: it had closed cleanly first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+
+# How long the probe connect may take (seconds): a closed port on a live host refuses within one
+# round trip; the probe runs only on this rare failure, on the request's path.
+PROBE_S = 0.2
+# Connect failures that say nothing listens on the replica's port any more
+_GONE = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
+
+
+def reset_by_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` or one of the errors it was raised from (``__cause__``, else
+    ``__context__``) is an OSError with ``errno`` ECONNRESET: the peer's kernel reset the
+    connection. Pure: nothing is sent or read."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ECONNRESET:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+async def port_closed(host: str, port: int, timeout_s: float = PROBE_S) -> bool:
+    """Whether a new TCP connection to ``host``:``port`` is refused (or its host or network is
+    unreachable) within ``timeout_s`` seconds. False when it connects (the connection is closed
+    at once, nothing sent), times out, or fails otherwise (a name that does not resolve, ...)."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_s):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            for family, kind, proto, _, address in infos[:1]:
+                sock = socket.socket(family, kind, proto)
+                sock.setblocking(False)
+                try:
+                    await loop.sock_connect(sock, address)
+                finally:
+                    sock.close()
+    except TimeoutError:  # an OSError too: first
+        return False
+    except OSError as exc:
+        return exc.errno in _GONE
+    return False
