@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
+import itertools
 import signal
 import socket
 import subprocess
@@ -166,7 +166,7 @@ async def test_a_reset_while_the_port_stays_open_is_not_retried(transport, unrea
 
 def _chained(*chain: BaseException) -> BaseException:
     """``chain[0]`` raised from ``chain[1]`` raised from ... (``__cause__`` links)."""
-    for outer, inner in zip(chain, chain[1:]):
+    for outer, inner in itertools.pairwise(chain):
         outer.__cause__ = inner
     return chain[0]
 
