@@ -20,8 +20,8 @@ The proof that such a request was never processed, from two facts:
    own kernel closing its socket: a middlebox (proxy, sidecar, NAT or firewall dropping state),
    another process of a multi-process server, a server aborting a connection on purpose
    (``SO_LINGER`` 0) after reading a request. So a reset is only believed when, right after it,
-   a fresh TCP connect to the replica's host and port is refused or the host is unreachable
-   (:func:`port_closed`, within ``PROBE_S``): nothing listens there any more. A port that still
+   fresh TCP connects to the replica's host and port are refused or the host is unreachable
+   (:func:`port_closed`, polled for at most ``PROBE_S``): nothing listens there any more. A port that still
    accepts (a sidecar, a sibling process, a replica restarted at once), a connect that times out
    (a partition, a full backlog: no verdict) or any other failure keeps the failure what it was.
 
@@ -42,8 +42,9 @@ import asyncio
 import errno
 import socket
 
-# How long the probe connect may take (seconds): a closed port on a live host refuses within one
-# round trip; the probe runs only on this rare failure, on the request's path.
+# How long the port is polled (seconds): a closed port on a live host refuses within one round
+# trip, so a dead replica's reset is retried within a few ms; a reset from something whose port
+# still listens costs this long before its 502. Only on this rare failure, on the request's path.
 PROBE_S = 0.2
 # Connect failures that say nothing listens on the replica's port any more
 _GONE = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
@@ -64,22 +65,33 @@ def reset_by_peer(exc: BaseException) -> bool:
 
 
 async def port_closed(host: str, port: int, timeout_s: float = PROBE_S) -> bool:
-    """Whether a new TCP connection to ``host``:``port`` is refused (or its host or network is
-    unreachable) within ``timeout_s`` seconds. False when it connects (the connection is closed
-    at once, nothing sent), times out, or fails otherwise (a name that does not resolve, ...)."""
+    """Whether new TCP connections to ``host``:``port`` are refused (or its host or network is
+    unreachable) within ``timeout_s`` seconds. A connect that succeeds is closed at once
+    (nothing sent) and tried again after a pause (2 ms, doubling up to 50 ms): a dying process's
+    kernel closes its descriptors one by one, and its listening socket can outlive the
+    connection that was reset by a few ms (seen with the sim: a request socket on a lower
+    descriptor). A connect reset on a listening socket closing at that moment is tried again too.
+    False when every connect until ``timeout_s`` succeeded (something listens: a sidecar, a
+    sibling process, a replica restarted at once), one timed out, or one failed otherwise (a
+    name that does not resolve, ...)."""
     loop = asyncio.get_running_loop()
+    pause = 0.002
     try:
         async with asyncio.timeout(timeout_s):
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            for family, kind, proto, _, address in infos[:1]:
+            family, kind, proto, _, address = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+            while True:
                 sock = socket.socket(family, kind, proto)
                 sock.setblocking(False)
                 try:
                     await loop.sock_connect(sock, address)
+                except OSError as exc:
+                    if exc.errno != errno.ECONNRESET:
+                        return exc.errno in _GONE
                 finally:
                     sock.close()
-    except TimeoutError:  # an OSError too: first
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 0.05)
+    except TimeoutError:
         return False
-    except OSError as exc:
-        return exc.errno in _GONE
-    return False
+    except OSError:  # the name did not resolve
+        return False

@@ -50,8 +50,8 @@ class ConnectFailed(NotProcessed):
 
 class ResetUnread(NotProcessed):
     """The replica's kernel reset the connection before the response's headers, so part of the
-    request was still unread when its socket closed, and right after that a fresh connect to its
-    port was refused: the process is gone and never had the whole request (a replica SIGKILLed
+    request was still unread when its socket closed, and right after that (within 200 ms) fresh
+    connects to its port were refused: the process is gone and never had the whole request (a replica SIGKILLed
     while the request was on its way; the reasoning and its limits: router/forward/unread.py).
     Safe to retry elsewhere. A reset while the port still accepts, or a clean end of stream
     (the replica may have read the request, then died), stays an UpstreamError: never retried."""
@@ -198,7 +198,7 @@ class Upstream:
         except httpx.HTTPError as exc:
             failure = _failed(exc, progress, url, ttfb_timeout_s)
             # A reset before any response header: was the request left unread by a replica
-            # that is gone? (router/forward/unread.py; costs one connect, at most PROBE_S)
+            # that is gone? (router/forward/unread.py; a few connects, at most PROBE_S)
             if type(failure) is UpstreamError and reset_by_peer(exc) and await port_closed(
                     parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)):
                 failure = ResetUnread(f"replica {url} reset the connection with the request unread and no "
