@@ -68,9 +68,11 @@ async def port_closed(host: str, port: int, timeout_s: float = PROBE_S) -> bool:
     """Whether new TCP connections to ``host``:``port`` are refused (or its host or network is
     unreachable) within ``timeout_s`` seconds. A connect that succeeds is closed at once
     (nothing sent) and tried again after a pause (2 ms, doubling up to 50 ms): a dying process's
-    kernel closes its descriptors one by one, and its listening socket can outlive the
-    connection that was reset by a few ms (seen with the sim: a request socket on a lower
-    descriptor). A connect reset on a listening socket closing at that moment is tried again too.
+    kernel closes its descriptors one by one, in descriptor order, so its listening socket can
+    outlive the reset connection by a few ms (a connection on a lower descriptor; a single
+    connect after the reset was not refused in 1 of 5 runs of tests/router/
+    test_dead_replica_idle.py). A connect reset by a listening socket closing at that moment
+    (it was queued there) is tried again too.
     False when every connect until ``timeout_s`` succeeded (something listens: a sidecar, a
     sibling process, a replica restarted at once), one timed out, or one failed otherwise (a
     name that does not resolve, ...)."""
