@@ -21,14 +21,22 @@ The proof that such a request was never processed, from two facts:
    another process of a multi-process server, a server aborting a connection on purpose
    (``SO_LINGER`` 0) after reading a request. So a reset is only believed when, right after it,
    fresh TCP connects to the replica's host and port are refused or the host is unreachable
-   (:func:`port_closed`, polled for at most ``PROBE_S``): nothing listens there any more. A port that still
-   accepts (a sidecar, a sibling process, a replica restarted at once), a connect that times out
-   (a partition, a full backlog: no verdict) or any other failure keeps the failure what it was.
+   (:func:`port_closed`, polled for at most ``PROBE_S``): nothing listens there any more. A
+   port that still accepts (a sidecar, a sibling process, a replica restarted at once), a
+   connect that times out (a partition, a full backlog: no verdict) or any other failure keeps
+   the failure what it was: a 502, never sent twice.
 
 Assumed, and true of uvicorn (vLLM's OpenAI server, the sim): the replica's server does not
-abort a connection with a reset after reading a request and then exit within the probe's time.
-Not covered: a reset from a proxy between router and replica whose own port then closes too
-(a sidecar killed with its pod) where the proxy had passed the whole request on.
+abort a connection with a reset after reading a request and then exit within the probe's time;
+nor does a proxy between router and replica (one that passed the whole request on, then reset
+the router's connection and closed its own port within 200 ms). A proxy that dies itself is
+covered: it can only have passed on what it read.
+
+Not covered (stays a 502): a request written into a pooled connection at the moment the dead
+replica's kernel closes it with an empty buffer. Its FIN crosses the request, which is reset
+unread at the far end, but the router sees the FIN first: a clean end of stream, the same as
+from a replica that read the request and died (about one run in ten of
+tests/router/test_dead_replica_idle.py).
 
 Only ``errno`` ``ECONNRESET`` from the kernel counts. aiohttp raises a ``ConnectionResetError``
 without an errno ("Cannot write to closing transport") when it saw the connection close before
