@@ -39,7 +39,7 @@ from router.forward.chooser import Chooser
 from router.forward.ratelimit import RateLimiter
 from router.forward.storing import AnswerStore
 from router.forward.tokens import PromptTokens
-from router.forward.upstream import ConnectFailed, RetryableStatus, Upstream, read_body, read_error_body
+from router.forward.upstream import NotProcessed, RetryableStatus, Upstream, read_body, read_error_body
 from router.observe.counters import TrafficCounters
 from router.observe.metrics import RouterMetrics
 from router.observe.record import Record
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 # with forward_client_key to a replica without a backend key of the router's (router/forward/credentials.py).
 _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
-MAX_ATTEMPTS = 3  # replicas tried that could not be connected to
+MAX_ATTEMPTS = 3  # replicas tried that could not be connected to or reset the request unread (NotProcessed)
 MAX_REFUSALS = 8  # replicas tried that answered 429/503
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
@@ -201,9 +201,11 @@ class Forwarder:
                    method: str = "POST", pinned: str | None = None, content_type: str = _JSON,
                    streamed: bool = False) -> tuple[httpx.Response, Lease]:
         """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
-        connect error, 429 or 503 (nothing reached the client yet) retry on a different replica:
-        at most MAX_ATTEMPTS replicas that could not be connected to (each may cost the connect
-        timeout), at most MAX_REFUSALS that answered 429/503 (each costs one round trip; a
+        failure that proves the replica never processed the request (NotProcessed: no connection,
+        or a reset with the request unread by a replica whose port closed, router/forward/unread.py),
+        a 429 or a 503, retry on a different replica; this runs before any byte of an answer
+        reached the client (the response is returned unread). At most MAX_ATTEMPTS replicas that
+        could not be connected to or reset (each may cost the connect timeout), at most MAX_REFUSALS that answered 429/503 (each costs one round trip; a
         scale-down drains several replicas at once, and every one of them refuses). ``pinned``: only the replica of that URL may take it (a
         Responses API follow-up: no other replica holds its state). ``streamed``: the answer is an
         SSE stream (else it comes whole: its prompt's pending prefill ends when a scrape shows the
@@ -255,7 +257,7 @@ class Forwarder:
                 opened = True
                 if 200 <= response.status_code < 300:  # for a non-stream answer: once it is done
                     chooser.accepted(replica, chunks)
-            except (ConnectFailed, RetryableStatus) as exc:  # provably never reached the replica
+            except (NotProcessed, RetryableStatus) as exc:  # provably never processed by the replica
                 rec.may_have_generated = False
                 replica.health.on_evidence(exc.evidence, time.monotonic())
                 if isinstance(exc, RetryableStatus):

@@ -20,6 +20,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from router.errors import UpstreamError, UpstreamTimeout
 from router.forward.liveconn import CheckedConnector
+from router.forward.unread import port_closed, reset_by_peer
 
 RETRYABLE_STATUS = frozenset({429, 503})
 # Idle pooled connections are closed after this many seconds, before the replica's own
@@ -33,11 +34,27 @@ KEEPALIVE_EXPIRY_S = 2.0
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
-class ConnectFailed(UpstreamError):
+class NotProcessed(UpstreamError):
+    """A failure that proves the replica never processed the request: the only failures the
+    service retries on another replica (router/forward/service.py ``open_upstream``), and only
+    before any byte of an answer reached the client. Evidence of a replica that cannot be
+    reached (``connect_failure``) for its circuit breaker."""
+
+    evidence = "connect_failure"
+
+
+class ConnectFailed(NotProcessed):
     """No connection to the replica was ever established (refused, unreachable, connect
     timeout): nothing was sent, so the request is safe to retry elsewhere."""
 
-    evidence = "connect_failure"
+
+class ResetUnread(NotProcessed):
+    """The replica's kernel reset the connection before the response's headers, so part of the
+    request was still unread when its socket closed, and right after that (within 200 ms) fresh
+    connects to its port were refused: the process is gone and never had the whole request (a replica SIGKILLed
+    while the request was on its way; the reasoning and its limits: router/forward/unread.py).
+    Safe to retry elsewhere. A reset while the port still accepts, or a clean end of stream
+    (the replica may have read the request, then died), stays an UpstreamError: never retried."""
 
 
 class RetryableStatus(UpstreamError):
@@ -158,10 +175,12 @@ class Upstream:
         """Send ``body`` to ``url`` (``method``, POST by default) and return the response with
         its body not yet read.
 
-        Timeouts in seconds. Raises ConnectFailed when no connection was ever established
-        (the only failure retried elsewhere), RetryableStatus (429/503), UpstreamTimeout (no
-        response headers within ``ttfb_timeout_s``; 504), UpstreamError (the connection broke
-        after it carried the request, or any failure the transport did not trace; 502).
+        Timeouts in seconds. Raises NotProcessed when the replica provably never processed
+        the request (the only failures retried elsewhere): ConnectFailed (no connection was
+        ever established) or ResetUnread (reset with the request unread by a replica whose
+        port is closed now); RetryableStatus (429/503), UpstreamTimeout (no response headers
+        within ``ttfb_timeout_s``; 504), UpstreamError (the connection broke after it carried
+        the request, or any failure the transport did not trace; 502).
         The caller must close the returned response.
         """
         parsed = self._urls.get(url)
@@ -177,7 +196,14 @@ class Upstream:
         try:
             response = await self.transport.handle_async_request(request)
         except httpx.HTTPError as exc:
-            raise _failed(exc, progress, url, ttfb_timeout_s) from None
+            failure = _failed(exc, progress, url, ttfb_timeout_s)
+            # A reset before any response header: was the request left unread by a replica
+            # that is gone? (router/forward/unread.py; a few connects, at most PROBE_S)
+            if type(failure) is UpstreamError and reset_by_peer(exc) and await port_closed(
+                    parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)):
+                failure = ResetUnread(f"replica {url} reset the connection with the request unread and no "
+                                      f"longer listens: never processed ({exc!r})", code="replica_unreachable")
+            raise failure from None
         finally:
             _PROGRESS.reset(token)
         response.request = request
