@@ -60,8 +60,9 @@ class NaiveEmbedder:
     def __init__(self, encoder: Encoder, nice: int) -> None:
         self.encoder = encoder
         self.dim = encoder.dim
-        self._pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
-                                        initializer=lower_thread_priority, initargs=(nice,))
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(32, (os.cpu_count() or 1) + 4), initializer=lower_thread_priority, initargs=(nice,)
+        )
 
     async def embed(self, text: str, timeout_s: float = 60.0) -> np.ndarray:
         vectors = await asyncio.get_running_loop().run_in_executor(self._pool, self.encoder.encode, [text])
@@ -72,14 +73,20 @@ class NaiveEmbedder:
 
 
 def request(text: str) -> CacheRequest:
-    return CacheRequest("chat.completions", {"model": "bench", "messages": [{"role": "user", "content": text}]}, "bench")
+    return CacheRequest(
+        "chat.completions", {"model": "bench", "messages": [{"role": "user", "content": text}]}, "bench"
+    )
 
 
 def response(i: int) -> dict[str, Any]:
-    return {"id": f"b{i}", "object": "chat.completion", "created": 0, "model": "bench",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer {i}"},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 50, "total_tokens": 70}}
+    return {
+        "id": f"b{i}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer {i}"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 50, "total_tokens": 70},
+    }
 
 
 async def run_cell(cache: ResponseCache, texts: list[str], concurrency: int) -> dict[str, Any]:
@@ -101,12 +108,16 @@ async def run_cell(cache: ResponseCache, texts: list[str], concurrency: int) -> 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     ms = sorted(x * 1000 for x in latencies)
-    return {"lookups": len(ms), "p50_ms": round(statistics.median(ms), 2),
-            "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 2),
-            "lookups_per_s": round(len(ms) / wall, 1),
-            # CPU seconds of this process (all threads): what a lookup costs on a shared machine
-            "cpu_ms_per_lookup": round(1000 * cpu / len(ms), 2), "outcomes": outcomes,
-            "loadavg_1m": round(os.getloadavg()[0], 1)}
+    return {
+        "lookups": len(ms),
+        "p50_ms": round(statistics.median(ms), 2),
+        "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 2),
+        "lookups_per_s": round(len(ms) / wall, 1),
+        # CPU seconds of this process (all threads): what a lookup costs on a shared machine
+        "cpu_ms_per_lookup": round(1000 * cpu / len(ms), 2),
+        "outcomes": outcomes,
+        "loadavg_1m": round(os.getloadavg()[0], 1),
+    }
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,18 +127,32 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"promptedge:bench:{uuid.uuid4().hex[:8]}"
     # embedding threads, lanes and window from PROMPTEDGE_CACHE_* as in the router
     settings = CacheSettings(key_prefix=prefix, redis_timeout_s=1.0, embed_timeout_s=30.0)
-    encoder = load_encoder(settings.embedding_model, settings.embedding_threads,
-                           args.backend or settings.embed_backend, settings.onnx_cache_dir)
+    encoder = load_encoder(
+        settings.embedding_model,
+        settings.embedding_threads,
+        args.backend or settings.embed_backend,
+        settings.onnx_cache_dir,
+    )
     cache = ResponseCache(client, settings, encoder=encoder)
     await cache.start()
     assert cache.semantic is not None and cache.semantic.embedder is not None
-    batched = BatchingEmbedder(encoder, window_s=settings.embed_window_s, max_batch=settings.embed_max_batch,
-                               cache_size=0, lanes=settings.lanes(), nice=settings.embed_nice)
+    batched = BatchingEmbedder(
+        encoder,
+        window_s=settings.embed_window_s,
+        max_batch=settings.embed_max_batch,
+        cache_size=0,
+        lanes=settings.lanes(),
+        nice=settings.embed_nice,
+    )
     cache.semantic.embedder = batched
     try:
         for start in range(0, half, 32):  # 32 at a time: within the Redis connection pool
-            await asyncio.gather(*(cache.store(request(p["origin"]), response(start + i))
-                                   for i, p in enumerate(pairs[start : min(half, start + 32)])))
+            await asyncio.gather(
+                *(
+                    cache.store(request(p["origin"]), response(start + i))
+                    for i, p in enumerate(pairs[start : min(half, start + 32)])
+                )
+            )
         # keep only paraphrases the cache serves (the others would be misses in the hit cell)
         semantic = [p["similar"] for p in pairs[:half]]
         outcomes = [await cache.lookup(request(t)) for t in semantic]
@@ -138,8 +163,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, Any] = {}
         naive = NaiveEmbedder(encoder, settings.embed_nice)
         # loaded last: it sets torch's (process-wide) thread count to its default, one per core
-        st_naive = NaiveEmbedder(load_encoder(settings.embedding_model, os.cpu_count() or 1, "torch"),
-                                 settings.embed_nice)
+        st_naive = NaiveEmbedder(
+            load_encoder(settings.embedding_model, os.cpu_count() or 1, "torch"), settings.embed_nice
+        )
         # the two modes of a cell run back to back, so a change in the neighbours' load between
         # cells moves both sides of a ratio alike
         for kind, texts in (("exact", exact), ("semantic", semantic), ("miss", misses)):
@@ -150,16 +176,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     n = min(len(texts), args.lookups * (1 if c == 1 else 2))
                     cell = await run_cell(cache, texts[:n], c)
                     results[f"{mode}/{kind}/{c}"] = cell
-                    print(f"  {mode:7} {kind:8} c={c:<2} p50 {cell['p50_ms']:7.2f} ms  p99 {cell['p99_ms']:7.2f} ms  "
-                          f"{cell['lookups_per_s']:7.1f}/s  {cell['outcomes']}", file=sys.stderr)
+                    print(
+                        f"  {mode:7} {kind:8} c={c:<2} p50 {cell['p50_ms']:7.2f} ms  p99 {cell['p99_ms']:7.2f} ms  "
+                        f"{cell['lookups_per_s']:7.1f}/s  {cell['outcomes']}",
+                        file=sys.stderr,
+                    )
         cache.semantic.embedder = batched
         naive.close()
         st_naive.close()
-        return {"results": results, "backend": getattr(encoder, "backend", "custom"), "lanes": batched.lanes,
-                "threads_per_pass": settings.embedding_threads, "nice": settings.embed_nice,
-                "window_s": settings.embed_window_s, "stored": half, "semantic_queries": len(semantic),
-                "forward_passes_batched": batched.batches, "cpu_count": os.cpu_count(),
-                "loadavg_1m_at_end": os.getloadavg()[0]}
+        return {
+            "results": results,
+            "backend": getattr(encoder, "backend", "custom"),
+            "lanes": batched.lanes,
+            "threads_per_pass": settings.embedding_threads,
+            "nice": settings.embed_nice,
+            "window_s": settings.embed_window_s,
+            "stored": half,
+            "semantic_queries": len(semantic),
+            "forward_passes_batched": batched.batches,
+            "cpu_count": os.cpu_count(),
+            "loadavg_1m_at_end": os.getloadavg()[0],
+        }
     finally:
         await cache.aclose()
         keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
@@ -219,31 +256,47 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
             select(query, rules, 0.96)
             times["rules" + suffix].append(time.perf_counter() - started)
     gc.unfreeze()
-    out: dict[str, Any] = {"lookups": len(times["rules"]), "candidates_above_prefilter_mean": round(float(np.mean(
-        [sum(c[1] >= verifier.min_cosine for c in cs) for cs in found])), 2), "loadavg_1m": round(os.getloadavg()[0], 1)}
+    out: dict[str, Any] = {
+        "lookups": len(times["rules"]),
+        "candidates_above_prefilter_mean": round(
+            float(np.mean([sum(c[1] >= verifier.min_cosine for c in cs) for cs in found])), 2
+        ),
+        "loadavg_1m": round(os.getloadavg()[0], 1),
+    }
     for name, values in times.items():
         ms = sorted(x * 1000 for x in values)
-        out[name] = {"p50_ms": round(statistics.median(ms), 3), "p99_ms": round(ms[int(0.99 * len(ms))], 3),
-                     "max_ms": round(ms[-1], 3)}
+        out[name] = {
+            "p50_ms": round(statistics.median(ms), 3),
+            "p99_ms": round(ms[int(0.99 * len(ms))], 3),
+            "max_ms": round(ms[-1], 3),
+        }
     return out
 
 
 def table(report: dict[str, Any]) -> str:
     r = report["results"]
-    lines = [f"{'lookup':9} {'conc':>4} | {'batched p50':>11} {'p99':>8} {'/s':>7} {'cpu ms':>7} | "
-             f"{'naive p50':>9} {'p99':>8} {'/s':>7} {'cpu ms':>7} | {'speed-up':>8} {'cpu ratio':>9} | "
-             f"{'st_naive p50':>12} {'/s':>7} {'cpu ms':>7} | {'speed-up':>8}"]
+    lines = [
+        f"{'lookup':9} {'conc':>4} | {'batched p50':>11} {'p99':>8} {'/s':>7} {'cpu ms':>7} | "
+        f"{'naive p50':>9} {'p99':>8} {'/s':>7} {'cpu ms':>7} | {'speed-up':>8} {'cpu ratio':>9} | "
+        f"{'st_naive p50':>12} {'/s':>7} {'cpu ms':>7} | {'speed-up':>8}"
+    ]
     for kind in ("exact", "semantic", "miss"):
         for c in CONCURRENCY:
             b, n = r[f"batched/{kind}/{c}"], r[f"naive/{kind}/{c}"]
-            line = (f"{kind:9} {c:>4} | {b['p50_ms']:>11.2f} {b['p99_ms']:>8.2f} {b['lookups_per_s']:>7.1f} "
-                    f"{b['cpu_ms_per_lookup']:>7.2f} | {n['p50_ms']:>9.2f} {n['p99_ms']:>8.2f} "
-                    f"{n['lookups_per_s']:>7.1f} {n['cpu_ms_per_lookup']:>7.2f} | "
-                    f"{b['lookups_per_s'] / n['lookups_per_s']:>7.2f}x "
-                    f"{n['cpu_ms_per_lookup'] / max(b['cpu_ms_per_lookup'], 1e-9):>8.2f}x | ")
+            line = (
+                f"{kind:9} {c:>4} | {b['p50_ms']:>11.2f} {b['p99_ms']:>8.2f} {b['lookups_per_s']:>7.1f} "
+                f"{b['cpu_ms_per_lookup']:>7.2f} | {n['p50_ms']:>9.2f} {n['p99_ms']:>8.2f} "
+                f"{n['lookups_per_s']:>7.1f} {n['cpu_ms_per_lookup']:>7.2f} | "
+                f"{b['lookups_per_s'] / n['lookups_per_s']:>7.2f}x "
+                f"{n['cpu_ms_per_lookup'] / max(b['cpu_ms_per_lookup'], 1e-9):>8.2f}x | "
+            )
             st = r.get(f"st_naive/{kind}/{c}")
-            line += (f"{st['p50_ms']:>12.2f} {st['lookups_per_s']:>7.1f} {st['cpu_ms_per_lookup']:>7.2f} | "
-                     f"{b['lookups_per_s'] / st['lookups_per_s']:>7.2f}x" if st else f"{'-':>12} {'-':>7} {'-':>7} | {'-':>8}")
+            line += (
+                f"{st['p50_ms']:>12.2f} {st['lookups_per_s']:>7.1f} {st['cpu_ms_per_lookup']:>7.2f} | "
+                f"{b['lookups_per_s'] / st['lookups_per_s']:>7.2f}x"
+                if st
+                else f"{'-':>12} {'-':>7} {'-':>7} | {'-':>8}"
+            )
             lines.append(line)
     return "\n".join(lines)
 
@@ -253,28 +306,42 @@ if __name__ == "__main__":
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--redis-url", default=os.environ.get("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--lookups", type=int, default=100, help="lookups per cell at concurrency 1 (x2 above)")
-    parser.add_argument("--backend", choices=("auto", "onnx", "torch"),
-                        help="encoder backend of both sides (default: PROMPTEDGE_CACHE_EMBED_BACKEND, auto)")
-    parser.add_argument("--verification-only", action="store_true",
-                        help="only the verification stage's cost per lookup: rules against the learned verifier")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "onnx", "torch"),
+        help="encoder backend of both sides (default: PROMPTEDGE_CACHE_EMBED_BACKEND, auto)",
+    )
+    parser.add_argument(
+        "--verification-only",
+        action="store_true",
+        help="only the verification stage's cost per lookup: rules against the learned verifier",
+    )
     arguments = parser.parse_args()
     if arguments.verification_only:
         cost = verification_cost(load_encoder(backend=arguments.backend or "auto"))
-        print(f"verification per lookup ({cost['lookups']} lookups, {cost['candidates_above_prefilter_mean']} "
-              f"candidates above the learned prefilter on average, load {cost['loadavg_1m']}):")
+        print(
+            f"verification per lookup ({cost['lookups']} lookups, {cost['candidates_above_prefilter_mean']} "
+            f"candidates above the learned prefilter on average, load {cost['loadavg_1m']}):"
+        )
         for name in ("rules", "learned", "rules_unfrozen", "learned_unfrozen"):
-            print(f"  {name:16} p50 {cost[name]['p50_ms']:.3f} ms  p99 {cost[name]['p99_ms']:.3f} ms  "
-                  f"max {cost[name]['max_ms']:.3f} ms")
-        print(f"  learned / rules p99: {cost['learned']['p99_ms'] / max(cost['rules']['p99_ms'], 1e-9):.2f}x; "
-              f"learned unfrozen / frozen p99: "
-              f"{cost['learned_unfrozen']['p99_ms'] / max(cost['learned']['p99_ms'], 1e-9):.2f}x")
+            print(
+                f"  {name:16} p50 {cost[name]['p50_ms']:.3f} ms  p99 {cost[name]['p99_ms']:.3f} ms  "
+                f"max {cost[name]['max_ms']:.3f} ms"
+            )
+        print(
+            f"  learned / rules p99: {cost['learned']['p99_ms'] / max(cost['rules']['p99_ms'], 1e-9):.2f}x; "
+            f"learned unfrozen / frozen p99: "
+            f"{cost['learned_unfrozen']['p99_ms'] / max(cost['learned']['p99_ms'], 1e-9):.2f}x"
+        )
         if arguments.json:
             arguments.json.parent.mkdir(parents=True, exist_ok=True)
             arguments.json.write_text(json.dumps({"verification": cost}, indent=2))
         sys.exit(0)
     report = asyncio.run(main(arguments))
-    print(f"encoder backend {report['backend']} ({report['threads_per_pass']} thread(s) per pass), batched: "
-          f"{report['lanes']} lanes, window {report['window_s']} s; encoder threads at nice +{report['nice']}")
+    print(
+        f"encoder backend {report['backend']} ({report['threads_per_pass']} thread(s) per pass), batched: "
+        f"{report['lanes']} lanes, window {report['window_s']} s; encoder threads at nice +{report['nice']}"
+    )
     print(table(report))
     print(f"load average (1 min) at the end: {report['loadavg_1m_at_end']:.1f} on {report['cpu_count']} CPUs")
     if arguments.json:

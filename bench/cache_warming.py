@@ -115,9 +115,10 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -295,8 +296,16 @@ class Tally:
     busy_ticks: int = 0  # of those, ticks in which the pool was not idle
 
 
-def replay(req: Requests, t0: float, t1: float, ttl_s: float, gen_s: float, peak: set[int], step: float,
-           warming: Warming | None) -> Tally:
+def replay(
+    req: Requests,
+    t0: float,
+    t1: float,
+    ttl_s: float,
+    gen_s: float,
+    peak: set[int],
+    step: float,
+    warming: Warming | None,
+) -> Tally:
     """Replay ``req`` (those in [t0 - ttl_s, t1), the cache empty at t0 - ttl_s) through an
     exact cache with a fixed TTL; with ``warming``, the warmer runs every tick from t0.
     ``peak``: epoch window numbers (t // step) of the peak slots."""
@@ -345,9 +354,16 @@ def replay(req: Requests, t0: float, t1: float, ttl_s: float, gen_s: float, peak
     return tally
 
 
-def _warm_plan(warming: Warming, now: float, expiry: dict[int, float], recent: list[int], gen_s: float,
-               tokens: float, last: float | None,
-               tally: Tally) -> tuple[list[tuple[float, int, float]], float, float | None]:
+def _warm_plan(
+    warming: Warming,
+    now: float,
+    expiry: dict[int, float],
+    recent: list[int],
+    gen_s: float,
+    tokens: float,
+    last: float | None,
+    tally: Tally,
+) -> tuple[list[tuple[float, int, float]], float, float | None]:
     """The warm generations of the tick starting at ``now``: (time, key, slot end), paced by the
     bucket; none when ``peak_slot`` names no slot or the pool is not idle."""
     policy = warming.policy
@@ -378,8 +394,9 @@ def _warm_plan(warming: Warming, now: float, expiry: dict[int, float], recent: l
     return plan, tokens, last
 
 
-def _warm(item: tuple[float, int, float], expiry: dict[int, float], warm_of: dict[int, int], tally: Tally,
-          ttl_s: float) -> int:
+def _warm(
+    item: tuple[float, int, float], expiry: dict[int, float], warm_of: dict[int, int], tally: Tally, ttl_s: float
+) -> int:
     """Regenerate one key at its planned time: 1 generation, or 0 when a request missed on it
     earlier in the tick and its new entry already lives through the slot (as ``choose`` would
     say now; the token is spent)."""
@@ -426,15 +443,19 @@ def prepare(args: argparse.Namespace, policy: WarmPolicy) -> Setup:
     peak: set[int] = set()  # epoch window numbers (t // step), as the replay reads a request's window
     base = round(traffic.start / step)
     for d in range(args.days - args.eval_days, args.days):
-        day = y[d * per_day:(d + 1) * per_day]
+        day = y[d * per_day : (d + 1) * per_day]
         top = np.argsort(-np.nan_to_num(day), kind="stable")[: args.peak_slots]
         peak.update(int(base + d * per_day + i) for i in top)
     # The forecaster's backtest on the scaled arrivals: its rolling forecasts (the model chosen
     # daily at the warm-up lead, as the live forecaster's) and its predictive policy's replicas.
     # test_fraction half a window short of the scored days, so its first origin is theirs exactly.
     per_replica = 1.0 / args.gen_gpu_s
-    cfg = BacktestConfig(warmup_s=args.warmup_s, capacity=per_replica, models=args.models,
-                         test_fraction=(args.eval_days * per_day - 0.5) / y.size)
+    cfg = BacktestConfig(
+        warmup_s=args.warmup_s,
+        capacity=per_replica,
+        models=args.models,
+        test_fraction=(args.eval_days * per_day - 0.5) / y.size,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # statsmodels' convergence warnings during selection
         bt = run_backtest(Traffic(traffic.start, step, y, name=traffic.name), y, cfg, progress=False)
@@ -450,22 +471,31 @@ def prepare(args: argparse.Namespace, policy: WarmPolicy) -> Setup:
         points["oracle"][base + w] = [(float(t_of[v]), float(y[v])) for v in span]
     run = bt.runs["predictive"]
     t0 = traffic.start + first * step
-    pools = {"fixed": Pool(capacity, capacity * args.gen_gpu_s),
-             "autoscaled": Pool(0.0, 0.0, per_replica, t0, bt.tick_s, run.provisioned, run.ready)}
+    pools = {
+        "fixed": Pool(capacity, capacity * args.gen_gpu_s),
+        "autoscaled": Pool(0.0, 0.0, per_replica, t0, bt.tick_s, run.provisioned, run.ready),
+    }
     report: dict[str, Any] = bt.report
     pred = report["policies"]["predictive"]
-    summary = {"points_per_origin": horizon,
-               **{k: report["forecast"][k] for k in ("horizon_steps", "mae", "mae_last_value", "mase")},
-               "models_chosen": report["models_chosen"],
-               "autoscaler": {"warmup_s": args.warmup_s, "per_replica_rps": round(per_replica, 4),
-                              "replica_minutes": round(pred["replica_minutes"], 1),
-                              "under_provisioned_minutes": pred["under_provisioned_minutes"]}}
-    return Setup(y, traffic.start, step, arrivals(y, traffic.start, step, args.seed), first, peak, points,
-                 pools, summary)
+    summary = {
+        "points_per_origin": horizon,
+        **{k: report["forecast"][k] for k in ("horizon_steps", "mae", "mae_last_value", "mase")},
+        "models_chosen": report["models_chosen"],
+        "autoscaler": {
+            "warmup_s": args.warmup_s,
+            "per_replica_rps": round(per_replica, 4),
+            "replica_minutes": round(pred["replica_minutes"], 1),
+            "under_provisioned_minutes": pred["under_provisioned_minutes"],
+        },
+    }
+    return Setup(
+        y, traffic.start, step, arrivals(y, traffic.start, step, args.seed), first, peak, points, pools, summary
+    )
 
 
-def summarise(req: Requests, tally: Tally, t0: float, t1: float, step: float, peak: set[int],
-              gen_s: float) -> dict[str, Any]:
+def summarise(
+    req: Requests, tally: Tally, t0: float, t1: float, step: float, peak: set[int], gen_s: float
+) -> dict[str, Any]:
     """The run's fields (module doc) over the scored span [t0, t1)."""
     scored = (req.t >= t0) & (req.t < t1)
     in_peak = scored & np.isin((req.t // step).astype(np.int64), list(peak))
@@ -475,24 +505,37 @@ def summarise(req: Requests, tally: Tally, t0: float, t1: float, step: float, pe
     peak_requests, peak_hits = int(in_peak.sum()), int(tally.hit[in_peak].sum())
     per_min = np.bincount((warm[:, 0] // 60).astype(np.int64) - int(t0 // 60)) if len(warm) else np.zeros(1)
     return {
-        "requests": requests, "hits": hits, "hit_ratio": round(hits / max(requests, 1), 4),
-        "peak_requests": peak_requests, "peak_hits": peak_hits,
+        "requests": requests,
+        "hits": hits,
+        "hit_ratio": round(hits / max(requests, 1), 4),
+        "peak_requests": peak_requests,
+        "peak_hits": peak_hits,
         "peak_hit_ratio": round(peak_hits / max(peak_requests, 1), 4),
-        "generations": requests - hits, "peak_misses": peak_requests - peak_hits,
+        "generations": requests - hits,
+        "peak_misses": peak_requests - peak_hits,
         "warm_generations": len(warm),
         "gpu_s": round((requests - hits + len(warm)) * gen_s, 1),
         "peak_gpu_s": round((peak_requests - peak_hits + int(warm_peak.sum())) * gen_s, 1),
         "moved_gpu_s": round(int(((~warm_peak) & (warm[:, 2] > 0)).sum()) * gen_s, 1),
-        "warm_hits": int(warm[:, 1].sum()), "warm_wasted": int((warm[:, 1] == 0).sum()),
+        "warm_hits": int(warm[:, 1].sum()),
+        "warm_wasted": int((warm[:, 1] == 0).sum()),
         "warm_max_per_min": int(per_min.max()),
         "targeted_slots": len(tally.targeted),
         "targeted_peak_slots": sum(int(s // step) in peak for s in tally.targeted),
-        "named_ticks": tally.named_ticks, "busy_ticks": tally.busy_ticks,
+        "named_ticks": tally.named_ticks,
+        "busy_ticks": tally.busy_ticks,
     }
 
 
-def warmable_gpu_s(req: Requests, hit: np.ndarray, popularity: Popularity, policy: WarmPolicy, peak: set[int],
-                   step: float, gen_s: float) -> float:
+def warmable_gpu_s(
+    req: Requests,
+    hit: np.ndarray,
+    popularity: Popularity,
+    policy: WarmPolicy,
+    peak: set[int],
+    step: float,
+    gen_s: float,
+) -> float:
     """The ceiling of what warming can move off the peak: GPU-s of the first request in each peak
     slot of each key ``choose`` would consider for it (top_k, seen on min_days_seen days) that
     missed in the run ``hit`` comes from (the off run). Warming every such key just before its
@@ -525,18 +568,23 @@ def run_setting(setup: Setup, prompts: Prompts, settings: WarmingSettings, args:
         tally = replay(req, t0, t1, ttl, args.gen_gpu_s, setup.peak, setup.step, warming)
         runs[name] = summarise(req, tally, t0, t1, setup.step, setup.peak, args.gen_gpu_s)
         if name == "off":
-            runs[name]["warmable_peak_gpu_s"] = warmable_gpu_s(req, tally.hit, popularity, policy, setup.peak,
-                                                               setup.step, args.gen_gpu_s)
+            runs[name]["warmable_peak_gpu_s"] = warmable_gpu_s(
+                req, tally.hit, popularity, policy, setup.peak, setup.step, args.gen_gpu_s
+            )
     off = runs["off"]
     for run in runs.values():
-        run["vs_off"] = {k: round(run[k] / off[k], 4) if off[k] else None
-                         for k in ("peak_gpu_s", "gpu_s", "peak_misses")}
+        run["vs_off"] = {
+            k: round(run[k] / off[k], 4) if off[k] else None for k in ("peak_gpu_s", "gpu_s", "peak_misses")
+        }
     return runs
 
 
 RUNS = ("off", "forecast_fixed", "oracle_fixed", "forecast_autoscaled", "oracle_autoscaled")
-SWEEP = [("repeat_share", v) for v in (0.0, 0.1, 0.5)] + [("zipf_s", v) for v in (0.6, 0.8, 1.2, 1.4)] + \
-    [("per_slot", v) for v in (100, 10000)]
+SWEEP = (
+    [("repeat_share", v) for v in (0.0, 0.1, 0.5)]
+    + [("zipf_s", v) for v in (0.6, 0.8, 1.2, 1.4)]
+    + [("per_slot", v) for v in (100, 10000)]
+)
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -544,23 +592,41 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     document (module docstring: fields and units)."""
     started = time.perf_counter()
     # The product's per-pool settings (cache/warming/settings.py), so the bench runs its defaults.
-    settings = WarmingSettings(enabled=True, history_days=args.history_days, top_k=args.top_k,
-                               budget_per_min=args.budget_per_min, lead_s=args.lead_s,
-                               min_days_seen=min(WARM_DEFAULTS["min_days_seen"], args.history_days),
-                               idle_load=args.idle_load, peak_fraction=args.peak_fraction, min_rise=args.min_rise,
-                               keep_per_slot=args.keep_per_slot)
+    settings = WarmingSettings(
+        enabled=True,
+        history_days=args.history_days,
+        top_k=args.top_k,
+        budget_per_min=args.budget_per_min,
+        lead_s=args.lead_s,
+        min_days_seen=min(WARM_DEFAULTS["min_days_seen"], args.history_days),
+        idle_load=args.idle_load,
+        peak_fraction=args.peak_fraction,
+        min_rise=args.min_rise,
+        keep_per_slot=args.keep_per_slot,
+    )
     policy = settings.policy()
     ttl = CacheSettings.model_fields["ttl_s"].default
     prompts = Prompts(args.repeat_share, args.zipf_s, args.prompts_per_slot)
     setup = prepare(args, policy)
     report: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "workload": {"trace": Path(args.trace).name, "mean_rps": args.mean_rps, "days": args.days,
-                     "scored_days": args.eval_days, "arrivals": int(setup.t.size), **asdict(prompts),
-                     "prompt_model": "assumed: no public trace has prompt identity over several days"},
-        "pool": {"capacity_rps": round(setup.pools["fixed"].capacity_rps, 4), "gen_gpu_s": args.gen_gpu_s,
-                 "replicas": round(setup.pools["fixed"].replicas, 2), "ttl_s": ttl},
-        "policy": {**asdict(policy), "keep_per_slot": settings.keep_per_slot}, "forecast": setup.forecast,
+        "workload": {
+            "trace": Path(args.trace).name,
+            "mean_rps": args.mean_rps,
+            "days": args.days,
+            "scored_days": args.eval_days,
+            "arrivals": int(setup.t.size),
+            **asdict(prompts),
+            "prompt_model": "assumed: no public trace has prompt identity over several days",
+        },
+        "pool": {
+            "capacity_rps": round(setup.pools["fixed"].capacity_rps, 4),
+            "gen_gpu_s": args.gen_gpu_s,
+            "replicas": round(setup.pools["fixed"].replicas, 2),
+            "ttl_s": ttl,
+        },
+        "policy": {**asdict(policy), "keep_per_slot": settings.keep_per_slot},
+        "forecast": setup.forecast,
         "peak_slots": sorted(setup.peak),  # epoch window numbers: start = number x 600 s
         "runs": run_setting(setup, prompts, settings, args),
     }
@@ -568,8 +634,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         report["sweep"] = []
         for field_name, value in SWEEP:
             p = Prompts(**{**asdict(prompts), field_name: value})
-            report["sweep"].append({"setting": f"{field_name}={value}", **asdict(p),
-                                    "runs": run_setting(setup, p, settings, args)})
+            report["sweep"].append(
+                {"setting": f"{field_name}={value}", **asdict(p), "runs": run_setting(setup, p, settings, args)}
+            )
     report["wall_s"] = round(time.perf_counter() - started, 1)
     return report
 
@@ -594,7 +661,8 @@ def render(report: dict[str, Any]) -> str:
         f"forecast (the backtest's, {fc['horizon_steps']} window(s) ahead): MAE {fc['mae']:.4g} req/s "
         f"(last value {fc['mae_last_value']:.4g}), models chosen per origin {fc['models_chosen']}",
         f"peak slots: each scored day's top {len(report['peak_slots']) // w['scored_days']} 10-min windows by true rate",
-        ""]
+        "",
+    ]
     lines += _table([(name, run) for name, run in report["runs"].items()])
     if report.get("sweep"):
         lines += ["", "sweep (one prompt-model setting changed from the above each row):"]
@@ -606,14 +674,41 @@ def render(report: dict[str, Any]) -> str:
 
 
 def _table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    head = ("run", "peak hit", "hit", "peak GPU-s", "vs off", "warmable", "moved GPU-s", "warm gens", "wasted",
-            "GPU-s", "vs off", "max/min", "slots (peak)", "named/busy ticks")
-    body = [(name, f"{r['peak_hit_ratio']:.4f}", f"{r['hit_ratio']:.4f}", f"{r['peak_gpu_s']:.0f}",
-             _ratio(r["vs_off"]["peak_gpu_s"]), f"{r['warmable_peak_gpu_s']:.0f}" if "warmable_peak_gpu_s" in r else "",
-             f"{r['moved_gpu_s']:.0f}", str(r["warm_generations"]),
-             str(r["warm_wasted"]), f"{r['gpu_s']:.0f}", _ratio(r["vs_off"]["gpu_s"]), str(r["warm_max_per_min"]),
-             f"{r['targeted_slots']} ({r['targeted_peak_slots']})", f"{r['named_ticks']}/{r['busy_ticks']}")
-            for name, r in rows]
+    head = (
+        "run",
+        "peak hit",
+        "hit",
+        "peak GPU-s",
+        "vs off",
+        "warmable",
+        "moved GPU-s",
+        "warm gens",
+        "wasted",
+        "GPU-s",
+        "vs off",
+        "max/min",
+        "slots (peak)",
+        "named/busy ticks",
+    )
+    body = [
+        (
+            name,
+            f"{r['peak_hit_ratio']:.4f}",
+            f"{r['hit_ratio']:.4f}",
+            f"{r['peak_gpu_s']:.0f}",
+            _ratio(r["vs_off"]["peak_gpu_s"]),
+            f"{r['warmable_peak_gpu_s']:.0f}" if "warmable_peak_gpu_s" in r else "",
+            f"{r['moved_gpu_s']:.0f}",
+            str(r["warm_generations"]),
+            str(r["warm_wasted"]),
+            f"{r['gpu_s']:.0f}",
+            _ratio(r["vs_off"]["gpu_s"]),
+            str(r["warm_max_per_min"]),
+            f"{r['targeted_slots']} ({r['targeted_peak_slots']})",
+            f"{r['named_ticks']}/{r['busy_ticks']}",
+        )
+        for name, r in rows
+    ]
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
     return ["  ".join(c.ljust(wd) for c, wd in zip(row, widths)).rstrip() for row in (head, *body)]
 
@@ -624,11 +719,13 @@ def _ratio(value: float | None) -> str:
 
 def _ranged(low: float, high: float = math.inf, open_low: bool = False) -> Callable[[str], float]:
     """An argparse type: a float in [low, high] ((low, high] with ``open_low``), else a usage error."""
+
     def parse(text: str) -> float:
         value = float(text)
         if not (low < value if open_low else low <= value) or value > high or math.isnan(value):
             raise argparse.ArgumentTypeError(f"{text} is not in {'(' if open_low else '['}{low:g}, {high:g}]")
         return value
+
     return parse
 
 
@@ -638,22 +735,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", type=Path, default=TRACE, help="ServeGen folder (600 s windows)")
     parser.add_argument("--days", type=int, default=14, help="first N days of the trace used")
     parser.add_argument("--eval-days", type=int, default=7, help="last N of those scored; the rest is history")
-    parser.add_argument("--mean-rps", type=_ranged(0, open_low=True), default=1.0, help="mean arrival rate after scaling (req/s)")
-    parser.add_argument("--repeat-share", type=_ranged(0, 1), default=0.3, help="share of requests asking a popular prompt")
+    parser.add_argument(
+        "--mean-rps", type=_ranged(0, open_low=True), default=1.0, help="mean arrival rate after scaling (req/s)"
+    )
+    parser.add_argument(
+        "--repeat-share", type=_ranged(0, 1), default=0.3, help="share of requests asking a popular prompt"
+    )
     parser.add_argument("--zipf-s", type=_ranged(0), default=1.0, help="Zipf exponent over a slot's popular prompts")
     parser.add_argument("--prompts-per-slot", type=int, default=1000, help="popular prompts per 10-min slot of the day")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peak-slots", type=int, default=6, help="scored peak windows per day (top by true rate)")
-    parser.add_argument("--gen-gpu-s", type=_ranged(0, open_low=True), default=GEN_GPU_S, help="GPU-seconds per generation")
-    parser.add_argument("--capacity-rps", type=float, default=None,
-                        help="pool capacity (req/s); default 1.2 x the busiest history window")
-    for name, kind in (("budget_per_min", float), ("top_k", int), ("lead_s", int), ("history_days", int),
-                       ("idle_load", float), ("peak_fraction", float), ("min_rise", float), ("keep_per_slot", int)):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=WARM_DEFAULTS[name],
-                            help="WarmingSettings field (cache/warming/settings.py)")
+    parser.add_argument(
+        "--gen-gpu-s", type=_ranged(0, open_low=True), default=GEN_GPU_S, help="GPU-seconds per generation"
+    )
+    parser.add_argument(
+        "--capacity-rps",
+        type=float,
+        default=None,
+        help="pool capacity (req/s); default 1.2 x the busiest history window",
+    )
+    for name, kind in (
+        ("budget_per_min", float),
+        ("top_k", int),
+        ("lead_s", int),
+        ("history_days", int),
+        ("idle_load", float),
+        ("peak_fraction", float),
+        ("min_rise", float),
+        ("keep_per_slot", int),
+    ):
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=kind,
+            default=WARM_DEFAULTS[name],
+            help="WarmingSettings field (cache/warming/settings.py)",
+        )
     parser.add_argument("--warmup-s", type=float, default=300.0, help="replica warm-up of the autoscaled pool (s)")
-    parser.add_argument("--models", type=lambda s: s.split(","), default=MODELS,
-                        help="forecaster candidates, comma-separated")
+    parser.add_argument(
+        "--models", type=lambda s: s.split(","), default=MODELS, help="forecaster candidates, comma-separated"
+    )
     parser.add_argument("--sweep", action="store_true", help="also the prompt-model sweep (same arrivals)")
     parser.add_argument("--json", type=Path, default=ROOT / "out" / "cache_warming.json")
     return parser

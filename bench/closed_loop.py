@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -37,28 +36,48 @@ def targets(report: dict) -> list[tuple[str, str, bool | None]]:  # type: ignore
     rel = ratios(pol).get("predictive", {})
     rows: list[tuple[str, str, bool | None]] = []
     att = pred.get("slo_attainment")
-    rows.append(("predictive SLO attainment >= 99 %", "-" if att is None else f"{att:.1%}",
-                 None if att is None else att >= 0.99))
+    rows.append(
+        (
+            "predictive SLO attainment >= 99 %",
+            "-" if att is None else f"{att:.1%}",
+            None if att is None else att >= 0.99,
+        )
+    )
     for base, need in (("fixed_peak", 1.3), ("reactive", 1.2)):
         r = rel.get(f"vs_{base}")
-        rows.append((f"goodput/GPU-h >= {need}x {base}", "-" if r is None else f"{r:.2f}x",
-                     None if r is None else r >= need))
+        rows.append(
+            (f"goodput/GPU-h >= {need}x {base}", "-" if r is None else f"{r:.2f}x", None if r is None else r >= need)
+        )
     failed = pred.get("failed_requests")
-    rows.append(("predictive failed requests = 0", "-" if failed is None else str(failed),
-                 None if failed is None else failed == 0))
+    rows.append(
+        (
+            "predictive failed requests = 0",
+            "-" if failed is None else str(failed),
+            None if failed is None else failed == 0,
+        )
+    )
     for name, p in pol.items():
         per_hour = p["wall_s"] / report["segment"]["hours"]
-        rows.append((f"{name}: wall s per simulated hour <= {WALL_TARGET_S_PER_SIM_HOUR:.0f}", f"{per_hour:.0f}",
-                     per_hour <= WALL_TARGET_S_PER_SIM_HOUR))
+        rows.append(
+            (
+                f"{name}: wall s per simulated hour <= {WALL_TARGET_S_PER_SIM_HOUR:.0f}",
+                f"{per_hour:.0f}",
+                per_hour <= WALL_TARGET_S_PER_SIM_HOUR,
+            )
+        )
     return rows
 
 
 def main(
     hours: float = typer.Option(1.0, help="Segment length, simulated hours."),
     speedup: float = typer.Option(7.0, help="Simulated seconds per wall second, in every process."),
-    start_hour: Optional[float] = typer.Option(None, help="Segment start, hours from the trace start (default: "
-                                               "the steepest ramp after 7 days of history)."),
-    max_jump: float = typer.Option(1.35, help="Default segment: the steepest ramp rising at most this factor per window; 0: any rise, a step included."),
+    start_hour: float | None = typer.Option(
+        None, help="Segment start, hours from the trace start (default: the steepest ramp after 7 days of history)."
+    ),
+    max_jump: float = typer.Option(
+        1.35,
+        help="Default segment: the steepest ramp rising at most this factor per window; 0: any rise, a step included.",
+    ),
     policies: str = typer.Option("predictive,reactive,fixed_peak,fixed_mean", help="Comma-separated, run in turn."),
     json_path: Path = typer.Option(Path("out/closed_loop.json"), "--json", help="Report with the targets, JSON."),
     plot_path: Path = typer.Option(Path("out/closed_loop.png"), "--plot", help="Demand, replicas and TTFT p95, PNG."),
@@ -68,11 +87,18 @@ def main(
     loop's other settings are ``python -m sim loop``'s."""
     check_output_path("--json", json_path)  # before the run, not in a traceback after it
     check_output_path("--plot", plot_path)
-    cfg = LoopConfig(trace=DATA / "traces" / "servegen-m-large", start_hour=start_hour, max_jump=max_jump or None,
-                     hours=hours,
-                     speedup=speedup, warmup_s=300.0, policies=tuple(policies.split(",")), seed=seed,
-                     tokens_trace=DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
-                     log_dir=Path("out/closed_loop-logs"))
+    cfg = LoopConfig(
+        trace=DATA / "traces" / "servegen-m-large",
+        start_hour=start_hour,
+        max_jump=max_jump or None,
+        hours=hours,
+        speedup=speedup,
+        warmup_s=300.0,
+        policies=tuple(policies.split(",")),
+        seed=seed,
+        tokens_trace=DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+        log_dir=Path("out/closed_loop-logs"),
+    )
     t0 = time.time()
     report = run_loop(cfg)
     report["bench_wall_s"] = round(time.time() - t0, 1)
@@ -80,8 +106,9 @@ def main(
     typer.echo("")
     for target, measured, met in targets(report):
         typer.echo(f"  {'met ' if met else 'MISS' if met is False else 'n/a '}  {target}: {measured}")
-    write_json({**report, "targets": [{"target": t, "measured": m, "met": ok} for t, m, ok in targets(report)]},
-               json_path)
+    write_json(
+        {**report, "targets": [{"target": t, "measured": m, "met": ok} for t, m, ok in targets(report)]}, json_path
+    )
     plot(report, plot_path)
     typer.echo(f"JSON {json_path}, PNG {plot_path}, wall {report['bench_wall_s']:.0f} s")
     if any(p.get("invalid") for p in report["policies"].values()):

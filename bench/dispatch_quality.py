@@ -65,8 +65,9 @@ def run(requests: list[tuple[float, int, int]], policy: str, seed: int = 0) -> d
     def fits(i: int) -> list[int]:  # a request too long for a T4 may only go to the A100s
         return [r for r, rep in enumerate(replicas) if jobs[i].prompt + jobs[i].output <= rep.profile.max_model_len]
 
-    timeline = replay(jobs, replicas, lambda i, views, ctx: pick(views, policy, ctx, weights).key,
-                      random.Random(seed), eligible=fits)
+    timeline = replay(
+        jobs, replicas, lambda i, views, ctx: pick(views, policy, ctx, weights).key, random.Random(seed), eligible=fits
+    )
     first, done = timeline.first_token, timeline.done
     ttft = np.array([(first[i] - requests[i][0]) * 1000 for i in done])
     e2e = np.array([(done[i] - requests[i][0]) * 1000 for i in done])
@@ -87,7 +88,7 @@ def load(data_dir: Path, trace: str, n: int, speedup: float, offset: int = 0) ->
     arrivals counted from the first of them, the prompt clipped so that prompt + output fits
     the largest replica."""
     cap = max(p.max_model_len for p in FLEET)
-    rows = read_trace(data_dir / TRACES[trace])[offset:offset + n]
+    rows = read_trace(data_dir / TRACES[trace])[offset : offset + n]
     start = rows[0].offset_s if rows else 0.0
     out = []
     for row in rows:
@@ -99,8 +100,9 @@ def load(data_dir: Path, trace: str, n: int, speedup: float, offset: int = 0) ->
 
 def main(
     json_path: Path = typer.Option(None, "--json", help="Write {trace: {policy: {...}}} here."),
-    data_dir: Path = typer.Option(ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR",
-                                  help="The shared real-data folder."),
+    data_dir: Path = typer.Option(
+        ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR", help="The shared real-data folder."
+    ),
     requests: int = typer.Option(2000, help="Requests replayed from each trace."),
     offset: int = typer.Option(0, help="Skip this many requests of each trace first (another window)."),
     azure_speedup: float = typer.Option(1.0, help="Time compression of the Azure conv trace."),
@@ -127,8 +129,10 @@ def print_table(results: dict[str, dict[str, object]]) -> None:
         label = f"{trace} (x{entry['speedup']}, {entry['offered_rps']})"
         for policy in POLICIES:
             r = entry[policy]  # type: ignore[index]
-            print(f"| {label} | {policy} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['e2e_p99_ms']:.0f} "
-                  f"| {r['throughput_rps']:.2f} | {r['hotspot']:.2f} |")
+            print(
+                f"| {label} | {policy} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['e2e_p99_ms']:.0f} "
+                f"| {r['throughput_rps']:.2f} | {r['hotspot']:.2f} |"
+            )
         rr, gl = entry["round_robin"]["ttft_p99_ms"], entry["gpu_load"]["ttft_p99_ms"]  # type: ignore[index]
         print(f"| {label} | gpu_load vs round_robin TTFT p99 | {rr / max(gl, 1e-9):.1f}x lower | | | | |")
 

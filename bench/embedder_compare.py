@@ -34,9 +34,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -66,9 +67,14 @@ def precision_recall(sims: np.ndarray, labels: np.ndarray, threshold: float) -> 
     hit = sims >= threshold
     tp, fp = int((hit & labels).sum()), int((hit & ~labels).sum())
     positives = int(labels.sum())
-    return {"threshold": round(float(threshold), 4), "precision": round(tp / (tp + fp), 4) if tp + fp else None,
-            "recall": round(tp / positives, 4) if positives else 0.0,
-            "hit_rate": round((tp + fp) / len(labels), 4) if len(labels) else 0.0, "tp": tp, "fp": fp}
+    return {
+        "threshold": round(float(threshold), 4),
+        "precision": round(tp / (tp + fp), 4) if tp + fp else None,
+        "recall": round(tp / positives, 4) if positives else 0.0,
+        "hit_rate": round((tp + fp) / len(labels), 4) if len(labels) else 0.0,
+        "tp": tp,
+        "fp": fp,
+    }
 
 
 def cut_for_precision(sims: np.ndarray, labels: np.ndarray, min_precision: float) -> float | None:
@@ -110,6 +116,7 @@ def cpu_ms_per_text(encode: Callable[[list[str]], np.ndarray], texts: list[str],
 def rss_child(name: str) -> dict[str, float]:
     """Run in a fresh process: RSS (MiB) before and after loading ``name``, and after encoding
     32 texts (the first passes allocate)."""
+
     def rss() -> float:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -120,13 +127,21 @@ def rss_child(name: str) -> dict[str, float]:
     encoder = load_encoder(package=name)
     loaded = rss()
     encoder.encode(["warm-up text number %d" % i for i in range(BATCH)])
-    return {"rss_before_load_mib": round(before, 1), "rss_after_load_mib": round(loaded, 1),
-            "rss_after_encode_mib": round(rss(), 1)}
+    return {
+        "rss_before_load_mib": round(before, 1),
+        "rss_after_load_mib": round(loaded, 1),
+        "rss_after_encode_mib": round(rss(), 1),
+    }
 
 
 def measure_rss(name: str) -> dict[str, Any]:
-    result = subprocess.run([sys.executable, __file__, "--rss-child", name], capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, __file__, "--rss-child", name],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if result.returncode != 0:
         return {"error": result.stderr.strip().splitlines()[-1:]}
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -142,8 +157,9 @@ def qqp_splits(test_pairs: int, calibration_pairs: int) -> dict[str, tuple[list[
     return out
 
 
-def quality(encoder: Encoder, qqp: dict[str, tuple[list[str], list[str], np.ndarray]],
-            para: tuple[list[str], list[str]]) -> dict[str, Any]:
+def quality(
+    encoder: Encoder, qqp: dict[str, tuple[list[str], list[str], np.ndarray]], para: tuple[list[str], list[str]]
+) -> dict[str, Any]:
     texts = [t for a, b, _ in qqp.values() for t in a + b] + para[0] + para[1]
     started = time.perf_counter()
     vec = encode_all(encoder, texts)
@@ -164,10 +180,15 @@ def quality(encoder: Encoder, qqp: dict[str, tuple[list[str], list[str], np.ndar
     cache_points = score_retrieval(va, vb, origins, similars, thresholds, verified=True)
     paraphrases = {}
     for label, (point, counts) in zip(("default", "calibrated"), cache_points, strict=False):
-        paraphrases[label] = {"threshold": round(point.threshold, 4), "hit_rate": point.hit_rate,
-                              "precision": point.precision, **dict(counts)}
+        paraphrases[label] = {
+            "threshold": round(point.threshold, 4),
+            "hit_rate": point.hit_rate,
+            "precision": point.precision,
+            **dict(counts),
+        }
     return {
-        "distinct_texts": len(vec), "encode_seconds_two_threads": round(seconds, 1),
+        "distinct_texts": len(vec),
+        "encode_seconds_two_threads": round(seconds, 1),
         "qqp_test_default": precision_recall(test_sims, test_labels, DEFAULT_THRESHOLD),
         "qqp_calibrated_threshold": None if calibrated is None else round(calibrated, 4),
         "qqp_calibration_at_it": None if calibrated is None else precision_recall(cal_sims, cal_labels, calibrated),
@@ -191,12 +212,20 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     para = ([p["origin"] for p in pairs], [p["similar"] for p in pairs])
     report: dict[str, Any] = {
         "qqp": {split: {"pairs": len(a), "duplicates": int(lab.sum())} for split, (a, _, lab) in qqp.items()},
-        "paraphrase_pairs": len(pairs), "skipped": skipped, "models": {}, "cpu_count": os.cpu_count(),
-        "loadavg_1m_at_start": os.getloadavg()[0]}
+        "paraphrase_pairs": len(pairs),
+        "skipped": skipped,
+        "models": {},
+        "cpu_count": os.cpu_count(),
+        "loadavg_1m_at_start": os.getloadavg()[0],
+    }
     for name, encoder in encoders.items():
         print(f"  quality: {name}", file=sys.stderr)
-        report["models"][name] = {"model": packaged_model(name).model, "backend": getattr(encoder, "backend", "?"),
-                                  "dim": encoder.dim, **quality(encoder, qqp, para)}
+        report["models"][name] = {
+            "model": packaged_model(name).model,
+            "backend": getattr(encoder, "backend", "?"),
+            "dim": encoder.dim,
+            **quality(encoder, qqp, para),
+        }
     timing_texts = para[1][:TIMING_TEXTS]
     costs: dict[str, list[float]] = {}
     for encoder in encoders.values():
@@ -227,13 +256,15 @@ def _pr(point: dict[str, Any] | None) -> str:
 
 def table(report: dict[str, Any]) -> str:
     q = report["qqp"]
-    lines = [f"QQP: first {q['test']['pairs']} test pairs ({q['test']['duplicates']} duplicates), first "
-             f"{q['calibration']['pairs']} calibration pairs; GPTCache paraphrases: {report['paraphrase_pairs']}",
-             "| model | dim | QQP test P / R at 0.96 | cal. threshold (P>=0.90) | QQP test P / R there "
-             "| oracle: test P / R at P>=0.95 (threshold) | paraphrases hit rate / P at 0.96 "
-             "| at cal. threshold | CPU ms/text 1 (x MiniLM) | 32 per call (x MiniLM) | RSS MiB after load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, m in report["models"].items():
+    lines = [
+        f"QQP: first {q['test']['pairs']} test pairs ({q['test']['duplicates']} duplicates), first "
+        f"{q['calibration']['pairs']} calibration pairs; GPTCache paraphrases: {report['paraphrase_pairs']}",
+        "| model | dim | QQP test P / R at 0.96 | cal. threshold (P>=0.90) | QQP test P / R there "
+        "| oracle: test P / R at P>=0.95 (threshold) | paraphrases hit rate / P at 0.96 "
+        "| at cal. threshold | CPU ms/text 1 (x MiniLM) | 32 per call (x MiniLM) | RSS MiB after load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _name, m in report["models"].items():
         oracle = m["qqp_test_oracle_p95"]
         para = m["paraphrases"]
         cal = para.get("calibrated")
@@ -247,11 +278,14 @@ def table(report: dict[str, Any]) -> str:
             f"| {'-' if cal is None else format(cal['hit_rate'], '.3f') + ' / ' + _f(cal['precision'])} "
             f"| {m['cpu_ms_single']:.2f} ({m['cpu_ratio_single']}x) | {m['cpu_ms_batch32']:.2f} "
             f"({m['cpu_ratio_batch32']}x) "
-            f"| {mem.get('rss_after_load_mib', '?')} (before {mem.get('rss_before_load_mib', '?')}) |")
+            f"| {mem.get('rss_after_load_mib', '?')} (before {mem.get('rss_before_load_mib', '?')}) |"
+        )
     for name, why in report["skipped"].items():
         lines.append(f"skipped {name}: {why}")
-    lines.append(f"load average (1 min): {report['loadavg_1m_at_start']:.1f} at start, "
-                 f"{report['loadavg_1m_at_end']:.1f} at end, {report['cpu_count']} CPUs")
+    lines.append(
+        f"load average (1 min): {report['loadavg_1m_at_start']:.1f} at start, "
+        f"{report['loadavg_1m_at_end']:.1f} at end, {report['cpu_count']} CPUs"
+    )
     return "\n".join(lines)
 
 

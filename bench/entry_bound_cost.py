@@ -32,8 +32,12 @@ from cache.verify.bound.store import BoundStore, entry_state
 
 def _ms(samples: list[int]) -> dict[str, float]:
     a = np.asarray(samples) / 1e6
-    return {"p50_ms": round(float(np.percentile(a, 50)), 4), "p99_ms": round(float(np.percentile(a, 99)), 4),
-            "max_ms": round(float(a.max()), 4), "n": len(samples)}
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 4),
+        "p99_ms": round(float(np.percentile(a, 99)), 4),
+        "max_ms": round(float(a.max()), 4),
+        "n": len(samples),
+    }
 
 
 def decide_cost(lookups: int, seed: int = 0) -> dict[str, float]:
@@ -63,15 +67,28 @@ async def reread_cost(url: str, lookups: int) -> dict[str, dict[str, float]]:
     store = SemanticStore(client, prefix=prefix, dim=384, max_entries=100, stream_maxlen=100, origin="bench")
     rng = np.random.default_rng(0)
     ids = [f"bench{i}" for i in range(4)]
-    answer = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * 100},
-                           "finish_reason": "stop"}]}
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * 100}, "finish_reason": "stop"}],
+    }
     try:
         for entry_id in ids:
             vector = rng.standard_normal(384).astype(np.float32)
-            await store.put(entry_id, scope="s", text="a question of forty characters or so?", tenant="t",
-                            model="m", response=answer, vector=vector / np.linalg.norm(vector), ttl_s=600,
-                            prompt_tokens=10, completion_tokens=100)
+            await store.put(
+                entry_id,
+                scope="s",
+                text="a question of forty characters or so?",
+                tenant="t",
+                model="m",
+                response=answer,
+                vector=vector / np.linalg.norm(vector),
+                ttl_s=600,
+                prompt_tokens=10,
+                completion_tokens=100,
+            )
         for knot in bound.prior.knots:
             await bound.count_once("bench-pool", knot, True, ids[0], f"query at {knot}", 600)
         without: list[int] = []
@@ -84,9 +101,14 @@ async def reread_cost(url: str, lookups: int) -> dict[str, dict[str, float]]:
         return {"reread": _ms(without), "reread_with_pool": _ms(with_pool)}
     finally:
         await store.delete_ids(ids)
-        await client.delete(bound.pool_key("bench-pool"), f"{prefix}:{{sem}}:expiry", f"{prefix}:{{sem}}:events",
-                            f"{prefix}:{{sem}}:groups", f"{prefix}:{{sem}}:group:t",
-                            *(bound.pair_key("bench-pool", ids[0], f"query at {knot}") for knot in bound.prior.knots))
+        await client.delete(
+            bound.pool_key("bench-pool"),
+            f"{prefix}:{{sem}}:expiry",
+            f"{prefix}:{{sem}}:events",
+            f"{prefix}:{{sem}}:groups",
+            f"{prefix}:{{sem}}:group:t",
+            *(bound.pair_key("bench-pool", ids[0], f"query at {knot}") for knot in bound.prior.knots),
+        )
         await client.aclose()
 
 
@@ -100,11 +122,17 @@ def main() -> None:
     report |= asyncio.run(reread_cost(args.redis_url, min(args.lookups, 5000)))
     for part in ("decide", "reread", "reread_with_pool"):
         r = report[part]
-        print(f"{part:16} p50 {r['p50_ms']:.4f} ms  p99 {r['p99_ms']:.4f} ms  max {r['max_ms']:.3f} ms  ({r['n']} lookups)")
-    added = {q: round(report["reread_with_pool"][q] - report["reread"][q] + report["decide"][q], 4)
-             for q in ("p50_ms", "p99_ms")}
+        print(
+            f"{part:16} p50 {r['p50_ms']:.4f} ms  p99 {r['p99_ms']:.4f} ms  max {r['max_ms']:.3f} ms  ({r['n']} lookups)"
+        )
+    added = {
+        q: round(report["reread_with_pool"][q] - report["reread"][q] + report["decide"][q], 4)
+        for q in ("p50_ms", "p99_ms")
+    }
     report["added_per_lookup"] = added
-    print(f"added per lookup (pool in the re-read + decide): p50 {added['p50_ms']:.4f} ms, p99 {added['p99_ms']:.4f} ms")
+    print(
+        f"added per lookup (pool in the re-read + decide): p50 {added['p50_ms']:.4f} ms, p99 {added['p99_ms']:.4f} ms"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))

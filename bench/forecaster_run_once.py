@@ -40,8 +40,10 @@ def load_counters(client: redis.Redis, rates: np.ndarray, first_minute: int) -> 
     pipe.sadd(TRAFFIC_MODELS_KEY, MODEL)
     for i, count in enumerate(counts):
         minute = first_minute + i
-        pipe.hset(traffic_key(MODEL, minute), mapping={traffic_field(minute, "requests"): int(count),
-                                                       traffic_field(minute, "misses"): int(count)})
+        pipe.hset(
+            traffic_key(MODEL, minute),
+            mapping={traffic_field(minute, "requests"): int(count), traffic_field(minute, "misses"): int(count)},
+        )
     pipe.execute()
 
 
@@ -59,7 +61,9 @@ def main(
     try:
         for label, models in (("last_value", ["last_value"]), ("default", None)):
             settings = ForecasterSettings(
-                redis_url=redis_url, model_name=MODEL, capacity_per_replica=20.0,
+                redis_url=redis_url,
+                model_name=MODEL,
+                capacity_per_replica=20.0,
                 **({"models": models} if models else {}),
             )
             reads, totals, model = [], [], ""
@@ -74,17 +78,30 @@ def main(
                 model = result.model
             assert len(traffic) == 20160
             read, total = statistics.median(reads), statistics.median(totals)
-            rows.append({"models": label, "buckets": len(traffic), "chosen": model,
-                         "redis_read_s": round(read, 3), "plan_s": round(total - read, 3),
-                         "total_s": round(total, 3), "target_s": 10.0, "ok": total <= 10.0})
+            rows.append(
+                {
+                    "models": label,
+                    "buckets": len(traffic),
+                    "chosen": model,
+                    "redis_read_s": round(read, 3),
+                    "plan_s": round(total - read, 3),
+                    "total_s": round(total, 3),
+                    "target_s": 10.0,
+                    "ok": total <= 10.0,
+                }
+            )
     finally:
         for key in client.scan_iter(TRAFFIC_KEY.format(model=MODEL, day="*")):
             client.delete(key)
         client.srem(TRAFFIC_MODELS_KEY, MODEL)
-    print(f"{'models':12} {'buckets':>8} {'chosen':>14} {'redis read s':>12} {'plan s':>8} {'total s':>8} {'<= 10 s':>8}")
+    print(
+        f"{'models':12} {'buckets':>8} {'chosen':>14} {'redis read s':>12} {'plan s':>8} {'total s':>8} {'<= 10 s':>8}"
+    )
     for r in rows:
-        print(f"{r['models']:12} {r['buckets']:>8} {r['chosen']:>14} {r['redis_read_s']:>12.3f} "
-              f"{r['plan_s']:>8.3f} {r['total_s']:>8.3f} {str(r['ok']):>8}")
+        print(
+            f"{r['models']:12} {r['buckets']:>8} {r['chosen']:>14} {r['redis_read_s']:>12.3f} "
+            f"{r['plan_s']:>8.3f} {r['total_s']:>8.3f} {str(r['ok']):>8}"
+        )
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps({"repeats": repeats, "rows": rows}, indent=2))
 

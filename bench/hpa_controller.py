@@ -80,8 +80,7 @@ class Decision:
     reason: str
 
 
-def decide(cfg: HpaConfig, state: HpaState, now_s: float, load_rps: float | None, ready: int,
-           current: int) -> Decision:
+def decide(cfg: HpaConfig, state: HpaState, now_s: float, load_rps: float | None, ready: int, current: int) -> Decision:
     """One HPA sync (pure apart from updating ``state``). ``load_rps``: the pool's observed
     load in requests per simulated second (None: no metric this sync -> hold, as the HPA does
     when metrics are missing); ``ready``: ready pods; ``current``: ``spec.replicas``."""
@@ -127,8 +126,11 @@ def forwarded_total(metrics_text: str) -> float:
     total = 0.0
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
-            if (sample.name == "promptedge_router_requests_total" and sample.labels.get("replica")
-                    and sample.labels.get("cache", "") not in HIT_LABELS):
+            if (
+                sample.name == "promptedge_router_requests_total"
+                and sample.labels.get("replica")
+                and sample.labels.get("cache", "") not in HIT_LABELS
+            ):
                 total += sample.value
     return total
 
@@ -150,12 +152,26 @@ def run(args: argparse.Namespace) -> int:
     from forecaster.actuate import ActuationConfigError, ActuatorSettings
     from forecaster.actuate.kube import new_api_client
 
-    cfg = HpaConfig(target=args.target_rps, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-                    tolerance=args.tolerance, sync_s=args.sync_s, stabilisation_s=args.stabilisation_s)
+    cfg = HpaConfig(
+        target=args.target_rps,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        tolerance=args.tolerance,
+        sync_s=args.sync_s,
+        stabilisation_s=args.stabilisation_s,
+    )
     try:  # the forecaster's client: kubeconfig or in-cluster, no hidden urllib3 retries (the next sync retries)
-        api = k8s.AppsV1Api(new_api_client(ActuatorSettings(mode="kubernetes", namespace=args.namespace,
-                                                            deployment=args.deployment, kubeconfig=args.kubeconfig,
-                                                            context=args.context)))
+        api = k8s.AppsV1Api(
+            new_api_client(
+                ActuatorSettings(
+                    mode="kubernetes",
+                    namespace=args.namespace,
+                    deployment=args.deployment,
+                    kubeconfig=args.kubeconfig,
+                    context=args.context,
+                )
+            )
+        )
     except ActuationConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -185,11 +201,25 @@ def run(args: argparse.Namespace) -> int:
                 ready = int(dep.status.ready_replicas or 0)
                 decision = decide(cfg, state, sim_now, load, ready, current)
                 if decision.replicas != current:
-                    api.patch_namespaced_deployment_scale(args.deployment, args.namespace,
-                                                          {"spec": {"replicas": decision.replicas}},
-                                                          _request_timeout=timeout)
-                print(json.dumps({"t": round(sim_now, 1), "load_rps": load, "ready": ready, "current": current,
-                                  "desired": decision.replicas, "reason": decision.reason}), flush=True)
+                    api.patch_namespaced_deployment_scale(
+                        args.deployment,
+                        args.namespace,
+                        {"spec": {"replicas": decision.replicas}},
+                        _request_timeout=timeout,
+                    )
+                print(
+                    json.dumps(
+                        {
+                            "t": round(sim_now, 1),
+                            "load_rps": load,
+                            "ready": ready,
+                            "current": current,
+                            "desired": decision.replicas,
+                            "reason": decision.reason,
+                        }
+                    ),
+                    flush=True,
+                )
             except ApiException as exc:
                 print(json.dumps({"t": sim_now, "error": f"kubernetes: {exc.status} {exc.reason}"}), flush=True)
             except TransportError as exc:  # refused, reset, timed out: no answer at all

@@ -53,18 +53,35 @@ async def _closed_at(port: int) -> float:
 
 
 def _retries(text: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("promptedge_router_retries_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("promptedge_router_retries_total{")
+    )
 
 
-async def one_run(tmp: Path, workers: int, transport: str, total: int, concurrency: int,
-                  kill_after: int, idle: str = "quiesce", stopped_ms: float = 0.0) -> dict:
+async def one_run(
+    tmp: Path,
+    workers: int,
+    transport: str,
+    total: int,
+    concurrency: int,
+    kill_after: int,
+    idle: str = "quiesce",
+    stopped_ms: float = 0.0,
+) -> dict:
     """One scenario; returns its counts and errors."""
     replicas = [start_replica(tmp) for _ in range(3)]
     victim, victim_url = replicas[0]
-    router = start_router(tmp, args=("--workers", str(workers)), env={
-        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": url, "model": MODEL} for _, url in replicas]),
-        "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false", "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": transport})
+    router = start_router(
+        tmp,
+        args=("--workers", str(workers)),
+        env={
+            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": url, "model": MODEL} for _, url in replicas]),
+            "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+            "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": transport,
+        },
+    )
     answers: list[tuple[float, float, int, str]] = []  # (sent, answered, status, body)
     marks: dict[str, float] = {}
     todo = iter(range(total))
@@ -73,11 +90,15 @@ async def one_run(tmp: Path, workers: int, transport: str, total: int, concurren
     open_requests = 0
     try:
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+
             async def load() -> None:
                 nonlocal open_requests
                 for i in todo:
-                    body = {"model": MODEL, "messages": [{"role": "user", "content": f"q{i} {time.time_ns()}"}],
-                            "max_tokens": 4}
+                    body = {
+                        "model": MODEL,
+                        "messages": [{"role": "user", "content": f"q{i} {time.time_ns()}"}],
+                        "max_tokens": 4,
+                    }
                     await running.wait()
                     open_requests += 1
                     sent = time.monotonic()
@@ -119,12 +140,26 @@ async def one_run(tmp: Path, workers: int, transport: str, total: int, concurren
             proc.wait(timeout=10)
     killed, closed = marks["killed"], marks["closed"]
     unread_from = marks.get("stopped", killed)
-    errors = [{"sent_ms": round((sent - killed) * 1000, 1), "answered_ms": round((done - killed) * 1000, 1),
-               "sent_before_close": sent < closed, "status": status, "body": body}
-              for sent, done, status, body in answers if status != 200]
-    return {"answers": len(answers), "errors": len(errors), "teardown_ms": round((closed - killed) * 1000, 1),
-            "sent_unread_window": sum(unread_from <= a[0] < closed for a in answers), "retries": retries,
-            "errors_sent_after_close": sum(not e["sent_before_close"] for e in errors), "detail": errors}
+    errors = [
+        {
+            "sent_ms": round((sent - killed) * 1000, 1),
+            "answered_ms": round((done - killed) * 1000, 1),
+            "sent_before_close": sent < closed,
+            "status": status,
+            "body": body,
+        }
+        for sent, done, status, body in answers
+        if status != 200
+    ]
+    return {
+        "answers": len(answers),
+        "errors": len(errors),
+        "teardown_ms": round((closed - killed) * 1000, 1),
+        "sent_unread_window": sum(unread_from <= a[0] < closed for a in answers),
+        "retries": retries,
+        "errors_sent_after_close": sum(not e["sent_before_close"] for e in errors),
+        "detail": errors,
+    }
 
 
 def main() -> None:
@@ -141,13 +176,33 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="idle_kill-"))
     totals = {"errors": 0, "errors_sent_after_close": 0}
     for run in range(args.runs):
-        result = asyncio.run(one_run(tmp, args.workers, args.transport, args.requests, args.concurrency,
-                                     args.kill_after, args.idle, args.stopped_ms))
+        result = asyncio.run(
+            one_run(
+                tmp,
+                args.workers,
+                args.transport,
+                args.requests,
+                args.concurrency,
+                args.kill_after,
+                args.idle,
+                args.stopped_ms,
+            )
+        )
         print(json.dumps({"run": run, **result}), flush=True)
         for key in totals:
             totals[key] += result[key]
-    print(json.dumps({"runs": args.runs, "workers": args.workers, "transport": args.transport, "idle": args.idle,
-                      "stopped_ms": args.stopped_ms, **totals}))
+    print(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "workers": args.workers,
+                "transport": args.transport,
+                "idle": args.idle,
+                "stopped_ms": args.stopped_ms,
+                **totals,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,13 +32,19 @@ MB = 1024 * 1024
 def _cases() -> list[tuple[str, bytes, Iterator[bytes]]]:
     post = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
     return [
-        ("200 MB body, Content-Length", post + b"content-length: %d\r\n\r\n" % (200 * MB),
-         (b"x" * MB for _ in range(200))),
-        ("200 MB body, chunked", post + b"transfer-encoding: chunked\r\n\r\n",
-         (b"100000\r\n" + b"x" * MB + b"\r\n" for _ in range(200))),
+        (
+            "200 MB body, Content-Length",
+            post + b"content-length: %d\r\n\r\n" % (200 * MB),
+            (b"x" * MB for _ in range(200)),
+        ),
+        (
+            "200 MB body, chunked",
+            post + b"transfer-encoding: chunked\r\n\r\n",
+            (b"100000\r\n" + b"x" * MB + b"\r\n" for _ in range(200)),
+        ),
         ("16 MB header", b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ", iter([b"a" * (16 * MB), b"\r\n\r\n"])),
-        _json_case("8 MiB of {}, (2.8M objects)", b'"x": [' + b"{}," * (EIGHT_MIB // 3 - 100) + b'{}]}'),
-        _json_case("8 MiB of {[\\\" in a string", b'"x": "' + b'{[\\\\\\"' * (EIGHT_MIB // 6 - 100) + b'"}'),
+        _json_case("8 MiB of {}, (2.8M objects)", b'"x": [' + b"{}," * (EIGHT_MIB // 3 - 100) + b"{}]}"),
+        _json_case('8 MiB of {[\\" in a string', b'"x": "' + b'{[\\\\\\"' * (EIGHT_MIB // 6 - 100) + b'"}'),
     ]
 
 
@@ -87,9 +93,15 @@ def main() -> None:
             sender.join()
             sock.close()
             time.sleep(0.5)
-            rows.append({"case": name, "status": status, "rss_mb": round(before / MB),
-                         "peak_growth_mb": round((router.rss_bytes("VmHWM") - before) / MB),
-                         "seconds": seconds})
+            rows.append(
+                {
+                    "case": name,
+                    "status": status,
+                    "rss_mb": round(before / MB),
+                    "peak_growth_mb": round((router.rss_bytes("VmHWM") - before) / MB),
+                    "seconds": seconds,
+                }
+            )
     finally:
         router.stop()
     print("| case | status | RSS before (MB) | peak growth (MB) | s to the answer |\n|---|---|---:|---:|---:|")

@@ -38,7 +38,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import typer
@@ -120,19 +120,26 @@ class CounterSource:
         req, miss = np.full(self._minutes, np.nan), np.full(self._minutes, np.nan)
         a, b = max(lo, self._first), min(last + 1, self._first + len(self._req))
         if a < b:
-            req[a - lo:b - lo] = self._req[a - self._first:b - self._first]
-            miss[a - lo:b - lo] = self._miss[a - self._first:b - self._first]
+            req[a - lo : b - lo] = self._req[a - self._first : b - self._first]
+            miss[a - lo : b - lo] = self._miss[a - self._first : b - self._first]
         return Traffic(start=T0 + lo * 60.0, step=60.0, requests=req / 60.0, misses=miss / 60.0, name=self.name)
 
 
-def run_variant(settings: ForecasterSettings, source: CounterSource, minutes: int,
-                initial: int) -> list[tuple[int, str, str]]:
+def run_variant(
+    settings: ForecasterSettings, source: CounterSource, minutes: int, initial: int
+) -> list[tuple[int, str, str]]:
     """(desired, model, reason) of the decision at the start of each minute, as the daemon."""
     store, cache, current = MemoryStore(), SelectionCache(settings.reselect_s), initial
     out = []
     for m in range(minutes):
-        res = run_once(settings, source, now=T0 + m * 60 + 1, store=store, current=current,  # type: ignore[arg-type]
-                       cache=cache)
+        res = run_once(
+            settings,
+            source,
+            now=T0 + m * 60 + 1,
+            store=store,
+            current=current,  # type: ignore[arg-type]
+            cache=cache,
+        )
         current = res.decision.replicas
         out.append((current, res.model, res.decision.reason))
     return out
@@ -159,29 +166,58 @@ def counts(cfg: LoopConfig, prep: Prepared, miss_ratio: float) -> Counts:
     arrivals = np.bincount([min(minutes - 1, int(r.offset_s // 60)) for r in seg.requests], minlength=minutes)
     hist = [counter_fields(r, cfg.miss_ratio, (0.0, 0.0)) for _, r in prep.history]
     window0 = int(seg.start_s // seg.step_s)
-    need = [replicas_for(seg.window_rps[int((seg.start_s + m * 60) // seg.step_s) - window0] * miss_ratio,
-                         prep.capacity_rps, cfg.headroom, cfg.max_replicas) for m in range(minutes)]
-    return Counts(np.array([h["requests"] for h in hist] + list(arrivals), dtype=float),
-                  np.array([h["misses"] for h in hist] + list(live), dtype=float),
-                  prep.history[0][0] if prep.history else 0, live, need)
+    need = [
+        replicas_for(
+            seg.window_rps[int((seg.start_s + m * 60) // seg.step_s) - window0] * miss_ratio,
+            prep.capacity_rps,
+            cfg.headroom,
+            cfg.max_replicas,
+        )
+        for m in range(minutes)
+    ]
+    return Counts(
+        np.array([h["requests"] for h in hist] + list(arrivals), dtype=float),
+        np.array([h["misses"] for h in hist] + list(live), dtype=float),
+        prep.history[0][0] if prep.history else 0,
+        live,
+        need,
+    )
 
 
-def compare(cfg: LoopConfig, prep: Prepared, data: Counts, variants: list[tuple[str, dict[str, Any]]],
-            lead_min: int) -> list[dict[str, Any]]:
+def compare(
+    cfg: LoopConfig, prep: Prepared, data: Counts, variants: list[tuple[str, dict[str, Any]]], lead_min: int
+) -> list[dict[str, Any]]:
     """One row per variant (overrides on the loop's forecaster settings): its score, the models
     chosen, ``ratio_to_baseline`` (replica-minutes over the first variant's) and ``minutes``."""
     initial, rows = prep.replicas["predictive"], []
     for name, over in variants:
         settings = ForecasterSettings(**{**loop_settings(cfg, prep.capacity_rps), **over})
-        decided = run_variant(settings, CounterSource(data.requests, data.misses, data.first, settings.history_s),
-                              len(data.live), initial)
+        decided = run_variant(
+            settings, CounterSource(data.requests, data.misses, data.first, settings.history_s), len(data.live), initial
+        )
         timeline = emulate(initial, [d for d, _, _ in decided], lead_min)
         sc = score(initial, timeline, data.need, list(data.live / 60.0), prep.capacity_rps)
-        rows.append({"name": name, "overrides": over, **asdict(sc),
-                     "models": list(dict.fromkeys(m for _, m, _ in decided)),
-                     "minutes": [{"minute": m, "forwarded": int(data.live[m]), "need": data.need[m], "desired": d,
-                                  "ready": timeline.ready[m], "warming": timeline.warming[m], "model": model,
-                                  "reason": why} for m, (d, model, why) in enumerate(decided)]})
+        rows.append(
+            {
+                "name": name,
+                "overrides": over,
+                **asdict(sc),
+                "models": list(dict.fromkeys(m for _, m, _ in decided)),
+                "minutes": [
+                    {
+                        "minute": m,
+                        "forwarded": int(data.live[m]),
+                        "need": data.need[m],
+                        "desired": d,
+                        "ready": timeline.ready[m],
+                        "warming": timeline.warming[m],
+                        "model": model,
+                        "reason": why,
+                    }
+                    for m, (d, model, why) in enumerate(decided)
+                ],
+            }
+        )
     for row in rows:
         base = rows[0]["replica_minutes"]
         row["ratio_to_baseline"] = round(row["replica_minutes"] / base, 3) if base else None
@@ -203,23 +239,33 @@ def check_variant(name: str, overrides: dict[str, Any], base: dict[str, Any]) ->
 
 def loop_settings(cfg: LoopConfig, capacity_rps: float) -> dict[str, Any]:
     """The forecaster settings the loop gives its daemon (sim/loop/run.py, ``_start_actor``)."""
-    return dict(capacity_per_replica=capacity_rps, headroom=cfg.headroom, min_replicas=1,
-                max_replicas=cfg.max_replicas, warmup_s=cfg.warmup_s, up_cooldown_s=0.0, metrics_port=0,
-                demand_unit="requests", daemon_interval_s=60.0, step_s=60.0)
+    return dict(
+        capacity_per_replica=capacity_rps,
+        headroom=cfg.headroom,
+        min_replicas=1,
+        max_replicas=cfg.max_replicas,
+        warmup_s=cfg.warmup_s,
+        up_cooldown_s=0.0,
+        metrics_port=0,
+        demand_unit="requests",
+        daemon_interval_s=60.0,
+        step_s=60.0,
+    )
 
 
 def main(
     hours: float = 1.0,
-    start_hour: Optional[float] = typer.Option(None, help="Segment start (hours into the trace); default: the ramp."),
+    start_hour: float | None = typer.Option(None, help="Segment start (hours into the trace); default: the ramp."),
     max_jump: float = typer.Option(1.35, help="Default segment: the steepest ramp rising at most this per window."),
     seed: int = typer.Option(0, help="Segment, history and the forwarded-count draw."),
     miss_ratio: float = typer.Option(LIVE_MISS_RATIO, help="Live cache-miss ratio (the loop's: 0.70 on the ramp)."),
     history_miss_ratio: float = typer.Option(LoopConfig.miss_ratio, help="Misses per request in the history."),
     history: str = typer.Option("sampled", help="sampled (counts, the loop's default) or expected (window means)."),
     warmup_s: float = typer.Option(300.0, help="Replica warm-up (simulated s), also the forecaster's warmup_s."),
-    lead_min: Optional[int] = typer.Option(None, help="Decision to Ready, minutes; default "
-                                                      "ceil((warm-up + actuation_delay_s + 20 s) / 60)."),
-    capacity_rps: Optional[float] = typer.Option(None, help="Requests/s per replica; default measured as the loop does."),
+    lead_min: int | None = typer.Option(
+        None, help="Decision to Ready, minutes; default ceil((warm-up + actuation_delay_s + 20 s) / 60)."
+    ),
+    capacity_rps: float | None = typer.Option(None, help="Requests/s per replica; default measured as the loop does."),
     set_: list[str] = typer.Option([], "--set", help="KEY=VALUE: a ForecasterSettings field for every run."),
     variant: list[str] = typer.Option([], help="'KEY=VALUE[,KEY=VALUE]': one more run with these on top."),
     json_path: Path = typer.Option(Path("out/loop_whatif.json"), "--json"),
@@ -230,10 +276,19 @@ def main(
     variants = [("defaults" + (f" ({', '.join(set_)})" if set_ else ""), common)]
     variants += [(v, {**common, **parse_overrides(split_variant(v))}) for v in variant]
     try:
-        cfg = LoopConfig(trace=DATA / "traces" / "servegen-m-large", start_hour=start_hour,
-                         max_jump=max_jump or None, hours=hours, warmup_s=warmup_s, seed=seed, history=history,
-                         capacity_rps=capacity_rps, miss_ratio=history_miss_ratio, progress=False,
-                         tokens_trace=DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv")
+        cfg = LoopConfig(
+            trace=DATA / "traces" / "servegen-m-large",
+            start_hour=start_hour,
+            max_jump=max_jump or None,
+            hours=hours,
+            warmup_s=warmup_s,
+            seed=seed,
+            history=history,
+            capacity_rps=capacity_rps,
+            miss_ratio=history_miss_ratio,
+            progress=False,
+            tokens_trace=DATA / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     for name, over in variants:  # refuse a bad value before the half minute of preparation
@@ -246,15 +301,29 @@ def main(
     rows = compare(cfg, prep, data, variants, lead)
     seg = prep.segment
     report = {
-        "segment": {"start_hour": round(seg.start_s / 3600, 3), "hours": hours, "requests": len(seg.requests),
-                    "forwarded": int(data.live.sum()), "window_rps": [round(x, 4) for x in seg.window_rps],
-                    "seed": seed, "history": history},
-        "replica": {"capacity_rps": prep.capacity_rps, "warmup_s": warmup_s, "lead_min": lead,
-                    "initial": prep.replicas["predictive"], "headroom": cfg.headroom, "max_replicas": cfg.max_replicas},
-        "miss_ratio": miss_ratio, "history_miss_ratio": history_miss_ratio,
+        "segment": {
+            "start_hour": round(seg.start_s / 3600, 3),
+            "hours": hours,
+            "requests": len(seg.requests),
+            "forwarded": int(data.live.sum()),
+            "window_rps": [round(x, 4) for x in seg.window_rps],
+            "seed": seed,
+            "history": history,
+        },
+        "replica": {
+            "capacity_rps": prep.capacity_rps,
+            "warmup_s": warmup_s,
+            "lead_min": lead,
+            "initial": prep.replicas["predictive"],
+            "headroom": cfg.headroom,
+            "max_replicas": cfg.max_replicas,
+        },
+        "miss_ratio": miss_ratio,
+        "history_miss_ratio": history_miss_ratio,
         "need_replica_minutes": sum(data.need),
         "env": sorted(k for k in os.environ if k.startswith("PROMPTEDGE_FORECASTER_")),
-        "variants": rows, "wall_s": round(time.time() - t0, 1),
+        "variants": rows,
+        "wall_s": round(time.time() - t0, 1),
     }
     typer.echo(render(report))
     json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -265,17 +334,29 @@ def main(
 def render(report: dict[str, Any]) -> str:
     """The side-by-side table and what it was computed on."""
     seg, rep = report["segment"], report["replica"]
-    lines = [f"segment hour {seg['start_hour']} ({seg['hours']:g} h, {seg['requests']} requests, "
-             f"{seg['forwarded']} forwarded at miss ratio {report['miss_ratio']:g}), history {seg['history']}, "
-             f"seed {seg['seed']}; capacity {rep['capacity_rps']:g} req/s, start {rep['initial']} replicas, "
-             f"Ready {rep['lead_min']} min after a scale-up decision",
-             f"per-window need: {report['need_replica_minutes']} replica-minutes "
-             f"({report['need_replica_minutes'] / 60:.2f} GPU-h)", ""]
+    lines = [
+        f"segment hour {seg['start_hour']} ({seg['hours']:g} h, {seg['requests']} requests, "
+        f"{seg['forwarded']} forwarded at miss ratio {report['miss_ratio']:g}), history {seg['history']}, "
+        f"seed {seg['seed']}; capacity {rep['capacity_rps']:g} req/s, start {rep['initial']} replicas, "
+        f"Ready {rep['lead_min']} min after a scale-up decision",
+        f"per-window need: {report['need_replica_minutes']} replica-minutes "
+        f"({report['need_replica_minutes'] / 60:.2f} GPU-h)",
+        "",
+    ]
     head = ("variant", "replica-min", "GPU-h", "vs base", "min < need", "min < demand", "scale events", "models")
-    rows = [(r["name"], str(r["replica_minutes"]), f"{r['gpu_hours']:.2f}",
-             "-" if r["ratio_to_baseline"] is None else f"{r['ratio_to_baseline']:.2f}x",
-             str(r["under_need_minutes"]), str(r["under_demand_minutes"]), str(r["scale_events"]),
-             ",".join(r["models"])) for r in report["variants"]]
+    rows = [
+        (
+            r["name"],
+            str(r["replica_minutes"]),
+            f"{r['gpu_hours']:.2f}",
+            "-" if r["ratio_to_baseline"] is None else f"{r['ratio_to_baseline']:.2f}x",
+            str(r["under_need_minutes"]),
+            str(r["under_demand_minutes"]),
+            str(r["scale_events"]),
+            ",".join(r["models"]),
+        )
+        for r in report["variants"]
+    ]
     widths = [max(len(x[i]) for x in (head, *rows)) for i in range(len(head))]
     for row in (head, *rows):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

@@ -70,8 +70,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.vtime import SimReplica, load_and_kv_size_signals, replay  # noqa: E402
-from router.dispatch.affinity import PrefixMap, prefix_key  # noqa: E402
 from router.dispatch import Context, ReplicaView, Weights, pick  # noqa: E402
+from router.dispatch.affinity import PrefixMap, prefix_key  # noqa: E402
 from router.dispatch.prefix_index import DEFAULT_CHUNK_CHARS, PrefixIndexes  # noqa: E402
 from sim import A100, BatchModel, StepOutcome  # noqa: E402
 from sim.client.replay import ReplayConfig, plan_requests  # noqa: E402
@@ -80,8 +80,7 @@ from sim.replica.latency.prefix import DEFAULT_BLOCK_SIZE, KVBlockPool, block_ha
 from sim.replica.metrics import ReplicaMetrics  # noqa: E402
 from sim.replica.tokens import chat_token_ids, estimate_chat_tokens, filler  # noqa: E402
 
-POLICIES = ("round_robin", "least_request", "gpu_load", "prefix_affinity", "prefix_aware", "prefix_exact",
-            "llm_d_like")
+POLICIES = ("round_robin", "least_request", "gpu_load", "prefix_affinity", "prefix_aware", "prefix_exact", "llm_d_like")
 FLEET = (A100, A100, A100, A100)
 MOONCAKE = "traces/mooncake/conversation_trace.jsonl"
 
@@ -107,21 +106,29 @@ def prepare(bodies: list[tuple[float, dict[str, Any]]]) -> list[Req]:
         messages = [(m["role"], m["content"]) for m in body["messages"]]
         ids = chat_token_ids(messages)
         assert len(ids) == estimate_chat_tokens(c for _, c in messages)
-        out.append(Req(at, len(ids), body["max_tokens"], tuple(block_hashes(ids, DEFAULT_BLOCK_SIZE)),
-                       tuple(index.hashes(body)), prefix_key(body, 2048)))
+        out.append(
+            Req(
+                at,
+                len(ids),
+                body["max_tokens"],
+                tuple(block_hashes(ids, DEFAULT_BLOCK_SIZE)),
+                tuple(index.hashes(body)),
+                prefix_key(body, 2048),
+            )
+        )
     return out
 
 
 def mooncake(data_dir: Path, n: int, offset: int, speedup: float) -> list[Req]:
     """``n`` Mooncake requests from the ``offset``-th, arrivals / ``speedup``, prompts built
     from their hash_ids by the replayer and capped so prompt + output fits an a100."""
-    rows = read_trace(data_dir / MOONCAKE)[offset:offset + n]
+    rows = read_trace(data_dir / MOONCAKE)[offset : offset + n]
     t0 = rows[0].offset_s
     cap = A100.max_model_len
-    rows = [type(r)(r.offset_s - t0, r.context_tokens, max(1, min(r.generated_tokens, 2048)), r.hash_ids)
-            for r in rows]
-    cfg = ReplayConfig(target="", speedup=speedup, shared_prefixes=True, max_context_tokens=cap - 2048 - 16,
-                       stream=False)
+    rows = [type(r)(r.offset_s - t0, r.context_tokens, max(1, min(r.generated_tokens, 2048)), r.hash_ids) for r in rows]
+    cfg = ReplayConfig(
+        target="", speedup=speedup, shared_prefixes=True, max_context_tokens=cap - 2048 - 16, stream=False
+    )
     plan = plan_requests(rows, None, cfg)  # type: ignore[arg-type]  # every Mooncake row has hash_ids
     return prepare([(p.at_s, p.body) for p in plan])
 
@@ -141,8 +148,12 @@ def chat_sessions(conversations: int, rate: float, seed: int = 0) -> list[Req]:
         at = start
         for _ in range(rng.randint(3, 8)):
             words = rng.randint(50, 400)
-            messages.append({"role": "user", "content": f"[{c}] " + " ".join(f"w{rng.randrange(999)}"
-                                                                            for _ in range(words))[:4 * words]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": f"[{c}] " + " ".join(f"w{rng.randrange(999)}" for _ in range(words))[: 4 * words],
+                }
+            )
             answer = rng.randint(50, 300)
             bodies.append((at, {"model": "sim", "messages": list(messages), "max_tokens": answer}))
             messages.append({"role": "assistant", "content": filler(0, answer)})
@@ -286,16 +297,21 @@ def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[s
             ctx.prefix_match = index.matches([v.key for v in views], req.chunks)
             ctx.prompt_tokens = req.prompt
             matched[i] = dict(ctx.prefix_match)
-            chosen = (pick(views, policy, ctx, weights) if policy == "prefix_aware"
-                      else llm_d_like(views, dict(ctx.prefix_match), ctx.ticket)).key
+            chosen = (
+                pick(views, policy, ctx, weights)
+                if policy == "prefix_aware"
+                else llm_d_like(views, dict(ctx.prefix_match), ctx.ticket)
+            ).key
             rep_signals = replicas[int(chosen[1:])].signals
             index.record(chosen, req.chunks, rep_signals.kv_capacity_tokens if rep_signals else None)
         elif policy == "prefix_exact":
             # What each replica's prefix cache holds right now, read from its block pool: the
             # most a router fed vLLM's KV cache events could know (blocks in flight excepted).
             size = DEFAULT_BLOCK_SIZE
-            ctx.prefix_match = {v.key: replicas[int(v.key[1:])].model.pool.lookup(req.blocks, req.prompt) * size
-                                / req.prompt for v in views}
+            ctx.prefix_match = {
+                v.key: replicas[int(v.key[1:])].model.pool.lookup(req.blocks, req.prompt) * size / req.prompt
+                for v in views
+            }
             ctx.prompt_tokens = req.prompt
             matched[i] = dict(ctx.prefix_match)
             chosen = pick(views, "prefix_aware", ctx, weights).key
@@ -310,8 +326,9 @@ def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[s
         m.prefix_cache_queries.inc(out.queried_tokens)
         m.prefix_cache_hits.inc(out.cached_tokens)
 
-    timeline = replay(reqs, replicas, route, random.Random(seed), signals=load_and_kv_size_signals, on_step=publish,
-                      leased=leased)
+    timeline = replay(
+        reqs, replicas, route, random.Random(seed), signals=load_and_kv_size_signals, on_step=publish, leased=leased
+    )
     first, done = timeline.first_token, timeline.done
     end = max(done.values())
     for rep in replicas:
@@ -340,8 +357,9 @@ def run(reqs: list[Req], policy: str, weights: Weights, seed: int = 0) -> dict[s
 
 def main(
     json_path: Path = typer.Option(None, "--json", help="Write {workload: {policy: {...}}} here."),
-    data_dir: Path = typer.Option(ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR",
-                                  help="The shared real-data folder."),
+    data_dir: Path = typer.Option(
+        ROOT.parent / "shared" / "data", envvar="PROMPTEDGE_DATA_DIR", help="The shared real-data folder."
+    ),
     requests: int = typer.Option(1000, help="Mooncake requests replayed."),
     offset: int = typer.Option(0, help="Skip this many Mooncake requests first (another window)."),
     mooncake_speedup: float = typer.Option(0.5, help="Time compression of the Mooncake trace."),
@@ -353,34 +371,48 @@ def main(
     """Replay both workloads under every policy; print a table and write JSON."""
     weights = Weights(stale_after_s=1.0, prefix=prefix_weight)
     workloads = {
-        "mooncake": (mooncake(data_dir, requests, offset, mooncake_speedup),
-                     {"speedup": mooncake_speedup, "offset": offset}),
+        "mooncake": (
+            mooncake(data_dir, requests, offset, mooncake_speedup),
+            {"speedup": mooncake_speedup, "offset": offset},
+        ),
         "chat": (chat_sessions(conversations, chat_rate), {"conversations": conversations, "rate": chat_rate}),
     }
     results: dict[str, dict[str, Any]] = {}
     for name, (reqs, params) in workloads.items():
         span = reqs[-1].at - reqs[0].at
         # the perfect-locality router's hits: no prefix cache, the fleet's KV pooled, unbounded
-        oracles = {"no_cache": oracle_cached(reqs, 0),
-                   "pooled_oracle": oracle_cached(reqs, sum(p.kv_capacity_tokens for p in FLEET)),
-                   "oracle": oracle_cached(reqs)}
-        entry: dict[str, Any] = {**params, "requests": len(reqs), "offered_rps": round(len(reqs) / span, 2),
-                                 "mean_prompt_tokens": round(sum(r.prompt for r in reqs) / len(reqs)),
-                                 "oracle_hit_rate": round(hit_rate(oracles["oracle"]), 4),
-                                 "pooled_oracle_hit_rate": round(hit_rate(oracles["pooled_oracle"]), 4),
-                                 "idle_ttft_p99_ms": {"no_cache": idle_ttft_p99_ms(oracles["no_cache"]),
-                                                      "oracle": idle_ttft_p99_ms(oracles["oracle"])},
-                                 "prefix_weight": prefix_weight}
+        oracles = {
+            "no_cache": oracle_cached(reqs, 0),
+            "pooled_oracle": oracle_cached(reqs, sum(p.kv_capacity_tokens for p in FLEET)),
+            "oracle": oracle_cached(reqs),
+        }
+        entry: dict[str, Any] = {
+            **params,
+            "requests": len(reqs),
+            "offered_rps": round(len(reqs) / span, 2),
+            "mean_prompt_tokens": round(sum(r.prompt for r in reqs) / len(reqs)),
+            "oracle_hit_rate": round(hit_rate(oracles["oracle"]), 4),
+            "pooled_oracle_hit_rate": round(hit_rate(oracles["pooled_oracle"]), 4),
+            "idle_ttft_p99_ms": {
+                "no_cache": idle_ttft_p99_ms(oracles["no_cache"]),
+                "oracle": idle_ttft_p99_ms(oracles["oracle"]),
+            },
+            "prefix_weight": prefix_weight,
+        }
         for policy in policies.split(","):
             entry[policy] = run(reqs, policy, weights)
             entry[policy]["hit_vs_oracle"] = round(entry[policy]["hit_rate"] / entry["oracle_hit_rate"], 3)
-            entry[policy]["hit_vs_pooled_oracle"] = round(entry[policy]["hit_rate"] / entry["pooled_oracle_hit_rate"], 3)
+            entry[policy]["hit_vs_pooled_oracle"] = round(
+                entry[policy]["hit_rate"] / entry["pooled_oracle_hit_rate"], 3
+            )
         if "gpu_load" in entry:
             # issue 15's target: TTFT p99 1.5x lower than load-only; which dispatch could reach it?
             deadline = entry["gpu_load"]["ttft_p99_ms"] / 1.5 / 1000
-            entry["target"] = {"ttft_p99_ms": round(deadline * 1000, 1), "late_allowed": len(reqs) // 100,
-                               "late_at_least": {kind: late_lower_bound(cached, deadline)
-                                                 for kind, cached in oracles.items()}}
+            entry["target"] = {
+                "ttft_p99_ms": round(deadline * 1000, 1),
+                "late_allowed": len(reqs) // 100,
+                "late_at_least": {kind: late_lower_bound(cached, deadline) for kind, cached in oracles.items()},
+            }
         results[name] = entry
     print_table(results)
     if json_path is not None:
@@ -389,27 +421,37 @@ def main(
 
 
 def print_table(results: dict[str, dict[str, Any]]) -> None:
-    print("| workload (offered req/s, mean prompt tokens; oracle hit rate unbounded / pooled KV) | policy "
-          "| TTFT p50 ms | TTFT p99 ms | hit rate | vs oracle | vs pooled oracle | req/s | load max/mean "
-          "| served max/mean |")
+    print(
+        "| workload (offered req/s, mean prompt tokens; oracle hit rate unbounded / pooled KV) | policy "
+        "| TTFT p50 ms | TTFT p99 ms | hit rate | vs oracle | vs pooled oracle | req/s | load max/mean "
+        "| served max/mean |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, e in results.items():
-        label = (f"{name} ({e['offered_rps']}, {e['mean_prompt_tokens']}; {e['oracle_hit_rate']:.3f} / "
-                 f"{e['pooled_oracle_hit_rate']:.3f})")
+        label = (
+            f"{name} ({e['offered_rps']}, {e['mean_prompt_tokens']}; {e['oracle_hit_rate']:.3f} / "
+            f"{e['pooled_oracle_hit_rate']:.3f})"
+        )
         for policy in [p for p in POLICIES if p in e]:
             r = e[policy]
-            print(f"| {label} | {policy} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['hit_rate']:.3f} "
-                  f"| {r['hit_vs_oracle']:.2f} | {r['hit_vs_pooled_oracle']:.2f} | {r['throughput_rps']:.2f} "
-                  f"| {r['load_max_mean']:.2f} | {r['served_max_mean']:.2f} |")
+            print(
+                f"| {label} | {policy} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['hit_rate']:.3f} "
+                f"| {r['hit_vs_oracle']:.2f} | {r['hit_vs_pooled_oracle']:.2f} | {r['throughput_rps']:.2f} "
+                f"| {r['load_max_mean']:.2f} | {r['served_max_mean']:.2f} |"
+            )
         floor = e["idle_ttft_p99_ms"]
-        print(f"| {label} | floor, an idle replica per request: TTFT p99 {floor['no_cache']:.0f} ms without a "
-              f"prefix cache, {floor['oracle']:.0f} ms with the oracle's | | | | | | | | |")
+        print(
+            f"| {label} | floor, an idle replica per request: TTFT p99 {floor['no_cache']:.0f} ms without a "
+            f"prefix cache, {floor['oracle']:.0f} ms with the oracle's | | | | | | | | |"
+        )
         if "target" in e:
             t, least = e["target"], e["target"]["late_at_least"]
-            print(f"| {label} | TTFT p99 <= {t['ttft_p99_ms']:.0f} ms (1.5x below gpu_load) allows {t['late_allowed']} "
-                  f"later; any dispatch has at least {least['no_cache']} without a prefix cache, "
-                  f"{least['pooled_oracle']} with the pooled oracle's, {least['oracle']} with the oracle's "
-                  "| | | | | | | | |")
+            print(
+                f"| {label} | TTFT p99 <= {t['ttft_p99_ms']:.0f} ms (1.5x below gpu_load) allows {t['late_allowed']} "
+                f"later; any dispatch has at least {least['no_cache']} without a prefix cache, "
+                f"{least['pooled_oracle']} with the pooled oracle's, {least['oracle']} with the oracle's "
+                "| | | | | | | | |"
+            )
         for mine in [p for p in ("prefix_aware", "prefix_exact") if p in e]:
             for base in [b for b in ("gpu_load", "least_request") if b in e]:
                 ratio = e[base]["ttft_p99_ms"] / max(e[mine]["ttft_p99_ms"], 1e-9)

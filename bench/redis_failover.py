@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from sim.stack.redis_topology import LocalSentinel, binaries_missing  # noqa: E402
 from sim.client.traffic.probe import chat_prompts, phases, probe, wrong_hits  # noqa: E402
+from sim.stack.redis_topology import LocalSentinel, binaries_missing  # noqa: E402
 from tests.router.router_process import MODEL, start_replica, start_router  # noqa: E402
 
 
@@ -61,13 +61,20 @@ async def _seed(client: httpx.AsyncClient, url: str, prompts: list[dict[str, Any
 async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     with LocalSentinel(sentinels=args.sentinels) as group:
         replica, replica_url = start_replica(tmp, max_model_len=256)
-        router = start_router(tmp, env={
-            "PROMPTEDGE_REDIS_URL": group.url, "PROMPTEDGE_LOG_FORMAT": "text",
-            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": replica_url, "model": MODEL}]),
-            "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "1", "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
-            "PROMPTEDGE_ROUTER_RATE_LIMITS": json.dumps({"*": {"requests_per_s": 100_000, "tokens_per_min": 10**9}}),
-            "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": str(args.cache_timeout_s),
-        })
+        router = start_router(
+            tmp,
+            env={
+                "PROMPTEDGE_REDIS_URL": group.url,
+                "PROMPTEDGE_LOG_FORMAT": "text",
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": replica_url, "model": MODEL}]),
+                "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "1",
+                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+                "PROMPTEDGE_ROUTER_RATE_LIMITS": json.dumps(
+                    {"*": {"requests_per_s": 100_000, "tokens_per_min": 10**9}}
+                ),
+                "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": str(args.cache_timeout_s),
+            },
+        )
         try:
             url = router.url + "/v1/chat/completions"
             prompts = chat_prompts(MODEL, args.prompts)
@@ -101,33 +108,48 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         row["rps"] = round(row["requests"] / row["seconds"], 1) if row["seconds"] else 0.0
     before, outage = rows[0], rows[1]
     return {
-        "sentinels": args.sentinels, "down_after_ms": group.down_after_ms, "concurrency": args.concurrency,
+        "sentinels": args.sentinels,
+        "down_after_ms": group.down_after_ms,
+        "concurrency": args.concurrency,
         "cache_timeout_s": args.cache_timeout_s,
-        "prompts": args.prompts, "old_master_port": old, "new_master_port": new,
-        "sentinel_failover_s": round(promoted_s, 2), "seconds_without_hits": outage["seconds"],
-        "requests_served_in_outage": outage["misses"], "errors": sum(r["errors"] for r in rows),
+        "prompts": args.prompts,
+        "old_master_port": old,
+        "new_master_port": new,
+        "sentinel_failover_s": round(promoted_s, 2),
+        "seconds_without_hits": outage["seconds"],
+        "requests_served_in_outage": outage["misses"],
+        "errors": sum(r["errors"] for r in rows),
         "wrong_hits": len(wrong_hits(samples, generated)),
-        "outage_vs_before": {"rps": round(outage["rps"] / before["rps"], 2) if before["rps"] else None,
-                             "p99": round(outage["p99_ms"] / before["p99_ms"], 2) if before["p99_ms"] else None},
-        "phases": rows, "load_average": [round(x, 2) for x in os.getloadavg()],
+        "outage_vs_before": {
+            "rps": round(outage["rps"] / before["rps"], 2) if before["rps"] else None,
+            "p99": round(outage["p99_ms"] / before["p99_ms"], 2) if before["p99_ms"] else None,
+        },
+        "phases": rows,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = [f"{'phase':<8} {'seconds':>8} {'requests':>9} {'hits':>6} {'misses':>7} {'errors':>7} "
-             f"{'req/s':>7} {'p50 ms':>8} {'p99 ms':>8}"]
+    lines = [
+        f"{'phase':<8} {'seconds':>8} {'requests':>9} {'hits':>6} {'misses':>7} {'errors':>7} "
+        f"{'req/s':>7} {'p50 ms':>8} {'p99 ms':>8}"
+    ]
     for r in report["phases"]:
-        lines.append(f"{r['phase']:<8} {r['seconds']:>8.2f} {r['requests']:>9} {r['hits']:>6} {r['misses']:>7} "
-                     f"{r['errors']:>7} {r['rps']:>7.1f} {r['p50_ms']:>8} {r['p99_ms']:>8}")
+        lines.append(
+            f"{r['phase']:<8} {r['seconds']:>8.2f} {r['requests']:>9} {r['hits']:>6} {r['misses']:>7} "
+            f"{r['errors']:>7} {r['rps']:>7.1f} {r['p50_ms']:>8} {r['p99_ms']:>8}"
+        )
     ratio = report["outage_vs_before"]
-    lines += [f"sentinel failover (kill -> new master named): {report['sentinel_failover_s']} s; "
-              f"seconds without cache hits: {report['seconds_without_hits']}; requests served in it: "
-              f"{report['requests_served_in_outage']}; errors: {report['errors']}; wrong hits: "
-              f"{report['wrong_hits']}",
-              f"outage / before: req/s x{ratio['rps']}, p99 x{ratio['p99']}; "
-              f"{report['sentinels']} sentinels, down-after {report['down_after_ms']} ms, "
-              f"concurrency {report['concurrency']}, cache bound {report['cache_timeout_s']} s; "
-              f"load average {report['load_average']}"]
+    lines += [
+        f"sentinel failover (kill -> new master named): {report['sentinel_failover_s']} s; "
+        f"seconds without cache hits: {report['seconds_without_hits']}; requests served in it: "
+        f"{report['requests_served_in_outage']}; errors: {report['errors']}; wrong hits: "
+        f"{report['wrong_hits']}",
+        f"outage / before: req/s x{ratio['rps']}, p99 x{ratio['p99']}; "
+        f"{report['sentinels']} sentinels, down-after {report['down_after_ms']} ms, "
+        f"concurrency {report['concurrency']}, cache bound {report['cache_timeout_s']} s; "
+        f"load average {report['load_average']}",
+    ]
     return "\n".join(lines)
 
 
@@ -138,9 +160,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--before-s", type=float, default=3.0)
     parser.add_argument("--after-s", type=float, default=3.0)
-    parser.add_argument("--cache-timeout-s", type=float, default=0.05,
-                        help="the cache's bound per Redis call (production default 0.05; on a loaded "
-                             "2-core machine 0.25 keeps the baseline's lookups from timing out)")
+    parser.add_argument(
+        "--cache-timeout-s",
+        type=float,
+        default=0.05,
+        help="the cache's bound per Redis call (production default 0.05; on a loaded "
+        "2-core machine 0.25 keeps the baseline's lookups from timing out)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     reason = binaries_missing()

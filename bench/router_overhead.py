@@ -66,15 +66,28 @@ MODEL = "bench-model"
 BENCH_KEY = "sk-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's proxy refuses to start without one
 app = typer.Typer(add_completion=False, no_args_is_help=False)
 
-ANSWER = json.dumps({
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": MODEL,
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris is the capital of France."},
-                 "logprobs": None, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
-}).encode()
-METRICS = (b'vllm:num_requests_running{model_name="bench-model"} 0.0\n'
-           b'vllm:num_requests_waiting{model_name="bench-model"} 0.0\n'
-           b'vllm:kv_cache_usage_perc{model_name="bench-model"} 0.0\n')
+ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Paris is the capital of France."},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    }
+).encode()
+METRICS = (
+    b'vllm:num_requests_running{model_name="bench-model"} 0.0\n'
+    b'vllm:num_requests_waiting{model_name="bench-model"} 0.0\n'
+    b'vllm:kv_cache_usage_perc{model_name="bench-model"} 0.0\n'
+)
 
 # wrk script: unique bodies (cache misses) unless HIT is set; prints percentiles as JSON.
 WRK_LUA = """
@@ -111,6 +124,7 @@ def free_port() -> int:
 
 # ---------------------------------------------------------------- the backend and the baseline
 
+
 class _Backend(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         import httptools
@@ -134,8 +148,10 @@ class _Backend(asyncio.Protocol):
             body, kind = b'{"object":"list","data":[{"id":"bench-model","object":"model"}]}', b"application/json"
         else:
             body, kind = ANSWER, b"application/json"
-        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"  # type: ignore
-                             % (kind, len(body), body))
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"  # type: ignore
+            % (kind, len(body), body)
+        )
 
 
 @app.command(hidden=True)
@@ -171,25 +187,31 @@ def passthrough(port: int, upstream: str, client: str = "aiohttp") -> None:
     @web.post("/v1/chat/completions")
     async def forward(request: Request) -> Response:
         if client == "httpx":
-            answer = await request.app.state.transport.handle_async_request(httpx.Request(
-                "POST", target, content=await request.body(), headers={"content-type": "application/json"}))
+            answer = await request.app.state.transport.handle_async_request(
+                httpx.Request(
+                    "POST", target, content=await request.body(), headers={"content-type": "application/json"}
+                )
+            )
             try:
                 return Response(await answer.aread(), status_code=answer.status_code, media_type="application/json")
             finally:
                 await answer.aclose()
-        async with request.app.state.session.post(upstream + "/v1/chat/completions", data=await request.body(),
-                                                  headers={"content-type": "application/json"}) as r:
+        async with request.app.state.session.post(
+            upstream + "/v1/chat/completions", data=await request.body(), headers={"content-type": "application/json"}
+        ) as r:
             return Response(await r.read(), status_code=r.status, media_type="application/json")
 
     @web.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    uvicorn.run(web, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning",
-                access_log=False)
+    uvicorn.run(
+        web, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False
+    )
 
 
 # ---------------------------------------------------------------- systems under test
+
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
@@ -205,28 +227,37 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90.0
     raise RuntimeError(f"{url} not ready after {timeout_s} s")
 
 
-def start_system(name: str, backend_url: str, tmp: Path, redis_url: str,
-                 litellm: str) -> tuple[str, list[subprocess.Popen[bytes]]]:
+def start_system(
+    name: str, backend_url: str, tmp: Path, redis_url: str, litellm: str
+) -> tuple[str, list[subprocess.Popen[bytes]]]:
     """Start a system; returns its base URL and processes."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": open(tmp / f"{name}.log", "wb")}
     if name.startswith("promptedge"):
         workers = int(name.rsplit("_w", 1)[1]) if re.search(r"_w\d+$", name) else 1
-        env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url,
-               "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": backend_url, "model": MODEL}]),
-               "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": "httpx" if name.endswith("httpx_transport") else "aiohttp",
-               "PROMPTEDGE_CACHE_KEY_PREFIX": f"promptedge:bench:{os.getpid()}",
-               "PROMPTEDGE_CACHE_ENABLED": "false" if name.endswith("no_cache") else "true",
-               "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "true" if name.endswith("semantic") else "false"}
-        proc = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning",
-                                 "--workers", str(workers)], cwd=ROOT, env=env, **quiet)  # type: ignore[call-overload]
+        env = {
+            **os.environ,
+            "PROMPTEDGE_REDIS_URL": redis_url,
+            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": backend_url, "model": MODEL}]),
+            "PROMPTEDGE_ROUTER_UPSTREAM_TRANSPORT": "httpx" if name.endswith("httpx_transport") else "aiohttp",
+            "PROMPTEDGE_CACHE_KEY_PREFIX": f"promptedge:bench:{os.getpid()}",
+            "PROMPTEDGE_CACHE_ENABLED": "false" if name.endswith("no_cache") else "true",
+            "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "true" if name.endswith("semantic") else "false",
+        }
+        proc = subprocess.Popen(
+            [PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning", "--workers", str(workers)],
+            cwd=ROOT,
+            env=env,
+            **quiet,
+        )  # type: ignore[call-overload]
         _wait_ready(url + "/health", proc)
         wait_settled(proc.pid, workers)
         return url, [proc]
     if name in ("aiohttp_passthrough", "httpx_passthrough"):
-        proc = subprocess.Popen([PY, __file__, "passthrough", str(port), backend_url, "--client",
-                                 name.split("_")[0]], **quiet)  # type: ignore
+        proc = subprocess.Popen(
+            [PY, __file__, "passthrough", str(port), backend_url, "--client", name.split("_")[0]], **quiet
+        )  # type: ignore
         _wait_ready(url + "/health", proc)
         return url, [proc]
     if name == "nginx":
@@ -237,7 +268,7 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off; client_body_temp_path {tmp}; proxy_temp_path {tmp};
   fastcgi_temp_path {tmp}; uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
-  upstream backend {{ server {backend_url.removeprefix('http://')}; keepalive 128; }}
+  upstream backend {{ server {backend_url.removeprefix("http://")}; keepalive 128; }}
   server {{ listen 127.0.0.1:{port};
     location / {{ proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }} }}
 }}""")
@@ -246,11 +277,14 @@ http {{
         return url, [proc]
     if name == "litellm":
         conf = tmp / "litellm.yaml"
-        conf.write_text(f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
-                        f"      api_base: {backend_url}/v1\n      api_key: none\n")
+        conf.write_text(
+            f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
+            f"      api_base: {backend_url}/v1\n      api_key: none\n"
+        )
         env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": BENCH_KEY}
-        proc = subprocess.Popen([litellm, "--config", str(conf), "--port", str(port), "--host", "127.0.0.1"],
-                                env=env, **quiet)  # type: ignore[call-overload]
+        proc = subprocess.Popen(
+            [litellm, "--config", str(conf), "--port", str(port), "--host", "127.0.0.1"], env=env, **quiet
+        )  # type: ignore[call-overload]
         _wait_ready(url + "/health/liveliness", proc, timeout_s=180)
         return url, [proc]
     raise typer.BadParameter(f"unknown system {name!r}")
@@ -321,26 +355,64 @@ def cache_outcomes(url: str, name: str) -> dict[str, int] | None:
     raise RuntimeError(f"{name}: /cache/stats answers {answer.status_code}: {answer.text[:200]}")
 
 
-def run_wrk(url: str, concurrency: int, duration_s: int, lua: Path, hit: bool,
-            pids: list[int] | None = None, cache_control: str = "") -> dict[str, float]:
+def run_wrk(
+    url: str,
+    concurrency: int,
+    duration_s: int,
+    lua: Path,
+    hit: bool,
+    pids: list[int] | None = None,
+    cache_control: str = "",
+) -> dict[str, float]:
     """One wrk run; with ``pids``, also the CPU milliseconds those processes spent per request.
     cache_control: the requests' ``Cache-Control`` header ("" = none)."""
-    env = {**os.environ, "BENCH_HIT": "1" if hit else "0", "BENCH_RUN": uuid.uuid4().hex,
-           "BENCH_CACHE_CONTROL": cache_control}
+    env = {
+        **os.environ,
+        "BENCH_HIT": "1" if hit else "0",
+        "BENCH_RUN": uuid.uuid4().hex,
+        "BENCH_CACHE_CONTROL": cache_control,
+    }
     cpu_before = cpu_seconds(pids) if pids else 0.0
-    out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", "10s", "-s", str(lua),
-                          url + "/v1/chat/completions"], capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{duration_s}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(lua),
+            url + "/v1/chat/completions",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     result = json.loads(out.split("RESULT ", 1)[1])
-    run = {"p50_ms": result["p50_us"] / 1000, "p99_ms": result["p99_us"] / 1000,
-           "rps": result["requests"] / (result["duration_us"] / 1e6),
-           "errors": result["errors"] + result["non2xx"]}
+    run = {
+        "p50_ms": result["p50_us"] / 1000,
+        "p99_ms": result["p99_us"] / 1000,
+        "rps": result["requests"] / (result["duration_us"] / 1e6),
+        "errors": result["errors"] + result["non2xx"],
+    }
     if pids:
         run["cpu_ms_per_request"] = round((cpu_seconds(pids) - cpu_before) * 1000 / max(1, result["requests"]), 3)
     return run
 
 
-def measure_system(name: str, backend_url: str, backend_proc: subprocess.Popen[bytes], tmp: Path, redis_url: str,
-                   litellm: str, lua: Path, duration: int, label: str) -> dict[str, dict[str, Any]] | None:
+def measure_system(
+    name: str,
+    backend_url: str,
+    backend_proc: subprocess.Popen[bytes],
+    tmp: Path,
+    redis_url: str,
+    litellm: str,
+    lua: Path,
+    duration: int,
+    label: str,
+) -> dict[str, dict[str, Any]] | None:
     """Start one system, measure it at concurrency 1 and 32 (after a 1 s warm-up each), stop
     it; None when it does not start."""
     try:
@@ -360,13 +432,16 @@ def measure_system(name: str, backend_url: str, backend_proc: subprocess.Popen[b
             run = runs[f"c{c}"] = run_wrk(url, c, duration, lua, hit, pids, cache_control=control)
             if before is not None:
                 run["cache_outcomes"] = outcomes = {
-                    k: v - before[k] for k, v in (cache_outcomes(url, name) or before).items()}
+                    k: v - before[k] for k, v in (cache_outcomes(url, name) or before).items()
+                }
                 expected = "exact_hits" if hit else "misses"
                 if outcomes[expected] != sum(outcomes.values()):
                     print(f"warning: {name} c={c} is not all {expected}: {outcomes}", file=sys.stderr)
-            print(f"{label} {name:28s} c={c:<3d} p50 {run['p50_ms']:8.3f} ms  p99 {run['p99_ms']:8.3f} ms  "
-                  f"{run['rps']:9.0f} req/s  errors {run['errors']}  cpu {run.get('cpu_ms_per_request')} ms/req",
-                  file=sys.stderr)
+            print(
+                f"{label} {name:28s} c={c:<3d} p50 {run['p50_ms']:8.3f} ms  p99 {run['p99_ms']:8.3f} ms  "
+                f"{run['rps']:9.0f} req/s  errors {run['errors']}  cpu {run.get('cpu_ms_per_request')} ms/req",
+                file=sys.stderr,
+            )
         return runs
     finally:
         stop(procs)
@@ -377,8 +452,11 @@ def median_runs(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
     out: dict[str, dict[str, Any]] = {}
     for cell in rounds[0]:
         runs = [r[cell] for r in rounds]
-        out[cell] = {k: round(statistics.median(r[k] for r in runs), 3)
-                     for k in ("p50_ms", "p99_ms", "rps", "cpu_ms_per_request") if k in runs[0]}
+        out[cell] = {
+            k: round(statistics.median(r[k] for r in runs), 3)
+            for k in ("p50_ms", "p99_ms", "rps", "cpu_ms_per_request")
+            if k in runs[0]
+        }
         out[cell]["errors"] = sum(r["errors"] for r in runs)
     return out
 
@@ -388,12 +466,18 @@ def main(
     json_path: Path = typer.Option(None, "--json", help="Write the results here."),
     duration: int = typer.Option(5, help="Seconds per wrk run (after a 1 s warm-up run)."),
     repeat: int = typer.Option(3, min=1, help="Rounds over all systems; the table shows each one's median."),
-    systems: str = typer.Option("promptedge,promptedge_hit_path,promptedge_httpx_transport,promptedge_semantic,"
-                                "nginx,aiohttp_passthrough,httpx_passthrough,litellm", help="Comma-separated systems besides direct."),
+    systems: str = typer.Option(
+        "promptedge,promptedge_hit_path,promptedge_httpx_transport,promptedge_semantic,"
+        "nginx,aiohttp_passthrough,httpx_passthrough,litellm",
+        help="Comma-separated systems besides direct.",
+    ),
     redis_url: str = typer.Option("redis://127.0.0.1:6379/14", help="Redis for the router's cache."),
     litellm: str = typer.Option("/work/litellm-venv/bin/litellm", help="LiteLLM proxy binary (skipped if absent)."),
-    workers: str = typer.Option("1", help="Worker counts for the promptedge row, e.g. 1,2,4: each N > 1 adds a "
-                                          "row promptedge_wN (router serve --workers N) next to it."),
+    workers: str = typer.Option(
+        "1",
+        help="Worker counts for the promptedge row, e.g. 1,2,4: each N > 1 adds a "
+        "row promptedge_wN (router serve --workers N) next to it.",
+    ),
 ) -> None:
     """Measure every system at concurrency 1 and 32; print a table, write JSON."""
     for tool in ("wrk", "nginx") if "nginx" in systems.split(",") else ("wrk",):
@@ -421,14 +505,26 @@ def main(
             # round of every system, and the median round of each is compared
             for round_no in range(repeat):
                 for name in names:
-                    runs = measure_system(name, backend_url, backend_proc, tmp, redis_url, litellm, lua,
-                                          duration, f"round {round_no + 1}/{repeat}")
+                    runs = measure_system(
+                        name,
+                        backend_url,
+                        backend_proc,
+                        tmp,
+                        redis_url,
+                        litellm,
+                        lua,
+                        duration,
+                        f"round {round_no + 1}/{repeat}",
+                    )
                     if runs is not None:
                         rounds[name].append(runs)
             for name, measured in rounds.items():
                 if measured:
-                    results[name] = {"runs": median_runs(measured), "rounds": measured,
-                                     "load_1m": round(os.getloadavg()[0], 2)}
+                    results[name] = {
+                        "runs": median_runs(measured),
+                        "rounds": measured,
+                        "load_1m": round(os.getloadavg()[0], 2),
+                    }
         finally:
             stop([backend_proc])
     base = results["direct"]["runs"]
@@ -452,8 +548,15 @@ def scrape_cost(replicas: int = 4, seconds: float = 20.0, interval_s: float = 0.
     """CPU the router spends polling ``replicas`` idle sim replicas (vLLM-shaped /metrics with
     histograms) every ``interval_s``, per replica: router CPU with scraping minus without."""
     ports = [free_port() for _ in range(replicas)]
-    sims = [subprocess.Popen([PY, "-m", "sim", "serve", "--port", str(p), "--model", MODEL], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+    sims = [
+        subprocess.Popen(
+            [PY, "-m", "sim", "serve", "--port", str(p), "--model", MODEL],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
     try:
         for port, proc in zip(ports, sims, strict=True):
             _wait_ready(f"http://127.0.0.1:{port}/health", proc)
@@ -461,12 +564,22 @@ def scrape_cost(replicas: int = 4, seconds: float = 20.0, interval_s: float = 0.
         cpu = {}
         for label, interval in (("scraping", interval_s), ("idle", 3600.0)):
             port = free_port()
-            env = {**os.environ, "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(
-                [{"url": f"http://127.0.0.1:{p}", "model": MODEL} for p in ports]),
-                "PROMPTEDGE_ROUTER_SCRAPE_INTERVAL_S": str(interval), "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "3600",
-                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"}
-            router = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning"],
-                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env = {
+                **os.environ,
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(
+                    [{"url": f"http://127.0.0.1:{p}", "model": MODEL} for p in ports]
+                ),
+                "PROMPTEDGE_ROUTER_SCRAPE_INTERVAL_S": str(interval),
+                "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "3600",
+                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+            }
+            router = subprocess.Popen(
+                [PY, "-m", "router", "serve", "--port", str(port), "--log-level", "warning"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             try:
                 _wait_ready(f"http://127.0.0.1:{port}/health", router)
                 time.sleep(2.0)
@@ -476,10 +589,12 @@ def scrape_cost(replicas: int = 4, seconds: float = 20.0, interval_s: float = 0.
             finally:
                 stop([router])
         per_replica = (cpu["scraping"] - cpu["idle"]) / replicas
-        print(f"/metrics page {size} bytes; router CPU {cpu['scraping'] * 100:.2f} % scraping "
-              f"{replicas} replicas every {interval_s} s, {cpu['idle'] * 100:.2f} % without; "
-              f"per replica {per_replica * 100:.3f} % of a core "
-              f"({per_replica / (1 / interval_s) * 1000:.2f} ms CPU per scrape)")
+        print(
+            f"/metrics page {size} bytes; router CPU {cpu['scraping'] * 100:.2f} % scraping "
+            f"{replicas} replicas every {interval_s} s, {cpu['idle'] * 100:.2f} % without; "
+            f"per replica {per_replica * 100:.3f} % of a core "
+            f"({per_replica / (1 / interval_s) * 1000:.2f} ms CPU per scrape)"
+        )
     finally:
         stop(sims)
 
@@ -503,29 +618,38 @@ def print_targets(results: dict[str, dict[str, object]]) -> None:
 def print_workers(results: dict[str, dict[str, object]]) -> None:
     """CPU per proxied miss against the number of router workers (rows promptedge, promptedge_wN)."""
     rows = [(1, results["promptedge"])] if "promptedge" in results else []
-    rows += sorted((int(name.rsplit("_w", 1)[1]), entry) for name, entry in results.items()
-                   if re.fullmatch(r"promptedge_w\d+", name))
+    rows += sorted(
+        (int(name.rsplit("_w", 1)[1]), entry)
+        for name, entry in results.items()
+        if re.fullmatch(r"promptedge_w\d+", name)
+    )
     if len(rows) < 2:
         return
     print("\n| workers | CPU ms/miss c=1 | CPU ms/miss c=32 | req/s c=32 | p50 c=32 (ms) |")
     print("|---|---|---|---|---|")
     for n, entry in rows:
         runs = entry["runs"]  # type: ignore[assignment]
-        print(f"| {n} | {runs['c1'].get('cpu_ms_per_request')} | {runs['c32'].get('cpu_ms_per_request')} "  # type: ignore
-              f"| {runs['c32']['rps']:.0f} | {runs['c32']['p50_ms']:.2f} |")  # type: ignore
+        print(
+            f"| {n} | {runs['c1'].get('cpu_ms_per_request')} | {runs['c32'].get('cpu_ms_per_request')} "  # type: ignore
+            f"| {runs['c32']['rps']:.0f} | {runs['c32']['p50_ms']:.2f} |"
+        )  # type: ignore
 
 
 def print_table(results: dict[str, dict[str, object]]) -> None:
-    header = (f"| {'system':27s} | added p50 c=1 (ms) | added p99 c=1 (ms) | req/s c=1 | added p50 c=32 (ms) "
-              f"| req/s c=32 | CPU ms/req c=32 | errors |")
+    header = (
+        f"| {'system':27s} | added p50 c=1 (ms) | added p99 c=1 (ms) | req/s c=1 | added p50 c=32 (ms) "
+        f"| req/s c=32 | CPU ms/req c=32 | errors |"
+    )
     print(header)
     print("|" + "|".join("-" * (len(part)) for part in header.split("|")[1:-1]) + "|")
     for name, entry in results.items():
         runs = entry["runs"]  # type: ignore[assignment]
         errors = runs["c1"]["errors"] + runs["c32"]["errors"]  # type: ignore[index]
-        print(f"| {name:27s} | {entry['added_p50_ms']:18.3f} | {entry['added_p99_ms']:18.3f} "
-              f"| {runs['c1']['rps']:9.0f} | {entry['added_p50_ms_c32']:19.3f} | {runs['c32']['rps']:10.0f} "  # type: ignore
-              f"| {entry['cpu_ms_per_request_c32'] or 0:15.3f} | {errors:6d} |")
+        print(
+            f"| {name:27s} | {entry['added_p50_ms']:18.3f} | {entry['added_p99_ms']:18.3f} "
+            f"| {runs['c1']['rps']:9.0f} | {entry['added_p50_ms_c32']:19.3f} | {runs['c32']['rps']:10.0f} "  # type: ignore
+            f"| {entry['cpu_ms_per_request_c32'] or 0:15.3f} | {errors:6d} |"
+        )
 
 
 if __name__ == "__main__":

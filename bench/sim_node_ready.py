@@ -42,14 +42,29 @@ def free_port() -> int:
 
 
 def pod_body(name: str, warmup_s: float) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": {"promptedge.io/sim-warmup-s": str(warmup_s)}},
-            "spec": {"nodeName": "sim-gpu-0", "automountServiceAccountToken": False,
-                     "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve"],
-                                     "args": ["sim-llama-8b", "--port", "8000"],
-                                     "ports": [{"containerPort": 8000, "name": "http"}],
-                                     "readinessProbe": {"httpGet": {"path": "/health", "port": "http"},
-                                                        "periodSeconds": 5, "failureThreshold": 1}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"promptedge.io/sim-warmup-s": str(warmup_s)}},
+        "spec": {
+            "nodeName": "sim-gpu-0",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "command": ["vllm", "serve"],
+                    "args": ["sim-llama-8b", "--port", "8000"],
+                    "ports": [{"containerPort": 8000, "name": "http"}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/health", "port": "http"},
+                        "periodSeconds": 5,
+                        "failureThreshold": 1,
+                    },
+                }
+            ],
+        },
+    }
 
 
 def measure(core: client.CoreV1Api, warmups: list[float], pods: int, timeout_s: float) -> list[dict]:
@@ -63,12 +78,15 @@ def measure(core: client.CoreV1Api, warmups: list[float], pods: int, timeout_s: 
     deadline = time.monotonic() + timeout_s
     while len(ready) < len(created) and time.monotonic() < deadline:
         for p in core.list_namespaced_pod("default").items:
-            if p.metadata.name not in ready and any(c.type == "Ready" and c.status == "True"
-                                                     for c in p.status.conditions or []):
+            if p.metadata.name not in ready and any(
+                c.type == "Ready" and c.status == "True" for c in p.status.conditions or []
+            ):
                 ready[p.metadata.name] = time.monotonic()
         time.sleep(0.1)
-    return [{"pod": n, "warmup_s": w, "ready_wall_s": (ready[n] - t0) if n in ready else None}
-            for n, (w, t0) in created.items()]
+    return [
+        {"pod": n, "warmup_s": w, "ready_wall_s": (ready[n] - t0) if n in ready else None}
+        for n, (w, t0) in created.items()
+    ]
 
 
 def main() -> None:
@@ -78,8 +96,12 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=2)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--spares", type=int, default=2, help="the node's pre-started replica processes")
-    ap.add_argument("--settle-s", type=float, default=10.0,
-                    help="wall seconds between the node's registration and the first Pod (spares finish importing)")
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=10.0,
+        help="wall seconds between the node's registration and the first Pod (spares finish importing)",
+    )
     args = ap.parse_args()
     warmups = [float(w) for w in args.warmups.split(",")]
     if not (TOOLS / "start.sh").is_file():
@@ -97,9 +119,26 @@ def main() -> None:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         core = client.CoreV1Api(client.ApiClient(cfg))
         core.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
-        node = subprocess.Popen([sys.executable, "-m", "sim", "node", "--kubeconfig", kubeconfig, "--ip-base",
-                                 "127.0.231", "--time-scale", str(args.time_scale), "--spares", str(args.spares)], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        node = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sim",
+                "node",
+                "--kubeconfig",
+                kubeconfig,
+                "--ip-base",
+                "127.0.231",
+                "--time-scale",
+                str(args.time_scale),
+                "--spares",
+                str(args.spares),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         while not [n for n in core.list_node().items if not n.spec.taints]:
             time.sleep(0.2)
         time.sleep(args.settle_s)
@@ -117,12 +156,22 @@ def main() -> None:
     for w in warmups:
         wall = [r["ready_wall_s"] for r in rows if r["warmup_s"] == w and r["ready_wall_s"] is not None]
         p50 = statistics.median(wall) if wall else float("nan")
-        summary.append({"spares": args.spares, "warmup_s": w, "ready_p50_sim_s": p50 * scale, "overhead_p50_sim_s": p50 * scale - w,
-                        "ready_p50_wall_s": p50, "pods_ready": len(wall), "pods": args.pods})
+        summary.append(
+            {
+                "spares": args.spares,
+                "warmup_s": w,
+                "ready_p50_sim_s": p50 * scale,
+                "overhead_p50_sim_s": p50 * scale - w,
+                "ready_p50_wall_s": p50,
+                "pods_ready": len(wall),
+                "pods": args.pods,
+            }
+        )
         print(f"{w:>16.0f} {p50 * scale:>18.1f} {p50 * scale - w:>21.1f} {p50:>19.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"time_scale": scale, "rows": rows, "summary": summary,
-                                         "loadavg": os.getloadavg()}, indent=2))
+        args.json.write_text(
+            json.dumps({"time_scale": scale, "rows": rows, "summary": summary, "loadavg": os.getloadavg()}, indent=2)
+        )
 
 
 if __name__ == "__main__":

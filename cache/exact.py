@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -52,8 +53,10 @@ def _is_embeddings(response: dict[str, Any], count: int | None) -> bool:
     data = response.get("data")
     if not isinstance(data, list) or not data:
         return False
-    if not all(isinstance(d, dict) and d.get("object") == "embedding" and isinstance(d.get("embedding"), (list, str))
-               for d in data):
+    if not all(
+        isinstance(d, dict) and d.get("object") == "embedding" and isinstance(d.get("embedding"), (list, str))
+        for d in data
+    ):
         return False
     return count is None or sorted(d.get("index", 0) for d in data) == list(range(count))
 
@@ -148,15 +151,18 @@ class ExactStore:
             return None
         return response
 
-    async def set(self, key: str, response: dict[str, Any], ttl_s: int, tenant: str, model: str,
-                  raw: bytes | None = None) -> None:
+    async def set(
+        self, key: str, response: dict[str, Any], ttl_s: int, tenant: str, model: str, raw: bytes | None = None
+    ) -> None:
         """Store ``response`` (``key``: ``exact_key`` of the same tenant and model); ``raw``:
         its JSON as received (stored as is, instead of serialising ``response`` again)."""
         now = time.time()
         value = raw if raw is not None else json.dumps(response, separators=(",", ":"))
         # One script (atomic, like MULTI, but one command to send and one reply to parse).
-        await self._set(keys=[key, exact_owners_key(self._prefix, tenant, model)],
-                        args=[value, ttl_s, now, now + ttl_s, json.dumps([tenant, model, key])])
+        await self._set(
+            keys=[key, exact_owners_key(self._prefix, tenant, model)],
+            args=[value, ttl_s, now, now + ttl_s, json.dumps([tenant, model, key])],
+        )
 
     async def _owner_lists(self, tenant: str | None, model: str | None) -> list[str]:
         if tenant is not None and model is not None:
@@ -164,8 +170,12 @@ class ExactStore:
         # Any tenant or any model: every scope's list. SCAN, not KEYS (no stall of Redis); a
         # cluster client's scan_iter visits every primary, so it finds lists on all nodes.
         match = f"{self._prefix}:exact-owners:*"
-        return sorted({k.decode() if isinstance(k, bytes) else k
-                       async for k in self._redis.scan_iter(match=match, count=1000, _type="zset")})
+        return sorted(
+            {
+                k.decode() if isinstance(k, bytes) else k
+                async for k in self._redis.scan_iter(match=match, count=1000, _type="zset")
+            }
+        )
 
     async def delete_where(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model (None = any); returns how many existed."""
@@ -179,6 +189,7 @@ class ExactStore:
                     doomed.append((member, key))
             for start in range(0, len(doomed), _DELETE_CHUNK):
                 chunk = doomed[start : start + _DELETE_CHUNK]
-                deleted += int(await self._delete(keys=[owners, *(key for _, key in chunk)],
-                                                  args=[member for member, _ in chunk]))
+                deleted += int(
+                    await self._delete(keys=[owners, *(key for _, key in chunk)], args=[member for member, _ in chunk])
+                )
         return deleted

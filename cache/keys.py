@@ -25,7 +25,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 # The OpenAI APIs whose requests are keyed (cache.types re-exports it for the boundary types).
 Endpoint = Literal["chat.completions", "completions", "embeddings"]
@@ -118,8 +119,11 @@ _EMBEDDING_DEFAULTS: dict[str, Any] = {
 }
 _DEFAULTS = {"chat.completions": _CHAT_DEFAULTS, "completions": _COMPLETION_DEFAULTS, "embeddings": _EMBEDDING_DEFAULTS}
 # The fields that hold the input, kept apart from the parameters.
-_INPUT_FIELDS = {"chat.completions": ("model", "messages"), "completions": ("model", "prompt"),
-                 "embeddings": ("model", "input")}
+_INPUT_FIELDS = {
+    "chat.completions": ("model", "messages"),
+    "completions": ("model", "prompt"),
+    "embeddings": ("model", "input"),
+}
 # Message fields where null means the same as leaving the field out; any other field of a
 # message (known or not) is kept with whatever value it has.
 _MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
@@ -176,8 +180,7 @@ def _params(endpoint: Endpoint, body: Mapping[str, Any], defaults: Mapping[str, 
     # field and its explicit default give the same (usually empty) dict, and a request pays for
     # the few fields it has, not for every known parameter (this runs on every request's path).
     inputs = _INPUT_FIELDS[endpoint]
-    params = {name: _number(value) for name, value in body.items()
-              if name not in inputs and name not in NEUTRAL_FIELDS}
+    params = {name: _number(value) for name, value in body.items() if name not in inputs and name not in NEUTRAL_FIELDS}
     if endpoint == "chat.completions" and "max_completion_tokens" in params:
         # OpenAI's newer name of max_tokens: the same limit under either name
         limit = params.pop("max_completion_tokens")
@@ -198,8 +201,11 @@ def _params(endpoint: Endpoint, body: Mapping[str, Any], defaults: Mapping[str, 
         # OpenAI: "none" without tools, "auto" with tools.
         if params.get("tool_choice") == ("auto" if params.get("tools") else "none"):
             params["tool_choice"] = None
-    return {name: value for name, value in params.items()
-            if not (name in defaults and _is_default(value, _number(defaults[name])))}
+    return {
+        name: value
+        for name, value in params.items()
+        if not (name in defaults and _is_default(value, _number(defaults[name])))
+    }
 
 
 def canonical_params(endpoint: Endpoint, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,8 +217,9 @@ def canonical_params(endpoint: Endpoint, body: Mapping[str, Any]) -> dict[str, A
     return _params(endpoint, body, _DEFAULTS[endpoint])
 
 
-def canonical_request(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
-                      pool: str | None = None) -> dict[str, Any]:
+def canonical_request(
+    endpoint: Endpoint, body: Mapping[str, Any], tenant: str, pool: str | None = None
+) -> dict[str, Any]:
     """The canonical, JSON-serialisable form of a request for exact matching.
 
     endpoint: ``chat.completions``, ``completions`` or ``embeddings``; body: the request JSON; tenant: the
@@ -266,8 +273,14 @@ def exact_owners_key(prefix: str, tenant: str, model: str) -> str:
     return f"{prefix}:exact-owners:{{{exact_scope_tag(tenant, model)}}}"
 
 
-def exact_key(prefix: str, endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
-              request_sha: str | None = None, pool: str | None = None) -> str:
+def exact_key(
+    prefix: str,
+    endpoint: Endpoint,
+    body: Mapping[str, Any],
+    tenant: str,
+    request_sha: str | None = None,
+    pool: str | None = None,
+) -> str:
     """Redis key of the exact-cache entry: ``{prefix}:exact:{<scope tag>}:{sha256 of canonical
     request}``; the scope tag (:func:`exact_scope_tag`) is that of ``tenant`` and the pool that
     answers (``pool``, None = the body's ``model``), so the entry and its scope's owners list

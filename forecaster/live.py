@@ -18,19 +18,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from datetime import datetime, timezone
-
-from opskit import ALL_POOLS
+from datetime import UTC, datetime
 
 from forecaster.actuate import ActuationError, ActuationResult, Actuator, ActuatorSettings, measure_warmup
 from forecaster.clock import SimClock
+from forecaster.errors import SourceUnavailable
 from forecaster.run import RunResult, SelectionCache, run_once
 from forecaster.scheduler import ExitCode
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import Source
-from forecaster.errors import SourceUnavailable
 from forecaster.state import RedisStateStore, forecast_document
+from opskit import ALL_POOLS
 
 log = logging.getLogger("forecaster")
 
@@ -48,9 +46,7 @@ class Cycle:
 def state_store(settings: ForecasterSettings, actuator_settings: ActuatorSettings) -> RedisStateStore:
     """The planner state of the scaled target (and model, when one is named)."""
     target = actuator_settings.target + (f":{settings.model_name}" if settings.model_name else "")
-    return RedisStateStore(
-        settings.redis_url, f"promptedge:forecaster:state:{target}", settings.source_timeout_s
-    )
+    return RedisStateStore(settings.redis_url, f"promptedge:forecaster:state:{target}", settings.source_timeout_s)
 
 
 def cycle(
@@ -107,8 +103,14 @@ def publish(settings: ForecasterSettings, store: RedisStateStore, result: RunRes
     raised (warming is an optimisation, scaling is not held up by it)."""
     if not result.steps:
         return
-    document = forecast_document(settings.model_name or ALL_POOLS, result.now, result.steps,
-                                 settings.capacity_per_replica, result.decision.replicas, settings.demand_unit)
+    document = forecast_document(
+        settings.model_name or ALL_POOLS,
+        result.now,
+        result.steps,
+        settings.capacity_per_replica,
+        result.decision.replicas,
+        settings.demand_unit,
+    )
     ttl_s = math.ceil(clock.to_wall(FORECAST_TTL_CYCLES * settings.daemon_interval_s))
     try:
         store.publish_forecast(document, ttl_s)
@@ -138,12 +140,21 @@ def daemon_job(
     def job() -> None:
         nonlocal last_run_s
         started = time.monotonic()
-        outcome = cycle(settings, actuator_settings, source, actuator, clock=clock, run_delay_s=last_run_s,
-                        cache=cache, store=store)
+        outcome = cycle(
+            settings, actuator_settings, source, actuator, clock=clock, run_delay_s=last_run_s, cache=cache, store=store
+        )
         last_run_s = clock.to_simulated(time.monotonic() - started)
         d = outcome.result.decision
-        at = datetime.fromtimestamp(outcome.result.now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        log.info("decision %d (%s, exit %d) at %.1f (%s) on %s: %s", d.replicas, d.action, outcome.code,
-                 outcome.result.now, at, outcome.result.model, d.reason)
+        at = datetime.fromtimestamp(outcome.result.now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        log.info(
+            "decision %d (%s, exit %d) at %.1f (%s) on %s: %s",
+            d.replicas,
+            d.action,
+            outcome.code,
+            outcome.result.now,
+            at,
+            outcome.result.model,
+            d.reason,
+        )
 
     return job

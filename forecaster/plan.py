@@ -215,11 +215,12 @@ def hold(
     if state is None and current is not None:
         return Decision(current, f"hold: {why}; keeping current {current}", "hold", now, current)
     if state is None:
-        return Decision(
-            config.min_replicas, f"hold: {why}; no previous decision, min replicas", "hold", now
-        )
+        return Decision(config.min_replicas, f"hold: {why}; no previous decision, min replicas", "hold", now)
     return Decision(
-        state.replicas, f"hold: {why}; keeping last decision {state.replicas}", "hold", now,
+        state.replicas,
+        f"hold: {why}; keeping last decision {state.replicas}",
+        "hold",
+        now,
         state.replicas,
     )
 
@@ -258,8 +259,9 @@ def decide(
     # guards against noisy observations; it would otherwise keep the margin before every
     # bucket boundary for a whole window after the boundary's demand is known).
     base = max(floor, replicas_for(at_lead.forecast, config))
-    recommended = Recommendation(now, target, min(base, target),
-                                 at_lead.start + config.observe_s if target > base else None)
+    recommended = Recommendation(
+        now, target, min(base, target), at_lead.start + config.observe_s if target > base else None
+    )
     if current is None:
         return Decision(target, f"{why}; first decision", "set", now, None, recommended, since)
     if target < current:
@@ -272,8 +274,9 @@ def decide(
         since_up = None if state is None or state.last_up_at is None else now - state.last_up_at
         if since_up is not None and since_up < config.up_cooldown_s:
             if floor <= current:
-                return Decision(current, f"{why}; scale-up cooldown ({since_up:.0f} s)", "keep", now, current,
-                                recommended, since)
+                return Decision(
+                    current, f"{why}; scale-up cooldown ({since_up:.0f} s)", "keep", now, current, recommended, since
+                )
             # The cooldown delays forecast-driven growth only: load that is already here is served.
             target = floor
             why += f"; scale-up cooldown ({since_up:.0f} s): only up to the reactive floor"
@@ -289,15 +292,21 @@ def decide(
     if target < current and now - since < config.down_cooldown_s:
         # A fresh forecaster knows nothing of the window the stabilisation keeps: a first minute
         # read as 0 (a router's partial minute, a restart) once took a pool 4 -> 1 (issue 31).
-        return Decision(current, f"{why}; keep {current}: no scale-down before a whole stabilisation window "
-                        f"of demand is observed ({now - since:.0f} of {config.down_cooldown_s:.0f} s)",
-                        "keep", now, current, recommended, since)
+        return Decision(
+            current,
+            f"{why}; keep {current}: no scale-down before a whole stabilisation window "
+            f"of demand is observed ({now - since:.0f} of {config.down_cooldown_s:.0f} s)",
+            "keep",
+            now,
+            current,
+            recommended,
+            since,
+        )
     if target < current:
         step = min(config.max_step, max(1, math.floor(current * config.max_scale_down_fraction)))
         new = max(target, current - step)
         capped = f"; capped by max scale-down step {step}" if new > target else ""
-        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current, recommended,
-                        since)
+        return Decision(new, f"{why}; scale down {current}->{new}{capped}", "down", now, current, recommended, since)
     return Decision(current, f"{why}; keep {current}", "keep", now, current, recommended, since)
 
 
@@ -322,6 +331,7 @@ def advance(state: PlannerState | None, decision: Decision, window_s: float = 0.
     recent = [r for r in (state.recent if state else ()) if decision.at - r.at < window_s]
     if decision.recommended is not None and window_s > 0:
         recent.append(decision.recommended)
-    since = decision.observed_since if decision.observed_since is not None else (
-        state.observed_since if state else None)
+    since = (
+        decision.observed_since if decision.observed_since is not None else (state.observed_since if state else None)
+    )
     return PlannerState(decision.replicas, decision.at, up, down, tuple(recent), since)

@@ -42,9 +42,11 @@ HOLDS = Counter("promptedge_forecaster_holds", "Runs that held the last decision
 DESIRED = Gauge("promptedge_forecaster_desired_replicas", "Replicas decided by the last run")
 HOLDING = Gauge("promptedge_forecaster_holding", "1 when the last run held the last decision (data missing), else 0")
 DEMAND = Gauge("promptedge_forecaster_demand", "Demand of the last observed bucket (demand unit per s; NaN: missing)")
-FORECAST = Gauge("promptedge_forecaster_forecast",
-                 "Forecast demand one lead time ahead (demand unit per s): band mean or upper (the planner's quantile)",
-                 ["band"])
+FORECAST = Gauge(
+    "promptedge_forecaster_forecast",
+    "Forecast demand one lead time ahead (demand unit per s): band mean or upper (the planner's quantile)",
+    ["band"],
+)
 
 
 @dataclass
@@ -69,7 +71,9 @@ class RunResult:
             "now": self.now,
             "series": self.series,
             "scores_mae_at_lead": self.scores,
-            "planner": None if self.planner is None else {
+            "planner": None
+            if self.planner is None
+            else {
                 "capacity_per_replica": self.planner.capacity_per_replica,
                 "headroom": self.planner.headroom,
                 "upper_headroom": self.planner.upper_headroom,
@@ -197,8 +201,17 @@ def run_once(
         forecast = chosen.calibrate(chosen.model.forward(seen, horizon, settings.level), history=seen)
     else:
         candidates = build_candidates(settings.models, season, traffic.step, settings.level)
-        chosen = select(y, horizon, lead, candidates, settings.level, settings.time_budget_s, span=season,
-                        band_window=band_window, band_scale=settings.band_scale)
+        chosen = select(
+            y,
+            horizon,
+            lead,
+            candidates,
+            settings.level,
+            settings.time_budget_s,
+            span=season,
+            band_window=band_window,
+            band_scale=settings.band_scale,
+        )
         forecast = chosen.calibrate(chosen.model.predict(horizon, settings.level), history=seen)
         if cache is not None:
             cache.put(chosen, at, key)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import IntEnum
 from types import FrameType
 
@@ -62,18 +62,18 @@ def build_scheduler(job: Callable[[], None], interval_s: float) -> BlockingSched
     if not interval_s > 0:
         raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
     scheduler = BlockingScheduler(
-        timezone=timezone.utc,
+        timezone=UTC,
         executors={"default": ThreadPoolExecutor(max_workers=1)},
     )
     scheduler.add_job(
         guarded(job),
-        IntervalTrigger(seconds=interval_s, timezone=timezone.utc),
+        IntervalTrigger(seconds=interval_s, timezone=UTC),
         id="forecaster-run",
         name="forecaster run",
         max_instances=1,
         coalesce=True,
         misfire_grace_time=None,  # a run delayed by a long previous run still happens (once)
-        next_run_time=datetime.now(timezone.utc),
+        next_run_time=datetime.now(UTC),
     )
     return scheduler
 

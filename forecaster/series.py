@@ -185,8 +185,10 @@ class ZeroRun:
         """One line for a decision's reason."""
         span = f"{self.buckets} zero bucket{'s' if self.buckets != 1 else ''} ({self.buckets * step / 60:g} min)"
         if self.outage:
-            return (f"demand signal outage: {span} right after a steady {self.level:.3g}/s, where a zero "
-                    "bucket is implausible; not read as demand")
+            return (
+                f"demand signal outage: {span} right after a steady {self.level:.3g}/s, where a zero "
+                "bucket is implausible; not read as demand"
+            )
         return f"real quiet: {span} after {self.level:.3g}/s, a level where zero buckets happen"
 
 

@@ -18,11 +18,10 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from opskit import FileSettings, LogFormat, RedisURL
-
 from forecaster.clock import SimClock
 from forecaster.plan import PLANNER_DEFAULTS as _PLAN
 from forecaster.plan import PlannerConfig
+from opskit import FileSettings, LogFormat, RedisURL
 
 # A POP name (``pops``' keys): it appears in log lines, hold reasons and error messages.
 POP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -59,8 +58,9 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 class ForecasterSettings(FileSettings):
     """All forecaster knobs; units in the field names (``_s`` seconds)."""
 
-    model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore", populate_by_name=True,
-                                      hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="PROMPTEDGE_FORECASTER_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+    )
 
     redis_url: RedisURL = Field(  # one server, Redis Cluster or Sentinel (opskit/_redis_url.py)
         "redis://127.0.0.1:6379/0",
@@ -128,7 +128,9 @@ class ForecasterSettings(FileSettings):
     max_scale_down_fraction: float = Field(_PLAN.max_scale_down_fraction, gt=0.0, le=1.0)
 
     # Scheduling; what is scaled and how is forecaster.actuate's (PROMPTEDGE_ACTUATOR_*).
-    daemon_interval_s: PositiveFloat = _PLAN.decision_interval_s  # also the cron interval the planner assumes (simulated s)
+    daemon_interval_s: PositiveFloat = (
+        _PLAN.decision_interval_s
+    )  # also the cron interval the planner assumes (simulated s)
     # Simulated clock, same semantics as the router's: origin + (time.time() - origin) * scale.
     clock_origin: float | None = None  # Unix s; None = when the process starts
     clock_scale: PositiveFloat = 1.0  # simulated seconds per wall second

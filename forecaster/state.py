@@ -16,24 +16,30 @@ from typing import Any
 
 import redis
 
+from forecaster.errors import SourceUnavailable
+from forecaster.plan import PlannerState, PlanStep, Recommendation
+from forecaster.redis_errors import redis_failures
 from opskit import FORECAST_KEY
 from opskit import forecast_document as shared_forecast_document
 from opskit.redis_client import sync_redis
 
-from forecaster.errors import SourceUnavailable
-from forecaster.plan import PlannerState, PlanStep, Recommendation
-from forecaster.redis_errors import redis_failures
-
 log = logging.getLogger("forecaster")
 
 
-def forecast_document(pool: str, at: float, steps: list[PlanStep], capacity_per_replica: float,
-                      replicas: int, unit: str) -> dict[str, Any]:
+def forecast_document(
+    pool: str, at: float, steps: list[PlanStep], capacity_per_replica: float, replicas: int, unit: str
+) -> dict[str, Any]:
     """The published forecast of ``steps`` (pure; the document's fields: opskit's
     ``forecast_document``, which the router's ``read_forecast`` reads back): the mean and the
     upper quantile of each step from its start (Unix s), capacity_per_replica x ``replicas``."""
-    return shared_forecast_document(pool, at, capacity_per_replica * replicas,
-                                    [(s.start, s.forecast) for s in steps], [(s.start, s.upper) for s in steps], unit)
+    return shared_forecast_document(
+        pool,
+        at,
+        capacity_per_replica * replicas,
+        [(s.start, s.forecast) for s in steps],
+        [(s.start, s.upper) for s in steps],
+        unit,
+    )
 
 
 class RedisStateStore:
@@ -54,8 +60,9 @@ class RedisStateStore:
         # the callers' error handling (a cluster client connects at once). One key per target,
         # no command touches two, so the key needs no Redis Cluster hash tag.
         if self._conn is None:
-            self._conn = sync_redis(self._url, socket_connect_timeout=self._timeout_s,
-                                    socket_timeout=self._timeout_s, decode_responses=True)
+            self._conn = sync_redis(
+                self._url, socket_connect_timeout=self._timeout_s, socket_timeout=self._timeout_s, decode_responses=True
+            )
         return self._conn
 
     def load(self) -> PlannerState | None:
@@ -67,8 +74,9 @@ class RedisStateStore:
         except SourceUnavailable as exc:
             if self._last is None:
                 raise
-            log.warning("%s; planning on the last state this process read or wrote (decision %d)",
-                        exc, self._last.replicas)
+            log.warning(
+                "%s; planning on the last state this process read or wrote (decision %d)", exc, self._last.replicas
+            )
             return self._last
         if raw is None:
             return None

@@ -61,8 +61,14 @@ class Forecast:
     capacity: float
 
 
-def forecast_document(pool: str, at: float, capacity_rps: float, points: Iterable[tuple[float, float]],
-                      upper: Iterable[tuple[float, float]], unit: str) -> dict[str, Any]:
+def forecast_document(
+    pool: str,
+    at: float,
+    capacity_rps: float,
+    points: Iterable[tuple[float, float]],
+    upper: Iterable[tuple[float, float]],
+    unit: str,
+) -> dict[str, Any]:
     """The published forecast (pure): ``{"v": 1, "pool", "at" (Unix s, the forecaster's clock),
     "unit" ("requests" or "tokens": demand per second, cache misses when the router counts
     them), "capacity_rps" (capacity per replica x decided replicas, same unit), "points":

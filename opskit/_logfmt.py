@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 LogFormat = Literal["json", "text"]
@@ -33,14 +33,16 @@ class JsonFormatter(logging.Formatter):
             if isinstance(parsed, dict):
                 message = str(parsed.pop("message", "request"))
                 line.update(parsed)
-        line.update({
-            "timestamp": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": message,
-            "request_id": getattr(record, "request_id", line.get("request_id")),
-            "pid": record.process,  # which process wrote it: router serve --workers N runs several
-        })
+        line.update(
+            {
+                "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+                "level": record.levelname,
+                "logger": record.name,
+                "message": message,
+                "request_id": getattr(record, "request_id", line.get("request_id")),
+                "pid": record.process,  # which process wrote it: router serve --workers N runs several
+            }
+        )
         if record.exc_info and record.exc_info[0] is not None:
             exc = record.exc_info[1]
             line["reason"] = f"{type(exc).__name__}: {exc}"
@@ -55,7 +57,7 @@ class TextFormatter(logging.Formatter):
     record has one, and the traceback on following lines): for reading in a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+        stamp = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
         request_id = getattr(record, "request_id", None)
         text = f"{stamp} {record.levelname} {record.name}: {record.getMessage()}"
         if request_id:
@@ -65,7 +67,9 @@ class TextFormatter(logging.Formatter):
         return text
 
 
-def configure(fmt: LogFormat = "json", level: int | str = logging.INFO, stream: TextIO | None = None) -> logging.Handler:
+def configure(
+    fmt: LogFormat = "json", level: int | str = logging.INFO, stream: TextIO | None = None
+) -> logging.Handler:
     """Send every record of the process to ``stream`` (default stderr) in ``fmt``: one handler
     on the root logger, replacing any it had; uvicorn's loggers lose their own handlers and
     levels and propagate to it (serve uvicorn with ``log_config=None``); Python warnings become records of

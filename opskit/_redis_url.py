@@ -33,9 +33,13 @@ from pydantic import AfterValidator
 
 Topology = Literal["standalone", "cluster", "sentinel"]
 _SCHEMES: dict[str, tuple[Topology, bool]] = {
-    "redis": ("standalone", False), "rediss": ("standalone", True), "unix": ("standalone", False),
-    "redis+cluster": ("cluster", False), "rediss+cluster": ("cluster", True),
-    "redis+sentinel": ("sentinel", False), "rediss+sentinel": ("sentinel", True),
+    "redis": ("standalone", False),
+    "rediss": ("standalone", True),
+    "unix": ("standalone", False),
+    "redis+cluster": ("cluster", False),
+    "rediss+cluster": ("cluster", True),
+    "redis+sentinel": ("sentinel", False),
+    "rediss+sentinel": ("sentinel", True),
 }
 # The sentinels answer small queries (who is the master); they get this bound unless the caller
 # gives a smaller socket timeout.
@@ -116,8 +120,10 @@ def parse_redis_url(url: str) -> RedisTarget:
     database other than 0, or a Sentinel URL without a service name."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in _SCHEMES:
-        raise RedisURLError("a Redis URL starts with redis://, rediss://, unix://, redis+cluster://, "
-                            "rediss+cluster://, redis+sentinel:// or rediss+sentinel://")
+        raise RedisURLError(
+            "a Redis URL starts with redis://, rediss://, unix://, redis+cluster://, "
+            "rediss+cluster://, redis+sentinel:// or rediss+sentinel://"
+        )
     topology, ssl = _SCHEMES[scheme.lower()]
     if topology == "standalone":
         try:
@@ -149,8 +155,10 @@ def parse_redis_url(url: str) -> RedisTarget:
         raise RedisURLError("Redis Cluster has only database 0")
     unknown = sorted(set(options) - {"sentinel_password"} if topology == "sentinel" else set(options))
     if unknown:  # redis-py's cluster and sentinel clients are built from parts, not from_url: say so
-        raise RedisURLError(f"a {topology} URL takes no option {', '.join(unknown)!s:.80} (only sentinel_password, "
-                            "on a Sentinel URL); client timeouts are the service's own settings")
+        raise RedisURLError(
+            f"a {topology} URL takes no option {', '.join(unknown)!s:.80} (only sentinel_password, "
+            "on a Sentinel URL); client timeouts are the service's own settings"
+        )
     sentinel_password = options.get("sentinel_password", [None])[0]
     return RedisTarget(topology, url, nodes, service, db, ssl, username, password, sentinel_password)
 

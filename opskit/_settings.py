@@ -26,8 +26,7 @@ import yaml
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
-from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsError,
-                               YamlConfigSettingsSource)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsError, YamlConfigSettingsSource
 
 SETTINGS_FILE_ENV = "PROMPTEDGE_SETTINGS_FILE"
 
@@ -133,7 +132,13 @@ class FileSettings(BaseSettings):
         path = os.environ.get(SETTINGS_FILE_ENV)
         if not path or _section(settings_cls, Path(path)) is None:
             return init_settings, env_settings, dotenv_settings, file_secret_settings
-        return init_settings, env_settings, dotenv_settings, _SectionSource(settings_cls, Path(path)), file_secret_settings
+        return (
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            _SectionSource(settings_cls, Path(path)),
+            file_secret_settings,
+        )
 
 
 def env_name(settings_cls: type[BaseSettings], name: str, field: FieldInfo) -> str:
@@ -158,8 +163,9 @@ def _default(field: FieldInfo) -> str:
 def settings_table(classes: tuple[type[BaseSettings], ...]) -> str:
     """Every setting of ``classes`` as text lines ``ENV_NAME  default  [section.key in the file]``,
     one per field, with a header naming the settings file's variable."""
-    rows = [(env_name(c, n, f), _default(f), f"{section_name(c)}.{n}")
-            for c in classes for n, f in c.model_fields.items()]
+    rows = [
+        (env_name(c, n, f), _default(f), f"{section_name(c)}.{n}") for c in classes for n, f in c.model_fields.items()
+    ]
     width = max(len(r[0]) for r in rows)
     lines = [f"Environment variables (or the YAML file named by {SETTINGS_FILE_ENV}, section.key):", ""]
     lines += [f"{env.ljust(width)}  {default}  [{key}]" for env, default, key in rows]

@@ -60,8 +60,10 @@ def check_redis_url(url: str) -> None:
 def _sentinel_kwargs(target: RedisTarget, options: dict[str, Any]) -> dict[str, Any]:
     timeout = min(t for t in (options.get("socket_timeout"), SENTINEL_TIMEOUT_S) if t is not None)
     connect = options.get("socket_connect_timeout")
-    kwargs: dict[str, Any] = {"socket_timeout": timeout,
-                              "socket_connect_timeout": timeout if connect is None else min(connect, timeout)}
+    kwargs: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout if connect is None else min(connect, timeout),
+    }
     if target.sentinel_password is not None:
         kwargs["password"] = target.sentinel_password
     if target.ssl:

@@ -18,35 +18,35 @@ from starlette.responses import JSONResponse
 
 from cache import FOLLOW_SOCKET_TIMEOUT_S, CacheSettings, ResponseCache
 from opskit.redis_client import async_redis
-from router.dispatch.affinity import PrefixMap
-from router.dispatch.prefix_index import PrefixIndexes
-from router.api.routes import add_completion_routes
-from router.api.bodylimit import BodyLimit
-from router.observe.counters import SimClock, TrafficCounters
-from router.forward.credentials import Credentials
-from router.discovery import DiscoveredReplica, DiscoveryCollector, ReplicaSource, StaticSource, apply, build_source
-from router.dispatch import Weights
-from router.errors import APIError, BadRequest
-from router.fleet.health import HealthConfig
-from router.observe.metrics import RouterMetrics
-from router.observe.metrics_shared import publish_every
 from router.api import other_paths
-from router.api.ops import ops
+from router.api.bodylimit import BodyLimit
 from router.api.fastpath import RouterApp
 from router.api.feedback import feedback
+from router.api.ops import ops
+from router.api.routes import add_completion_routes
+from router.caching.shadowing import ShadowVerifier
+from router.caching.warming import Warmer, WarmingDeps, warming_configured
+from router.discovery import DiscoveredReplica, DiscoveryCollector, ReplicaSource, StaticSource, apply, build_source
+from router.dispatch import Weights
+from router.dispatch.affinity import PrefixMap
+from router.dispatch.prefix_index import PrefixIndexes
+from router.errors import APIError, BadRequest
+from router.fleet.health import HealthConfig
+from router.fleet.replicas import Pools
+from router.fleet.scraper import Scraper
 from router.forward.chooser import Chooser
+from router.forward.credentials import Credentials
 from router.forward.forwarder import Forwarder
 from router.forward.ratelimit import RateLimiter
 from router.forward.storing import AnswerStore
-from router.fleet.replicas import Pools
-from router.fleet.scraper import Scraper
-from router.settings import RouterSettings
-from router.caching.shadowing import ShadowVerifier
-from router.state import RouterState
 from router.forward.tokens import PromptTokens
-from router.observe.tracing import make_tracer
 from router.forward.upstream import Upstream
-from router.caching.warming import Warmer, WarmingDeps, warming_configured
+from router.observe.counters import SimClock, TrafficCounters
+from router.observe.metrics import RouterMetrics
+from router.observe.metrics_shared import publish_every
+from router.observe.tracing import make_tracer
+from router.settings import RouterSettings
+from router.state import RouterState
 
 log = logging.getLogger("router")
 
@@ -76,8 +76,9 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # opskit.async_redis: one server, Redis Cluster or Sentinel, from the URL's scheme
-        redis = async_redis(settings.redis_url, socket_timeout=settings.redis_timeout_s,
-                            socket_connect_timeout=settings.redis_timeout_s)
+        redis = async_redis(
+            settings.redis_url, socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s
+        )
         # The cache's own clients: redis-py's socket timeout (5 s by default in redis-py 8) on the
         # one for everything but the exact lookup and store, which bound every call themselves
         cache_redis = async_redis(settings.redis_url)
@@ -88,8 +89,11 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         # aiohttp transport: measured 0.7 ms CPU per scrape against 1.5 ms on httpx's own (router/README.md).
         probe_client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=settings.scrape_timeout_s)
         cache_settings = CacheSettings() if settings.cache_ttl_s is None else CacheSettings(ttl_s=settings.cache_ttl_s)
-        pools = Pools((), HealthConfig(rise=settings.health_rise, fall=settings.health_fall,
-                                       stuck_after_s=settings.stuck_after_s), credentials)
+        pools = Pools(
+            (),
+            HealthConfig(rise=settings.health_rise, fall=settings.health_fall, stuck_after_s=settings.stuck_after_s),
+            credentials,
+        )
         weights = Weights(stale_after_s=settings.stale_after_s, prefix=settings.prefix_weight)
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         clock = SimClock(settings.clock_origin, settings.clock_scale)
@@ -107,12 +111,19 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
                 metrics.forget_replicas(changes.removed)  # bounded series under autoscaling
                 prefix_index.forget([r.url for r in pools.all()])  # and bounded prefix indexes
             if changes:
-                log.info("replicas: added %s, removed %s, draining %s", changes.added, changes.removed,
-                         changes.draining)
+                log.info(
+                    "replicas: added %s, removed %s, draining %s", changes.added, changes.removed, changes.draining
+                )
 
         # the cache counts requests per time of day for warming on the router's (maybe simulated) clock
-        cache = ResponseCache(redis, cache_settings, bounded_redis=cache_redis, follow_redis=follow_redis,
-                              clock=clock.now, exact_redis=exact_redis)
+        cache = ResponseCache(
+            redis,
+            cache_settings,
+            bounded_redis=cache_redis,
+            follow_redis=follow_redis,
+            clock=clock.now,
+            exact_redis=exact_redis,
+        )
         # load the embedding model before serving: importing it in the background would stall the
         # event loop (GIL) and time out Redis calls; if it fails, the exact cache still serves
         await cache.start()
@@ -121,23 +132,44 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
         metrics.register(DiscoveryCollector(pools, source))
         limiter = RateLimiter(redis, settings.rate_limits, settings.api_keys)
         # the one object every surface forwards through (router/forward/forwarder.py)
-        forwarder = Forwarder(settings, pools, upstream,
-                              Chooser(settings.policy, weights, PrefixMap(settings.prefix_ttl_s), prefix_index),
-                              limiter, PromptTokens.load(settings.tokenizers), AnswerStore(cache, metrics.store_skipped),
-                              counters, metrics, tracer)
+        forwarder = Forwarder(
+            settings,
+            pools,
+            upstream,
+            Chooser(settings.policy, weights, PrefixMap(settings.prefix_ttl_s), prefix_index),
+            limiter,
+            PromptTokens.load(settings.tokenizers),
+            AnswerStore(cache, metrics.store_skipped),
+            counters,
+            metrics,
+            tracer,
+        )
         app.state.router = RouterState(
-            settings=settings, redis=redis, cache=cache, pools=pools, scraper=scraper, counters=counters,
-            metrics=metrics, limiter=limiter, forwarder=forwarder, tracer=tracer,
+            settings=settings,
+            redis=redis,
+            cache=cache,
+            pools=pools,
+            scraper=scraper,
+            counters=counters,
+            metrics=metrics,
+            limiter=limiter,
+            forwarder=forwarder,
+            tracer=tracer,
             shadow=ShadowVerifier(cache_settings.shadow_rate, cache_settings.shadow_max_inflight, metrics.shadow)
-            if cache_settings.shadow_rate > 0 and cache_settings.enabled else None)
+            if cache_settings.shadow_rate > 0 and cache_settings.enabled
+            else None,
+        )
         await source.start(on_replicas)
         await scraper.start()
         counters.start()
         # --workers N: this worker's scrape-time series copied for the others' scrapes (router/observe/metrics_shared.py)
         publisher = None if metrics.shared is None else asyncio.create_task(publish_every(metrics.shared))
         # predictive cache warming (router/caching/warming.py): a task per pool with warming on, none otherwise
-        warmer = Warmer(WarmingDeps(forwarder, redis, cache, metrics.warm), clock.now, settings.clock_scale) \
-            if warming_configured(cache.settings) else None
+        warmer = (
+            Warmer(WarmingDeps(forwarder, redis, cache, metrics.warm), clock.now, settings.clock_scale)
+            if warming_configured(cache.settings)
+            else None
+        )
         if warmer is not None:
             warmer.start()
         try:
@@ -171,9 +203,16 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
     # host (an open redirect that keeps the POST body); a wrong path is an OpenAI 404 instead.
     # No /openapi.json: an edge router need not list its admin routes to the internet.
     # RouterApp: the completion routes are answered ahead of the middleware stack (router/api/fastpath.py)
-    app = RouterApp(title="PromptEdge router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
-                    redirect_slashes=False, telemetry={"tracing": False, "metrics": False, "logs": False},
-                    fast_body_limit=settings.limits.max_body_bytes)
+    app = RouterApp(
+        title="PromptEdge router",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+        fast_body_limit=settings.limits.max_body_bytes,
+    )
     add_completion_routes(app)
     app.include_router(ops)
     app.include_router(feedback)

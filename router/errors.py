@@ -222,5 +222,5 @@ def replica_error_body(status: int, content: bytes, content_type: str) -> bytes 
 
 def _printable(text: str) -> str:
     """``text`` without control characters, whitespace runs made one space, cut to MAX_REPLICA_MESSAGE."""
-    clean = " ".join("".join(c if c.isprintable() else " " for c in text[:4 * MAX_REPLICA_MESSAGE]).split())
-    return clean if len(clean) <= MAX_REPLICA_MESSAGE else clean[:MAX_REPLICA_MESSAGE - 3] + "..."
+    clean = " ".join("".join(c if c.isprintable() else " " for c in text[: 4 * MAX_REPLICA_MESSAGE]).split())
+    return clean if len(clean) <= MAX_REPLICA_MESSAGE else clean[: MAX_REPLICA_MESSAGE - 3] + "..."

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings, LogFormat, RedisURL
-
 from router.forward.credentials import SecretRef
 from router.process.limits import Limits
 
@@ -72,8 +71,10 @@ def _no_userinfo(url: str) -> None:
     """Refuse ``user:pass@`` in a URL: URLs are logged and shown in /metrics; a key belongs in
     ``backend_key`` (the message does not repeat the URL)."""
     if "@" in urlsplit(url).netloc:
-        raise ValueError("a replica URL must not carry credentials (user:password@); "
-                         "give the key as backend_key {\"file\": ...} or {\"env\": ...}")
+        raise ValueError(
+            "a replica URL must not carry credentials (user:password@); "
+            'give the key as backend_key {"file": ...} or {"env": ...}'
+        )
 
 
 class Timeouts(BaseModel):
@@ -134,9 +135,7 @@ class RouterSettings(FileSettings):
 
     # checked at start-up (opskit.RedisURL): a bad URL is an error naming the setting, never a
     # traceback, and the message never repeats the URL (it may hold a password)
-    redis_url: RedisURL = Field(
-        "redis://127.0.0.1:6379/0", validation_alias="PROMPTEDGE_REDIS_URL"
-    )
+    redis_url: RedisURL = Field("redis://127.0.0.1:6379/0", validation_alias="PROMPTEDGE_REDIS_URL")
     redis_timeout_s: float = 0.25
     replicas: list[ReplicaSpec] = Field(default_factory=list)
     replicas_file: Path | None = None  # YAML replica list (router/discovery/file.py)
@@ -184,8 +183,12 @@ class RouterSettings(FileSettings):
     fallback: dict[str, str] = Field(default_factory=dict)  # pool -> pool taking its overflow
     cache_policy: dict[str, CachePolicy] = Field(default_factory=dict)  # pool or "*" -> its policy
     response_affinity_ttl_s: int = Field(86400, ge=1)  # how long a Responses API id remembers its replica
-    tokenizers: dict[str, Path] = Field(default_factory=dict)  # pool -> its model's tokenizer.json (router/forward/tokens.py)
-    other_paths: Literal["refuse", "forward"] = "refuse"  # paths the router has no route for (router/api/other_paths.py)
+    tokenizers: dict[str, Path] = Field(
+        default_factory=dict
+    )  # pool -> its model's tokenizer.json (router/forward/tokens.py)
+    other_paths: Literal["refuse", "forward"] = (
+        "refuse"  # paths the router has no route for (router/api/other_paths.py)
+    )
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     otel_endpoint: str | None = None  # OTLP/HTTP traces endpoint (default: the exporter's own)
@@ -208,8 +211,10 @@ class RouterSettings(FileSettings):
         # (router/forward/classify.py): a key mapped to one of them would share those clients' entries.
         for tenant in value.values():  # the keys are secrets: never in the message
             if tenant == "default" or tenant.startswith("key:") or not tenant.strip():
-                raise ValueError(f"api_keys: a key's tenant cannot be empty, 'default' or start with "
-                                 f"'key:' (reserved), got {tenant!r}")
+                raise ValueError(
+                    f"api_keys: a key's tenant cannot be empty, 'default' or start with "
+                    f"'key:' (reserved), got {tenant!r}"
+                )
         return value
 
     @field_validator("max_priority")
@@ -226,6 +231,7 @@ class RouterSettings(FileSettings):
     @classmethod
     def _all_priorities(cls, value: dict[str, Timeouts]) -> dict[str, Timeouts]:
         return {**DEFAULT_TIMEOUTS, **value}
+
     log_requests: bool = True
 
     def cache_policy_for(self, pool: str) -> CachePolicy:

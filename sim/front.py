@@ -34,8 +34,9 @@ def create_front(upstream: str, metrics_wait_s: float = 0.5) -> web.Application:
         # no total timeout: a relayed generation may last as long as the engine takes. A
         # connection per request: an engine resumed after SIGSTOP finds its keep-alive timers
         # expired and resets the idle connections the front had meanwhile sent requests on
-        app["client"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None),
-                                              connector=aiohttp.TCPConnector(force_close=True))
+        app["client"] = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None), connector=aiohttp.TCPConnector(force_close=True)
+        )
         yield
         await app["client"].close()
 
@@ -55,10 +56,12 @@ def create_front(upstream: str, metrics_wait_s: float = 0.5) -> web.Application:
 
     async def relay(request: web.Request) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with request.app["client"].request(request.method, upstream + request.rel_url.path_qs,
-                                                 data=await request.read(), headers=headers) as answer:
-            response = web.StreamResponse(status=answer.status, headers={
-                k: v for k, v in answer.headers.items() if k.lower() not in _HOP})
+        async with request.app["client"].request(
+            request.method, upstream + request.rel_url.path_qs, data=await request.read(), headers=headers
+        ) as answer:
+            response = web.StreamResponse(
+                status=answer.status, headers={k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
+            )
             await response.prepare(request)
             async for chunk in answer.content.iter_any():
                 await response.write(chunk)

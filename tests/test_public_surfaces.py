@@ -57,10 +57,14 @@ def test_product_packages_import_each_other_only_through_the_surfaces() -> None:
 
 def test_the_check_sees_what_it_must_refuse(tmp_path: Path) -> None:
     source = tmp_path / "x.py"
-    source.write_text("from opskit import configure\nimport opskit._logfmt\n"
-                      "def f():\n    from opskit._settings import env_name\n")
-    assert sorted(imports_of(source)) == [(1, "opskit", ["configure"]), (2, "opskit._logfmt", []),
-                                          (4, "opskit._settings", ["env_name"])]
+    source.write_text(
+        "from opskit import configure\nimport opskit._logfmt\ndef f():\n    from opskit._settings import env_name\n"
+    )
+    assert sorted(imports_of(source)) == [
+        (1, "opskit", ["configure"]),
+        (2, "opskit._logfmt", []),
+        (4, "opskit._settings", ["env_name"]),
+    ]
 
 
 def error_classes(package: str) -> list[type[BaseException]]:
@@ -73,14 +77,19 @@ def error_classes(package: str) -> list[type[BaseException]]:
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name
-                    and not name.startswith("_")):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == info.name
+                and not name.startswith("_")
+            ):
                 found.append(value)
     return found
 
 
-@pytest.mark.parametrize(("package", "root"), [("router", "router.errors.RouterError"),
-                                                ("forecaster", "forecaster.errors.ForecasterError")])
+@pytest.mark.parametrize(
+    ("package", "root"), [("router", "router.errors.RouterError"), ("forecaster", "forecaster.errors.ForecasterError")]
+)
 def test_one_error_root_per_package(package: str, root: str) -> None:
     module, _, name = root.rpartition(".")
     base = getattr(importlib.import_module(module), name)

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the tools are installed next to this interpreter
 
@@ -21,13 +19,11 @@ def _run(tool: str, *args: str, timeout_s: float) -> subprocess.CompletedProcess
     return subprocess.run([str(exe), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
 
 
-@pytest.mark.xfail(strict=False, reason="tree-wide ruff fix pending")
 def test_ruff_lint_finds_nothing() -> None:
     proc = _run("ruff", "check", "--no-cache", "--output-format", "concise", ".", timeout_s=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.xfail(strict=False, reason="tree-wide ruff fix pending")
 def test_ruff_format_would_change_nothing() -> None:
     proc = _run("ruff", "format", "--check", "--no-cache", ".", timeout_s=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -68,8 +68,12 @@ def settings_classes() -> list[type[BaseSettings]]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py"), key=lambda p: (len(p.parts), p)):
             tree = ast.parse(path.read_text(), str(path))
-            names = [node.name for node in tree.body if isinstance(node, ast.ClassDef)
-                     and any(isinstance(b, ast.Name) and b.id in SETTINGS_BASES for b in node.bases)]
+            names = [
+                node.name
+                for node in tree.body
+                if isinstance(node, ast.ClassDef)
+                and any(isinstance(b, ast.Name) and b.id in SETTINGS_BASES for b in node.bases)
+            ]
             if not names:
                 continue
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
@@ -111,7 +115,7 @@ def _docstring_passages(cls: type, fields: typing.Iterable[str]) -> dict[str, st
     out: dict[str, str] = {}
     for i, head in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(doc)
-        text = doc[head.end():end].strip().rstrip(";,").strip()
+        text = doc[head.end() : end].strip().rstrip(";,").strip()
         for name in re.findall(one, head.group(1)):
             out.setdefault(name.strip("`"), text)
     return out
@@ -156,8 +160,14 @@ def _default(field: FieldInfo) -> str:
 def _bounds(field: FieldInfo) -> str:
     parts = []
     for meta in field.metadata:
-        for kind, attr, sign in ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"),
-                                 (MinLen, "min_length", "length >="), (MaxLen, "max_length", "length <=")):
+        for kind, attr, sign in (
+            (Ge, "ge", ">="),
+            (Gt, "gt", ">"),
+            (Le, "le", "<="),
+            (Lt, "lt", "<"),
+            (MinLen, "min_length", "length >="),
+            (MaxLen, "max_length", "length <="),
+        ):
             if isinstance(meta, kind):
                 parts.append(f"{sign} {getattr(meta, attr)}")
     return ", ".join(parts)
@@ -183,8 +193,10 @@ def _table(cls: type[BaseModel], first: str, name_of: typing.Callable[[str, Fiel
     rows = [f"| {first} | type | default | bounds | meaning |", "|---|---|---|---|---|"]
     for name, field in cls.model_fields.items():
         meaning = field.description or comments.get(name) or passages.get(name, "")
-        rows.append(f"| {name_of(name, field)} | {_cell(_type(field.annotation))} | {_cell(_default(field))} | "
-                    f"{_cell(_bounds(field))} | {_cell(meaning)} |")
+        rows.append(
+            f"| {name_of(name, field)} | {_cell(_type(field.annotation))} | {_cell(_default(field))} | "
+            f"{_cell(_bounds(field))} | {_cell(meaning)} |"
+        )
     return rows
 
 
@@ -207,15 +219,20 @@ def render() -> str:
         section = section_name(cls)
         out += [f"## {cls.__name__} (`{cls.__module__}`): section `{section}`", ""]
         out += _intro(cls)
-        out += _table(cls, "environment variable / YAML key",
-                      lambda n, f, c=cls, s=section: f"`{env_name(c, n, f)}`<br>`{s}.{n}`")
+        out += _table(
+            cls, "environment variable / YAML key", lambda n, f, c=cls, s=section: f"`{env_name(c, n, f)}`<br>`{s}.{n}`"
+        )
         out.append("")
         for field in cls.model_fields.values():
             for model in _models_in(field.annotation):
                 if not issubclass(model, BaseSettings):
                     nested.setdefault(model.__name__, model)
-    out += ["## JSON objects inside settings", "",
-            "The fields of the objects that list and mapping settings hold (an unknown field is an error).", ""]
+    out += [
+        "## JSON objects inside settings",
+        "",
+        "The fields of the objects that list and mapping settings hold (an unknown field is an error).",
+        "",
+    ]
     queue = list(nested.values())
     seen: set[str] = set()
     while queue:

@@ -76,8 +76,12 @@ class BatchingEmbedder:
         self._runner: asyncio.Task[None] | None = None
         self._running: dict[asyncio.Task[None], float] = {}  # pass -> loop time it started
         self._lane_free: asyncio.Event | None = None
-        self._pool = ThreadPoolExecutor(max_workers=self._lanes, thread_name_prefix="cache-embed",
-                                        initializer=lower_thread_priority, initargs=(nice,))
+        self._pool = ThreadPoolExecutor(
+            max_workers=self._lanes,
+            thread_name_prefix="cache-embed",
+            initializer=lower_thread_priority,
+            initargs=(nice,),
+        )
         self.batches = 0  # forward passes run, for tests and the benchmark
         self.dropped = 0  # texts dropped because every caller had given up
         self.refused = 0  # requests refused as EmbedderBusy
@@ -180,8 +184,9 @@ class BatchingEmbedder:
         threads (each lane's first pass allocates)."""
         loop = asyncio.get_running_loop()
         for size in (1, self._max_batch):
-            await asyncio.gather(*(loop.run_in_executor(self._pool, self.encoder.encode, ["warm-up"] * size)
-                                   for _ in range(self._lanes)))
+            await asyncio.gather(
+                *(loop.run_in_executor(self._pool, self.encoder.encode, ["warm-up"] * size) for _ in range(self._lanes))
+            )
 
     def _remember(self, text: str, vector: np.ndarray) -> None:
         if self._cache_size <= 0:

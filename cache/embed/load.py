@@ -31,8 +31,13 @@ def _log_once(message: str) -> None:
         log.warning("%s", message)
 
 
-def load_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
-                 cache_dir: Path | None = None, package: str | None = None) -> Encoder:
+def load_encoder(
+    model: str | None = None,
+    threads: int = 1,
+    backend: str = "auto",
+    cache_dir: Path | None = None,
+    package: str | None = None,
+) -> Encoder:
     """Load a sentence-transformers model offline and pick the backend that encodes it.
 
     model: a local model folder or a model name already in the local Hugging Face cache; None
@@ -76,8 +81,9 @@ def load_encoder(model: str | None = None, threads: int = 1, backend: str = "aut
         except ImportError as exc:
             reason = f"onnxruntime is not installed ({exc})"
         else:
-            log.info("embedding model %s runs on ONNX Runtime (%s)", name,
-                     "exported now" if exported else "cached export")
+            log.info(
+                "embedding model %s runs on ONNX Runtime (%s)", name, "exported now" if exported else "cached export"
+            )
             save_bundle(model, loaded, cache_dir, reference, threads)
             return encoder
     if backend == "onnx":
@@ -90,8 +96,13 @@ _LOADED: dict[tuple[str | None, int, str, str | None, str | None], Encoder] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def shared_encoder(model: str | None = None, threads: int = 1, backend: str = "auto",
-                   cache_dir: Path | None = None, package: str | None = None) -> Encoder:
+def shared_encoder(
+    model: str | None = None,
+    threads: int = 1,
+    backend: str = "auto",
+    cache_dir: Path | None = None,
+    package: str | None = None,
+) -> Encoder:
     """load_encoder once per process and arguments: every cache (router app, worker) in a
     process shares the weights, and a second app start costs nothing. Raises EmbeddingError."""
     with _LOAD_LOCK:

@@ -131,9 +131,16 @@ def export_transformer(auto_model: Any, input_names: Sequence[str]) -> bytes:
     # probe texts in load_onnx_encoder check the result on other shapes instead
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Keywords(auto_model).eval(), dummy, buffer, input_names=list(input_names),
-                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=OPSET,
-                          dynamo=False)
+        torch.onnx.export(
+            _Keywords(auto_model).eval(),
+            dummy,
+            buffer,
+            input_names=list(input_names),
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
     return buffer.getvalue()
 
 
@@ -171,8 +178,15 @@ class OnnxEncoder:
 
     backend = "onnx"
 
-    def __init__(self, session: Any, tokenizer: Any, input_names: Sequence[str], max_length: int,
-                 dim: int, normalize: bool = True) -> None:
+    def __init__(
+        self,
+        session: Any,
+        tokenizer: Any,
+        input_names: Sequence[str],
+        max_length: int,
+        dim: int,
+        normalize: bool = True,
+    ) -> None:
         self._session = session
         self._tokenizer = tokenizer
         self._input_names = list(input_names)
@@ -185,8 +199,9 @@ class OnnxEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        features = self._tokenizer(list(texts), truncation=True, max_length=self._max_length,
-                                   padding=False, return_attention_mask=False)
+        features = self._tokenizer(
+            list(texts), truncation=True, max_length=self._max_length, padding=False, return_attention_mask=False
+        )
         ids: list[list[int]] = features["input_ids"]
         types: list[list[int]] | None = features.get("token_type_ids")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -212,8 +227,9 @@ class OnnxEncoder:
         return out
 
 
-def length_groups(lengths: Sequence[int], max_texts: int = _GROUP_TEXTS,
-                  max_tokens: int = _GROUP_TOKENS) -> list[list[int]]:
+def length_groups(
+    lengths: Sequence[int], max_texts: int = _GROUP_TEXTS, max_tokens: int = _GROUP_TOKENS
+) -> list[list[int]]:
     """Indices of texts, shortest first, in groups padded together: a group holds at most
     max_texts texts and max_texts * its longest length <= max_tokens (a single longer text
     forms its own group)."""
@@ -254,8 +270,9 @@ def _probe_ok(encoder: OnnxEncoder, reference: np.ndarray) -> float:
     return float((vectors * reference).sum(axis=1).min())
 
 
-def load_onnx_encoder(model: Any, reference: np.ndarray, cache_dir: Path | None = None,
-                      threads: int = 1) -> tuple[OnnxEncoder, bool]:
+def load_onnx_encoder(
+    model: Any, reference: np.ndarray, cache_dir: Path | None = None, threads: int = 1
+) -> tuple[OnnxEncoder, bool]:
     """An OnnxEncoder of a loaded, supported SentenceTransformer (see ``onnx_support``) and
     whether it exported (False: reused the cached file).
 
@@ -266,8 +283,9 @@ def load_onnx_encoder(model: Any, reference: np.ndarray, cache_dir: Path | None 
     """
     transformer = model[0]
     auto_model = transformer.auto_model
-    input_names = [n for n in transformer.tokenizer.model_input_names
-                   if n in ("input_ids", "attention_mask", "token_type_ids")]
+    input_names = [
+        n for n in transformer.tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
     if "input_ids" not in input_names:
         raise EmbeddingError(f"tokenizer inputs {transformer.tokenizer.model_input_names} lack input_ids")
     directory = default_cache_dir() if cache_dir is None else Path(cache_dir)
@@ -276,8 +294,14 @@ def load_onnx_encoder(model: Any, reference: np.ndarray, cache_dir: Path | None 
     normalize = len(list(model)) == 3
 
     def build(source: bytes) -> OnnxEncoder:
-        return OnnxEncoder(_session(source, threads), transformer.tokenizer, input_names,
-                           int(model.max_seq_length), reference.shape[1], normalize)
+        return OnnxEncoder(
+            _session(source, threads),
+            transformer.tokenizer,
+            input_names,
+            int(model.max_seq_length),
+            reference.shape[1],
+            normalize,
+        )
 
     try:
         encoder = build(path.read_bytes())

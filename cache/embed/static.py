@@ -35,8 +35,15 @@ class StaticEncoder:
 
     backend = "static"
 
-    def __init__(self, tokenizer: object, table: np.ndarray, mapping: np.ndarray | None,
-                 weights: np.ndarray | None, normalize: bool = True, max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        tokenizer: object,
+        table: np.ndarray,
+        mapping: np.ndarray | None,
+        weights: np.ndarray | None,
+        normalize: bool = True,
+        max_tokens: int = MAX_TOKENS,
+    ) -> None:
         self._tokenizer = tokenizer
         self._table = table.astype(np.float32)
         self._mapping = mapping

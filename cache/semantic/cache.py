@@ -35,7 +35,8 @@ from cache.semantic.scope import SemanticQuery
 from cache.semantic.store import IndexEvent, SemanticStore, StoredEntry
 from cache.settings import CacheSettings
 from cache.verify.bound.model import decide
-from cache.verify.bound.store import BoundStore, entry_state, pool_state as pool_state_of
+from cache.verify.bound.store import BoundStore, entry_state
+from cache.verify.bound.store import pool_state as pool_state_of
 from cache.verify.rules import select
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
@@ -95,8 +96,13 @@ class SemanticCache:
     for a Redis Cluster or Sentinel client (make one with ``opskit.redis_client.async_redis`` to bound it).
     """
 
-    def __init__(self, redis: aioredis.Redis, settings: CacheSettings, encoder: Encoder | None = None,
-                 follow_redis: aioredis.Redis | None = None) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: CacheSettings,
+        encoder: Encoder | None = None,
+        follow_redis: aioredis.Redis | None = None,
+    ) -> None:
         self.settings = settings
         self._redis = redis
         self._given_follow_client = follow_redis
@@ -143,14 +149,20 @@ class SemanticCache:
         s = self.settings
         try:
             encoder = self._encoder or await asyncio.to_thread(
-                shared_encoder, s.embedding_model, s.embedding_threads, s.embed_backend, s.onnx_cache_dir,
-                s.embedding_package)
+                shared_encoder,
+                s.embedding_model,
+                s.embedding_threads,
+                s.embed_backend,
+                s.onnx_cache_dir,
+                s.embedding_package,
+            )
         except EmbeddingError as exc:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)
             return
-        self.embedder = BatchingEmbedder(encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch,
-                                         lanes=s.lanes(), nice=s.embed_nice)
+        self.embedder = BatchingEmbedder(
+            encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch, lanes=s.lanes(), nice=s.embed_nice
+        )
         try:
             # the first forward pass allocates and is many times slower: pay it here, not in a lookup
             await self.embedder.warm_up()
@@ -162,9 +174,14 @@ class SemanticCache:
         # the index's own soonest-expiring eviction is a memory safety net INDEX_SLACK above it,
         # so it does not pre-empt Redis's choice while an `add` waits for its `del`.
         self.index = ScopedIndex(encoder.dim, max_entries=s.max_entries + INDEX_SLACK)
-        self.store = SemanticStore(self._redis, prefix=s.key_prefix, dim=encoder.dim,
-                                   max_entries=s.max_entries, stream_maxlen=s.stream_maxlen,
-                                   origin=self.origin)
+        self.store = SemanticStore(
+            self._redis,
+            prefix=s.key_prefix,
+            dim=encoder.dim,
+            max_entries=s.max_entries,
+            stream_maxlen=s.stream_maxlen,
+            origin=self.origin,
+        )
         self._follow_client = self._given_follow_client or self._own_follow_client()
         try:
             with redis_failures():
@@ -200,10 +217,14 @@ class SemanticCache:
 
     async def _follow(self) -> None:
         assert self.index is not None
-        reader = SemanticStore(self._follow_client or self._redis, prefix=self.settings.key_prefix,
-                               dim=self.index.dim,
-                               max_entries=self.settings.max_entries,
-                               stream_maxlen=self.settings.stream_maxlen, origin=self.origin)
+        reader = SemanticStore(
+            self._follow_client or self._redis,
+            prefix=self.settings.key_prefix,
+            dim=self.index.dim,
+            max_entries=self.settings.max_entries,
+            stream_maxlen=self.settings.stream_maxlen,
+            origin=self.origin,
+        )
         backoff = 0.5
         next_head_check = time.monotonic() + _HEAD_CHECK_S
         task = asyncio.current_task()
@@ -252,7 +273,7 @@ class SemanticCache:
             return await self.embedder.embed(text, timeout_s)
         except EmbedderBusy:
             return "embed_busy"  # expected under overload: counted, not logged per request
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("embedding took longer than %.2f s", timeout_s)
             return "embed_timeout"
         except EmbeddingError as exc:
@@ -279,8 +300,11 @@ class SemanticCache:
         if isinstance(vector, str):
             report.skipped = vector
             return report
-        found = [n for n in self.index.search(query.scope, vector, self.settings.semantic_candidates)
-                 if n.similarity >= threshold]
+        found = [
+            n
+            for n in self.index.search(query.scope, vector, self.settings.semantic_candidates)
+            if n.similarity >= threshold
+        ]
         if not found:
             return report
         # with the per-entry bound, its pool's counts come in the same round trip
@@ -289,9 +313,7 @@ class SemanticCache:
         now = time.time()
         valid: list[tuple[str, float, StoredEntry]] = []
         for neighbour, entry in zip(found, entries, strict=True):
-            if isinstance(entry, CorruptEntry) or (
-                entry is not None and not is_complete_response(entry.response)
-            ):
+            if isinstance(entry, CorruptEntry) or (entry is not None and not is_complete_response(entry.response)):
                 report.rejected["corrupt"] += 1
                 self.index.remove(neighbour.entry_id)
                 log.warning("skipping corrupt semantic entry %s", neighbour.entry_id)
@@ -311,8 +333,9 @@ class SemanticCache:
             if chosen is None and valid:
                 report.rejected["learned"] += len(valid)
         else:
-            chosen, rejected = select(query.text, [(e.text, sim) for _, sim, e in valid], threshold,
-                                      self.settings.candidate_margin)
+            chosen, rejected = select(
+                query.text, [(e.text, sim) for _, sim, e in valid], threshold, self.settings.candidate_margin
+            )
             report.rejected.update(rejected)
         if chosen is not None and self.bound is not None and self.settings.error_bound is not None:
             _, similarity, entry = valid[chosen]
@@ -324,12 +347,22 @@ class SemanticCache:
                 chosen = None
         if chosen is not None:
             entry_id, similarity, entry = valid[chosen]
-            report.match = SemanticMatch(entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id),
-                                         entry_id)
+            report.match = SemanticMatch(
+                entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id), entry_id
+            )
         return report
 
-    async def store_entry(self, query: SemanticQuery, *, tenant: str, model: str,
-                          response: dict[str, Any], ttl_s: int, bounded: Bounded, group: str | None = None) -> bool:
+    async def store_entry(
+        self,
+        query: SemanticQuery,
+        *,
+        tenant: str,
+        model: str,
+        response: dict[str, Any],
+        ttl_s: int,
+        bounded: Bounded,
+        group: str | None = None,
+    ) -> bool:
         """Write one entry (fixed TTL) and index it here; False when not ready or not embeddable.
         ``group``: the tenant's statistics label, the unit of fair eviction (cache/semantic/store.py)."""
         if not self.ready:
@@ -342,12 +375,22 @@ class SemanticCache:
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         entry_id = digest([query.scope, query.text])[:32]
         now = time.time()
-        evicted = await bounded(self.store.put(
-            entry_id, scope=query.scope, text=query.text, tenant=tenant, model=model,
-            response=response, vector=vector, ttl_s=ttl_s, now=now,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0), group=group,
-        ))
+        evicted = await bounded(
+            self.store.put(
+                entry_id,
+                scope=query.scope,
+                text=query.text,
+                tenant=tenant,
+                model=model,
+                response=response,
+                vector=vector,
+                ttl_s=ttl_s,
+                now=now,
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                group=group,
+            )
+        )
         for victim in evicted:  # Redis chose them (fairly): drop them before adding here
             self.index.remove(victim)
         for victim in self.index.add(entry_id, query.scope, vector, now + ttl_s):
@@ -357,9 +400,14 @@ class SemanticCache:
     async def delete(self, tenant: str | None, model: str | None) -> int:
         """Delete the entries of a tenant and/or model from Redis and this index (others follow
         the stream). Works without the model loaded. Raises redis errors."""
-        store = self.store or SemanticStore(self._redis, prefix=self.settings.key_prefix, dim=0,
-                                            max_entries=self.settings.max_entries,
-                                            stream_maxlen=self.settings.stream_maxlen, origin=self.origin)
+        store = self.store or SemanticStore(
+            self._redis,
+            prefix=self.settings.key_prefix,
+            dim=0,
+            max_entries=self.settings.max_entries,
+            stream_maxlen=self.settings.stream_maxlen,
+            origin=self.origin,
+        )
         deleted = await store.delete_where(tenant, model)
         if self.index is not None:
             for entry_id in deleted:

@@ -23,8 +23,9 @@ the reason counted:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cache.keys import KEY_VERSION, canonical_messages, canonical_params, digest
 from cache.types import Endpoint
@@ -45,8 +46,9 @@ class Skip:
     reason: str
 
 
-def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
-                   max_chars: int = 1000, pool: str | None = None) -> SemanticQuery | Skip:
+def semantic_query(
+    endpoint: Endpoint, body: Mapping[str, Any], tenant: str, max_chars: int = 1000, pool: str | None = None
+) -> SemanticQuery | Skip:
     """Split a request into its scope digest and the text compared by meaning, or say why not.
 
     max_chars: longest text compared (all-MiniLM-L6-v2 reads 256 word pieces, roughly 1,000
@@ -59,9 +61,7 @@ def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
         return Skip("echo")
     if endpoint == "chat.completions":
         messages = canonical_messages(body.get("messages"))
-        if body.get("tools") or any(
-            m.get("role") == "tool" or "tool_calls" in m or "raw" in m for m in messages
-        ):
+        if body.get("tools") or any(m.get("role") == "tool" or "tool_calls" in m or "raw" in m for m in messages):
             return Skip("tools")
         if not messages or messages[-1].get("role") != "user":
             return Skip("not_user_last")
@@ -82,14 +82,16 @@ def semantic_query(endpoint: Endpoint, body: Mapping[str, Any], tenant: str,
         return Skip("empty")
     if len(text) > max_chars:
         return Skip("too_long")
-    scope = digest({
-        "v": KEY_VERSION,
-        "kind": "semantic",
-        "tenant": tenant,
-        "endpoint": endpoint,
-        "pool": body.get("model") if pool is None else pool,
-        "model": body.get("model"),
-        "context": context,
-        "params": canonical_params(endpoint, body),
-    })
+    scope = digest(
+        {
+            "v": KEY_VERSION,
+            "kind": "semantic",
+            "tenant": tenant,
+            "endpoint": endpoint,
+            "pool": body.get("model") if pool is None else pool,
+            "model": body.get("model"),
+            "context": context,
+            "params": canonical_params(endpoint, body),
+        }
+    )
     return SemanticQuery(scope=scope, text=text)

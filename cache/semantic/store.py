@@ -110,8 +110,18 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 """
 _CHUNK = 500  # ids per script call or pipeline
 
-_ENTRY_FIELDS = ("response", "embedding", "scope", "text", "tenant", "model", "expires_at",
-                 "prompt_tokens", "completion_tokens", "bound")
+_ENTRY_FIELDS = (
+    "response",
+    "embedding",
+    "scope",
+    "text",
+    "tenant",
+    "model",
+    "expires_at",
+    "prompt_tokens",
+    "completion_tokens",
+    "bound",
+)
 
 
 def _pairs(mapping: dict[str, Any]) -> list[Any]:
@@ -198,8 +208,9 @@ class SemanticStore:
     Redis errors propagate (redis.RedisError); callers bound them with their timeout.
     """
 
-    def __init__(self, redis: aioredis.Redis, *, prefix: str, dim: int, max_entries: int,
-                 stream_maxlen: int, origin: str) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, *, prefix: str, dim: int, max_entries: int, stream_maxlen: int, origin: str
+    ) -> None:
         self._redis = redis
         self.prefix = prefix
         index = f"{prefix}:{{sem}}"  # the index's one slot (module doc)
@@ -215,10 +226,22 @@ class SemanticStore:
         self.stream_maxlen = stream_maxlen
         self.origin = origin
 
-    async def put(self, entry_id: str, *, scope: str, text: str, tenant: str, model: str,
-                  response: dict[str, Any], vector: np.ndarray, ttl_s: float,
-                  prompt_tokens: int, completion_tokens: int, now: float | None = None,
-                  group: str | None = None) -> list[str]:
+    async def put(
+        self,
+        entry_id: str,
+        *,
+        scope: str,
+        text: str,
+        tenant: str,
+        model: str,
+        response: dict[str, Any],
+        vector: np.ndarray,
+        ttl_s: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        now: float | None = None,
+        group: str | None = None,
+    ) -> list[str]:
         """Write one entry with a fixed TTL and publish its ``add`` event; beyond max_entries
         evicts from the largest tenant group (module doc) and returns the victims' ids.
         ``group``: the tenant's statistics label (a bounded set), default ``tenant``."""
@@ -227,22 +250,42 @@ class SemanticStore:
         vec = encode_vector(vector)
         fields: dict[str, str | int] = {
             "response": json.dumps(response, separators=(",", ":")),
-            "embedding": vec, "scope": scope, "text": text, "tenant": tenant, "model": model,
-            "created_at": repr(now), "expires_at": repr(expires_at),
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "embedding": vec,
+            "scope": scope,
+            "text": text,
+            "tenant": tenant,
+            "model": model,
+            "created_at": repr(now),
+            "expires_at": repr(expires_at),
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
         }
         # The entry first, then its `add` event: a worker that sees the event finds the entry.
         # Cut off between the two, the entry is orphaned but invisible (no index lists it) and
         # expires at its TTL.
-        await self._entry_set(keys=[entry_key(self.prefix, entry_id)],
-                              args=[int(expires_at * 1000), *_pairs(fields)])
+        await self._entry_set(keys=[entry_key(self.prefix, entry_id)], args=[int(expires_at * 1000), *_pairs(fields)])
         label = tenant if group is None else group
-        event = {"op": "add", "id": entry_id, "scope": scope, "exp": repr(expires_at), "vec": vec,
-                 "origin": self.origin}
+        event = {
+            "op": "add",
+            "id": entry_id,
+            "scope": scope,
+            "exp": repr(expires_at),
+            "vec": vec,
+            "origin": self.origin,
+        }
         popped = await self._index_add(
             keys=[self._expiry, self._groups, self._group_prefix + label, self._events],
-            args=[repr(now), self.max_entries, self._group_prefix, entry_id, repr(expires_at), label,
-                  self.stream_maxlen, *_pairs(event)])
+            args=[
+                repr(now),
+                self.max_entries,
+                self._group_prefix,
+                entry_id,
+                repr(expires_at),
+                label,
+                self.stream_maxlen,
+                *_pairs(event),
+            ],
+        )
         evicted = [_s(member) for member in popped]
         await self.delete_ids(evicted)
         return evicted
@@ -252,8 +295,9 @@ class SemanticStore:
         entries, _ = await self.get_many_and_hash(entry_ids, None)
         return entries
 
-    async def get_many_and_hash(self, entry_ids: Sequence[str], hash_key: str | None
-                                ) -> tuple[list[StoredEntry | None | CorruptEntry], dict[Any, Any]]:
+    async def get_many_and_hash(
+        self, entry_ids: Sequence[str], hash_key: str | None
+    ) -> tuple[list[StoredEntry | None | CorruptEntry], dict[Any, Any]]:
         """``get_many`` plus HGETALL of ``hash_key`` (None: nothing) in the same pipeline, so
         one round trip: the per-entry bound reads its pool's counts so (cache/verify/bound/store.py)."""
         pipe = self._redis.pipeline(transaction=False)
@@ -284,8 +328,10 @@ class SemanticStore:
                 pipe.delete(entry_key(self.prefix, entry_id))
             existed += sum(int(n) for n in await pipe.execute())
             # entries first: the index never lists an entry whose `del` went out before it was gone
-            await self._index_del(keys=[self._expiry, self._groups, self._events],
-                                  args=[self._group_prefix, self.stream_maxlen, self.origin, *chunk])
+            await self._index_del(
+                keys=[self._expiry, self._groups, self._events],
+                args=[self._group_prefix, self.stream_maxlen, self.origin, *chunk],
+            )
         return existed
 
     async def delete_where(self, tenant: str | None = None, model: str | None = None) -> list[str]:
@@ -345,11 +391,17 @@ class SemanticStore:
                         vector = _vector(f.get("vec"))
                     except (ValueError, binascii.Error):
                         continue
-                events.append(IndexEvent(
-                    stream_id=_s(stream_id), op=op, entry_id=_s(f.get("id")),
-                    origin=_s(f.get("origin")), scope=_s(f.get("scope")), vector=vector,
-                    expires_at=float(_s(f.get("exp")) or 0.0),
-                ))
+                events.append(
+                    IndexEvent(
+                        stream_id=_s(stream_id),
+                        op=op,
+                        entry_id=_s(f.get("id")),
+                        origin=_s(f.get("origin")),
+                        scope=_s(f.get("scope")),
+                        vector=vector,
+                        expires_at=float(_s(f.get("exp")) or 0.0),
+                    )
+                )
         return events
 
     async def stream_head(self) -> str:

@@ -15,39 +15,55 @@ from cache.stats.store import LookupEvent
 REGISTRY = CollectorRegistry()
 
 LOOKUPS = Counter(
-    "promptedge_cache_lookups_total", "Cache lookups by outcome (exact, semantic, miss).",
-    ["model", "tenant", "outcome"], registry=REGISTRY,
+    "promptedge_cache_lookups_total",
+    "Cache lookups by outcome (exact, semantic, miss).",
+    ["model", "tenant", "outcome"],
+    registry=REGISTRY,
 )
 SIMILARITY = Histogram(
-    "promptedge_cache_semantic_similarity", "Cosine similarity of served semantic hits.",
-    ["model"], buckets=(0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0), registry=REGISTRY,
+    "promptedge_cache_semantic_similarity",
+    "Cosine similarity of served semantic hits.",
+    ["model"],
+    buckets=(0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0),
+    registry=REGISTRY,
 )
 TOKENS_SAVED = Counter(
-    "promptedge_cache_tokens_saved_total", "Prompt + completion tokens served from cache.",
-    ["model", "tenant"], registry=REGISTRY,
+    "promptedge_cache_tokens_saved_total",
+    "Prompt + completion tokens served from cache.",
+    ["model", "tenant"],
+    registry=REGISTRY,
 )
 REPLICA_SECONDS_SAVED = Counter(
     "promptedge_cache_replica_seconds_saved_total",
-    "Estimated replica service time saved by cache hits (s).", ["model", "tenant"], registry=REGISTRY,
+    "Estimated replica service time saved by cache hits (s).",
+    ["model", "tenant"],
+    registry=REGISTRY,
 )
 SEMANTIC_SKIPPED = Counter(
     "promptedge_cache_semantic_skipped_total",
     "Requests the semantic stage did not judge, by reason (non_text, tools, too_long, ...).",
-    ["reason"], registry=REGISTRY,
+    ["reason"],
+    registry=REGISTRY,
 )
 REJECTED = Counter(
     "promptedge_cache_rejected_total",
     "Cached entries found but not served, by reason (verification rule, stale, corrupt).",
-    ["reason"], registry=REGISTRY,
+    ["reason"],
+    registry=REGISTRY,
 )
 WARM_HITS = Counter(
     "promptedge_cache_warm_hits_total",
     "Exact hits served from entries the warmer regenerated (a subset of the exact hits; "
-    "cache/README.md, Predictive warming).", ["model"], registry=REGISTRY,
+    "cache/README.md, Predictive warming).",
+    ["model"],
+    registry=REGISTRY,
 )
 LOOKUP_SECONDS = Histogram(
-    "promptedge_cache_lookup_seconds", "Cache lookup latency by outcome (s).", ["outcome"],
-    buckets=(0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5), registry=REGISTRY,
+    "promptedge_cache_lookup_seconds",
+    "Cache lookup latency by outcome (s).",
+    ["outcome"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5),
+    registry=REGISTRY,
 )
 
 

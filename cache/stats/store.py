@@ -66,9 +66,7 @@ def summarise(counts: dict[str, float]) -> dict[str, Any]:
     out["hit_ratio"] = hits / out["requests"] if out["requests"] else 0.0
     out["tokens_saved"] = int(counts.get("tokens_saved", 0))
     out["replica_seconds_saved"] = round(float(counts.get("replica_s_saved", 0.0)), 3)
-    out["similarity_histogram"] = {
-        name[4:]: int(v) for name, v in sorted(counts.items()) if name.startswith("sim:")
-    }
+    out["similarity_histogram"] = {name[4:]: int(v) for name, v in sorted(counts.items()) if name.startswith("sim:")}
     return out
 
 
@@ -168,8 +166,9 @@ class StatsStore:
         self._bucket = f"{prefix}:{{stats}}:b:"
         self._record = redis.register_script(_RECORD_LUA)
 
-    def _script_input(self, bucket_t: float, ints: dict[str, int],
-                      floats: dict[str, float]) -> tuple[list[str], list[str | int | float]]:
+    def _script_input(
+        self, bucket_t: float, ints: dict[str, int], floats: dict[str, float]
+    ) -> tuple[list[str], list[str | int | float]]:
         args: list[str | int | float] = [_BUCKET_TTL_S]
         for name, n in ints.items():
             args += ["i", name, n]

@@ -38,10 +38,16 @@ DEFAULT_MAX_STRENGTH = 20.0
 DEFAULT_MIN_STEP_PAIRS = 100
 
 
-def fit_prior(scores: Sequence[float], labels: Sequence[int], floor: float = DEFAULT_FLOOR,
-              offset_var: float = 1.0, max_strength: float = DEFAULT_MAX_STRENGTH,
-              min_step_pairs: int = DEFAULT_MIN_STEP_PAIRS, kind: str = "cosine",
-              source: str = "fitted") -> BoundPrior:
+def fit_prior(
+    scores: Sequence[float],
+    labels: Sequence[int],
+    floor: float = DEFAULT_FLOOR,
+    offset_var: float = 1.0,
+    max_strength: float = DEFAULT_MAX_STRENGTH,
+    min_step_pairs: int = DEFAULT_MIN_STEP_PAIRS,
+    kind: str = "cosine",
+    source: str = "fitted",
+) -> BoundPrior:
     """The prior's step function from labelled scores (see the module doc). Raises ValueError
     when no pair reaches ``floor``."""
     from sklearn.isotonic import IsotonicRegression
@@ -75,5 +81,12 @@ def fit_prior(scores: Sequence[float], labels: Sequence[int], floor: float = DEF
             knots.append(floor if not knots else float(xs[lo]))
             probability.append(bound)
             sizes.append(hi - lo)
-    return BoundPrior(kind, floor, tuple(round(k, 6) for k in knots), tuple(round(p, 6) for p in probability),
-                      tuple(float(min(n, max_strength)) for n in sizes), offset_var, source)
+    return BoundPrior(
+        kind,
+        floor,
+        tuple(round(k, 6) for k in knots),
+        tuple(round(p, 6) for p in probability),
+        tuple(float(min(n, max_strength)) for n in sizes),
+        offset_var,
+        source,
+    )

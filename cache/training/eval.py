@@ -122,8 +122,9 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def score_labelled(sims: np.ndarray, accepted: Sequence[bool], labels: Sequence[int],
-                   thresholds: Sequence[float]) -> list[Point]:
+def score_labelled(
+    sims: np.ndarray, accepted: Sequence[bool], labels: Sequence[int], thresholds: Sequence[float]
+) -> list[Point]:
     """Pairwise points: a hit is sim >= threshold (0 means 0) and accepted[i]."""
     lab = np.asarray(labels, dtype=bool)
     ok = np.asarray(accepted, dtype=bool)
@@ -134,9 +135,16 @@ def score_labelled(sims: np.ndarray, accepted: Sequence[bool], labels: Sequence[
     return points
 
 
-def score_retrieval(origins: np.ndarray, queries: np.ndarray, texts_a: Sequence[str],
-                    texts_b: Sequence[str], thresholds: Sequence[float], verified: bool,
-                    candidates: int = 4, margin: float = 0.02) -> list[tuple[Point, Counter[str]]]:
+def score_retrieval(
+    origins: np.ndarray,
+    queries: np.ndarray,
+    texts_a: Sequence[str],
+    texts_b: Sequence[str],
+    thresholds: Sequence[float],
+    verified: bool,
+    candidates: int = 4,
+    margin: float = 0.02,
+) -> list[tuple[Point, Counter[str]]]:
     """Cache-style points for positives-only pairs: origins indexed in one scope; query i is
     served what the cache would serve (``select`` over its nearest candidates; without
     verification, the nearest one above the threshold); correct when it is origin i. Returns
@@ -165,13 +173,26 @@ GPTCACHE_DEFAULT_COSINE = 0.60  # SearchDistanceEvaluation's default 0.8 = (1 + 
 
 def _stage_row(stage: str, rule: str, tp: int, fp: int, positives: int, total: int) -> dict[str, Any]:
     hits = tp + fp
-    return {"stage": stage, "rule": rule, "precision": _r(tp / hits) if hits else None,
-            "recall": round(tp / positives, 4) if positives else 0.0, "hit_rate": round(hits / total, 4),
-            "correct": tp, "wrong": fp, "miss": total - hits}
+    return {
+        "stage": stage,
+        "rule": rule,
+        "precision": _r(tp / hits) if hits else None,
+        "recall": round(tp / positives, 4) if positives else 0.0,
+        "hit_rate": round(hits / total, 4),
+        "correct": tp,
+        "wrong": fp,
+        "miss": total - hits,
+    }
 
 
-def stage_table(pairs: Pairs, va: np.ndarray, vb: np.ndarray, default_threshold: float,
-                verifier: LearnedVerifier | None, precision_target: float) -> list[dict[str, Any]]:
+def stage_table(
+    pairs: Pairs,
+    va: np.ndarray,
+    vb: np.ndarray,
+    default_threshold: float,
+    verifier: LearnedVerifier | None,
+    precision_target: float,
+) -> list[dict[str, Any]]:
     """Precision, recall and hit rate of each stage of the match decision on one set, side by
     side with GPTCache's default (cosine >= 0.60, no verification): similarity alone at the
     default threshold, + the rules, and the learned verifier (cosine prefilter + calibrated
@@ -200,8 +221,13 @@ def stage_table(pairs: Pairs, va: np.ndarray, vb: np.ndarray, default_threshold:
                 rows_x = feature_matrix([(pairs.text_a[i], pairs.text_b[i]) for i in np.nonzero(kept)[0]], sims[kept])
                 probs[kept] = verifier.probability_of_rows(rows_x)
             learned = kept & (probs >= prob_threshold)
-            rows.append(row("+ learned verifier", f"cosine >= {verifier.min_cosine}, p >= {prob_threshold:.4f} "
-                            f"(target {precision_target})", learned))
+            rows.append(
+                row(
+                    "+ learned verifier",
+                    f"cosine >= {verifier.min_cosine}, p >= {prob_threshold:.4f} (target {precision_target})",
+                    learned,
+                )
+            )
             rows.append(_same_recall(sims, lab, int((learned & lab).sum()), positives, n))
         return rows
 
@@ -212,13 +238,26 @@ def stage_table(pairs: Pairs, va: np.ndarray, vb: np.ndarray, default_threshold:
     top = lambda cut: lambda i, found: 0 if found and found[0].similarity >= cut else None  # noqa: E731
     rows.append(run("gptcache default", f"cosine >= {GPTCACHE_DEFAULT_COSINE}", top(GPTCACHE_DEFAULT_COSINE)))
     rows.append(run("similarity alone", f"cosine >= {default_threshold}", top(default_threshold)))
-    rows.append(run("+ rules", f"cosine >= {default_threshold}, rules", lambda i, found: select(
-        pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity) for x in found], default_threshold)[0]))
+    rows.append(
+        run(
+            "+ rules",
+            f"cosine >= {default_threshold}, rules",
+            lambda i, found: select(
+                pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity) for x in found], default_threshold
+            )[0],
+        )
+    )
     if verifier is not None and prob_threshold is not None:
         v, pt = verifier, prob_threshold
-        rows.append(run("+ learned verifier", f"cosine >= {v.min_cosine}, p >= {pt:.4f} (target {precision_target})",
-                        lambda i, found: v.select(pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity)
-                                                                    for x in found], pt)[0]))
+        rows.append(
+            run(
+                "+ learned verifier",
+                f"cosine >= {v.min_cosine}, p >= {pt:.4f} (target {precision_target})",
+                lambda i, found: v.select(
+                    pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity) for x in found], pt
+                )[0],
+            )
+        )
     return rows
 
 
@@ -227,12 +266,19 @@ def _same_recall(sims: np.ndarray, lab: np.ndarray, correct: int, positives: int
     pos = np.sort(sims[lab])[::-1]
     cut = float(pos[correct - 1]) if 0 < correct <= len(pos) else 1.0
     hit = sims >= cut
-    return _stage_row("similarity alone, same recall", f"cosine >= {cut:.4f}", int((hit & lab).sum()),
-                      int((hit & ~lab).sum()), positives, n)
+    return _stage_row(
+        "similarity alone, same recall",
+        f"cosine >= {cut:.4f}",
+        int((hit & lab).sum()),
+        int((hit & ~lab).sum()),
+        positives,
+        n,
+    )
 
 
-def _retrieve(origins: np.ndarray, queries: np.ndarray, choose: Callable[[int, list[Any]], int | None],
-              candidates: int = 4) -> Counter[str]:
+def _retrieve(
+    origins: np.ndarray, queries: np.ndarray, choose: Callable[[int, list[Any]], int | None], candidates: int = 4
+) -> Counter[str]:
     index = ScopedIndex(dim=origins.shape[1], max_entries=len(origins) + 1)
     for i, vector in enumerate(origins):
         index.add(str(i), "eval", vector, expires_at=float("inf"))
@@ -247,11 +293,15 @@ def _retrieve(origins: np.ndarray, queries: np.ndarray, choose: Callable[[int, l
 
 def format_stages(rows: list[dict[str, Any]], source: str) -> str:
     """The stage table as aligned text."""
-    lines = [f"{source}: stages of the match decision",
-             f"{'stage':32} {'prec':>6} {'recall':>6} {'hits':>6} {'correct':>7} {'wrong':>6} {'miss':>6}  rule"]
+    lines = [
+        f"{source}: stages of the match decision",
+        f"{'stage':32} {'prec':>6} {'recall':>6} {'hits':>6} {'correct':>7} {'wrong':>6} {'miss':>6}  rule",
+    ]
     for r in rows:
-        lines.append(f"{r['stage']:32} {_f(r['precision'])} {r['recall']:>6.3f} {r['hit_rate']:>6.3f} "
-                     f"{r['correct']:>7} {r['wrong']:>6} {r['miss']:>6}  {r['rule']}")
+        lines.append(
+            f"{r['stage']:32} {_f(r['precision'])} {r['recall']:>6.3f} {r['hit_rate']:>6.3f} "
+            f"{r['correct']:>7} {r['wrong']:>6} {r['miss']:>6}  {r['rule']}"
+        )
     return "\n".join(lines)
 
 
@@ -269,9 +319,15 @@ def best_recall_at(points: Sequence[Point], min_precision: float) -> Point | Non
     return max(good, key=lambda p: (p.recall, p.threshold)) if good else None
 
 
-def run_eval(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], default_threshold: float,
-             extra_threshold: float | None = None, batch_size: int = 64,
-             verifier: LearnedVerifier | None = None, precision_target: float = 0.95) -> dict[str, Any]:
+def run_eval(
+    pairs: Pairs,
+    encode: Callable[[list[str]], np.ndarray],
+    default_threshold: float,
+    extra_threshold: float | None = None,
+    batch_size: int = 64,
+    verifier: LearnedVerifier | None = None,
+    precision_target: float = 0.95,
+) -> dict[str, Any]:
     """Encode both sides in batches and score the sweep; returns the report as plain data
     (keys: sweep, sweep_without_verification, default, best_at_precision_0_90,
     embeddings_per_s, stages (``stage_table``), ...)."""
@@ -291,8 +347,9 @@ def run_eval(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], default_th
         without = score_labelled(sims, [True] * n, pairs.labels, thresholds)
         report["kind"] = "labelled"
         report["positives"] = sum(pairs.labels)
-        report["rejected_by_rule"] = dict(Counter(
-            v.reason for v, s in zip(verdicts, sims, strict=True) if not v.ok and s >= default_threshold))
+        report["rejected_by_rule"] = dict(
+            Counter(v.reason for v, s in zip(verdicts, sims, strict=True) if not v.ok and s >= default_threshold)
+        )
         counts: dict[float, Counter[str]] = {}
     else:
         scored = score_retrieval(va, vb, pairs.text_a, pairs.text_b, thresholds, verified=True)
@@ -320,23 +377,36 @@ def _counts(counts: dict[float, Counter[str]], threshold: float) -> dict[str, in
 
 def format_report(report: dict[str, Any], source: str) -> str:
     """The sweep as an aligned text table (verified and raw side by side)."""
-    lines = [f"{source}: {report['pairs']} pairs ({report['kind']}), "
-             f"embeddings/s {report['embeddings_per_s']} ({report.get('backend', '?')} encoder)",
-             f"{'thr':>5} | {'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6} | "
-             f"{'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6}  (verified | similarity only)"]
+    lines = [
+        f"{source}: {report['pairs']} pairs ({report['kind']}), "
+        f"embeddings/s {report['embeddings_per_s']} ({report.get('backend', '?')} encoder)",
+        f"{'thr':>5} | {'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6} | "
+        f"{'prec':>6} {'recall':>6} {'f1':>6} {'hits':>6}  (verified | similarity only)",
+    ]
     for p, q in zip(report["sweep"], report["sweep_without_verification"], strict=True):
-        lines.append(f"{p['threshold']:>5.2f} | {_f(p['precision'])} {p['recall']:>6.3f} {p['f1']:>6.3f} "
-                     f"{p['hit_rate']:>6.3f} | {_f(q['precision'])} {q['recall']:>6.3f} {q['f1']:>6.3f} "
-                     f"{q['hit_rate']:>6.3f}")
+        lines.append(
+            f"{p['threshold']:>5.2f} | {_f(p['precision'])} {p['recall']:>6.3f} {p['f1']:>6.3f} "
+            f"{p['hit_rate']:>6.3f} | {_f(q['precision'])} {q['recall']:>6.3f} {q['f1']:>6.3f} "
+            f"{q['hit_rate']:>6.3f}"
+        )
     d = report["default"]
-    lines.append(f"default threshold {d['threshold']:.2f}: precision {_f(d['precision']).strip()} "
-                 f"recall {d['recall']:.3f} f1 {d['f1']:.3f} hit rate {d['hit_rate']:.3f}")
-    for key, label in (("best_at_precision_0_90", "verified"),
-                       ("best_at_precision_0_90_without_verification", "similarity only")):
+    lines.append(
+        f"default threshold {d['threshold']:.2f}: precision {_f(d['precision']).strip()} "
+        f"recall {d['recall']:.3f} f1 {d['f1']:.3f} hit rate {d['hit_rate']:.3f}"
+    )
+    for key, label in (
+        ("best_at_precision_0_90", "verified"),
+        ("best_at_precision_0_90_without_verification", "similarity only"),
+    ):
         best = report[key]
-        lines.append(f"highest recall at precision >= 0.90 ({label}): " + (
-            f"threshold {best['threshold']:.2f} precision {best['precision']:.3f} recall {best['recall']:.3f}"
-            if best else "none"))
+        lines.append(
+            f"highest recall at precision >= 0.90 ({label}): "
+            + (
+                f"threshold {best['threshold']:.2f} precision {best['precision']:.3f} recall {best['recall']:.3f}"
+                if best
+                else "none"
+            )
+        )
     lines.append(format_stages(report["stages"], source))
     return "\n".join(lines)
 

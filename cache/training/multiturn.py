@@ -87,12 +87,16 @@ def answer_to(question: str) -> str:
 
 
 def _turns(question: str, answer: str, last: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": question}, {"role": "assistant", "content": answer},
-            {"role": "user", "content": last}]
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": last},
+    ]
 
 
-def build_cases(text_a: Sequence[str], text_b: Sequence[str], labels: Sequence[int],
-                per_kind: int, seed: int = 0) -> list[Case]:
+def build_cases(
+    text_a: Sequence[str], text_b: Sequence[str], labels: Sequence[int], per_kind: int, seed: int = 0
+) -> list[Case]:
     """Up to ``per_kind`` cases of each kind from labelled pairs (text_a[i], text_b[i], labels[i]
     in {0, 1}), drawn with ``seed``: other_context and other_question_same_answer from the pairs
     labelled 0 (two draws), paraphrased_context from those labelled 1, same_context from any
@@ -101,8 +105,11 @@ def build_cases(text_a: Sequence[str], text_b: Sequence[str], labels: Sequence[i
     left out (such a "different" pair would make identical conversations labelled different).
     Raises ValueError when the usable pairs hold no positive or no negative."""
     rng = random.Random(seed)
-    usable = [i for i in range(len(labels)) if text_a[i].strip() and text_b[i].strip()
-              and text_a[i].strip() != text_b[i].strip()]
+    usable = [
+        i
+        for i in range(len(labels))
+        if text_a[i].strip() and text_b[i].strip() and text_a[i].strip() != text_b[i].strip()
+    ]
     negatives = [i for i in usable if labels[i] == 0]
     positives = [i for i in usable if labels[i] == 1]
     if not negatives or not positives:
@@ -110,23 +117,37 @@ def build_cases(text_a: Sequence[str], text_b: Sequence[str], labels: Sequence[i
     cases: list[Case] = []
     for i in rng.sample(negatives, min(per_kind, len(negatives))):
         follow_up = rng.choice(FOLLOW_UPS)
-        cases.append(Case("other_context", _turns(text_a[i], answer_to(text_a[i]), follow_up),
-                          _turns(text_b[i], answer_to(text_b[i]), follow_up), 0))
+        cases.append(
+            Case(
+                "other_context",
+                _turns(text_a[i], answer_to(text_a[i]), follow_up),
+                _turns(text_b[i], answer_to(text_b[i]), follow_up),
+                0,
+            )
+        )
     for i in rng.sample(negatives, min(per_kind, len(negatives))):
         follow_up, answer = rng.choice(FOLLOW_UPS), answer_to(text_a[i])
-        cases.append(Case("other_question_same_answer", _turns(text_a[i], answer, follow_up),
-                          _turns(text_b[i], answer, follow_up), 0))
+        cases.append(
+            Case(
+                "other_question_same_answer",
+                _turns(text_a[i], answer, follow_up),
+                _turns(text_b[i], answer, follow_up),
+                0,
+            )
+        )
     for i in rng.sample(positives, min(per_kind, len(positives))):
         follow_up = rng.choice(FOLLOW_UPS)
         answer = answer_to(text_a[i])  # the first turn's answer came from the cache: the same
-        cases.append(Case("paraphrased_context", _turns(text_a[i], answer, follow_up),
-                          _turns(text_b[i], answer, follow_up), 1))
+        cases.append(
+            Case("paraphrased_context", _turns(text_a[i], answer, follow_up), _turns(text_b[i], answer, follow_up), 1)
+        )
     everyone = usable
     for i in rng.sample(everyone, min(per_kind, len(everyone))):
         j = rng.choice(everyone)
         context, answer = text_a[j], answer_to(text_a[j])
-        cases.append(Case("same_context", _turns(context, answer, text_a[i]), _turns(context, answer, text_b[i]),
-                          int(labels[i])))
+        cases.append(
+            Case("same_context", _turns(context, answer, text_a[i]), _turns(context, answer, text_b[i]), int(labels[i]))
+        )
     return cases
 
 
@@ -147,16 +168,28 @@ def scope_of(messages: list[dict[str, str]]) -> SemanticQuery | None:
     return found if isinstance(found, SemanticQuery) else None
 
 
-def score_cases(cases: Sequence[Case], encode: Callable[[list[str]], np.ndarray], threshold: float,
-                verifier: LearnedVerifier | None = None, probability: float | None = None,
-                precision_target: float | None = None, batch_size: int = 64) -> list[dict[str, Any]]:
+def score_cases(
+    cases: Sequence[Case],
+    encode: Callable[[list[str]], np.ndarray],
+    threshold: float,
+    verifier: LearnedVerifier | None = None,
+    probability: float | None = None,
+    precision_target: float | None = None,
+    batch_size: int = 64,
+) -> list[dict[str, Any]]:
     """Rows of (system, kind) -> precision, recall, hit rate, correct, wrong, miss, for every
     kind and ``"all"``. ``encode`` maps texts to unit vectors (n, dim); ``threshold`` is
     PromptEdge's cosine threshold (also the one at which the GPTCache keyings are shown beside
     their default 0.60); the learned-verifier rows need ``verifier`` and its ``probability``
     threshold (for ``precision_target``, named in the row)."""
-    texts = sorted({t for c in cases for conv in (c.stored, c.query)
-                    for t in (last_content(conv), all_content(conv), *_earlier_user_turns(conv))})
+    texts = sorted(
+        {
+            t
+            for c in cases
+            for conv in (c.stored, c.query)
+            for t in (last_content(conv), all_content(conv), *_earlier_user_turns(conv))
+        }
+    )
     vectors = np.concatenate([encode(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)])
     vec = dict(zip(texts, vectors, strict=True))
 
@@ -164,8 +197,12 @@ def score_cases(cases: Sequence[Case], encode: Callable[[list[str]], np.ndarray]
         return np.array([float(vec[key(c.stored)] @ vec[key(c.query)]) for c in cases])
 
     last, joined = cosine(last_content), cosine(all_content)
-    scoped = np.array([(s := scope_of(c.stored)) is not None and (q := scope_of(c.query)) is not None
-                       and s.scope == q.scope for c in cases])
+    scoped = np.array(
+        [
+            (s := scope_of(c.stored)) is not None and (q := scope_of(c.query)) is not None and s.scope == q.scope
+            for c in cases
+        ]
+    )
     rules = np.array([verify(last_content(c.query), last_content(c.stored)).ok for c in cases])
     by_meaning = np.array([_context_by_meaning(c, vec, threshold) for c in cases])
     systems: list[tuple[str, str, np.ndarray]] = [
@@ -173,22 +210,35 @@ def score_cases(cases: Sequence[Case], encode: Callable[[list[str]], np.ndarray]
         ("last message only", f"cosine >= {threshold}", last >= threshold),
         ("all messages joined (gptcache all_content)", f"cosine >= {threshold}", joined >= threshold),
         ("promptedge: scope + similarity", f"context identical, cosine >= {threshold}", scoped & (last >= threshold)),
-        ("promptedge: + rules (the default)", f"context identical, cosine >= {threshold}, rules",
-         scoped & (last >= threshold) & rules),
+        (
+            "promptedge: + rules (the default)",
+            f"context identical, cosine >= {threshold}, rules",
+            scoped & (last >= threshold) & rules,
+        ),
     ]
     if verifier is not None and probability is not None:
         kept = scoped & (last >= verifier.min_cosine)
         probs = np.zeros(len(cases))
         if kept.any():
-            rows = feature_matrix([(last_content(cases[i].query), last_content(cases[i].stored))
-                                   for i in np.nonzero(kept)[0]], last[kept])
+            rows = feature_matrix(
+                [(last_content(cases[i].query), last_content(cases[i].stored)) for i in np.nonzero(kept)[0]], last[kept]
+            )
             probs[kept] = verifier.probability_of_rows(rows)
-        systems.append(("promptedge: + learned verifier",
-                        f"context identical, cosine >= {verifier.min_cosine}, p >= {probability:.4f}"
-                        + (f" (target {precision_target})" if precision_target is not None else ""),
-                        kept & (probs >= probability)))
-    systems.append(("what-if: earlier user turns by meaning too", f"other turns identical, each user turn "
-                    f"cosine >= {threshold} and rules (not built)", by_meaning & (last >= threshold) & rules))
+        systems.append(
+            (
+                "promptedge: + learned verifier",
+                f"context identical, cosine >= {verifier.min_cosine}, p >= {probability:.4f}"
+                + (f" (target {precision_target})" if precision_target is not None else ""),
+                kept & (probs >= probability),
+            )
+        )
+    systems.append(
+        (
+            "what-if: earlier user turns by meaning too",
+            f"other turns identical, each user turn cosine >= {threshold} and rules (not built)",
+            by_meaning & (last >= threshold) & rules,
+        )
+    )
     label = np.array([c.label == 1 for c in cases])
     kinds = np.array([c.kind for c in cases])
     out: list[dict[str, Any]] = []
@@ -208,38 +258,54 @@ def _context_by_meaning(case: Case, vec: dict[str, np.ndarray], threshold: float
     rules, each turn with its counterpart) and everything else exactly take the two contexts
     as one? A what-if for the eval: the cache requires the context verbatim."""
     stored, query = case.stored, case.query
-    blank = lambda conv: [m if m["role"] != "user" or i == len(conv) - 1 else {**m, "content": ""}  # noqa: E731
-                          for i, m in enumerate(conv)]
+
+    def blank(conv: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [m if m["role"] != "user" or i == len(conv) - 1 else {**m, "content": ""} for i, m in enumerate(conv)]
+
     if len(stored) != len(query):
         return False
     scope, other = scope_of(blank(stored)), scope_of(blank(query))
     if scope is None or other is None or scope.scope != other.scope:
         return False
-    return all(a == b or (float(vec[a] @ vec[b]) >= threshold and verify(b, a).ok)
-               for a, b in zip(_earlier_user_turns(stored), _earlier_user_turns(query), strict=True))
+    return all(
+        a == b or (float(vec[a] @ vec[b]) >= threshold and verify(b, a).ok)
+        for a, b in zip(_earlier_user_turns(stored), _earlier_user_turns(query), strict=True)
+    )
 
 
 def _row(system: str, rule: str, kind: str, hit: np.ndarray, label: np.ndarray) -> dict[str, Any]:
     correct, wrong, n, positives = int((hit & label).sum()), int((hit & ~label).sum()), len(hit), int(label.sum())
     hits = correct + wrong
-    return {"system": system, "rule": rule, "kind": kind, "cases": n, "positives": positives,
-            "correct": correct, "wrong": wrong, "miss": n - hits,
-            "precision": round(correct / hits, 4) if hits else None,
-            "recall": round(correct / positives, 4) if positives else None,
-            "hit_rate": round(hits / n, 4) if n else 0.0}
+    return {
+        "system": system,
+        "rule": rule,
+        "kind": kind,
+        "cases": n,
+        "positives": positives,
+        "correct": correct,
+        "wrong": wrong,
+        "miss": n - hits,
+        "precision": round(correct / hits, 4) if hits else None,
+        "recall": round(correct / positives, 4) if positives else None,
+        "hit_rate": round(hits / n, 4) if n else 0.0,
+    }
 
 
 def format_rows(rows: Sequence[dict[str, Any]], source: str) -> str:
     """The rows as an aligned text table, one block per system."""
-    lines = [f"{source}: multi-turn context set (pairwise: would the stored conversation's answer be served?)",
-             f"{'system / kind':44} {'cases':>6} {'prec':>6} {'recall':>6} {'hit rate':>8} {'correct':>7} "
-             f"{'wrong':>6} {'miss':>6}"]
+    lines = [
+        f"{source}: multi-turn context set (pairwise: would the stored conversation's answer be served?)",
+        f"{'system / kind':44} {'cases':>6} {'prec':>6} {'recall':>6} {'hit rate':>8} {'correct':>7} "
+        f"{'wrong':>6} {'miss':>6}",
+    ]
     for r in rows:
         name = r["system"] if r["kind"] == KINDS[0] else ""
         if name:
             lines.append(f"{name}  [{r['rule']}]")
         prec = "-" if r["precision"] is None else f"{r['precision']:.3f}"
         recall = "-" if r["recall"] is None else f"{r['recall']:.3f}"
-        lines.append(f"  {r['kind']:42} {r['cases']:>6} {prec:>6} {recall:>6} {r['hit_rate']:>8.3f} "
-                     f"{r['correct']:>7} {r['wrong']:>6} {r['miss']:>6}")
+        lines.append(
+            f"  {r['kind']:42} {r['cases']:>6} {prec:>6} {recall:>6} {r['hit_rate']:>8.3f} "
+            f"{r['correct']:>7} {r['wrong']:>6} {r['miss']:>6}"
+        )
     return "\n".join(lines)

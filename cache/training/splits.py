@@ -24,8 +24,7 @@ def pair_id(text_a: str, text_b: str) -> str:
 
 def bucket(text_a: str, text_b: str, seed: int = SEED) -> int:
     """0..99, uniform over pairs: keyed BLAKE2b of the pair id."""
-    digest = hashlib.blake2b(pair_id(text_a, text_b).encode("utf-8"), digest_size=8,
-                             key=str(seed).encode()).digest()
+    digest = hashlib.blake2b(pair_id(text_a, text_b).encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
     return int.from_bytes(digest, "big") % 100
 
 

@@ -24,7 +24,6 @@ scikit-learn is needed here only; serving reads the JSON (cache/verify/learned.p
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -42,8 +41,18 @@ TARGETS = tuple(round(0.80 + 0.01 * i, 2) for i in range(20))
 # the trees may only learn these directions: a more similar pair is never less probable, a rule
 # that fires or a number / name / negation that differs never makes it more probable (on the
 # calibration split this also raised recall at precision 0.90 from 0.13 to 0.21)
-MONOTONE = {"cosine": 1, "rule_negation": -1, "rule_number": -1, "rule_opposite": -1, "rule_direction": -1,
-            "rule_entity": -1, "rules_any": -1, "number_diff": -1, "entity_diff": -1, "negation_diff": -1}
+MONOTONE = {
+    "cosine": 1,
+    "rule_negation": -1,
+    "rule_number": -1,
+    "rule_opposite": -1,
+    "rule_direction": -1,
+    "rule_entity": -1,
+    "rules_any": -1,
+    "number_diff": -1,
+    "entity_diff": -1,
+    "negation_diff": -1,
+}
 
 
 @dataclass
@@ -72,8 +81,14 @@ def _text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
-def embed_cached(texts: Sequence[str], encode: Callable[[list[str]], np.ndarray], cache: Path | None,
-                 tag: str, log: Callable[[str], None] = print, batch: int = 64) -> dict[str, np.ndarray]:
+def embed_cached(
+    texts: Sequence[str],
+    encode: Callable[[list[str]], np.ndarray],
+    cache: Path | None,
+    tag: str,
+    log: Callable[[str], None] = print,
+    batch: int = 64,
+) -> dict[str, np.ndarray]:
     """Vector of every text, encoding only those not in the ``cache`` file (an ``.npz`` of keys
     and vectors for one model, named by ``tag``), which is rewritten after every 2,048 new ones."""
     known: dict[str, np.ndarray] = {}
@@ -120,24 +135,32 @@ def _export_trees(model: Any) -> dict[str, Any]:
     trees = []
     for (predictor,) in model._predictors:  # binary classification: one tree per iteration
         nodes = predictor.nodes
-        trees.append({
-            "feature": nodes["feature_idx"].astype(int).tolist(),
-            "threshold": nodes["num_threshold"].astype(float).tolist(),
-            "left": nodes["left"].astype(int).tolist(),
-            "right": nodes["right"].astype(int).tolist(),
-            "value": nodes["value"].astype(float).tolist(),
-            "leaf": nodes["is_leaf"].astype(bool).tolist(),
-        })
+        trees.append(
+            {
+                "feature": nodes["feature_idx"].astype(int).tolist(),
+                "threshold": nodes["num_threshold"].astype(float).tolist(),
+                "left": nodes["left"].astype(int).tolist(),
+                "right": nodes["right"].astype(int).tolist(),
+                "value": nodes["value"].astype(float).tolist(),
+                "leaf": nodes["is_leaf"].astype(bool).tolist(),
+            }
+        )
     return {"kind": "trees", "baseline": float(np.ravel(model._baseline_prediction)[0]), "trees": trees}
 
 
 def _export_logistic(model: Any, mean: np.ndarray, scale: np.ndarray) -> dict[str, Any]:
-    return {"kind": "logistic", "weights": model.coef_[0].tolist(), "bias": float(model.intercept_[0]),
-            "mean": mean.tolist(), "scale": scale.tolist()}
+    return {
+        "kind": "logistic",
+        "weights": model.coef_[0].tolist(),
+        "bias": float(model.intercept_[0]),
+        "mean": mean.tolist(),
+        "scale": scale.tolist(),
+    }
 
 
-def curve(scores: np.ndarray, labels_kept: np.ndarray, positives: int, total: int,
-          targets: Sequence[float], lower: bool) -> list[OperatingPoint]:
+def curve(
+    scores: np.ndarray, labels_kept: np.ndarray, positives: int, total: int, targets: Sequence[float], lower: bool
+) -> list[OperatingPoint]:
     """For each target, the smallest score threshold whose precision (95 % Wilson lower bound
     when ``lower``, else the point estimate) is >= the target, scanning from the top score down;
     the threshold is the score itself (hits are score >= threshold). Targets never reached are
@@ -156,11 +179,16 @@ def curve(scores: np.ndarray, labels_kept: np.ndarray, positives: int, total: in
             if prec >= target:
                 best = k
         if best is not None:
-            points.append(OperatingPoint(target=target, probability=float(s[best]),
-                                         precision=round(float(tp[best] / n[best]), 4),
-                                         precision_lower=round(wilson_lower(int(tp[best]), int(n[best])), 4),
-                                         recall=round(float(tp[best] / positives), 4) if positives else 0.0,
-                                         hit_rate=round(float(n[best] / total), 4)))
+            points.append(
+                OperatingPoint(
+                    target=target,
+                    probability=float(s[best]),
+                    precision=round(float(tp[best] / n[best]), 4),
+                    precision_lower=round(wilson_lower(int(tp[best]), int(n[best])), 4),
+                    recall=round(float(tp[best] / positives), 4) if positives else 0.0,
+                    hit_rate=round(float(n[best] / total), 4),
+                )
+            )
     return points
 
 
@@ -170,9 +198,13 @@ def score_at(probs: np.ndarray, data: SplitData, threshold: float) -> dict[str, 
     hit = probs >= threshold
     tp, hits = int((hit & labels).sum()), int(hit.sum())
     positives = int(data.labels.sum())
-    return {"precision": round(tp / hits, 4) if hits else None,
-            "recall": round(tp / positives, 4) if positives else 0.0,
-            "hit_rate": round(hits / len(data.labels), 4), "hits": hits, "correct": tp}
+    return {
+        "precision": round(tp / hits, 4) if hits else None,
+        "recall": round(tp / positives, 4) if positives else 0.0,
+        "hit_rate": round(hits / len(data.labels), 4),
+        "hits": hits,
+        "correct": tp,
+    }
 
 
 def _recall_at(scores: np.ndarray, data: SplitData, target: float) -> float:
@@ -180,22 +212,49 @@ def _recall_at(scores: np.ndarray, data: SplitData, target: float) -> float:
     return points[0].recall if points else 0.0
 
 
-def train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_split: int | None,
-          min_cosine: float, embed_cache: Path | None, embed_tag: str, source: str,
-          log: Callable[[str], None] = print, kinds: Sequence[str] = ("logistic", "trees")) -> dict[str, Any]:
+def train(
+    pairs: Pairs,
+    encode: Callable[[list[str]], np.ndarray],
+    *,
+    max_per_split: int | None,
+    min_cosine: float,
+    embed_cache: Path | None,
+    embed_tag: str,
+    source: str,
+    log: Callable[[str], None] = print,
+    kinds: Sequence[str] = ("logistic", "trees"),
+) -> dict[str, Any]:
     """Run steps 1-6 of the module doc; returns the verifier file's content (a JSON object)."""
     from threadpoolctl import threadpool_limits
 
     # one thread: the fits take seconds, and OpenMP's waiting threads on a loaded 2-core
     # machine made a 300-row fit take 50 s instead of 2
     with threadpool_limits(limits=1):
-        return _train(pairs, encode, max_per_split=max_per_split, min_cosine=min_cosine, embed_cache=embed_cache,
-                      embed_tag=embed_tag, source=source, log=log, kinds=kinds)
+        return _train(
+            pairs,
+            encode,
+            max_per_split=max_per_split,
+            min_cosine=min_cosine,
+            embed_cache=embed_cache,
+            embed_tag=embed_tag,
+            source=source,
+            log=log,
+            kinds=kinds,
+        )
 
 
-def _train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_split: int | None,
-           min_cosine: float, embed_cache: Path | None, embed_tag: str, source: str,
-           log: Callable[[str], None], kinds: Sequence[str]) -> dict[str, Any]:
+def _train(
+    pairs: Pairs,
+    encode: Callable[[list[str]], np.ndarray],
+    *,
+    max_per_split: int | None,
+    min_cosine: float,
+    embed_cache: Path | None,
+    embed_tag: str,
+    source: str,
+    log: Callable[[str], None],
+    kinds: Sequence[str],
+) -> dict[str, Any]:
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.linear_model import LogisticRegression
 
@@ -203,16 +262,22 @@ def _train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_s
         raise ValueError("training needs labelled pairs ({text_a, text_b, label})")
     indices = split_pairs(pairs, max_per_split)
     sizes = {s: len(v) for s, v in indices.items()}
-    log(f"split (seed {SEED}, keyed BLAKE2b of the pair id, 60/20/20): "
-        + ", ".join(f"{s} {n}" for s, n in sizes.items()) + (f" (at most {max_per_split} each)" if max_per_split else ""))
+    log(
+        f"split (seed {SEED}, keyed BLAKE2b of the pair id, 60/20/20): "
+        + ", ".join(f"{s} {n}" for s, n in sizes.items())
+        + (f" (at most {max_per_split} each)" if max_per_split else "")
+    )
     used = [i for s in SPLITS for i in indices[s]]
-    vectors = embed_cached([t for i in used for t in (pairs.text_a[i], pairs.text_b[i])], encode,
-                           embed_cache, embed_tag, log)
+    vectors = embed_cached(
+        [t for i in used for t in (pairs.text_a[i], pairs.text_b[i])], encode, embed_cache, embed_tag, log
+    )
     data = {s: build_split(pairs, indices[s], vectors, min_cosine) for s in SPLITS}
     for s in SPLITS:
         d = data[s]
-        log(f"  {s}: {len(d.labels)} pairs, {int(d.labels.sum())} duplicates, {int(d.kept.sum())} with cosine >= "
-            f"{min_cosine} ({int(d.labels[d.kept].sum())} duplicates)")
+        log(
+            f"  {s}: {len(d.labels)} pairs, {int(d.labels.sum())} duplicates, {int(d.kept.sum())} with cosine >= "
+            f"{min_cosine} ({int(d.labels[d.kept].sum())} duplicates)"
+        )
     train_d, cal_d = data["train"], data["calibration"]
     y_train = train_d.labels[train_d.kept]
     fitted: dict[str, tuple[Any, Callable[[np.ndarray], np.ndarray], dict[str, Any]]] = {}
@@ -221,20 +286,33 @@ def _train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_s
         scale = train_d.features.std(axis=0)
         scale[scale == 0] = 1.0
         lr = LogisticRegression(C=1.0, max_iter=2000).fit((train_d.features - mean) / scale, y_train)
-        fitted["logistic"] = (lr, lambda x, lr=lr, m=mean, sc=scale: lr.decision_function((x - m) / sc),
-                              _export_logistic(lr, mean, scale))
+        fitted["logistic"] = (
+            lr,
+            lambda x, lr=lr, m=mean, sc=scale: lr.decision_function((x - m) / sc),
+            _export_logistic(lr, mean, scale),
+        )
     if "trees" in kinds:
         # shallow and few: the walk costs one numpy step per level (cache/verify/learned.py), and
         # 200 trees of depth 14 took 1.8 ms per lookup under load
-        gb = HistGradientBoostingClassifier(max_iter=100, learning_rate=0.1, max_depth=4, max_leaf_nodes=15,
-                                            min_samples_leaf=40, l2_regularization=1.0,
-                                            monotonic_cst=[MONOTONE.get(f, 0) for f in FEATURES],
-                                            early_stopping=False, random_state=0).fit(train_d.features, y_train)
+        gb = HistGradientBoostingClassifier(
+            max_iter=100,
+            learning_rate=0.1,
+            max_depth=4,
+            max_leaf_nodes=15,
+            min_samples_leaf=40,
+            l2_regularization=1.0,
+            monotonic_cst=[MONOTONE.get(f, 0) for f in FEATURES],
+            early_stopping=False,
+            random_state=0,
+        ).fit(train_d.features, y_train)
         fitted["trees"] = (gb, gb.decision_function, _export_trees(gb))
     choice = {k: _recall_at(f(cal_d.features), cal_d, 0.95) for k, (_, f, _) in fitted.items()}
     kind = max(choice, key=lambda k: choice[k])
-    log("calibration split, recall at precision >= 0.95 (uncalibrated): "
-        + ", ".join(f"{k} {v:.3f}" for k, v in choice.items()) + f" -> {kind}")
+    log(
+        "calibration split, recall at precision >= 0.95 (uncalibrated): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in choice.items())
+        + f" -> {kind}"
+    )
     _, raw_fn, exported = fitted[kind]
     raw_cal = raw_fn(cal_d.features)
     platt = LogisticRegression(C=1e6, max_iter=1000).fit(raw_cal[:, None], cal_d.labels[cal_d.kept])
@@ -242,13 +320,24 @@ def _train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_s
     probs_cal = 1 / (1 + np.exp(-(a * raw_cal + b)))
     points = curve(probs_cal, cal_d.labels[cal_d.kept], int(cal_d.labels.sum()), len(cal_d.labels), TARGETS, lower=True)
     content: dict[str, Any] = {
-        "format": FORMAT, "features": list(FEATURES), "model": exported, "platt": {"a": a, "b": b},
-        "min_cosine": min_cosine, "thresholds": [asdict(p) for p in points],
-        "trained_on": {"source": source, "embedder": embed_tag, "pairs_per_split": sizes,
-                       "kept_per_split": {s: int(data[s].kept.sum()) for s in SPLITS},
-                       "max_per_split": max_per_split, "kind_choice": choice},
-        "split": {"seed": SEED, "method": "blake2b(text_a U+001F text_b, key=seed) mod 100: "
-                                          "<60 train, <80 calibration, else test"},
+        "format": FORMAT,
+        "features": list(FEATURES),
+        "model": exported,
+        "platt": {"a": a, "b": b},
+        "min_cosine": min_cosine,
+        "thresholds": [asdict(p) for p in points],
+        "trained_on": {
+            "source": source,
+            "embedder": embed_tag,
+            "pairs_per_split": sizes,
+            "kept_per_split": {s: int(data[s].kept.sum()) for s in SPLITS},
+            "max_per_split": max_per_split,
+            "kind_choice": choice,
+        },
+        "split": {
+            "seed": SEED,
+            "method": "blake2b(text_a U+001F text_b, key=seed) mod 100: <60 train, <80 calibration, else test",
+        },
     }
     verifier = LearnedVerifier(content, "trained")
     test_d = data["test"]
@@ -256,23 +345,35 @@ def _train(pairs: Pairs, encode: Callable[[list[str]], np.ndarray], *, max_per_s
     # the file must give the scores training computed (same model, same calibration)
     expected = 1 / (1 + np.exp(-(a * raw_fn(test_d.features) + b)))
     if not np.allclose(probs_test, expected, atol=1e-9):
-        raise AssertionError(f"exported verifier disagrees with the fitted model (max diff "
-                             f"{np.abs(probs_test - expected).max():.3g})")
+        raise AssertionError(
+            f"exported verifier disagrees with the fitted model (max diff {np.abs(probs_test - expected).max():.3g})"
+        )
     # rows and scores the file must reproduce (tests/cache/test_learned_verifier.py)
     sample = np.linspace(0, len(test_d.features) - 1, num=min(32, len(test_d.features))).astype(int)
     content["check"] = {"features": test_d.features[sample].tolist(), "probabilities": expected[sample].tolist()}
     metrics = []
     for p in points:
-        row = {"target": p.target, "probability": round(p.probability, 6),
-               "calibration": {"precision": p.precision, "precision_lower": p.precision_lower,
-                               "recall": p.recall, "hit_rate": p.hit_rate},
-               "test": score_at(probs_test, test_d, p.probability)}
+        row = {
+            "target": p.target,
+            "probability": round(p.probability, 6),
+            "calibration": {
+                "precision": p.precision,
+                "precision_lower": p.precision_lower,
+                "recall": p.recall,
+                "hit_rate": p.hit_rate,
+            },
+            "test": score_at(probs_test, test_d, p.probability),
+        }
         metrics.append(row)
     content["metrics"] = metrics
-    log(f"{'target':>6} {'prob':>7} | {'calibration prec (lower) / recall':>34} | {'test prec / recall / hit rate':>30}")
+    log(
+        f"{'target':>6} {'prob':>7} | {'calibration prec (lower) / recall':>34} | {'test prec / recall / hit rate':>30}"
+    )
     for row in metrics:
         c, t = row["calibration"], row["test"]
         tp = "-" if t["precision"] is None else f"{t['precision']:.3f}"
-        log(f"{row['target']:>6.2f} {row['probability']:>7.4f} | {c['precision']:>8.3f} ({c['precision_lower']:.3f}) / "
-            f"{c['recall']:.3f}{'':>12} | {tp:>6} / {t['recall']:.3f} / {t['hit_rate']:.3f}")
+        log(
+            f"{row['target']:>6.2f} {row['probability']:>7.4f} | {c['precision']:>8.3f} ({c['precision_lower']:.3f}) / "
+            f"{c['recall']:.3f}{'':>12} | {tp:>6} / {t['recall']:.3f} / {t['hit_rate']:.3f}"
+        )
     return content

@@ -46,8 +46,27 @@ _FUNCTION = frozenset(
     about as into to from and or but if so than too very can could should would will shall may
     might must just also any some there here s t""".split()
 )
-_QUESTION_WORDS = ("what", "how", "why", "when", "where", "who", "whom", "whose", "which",
-                   "is", "are", "can", "do", "does", "did", "should", "will", "would", "could")
+_QUESTION_WORDS = (
+    "what",
+    "how",
+    "why",
+    "when",
+    "where",
+    "who",
+    "whom",
+    "whose",
+    "which",
+    "is",
+    "are",
+    "can",
+    "do",
+    "does",
+    "did",
+    "should",
+    "will",
+    "would",
+    "could",
+)
 _SPACES = re.compile(r"\s+")
 
 
@@ -92,10 +111,14 @@ def _profile(text: str) -> _Profile:
     words = parsed_words(text)
     word_set = frozenset(words)
     return _Profile(
-        words=words, word_set=word_set,
+        words=words,
+        word_set=word_set,
         content=frozenset(_stem(w) for w in word_set if w not in _FUNCTION and w not in NEGATIONS),
-        char3=frozenset(_char3(text)), numbers=numbers_of(text), entities=entities_of(text),
-        negations=sum(w in NEGATIONS for w in words), question_word=_question_word(words),
+        char3=frozenset(_char3(text)),
+        numbers=numbers_of(text),
+        entities=entities_of(text),
+        negations=sum(w in NEGATIONS for w in words),
+        question_word=_question_word(words),
     )
 
 

@@ -117,7 +117,9 @@ class LearnedVerifier:
             if data.get("format") != FORMAT:
                 raise VerifierError(f"{source}: format {data.get('format')!r}, expected {FORMAT!r}")
             if tuple(data["features"]) != FEATURES:
-                raise VerifierError(f"{source}: its features {data['features']} are not this version's {list(FEATURES)}")
+                raise VerifierError(
+                    f"{source}: its features {data['features']} are not this version's {list(FEATURES)}"
+                )
             model = data["model"]
             self.kind = model["kind"]
             if self.kind == "logistic":
@@ -169,11 +171,13 @@ class LearnedVerifier:
             if point.target >= target - 1e-12:
                 return point.probability
         top = max(p.target for p in self.points)
-        raise VerifierError(f"precision target {target} is above the highest this verifier was "
-                            f"calibrated for ({top}; {self.source})")
+        raise VerifierError(
+            f"precision target {target} is above the highest this verifier was calibrated for ({top}; {self.source})"
+        )
 
-    def select(self, query: str, candidates: list[tuple[str, float]], probability: float,
-               margin: float = 0.02) -> tuple[int | None, float | None]:
+    def select(
+        self, query: str, candidates: list[tuple[str, float]], probability: float, margin: float = 0.02
+    ) -> tuple[int | None, float | None]:
         """Which candidate (text, cosine; most similar first) may answer ``query``: as the rules'
         ``select``, the first one in cosine order, within ``margin`` of the most similar one
         and with cosine >= ``min_cosine``, whose probability is >= ``probability`` (choosing
@@ -183,8 +187,9 @@ class LearnedVerifier:
         if not candidates:
             return None, None
         best_cosine = candidates[0][1]
-        eligible = [i for i, (_, cos) in enumerate(candidates)
-                    if cos >= self.min_cosine and cos >= best_cosine - margin]
+        eligible = [
+            i for i, (_, cos) in enumerate(candidates) if cos >= self.min_cosine and cos >= best_cosine - margin
+        ]
         if not eligible:
             return None, None
         rows = np.stack([pair_features(query, candidates[i][0], candidates[i][1]) for i in eligible])

@@ -26,9 +26,7 @@ from functools import lru_cache
 
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+(?:[.,]\d+)*")
 
-NEGATIONS = frozenset(
-    "not no never without cannot nor none nobody nothing neither nowhere n't".split()
-)
+NEGATIONS = frozenset("not no never without cannot nor none nobody nothing neither nowhere n't".split())
 
 _NUMBER_WORDS = {
     word: str(value)
@@ -38,37 +36,121 @@ _NUMBER_WORDS = {
     )
 }
 _NUMBER_WORDS.update(
-    {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
-     "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1e6", "billion": "1e9",
-     "first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
-     "sixth": "6th", "seventh": "7th", "eighth": "8th", "ninth": "9th", "tenth": "10th"}
+    {
+        "thirty": "30",
+        "forty": "40",
+        "fifty": "50",
+        "sixty": "60",
+        "seventy": "70",
+        "eighty": "80",
+        "ninety": "90",
+        "hundred": "100",
+        "thousand": "1000",
+        "million": "1e6",
+        "billion": "1e9",
+        "first": "1st",
+        "second": "2nd",
+        "third": "3rd",
+        "fourth": "4th",
+        "fifth": "5th",
+        "sixth": "6th",
+        "seventh": "7th",
+        "eighth": "8th",
+        "ninth": "9th",
+        "tenth": "10th",
+    }
 )
 
 # each pair: opposite meanings that an embedding places close together
 _ANTONYMS = [
-    ("on", "off"), ("enable", "disable"), ("enabled", "disabled"), ("allow", "deny"),
-    ("allowed", "denied"), ("accept", "reject"), ("open", "close"), ("start", "stop"),
-    ("increase", "decrease"), ("up", "down"), ("buy", "sell"), ("add", "remove"),
-    ("lock", "unlock"), ("before", "after"), ("more", "less"), ("best", "worst"),
-    ("max", "min"), ("maximum", "minimum"), ("true", "false"), ("yes", "no"),
-    ("include", "exclude"), ("import", "export"), ("upload", "download"), ("encrypt", "decrypt"),
-    ("win", "lose"), ("positive", "negative"), ("male", "female"), ("men", "women"),
-    ("man", "woman"), ("boy", "girl"), ("husband", "wife"), ("pros", "cons"),
-    ("advantages", "disadvantages"), ("benefits", "drawbacks"), ("good", "bad"),
-    ("high", "low"), ("higher", "lower"), ("highest", "lowest"), ("big", "small"),
-    ("bigger", "smaller"), ("largest", "smallest"), ("fast", "slow"), ("faster", "slower"),
-    ("cheap", "expensive"), ("hot", "cold"), ("rich", "poor"), ("old", "new"), ("older", "younger"),
-    ("gain", "lose"), ("love", "hate"), ("like", "dislike"), ("legal", "illegal"),
-    ("possible", "impossible"), ("always", "never"), ("all", "none"), ("first", "last"),
-    ("north", "south"), ("east", "west"), ("left", "right"), ("light", "dark"),
-    ("input", "output"), ("inside", "outside"), ("send", "receive"),
-    ("encode", "decode"), ("compress", "decompress"), ("install", "uninstall"),
-    ("subscribe", "unsubscribe"), ("block", "unblock"), ("follow", "unfollow"),
-    ("connect", "disconnect"), ("mount", "unmount"), ("zip", "unzip"), ("join", "leave"),
-    ("push", "pull"), ("read", "write"), ("show", "hide"), ("visible", "hidden"),
-    ("public", "private"), ("online", "offline"), ("asc", "desc"), ("ascending", "descending"),
-    ("plus", "minus"), ("sum", "difference"), ("day", "night"), ("summer", "winter"),
-    ("right", "wrong"), ("correct", "incorrect"), ("success", "failure"),
+    ("on", "off"),
+    ("enable", "disable"),
+    ("enabled", "disabled"),
+    ("allow", "deny"),
+    ("allowed", "denied"),
+    ("accept", "reject"),
+    ("open", "close"),
+    ("start", "stop"),
+    ("increase", "decrease"),
+    ("up", "down"),
+    ("buy", "sell"),
+    ("add", "remove"),
+    ("lock", "unlock"),
+    ("before", "after"),
+    ("more", "less"),
+    ("best", "worst"),
+    ("max", "min"),
+    ("maximum", "minimum"),
+    ("true", "false"),
+    ("yes", "no"),
+    ("include", "exclude"),
+    ("import", "export"),
+    ("upload", "download"),
+    ("encrypt", "decrypt"),
+    ("win", "lose"),
+    ("positive", "negative"),
+    ("male", "female"),
+    ("men", "women"),
+    ("man", "woman"),
+    ("boy", "girl"),
+    ("husband", "wife"),
+    ("pros", "cons"),
+    ("advantages", "disadvantages"),
+    ("benefits", "drawbacks"),
+    ("good", "bad"),
+    ("high", "low"),
+    ("higher", "lower"),
+    ("highest", "lowest"),
+    ("big", "small"),
+    ("bigger", "smaller"),
+    ("largest", "smallest"),
+    ("fast", "slow"),
+    ("faster", "slower"),
+    ("cheap", "expensive"),
+    ("hot", "cold"),
+    ("rich", "poor"),
+    ("old", "new"),
+    ("older", "younger"),
+    ("gain", "lose"),
+    ("love", "hate"),
+    ("like", "dislike"),
+    ("legal", "illegal"),
+    ("possible", "impossible"),
+    ("always", "never"),
+    ("all", "none"),
+    ("first", "last"),
+    ("north", "south"),
+    ("east", "west"),
+    ("left", "right"),
+    ("light", "dark"),
+    ("input", "output"),
+    ("inside", "outside"),
+    ("send", "receive"),
+    ("encode", "decode"),
+    ("compress", "decompress"),
+    ("install", "uninstall"),
+    ("subscribe", "unsubscribe"),
+    ("block", "unblock"),
+    ("follow", "unfollow"),
+    ("connect", "disconnect"),
+    ("mount", "unmount"),
+    ("zip", "unzip"),
+    ("join", "leave"),
+    ("push", "pull"),
+    ("read", "write"),
+    ("show", "hide"),
+    ("visible", "hidden"),
+    ("public", "private"),
+    ("online", "offline"),
+    ("asc", "desc"),
+    ("ascending", "descending"),
+    ("plus", "minus"),
+    ("sum", "difference"),
+    ("day", "night"),
+    ("summer", "winter"),
+    ("right", "wrong"),
+    ("correct", "incorrect"),
+    ("success", "failure"),
 ]
 _OPPOSITE: dict[str, frozenset[str]] = {}
 for _a, _b in _ANTONYMS:
@@ -110,7 +192,9 @@ class _Text:
 
 
 _IDIOMS = re.compile(r"\b(?:why or why not|or not|whether or not|or no)\b", re.IGNORECASE)
-_MISSPELT_NEGATIONS = frozenset("cant dont doesnt isnt arent wasnt werent wont didnt wouldnt shouldnt couldnt hasnt havent".split())
+_MISSPELT_NEGATIONS = frozenset(
+    "cant dont doesnt isnt arent wasnt werent wont didnt wouldnt shouldnt couldnt hasnt havent".split()
+)
 
 
 def _stem(word: str) -> str:
@@ -142,8 +226,15 @@ def _parse(text: str) -> _Text:
         sentence_start = text[match.end() : match.end() + 2].lstrip(" ")[:1] in (".", "?", "!", ":")
     parsed = tuple(words)
     word_set = frozenset(parsed)
-    return _Text(parsed, frozenset(capitals), word_set, frozenset(map(_stem, word_set)), _numbers(parsed),
-                 _neighbours(parsed), frozenset(_content(parsed)))
+    return _Text(
+        parsed,
+        frozenset(capitals),
+        word_set,
+        frozenset(map(_stem, word_set)),
+        _numbers(parsed),
+        _neighbours(parsed),
+        frozenset(_content(parsed)),
+    )
 
 
 def _numbers(words: tuple[str, ...]) -> frozenset[str]:
@@ -221,8 +312,7 @@ def _swapped(ta: _Text, tb: _Text) -> bool:
                 continue
             between_a = _between(a, pos_a[u], pos_a[v])
             between_b = _between(b, pos_b[u], pos_b[v])
-            if (between_a & _ASYMMETRIC and between_b & _ASYMMETRIC
-                    and not (between_a | between_b) & _SYMMETRIC):
+            if between_a & _ASYMMETRIC and between_b & _ASYMMETRIC and not (between_a | between_b) & _SYMMETRIC:
                 return True
     return False
 
@@ -278,8 +368,9 @@ def entities_of(text: str) -> frozenset[str]:
     return _parse(text).capitals
 
 
-def select(query: str, candidates: Sequence[tuple[str, float]], threshold: float,
-           margin: float = 0.02) -> tuple[int | None, Counter[str]]:
+def select(
+    query: str, candidates: Sequence[tuple[str, float]], threshold: float, margin: float = 0.02
+) -> tuple[int | None, Counter[str]]:
     """Which candidate may answer ``query``: candidates are (text, cosine similarity), most
     similar first. The first one with similarity >= threshold that verification accepts, if
     it is within ``margin`` of the most similar candidate (a much less similar text is a

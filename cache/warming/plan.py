@@ -24,8 +24,8 @@ Rules:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 DAY_S = 86400
 

@@ -52,8 +52,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -91,7 +92,9 @@ end
 # the lowest-count members of the tenant holding the most (module doc), members counted before
 # the order index existed (no entry) first by lowest count. A member keeps the tenant tag it was
 # first counted with.
-_RECORD_LUA = _HELPERS + """
+_RECORD_LUA = (
+    _HELPERS
+    + """
 local m = ARGV[1]
 local fresh = redis.call('EXISTS', KEYS[2]) == 0  -- this (pool, day, slot)'s first recipe
 local old = redis.call('ZSCORE', KEYS[1], m)
@@ -130,14 +133,18 @@ end
 if fresh then return 2 end
 return 1
 """
+)
 
 # ARGV: members to forget (at most _FORGET_CHUNK per call). Returns the recipes deleted (HSCAN
 # may hand the caller a member twice).
-_FORGET_LUA = _HELPERS + """
+_FORGET_LUA = (
+    _HELPERS
+    + """
 local deleted = 0
 for i = 1, #ARGV do deleted = deleted + drop(ARGV[i]) end
 return deleted
 """
+)
 _FORGET_CHUNK = 1000  # members per HSCAN page and per script call: no call grows with the slot
 
 
@@ -184,9 +191,13 @@ def slots_key(prefix: str) -> str:
 
 def slot_keys(prefix: str, pool: str, day: int, slot: int) -> list[str]:
     """The keys one (pool, day, slot)'s scripts touch, in their KEYS order (one cluster slot)."""
-    return [count_key(prefix, pool, day, slot), recipe_key(prefix, pool, day, slot),
-            order_key(prefix, pool, day, slot), tenants_key(prefix, pool, day, slot),
-            group_key(prefix, pool, day, slot)]
+    return [
+        count_key(prefix, pool, day, slot),
+        recipe_key(prefix, pool, day, slot),
+        order_key(prefix, pool, day, slot),
+        tenants_key(prefix, pool, day, slot),
+        group_key(prefix, pool, day, slot),
+    ]
 
 
 _TAG = re.compile(r"\{([^{}]*)\}:[^:]*$")
@@ -209,7 +220,7 @@ def mark_key(prefix: str, key: str) -> str:
     head = f"{prefix}:exact:"
     if not key.startswith(head):
         raise ValueError(f"not an exact-cache key of prefix {prefix!r}: {key!r}")
-    return f"{prefix}:warm:mark:{key[len(head):]}"
+    return f"{prefix}:warm:mark:{key[len(head) :]}"
 
 
 @dataclass(frozen=True)
@@ -227,23 +238,48 @@ class Recipe:
 
     def request(self) -> CacheRequest:
         """The CacheRequest a warm generation is stored under (same key and scope)."""
-        return CacheRequest(self.endpoint, self.body, self.tenant, CacheControl(semantic=self.semantic, ttl_s=self.ttl_s),
-                            self.pool, self.tenant_label)
+        return CacheRequest(
+            self.endpoint,
+            self.body,
+            self.tenant,
+            CacheControl(semantic=self.semantic, ttl_s=self.ttl_s),
+            self.pool,
+            self.tenant_label,
+        )
 
     def to_json(self) -> str:
         """The recipe as compact JSON with sorted keys (what the recipe hash stores; ``from_json``
         reads it back)."""
-        return json.dumps({"key": self.key, "endpoint": self.endpoint, "tenant": self.tenant,
-                           "tenant_label": self.tenant_label, "pool": self.pool, "body": self.body,
-                           "semantic": self.semantic, "ttl_s": self.ttl_s}, separators=(",", ":"), sort_keys=True)
+        return json.dumps(
+            {
+                "key": self.key,
+                "endpoint": self.endpoint,
+                "tenant": self.tenant,
+                "tenant_label": self.tenant_label,
+                "pool": self.pool,
+                "body": self.body,
+                "semantic": self.semantic,
+                "ttl_s": self.ttl_s,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Recipe:
         """Raises ValueError (also KeyError, TypeError as ValueError) on a malformed recipe."""
         try:
             d = json.loads(raw)
-            return cls(str(d["key"]), d["endpoint"], str(d["tenant"]), d["tenant_label"], str(d["pool"]),
-                       dict(d["body"]), bool(d["semantic"]), d["ttl_s"])
+            return cls(
+                str(d["key"]),
+                d["endpoint"],
+                str(d["tenant"]),
+                d["tenant_label"],
+                str(d["pool"]),
+                dict(d["body"]),
+                bool(d["semantic"]),
+                d["ttl_s"],
+            )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed warming recipe: {exc}") from None
 
@@ -293,8 +329,9 @@ def recipe_for(prefix: str, req: CacheRequest, key: str) -> Recipe | None:
     body = recipe_body(req.body)
     if exact_key(prefix, req.endpoint, body, req.tenant, None, req.pool) != key:
         return None
-    return Recipe(key, req.endpoint, req.tenant, req.tenant_label, req.model, body, req.control.semantic,
-                  req.control.ttl_s)
+    return Recipe(
+        key, req.endpoint, req.tenant, req.tenant_label, req.model, body, req.control.semantic, req.control.ttl_s
+    )
 
 
 class Popularity:
@@ -321,8 +358,9 @@ class Popularity:
             return False
         day, slot = slot_of(now_s, settings.slot_s)
         keys = slot_keys(self._prefix, req.model, day, slot)
-        created = await self._record(keys=keys, args=[key, text, settings.history_ttl_s, settings.keep_per_slot,
-                                                      group_tag(req.label)])
+        created = await self._record(
+            keys=keys, args=[key, text, settings.history_ttl_s, settings.keep_per_slot, group_tag(req.label)]
+        )
         if int(created) == 2:  # a new recipe hash: list it for deletions (its own key: another cluster slot)
             pipe = self._redis.pipeline(transaction=False)
             pipe.sadd(slots_key(self._prefix), keys[1])
@@ -330,8 +368,9 @@ class Popularity:
             await pipe.execute()
         return True
 
-    async def candidates(self, pool: str, slot_start_s: float, settings: WarmingSettings, now_s: float,
-                         ttl_scale: float = 1.0) -> list[WarmCandidate]:
+    async def candidates(
+        self, pool: str, slot_start_s: float, settings: WarmingSettings, now_s: float, ttl_scale: float = 1.0
+    ) -> list[WarmCandidate]:
         """The ``top_k`` keys of the slot at ``slot_start_s`` summed over the ``history_days`` days
         before it, taken round-robin over tenants by rank (plan.py ``fair_top``), each with the days it was seen and when its entry expires:
         ``now_s`` + its remaining TTL x ``ttl_scale`` (Redis TTLs are wall seconds; the
@@ -405,7 +444,7 @@ class Popularity:
         deleted = 0
         listed = await self._redis.smembers(slots_key(self._prefix))
         for name in sorted(n.decode() if isinstance(n, bytes) else n for n in listed):
-            rest = name[len(head):]
+            rest = name[len(head) :]
             keys = [f"{self._prefix}:warm:{kind}:{rest}" for kind in ("count", "recipe", "order", "tenants", "group")]
             doomed: list[Any] = []
             # HSCAN, not HGETALL: a slot may hold keep_per_slot (up to 100,000) recipes

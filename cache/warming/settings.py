@@ -50,7 +50,7 @@ class WarmingSettings(BaseModel):
     lock_ttl_s: int = Field(60, ge=1)
 
     @model_validator(mode="after")
-    def _valid_policy(self) -> "WarmingSettings":
+    def _valid_policy(self) -> WarmingSettings:
         self.policy()  # ValueError names the rule (slot_s divides a day, min_days_seen <= history_days)
         if self.keep_per_slot < self.top_k:
             raise ValueError(f"keep_per_slot {self.keep_per_slot} must be >= top_k {self.top_k}")
@@ -60,10 +60,18 @@ class WarmingSettings(BaseModel):
 
     def policy(self) -> WarmPolicy:
         """The planner's view of these settings."""
-        return WarmPolicy(slot_s=self.slot_s, history_days=self.history_days, top_k=self.top_k,
-                          min_days_seen=self.min_days_seen, budget_per_min=self.budget_per_min,
-                          lead_s=self.lead_s, idle_load=self.idle_load, peak_fraction=self.peak_fraction,
-                          min_rise=self.min_rise, burst=self.burst)
+        return WarmPolicy(
+            slot_s=self.slot_s,
+            history_days=self.history_days,
+            top_k=self.top_k,
+            min_days_seen=self.min_days_seen,
+            budget_per_min=self.budget_per_min,
+            lead_s=self.lead_s,
+            idle_load=self.idle_load,
+            peak_fraction=self.peak_fraction,
+            min_rise=self.min_rise,
+            burst=self.burst,
+        )
 
     @property
     def history_ttl_s(self) -> int:

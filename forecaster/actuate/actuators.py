@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from kubernetes import client as k8s
@@ -66,7 +66,9 @@ class ActuationResult:
             "would-scale": f"would scale {before} -> {self.desired}",
             "published": f"published desired {self.desired} (observed {before})",
         }[self.action]
-        extra = f" (attempts {self.attempts}{', annotated' if self.annotated else ''})" if self.action == "scaled" else ""
+        extra = (
+            f" (attempts {self.attempts}{', annotated' if self.annotated else ''})" if self.action == "scaled" else ""
+        )
         return f"{self.mode} {self.target}: {what}{extra}; reason: {self.reason}"
 
 
@@ -110,9 +112,17 @@ class Actuator(ABC):
         """
 
     def _result(
-        self, desired: int, observed: int | None, action: Action, reason: str, attempts: int = 1, annotated: bool = False
+        self,
+        desired: int,
+        observed: int | None,
+        action: Action,
+        reason: str,
+        attempts: int = 1,
+        annotated: bool = False,
     ) -> ActuationResult:
-        result = ActuationResult(self.mode, self._settings.target, desired, observed, action, reason, attempts, annotated)
+        result = ActuationResult(
+            self.mode, self._settings.target, desired, observed, action, reason, attempts, annotated
+        )
         log.info("%s", result.summary())
         return result
 
@@ -161,19 +171,24 @@ class KubernetesActuator(Actuator):
                 written = api.patch_scale(scale_patch(observed, desired)) if needs_scale(observed, desired) else None
         assert observed is not None
         if desired != decided:
-            log.warning("%s: hold on missing data, not scaling down from %d to %d", self._settings.target, observed.replicas, decided)
+            log.warning(
+                "%s: hold on missing data, not scaling down from %d to %d",
+                self._settings.target,
+                observed.replicas,
+                decided,
+            )
         if current is not None and current != observed.replicas:
             log.info("%s: scale moved from %d to %d since planning", self._settings.target, current, observed.replicas)
         if written is None:
             return self._result(desired, observed.replicas, "none", decision.reason)
         annotated = self._settings.annotate and self._annotate(api, desired, decision.reason, written)
-        return self._result(desired, observed.replicas, "scaled", decision.reason, attempts=attempts, annotated=annotated)
+        return self._result(
+            desired, observed.replicas, "scaled", decision.reason, attempts=attempts, annotated=annotated
+        )
 
     def _annotate(self, api: KubeScaleAPI, desired: int, reason: str, written: Scale) -> bool:
         """Annotate at the version our scale write produced; after a 409, only if the scale still says ``desired``."""
-        annotations = decision_annotations(
-            self._settings.annotation_prefix, desired, reason, datetime.now(timezone.utc)
-        )
+        annotations = decision_annotations(self._settings.annotation_prefix, desired, reason, datetime.now(UTC))
         version: str | None = written.resource_version
         for attempt in self._retrying():
             with attempt:
@@ -182,7 +197,8 @@ class KubernetesActuator(Actuator):
                     if fresh.replicas != desired:
                         log.warning(
                             "%s: scale changed to %d by another writer; decision not annotated",
-                            self._settings.target, fresh.replicas,
+                            self._settings.target,
+                            fresh.replicas,
                         )
                         return False
                     version = fresh.resource_version
@@ -203,13 +219,15 @@ class KedaActuator(Actuator):
 
     mode: Mode = "keda"
 
-    def __init__(self, settings: ActuatorSettings, api_client: k8s.ApiClient | None = None, store: DesiredStore | None = None) -> None:
+    def __init__(
+        self, settings: ActuatorSettings, api_client: k8s.ApiClient | None = None, store: DesiredStore | None = None
+    ) -> None:
         super().__init__(settings, api_client)
         self._store = store or DesiredStore.from_settings(settings)
 
     def apply(self, decision: DecisionLike, current: int | None) -> ActuationResult:
         desired = hold_floor(desired_replicas(decision), current, is_hold(decision))
-        self._store.publish(desired, decision.reason, datetime.now(timezone.utc))
+        self._store.publish(desired, decision.reason, datetime.now(UTC))
         return self._result(desired, current, "published", decision.reason)
 
 

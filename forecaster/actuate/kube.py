@@ -93,7 +93,9 @@ class KubeScaleAPI:
         self._deployment = deployment
         self._timeout = timeout_s
 
-    def _resource(self, resource: str = "deployments", subresource: str | None = None, group: str = "apps") -> KubeResource:
+    def _resource(
+        self, resource: str = "deployments", subresource: str | None = None, group: str = "apps"
+    ) -> KubeResource:
         return KubeResource(self._namespace, self._deployment, resource, subresource, group)
 
     def read_scale(self) -> Scale:
@@ -108,8 +110,11 @@ class KubeScaleAPI:
         """PATCH deployments/{name}/scale with a merge patch; returns the Scale after the write."""
         with _boundary(self._resource(subresource="scale"), "patch"):
             scale = self._apps.patch_namespaced_deployment_scale(
-                self._deployment, self._namespace, body,
-                _content_type=MERGE_PATCH, _request_timeout=self._timeout,
+                self._deployment,
+                self._namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self._timeout,
             )
         return _to_scale(scale)
 
@@ -117,8 +122,11 @@ class KubeScaleAPI:
         """PATCH deployments/{name} with a merge patch (used for annotations only)."""
         with _boundary(self._resource(), "patch"):
             self._apps.patch_namespaced_deployment(
-                self._deployment, self._namespace, body,
-                _content_type=MERGE_PATCH, _request_timeout=self._timeout,
+                self._deployment,
+                self._namespace,
+                body,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self._timeout,
             )
 
     def list_pod_times(self, selector: str) -> list[PodTimes]:
@@ -141,9 +149,7 @@ def _to_scale(scale: k8s.V1Scale) -> Scale:
 
 def _pod_times(pod: k8s.V1Pod) -> PodTimes:
     conditions = (pod.status.conditions if pod.status else None) or []
-    ready_at = next(
-        (c.last_transition_time for c in conditions if c.type == "Ready" and c.status == "True"), None
-    )
+    ready_at = next((c.last_transition_time for c in conditions if c.type == "Ready" and c.status == "True"), None)
     statuses = (pod.status.container_statuses if pod.status else None) or []
     return PodTimes(
         created=pod.metadata.creation_timestamp,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
 import uvicorn
@@ -23,11 +23,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from opskit.redis_client import sync_redis
-
 from forecaster.actuate.errors import PublishUnavailable
 from forecaster.actuate.settings import ActuatorSettings
 from forecaster.redis_errors import redis_failures
+from opskit.redis_client import sync_redis
 
 KEY_PREFIX = "promptedge:forecaster:desired"
 
@@ -66,9 +65,13 @@ class DesiredStore:
     def from_settings(cls, settings: ActuatorSettings) -> DesiredStore:
         """Store on ``settings.redis_url`` (one server, Redis Cluster or Sentinel: opskit/_redis_url.py)
         with bounded socket timeouts (``request_timeout_s``)."""
+
         def connect() -> redis.Redis:
-            return sync_redis(settings.redis_url, socket_timeout=settings.request_timeout_s,
-                              socket_connect_timeout=settings.request_timeout_s)
+            return sync_redis(
+                settings.redis_url,
+                socket_timeout=settings.request_timeout_s,
+                socket_connect_timeout=settings.request_timeout_s,
+            )
 
         return cls(connect, settings.namespace, settings.deployment or "-")
 
@@ -148,7 +151,7 @@ def create_app(settings: ActuatorSettings | None = None, store: DesiredStore | N
             {
                 "desiredReplicas": published.replicas,
                 "reason": published.reason,
-                "decidedAt": datetime.fromtimestamp(published.decided_at, timezone.utc).isoformat(),
+                "decidedAt": datetime.fromtimestamp(published.decided_at, UTC).isoformat(),
                 "ageSeconds": round(age, 3),
                 "stale": age > settings.stale_after_s,
                 "target": f"{store.namespace}/{store.deployment}",
@@ -177,5 +180,6 @@ def serve_desired(settings: ActuatorSettings | None = None) -> None:
     access lines go to the process's root logger, which ``python -m forecaster desired`` sets
     to the services' one format (opskit.configure)."""
     settings = settings or ActuatorSettings()
-    uvicorn.run(create_app(settings), host=settings.publish_host, port=settings.publish_port,
-                log_config=None, log_level="info")
+    uvicorn.run(
+        create_app(settings), host=settings.publish_host, port=settings.publish_port, log_config=None, log_level="info"
+    )

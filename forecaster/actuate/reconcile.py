@@ -8,7 +8,7 @@ that version and answers 409 otherwise (optimistic concurrency, as in kopf and s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from forecaster.actuate.errors import InvalidDecision
@@ -68,11 +68,9 @@ def scale_patch(observed: Scale, desired: int) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": observed.resource_version}, "spec": {"replicas": desired}}
 
 
-def decision_annotations(
-    prefix: str, desired: int, reason: str, decided_at: datetime
-) -> dict[str, str]:
+def decision_annotations(prefix: str, desired: int, reason: str, decided_at: datetime) -> dict[str, str]:
     """Annotations recording a decision: ``{prefix}/desired-replicas``, ``/reason``, ``/decided-at`` (RFC 3339 UTC)."""
-    stamp = decided_at.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    stamp = decided_at.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return {
         f"{prefix}/desired-replicas": str(desired),
         f"{prefix}/reason": reason,

@@ -8,9 +8,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from opskit import FileSettings, RedisURL
-
 from forecaster.actuate.errors import ActuationConfigError
+from opskit import FileSettings, RedisURL
 
 Mode = Literal["dry-run", "kubernetes", "keda"]
 
@@ -51,9 +50,7 @@ class ActuatorSettings(FileSettings):
     @model_validator(mode="after")
     def _deployment_needed(self) -> ActuatorSettings:
         if self.mode in ("kubernetes", "keda") and not self.deployment:
-            raise ValueError(
-                f"PROMPTEDGE_ACTUATOR_DEPLOYMENT is required when PROMPTEDGE_ACTUATOR_MODE={self.mode}"
-            )
+            raise ValueError(f"PROMPTEDGE_ACTUATOR_DEPLOYMENT is required when PROMPTEDGE_ACTUATOR_MODE={self.mode}")
         return self
 
     @property

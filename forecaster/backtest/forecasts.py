@@ -75,8 +75,18 @@ def rolling_forecasts(
             continue
         if chosen is None or i % refit_every == 0:
             candidates = build_candidates(model_names, season, step, level)
-            chosen = select(history, horizon, lead, candidates, level, budget_s, max_origins, span=season,
-                            band_window=band_window, band_scale=band_scale)
+            chosen = select(
+                history,
+                horizon,
+                lead,
+                candidates,
+                level,
+                budget_s,
+                max_origins,
+                span=season,
+                band_window=band_window,
+                band_scale=band_scale,
+            )
             fc = chosen.model.predict(horizon, level)
         else:
             fc = chosen.model.forward(history, horizon, level)
@@ -118,8 +128,17 @@ def forecast_errors(
     ok = ~np.isnan(actual) & ~np.isnan(f) & ~np.isnan(last)
     a, f, u, b, last, sn = actual[ok], f[ok], u[ok], b[ok], last[ok], sn[ok]
     if a.size == 0:  # test period shorter than the horizon: nothing to score
-        keys = ("mae", "mae_last_value", "mae_seasonal_naive", "smape", "mase", "p90_coverage", "pinball_p90",
-                "upper_coverage", "pinball_upper")
+        keys = (
+            "mae",
+            "mae_last_value",
+            "mae_seasonal_naive",
+            "smape",
+            "mase",
+            "p90_coverage",
+            "pinball_p90",
+            "upper_coverage",
+            "pinball_upper",
+        )
         return {"horizon_steps": k, "n": 0, "level": level, **{key: None for key in keys}}  # type: ignore[dict-item]
     mae = float(np.mean(np.abs(a - f)))
     mae_lv = float(np.mean(np.abs(a - last)))

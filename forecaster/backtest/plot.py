@@ -31,7 +31,9 @@ def plot_backtest(result: BacktestResult, path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True)
     top.plot(hours, result.y[result.first :], color="black", lw=0.8, label="demand")
     top.plot(target_hours, fc.mean[:, lead - 1], color="tab:blue", lw=0.8, label=f"forecast +{lead * step / 60:g} min")
-    top.fill_between(target_hours, fc.mean[:, lead - 1], fc.upper[:, lead - 1], color="tab:blue", alpha=0.25, label="upper band")
+    top.fill_between(
+        target_hours, fc.mean[:, lead - 1], fc.upper[:, lead - 1], color="tab:blue", alpha=0.25, label="upper band"
+    )
     top.set_ylabel("demand (trace unit)")
     top.legend(loc="upper right")
     top.set_title(f"{rep['trace']}: warm-up {float(rep['warmup_s']) / 60:g} min")  # type: ignore[arg-type]
@@ -39,7 +41,14 @@ def plot_backtest(result: BacktestResult, path: Path) -> None:
     bottom.plot(tick_hours, result.tick_demand, color="black", lw=0.6, label="demand")
     colors = {"predictive": "tab:blue", "reactive_hpa": "tab:red", "keda_queue": "tab:orange", "oracle": "tab:green"}
     for name, run in result.runs.items():
-        bottom.step(tick_hours, run.ready * capacity, where="post", lw=0.8, color=colors.get(name), label=f"{name} ready capacity")
+        bottom.step(
+            tick_hours,
+            run.ready * capacity,
+            where="post",
+            lw=0.8,
+            color=colors.get(name),
+            label=f"{name} ready capacity",
+        )
     bottom.set_xlabel("hours into the test period")
     bottom.set_ylabel("ready capacity (trace unit)")
     bottom.legend(loc="upper right", fontsize=8)

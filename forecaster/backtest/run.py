@@ -66,10 +66,16 @@ class BacktestConfig:
     def planner(self) -> PlannerConfig:
         """The planner the predictive policy runs: these knobs, unbounded replicas."""
         return PlannerConfig(
-            capacity_per_replica=self.capacity, headroom=self.headroom, min_replicas=_PLAN.min_replicas,
-            max_replicas=UNBOUNDED, lead_time_s=self.warmup_s, up_cooldown_s=self.up_cooldown_s,
-            down_cooldown_s=self.down_cooldown_s, max_step=self.max_step,
-            max_scale_down_fraction=self.max_scale_down_fraction, decision_interval_s=self.decision_interval_s,
+            capacity_per_replica=self.capacity,
+            headroom=self.headroom,
+            min_replicas=_PLAN.min_replicas,
+            max_replicas=UNBOUNDED,
+            lead_time_s=self.warmup_s,
+            up_cooldown_s=self.up_cooldown_s,
+            down_cooldown_s=self.down_cooldown_s,
+            max_step=self.max_step,
+            max_scale_down_fraction=self.max_scale_down_fraction,
+            decision_interval_s=self.decision_interval_s,
             upper_headroom=self.upper_headroom,
         )
 
@@ -105,14 +111,31 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
     lead = min(lead_steps(cfg.warmup_s, step), horizon)
     season = max(1, round(cfg.season_s / step))
     fc = rolling_forecasts(
-        demand, first, horizon, lead, season, step, cfg.models, cfg.level, cfg.budget_s,
-        max(1, round(cfg.refit_every_s / step)), cfg.max_origins, progress,
-        round(cfg.band_window_s / step), cfg.band_scale,
+        demand,
+        first,
+        horizon,
+        lead,
+        season,
+        step,
+        cfg.models,
+        cfg.level,
+        cfg.budget_s,
+        max(1, round(cfg.refit_every_s / step)),
+        cfg.max_origins,
+        progress,
+        round(cfg.band_window_s / step),
+        cfg.band_scale,
     )
     per_step = round(step / tick_s)
     ticks = np.repeat(demand[first:], per_step)
-    sim = SimConfig(cfg.capacity, cfg.headroom, cfg.warmup_s, tick_s=float(tick_s),
-                    min_replicas=planner.min_replicas, max_replicas=planner.max_replicas)
+    sim = SimConfig(
+        cfg.capacity,
+        cfg.headroom,
+        cfg.warmup_s,
+        tick_s=float(tick_s),
+        min_replicas=planner.min_replicas,
+        max_replicas=planner.max_replicas,
+    )
     fc_test = fc.head(fc.origins.size - 1)
     oracle = oracle_run(ticks, sim)
     runs = {
@@ -131,8 +154,13 @@ def run_backtest(traffic: Traffic, demand: np.ndarray, cfg: BacktestConfig, prog
         "warmup_s": cfg.warmup_s,
         "capacity": cfg.capacity,
         "config": asdict(cfg),
-        "test": {"first_bucket": first, "buckets": n - first, "start": traffic.start + first * step,
-                 "end": traffic.end, "missing_buckets": int(np.isnan(demand[first:]).sum())},
+        "test": {
+            "first_bucket": first,
+            "buckets": n - first,
+            "start": traffic.start + first * step,
+            "end": traffic.end,
+            "missing_buckets": int(np.isnan(demand[first:]).sum()),
+        },
         "lead_steps": lead,
         "policies": policies,
         "forecast": {**forecast_errors(demand, fc_test, lead, cfg.level, season), "horizon_min": lead * step / 60},

@@ -99,7 +99,10 @@ class ReversionBand:
 
 
 def fit_reversion_band(
-    residuals: list[np.ndarray], features: np.ndarray, window: int, min_points: int,
+    residuals: list[np.ndarray],
+    features: np.ndarray,
+    window: int,
+    min_points: int,
     scales: np.ndarray | None = None,
 ) -> ReversionBand | None:
     """Fit the band from backtest residuals. ``residuals[k]``: log1p residuals of step k+1 at the
@@ -131,9 +134,15 @@ def fit_reversion_band(
     if scales is not None:
         seen = scales[: max(r.size for r in usable)]
         scale_range = (float(seen.min()), float(seen.max()))
-    return ReversionBand(window, np.array(intercepts), np.array(slopes), tuple(rest),
-                         (float(spans.min()), float(spans.max())), np.array([float(r.max()) for r in usable]),
-                         scale_range)
+    return ReversionBand(
+        window,
+        np.array(intercepts),
+        np.array(slopes),
+        tuple(rest),
+        (float(spans.min()), float(spans.max())),
+        np.array([float(r.max()) for r in usable]),
+        scale_range,
+    )
 
 
 # The upper forecast is never more than ``PEAK_FACTOR`` times the highest demand the pool counted

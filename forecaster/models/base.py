@@ -10,9 +10,8 @@ Forecasts are never negative. Models import numpy and their own engine only; no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
-
 from statistics import NormalDist
+from typing import Protocol
 
 import numpy as np
 

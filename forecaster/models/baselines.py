@@ -20,9 +20,7 @@ def _upper(mean: np.ndarray, log_errors: list[np.ndarray], level: float) -> Fore
     without errors (history shorter than the step) keeps the widest band seen so far, so the
     band never narrows with the horizon."""
     mean = np.maximum(mean, 0.0)
-    q = np.maximum.accumulate(
-        np.array([max(np.quantile(e, level), 0.0) if e.size else 0.0 for e in log_errors])
-    )
+    q = np.maximum.accumulate(np.array([max(np.quantile(e, level), 0.0) if e.size else 0.0 for e in log_errors]))
     upper = np.expm1(np.log1p(mean) + np.maximum(q, 0.0))
     return Forecast(mean, np.maximum(upper, mean))
 

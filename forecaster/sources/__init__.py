@@ -33,9 +33,7 @@ class TraceSource:
     """A trace file read once; ``fetch(now)`` keeps the buckets that end by ``now`` (default:
     the whole trace). Raises TraceFormatError on a bad file."""
 
-    def __init__(
-        self, path: Path, step: float | None = None, tz: str = "UTC", fmt: str = "auto"
-    ) -> None:
+    def __init__(self, path: Path, step: float | None = None, tz: str = "UTC", fmt: str = "auto") -> None:
         self._traffic = read_trace(path, step, tz, fmt)
         self.name = f"trace:{self._traffic.name}"
 
@@ -60,12 +58,8 @@ def open_source(settings: ForecasterSettings) -> Source:
             settings.source_timeout_s,
         )
     if settings.pops:
-        return PopsCounterSource(
-            settings.pops, settings.model_name, settings.history_s, settings.source_timeout_s
-        )
-    return RedisCounterSource(
-        settings.redis_url, settings.model_name, settings.history_s, settings.source_timeout_s
-    )
+        return PopsCounterSource(settings.pops, settings.model_name, settings.history_s, settings.source_timeout_s)
+    return RedisCounterSource(settings.redis_url, settings.model_name, settings.history_s, settings.source_timeout_s)
 
 
 __all__ = [

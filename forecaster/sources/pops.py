@@ -32,13 +32,12 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
-from opskit import RedisURLError
-from opskit.redis_client import check_redis_url
-
 from forecaster.errors import ConfigError, SourceUnavailable
 from forecaster.series import Traffic
 from forecaster.settings import NO_HOST, POP_NAME, has_host
 from forecaster.sources.redis_counters import MinuteCounts, RedisCounterSource
+from opskit import RedisURLError
+from opskit.redis_client import check_redis_url
 
 # Redis calls of one POP's read: connect, SMEMBERS of the model list, the HGETALL pipeline.
 READ_CALLS = 3
@@ -90,16 +89,17 @@ class PopsCounterSource:
             raise ConfigError("PROMPTEDGE_FORECASTER_POPS: no POP to read")
         for name, url in pops.items():
             if not POP_NAME.fullmatch(name):
-                raise ConfigError(f"PROMPTEDGE_FORECASTER_POPS: bad POP name {name[:40]!r} "
-                                  "(letters, digits, '.', '_', '-'; at most 63)")
+                raise ConfigError(
+                    f"PROMPTEDGE_FORECASTER_POPS: bad POP name {name[:40]!r} "
+                    "(letters, digits, '.', '_', '-'; at most 63)"
+                )
             try:
                 check_redis_url(url)
             except RedisURLError as exc:  # the message never repeats the URL
                 raise ConfigError(f"PROMPTEDGE_FORECASTER_POPS: POP {name}: {exc}") from None
             if not has_host(url):
                 raise ConfigError(f"PROMPTEDGE_FORECASTER_POPS: POP {name}: {NO_HOST}")
-        self._sources = {name: RedisCounterSource(url, model, history_s, timeout_s)
-                         for name, url in pops.items()}
+        self._sources = {name: RedisCounterSource(url, model, history_s, timeout_s) for name, url in pops.items()}
         self.deadline_s = READ_CALLS * timeout_s if deadline_s is None else deadline_s
         self._what = f"redis:{model or 'all models'}"
         self.name = f"{self._what} at POPs {', '.join(pops)}"

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from opskit import TRAFFIC_FIELDS as FIELDS
-from opskit import TRAFFIC_KEY, TRAFFIC_MARKERS, TRAFFIC_MODELS_KEY as MODELS_KEY
-from opskit.redis_client import REDIS_ERRORS, sync_redis
-
 from forecaster.errors import SourceUnavailable
 from forecaster.series import Traffic
+from opskit import TRAFFIC_FIELDS as FIELDS
+from opskit import TRAFFIC_KEY, TRAFFIC_MARKERS
+from opskit import TRAFFIC_MODELS_KEY as MODELS_KEY
+from opskit.redis_client import REDIS_ERRORS, sync_redis
 
 MARKERS = TRAFFIC_MARKERS  # the writers' bracket of each minute (module doc)
 
@@ -53,9 +53,7 @@ class RedisCounterSource:
 
     step = 60.0
 
-    def __init__(
-        self, url: str, model: str | None, history_s: float, timeout_s: float = 2.0
-    ) -> None:
+    def __init__(self, url: str, model: str | None, history_s: float, timeout_s: float = 2.0) -> None:
         self._url = url
         self._timeout_s = timeout_s
         self._conn: redis.Redis | None = None
@@ -68,8 +66,9 @@ class RedisCounterSource:
         # fetch's error handling (a cluster client connects at once); the read is a plain
         # pipeline of one-key reads, which a cluster client splits by node (no hash tag needed)
         if self._conn is None:
-            self._conn = sync_redis(self._url, socket_connect_timeout=self._timeout_s,
-                                    socket_timeout=self._timeout_s, decode_responses=True)
+            self._conn = sync_redis(
+                self._url, socket_connect_timeout=self._timeout_s, socket_timeout=self._timeout_s, decode_responses=True
+            )
         return self._conn
 
     def fetch(self, now: float | None = None) -> Traffic:

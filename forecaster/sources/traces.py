@@ -32,9 +32,7 @@ from forecaster.errors import TraceFormatError
 from forecaster.series import Traffic, bucket_events, resample_levels
 
 
-def read_trace(
-    path: Path, step: float | None = None, tz: str = "UTC", fmt: str = "auto"
-) -> Traffic:
+def read_trace(path: Path, step: float | None = None, tz: str = "UTC", fmt: str = "auto") -> Traffic:
     """Read a trace file or ServeGen folder into Traffic at ``step`` s.
 
     step: bucket length in s; default 60 for per-request traces and the file's own interval for
@@ -126,14 +124,10 @@ def _timestamps(path: Path, raw: pd.Series, column: str, first_line: int, tz: st
     parsed = pd.to_datetime(raw, errors="coerce", format="mixed")
     if parsed.isna().any():
         pos = int(np.argmax(parsed.isna().to_numpy()))
-        raise TraceFormatError(
-            path, pos + first_line, column, f"expected a timestamp, got {raw.iloc[pos]!r}"
-        )
+        raise TraceFormatError(path, pos + first_line, column, f"expected a timestamp, got {raw.iloc[pos]!r}")
     if parsed.dt.tz is None:
         first_seen = ~parsed.duplicated(keep="first")
-        parsed = parsed.dt.tz_localize(
-            tz, ambiguous=first_seen.to_numpy(), nonexistent="shift_forward"
-        )
+        parsed = parsed.dt.tz_localize(tz, ambiguous=first_seen.to_numpy(), nonexistent="shift_forward")
     utc = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
     return (utc - pd.Timestamp(0)).dt.total_seconds().to_numpy()
 
@@ -164,10 +158,15 @@ def _mooncake(path: Path, step: float | None, tz: str) -> Traffic:
             for key in ("timestamp", "input_length", "output_length"):
                 value = row.get(key) if isinstance(row, dict) else None
                 highest = math.inf if key == "timestamp" else MAX_VALUE  # ms since 1970 pass 1e12
-                if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-                        or not 0 <= value <= highest):
-                    raise TraceFormatError(path, line_no, key, f"expected a finite number from 0 to {highest:g}, "
-                                                               f"got {value!r}")
+                if (
+                    not isinstance(value, (int, float))
+                    or isinstance(value, bool)
+                    or not math.isfinite(value)
+                    or not 0 <= value <= highest
+                ):
+                    raise TraceFormatError(
+                        path, line_no, key, f"expected a finite number from 0 to {highest:g}, got {value!r}"
+                    )
             times.append(row["timestamp"] / 1000.0)
             tokens.append(float(row["input_length"] + row["output_length"]))
     if not times:
@@ -217,7 +216,5 @@ def _servegen(path: Path, step: float | None, tz: str) -> Traffic:
             )
         )
     totals = pd.concat(parts).groupby("timestamp")["rate"].sum()
-    start, grid_step, out = resample_levels(
-        totals.index.to_numpy(dtype=float), totals.to_numpy(dtype=float), step
-    )
+    start, grid_step, out = resample_levels(totals.index.to_numpy(dtype=float), totals.to_numpy(dtype=float), step)
     return Traffic(start, grid_step, out)

@@ -59,8 +59,9 @@ class BodyLimit:
         await self.app(scope, self._bounded(scope, receive), send)
 
     def _too_large(self) -> PayloadTooLarge:
-        return PayloadTooLarge(f"request body is larger than {self.max_bytes} bytes", code="body_too_large",
-                               headers=_CLOSE)
+        return PayloadTooLarge(
+            f"request body is larger than {self.max_bytes} bytes", code="body_too_large", headers=_CLOSE
+        )
 
     def _bounded(self, scope: dict[str, Any], receive: Any) -> Any:
         received = 0
@@ -74,8 +75,7 @@ class BodyLimit:
             if scope.get(BODY_DEADLINE_PASSED):
                 raise RequestTimeout("request body did not arrive in time", code="body_timeout", headers=_CLOSE)
             if message["type"] == "http.disconnect":
-                raise ClientClosedRequest("client closed the connection during the request body",
-                                          code="client_closed")
+                raise ClientClosedRequest("client closed the connection during the request body", code="client_closed")
             received += len(message.get("body", b""))
             if received > self.max_bytes:
                 raise self._too_large()

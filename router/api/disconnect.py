@@ -45,8 +45,9 @@ class CancelOnDisconnect:
         self._watcher = asyncio.create_task(watch())
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         assert self._watcher is not None
         self._watcher.cancel()
         if self._fired and exc_type is asyncio.CancelledError:

@@ -24,10 +24,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from cache import CacheUnavailable
-from router.forward import classify
+from router.api.ops import CacheStatsUnavailable
 from router.deps import StateDep
 from router.errors import APIError, BadRequest, Forbidden
-from router.api.ops import CacheStatsUnavailable
+from router.forward import classify
 
 feedback = APIRouter()
 # one line per report: reports change what the cache serves, so abuse must be traceable
@@ -59,11 +59,15 @@ def parse_report(raw: bytes) -> str:
         raise BadRequest("the body must be a JSON object", code="invalid_body")
     hit_id = body.get("hit_id")
     if not isinstance(hit_id, str) or _HIT_ID.fullmatch(hit_id) is None:
-        raise BadRequest("hit_id must be the 32 hex digits of the hit's X-PromptEdge-Cache-Hit-Id",
-                         param="hit_id", code="invalid_hit_id")
+        raise BadRequest(
+            "hit_id must be the 32 hex digits of the hit's X-PromptEdge-Cache-Hit-Id",
+            param="hit_id",
+            code="invalid_hit_id",
+        )
     if body.get("verdict") != "wrong":
-        raise BadRequest('verdict must be "wrong" (only wrong hits are reported)', param="verdict",
-                         code="invalid_verdict")
+        raise BadRequest(
+            'verdict must be "wrong" (only wrong hits are reported)', param="verdict", code="invalid_verdict"
+        )
     return hit_id
 
 
@@ -93,7 +97,9 @@ async def report(state: StateDep, request: Request) -> dict[str, Any]:
         applied = await state.cache.report_wrong(hit_id, tenant)
     except CacheUnavailable:
         raise CacheStatsUnavailable("cache unavailable: Redis does not answer", code="redis_unavailable") from None
-    log.info("cache feedback from tenant %s on hit %s...: %s", tenant, hit_id[:8], "applied" if applied else "unknown hit")
+    log.info(
+        "cache feedback from tenant %s on hit %s...: %s", tenant, hit_id[:8], "applied" if applied else "unknown hit"
+    )
     if not applied:
         raise UnknownHit("no reportable hit with this id for this API key", param="hit_id", code="unknown_hit")
     return {"applied": True}

@@ -10,13 +10,12 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from cache import CacheUnavailable, metrics_text
-from router.errors import RedisUnavailable
-from router.redis_errors import redis_failures
-from router.dispatch import lanes
-from router.forward.classify import api_key
 from router.deps import StateDep
-from router.errors import APIError, BadRequest, Forbidden, ModelNotFound, Unauthorized
+from router.dispatch import lanes
+from router.errors import APIError, BadRequest, Forbidden, ModelNotFound, RedisUnavailable, Unauthorized
 from router.fleet.replicas import Replica
+from router.forward.classify import api_key
+from router.redis_errors import redis_failures
 
 ops = APIRouter()
 
@@ -58,21 +57,34 @@ async def health(state: StateDep) -> dict[str, Any]:
     cache_ok = redis_ok and state.cache.healthy  # False too when the embedding model failed
     ok = cache_ok and all(_pool_ok(p) for p in pools.values())
     semantic = state.cache.semantic
-    return {"status": "ok" if ok else "degraded", "redis": redis_ok, "cache": cache_ok,
-            "semantic": "disabled" if semantic is None else semantic.state, "pools": pools}
+    return {
+        "status": "ok" if ok else "degraded",
+        "redis": redis_ok,
+        "cache": cache_ok,
+        "semantic": "disabled" if semantic is None else semantic.state,
+        "pools": pools,
+    }
 
 
 def _model_entry(model: str, replicas: list[Replica], now: float) -> dict[str, Any]:
-    return {"id": model, "object": "model", "created": 0, "owned_by": "promptedge",
-            "replicas": len(replicas), "ready": sum(r.health.admits(now) for r in replicas)}
+    return {
+        "id": model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "promptedge",
+        "replicas": len(replicas),
+        "ready": sum(r.health.admits(now) for r in replicas),
+    }
 
 
 @ops.get("/v1/models")
 async def models(state: StateDep) -> dict[str, Any]:
     """OpenAI model list: one entry per pool, with its replica counts."""
     now = time.monotonic()
-    return {"object": "list", "data": [_model_entry(model, replicas, now)
-                                       for model, replicas in state.pools.by_model.items()]}
+    return {
+        "object": "list",
+        "data": [_model_entry(model, replicas, now) for model, replicas in state.pools.by_model.items()],
+    }
 
 
 @ops.get("/v1/models/{model:path}")
@@ -103,8 +115,9 @@ async def cache_stats(state: StateDep, request: Request) -> JSONResponse:
     try:
         stats = await state.cache.stats()
     except CacheUnavailable:
-        raise CacheStatsUnavailable("cache statistics unavailable: Redis does not answer",
-                                    code="redis_unavailable") from None
+        raise CacheStatsUnavailable(
+            "cache statistics unavailable: Redis does not answer", code="redis_unavailable"
+        ) from None
     if not _is_admin(state.settings.admin_key, request):
         stats = without_tenants(stats)
     return JSONResponse(stats)
@@ -122,14 +135,17 @@ def without_tenants(stats: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in stats.items() if k != "per_tenant"}
     windows = stats.get("windows")
     if isinstance(windows, dict):
-        out["windows"] = {name: {k: v for k, v in w.items() if k != "per_tenant"} if isinstance(w, dict) else w
-                          for name, w in windows.items()}
+        out["windows"] = {
+            name: {k: v for k, v in w.items() if k != "per_tenant"} if isinstance(w, dict) else w
+            for name, w in windows.items()
+        }
     return out
 
 
 @ops.delete("/cache")
-async def delete_cache(state: StateDep, request: Request, tenant: str | None = None,
-                       model: str | None = None, all: bool = False) -> dict[str, Any]:
+async def delete_cache(
+    state: StateDep, request: Request, tenant: str | None = None, model: str | None = None, all: bool = False
+) -> dict[str, Any]:
     """Delete cache entries (exact and semantic) of a tenant and/or model, or ``all=true``.
 
     Needs ``Authorization: Bearer <PROMPTEDGE_ROUTER_ADMIN_KEY>`` (403 when no admin key is set

@@ -25,9 +25,9 @@ from urllib.parse import unquote
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router.forward.forwarder import miss_headers
 from router.api.disconnect import CancelOnDisconnect
 from router.errors import BadRequest, InvalidURL
+from router.forward.forwarder import miss_headers
 from router.observe.record import Record
 from router.state import RouterState
 
@@ -73,8 +73,11 @@ def pool_of(headers_model: str | None, raw: bytes, pools: list[str]) -> str:
         return body["model"]
     if len(pools) == 1:
         return pools[0]
-    raise BadRequest("this path is forwarded to a pool: name it with X-Model or the body's 'model'",
-                     param="model", code="missing_field")
+    raise BadRequest(
+        "this path is forwarded to a pool: name it with X-Model or the body's 'model'",
+        param="model",
+        code="missing_field",
+    )
 
 
 async def _forward(state: RouterState, request: Request, rec: Record) -> Response:
@@ -88,12 +91,22 @@ async def _forward(state: RouterState, request: Request, rec: Record) -> Respons
     raw_path = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
     path = raw_path + (f"?{request.url.query}" if request.url.query else "")  # as checked, not re-encoded
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await forwarder.open(rec, path, {}, raw, headers, method=request.method,
-                                               content_type=headers.get("content-type", "application/json"))
+        upstream, lease = await forwarder.open(
+            rec,
+            path,
+            {},
+            raw,
+            headers,
+            method=request.method,
+            content_type=headers.get("content-type", "application/json"),
+        )
         if upstream.status_code >= 400:
             return await forwarder.failed(rec, upstream, lease)
         content = await forwarder.read_answer(rec, upstream, lease)
     lease.replica.health.on_success(time.monotonic())
-    return Response(content, status_code=upstream.status_code,
-                    media_type=upstream.headers.get("content-type", "application/json"),
-                    headers=miss_headers(rec, lease))
+    return Response(
+        content,
+        status_code=upstream.status_code,
+        media_type=upstream.headers.get("content-type", "application/json"),
+        headers=miss_headers(rec, lease),
+    )

@@ -33,16 +33,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cache import usage_tokens
-from router.redis_errors import redis_failures
+from router.api.disconnect import CancelOnDisconnect
+from router.api.schemas import parse_request
+from router.errors import APIError, NoReplica, RedisUnavailable
 from router.forward import classify
 from router.forward.forwarder import miss_headers
-from router.api.disconnect import CancelOnDisconnect
-from router.errors import APIError, NoReplica, RedisUnavailable
 from router.observe.record import Record
-from router.stream.relay import relay_stream
-from router.api.schemas import parse_request
-from router.stream.sse import StreamAssembler, parse_json
+from router.redis_errors import redis_failures
 from router.state import RouterState
+from router.stream.relay import relay_stream
+from router.stream.sse import StreamAssembler, parse_json
 
 log = logging.getLogger(__name__)
 PATH = "/v1/responses"
@@ -116,8 +116,9 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
     rec.cache = "miss"
     forwarder.shed_or_fall_back(rec, fallback_allowed=False)
     async with CancelOnDisconnect(request.receive):
-        upstream, lease = await forwarder.open(rec, PATH, body, raw, headers, pinned=pinned,
-                                               streamed=body.get("stream") is True)
+        upstream, lease = await forwarder.open(
+            rec, PATH, body, raw, headers, pinned=pinned, streamed=body.get("stream") is True
+        )
         if upstream.status_code >= 400:
             return await forwarder.failed(rec, upstream, lease)
         if body.get("stream") is True:
@@ -129,8 +130,16 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
                     noted.append(stream.response_id)
                     await _remember(state, rec, owner, stream.response_id, lease.replica.url)
 
-            return relay_stream(forwarder.relaying, rec, None, upstream, lease, miss_headers(rec, lease),
-                                assembler=stream, on_chunk=note_id)
+            return relay_stream(
+                forwarder.relaying,
+                rec,
+                None,
+                upstream,
+                lease,
+                miss_headers(rec, lease),
+                assembler=stream,
+                on_chunk=note_id,
+            )
         content = await forwarder.read_answer(rec, upstream, lease)
     lease.replica.health.on_success(time.monotonic())
     try:
@@ -146,8 +155,7 @@ async def _respond(state: RouterState, request: Request, rec: Record) -> Respons
             rec.prompt_tokens, rec.completion_tokens = used[0] or rec.prompt_tokens, used[1]
             if rec.charged_tokens:  # the real usage corrects what admission charged
                 await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(used))
-    state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
-                         completion_tokens=rec.completion_tokens)
+    state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens, completion_tokens=rec.completion_tokens)
     return Response(content, media_type="application/json", headers=miss_headers(rec, lease))
 
 
@@ -167,8 +175,12 @@ async def _remember(state: RouterState, rec: Record, owner: str, response_id: st
             await state.redis.set(affinity_key(owner, response_id), url, ex=state.settings.response_affinity_ttl_s)
     except RedisUnavailable as exc:
         state.metrics.affinity_unavailable.labels(rec.pool, "note").inc()
-        log.warning("response %s of request %s not noted for affinity: Redis unavailable (%s)", response_id,
-                    rec.request_id, exc.kind)
+        log.warning(
+            "response %s of request %s not noted for affinity: Redis unavailable (%s)",
+            response_id,
+            rec.request_id,
+            exc.kind,
+        )
 
 
 async def _holder(state: RouterState, rec: Record, owner: str, response_id: str) -> str:
@@ -182,21 +194,37 @@ async def _holder(state: RouterState, rec: Record, owner: str, response_id: str)
             url = await state.redis.get(affinity_key(owner, response_id))
     except RedisUnavailable as exc:
         state.metrics.affinity_unavailable.labels(pool, "lookup").inc()
-        log.warning("request %s refused: Redis unavailable for the affinity of previous_response_id (%s)",
-                    rec.request_id, exc.kind)
-        raise StateStoreUnavailable("the router's store of responses is unavailable, so previous_response_id "
-                                    "cannot be checked now; retry later", param="previous_response_id",
-                                    code="state_store_unavailable", headers={"retry-after": "1"}) from None
+        log.warning(
+            "request %s refused: Redis unavailable for the affinity of previous_response_id (%s)",
+            rec.request_id,
+            exc.kind,
+        )
+        raise StateStoreUnavailable(
+            "the router's store of responses is unavailable, so previous_response_id "
+            "cannot be checked now; retry later",
+            param="previous_response_id",
+            code="state_store_unavailable",
+            headers={"retry-after": "1"},
+        ) from None
     if url is None:
-        raise PreviousResponseNotFound(f"Previous response with id '{response_id}' not found.",
-                                       param="previous_response_id", code="previous_response_not_found")
+        raise PreviousResponseNotFound(
+            f"Previous response with id '{response_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     url = url.decode() if isinstance(url, bytes) else str(url)
     replica = next((r for r in state.pools.by_model.get(pool, ()) if r.url == url), None)
     if replica is None:
-        raise PreviousResponseNotFound(f"Previous response with id '{response_id}' was held by replica {url}, "
-                                       f"which is no longer in pool `{pool}`.", param="previous_response_id",
-                                       code="previous_response_not_found")
+        raise PreviousResponseNotFound(
+            f"Previous response with id '{response_id}' was held by replica {url}, "
+            f"which is no longer in pool `{pool}`.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     if not replica.health.admits(time.monotonic()):
-        raise NoReplica(f"replica {url}, which holds previous response '{response_id}', is not available now; "
-                        "retry later", code="replica_unavailable", headers={"retry-after": "1"})
+        raise NoReplica(
+            f"replica {url}, which holds previous response '{response_id}', is not available now; retry later",
+            code="replica_unavailable",
+            headers={"retry-after": "1"},
+        )
     return url

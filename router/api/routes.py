@@ -24,6 +24,7 @@ def _completion(endpoint: Endpoint) -> Serve:
     async def serve(state: RouterState, request: Request) -> Response:
         # service.handle looked up per call: tests replace it to see how its failures are answered
         return await service.handle(state, request, endpoint)
+
     return serve
 
 
@@ -58,4 +59,5 @@ def add_completion_routes(app: FastAPI) -> None:
 def _starlette(serve: Serve) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
         return await serve(request.app.state.router, request)
+
     return route

@@ -140,8 +140,9 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
     try:
         body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except RecursionError:  # the C scanner's own bound (~1,000 levels), below ours never reached
-        raise BadRequest(f"request body is nested deeper than {limits.max_json_depth} levels",
-                         code="invalid_json") from None
+        raise BadRequest(
+            f"request body is nested deeper than {limits.max_json_depth} levels", code="invalid_json"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
@@ -160,8 +161,9 @@ def parse_request(raw: bytes, endpoint: Endpoint, limits: Limits = _DEFAULT_LIMI
     for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(field)
         if isinstance(value, int) and value > limits.max_output_tokens:
-            raise BadRequest(f"invalid value for '{field}': at most {limits.max_output_tokens}",
-                             param=field, code="invalid_value")
+            raise BadRequest(
+                f"invalid value for '{field}': at most {limits.max_output_tokens}", param=field, code="invalid_value"
+            )
     return body
 
 
@@ -180,11 +182,13 @@ def _check_containers(raw: bytes, limit: int, max_values: int | None = None) -> 
     # then every string is quote, non-quotes, quote: cut with a simple, fast pattern
     bare = _PLAIN_STRING.sub(b"", raw.replace(b"\\\\", b"").replace(b'\\"', b""))
     if bare.count(b"{") + bare.count(b"[") > limit:
-        raise BadRequest(f"request body has more than {limit} JSON containers (objects and arrays)",
-                         code="invalid_json")
+        raise BadRequest(
+            f"request body has more than {limit} JSON containers (objects and arrays)", code="invalid_json"
+        )
     if max_values is not None and bare.count(b",") > max_values:
-        raise BadRequest(f"request body has more than {max_values} JSON values in its arrays and objects",
-                         code="invalid_json")
+        raise BadRequest(
+            f"request body has more than {max_values} JSON values in its arrays and objects", code="invalid_json"
+        )
 
 
 def _no_constant(name: str) -> Any:
@@ -209,8 +213,11 @@ def _walk(body: dict[str, Any], max_depth: int, texts: bool) -> None:
                 if isinstance(item, (dict, list)) or (texts and isinstance(item, str)):
                     stack.append((item, depth + 1))
         elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value
-                         if isinstance(item, (dict, list)) or (texts and isinstance(item, str)))
+            stack.extend(
+                (item, depth + 1)
+                for item in value
+                if isinstance(item, (dict, list)) or (texts and isinstance(item, str))
+            )
         elif _SURROGATE.search(value) is not None:
             _lone_surrogate(body)
 
@@ -234,21 +241,24 @@ def _text(value: str, path: tuple[str, ...]) -> None:
     if _SURROGATE.search(value) is not None:
         # a key can be the culprit: the path is shown with its surrogates escaped (\\ud800)
         param = ".".join(path).encode("utf-8", "backslashreplace").decode() or None
-        raise BadRequest(f"invalid value for '{param}': a lone UTF-16 surrogate is not text",
-                         param=param, code="invalid_unicode")
+        raise BadRequest(
+            f"invalid value for '{param}': a lone UTF-16 surrogate is not text", param=param, code="invalid_unicode"
+        )
 
 
 def _check_counts(body: dict[str, Any], endpoint: Endpoint, limits: Limits) -> None:
     """Bound the items that each cost validation, key and estimate work before validating them."""
-    field = {"chat.completions": "messages", "embeddings": "input", "responses": "input",
-             "detokenize": "tokens"}.get(endpoint, "prompt")
+    field = {"chat.completions": "messages", "embeddings": "input", "responses": "input", "detokenize": "tokens"}.get(
+        endpoint, "prompt"
+    )
     if endpoint == "tokenize" and "messages" in body:
         field = "messages"
     items = body.get(field)
     # a prompt of token ids is one prompt (bounded by the body size); a list of prompts is a batch
     if isinstance(items, list) and len(items) > limits.max_messages and not isinstance(items[0], int):
-        raise BadRequest(f"invalid value for '{field}': at most {limits.max_messages} items",
-                         param=field, code="invalid_value")
+        raise BadRequest(
+            f"invalid value for '{field}': at most {limits.max_messages} items", param=field, code="invalid_value"
+        )
 
 
 def _bad_request(exc: ValidationError) -> BadRequest:

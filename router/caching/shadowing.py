@@ -19,8 +19,8 @@ from typing import Any
 from prometheus_client import Counter
 
 from cache import judgeable
-from router.errors import APIError
 from router.caching.shadow import Outcome, decide
+from router.errors import APIError
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,9 @@ class ShadowVerifier:
         """Shadow calls open now."""
         return len(self._tasks)
 
-    def offer(self, pool: str, body: Mapping[str, Any], fetch: Fetch, label: Label,
-              room: Callable[[], bool]) -> str | None:
+    def offer(
+        self, pool: str, body: Mapping[str, Any], fetch: Fetch, label: Label, room: Callable[[], bool]
+    ) -> str | None:
         """One served semantic hit of ``pool`` on the request ``body``: draw, and when drawn
         either start ``fetch`` (the replica's answer to the same request; raises APIError on
         failure) then ``label`` (its label from that answer; None: no label) in a task, or count

@@ -33,22 +33,35 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import redis.asyncio as aioredis
 from prometheus_client import Counter
 
-from cache import (CacheSettings, Recipe, ResponseCache, WarmingSettings, WarmPolicy, allowance, choose, exact_key,
-                   idle, lock_key, peak_slot, wait_s)
+from cache import (
+    CacheSettings,
+    Recipe,
+    ResponseCache,
+    WarmingSettings,
+    WarmPolicy,
+    allowance,
+    choose,
+    exact_key,
+    idle,
+    lock_key,
+    peak_slot,
+    wait_s,
+)
 from opskit import ALL_POOLS, FORECAST_KEY, MAX_FORECAST_BYTES, Forecast, read_forecast
 from router.caching import policy as cachepolicy
-from router.forward import classify
 from router.dispatch import estimated_requests
 from router.errors import APIError, RedisUnavailable
-from router.redis_errors import redis_failures
-from router.observe.record import Record
+from router.forward import classify
 from router.forward.forwarder import Forwarder
+from router.observe.record import Record
+from router.redis_errors import redis_failures
 from router.stream.sse import parse_json
 
 log = logging.getLogger("router.warming")
@@ -120,8 +133,9 @@ class PoolWarmer:
     """The warming loop of one pool (module doc). ``clock``: the router's clock (Unix s, maybe
     simulated, ``scale`` times real time)."""
 
-    def __init__(self, deps: WarmingDeps, pool: str, clock: Any, scale: float = 1.0,
-                 stopping: asyncio.Event | None = None) -> None:
+    def __init__(
+        self, deps: WarmingDeps, pool: str, clock: Any, scale: float = 1.0, stopping: asyncio.Event | None = None
+    ) -> None:
         self.deps = deps
         self.pool = pool
         self.stopping = stopping or asyncio.Event()  # set by Warmer.stop: end even if a cancel is lost
@@ -153,9 +167,10 @@ class PoolWarmer:
                 try:
                     with redis_failures():
                         delay = await self.step(settings)
-                except (RedisUnavailable, asyncio.TimeoutError) as exc:
-                    log.warning("warming %s: Redis unavailable (%s); next try in %.1f s", self.pool,
-                                _kind(exc), settings.tick_s)
+                except (TimeoutError, RedisUnavailable) as exc:
+                    log.warning(
+                        "warming %s: Redis unavailable (%s); next try in %.1f s", self.pool, _kind(exc), settings.tick_s
+                    )
                     delay = settings.tick_s
                 # A cancel that lands in a bounded await can be lost on Python 3.11: asyncio.timeout
                 # turns it into the TimeoutError taken above for Redis trouble, wait_for returns
@@ -220,7 +235,7 @@ class PoolWarmer:
             try:
                 with redis_failures():
                     held = await self._lock(keys=[self._lock_name], args=[self.holder, settings.lock_ttl_s])
-            except (RedisUnavailable, asyncio.TimeoutError) as exc:
+            except (TimeoutError, RedisUnavailable) as exc:
                 log.warning("warming %s: lock not renewed during a generation (%s)", self.pool, _kind(exc))
                 continue
             if not held:
@@ -279,8 +294,9 @@ class PoolWarmer:
             return None  # the pool's policy changed since it was counted: not cached, so not warmed
         ttl_s = cache.ttl_for(recipe.request())  # real s; the router's clock runs scale x
         if self.clock() + ttl_s * self.scale < slot_start:
-            log.info("warming %s: %s would expire (TTL %d s) before its slot starts; not generated",
-                     self.pool, key, ttl_s)
+            log.info(
+                "warming %s: %s would expire (TTL %d s) before its slot starts; not generated", self.pool, key, ttl_s
+            )
             return None  # GPU for an entry no peak request could hit
         metrics.labels(self.pool, "attempted").inc()
         try:
@@ -290,7 +306,6 @@ class PoolWarmer:
             stored = False
         metrics.labels(self.pool, "stored" if stored else "failed").inc()
         return stored
-
 
     async def _recipe_kept(self, key: str, slot_start: float, settings: WarmingSettings) -> bool:
         """True when ``key``'s recipe is still kept: DELETE /cache of its tenant or pool (which
@@ -306,21 +321,31 @@ def _key_of(settings: CacheSettings, recipe: Recipe) -> str:
     return exact_key(settings.key_prefix, req.endpoint, req.body, req.tenant, None, req.pool)
 
 
-async def generate(forwarder: Forwarder, recipe: Recipe,
-                   still_wanted: Callable[[], Awaitable[bool]] | None = None) -> bool:
+async def generate(
+    forwarder: Forwarder, recipe: Recipe, still_wanted: Callable[[], Awaitable[bool]] | None = None
+) -> bool:
     """One warm generation of ``recipe``: dispatch in its pool, the upstream call (non-stream),
     stored with ``warmed=True`` under the recipe's own request, unless ``still_wanted`` (asked
     once the answer is in) says no. True when stored; False for an answer that is not stored (a
     4xx, the replica's ``no-store``, an answer the cache refuses, no longer wanted).
     Raises APIError (no replica, a replica error, a timeout: nothing stored)."""
     creq = recipe.request()
-    rec = Record(f"warm-{os.urandom(8).hex()}", time.perf_counter(), pool=recipe.pool, target=recipe.pool,
-                 priority=PRIORITY, claimed_priority=PRIORITY, cache="miss", demand=False)
+    rec = Record(
+        f"warm-{os.urandom(8).hex()}",
+        time.perf_counter(),
+        pool=recipe.pool,
+        target=recipe.pool,
+        priority=PRIORITY,
+        claimed_priority=PRIORITY,
+        cache="miss",
+        demand=False,
+    )
     rec.prompt_tokens = await forwarder.prompt_tokens.count(recipe.pool, creq.body)
     rec.size = classify.size_class(rec.prompt_tokens, forwarder.settings.size_thresholds)
     raw = json.dumps(creq.body).encode()
-    upstream, lease = await forwarder.open(rec, _PATHS[creq.endpoint], dict(creq.body), raw,
-                                           {"x-request-id": rec.request_id})
+    upstream, lease = await forwarder.open(
+        rec, _PATHS[creq.endpoint], dict(creq.body), raw, {"x-request-id": rec.request_id}
+    )
     if upstream.status_code >= 400:
         await forwarder.failed(rec, upstream, lease, client_key_sent=False)  # releases the lease; a 5xx raises
         return False
@@ -393,5 +418,16 @@ def warming_configured(settings: CacheSettings) -> bool:
     return True
 
 
-__all__ = ["FORECAST_KEY", "MAX_FORECAST_BYTES", "Forecast", "PoolWarmer", "Warmer", "WarmingDeps", "generate", "parse_forecast",
-           "pool_load", "read_forecast", "warming_configured"]
+__all__ = [
+    "FORECAST_KEY",
+    "MAX_FORECAST_BYTES",
+    "Forecast",
+    "PoolWarmer",
+    "Warmer",
+    "WarmingDeps",
+    "generate",
+    "parse_forecast",
+    "pool_load",
+    "read_forecast",
+    "warming_configured",
+]

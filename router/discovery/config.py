@@ -12,8 +12,10 @@ def build_source(settings: RouterSettings) -> ReplicaSource:
     and field) when the replica list or the Kubernetes settings are unusable."""
     if settings.discovery == "kubernetes":
         if settings.replicas or settings.replicas_file is not None:
-            raise DiscoveryError("PROMPTEDGE_ROUTER_DISCOVERY=kubernetes takes no static replicas: unset "
-                                 "PROMPTEDGE_ROUTER_REPLICAS and PROMPTEDGE_ROUTER_REPLICAS_FILE")
+            raise DiscoveryError(
+                "PROMPTEDGE_ROUTER_DISCOVERY=kubernetes takes no static replicas: unset "
+                "PROMPTEDGE_ROUTER_REPLICAS and PROMPTEDGE_ROUTER_REPLICAS_FILE"
+            )
         # Imported here: the kubernetes client is a slow import a static router does not need.
         from router.discovery.kube import KubeSource, load_kube_settings
 
@@ -25,7 +27,9 @@ def build_source(settings: RouterSettings) -> ReplicaSource:
 
         return StaticSource(load_replicas_file(settings.replicas_file))
     if not settings.replicas:
-        raise DiscoveryError("no replicas: set PROMPTEDGE_ROUTER_REPLICAS to a JSON list of {\"url\", \"model\"} "
-                             "objects, PROMPTEDGE_ROUTER_REPLICAS_FILE to a YAML file, or "
-                             "PROMPTEDGE_ROUTER_DISCOVERY=kubernetes")
+        raise DiscoveryError(
+            'no replicas: set PROMPTEDGE_ROUTER_REPLICAS to a JSON list of {"url", "model"} '
+            "objects, PROMPTEDGE_ROUTER_REPLICAS_FILE to a YAML file, or "
+            "PROMPTEDGE_ROUTER_DISCOVERY=kubernetes"
+        )
     return StaticSource(settings.replicas)

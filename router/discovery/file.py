@@ -59,8 +59,9 @@ def load_replicas_file(path: Path) -> list[ReplicaSpec]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ReplicasFileError(path, None if mark is None else mark.line + 1, None,
-                                f"not valid YAML: {problem}") from None
+        raise ReplicasFileError(
+            path, None if mark is None else mark.line + 1, None, f"not valid YAML: {problem}"
+        ) from None
     if not isinstance(data, dict):
         line = None if root is None else root.start_mark.line + 1
         raise ReplicasFileError(path, line, None, "expected a mapping with a `replicas` list")
@@ -69,8 +70,7 @@ def load_replicas_file(path: Path) -> list[ReplicaSpec]:
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         loc = tuple(error["loc"])
-        raise ReplicasFileError(path, _line_of(root, loc), ".".join(map(str, loc)) or None,
-                                error["msg"]) from None
+        raise ReplicasFileError(path, _line_of(root, loc), ".".join(map(str, loc)) or None, error["msg"]) from None
     if not parsed.replicas:
         raise ReplicasFileError(path, _line_of(root, ("replicas",)), "replicas", "the list is empty")
     return [ReplicaSpec.model_validate(r.model_dump()) for r in parsed.replicas]

@@ -41,7 +41,6 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from opskit import FileSettings
-
 from router.discovery.base import DiscoveredReplica, DiscoveryError, Publish, SourceStats
 from router.discovery.slices import GROUP, SliceRules, choose_version, merge, replicas_of, slice_key
 from router.errors import RouterError
@@ -90,9 +89,14 @@ class KubeDiscoverySettings(FileSettings):
 
     def rules(self) -> SliceRules:
         """The pure slice-to-replica rules of these settings."""
-        return SliceRules(port_name=self.port_name, model_label=self.model_label, model=self.model,
-                          profile_label=self.profile_label, role_label=self.role_label,
-                          scheme=self.scheme)
+        return SliceRules(
+            port_name=self.port_name,
+            model_label=self.model_label,
+            model=self.model,
+            profile_label=self.profile_label,
+            role_label=self.role_label,
+            scheme=self.scheme,
+        )
 
 
 def load_kube_settings(**overrides: Any) -> KubeDiscoverySettings:
@@ -116,11 +120,15 @@ def new_api_client(settings: KubeDiscoverySettings) -> k8s.ApiClient:
             return k8s.ApiClient(configuration)
         return k8s_config.new_client_from_config(
             config_file=None if settings.kubeconfig is None else str(settings.kubeconfig),
-            context=settings.context, persist_config=False)
+            context=settings.context,
+            persist_config=False,
+        )
     except (k8s_config.ConfigException, OSError) as exc:
         where = settings.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise DiscoveryError(f"no usable Kubernetes configuration (kubeconfig {where}, context "
-                             f"{settings.context or 'current'}; or in-cluster): {exc}") from None
+        raise DiscoveryError(
+            f"no usable Kubernetes configuration (kubeconfig {where}, context "
+            f"{settings.context or 'current'}; or in-cluster): {exc}"
+        ) from None
 
 
 class _Gone(Exception):
@@ -177,20 +185,30 @@ class KubeSource:
             except RuntimeError:  # the loop closed while the thread was stopping
                 self._stopping.set()
 
-        self._thread = threading.Thread(target=self._run, args=(hand_over,), name="router-discovery",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(hand_over,), name="router-discovery", daemon=True)
         self._thread.start()
         try:
             await asyncio.wait_for(first.wait(), self.settings.start_timeout_s)
         except TimeoutError:
-            log.warning("no EndpointSlice list within %.1f s (namespace %s, selector %s); starting with no "
-                        "replicas, still trying", self.settings.start_timeout_s, self.settings.namespace,
-                        self.settings.label_selector)
+            log.warning(
+                "no EndpointSlice list within %.1f s (namespace %s, selector %s); starting with no "
+                "replicas, still trying",
+                self.settings.start_timeout_s,
+                self.settings.namespace,
+                self.settings.label_selector,
+            )
 
     def stats(self) -> SourceStats:
         """The counters so far (plain reads of ints the watch thread writes)."""
-        return SourceStats("kubernetes", lists=self.lists, watches=self.watches, gone=self.gone,
-                           broken=self.broken, errors=self.errors, synced_at=self.synced_at)
+        return SourceStats(
+            "kubernetes",
+            lists=self.lists,
+            watches=self.watches,
+            gone=self.gone,
+            broken=self.broken,
+            errors=self.errors,
+            synced_at=self.synced_at,
+        )
 
     async def stop(self) -> None:
         """Stop the thread (an open watch is shut down; a list in flight ends within
@@ -210,9 +228,11 @@ class KubeSource:
     def _run(self, hand_over: Publish) -> None:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(_TRANSIENT),
-            wait=tenacity.wait_exponential_jitter(multiplier=self.settings.backoff_initial_s,
-                                                  jitter=self.settings.backoff_initial_s,
-                                                  max=self.settings.backoff_max_s),
+            wait=tenacity.wait_exponential_jitter(
+                multiplier=self.settings.backoff_initial_s,
+                jitter=self.settings.backoff_initial_s,
+                max=self.settings.backoff_max_s,
+            ),
             stop=lambda state: self._stopping.is_set(),
             sleep=self._stopping.wait,
             before_sleep=self._log_error,
@@ -233,8 +253,13 @@ class KubeSource:
         exc = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
         detail = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
-        log.warning("EndpointSlice discovery failed (namespace %s, selector %s): %s; retrying in %.1f s",
-                    self.settings.namespace, self.settings.label_selector, detail, wait)
+        log.warning(
+            "EndpointSlice discovery failed (namespace %s, selector %s): %s; retrying in %.1f s",
+            self.settings.namespace,
+            self.settings.label_selector,
+            detail,
+            wait,
+        )
 
     def _cycle(self, hand_over: Publish) -> None:
         """Pick the API version, list, then watch until the resync deadline; raises _Gone or a
@@ -254,8 +279,8 @@ class KubeSource:
         """Raw GET through the client (its host, auth and TLS); returns the unread urllib3
         response. Raises ApiException on a non-2xx answer, as the typed APIs do."""
         request = self.api_client.param_serialize(
-            "GET", path, query_params=query, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"])
+            "GET", path, query_params=query, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
         response = self.api_client.call_api(*request, _request_timeout=request_timeout)
         if not 200 <= response.status <= 299:
             response.read()
@@ -278,14 +303,26 @@ class KubeSource:
             served = [v.get("version") for v in group.get("versions") or []]
             raise NoServedVersion(f"the API server serves {GROUP} versions {served}, none of v1, v1beta1")
         if chosen != self.version:
-            log.info("EndpointSlice discovery reads %s/%s (served: %s)", GROUP, chosen,
-                     ", ".join(str(v.get("version")) for v in group.get("versions") or []))
+            log.info(
+                "EndpointSlice discovery reads %s/%s (served: %s)",
+                GROUP,
+                chosen,
+                ", ".join(str(v.get("version")) for v in group.get("versions") or []),
+            )
         self.version = chosen
 
-    def _request_slices(self, namespace: str, *, label_selector: str, watch: bool = False,
-                resource_version: str | None = None, timeout_seconds: int | None = None,
-                allow_watch_bookmarks: bool | None = None, _preload_content: bool = False,
-                _request_timeout: Any = None) -> Any:
+    def _request_slices(
+        self,
+        namespace: str,
+        *,
+        label_selector: str,
+        watch: bool = False,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_watch_bookmarks: bool | None = None,
+        _preload_content: bool = False,
+        _request_timeout: Any = None,
+    ) -> Any:
         """List or watch (``watch=True``) the EndpointSlices of ``namespace`` in the picked
         version; the signature is the one the client's ``Watch.stream`` drives."""
         query: list[tuple[str, Any]] = [("labelSelector", label_selector)]
@@ -297,12 +334,14 @@ class KubeSource:
             query.append(("timeoutSeconds", timeout_seconds))
         if allow_watch_bookmarks is not None:
             query.append(("allowWatchBookmarks", str(allow_watch_bookmarks).lower()))
-        return self._get(f"/apis/{GROUP}/{self.version}/namespaces/{namespace}/endpointslices", query,
-                         _request_timeout)
+        return self._get(f"/apis/{GROUP}/{self.version}/namespaces/{namespace}/endpointslices", query, _request_timeout)
 
     def _list(self, hand_over: Publish) -> str:
-        response = self._request_slices(self.settings.namespace, label_selector=self.settings.label_selector,
-                                _request_timeout=self.settings.request_timeout_s)
+        response = self._request_slices(
+            self.settings.namespace,
+            label_selector=self.settings.label_selector,
+            _request_timeout=self.settings.request_timeout_s,
+        )
         body = json.loads(response.data)
         self._slices = {}
         for item in body.get("items") or []:
@@ -319,10 +358,14 @@ class KubeSource:
         self.watches += 1
         try:
             for event in watch.stream(
-                    self._request_slices, self.settings.namespace,
-                    label_selector=self.settings.label_selector, resource_version=version,
-                    timeout_seconds=timeout_s, allow_watch_bookmarks=True,
-                    _request_timeout=(self.settings.request_timeout_s, timeout_s + self.settings.request_timeout_s)):
+                self._request_slices,
+                self.settings.namespace,
+                label_selector=self.settings.label_selector,
+                resource_version=version,
+                timeout_seconds=timeout_s,
+                allow_watch_bookmarks=True,
+                _request_timeout=(self.settings.request_timeout_s, timeout_s + self.settings.request_timeout_s),
+            ):
                 obj = event["raw_object"]
                 version = str(obj["metadata"]["resourceVersion"])
                 self.synced_at = time.monotonic()

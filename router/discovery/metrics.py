@@ -36,26 +36,32 @@ class DiscoveryCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self.source.stats()
-        endpoints = GaugeMetricFamily("promptedge_router_discovery_endpoints",
-                                      "Replicas held per pool: ready (may take requests) or draining",
-                                      labels=["pool", "state"])
+        endpoints = GaugeMetricFamily(
+            "promptedge_router_discovery_endpoints",
+            "Replicas held per pool: ready (may take requests) or draining",
+            labels=["pool", "state"],
+        )
         for pool, replicas in self.pools.by_model.items():
             draining = sum(1 for r in replicas if r.health.draining)
             endpoints.add_metric([pool, "ready"], len(replicas) - draining)
             endpoints.add_metric([pool, "draining"], draining)
         yield endpoints
-        yield CounterMetricFamily("promptedge_router_discovery_lists", "Successful full lists of the replica set",
-                                  value=stats.lists)
-        yield CounterMetricFamily("promptedge_router_discovery_watches", "Watch requests opened",
-                                  value=stats.watches)
-        relists = CounterMetricFamily("promptedge_router_discovery_relists",
-                                      "Re-lists forced by 410 Gone, a broken watch stream or an error",
-                                      labels=["reason"])
+        yield CounterMetricFamily(
+            "promptedge_router_discovery_lists", "Successful full lists of the replica set", value=stats.lists
+        )
+        yield CounterMetricFamily("promptedge_router_discovery_watches", "Watch requests opened", value=stats.watches)
+        relists = CounterMetricFamily(
+            "promptedge_router_discovery_relists",
+            "Re-lists forced by 410 Gone, a broken watch stream or an error",
+            labels=["reason"],
+        )
         for reason, count in (("gone", stats.gone), ("broken", stats.broken), ("error", stats.errors)):
             relists.add_metric([reason], count)
         yield relists
-        age = GaugeMetricFamily("promptedge_router_discovery_sync_age_seconds",
-                                "Seconds since discovery last knew its replica set was current (-1: never)",
-                                labels=["source"])
+        age = GaugeMetricFamily(
+            "promptedge_router_discovery_sync_age_seconds",
+            "Seconds since discovery last knew its replica set was current (-1: never)",
+            labels=["source"],
+        )
         age.add_metric([stats.source], -1.0 if stats.synced_at is None else self.clock() - stats.synced_at)
         yield age

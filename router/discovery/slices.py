@@ -29,7 +29,6 @@ from pydantic import ValidationError
 from router.discovery.base import DiscoveredReplica
 from router.settings import ReplicaSpec
 
-
 GROUP = "discovery.k8s.io"
 VERSIONS = ("v1", "v1beta1")  # in order of preference
 

@@ -26,8 +26,7 @@ def replica_pressure(view: ReplicaView, queue_limit: int, max_inflight: int | No
     return level
 
 
-def pool_pressure(views: Sequence[ReplicaView], queue_limit: int, max_inflight: int | None,
-                  weights: Weights) -> int:
+def pool_pressure(views: Sequence[ReplicaView], queue_limit: int, max_inflight: int | None, weights: Weights) -> int:
     """The pressure of a pool = that of its least-pressed replica (0 for an empty pool)."""
     return min((replica_pressure(v, queue_limit, max_inflight, weights) for v in views), default=0)
 

@@ -204,8 +204,7 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
     cool = [v for v in views if not hot(v, weights)] or list(views)
     scores = [score(v, weights) for v in cool]
     if weights.speed is not None and len(cool) > 1:
-        factors = slowness([current(v.speed, v.inflight, ctx.now, weights.speed) for v in cool], ctx.now,
-                           weights.speed)
+        factors = slowness([current(v.speed, v.inflight, ctx.now, weights.speed) for v in cool], ctx.now, weights.speed)
         if factors is not None:
             scores = [(s + 1.0) * f - 1.0 if f != 1.0 else s for s, f in zip(scores, factors)]  # speed_adjusted
     if ctx.session is not None or ctx.preferred is not None:
@@ -227,16 +226,24 @@ def load_bound(loads: Sequence[float], factor: float) -> float:
     return math.ceil(factor * (sum(loads) + 1.0) / len(loads))
 
 
-def prefix_scores(views: Sequence[ReplicaView], scores: Sequence[float], loads: Sequence[float],
-                  match: Mapping[str, float], weights: Weights, prompt_tokens: int = 0) -> list[float]:
+def prefix_scores(
+    views: Sequence[ReplicaView],
+    scores: Sequence[float],
+    loads: Sequence[float],
+    match: Mapping[str, float],
+    weights: Weights,
+    prompt_tokens: int = 0,
+) -> list[float]:
     """``scores`` minus (``weights.prefix`` + ``weights.prefill_per_1k`` x ``prompt_tokens`` /
     1000) x each replica's prefix match (0..1): a fixed bonus plus the prefill the match saves,
     in open requests' worth; for replicas within the load bound only (see the module
     docstring). One value per view, lower is better. ``prompt_tokens`` 0: the fixed bonus only."""
     bound = load_bound(loads, weights.affinity_load_factor)
     per_match = weights.prefix + weights.prefill_per_1k * prompt_tokens / 1000.0
-    return [s - per_match * match.get(v.key, 0.0) if load + 1.0 <= bound else s
-            for v, s, load in zip(views, scores, loads, strict=True)]
+    return [
+        s - per_match * match.get(v.key, 0.0) if load + 1.0 <= bound else s
+        for v, s, load in zip(views, scores, loads, strict=True)
+    ]
 
 
 def _affine(views: list[ReplicaView], loads: list[float], ctx: Context, weights: Weights) -> ReplicaView | None:

@@ -66,9 +66,9 @@ def chunk_hashes(text: str, chunk_chars: int = DEFAULT_CHUNK_CHARS, max_chunks: 
     count = len(text) // chunk_chars if max_chunks is None else min(len(text) // chunk_chars, max_chunks)
     data = text.encode("utf-8", "surrogatepass")
     if len(data) != len(text):  # non-ASCII: chunk by characters, hash their UTF-8
-        pieces = [text[i * chunk_chars:(i + 1) * chunk_chars].encode("utf-8", "surrogatepass") for i in range(count)]
+        pieces = [text[i * chunk_chars : (i + 1) * chunk_chars].encode("utf-8", "surrogatepass") for i in range(count)]
     else:
-        pieces = [data[i * chunk_chars:(i + 1) * chunk_chars] for i in range(count)]
+        pieces = [data[i * chunk_chars : (i + 1) * chunk_chars] for i in range(count)]
     out: list[int] = []
     parent = b""
     for piece in pieces:
@@ -146,8 +146,9 @@ class PrefixIndexes:
         there are no hashes (a prompt shorter than one chunk)."""
         if not hashes:
             return {}
-        return {url: self._by_replica[url].matched(hashes) / len(hashes) if url in self._by_replica else 0.0
-                for url in urls}
+        return {
+            url: self._by_replica[url].matched(hashes) / len(hashes) if url in self._by_replica else 0.0 for url in urls
+        }
 
     def record(self, url: str, hashes: Sequence[int], kv_tokens: float | None = None) -> None:
         """Remember that ``url`` accepted the prompt with ``hashes``: its leading ones, at most
@@ -157,7 +158,7 @@ class PrefixIndexes:
         truncates an over-long prompt instead of refusing it caches only part of it)."""
         if hashes:
             idx = self.index(url, kv_tokens)
-            idx.add(hashes[:max(1, idx.capacity // 2)])
+            idx.add(hashes[: max(1, idx.capacity // 2)])
 
     def forget(self, keep: Sequence[str]) -> None:
         """Drop the indexes of replicas not in ``keep`` (gone from discovery)."""

@@ -29,8 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
-_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-       "llamacpp:kv_cache_usage_ratio")
+_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "llamacpp:kv_cache_usage_ratio")
 _GENERATED = ("vllm:generation_tokens_total", "sglang:generation_tokens_total", "llamacpp:tokens_predicted_total")
 _FB_USED, _FB_FREE = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"
 _UTIL, _TEMP = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"
@@ -59,8 +58,16 @@ class Signals:
 
     def merged(self, gpu: Signals) -> Signals:
         """These engine signals completed with a GPU exporter's (memory, utilisation, temperature)."""
-        return Signals(self.waiting, self.running, self.kv_usage, gpu.mem_used, gpu.gpu_util, gpu.temp_c,
-                       self.kv_capacity_tokens, self.generated)
+        return Signals(
+            self.waiting,
+            self.running,
+            self.kv_usage,
+            gpu.mem_used,
+            gpu.gpu_util,
+            gpu.temp_c,
+            self.kv_capacity_tokens,
+            self.generated,
+        )
 
 
 def parse_metrics(text: bytes) -> Signals:

@@ -105,8 +105,9 @@ def sample(duration_s: float, completion_tokens: int, prompt_tokens: int = 0) ->
     return duration_s / (completion_tokens + PROMPT_WEIGHT * max(0, prompt_tokens))
 
 
-def observe(prev: Speed | None, s_per_token: float, now: float, config: SpeedConfig = SpeedConfig(), *,
-            retest: bool = False) -> Speed:
+def observe(
+    prev: Speed | None, s_per_token: float, now: float, config: SpeedConfig = SpeedConfig(), *, retest: bool = False
+) -> Speed:
     """``prev`` with one more sample taken at ``now``. The first sample is the estimate; later
     ones move it by ``alpha`` (the older the estimate, the less it counts). The sample of a
     re-test (a request sent because :func:`current` found the estimate unknown) starts a probe,

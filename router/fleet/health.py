@@ -170,8 +170,11 @@ class HealthState:
             self._count(now, error=True)
             config = self.config
             half_open = self._open_until is not None and now >= self._open_until
-            if half_open or (self._open_until is None and self._answers >= config.error_min_samples
-                             and self._errors >= config.error_rate * self._answers):
+            if half_open or (
+                self._open_until is None
+                and self._answers >= config.error_min_samples
+                and self._errors >= config.error_rate * self._answers
+            ):
                 self._open(now, SERVER_ERROR)
         elif evidence == CONNECT_FAILURE:
             self._connect_failures += 1

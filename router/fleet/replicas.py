@@ -11,12 +11,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from router.forward.credentials import Credentials
 from router.dispatch import ReplicaView
-from router.fleet.health import HealthConfig, HealthState
-from router.settings import ReplicaSpec
 from router.dispatch.signals import Signals
 from router.dispatch.speed import Speed, current, observe, sample
+from router.fleet.health import HealthConfig, HealthState
+from router.forward.credentials import Credentials
+from router.settings import ReplicaSpec
 
 
 class Replica:
@@ -69,8 +69,9 @@ class Replica:
     def view(self, now: float) -> ReplicaView:
         """An immutable snapshot for dispatch."""
         age = None if self.scraped_at is None else now - self.scraped_at
-        return ReplicaView(self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed,
-                           self.prefill_tokens)
+        return ReplicaView(
+            self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed, self.prefill_tokens
+        )
 
     def lease(self, prefill_tokens: int = 0, streamed: bool = True) -> Lease:
         """Count one request as open on this replica until the lease is released, and its
@@ -135,8 +136,9 @@ class Pools:
     """Replicas grouped by the model they serve (pool name = model name); ``credentials``:
     the backend keys replicas get when they are created (None: no keys)."""
 
-    def __init__(self, specs: Iterable[ReplicaSpec], health: HealthConfig,
-                 credentials: Credentials | None = None) -> None:
+    def __init__(
+        self, specs: Iterable[ReplicaSpec], health: HealthConfig, credentials: Credentials | None = None
+    ) -> None:
         self.health = health  # for replicas added later by discovery (router/discovery/base.py)
         self.credentials = credentials
         self.by_model: dict[str, list[Replica]] = {}

@@ -13,8 +13,8 @@ import time
 
 import httpx
 
-from router.fleet.replicas import Pools, Replica
 from router.dispatch.signals import Signals, parse_metrics
+from router.fleet.replicas import Pools, Replica
 
 log = logging.getLogger("router.scraper")
 
@@ -22,8 +22,9 @@ log = logging.getLogger("router.scraper")
 class Scraper:
     """Polls every replica's metrics every ``scrape_interval_s`` and health every ``health_interval_s``."""
 
-    def __init__(self, pools: Pools, client: httpx.AsyncClient, scrape_interval_s: float,
-                 health_interval_s: float) -> None:
+    def __init__(
+        self, pools: Pools, client: httpx.AsyncClient, scrape_interval_s: float, health_interval_s: float
+    ) -> None:
         self.pools = pools
         self.client = client
         self.scrape_interval_s = scrape_interval_s
@@ -77,9 +78,15 @@ class Scraper:
         if progress.out(now) and url not in self._stuck:
             self._stuck.add(url)
             quiet = progress.quiet_s(now)
-            log.warning("replica %s of pool %s is stuck: %d requests open, no progress for %s s "
-                        "(stuck_after_s %s); out of rotation until it progresses", url, replica.spec.model,
-                        replica.inflight, "?" if quiet is None else f"{quiet:.1f}", progress.stuck_after_s)
+            log.warning(
+                "replica %s of pool %s is stuck: %d requests open, no progress for %s s "
+                "(stuck_after_s %s); out of rotation until it progresses",
+                url,
+                replica.spec.model,
+                replica.inflight,
+                "?" if quiet is None else f"{quiet:.1f}",
+                progress.stuck_after_s,
+            )
         elif url in self._stuck and not progress.out(now):
             self._stuck.discard(url)
             log.info("replica %s of pool %s progresses again: back in rotation", url, replica.spec.model)
@@ -118,5 +125,11 @@ class Scraper:
         if replica.health.up != was_up:
             # an operator's first question when latency moves: which replica came or went, and when;
             # coming up is normal operation (a new Pod, a restart done), going down is not
-            log.log(logging.INFO if replica.health.up else logging.WARNING, "replica %s of pool %s is %s (%s)",
-                    replica.url, replica.spec.model, "up" if replica.health.up else "down", detail)
+            log.log(
+                logging.INFO if replica.health.up else logging.WARNING,
+                "replica %s of pool %s is %s (%s)",
+                replica.url,
+                replica.spec.model,
+                "up" if replica.health.up else "down",
+                detail,
+            )

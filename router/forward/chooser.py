@@ -17,8 +17,14 @@ class Chooser:
     ``weights``: the scoring weights (also read by admission's pressure); ``prefixes``: the
     sticky prefix-key map; ``prefix_index``: what prompt prefixes went where (``prefix_aware``)."""
 
-    def __init__(self, policy: str, weights: Weights, prefixes: PrefixMap, prefix_index: PrefixIndexes,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        policy: str,
+        weights: Weights,
+        prefixes: PrefixMap,
+        prefix_index: PrefixIndexes,
+        rng: random.Random | None = None,
+    ) -> None:
         self.policy = policy
         self.weights = weights
         self.prefixes = prefixes
@@ -26,9 +32,15 @@ class Chooser:
         self.ticket = 0
         self.rng = rng or random.Random()
 
-    def choose(self, replicas: list[Replica], now: float, session: str | None = None,
-               prefix: int | None = None, chunks: list[int] | None = None,
-               prompt_tokens: int = 0) -> tuple[Replica, int]:
+    def choose(
+        self,
+        replicas: list[Replica],
+        now: float,
+        session: str | None = None,
+        prefix: int | None = None,
+        chunks: list[int] | None = None,
+        prompt_tokens: int = 0,
+    ) -> tuple[Replica, int]:
         """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
         ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds;
         ``chunks``: the prompt's chunk hashes (router/dispatch/prefix_index.py) for ``prefix_aware``,
@@ -44,8 +56,15 @@ class Chooser:
         views: list[ReplicaView] = [r.view(now) for r in replicas]
         match = self.prefix_index.matches([r.url for r in replicas], chunks) if chunks else {}
         preferred = None if chunks else self.prefixes.get(prefix, now)
-        ctx = Context(ticket=self.ticket, rng=self.rng, session=session, preferred=preferred, now=now,
-                      prefix_match=match, prompt_tokens=prompt_tokens)
+        ctx = Context(
+            ticket=self.ticket,
+            rng=self.rng,
+            session=session,
+            preferred=preferred,
+            now=now,
+            prefix_match=match,
+            prompt_tokens=prompt_tokens,
+        )
         chosen = pick(views, self.policy, ctx, self.weights)
         replica = next(r for r in replicas if r.url == chosen.key)
         if not chunks:

@@ -36,11 +36,17 @@ def cache_control(headers: Mapping[str, str]) -> CacheControl:
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise BadRequest("X-Cache-Threshold must be within 0..1", param="X-Cache-Threshold", code="invalid_header")
     max_age = _max_age(found)
-    if not ("no-cache" in found or "no-store" in found or ttl is not None or threshold is not None
-            or max_age is not None):
+    if not (
+        "no-cache" in found or "no-store" in found or ttl is not None or threshold is not None or max_age is not None
+    ):
         return _DEFAULT
-    return CacheControl(no_cache="no-cache" in found or max_age == 0, no_store="no-store" in found,
-                        ttl_s=ttl, threshold=threshold, max_age_s=max_age)
+    return CacheControl(
+        no_cache="no-cache" in found or max_age == 0,
+        no_store="no-store" in found,
+        ttl_s=ttl,
+        threshold=threshold,
+        max_age_s=max_age,
+    )
 
 
 def _max_age(found: frozenset[str]) -> int | None:
@@ -51,8 +57,11 @@ def _max_age(found: frozenset[str]) -> int | None:
             # ASCII digits only ("\u00b2".isdigit() is true and int() refuses it); more digits
             # than int() reads (4300) or any age needs is 2**31 s (RFC 9111, section 1.2.2)
             if not value.isascii() or not value.isdigit():
-                raise BadRequest("Cache-Control max-age must be a whole number of seconds >= 0",
-                                 param="Cache-Control", code="invalid_header")
+                raise BadRequest(
+                    "Cache-Control max-age must be a whole number of seconds >= 0",
+                    param="Cache-Control",
+                    code="invalid_header",
+                )
             digits = value.lstrip("0")
             return int(digits or "0") if len(digits) <= 10 else 2**31
     return None

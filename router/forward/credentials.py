@@ -42,7 +42,7 @@ class SecretRef(BaseModel):
     env: str | None = None
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "SecretRef":
+    def _exactly_one(self) -> SecretRef:
         if (self.file is None) == (self.env is None):
             raise ValueError("give exactly one of `file` (a path) or `env` (a variable name), never the key itself")
         return self

@@ -64,9 +64,19 @@ class Forwarder:
     ``limiter``: rate limits; ``prompt_tokens``: per-pool prompt token counts; ``answers``: where
     answers are stored; ``counters``, ``metrics``, ``tracer``: where requests are accounted."""
 
-    def __init__(self, settings: RouterSettings, pools: Pools, upstream: Upstream, chooser: Chooser,
-                 limiter: RateLimiter, prompt_tokens: PromptTokens, answers: AnswerStore,
-                 counters: TrafficCounters, metrics: RouterMetrics, tracer: Tracer | None = None) -> None:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        pools: Pools,
+        upstream: Upstream,
+        chooser: Chooser,
+        limiter: RateLimiter,
+        prompt_tokens: PromptTokens,
+        answers: AnswerStore,
+        counters: TrafficCounters,
+        metrics: RouterMetrics,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.settings = settings
         self.pools = pools
         self.upstream = upstream
@@ -138,8 +148,9 @@ class Forwarder:
         rec.pool = rec.target = pool
         api_key = classify.api_key(headers)
         rec.claimed_priority = classify.priority(headers)
-        rec.priority = classify.bounded_priority(rec.claimed_priority, api_key, settings.api_keys,
-                                                 settings.max_priority)
+        rec.priority = classify.bounded_priority(
+            rec.claimed_priority, api_key, settings.api_keys, settings.max_priority
+        )
         rec.prompt_tokens = await self.prompt_tokens.count(pool, body)
         rec.size = classify.size_class(rec.prompt_tokens, settings.size_thresholds)
         if settings.rate_limits:  # off unless configured: then not even a coroutine per request
@@ -153,8 +164,11 @@ class Forwarder:
         RateLimited (429, ``Retry-After``)."""
         wait, taken = await self.limiter.admit(api_key, tokens)
         if wait > 0:
-            raise RateLimited(f"rate limit of this API key reached; retry in {wait:.1f} s", code="rate_limited",
-                              headers={"retry-after": str(max(1, math.ceil(wait)))})
+            raise RateLimited(
+                f"rate limit of this API key reached; retry in {wait:.1f} s",
+                code="rate_limited",
+                headers={"retry-after": str(max(1, math.ceil(wait)))},
+            )
         return taken
 
     def shed_or_fall_back(self, rec: Record, fallback_allowed: bool = True) -> None:
@@ -170,8 +184,11 @@ class Forwarder:
             rec.target = fallback
             return
         if self.pools.eligible(rec.pool, now):
-            raise RateLimited(f"pool `{rec.pool}` is saturated: {rec.priority} requests are shed for now",
-                              code="pool_saturated", headers={"retry-after": "1"})
+            raise RateLimited(
+                f"pool `{rec.pool}` is saturated: {rec.priority} requests are shed for now",
+                code="pool_saturated",
+                headers={"retry-after": "1"},
+            )
         # no replica at all: open answers 503
 
     def sheds_now(self, rec: Record) -> bool:
@@ -191,15 +208,25 @@ class Forwarder:
         settings, weights = self.settings, self.chooser.weights
         pressures: dict[str, list[int]] = {}
         for replica in replicas:
-            pressures.setdefault(replica.spec.role, []).append(replica_pressure(
-                replica.view(now), settings.queue_limit, settings.max_inflight_per_replica, weights))
+            pressures.setdefault(replica.spec.role, []).append(
+                replica_pressure(replica.view(now), settings.queue_limit, settings.max_inflight_per_replica, weights)
+            )
         return lanes.choose(lanes.own_lane(size), pressures)
 
     # -- the upstream call --------------------------------------------------------------------
 
-    async def open(self, rec: Record, path: str, body: dict[str, Any], raw: bytes, headers: Any,
-                   method: str = "POST", pinned: str | None = None, content_type: str = _JSON,
-                   streamed: bool = False) -> tuple[httpx.Response, Lease]:
+    async def open(
+        self,
+        rec: Record,
+        path: str,
+        body: dict[str, Any],
+        raw: bytes,
+        headers: Any,
+        method: str = "POST",
+        pinned: str | None = None,
+        content_type: str = _JSON,
+        streamed: bool = False,
+    ) -> tuple[httpx.Response, Lease]:
         """Send ``raw`` to ``path`` (with the query, if any) of a replica of ``rec.target``; on a
         failure that proves the replica never processed the request (NotProcessed: no connection,
         or a reset with the request unread by a replica whose port closed, router/forward/unread.py),
@@ -241,8 +268,14 @@ class Forwarder:
                 assert lane is not None  # candidates is not empty
                 rec.lane = lane.name
                 candidates = [r for r in candidates if r.spec.role == lane.name]
-            replica, to_prefill = chooser.choose(candidates, now, session=headers.get("x-session-id"), prefix=prefix,
-                                                 chunks=chunks, prompt_tokens=rec.prompt_tokens)
+            replica, to_prefill = chooser.choose(
+                candidates,
+                now,
+                session=headers.get("x-session-id"),
+                prefix=prefix,
+                chunks=chunks,
+                prompt_tokens=rec.prompt_tokens,
+            )
             rec.replica, rec.profile = replica.url, replica.spec.profile or ""
             rec.forwarded_at = time.perf_counter()
             lease = replica.lease(to_prefill, streamed)
@@ -252,8 +285,9 @@ class Forwarder:
             try:
                 authorization = replica.authorization or client_key
                 sent = forward if authorization is None else {**forward, "authorization": authorization}
-                response = await self.upstream.open(replica.url + path, raw, sent, timeouts.connect_s,
-                                                    timeouts.ttfb_s, method)
+                response = await self.upstream.open(
+                    replica.url + path, raw, sent, timeouts.connect_s, timeouts.ttfb_s, method
+                )
                 opened = True
                 if 200 <= response.status_code < 300:  # for a non-stream answer: once it is done
                     chooser.accepted(replica, chunks)
@@ -280,15 +314,23 @@ class Forwarder:
             return response, lease
         if isinstance(last, RetryableStatus):  # every replica tried said "not now": so do we
             now = time.monotonic()
-            backoffs = [r.health.refused_until - now for r in self.pools.by_model.get(rec.target, ())
-                        if r.health.refused_until > now]
+            backoffs = [
+                r.health.refused_until - now
+                for r in self.pools.by_model.get(rec.target, ())
+                if r.health.refused_until > now
+            ]
             wait = max(1, math.ceil(min(backoffs, default=1.0)))
-            raise NoReplica(f"every replica of pool `{rec.target}` tried is busy or draining (429/503); retry later",
-                            code="replica_busy", headers={"retry-after": str(wait)})
+            raise NoReplica(
+                f"every replica of pool `{rec.target}` tried is busy or draining (429/503); retry later",
+                code="replica_busy",
+                headers={"retry-after": str(wait)},
+            )
         if last is not None:
             raise last
-        raise NoReplica(f"no replica of pool `{rec.target}` is available (all down, warming up, ejected or stuck)",
-                        code="no_replica")
+        raise NoReplica(
+            f"no replica of pool `{rec.target}` is available (all down, warming up, ejected or stuck)",
+            code="no_replica",
+        )
 
     async def read_answer(self, rec: Record, upstream: httpx.Response, lease: Lease) -> bytes:
         """The whole body of an upstream answer within the ``ttfb_s`` of ``rec.priority`` (for a
@@ -304,8 +346,9 @@ class Forwarder:
         finally:
             lease.release()
 
-    async def failed(self, rec: Record, upstream: httpx.Response, lease: Lease,
-                     client_key_sent: bool | None = None) -> Response:
+    async def failed(
+        self, rec: Record, upstream: httpx.Response, lease: Lease, client_key_sent: bool | None = None
+    ) -> Response:
         """A replica answered >= 400: a client error (4xx) is relayed with its status, as it came
         when it is OpenAI error JSON, else wrapped in it (router/errors.py ``replica_error_body``);
         a 5xx becomes 502.
@@ -322,9 +365,12 @@ class Forwarder:
             lease.release()
         if status in (401, 403) and not (client_key_sent and lease.replica.authorization is None):
             # Not a health signal either: the replica answered; its pool's key is misconfigured.
-            raise UpstreamError(f"replica {lease.replica.url} refused the router's credentials ({status}): check "
-                                f"PROMPTEDGE_ROUTER_BACKEND_KEYS / the replica's backend_key",
-                                code="replica_auth_failed", headers={"x-promptedge-replica": lease.replica.url})
+            raise UpstreamError(
+                f"replica {lease.replica.url} refused the router's credentials ({status}): check "
+                f"PROMPTEDGE_ROUTER_BACKEND_KEYS / the replica's backend_key",
+                code="replica_auth_failed",
+                headers={"x-promptedge-replica": lease.replica.url},
+            )
         if status < 500:
             lease.replica.health.on_success(time.monotonic())
             rec.status = status
@@ -339,11 +385,19 @@ class Forwarder:
         lease.replica.health.on_evidence(UpstreamError.evidence, time.monotonic())
         # The replica's error body is for the operator: it can hold internals (paths, hosts, a
         # credential in a message), so it goes to the log under the request id, not to the client.
-        log.warning("replica %s answered %d to request %s: %s", lease.replica.url, status, rec.request_id,
-                    content[:300].decode(errors="replace"))
-        raise UpstreamError(f"replica {lease.replica.url} answered {status} (request {rec.request_id}; the replica's "
-                            "error is in the router's log)", code="replica_error",
-                            headers={"x-promptedge-replica": lease.replica.url})
+        log.warning(
+            "replica %s answered %d to request %s: %s",
+            lease.replica.url,
+            status,
+            rec.request_id,
+            content[:300].decode(errors="replace"),
+        )
+        raise UpstreamError(
+            f"replica {lease.replica.url} answered {status} (request {rec.request_id}; the replica's "
+            "error is in the router's log)",
+            code="replica_error",
+            headers={"x-promptedge-replica": lease.replica.url},
+        )
 
 
 def request_id(given: str | None) -> str:

@@ -59,8 +59,11 @@ def _hook_fits() -> bool:
     test_pooled_liveness.py fails when it does not; in production the check is then left out
     (a warning says so) rather than breaking every request."""
     base = getattr(aiohttp.TCPConnector, "_get", None)
-    return (base is not None and inspect.iscoroutinefunction(base)
-            and list(inspect.signature(base).parameters) == ["self", "key", "traces"])
+    return (
+        base is not None
+        and inspect.iscoroutinefunction(base)
+        and list(inspect.signature(base).parameters) == ["self", "key", "traces"]
+    )
 
 
 class CheckedConnector(aiohttp.TCPConnector):
@@ -75,6 +78,7 @@ class CheckedConnector(aiohttp.TCPConnector):
     hooked = _hook_fits()
 
     if hooked:
+
         async def _get(self, key: Any, traces: Any) -> Any:
             # aiohttp takes pooled connections from the left of the key's deque of
             # (protocol, released at); the dead ones at its front are dropped first, and the
@@ -85,6 +89,8 @@ class CheckedConnector(aiohttp.TCPConnector):
                 protocol.close()
             return await super()._get(key, traces)
     else:  # pragma: no cover - an aiohttp whose connector changed; the test above fails
-        log.warning("aiohttp %s: its connector has no async _get(key, traces); pooled connections "
-                    "are not checked before reuse (a replica's crash may cost a client a 502)",
-                    aiohttp.__version__)
+        log.warning(
+            "aiohttp %s: its connector has no async _get(key, traces); pooled connections "
+            "are not checked before reuse (a replica's crash may cost a client a 502)",
+            aiohttp.__version__,
+        )

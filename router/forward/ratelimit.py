@@ -25,7 +25,6 @@ import redis.asyncio as aioredis
 
 from router.errors import RedisUnavailable
 from router.redis_errors import redis_failures
-
 from router.settings import RateLimit
 
 log = logging.getLogger("router.ratelimit")

@@ -36,8 +36,13 @@ from router.stream.sse import parse_json, replay
 
 log = logging.getLogger(__name__)
 
-_PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions",
-          "embeddings": "/v1/embeddings", "tokenize": "/tokenize", "detokenize": "/detokenize"}
+_PATHS = {
+    "chat.completions": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+    "tokenize": "/tokenize",
+    "detokenize": "/detokenize",
+}
 # Endpoints whose answers are cached (embeddings: exact only, cache/semantic/scope.py); /tokenize and
 # /detokenize are cheap and not inference demand: neither cached nor in the traffic counters.
 _CACHED: frozenset[Endpoint] = frozenset({"chat.completions", "completions", "embeddings"})
@@ -61,8 +66,9 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     body = parse_request(raw, endpoint, state.settings.limits)
     headers = request.headers
     # /tokenize and /detokenize cost a request, not tokens of inference
-    api_key = await forwarder.admit(rec, headers, body, headers.get("x-model") or body["model"],
-                                    inference=endpoint in _CACHED)
+    api_key = await forwarder.admit(
+        rec, headers, body, headers.get("x-model") or body["model"], inference=endpoint in _CACHED
+    )
     pool = rec.pool
     control = classify.cache_control(headers)
     if not api_key:
@@ -74,8 +80,14 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
     tenant = classify.tenant(api_key, keys)
     if classify.is_private(headers):  # this key's own entries: not its tenant's, never semantic
         tenant, control = classify.private_scope(api_key, control)
-    creq = CacheRequest(endpoint=endpoint, body=body, tenant=tenant, control=control,
-                        pool=pool, tenant_label=classify.tenant_label(api_key, keys))
+    creq = CacheRequest(
+        endpoint=endpoint,
+        body=body,
+        tenant=tenant,
+        control=control,
+        pool=pool,
+        tenant_label=classify.tenant_label(api_key, keys),
+    )
     stream = body.get("stream") is True and endpoint in _STREAMED
     include_usage = stream and _asks_usage(body)
     hit = await state.cache.lookup(creq) if endpoint in _CACHED else None
@@ -96,15 +108,20 @@ async def _handle(state: RouterState, request: Request, endpoint: Endpoint, rec:
         # the replica may say its answer is not for a shared cache, or fresh for so long only
         store = forwarder.answers.with_replica_control(rec, store, upstream.headers.get("cache-control"))
         if stream:
-            return relay_stream(forwarder.relaying, rec, store, upstream, lease, miss_headers(rec, lease),
-                                strip_usage=ask_usage)
+            return relay_stream(
+                forwarder.relaying, rec, store, upstream, lease, miss_headers(rec, lease), strip_usage=ask_usage
+            )
         content = await forwarder.read_answer(rec, upstream, lease)
     rec.first_byte_at = time.perf_counter()
     # A non-stream answer's first byte comes after the whole generation: not a TTFT sample.
     lease.replica.health.on_success(time.monotonic())
     rec.deferred = True
-    return Response(content, media_type=_JSON, headers=miss_headers(rec, lease),
-                    background=BackgroundTask(_after_miss, state, rec, store, content, lease.replica))
+    return Response(
+        content,
+        media_type=_JSON,
+        headers=miss_headers(rec, lease),
+        background=BackgroundTask(_after_miss, state, rec, store, content, lease.replica),
+    )
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -128,8 +145,15 @@ def forward_body(body: dict[str, Any], raw: bytes, model: str | None, ask_usage:
     return json.dumps(out).encode()
 
 
-def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, include_usage: bool,
-               creq: CacheRequest, client_headers: Any) -> Response:
+def _serve_hit(
+    state: RouterState,
+    rec: Record,
+    hit: CacheHit,
+    stream: bool,
+    include_usage: bool,
+    creq: CacheRequest,
+    client_headers: Any,
+) -> Response:
     response = hit.response
     used = usage_tokens(response.get("usage"))
     prompt, completion = used or (0, 0)
@@ -137,13 +161,18 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     rec.completion_tokens = completion
     # admission charged prompt + max_tokens; the stored answer's usage settles it, as for a miss
     # (after the answer is sent: a hit needs no other Redis round trip before it)
-    settle = BackgroundTask(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used)) \
-        if rec.charged_tokens and used is not None else None
-    verify = BackgroundTask(_offer_shadow, state, rec, creq, hit, client_headers) \
-        if state.shadow is not None and hit.kind == "semantic" else None
+    settle = (
+        BackgroundTask(state.limiter.settle, rec.api_key, rec.charged_tokens, sum(used))
+        if rec.charged_tokens and used is not None
+        else None
+    )
+    verify = (
+        BackgroundTask(_offer_shadow, state, rec, creq, hit, client_headers)
+        if state.shadow is not None and hit.kind == "semantic"
+        else None
+    )
     background = BackgroundTasks([settle, verify]) if settle and verify else settle or verify
-    state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens,
-                         completion_tokens=rec.completion_tokens)
+    state.counters.count(rec.pool, miss=False, prompt_tokens=rec.prompt_tokens, completion_tokens=rec.completion_tokens)
     headers = {"x-cache": hit.kind}  # exact | semantic
     age = age_s(response)
     if age is not None:
@@ -153,8 +182,9 @@ def _serve_hit(state: RouterState, rec: Record, hit: CacheHit, stream: bool, inc
     if hit.feedback_id is not None:  # this key may report it: POST /v1/cache/feedback (router/api/feedback.py)
         headers["x-promptedge-cache-hit-id"] = hit.feedback_id
     if stream:
-        return StreamingResponse(_aiter(replay(response, include_usage)), media_type=_SSE, headers=headers,
-                                 background=background)
+        return StreamingResponse(
+            _aiter(replay(response, include_usage)), media_type=_SSE, headers=headers, background=background
+        )
     content = hit.raw if hit.raw is not None else json.dumps(response, separators=(",", ":"))
     return Response(content, media_type=_JSON, headers=headers, background=background)
 
@@ -165,29 +195,44 @@ async def _offer_shadow(state: RouterState, rec: Record, creq: CacheRequest, hit
     client's connection does not wait for the replica."""
     assert state.shadow is not None
     # its own record: never finished, so it is no client request in the metrics or the access log
-    call = Record(f"{rec.request_id}-shadow", time.perf_counter(), pool=rec.pool, target=rec.pool,
-                  priority=shadow.PRIORITY, claimed_priority=shadow.PRIORITY, size=rec.size,
-                  prompt_tokens=rec.prompt_tokens, cache="shadow", demand=False)
+    call = Record(
+        f"{rec.request_id}-shadow",
+        time.perf_counter(),
+        pool=rec.pool,
+        target=rec.pool,
+        priority=shadow.PRIORITY,
+        claimed_priority=shadow.PRIORITY,
+        size=rec.size,
+        prompt_tokens=rec.prompt_tokens,
+        cache="shadow",
+        demand=False,
+    )
     # what Forwarder.open reads from a client's headers: the replica sees the call's own id
     forward = {"x-request-id": call.request_id}
     for name in ("authorization", "x-session-id"):
         if name in headers:
             forward[name] = headers[name]
-    state.shadow.offer(rec.pool, creq.body, lambda: _shadow_answer(state, call, creq, forward),
-                       lambda fresh: state.cache.verify_hit(creq, hit, fresh),
-                       lambda: not state.forwarder.sheds_now(call))
+    state.shadow.offer(
+        rec.pool,
+        creq.body,
+        lambda: _shadow_answer(state, call, creq, forward),
+        lambda fresh: state.cache.verify_hit(creq, hit, fresh),
+        lambda: not state.forwarder.sheds_now(call),
+    )
 
 
-async def _shadow_answer(state: RouterState, rec: Record, creq: CacheRequest,
-                         headers: dict[str, str]) -> dict[str, Any] | None:
+async def _shadow_answer(
+    state: RouterState, rec: Record, creq: CacheRequest, headers: dict[str, str]
+) -> dict[str, Any] | None:
     """A replica's whole answer (parsed JSON) to the hit's request ``creq``, asked without
     streaming: the dispatch, lease, retries and health evidence of a forwarded request, the
     timeouts of ``rec.priority``; never stored, never counted as demand (the forecaster's
     counters hold what clients asked). None when the answer is not a JSON object. Raises
     APIError: NoReplica, UpstreamError (a replica error status, a transport failure, timeout)."""
     forwarder = state.forwarder
-    upstream, lease = await forwarder.open(rec, _PATHS[creq.endpoint], dict(creq.body),
-                                           shadow.shadow_body(creq.body), headers)
+    upstream, lease = await forwarder.open(
+        rec, _PATHS[creq.endpoint], dict(creq.body), shadow.shadow_body(creq.body), headers
+    )
     if upstream.status_code >= 400:  # releases the lease; a 5xx is logged and raised there
         await forwarder.failed(rec, upstream, lease)
         raise UpstreamError(f"replica {lease.replica.url} answered {upstream.status_code}", code="replica_error")
@@ -205,8 +250,9 @@ async def _aiter(events: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield event
 
 
-async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | None, content: bytes,
-                      replica: Replica) -> None:
+async def _after_miss(
+    state: RouterState, rec: Record, store: CacheRequest | None, content: bytes, replica: Replica
+) -> None:
     try:
         response = parse_json(content)
     except ValueError:
@@ -216,11 +262,13 @@ async def _after_miss(state: RouterState, rec: Record, store: CacheRequest | Non
         rec.prompt_tokens = counts[0] or rec.prompt_tokens
         rec.completion_tokens = counts[1]
         if rec.forwarded_at is not None and rec.first_byte_at is not None:
-            replica.observe_answer(rec.first_byte_at - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens,
-                                   time.monotonic())
+            replica.observe_answer(
+                rec.first_byte_at - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens, time.monotonic()
+            )
     if rec.demand:
-        state.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
-                             completion_tokens=rec.completion_tokens)
+        state.counters.count(
+            rec.pool, miss=True, prompt_tokens=rec.prompt_tokens, completion_tokens=rec.completion_tokens
+        )
     rec.finish(state.metrics, state.tracer)
     if rec.charged_tokens and counts is not None:  # the real usage corrects what admission charged
         await state.limiter.settle(rec.api_key, rec.charged_tokens, sum(counts))

@@ -37,8 +37,9 @@ class AnswerStore:
         """The largest answer (bytes of JSON) the cache keeps."""
         return self.cache.settings.max_entry_bytes
 
-    def with_replica_control(self, rec: Record, store: CacheRequest | None,
-                             cache_control: str | None) -> CacheRequest | None:
+    def with_replica_control(
+        self, rec: Record, store: CacheRequest | None, cache_control: str | None
+    ) -> CacheRequest | None:
         """``store`` (what the answer would be stored under; None: not stored) as the replica's
         ``Cache-Control`` (``cache_control``) allows: None when it forbids storing (counted), its
         TTL capped by the replica's ``s-maxage`` / ``max-age``, else unchanged."""
@@ -53,8 +54,9 @@ class AnswerStore:
             return store
         return replace(store, control=replace(store.control, ttl_cap_s=control.ttl_cap_s))
 
-    async def store(self, rec: Record, store: CacheRequest, response: dict[str, Any],
-                    raw: bytes | None = None, warmed: bool = False) -> bool:
+    async def store(
+        self, rec: Record, store: CacheRequest, response: dict[str, Any], raw: bytes | None = None, warmed: bool = False
+    ) -> bool:
         """Store ``response`` under ``store`` unless its JSON (``raw``, the replica's bytes, else
         serialised here, once) is over the cache's ``max_entry_bytes``: then counted ``too_large``.
         warmed: a warm generation (router/caching/warming.py), marked so by the cache. True when stored."""

@@ -118,6 +118,7 @@ def _aiohttp_hook(attribute: str) -> Any:
             progress.traced = True
             if attribute:
                 setattr(progress, attribute, True)
+
     return hook
 
 
@@ -153,16 +154,21 @@ class Upstream:
     """
 
     def __init__(self, transport: str, max_connections: int) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        limits = httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
         self._httpcore = transport != "aiohttp"
         if self._httpcore:
             self.transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=limits)
         else:
+
             def session() -> aiohttp.ClientSession:  # made on first use, inside the event loop
                 # checked before reuse: a connection the replica has closed is never written into
                 connector = CheckedConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S)
                 return aiohttp.ClientSession(connector=connector, trace_configs=[_aiohttp_trace()])
+
             self.transport = AiohttpTransport(limits=limits, client=session)
         self._urls: dict[str, httpx.URL] = {}
 
@@ -170,8 +176,15 @@ class Upstream:
         """Close every pooled connection."""
         await self.transport.aclose()
 
-    async def open(self, url: str, body: bytes, headers: dict[str, str], connect_timeout_s: float,
-                   ttfb_timeout_s: float, method: str = "POST") -> httpx.Response:
+    async def open(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        connect_timeout_s: float,
+        ttfb_timeout_s: float,
+        method: str = "POST",
+    ) -> httpx.Response:
         """Send ``body`` to ``url`` (``method``, POST by default) and return the response with
         its body not yet read.
 
@@ -199,18 +212,27 @@ class Upstream:
             failure = _failed(exc, progress, url, ttfb_timeout_s)
             # A reset before any response header: was the request left unread by a replica
             # that is gone? (router/forward/unread.py; a few connects, at most PROBE_S)
-            if type(failure) is UpstreamError and reset_by_peer(exc) and await port_closed(
-                    parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)):
-                failure = ResetUnread(f"replica {url} reset the connection with the request unread and no "
-                                      f"longer listens: never processed ({exc!r})", code="replica_unreachable")
+            if (
+                type(failure) is UpstreamError
+                and reset_by_peer(exc)
+                and await port_closed(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
+            ):
+                failure = ResetUnread(
+                    f"replica {url} reset the connection with the request unread and no "
+                    f"longer listens: never processed ({exc!r})",
+                    code="replica_unreachable",
+                )
             raise failure from None
         finally:
             _PROGRESS.reset(token)
         response.request = request
         if response.status_code in RETRYABLE_STATUS:
             await response.aclose()
-            raise RetryableStatus(f"replica {url} answered {response.status_code}",
-                                  retry_after_s(response.headers.get("retry-after")), code="replica_busy")
+            raise RetryableStatus(
+                f"replica {url} answered {response.status_code}",
+                retry_after_s(response.headers.get("retry-after")),
+                code="replica_busy",
+            )
         return response
 
 
@@ -224,8 +246,9 @@ def _failed(exc: httpx.HTTPError, progress: Progress, url: str, ttfb_timeout_s: 
     return UpstreamError(f"replica {url} failed {stage}: {exc!r}", code="replica_error")
 
 
-async def read_body(response: httpx.Response, url: str, total_s: float | None = None,
-                    max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
+async def read_body(
+    response: httpx.Response, url: str, total_s: float | None = None, max_bytes: int = MAX_ANSWER_BYTES
+) -> bytes:
     """The whole body of an open response, within ``total_s`` seconds in all (None: no bound
     but the read timeout, which every chunk resets, so a replica sending a byte at a time could
     hold the request for ever) and ``max_bytes`` (decoded): past it UpstreamError 502
@@ -239,16 +262,16 @@ ERROR_BODY_MAX_BYTES = 64 * 1024
 ERROR_BODY_TIMEOUT_S = 10.0
 
 
-async def read_error_body(response: httpx.Response, url: str, max_bytes: int = ERROR_BODY_MAX_BYTES,
-                          total_s: float = ERROR_BODY_TIMEOUT_S) -> bytes:
+async def read_error_body(
+    response: httpx.Response, url: str, max_bytes: int = ERROR_BODY_MAX_BYTES, total_s: float = ERROR_BODY_TIMEOUT_S
+) -> bytes:
     """At most ``max_bytes`` of an error answer's body, read within ``total_s`` seconds; the
     rest is never read (the response is closed, so its connection is dropped). Translates
     transport errors and the bound as :func:`read_body` does."""
     return await _read_bounded(response, url, total_s, max_bytes, "error")
 
 
-async def _read_bounded(response: httpx.Response, url: str, total_s: float | None, max_bytes: int,
-                        what: str) -> bytes:
+async def _read_bounded(response: httpx.Response, url: str, total_s: float | None, max_bytes: int, what: str) -> bytes:
     """Read ``response`` within both bounds and close it. Past ``max_bytes``: a ``response``
     is an UpstreamError (it would be relayed or cached incomplete), an ``error`` is cut there
     (only its start is used)."""
@@ -260,11 +283,13 @@ async def _read_bounded(response: httpx.Response, url: str, total_s: float | Non
                 if what == "error" and len(body) >= max_bytes:
                     break
                 if len(body) > max_bytes:
-                    raise UpstreamError(f"replica {url} sent an answer over {max_bytes} bytes",
-                                        code="replica_answer_too_large")
+                    raise UpstreamError(
+                        f"replica {url} sent an answer over {max_bytes} bytes", code="replica_answer_too_large"
+                    )
     except TimeoutError:
-        raise UpstreamTimeout(f"replica {url} took over {total_s:g} s to send its {what}",
-                              code="replica_timeout") from None
+        raise UpstreamTimeout(
+            f"replica {url} took over {total_s:g} s to send its {what}", code="replica_timeout"
+        ) from None
     except httpx.HTTPError as exc:
         if _timed_out(exc):
             raise UpstreamTimeout(f"replica {url} timed out sending its {what}", code="replica_timeout") from None

@@ -73,8 +73,9 @@ class SimClock:
 class TrafficCounters:
     """Counts requests, misses and tokens per model and (simulated) Unix minute."""
 
-    def __init__(self, redis: aioredis.Redis, clock: SimClock, flush_s: float, models: list[str],
-                 max_pending: int = 100_000) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, clock: SimClock, flush_s: float, models: list[str], max_pending: int = 100_000
+    ) -> None:
         self.redis = redis
         self.models = models
         self.clock = clock

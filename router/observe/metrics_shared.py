@@ -92,8 +92,13 @@ class SharedSeries:
         self._gauges: dict[str, Gauge] = {}
         self._counters: dict[str, Counter] = {}
         self._counted: dict[tuple[str, tuple[str, ...]], float] = {}  # counter values already added
-        self._discovered = Gauge(DISCOVERED, "1 while this worker discovers the replica", ["replica"],
-                                 registry=None, multiprocess_mode="livemax")
+        self._discovered = Gauge(
+            DISCOVERED,
+            "1 while this worker discovers the replica",
+            ["replica"],
+            registry=None,
+            multiprocess_mode="livemax",
+        )
         self._marked: set[str] = set()  # replicas marked 1
 
     def publish(self) -> None:
@@ -124,8 +129,12 @@ class SharedSeries:
             gauge = self._gauges.get(family.name)
             if gauge is None:
                 gauge = self._gauges[family.name] = Gauge(
-                    family.name, family.documentation, list(sample.labels), registry=None,
-                    multiprocess_mode=GAUGE_MODES.get(family.name, "liveall"))  # type: ignore[arg-type]
+                    family.name,
+                    family.documentation,
+                    list(sample.labels),
+                    registry=None,
+                    multiprocess_mode=GAUGE_MODES.get(family.name, "liveall"),
+                )  # type: ignore[arg-type]
             (gauge.labels(*sample.labels.values()) if sample.labels else gauge).set(sample.value)
 
     def _count(self, family: Metric) -> None:
@@ -134,8 +143,9 @@ class SharedSeries:
                 continue
             counter = self._counters.get(family.name)
             if counter is None:
-                counter = self._counters[family.name] = Counter(family.name, family.documentation,
-                                                                list(sample.labels), registry=None)
+                counter = self._counters[family.name] = Counter(
+                    family.name, family.documentation, list(sample.labels), registry=None
+                )
             key = (family.name, tuple(sample.labels.values()))
             child = counter.labels(*key[1]) if sample.labels else counter  # shown at 0 as in one process
             added = sample.value - self._counted.get(key, 0.0)
@@ -163,13 +173,19 @@ class _OnlyReplicas(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = list(self.inner.collect())
-        replicas = {s.labels["replica"] for family in families if family.name == DISCOVERED
-                    for s in family.samples if s.value > 0}
+        replicas = {
+            s.labels["replica"]
+            for family in families
+            if family.name == DISCOVERED
+            for s in family.samples
+            if s.value > 0
+        }
         for family in families:
             if family.name == DISCOVERED:
                 continue
-            family.samples = [s for s in family.samples
-                              if not s.labels.get("replica") or s.labels["replica"] in replicas]
+            family.samples = [
+                s for s in family.samples if not s.labels.get("replica") or s.labels["replica"] in replicas
+            ]
             yield family
 
 

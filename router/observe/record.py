@@ -51,20 +51,51 @@ class Record:
         """Count the request in the metrics, write its log line and spans (call exactly once)."""
         end = time.perf_counter()
         if tracer is not None:
-            record_spans(tracer, {"request_id": self.request_id, "pool": self.target, "lane": self.lane, "replica": self.replica,
-                                  "cache": self.cache, "status": self.status}, self.started, self.forwarded_at,
-                         self.first_byte_at, end)
-        metrics.observe_request(self.pool, self.replica, self.status, self.cache, end - self.started,
-                                None if self.first_byte_at is None else self.first_byte_at - self.started)
+            record_spans(
+                tracer,
+                {
+                    "request_id": self.request_id,
+                    "pool": self.target,
+                    "lane": self.lane,
+                    "replica": self.replica,
+                    "cache": self.cache,
+                    "status": self.status,
+                },
+                self.started,
+                self.forwarded_at,
+                self.first_byte_at,
+                end,
+            )
+        metrics.observe_request(
+            self.pool,
+            self.replica,
+            self.status,
+            self.cache,
+            end - self.started,
+            None if self.first_byte_at is None else self.first_byte_at - self.started,
+        )
         if log.isEnabledFor(logging.INFO):
             forwarded = self.forwarded_at or end
-            log.info(json.dumps({
-                "request_id": self.request_id, "model": self.pool, "priority": self.priority,
-                "claimed_priority": self.claimed_priority, "size": self.size,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "pool": self.target, "lane": self.lane, "replica": self.replica, "profile": self.profile, "cache": self.cache,
-                "status": self.status,
-                "retries": self.retries, "queue_time": round(forwarded - self.started, 6),
-                "inference_time": round(end - forwarded, 6),
-                "ttft": None if self.first_byte_at is None else round(self.first_byte_at - self.started, 6),
-            }))
+            log.info(
+                json.dumps(
+                    {
+                        "request_id": self.request_id,
+                        "model": self.pool,
+                        "priority": self.priority,
+                        "claimed_priority": self.claimed_priority,
+                        "size": self.size,
+                        "prompt_tokens": self.prompt_tokens,
+                        "completion_tokens": self.completion_tokens,
+                        "pool": self.target,
+                        "lane": self.lane,
+                        "replica": self.replica,
+                        "profile": self.profile,
+                        "cache": self.cache,
+                        "status": self.status,
+                        "retries": self.retries,
+                        "queue_time": round(forwarded - self.started, 6),
+                        "inference_time": round(end - forwarded, 6),
+                        "ttft": None if self.first_byte_at is None else round(self.first_byte_at - self.started, 6),
+                    }
+                )
+            )

@@ -50,8 +50,10 @@ def _otlp_class() -> type[SpanExporter]:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
-        raise TracingError("otel_exporter=otlp needs the package opentelemetry-exporter-otlp-proto-http "
-                           "(pip install opentelemetry-exporter-otlp-proto-http)") from None
+        raise TracingError(
+            "otel_exporter=otlp needs the package opentelemetry-exporter-otlp-proto-http "
+            "(pip install opentelemetry-exporter-otlp-proto-http)"
+        ) from None
     return OTLPSpanExporter
 
 
@@ -60,8 +62,14 @@ def _otlp(endpoint: str | None) -> SpanExporter:
     return exporter(endpoint=endpoint) if endpoint else exporter()  # type: ignore[call-arg]
 
 
-def record_spans(tracer: trace.Tracer, attributes: dict[str, str | int], started: float, forwarded: float | None,
-                 first_byte: float | None, end: float) -> None:
+def record_spans(
+    tracer: trace.Tracer,
+    attributes: dict[str, str | int],
+    started: float,
+    forwarded: float | None,
+    first_byte: float | None,
+    end: float,
+) -> None:
     """Emit the request's spans after the fact; times are ``time.perf_counter()`` seconds."""
     offset_ns = time.time_ns() - int(time.perf_counter() * 1e9)
 

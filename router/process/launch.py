@@ -23,26 +23,27 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import uvicorn
-from tqdm import tqdm
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
+from tqdm import tqdm
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from cache import CacheSettings
-from opskit import FORMATS, LogFormat, configure as configure_logging
+from opskit import FORMATS, LogFormat
+from opskit import configure as configure_logging
 from opskit.redis_client import RedisURLError, check_redis_url
 from router.app import create_app
+from router.discovery import DiscoveryError, ReplicaSource, StaticSource, build_source
 from router.errors import RouterError
 from router.forward.credentials import CredentialError, Credentials
-from router.discovery import DiscoveryError, ReplicaSource, StaticSource, build_source
-from router.process.heap import frozen_after_startup
-from router.process.limits import ConnectionBudget, connection_budget
 from router.observe.metrics_shared import ENV as SHARED_METRICS_ENV
 from router.observe.metrics_shared import forget, hold, new_dir, remove_dir, shared_dir
+from router.observe.tracing import TracingError, check_exporter
+from router.process.heap import frozen_after_startup
+from router.process.limits import ConnectionBudget, connection_budget
 from router.process.server import not_cancelled, protocol_class, raise_open_files_limit
 from router.settings import RouterSettings, error_location
-from router.observe.tracing import TracingError, check_exporter
 
 log = logging.getLogger("router.server")
 S = TypeVar("S", bound=BaseSettings)
@@ -161,11 +162,21 @@ class WorkerConfig(uvicorn.Config):
     values; :meth:`load`, which uvicorn calls in the worker before it serves, builds the worker's
     app and protocol there."""
 
-    def __init__(self, *, host: str, port: int, workers: int, log_format: LogFormat, log_level: str,
-                 keepalive_s: float) -> None:
-        super().__init__("router.app:create_app", host=host, port=port, workers=workers, loop="uvloop",
-                         log_level=log_level, access_log=False, log_config=None,
-                         timeout_keep_alive=keepalive_s, timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+    def __init__(
+        self, *, host: str, port: int, workers: int, log_format: LogFormat, log_level: str, keepalive_s: float
+    ) -> None:
+        super().__init__(
+            "router.app:create_app",
+            host=host,
+            port=port,
+            workers=workers,
+            loop="uvloop",
+            log_level=log_level,
+            access_log=False,
+            log_config=None,
+            timeout_keep_alive=keepalive_s,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+        )
         self.router_log_format = log_format
         self.router_log_level = log_level
 
@@ -194,8 +205,9 @@ class WorkerConfig(uvicorn.Config):
         # thread lock does, since progress bars are off and the worker starts no processes.
         tqdm.set_lock(threading.RLock())
         if launch.budget.note:
-            log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", launch.budget.nofile,
-                        launch.budget.note)
+            log.warning(
+                "RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", launch.budget.nofile, launch.budget.note
+            )
         self.app: Any = frozen_after_startup(create_app(launch.settings, launch.source))
         self.http = protocol_class(launch.settings.limits, launch.budget)
         super().load()

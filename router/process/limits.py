@@ -92,8 +92,10 @@ def connection_budget(nofile: int, limits: Limits, upstream_max: int) -> Connect
     Raises ValueError when ``nofile`` leaves no room for a single client connection."""
     room = nofile - OTHER_FDS - limits.health_reserve
     if room < 2:
-        raise ValueError(f"RLIMIT_NOFILE {nofile} leaves no room for connections "
-                         f"({OTHER_FDS} other descriptors + {limits.health_reserve} reserved)")
+        raise ValueError(
+            f"RLIMIT_NOFILE {nofile} leaves no room for connections "
+            f"({OTHER_FDS} other descriptors + {limits.health_reserve} reserved)"
+        )
     configured = limits.max_client_connections
     wanted = configured if configured is not None else room - min(upstream_max, room // 2)
     if wanted + upstream_max <= room:
@@ -102,5 +104,7 @@ def connection_budget(nofile: int, limits: Limits, upstream_max: int) -> Connect
     upstream = min(upstream_max, room - clients)
     note = (f"client connections {wanted} -> {clients}" if clients != wanted else "") + (
         f"{', ' if clients != wanted else ''}upstream connections {upstream_max} -> {upstream}"
-        if upstream != upstream_max else "")
+        if upstream != upstream_max
+        else ""
+    )
     return ConnectionBudget(nofile, clients, limits.health_reserve, upstream, note)

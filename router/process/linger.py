@@ -29,8 +29,14 @@ class Lingering:
     close; ``total_s``: seconds after :meth:`start` before the close, whatever arrives.
     """
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, max_bytes: int,
-                 idle_s: float, total_s: float) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        max_bytes: int,
+        idle_s: float,
+        total_s: float,
+    ) -> None:
         self.transport = transport
         self.loop = loop
         self.max_bytes = max_bytes

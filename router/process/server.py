@@ -117,8 +117,13 @@ class ConnectionGuard:
             return
         self._warned_at = now
         counts = ", ".join(f"{n} {w}" for w, n in self._since_warning.items() if n)
-        log.warning("connection cap %d reached (RLIMIT_NOFILE %d, %d reserved for /health): %s",
-                    self.budget.clients, self.budget.nofile, self.budget.reserve, counts)
+        log.warning(
+            "connection cap %d reached (RLIMIT_NOFILE %d, %d reserved for /health): %s",
+            self.budget.clients,
+            self.budget.nofile,
+            self.budget.reserve,
+            counts,
+        )
         self._since_warning = dict.fromkeys(self._since_warning, 0)
 
 
@@ -154,17 +159,28 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """The request's body has stopped arriving: no byte for ``limits.body_stall_s`` seconds
         (``now``: loop time) and nothing answered yet, so it may be closed to make room."""
         cycle = self.cycle
-        return (self._body_at is not None and not self._in_head and cycle is not None
-                and not cycle.response_started and now - self._body_at >= self.limits.body_stall_s)
+        return (
+            self._body_at is not None
+            and not self._in_head
+            and cycle is not None
+            and not cycle.response_started
+            and now - self._body_at >= self.limits.body_stall_s
+        )
 
     def evict_stalled(self) -> None:
         """Answer 408 ``body_timeout`` (Connection: close) and close: the connection's slot is needed."""
         self._refused = True
         self._disarm()
         if not self.transport.is_closing():
-            self.transport.write(_error_bytes(RequestTimeout(
-                f"request body stalled for {self.limits.body_stall_s:g} s while the router is at its "
-                "connection limit", code="body_timeout")))
+            self.transport.write(
+                _error_bytes(
+                    RequestTimeout(
+                        f"request body stalled for {self.limits.body_stall_s:g} s while the router is at its "
+                        "connection limit",
+                        code="body_timeout",
+                    )
+                )
+            )
         self.transport.close()
 
     # connection
@@ -194,8 +210,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             if self._in_head:
                 room = self.limits.max_header_bytes - self._head_bytes
                 if room <= 0:
-                    self._refuse(HeadersTooLarge(f"request headers are larger than {self.limits.max_header_bytes}"
-                                                 " bytes", code="headers_too_large"))
+                    self._refuse(
+                        HeadersTooLarge(
+                            f"request headers are larger than {self.limits.max_header_bytes} bytes",
+                            code="headers_too_large",
+                        )
+                    )
                     return
                 if len(data) > room:
                     piece, data = data[:room], data[room:]
@@ -222,14 +242,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
         if len(self.url) > self.limits.max_url_bytes:
-            self._stop(URITooLong(f"request target is longer than {self.limits.max_url_bytes} bytes",
-                                  code="url_too_long"))
+            self._stop(
+                URITooLong(f"request target is longer than {self.limits.max_url_bytes} bytes", code="url_too_long")
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         if self._header_count > self.limits.max_headers:
-            self._stop(HeadersTooLarge(f"more than {self.limits.max_headers} request headers",
-                                       code="too_many_headers"))
+            self._stop(HeadersTooLarge(f"more than {self.limits.max_headers} request headers", code="too_many_headers"))
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -310,8 +330,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def _start_lingering(self) -> None:
         limits = self.limits
-        self._linger = Lingering(self.transport, self.loop, limits.lingering_max_bytes,
-                                 limits.lingering_timeout_s, limits.lingering_time_s)
+        self._linger = Lingering(
+            self.transport, self.loop, limits.lingering_max_bytes, limits.lingering_timeout_s, limits.lingering_time_s
+        )
         self.flow.resume_reading()  # uvicorn pauses reading while a body waits for the app
         self._linger.start()
 
@@ -333,22 +354,37 @@ class _AnswerThenLinger:
 
 def _error_bytes(error: APIError) -> bytes:
     body = json.dumps(error.body()).encode()
-    return b"".join([STATUS_LINE[error.status], b"content-type: application/json\r\n",
-                     b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body])
+    return b"".join(
+        [
+            STATUS_LINE[error.status],
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+            body,
+        ]
+    )
 
 
 def _reserved_only(app: Any) -> Any:
     """``app`` for /health and /metrics only; anything else is 503 ``server_busy``, then closed."""
-    busy = ServerBusy("the router is at its connection limit; only /health and /metrics are served",
-                      code="server_busy")
+    busy = ServerBusy("the router is at its connection limit; only /health and /metrics are served", code="server_busy")
     body = json.dumps(busy.body()).encode()
 
     async def reserved(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] in RESERVED_PATHS:
             await app(scope, receive, send)
             return
-        await send({"type": "http.response.start", "status": busy.status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": busy.status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     return reserved
@@ -364,9 +400,17 @@ def serve(app: Any, limits: Limits, budget: ConnectionBudget, host: str, port: i
     if budget.note:
         log.warning("RLIMIT_NOFILE %d: %s to fit (router/README.md, Limits)", budget.nofile, budget.note)
     # the heap as start-up left it is frozen: the collector stops walking it (router/process/heap.py)
-    config = uvicorn.Config(frozen_after_startup(app), host=host, port=port, loop="uvloop",
-                            http=protocol_class(limits, budget),
-                            log_level=log_level, access_log=False, log_config=None, timeout_keep_alive=limits.keepalive_timeout_s)
+    config = uvicorn.Config(
+        frozen_after_startup(app),
+        host=host,
+        port=port,
+        loop="uvloop",
+        http=protocol_class(limits, budget),
+        log_level=log_level,
+        access_log=False,
+        log_config=None,
+        timeout_keep_alive=limits.keepalive_timeout_s,
+    )
     server = uvicorn.Server(config)
     try:
         server.run()

@@ -92,8 +92,11 @@ def _fresh(value: Any) -> tuple[Any, int]:
 
 
 def _merge_list(acc: list[Any], items: list[Any]) -> int:
-    by_index = acc.by_index if isinstance(acc, _List) else {
-        e["index"]: e for e in acc if isinstance(e, dict) and type(e.get("index")) is int}
+    by_index = (
+        acc.by_index
+        if isinstance(acc, _List)
+        else {e["index"]: e for e in acc if isinstance(e, dict) and type(e.get("index")) is int}
+    )
     grown = 0
     for item in items:
         index = item.get("index") if isinstance(item, dict) else None
@@ -172,8 +175,10 @@ def split_text(text: str, logprobs: Any) -> list[tuple[str, Any]]:
         n = len(tokens)
         # every list of one entry per token is sliced; anything else goes with the first token
         per_token = {k for k, v in logprobs.items() if isinstance(v, list) and len(v) == n}
-        return [(tok, {k: (v[i:i + 1] if k in per_token else (v if i == 0 else None)) for k, v in logprobs.items()})
-                for i, tok in enumerate(tokens)]
+        return [
+            (tok, {k: (v[i : i + 1] if k in per_token else (v if i == 0 else None)) for k, v in logprobs.items()})
+            for i, tok in enumerate(tokens)
+        ]
     pieces = list(_pieces(text))
     if logprobs is None:
         return [(p, None) for p in pieces]

@@ -24,13 +24,13 @@ from starlette.types import Receive, Scope, Send
 from cache import CacheRequest, usage_tokens
 from router.errors import APIError, UpstreamError, UpstreamTimeout
 from router.fleet.health import judged_ttft
-from router.observe.record import Record
 from router.fleet.replicas import Lease
 from router.forward.ratelimit import RateLimiter
 from router.forward.storing import AnswerStore
 from router.forward.upstream import iter_body
 from router.observe.counters import TrafficCounters
 from router.observe.metrics import RouterMetrics
+from router.observe.record import Record
 from router.settings import Timeouts
 from router.stream.sse import DONE, StreamAssembler, UsageFilter
 
@@ -54,8 +54,7 @@ class RelayResponse(StreamingResponse):
     """A streamed response whose ``on_close`` runs exactly once however the stream ends
     (finished, failed, client disconnected, or never started)."""
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
-                 **kwargs: Any) -> None:
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
 
@@ -69,10 +68,17 @@ class RelayResponse(StreamingResponse):
                 await self._on_close()
 
 
-def relay_stream(relaying: Relaying, rec: Record, store: CacheRequest | None, upstream: httpx.Response,
-                 lease: Lease, headers: dict[str, str], strip_usage: bool = False,
-                 assembler: StreamAssembler | None = None,
-                 on_chunk: Callable[[], Awaitable[None]] | None = None) -> RelayResponse:
+def relay_stream(
+    relaying: Relaying,
+    rec: Record,
+    store: CacheRequest | None,
+    upstream: httpx.Response,
+    lease: Lease,
+    headers: dict[str, str],
+    strip_usage: bool = False,
+    assembler: StreamAssembler | None = None,
+    on_chunk: Callable[[], Awaitable[None]] | None = None,
+) -> RelayResponse:
     """The client response for an open upstream SSE response; a complete stream is stored in
     the cache under ``store`` (None: not stored) unless its answer is over the cache's
     ``max_entry_bytes`` (then it is relayed whole but no longer assembled, and counted
@@ -101,8 +107,9 @@ def relay_stream(relaying: Relaying, rec: Record, store: CacheRequest | None, up
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    raise UpstreamTimeout(f"replica {url} sent nothing for {timeout} s",
-                                          code="replica_timeout") from None
+                    raise UpstreamTimeout(
+                        f"replica {url} sent nothing for {timeout} s", code="replica_timeout"
+                    ) from None
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
@@ -141,8 +148,9 @@ def relay_stream(relaying: Relaying, rec: Record, store: CacheRequest | None, up
         else:
             # from the forward, not the request's start: the client's upload and the cache
             # lookup are no evidence about the replica (a slow upload ejected a healthy one)
-            ttft = None if rec.first_byte_at is None or rec.forwarded_at is None \
-                else rec.first_byte_at - rec.forwarded_at
+            ttft = (
+                None if rec.first_byte_at is None or rec.forwarded_at is None else rec.first_byte_at - rec.forwarded_at
+            )
             lease.replica.health.on_success(now, judged_ttft(ttft, rec.size))
         usage = usage_tokens(assembler.usage)
         streamed = None if usage is not None or rec.first_byte_at is None else (rec.prompt_tokens, assembler.events)
@@ -152,10 +160,12 @@ def relay_stream(relaying: Relaying, rec: Record, store: CacheRequest | None, up
         rec.completion_tokens = completion
         rec.prompt_tokens = prompt or rec.prompt_tokens
         if complete and not failed and rec.forwarded_at is not None:
-            lease.replica.observe_answer(time.perf_counter() - rec.forwarded_at, rec.completion_tokens,
-                                         rec.prompt_tokens, now)
-        relaying.counters.count(rec.pool, miss=True, prompt_tokens=rec.prompt_tokens,
-                             completion_tokens=rec.completion_tokens)
+            lease.replica.observe_answer(
+                time.perf_counter() - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens, now
+            )
+        relaying.counters.count(
+            rec.pool, miss=True, prompt_tokens=rec.prompt_tokens, completion_tokens=rec.completion_tokens
+        )
         rec.finish(relaying.metrics, relaying.tracer)
         if rec.charged_tokens and usage is not None:  # the real usage corrects what admission charged
             await relaying.limiter.settle(rec.api_key, rec.charged_tokens, sum(usage))

@@ -85,8 +85,15 @@ def replay(response: dict[str, Any], include_usage: bool = True) -> Iterator[byt
                 part = _with_logprobs({"index": index, "text": piece}, logprobs, said)
                 yield chunk([{**part, "finish_reason": None}])
             last = {"text": ""}
-        yield chunk([{**_with_logprobs({"index": index, **last}, None, said),
-                      "finish_reason": choice.get("finish_reason", "stop"), **extra}])
+        yield chunk(
+            [
+                {
+                    **_with_logprobs({"index": index, **last}, None, said),
+                    "finish_reason": choice.get("finish_reason", "stop"),
+                    **extra,
+                }
+            ]
+        )
     if include_usage and response.get("usage") is not None:
         yield _event({**head, "choices": [], "usage": response["usage"]})
     yield DONE
@@ -148,7 +155,7 @@ class UsageFilter:
         out: list[bytes] = []
         start = 0
         for end in _EVENT_END.finditer(self._buf, max(0, self._scanned - 3)):
-            event: bytes | None = bytes(self._buf[start:end.start()])
+            event: bytes | None = bytes(self._buf[start : end.start()])
             if self._passing:  # its beginning went out as it came: so does the rest
                 self._passing = False
             else:
@@ -302,8 +309,11 @@ class StreamAssembler:
         for index in sorted(self._choices):
             acc = self._choices[index]
             extra = deltas.finish({k: v for k, v in acc.items() if k not in _CHOICE_PARTS})
-            part = ({"message": deltas.message_of(acc.get("delta") or {})} if chat
-                    else {"text": deltas.finish(acc.get("text")) or ""})
+            part = (
+                {"message": deltas.message_of(acc.get("delta") or {})}
+                if chat
+                else {"text": deltas.finish(acc.get("text")) or ""}
+            )
             if "logprobs" in acc:  # said by the stream, if only as null
                 part["logprobs"] = deltas.finish(acc["logprobs"])
             choices.append({"index": index, **part, "finish_reason": acc["finish_reason"], **extra})

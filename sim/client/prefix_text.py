@@ -26,8 +26,7 @@ BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 def block_text(hash_id: int) -> str:
     """The text of prefix block ``hash_id``: BLOCK_CHARS hex characters drawn from SHA-256 of
     the id (the same id always gives the same text, in any process)."""
-    digests = (hashlib.sha256(f"promptedge-block:{hash_id}:{k}".encode()).hexdigest()
-               for k in range(BLOCK_CHARS // 64))
+    digests = (hashlib.sha256(f"promptedge-block:{hash_id}:{k}".encode()).hexdigest() for k in range(BLOCK_CHARS // 64))
     return "".join(digests)
 
 

@@ -122,8 +122,7 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
         messages = [{"role": "user", "content": prompt.text}]
         if cfg.pad_context and pad:
             messages.insert(0, {"role": "system", "content": _padding(pad, prompt.source)})
-        body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
-                                "temperature": 0}
+        body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
         if cfg.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         plan.append(PlannedRequest(at, prompt.kind, max_tokens, body))
@@ -133,8 +132,12 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
 def _shared_prefix_request(row: TraceRequest, at: float, cfg: ReplayConfig) -> PlannedRequest:
     text = prompt_from_blocks(row.hash_ids, max(1, min(row.context_tokens, cfg.max_context_tokens)))
     max_tokens = max(1, row.generated_tokens)
-    body: dict[str, Any] = {"model": cfg.model, "messages": [{"role": "user", "content": text}],
-                            "max_tokens": max_tokens, "temperature": 0}
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     if cfg.stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     return PlannedRequest(at, "new", max_tokens, body)
@@ -154,9 +157,18 @@ async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> O
     headers: httpx.Headers = httpx.Headers()
 
     def done(ok: bool, error: str | None) -> Outcome:
-        return Outcome(req.kind, ok, error, time.perf_counter() - t0, ttft,
-                       headers.get("x-cache"), headers.get("x-promptedge-replica"), lag, t0,
-                       json.dumps(req.body, sort_keys=True))
+        return Outcome(
+            req.kind,
+            ok,
+            error,
+            time.perf_counter() - t0,
+            ttft,
+            headers.get("x-cache"),
+            headers.get("x-promptedge-replica"),
+            lag,
+            t0,
+            json.dumps(req.body, sort_keys=True),
+        )
 
     try:
         if req.body.get("stream"):
@@ -198,8 +210,7 @@ async def run_plan(
     timeout = httpx.Timeout(cfg.timeout_s, connect=10.0)
     sem = asyncio.Semaphore(cfg.concurrency)
     outcomes: list[Outcome | None] = [None] * len(plan)
-    bar = tqdm(total=len(plan), unit="req", disable=not cfg.progress, desc=cfg.progress_label,
-               mininterval=0.5)
+    bar = tqdm(total=len(plan), unit="req", disable=not cfg.progress, desc=cfg.progress_label, mininterval=0.5)
     async with httpx.AsyncClient(base_url=cfg.target, limits=limits, timeout=timeout, transport=transport) as client:
 
         async def worker(i: int, req: PlannedRequest, lag: float) -> None:

@@ -55,8 +55,11 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
             continue
         end = o.sent_s + o.latency_s
         answered[o.prompt] = min(end, answered.get(o.prompt, end))
-    after = [o for o in outcomes if o.kind == "repeat" and o.prompt in answered
-             and answered[o.prompt] + STORE_SLACK_S <= o.sent_s]
+    after = [
+        o
+        for o in outcomes
+        if o.kind == "repeat" and o.prompt in answered and answered[o.prompt] + STORE_SLACK_S <= o.sent_s
+    ]
     return {
         "requests": len(outcomes),
         "ok": len(ok),
@@ -69,8 +72,10 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
         "ttft_ms": percentiles_ms([o.ttft_s for o in ok if o.ttft_s is not None]),
         "replica_share": {r: round(n / forwarded, 4) for r, n in sorted(replicas.items())},
         "by_kind": by_kind,
-        "repeats_after_answer": {"requests": len(after),
-                                 "exact_hits": sum(1 for o in after if o.ok and o.cache in EXACT_VALUES)},
+        "repeats_after_answer": {
+            "requests": len(after),
+            "exact_hits": sum(1 for o in after if o.ok and o.cache in EXACT_VALUES),
+        },
         "wall_s": round(wall_s, 1),
         "lag_ms": percentiles_ms([o.lag_s for o in outcomes]),
     }
@@ -112,8 +117,13 @@ def render(report: dict[str, Any]) -> str:
     ]
     lag_p95 = (report.get("lag_ms") or {}).get("p95")
     if lag_p95 is not None and lag_p95 > 1000:  # sent late: the replay no longer follows the trace's timing
-        rows.append(("warning", f"requests were sent up to {lag_p95 / 1000:.0f} s (p95) after their trace time: "
-                                "the machine could not keep up, so the replicas did not see the trace's timing"))
+        rows.append(
+            (
+                "warning",
+                f"requests were sent up to {lag_p95 / 1000:.0f} s (p95) after their trace time: "
+                "the machine could not keep up, so the replicas did not see the trace's timing",
+            )
+        )
     if report.get("logs"):
         rows.append(("logs", f"{report['logs']} (router, replicas, forecast.json)"))
     if report.get("sample_fraction", 1.0) < 1.0:
@@ -124,13 +134,20 @@ def render(report: dict[str, Any]) -> str:
         profile = f" ({profiles[replica]})" if profiles.get(replica) else ""
         rows.append((f"share {replica}{profile}", f"{report['replica_share'].get(replica, 0.0):.1%}"))
     for kind, k in report["by_kind"].items():
-        rows.append((f"prompts {kind}", f"{k['requests']} (exact hits {k['exact_hits']}, semantic {k['semantic_hits']})"))
+        rows.append(
+            (f"prompts {kind}", f"{k['requests']} (exact hits {k['exact_hits']}, semantic {k['semantic_hits']})")
+        )
     after = report.get("repeats_after_answer")
     if after is not None:
         rows.append(("repeats after an answer", f"{after['requests']} (exact hits {after['exact_hits']})"))
     pool = report.get("questions")
     if pool and pool.get("exhausted"):
-        rows.append(("question pool", f"all {pool['pairs']} pairs used by {pool['last_new_at_s']} s: later prompts "
-                                      "only repeat (cache hits), so replicas and forecaster see little demand"))
+        rows.append(
+            (
+                "question pool",
+                f"all {pool['pairs']} pairs used by {pool['last_new_at_s']} s: later prompts "
+                "only repeat (cache hits), so replicas and forecaster see little demand",
+            )
+        )
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

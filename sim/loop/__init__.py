@@ -16,5 +16,14 @@ def run_loop(cfg: LoopConfig) -> dict:  # type: ignore[type-arg]
     return _run(cfg)
 
 
-__all__ = ["DEFAULT_ITL_S", "DEFAULT_TTFT_S", "POLICIES", "LoopConfig", "plot", "ratios", "render", "run_loop",
-           "write_json"]
+__all__ = [
+    "DEFAULT_ITL_S",
+    "DEFAULT_TTFT_S",
+    "POLICIES",
+    "LoopConfig",
+    "plot",
+    "ratios",
+    "render",
+    "run_loop",
+    "write_json",
+]

@@ -12,15 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from sim.client.traffic import TokenSampler
-from sim.replica.latency.batch import simulate
-from sim.replica.latency.batch import Profile
+from sim.replica.latency.batch import Profile, simulate
 
-RATE_GRID = tuple(round(0.1 * 1.25 ** i, 3) for i in range(30))  # 0.1 .. ~64 requests/s
+RATE_GRID = tuple(round(0.1 * 1.25**i, 3) for i in range(30))  # 0.1 .. ~64 requests/s
 
 
-def replica_capacity(profile: Profile, tokens: TokenSampler, ttft_slo_s: float, itl_slo_s: float,
-                     pad_context: bool, max_context_tokens: int = 4000, attainment: float = 0.995,
-                     span_s: float = 900.0, seed: int = 0) -> float:
+def replica_capacity(
+    profile: Profile,
+    tokens: TokenSampler,
+    ttft_slo_s: float,
+    itl_slo_s: float,
+    pad_context: bool,
+    max_context_tokens: int = 4000,
+    attainment: float = 0.995,
+    span_s: float = 900.0,
+    seed: int = 0,
+) -> float:
     """Requests/s (simulated) one replica of ``profile`` carries within the SLO (see module
     doc); the grid's smallest rate when even that fails. Prompts are the trace's context
     tokens when ``pad_context`` (capped), else ~20 tokens."""

@@ -91,13 +91,19 @@ class LoopConfig:
             raise ValueError(f"no policy to run; give one or more of {', '.join(POLICIES)}")
         # finite first: an infinite speed-up reached the router as a NaN, a negative history as
         # an empty array, deep inside the run
-        for name, value, ok, rule in (("speedup", self.speedup, self.speedup > 0, "> 0"),
-                                      ("hours", self.hours, self.hours > 0, "> 0"),
-                                      ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0"),
-                                      ("history_days", self.history_days, self.history_days >= 0, ">= 0"),
-                                      ("miss_ratio", self.miss_ratio, 0 <= self.miss_ratio <= 1, "in [0, 1]"),
-                                      ("capacity_rps", self.capacity_rps,
-                                       self.capacity_rps is None or self.capacity_rps > 0, "> 0 (or not given: measured)")):
+        for name, value, ok, rule in (
+            ("speedup", self.speedup, self.speedup > 0, "> 0"),
+            ("hours", self.hours, self.hours > 0, "> 0"),
+            ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0"),
+            ("history_days", self.history_days, self.history_days >= 0, ">= 0"),
+            ("miss_ratio", self.miss_ratio, 0 <= self.miss_ratio <= 1, "in [0, 1]"),
+            (
+                "capacity_rps",
+                self.capacity_rps,
+                self.capacity_rps is None or self.capacity_rps > 0,
+                "> 0 (or not given: measured)",
+            ),
+        ):
             if value is not None and (not math.isfinite(value) or not ok):
                 raise ValueError(f"{name} must be {rule} and finite, got {value:g}")
         if self.max_jump is not None and self.max_jump < 1:

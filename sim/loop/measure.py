@@ -54,8 +54,7 @@ class ScaleSample:
 
 def is_good(r: RequestRecord, ttft_slo_s: float, itl_slo_s: float) -> bool:
     """True when the request met both SLOs (see the module doc)."""
-    return (r.ok and r.ttft_s is not None and r.ttft_s <= ttft_slo_s
-            and (r.itl_s is None or r.itl_s <= itl_slo_s))
+    return r.ok and r.ttft_s is not None and r.ttft_s <= ttft_slo_s and (r.itl_s is None or r.itl_s <= itl_slo_s)
 
 
 def _pct(values: list[float]) -> dict[str, float | None]:
@@ -65,8 +64,14 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     return {"p50": round(float(p[0]), 4), "p95": round(float(p[1]), 4), "p99": round(float(p[2]), 4)}
 
 
-def per_minute(requests: list[RequestRecord], samples: list[ScaleSample], span_s: float, capacity_rps: float,
-               ttft_slo_s: float, itl_slo_s: float) -> list[dict[str, Any]]:
+def per_minute(
+    requests: list[RequestRecord],
+    samples: list[ScaleSample],
+    span_s: float,
+    capacity_rps: float,
+    ttft_slo_s: float,
+    itl_slo_s: float,
+) -> list[dict[str, Any]]:
     """One row per simulated minute of the segment: ``minute``, ``demand_rps`` (arrivals),
     ``forwarded_rps`` (misses), ``desired``/``ready``/``warming`` (last sample of the minute;
     ``ready_mean`` the mean), ``ttft``/``itl`` percentiles, ``slo_attainment``, ``hit_ratio``,
@@ -79,21 +84,25 @@ def per_minute(requests: list[RequestRecord], samples: list[ScaleSample], span_s
         forwarded = sum(1 for r in reqs if not r.hit) / 60.0
         ready_mean = float(np.mean([s.ready for s in samp])) if samp else None
         last = samp[-1] if samp else None
-        rows.append({
-            "minute": m,
-            "demand_rps": round(len(reqs) / 60.0, 4),
-            "forwarded_rps": round(forwarded, 4),
-            "desired": last.desired if last else None,
-            "ready": last.ready if last else None,
-            "warming": last.warming if last else None,
-            "ready_mean": None if ready_mean is None else round(ready_mean, 3),
-            "ttft_s": _pct([r.ttft_s for r in reqs if r.ok and r.ttft_s is not None]),
-            "itl_s": _pct([r.itl_s for r in reqs if r.ok and r.itl_s is not None]),
-            "slo_attainment": round(sum(is_good(r, ttft_slo_s, itl_slo_s) for r in reqs) / len(reqs), 4) if reqs else None,
-            "hit_ratio": round(sum(r.hit for r in reqs) / len(reqs), 4) if reqs else None,
-            "failed": sum(not r.ok for r in reqs),
-            "under_provisioned": bool(ready_mean is not None and ready_mean * capacity_rps < forwarded),
-        })
+        rows.append(
+            {
+                "minute": m,
+                "demand_rps": round(len(reqs) / 60.0, 4),
+                "forwarded_rps": round(forwarded, 4),
+                "desired": last.desired if last else None,
+                "ready": last.ready if last else None,
+                "warming": last.warming if last else None,
+                "ready_mean": None if ready_mean is None else round(ready_mean, 3),
+                "ttft_s": _pct([r.ttft_s for r in reqs if r.ok and r.ttft_s is not None]),
+                "itl_s": _pct([r.itl_s for r in reqs if r.ok and r.itl_s is not None]),
+                "slo_attainment": round(sum(is_good(r, ttft_slo_s, itl_slo_s) for r in reqs) / len(reqs), 4)
+                if reqs
+                else None,
+                "hit_ratio": round(sum(r.hit for r in reqs) / len(reqs), 4) if reqs else None,
+                "failed": sum(not r.ok for r in reqs),
+                "under_provisioned": bool(ready_mean is not None and ready_mean * capacity_rps < forwarded),
+            }
+        )
     return rows
 
 
@@ -113,8 +122,14 @@ def scale_events(samples: list[ScaleSample]) -> int:
     return sum(1 for a, b in zip(samples, samples[1:]) if a.desired != b.desired)
 
 
-def summarize(requests: list[RequestRecord], samples: list[ScaleSample], span_s: float, capacity_rps: float,
-              ttft_slo_s: float, itl_slo_s: float) -> dict[str, Any]:
+def summarize(
+    requests: list[RequestRecord],
+    samples: list[ScaleSample],
+    span_s: float,
+    capacity_rps: float,
+    ttft_slo_s: float,
+    itl_slo_s: float,
+) -> dict[str, Any]:
     """The policy's totals: ``requests``, ``good``, ``slo_attainment``, ``gpu_hours``,
     ``goodput_per_gpu_hour``, ``failed_requests``, ``scale_events``,
     ``under_provisioned_minutes``, ``ttft_s``/``itl_s`` percentiles, ``hit_ratio``."""

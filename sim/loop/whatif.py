@@ -100,8 +100,9 @@ class Score:
     need_replica_minutes: int
 
 
-def score(initial: int, timeline: Timeline, need: Sequence[int], forwarded_rps: Sequence[float],
-          capacity_rps: float) -> Score:
+def score(
+    initial: int, timeline: Timeline, need: Sequence[int], forwarded_rps: Sequence[float], capacity_rps: float
+) -> Score:
     """Score ``timeline`` (n minutes) against ``need`` (replicas, shape (n,)) and
     ``forwarded_rps`` (requests/s reaching the GPUs per minute, shape (n,)); ``capacity_rps``:
     requests/s one replica serves within the SLO."""

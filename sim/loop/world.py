@@ -56,8 +56,9 @@ class ControlPlane:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self, attempts: int = START_ATTEMPTS) -> Path:
@@ -84,12 +85,24 @@ class ControlPlane:
         etcd = free_port()
         while not all(port_free(p) for p in (etcd + 1, etcd + 2)):
             etcd = free_port()
-        self._env = {**os.environ, "RUN": str(self.run_dir), "ETCD_PORT": str(etcd), "API_PORT": str(free_port()),
-                     "CONTROL_PLANE": "1", "CM_PORT": str(free_port()), "SCHED_PORT": str(free_port())}
+        self._env = {
+            **os.environ,
+            "RUN": str(self.run_dir),
+            "ETCD_PORT": str(etcd),
+            "API_PORT": str(free_port()),
+            "CONTROL_PLANE": "1",
+            "CM_PORT": str(free_port()),
+            "SCHED_PORT": str(free_port()),
+        }
         try:
             prefix = ["nice", "-n", str(self.nice)] if self.nice else []
-            done = subprocess.run([*prefix, str(self.tools / "start.sh")], env=self._env, capture_output=True, text=True,
-                                  timeout=START_TIMEOUT_S)
+            done = subprocess.run(
+                [*prefix, str(self.tools / "start.sh")],
+                env=self._env,
+                capture_output=True,
+                text=True,
+                timeout=START_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
             self.stop()
             raise WorldError(f"start.sh did not finish in {START_TIMEOUT_S:.0f} s") from None
@@ -129,8 +142,9 @@ def connect(kubeconfig: Path, namespace: str, deployment: str) -> PoolRef:
     return PoolRef(namespace, deployment, k8s.AppsV1Api(api), k8s.CoreV1Api(api))
 
 
-def apply_manifest(pool: PoolRef, manifest: Path, replicas: int | None = None,
-                   annotations: dict[str, str] | None = None) -> list[str]:
+def apply_manifest(
+    pool: PoolRef, manifest: Path, replicas: int | None = None, annotations: dict[str, str] | None = None
+) -> list[str]:
     """Create every object of the YAML file (as ``kubectl create -f`` would); returns
     ``Kind/name`` of each. The pool's Deployment gets ``replicas`` and the pod-template
     ``annotations`` set before it is created (so no first rollout of the file's values).
@@ -146,8 +160,10 @@ def apply_manifest(pool: PoolRef, manifest: Path, replicas: int | None = None,
         try:
             k8s_utils.create_from_dict(pool.apps.api_client, doc)
         except k8s_utils.FailToCreateError as exc:
-            raise WorldError(f"{manifest}: {doc.get('kind')}/{doc['metadata'].get('name')} refused: "
-                             f"{'; '.join(str(e.reason) for e in exc.api_exceptions)}") from None
+            raise WorldError(
+                f"{manifest}: {doc.get('kind')}/{doc['metadata'].get('name')} refused: "
+                f"{'; '.join(str(e.reason) for e in exc.api_exceptions)}"
+            ) from None
         created.append(f"{doc.get('kind')}/{doc['metadata'].get('name')}")
     return created
 
@@ -164,8 +180,11 @@ def wait_ready(pool: PoolRef, replicas: int, timeout_s: float) -> None:
     while time.monotonic() < deadline:
         try:
             dep = pool.apps.read_namespaced_deployment(pool.deployment, pool.namespace)
-            if (dep.status.observed_generation or 0) >= (dep.metadata.generation or 0) \
-                    and (dep.status.ready_replicas or 0) == replicas and (dep.status.replicas or 0) == replicas:
+            if (
+                (dep.status.observed_generation or 0) >= (dep.metadata.generation or 0)
+                and (dep.status.ready_replicas or 0) == replicas
+                and (dep.status.replicas or 0) == replicas
+            ):
                 return
         except ApiException:
             pass

@@ -38,8 +38,9 @@ class KubeApi:
     def list_pods(self, node_name: str) -> list[dict[str, Any]]:
         """Pods of every namespace bound to ``node_name`` (``spec.nodeName``), as JSON."""
         try:
-            resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}",
-                                                         _preload_content=False, _request_timeout=10)
+            resp = self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node_name}", _preload_content=False, _request_timeout=10
+            )
             return list(json.loads(resp.data)["items"])
         except _ERRORS as exc:
             raise _wrap("list pods", exc) from None

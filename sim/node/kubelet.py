@@ -29,8 +29,17 @@ from sim.node.pod.warmup import WarmupError, warmup_seconds
 from sim.node.process import ReplicaProcess, SparePool, replica_settings, serve_command
 from sim.node.runtime import PodRuntime
 from sim.node.settings import NodeSettings
-from sim.node.status import (IpPool, Terminated, crash_backoff_s, node_body, node_capacity, node_status,
-                             pod_status, rfc3339, taints_without_not_ready)
+from sim.node.status import (
+    IpPool,
+    Terminated,
+    crash_backoff_s,
+    node_body,
+    node_capacity,
+    node_status,
+    pod_status,
+    rfc3339,
+    taints_without_not_ready,
+)
 
 log = logging.getLogger("sim.node")
 
@@ -166,8 +175,16 @@ class SimNode:
     def _admit(self, pod: dict[str, Any]) -> PodRuntime:
         meta = pod["metadata"]
         status = pod.get("status") or {}
-        rt = PodRuntime(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"], spec=None, ip=None,
-                        warmup_s=0.0, start_ts=status.get("startTime") or rfc3339(), start_at=time.monotonic())
+        rt = PodRuntime(
+            uid=meta["uid"],
+            namespace=meta["namespace"],
+            name=meta["name"],
+            spec=None,
+            ip=None,
+            warmup_s=0.0,
+            start_ts=status.get("startTime") or rfc3339(),
+            start_at=time.monotonic(),
+        )
         try:
             rt.spec = replica_spec(pod, self.settings.profile, self.settings.warmup)
             rt.warmup_s = warmup_seconds(rt.spec.warmup, rt.name)
@@ -226,8 +243,13 @@ class SimNode:
             if other is None:
                 rt.error = f"no free Pod IP in {self.settings.ip_base}.0/24"
                 return
-            log.warning("pod %s: %s:%d is in use by another process on this machine; the Pod moves to %s",
-                        rt.key, rt.ip, spec.port, other)
+            log.warning(
+                "pod %s: %s:%d is in use by another process on this machine; the Pod moves to %s",
+                rt.key,
+                rt.ip,
+                spec.port,
+                other,
+            )
             self.ips.give_back(rt.ip)
             rt.ip = other
         if rt.last_terminated is not None:
@@ -236,7 +258,8 @@ class SimNode:
         args = (rt.ip, spec.port, spec.served_model_name, spec.profile, rt.warmup_s, self.scale, spec.max_model_len)
         try:
             rt.process = self.spares.take(replica_settings(*args), log_path) or ReplicaProcess(
-                serve_command(*args), log_path)
+                serve_command(*args), log_path
+            )
         except OSError as exc:
             rt.error = f"cannot start replica: {exc}"
             return
@@ -253,8 +276,9 @@ class SimNode:
             code = 128 - code
         ran_s = (now - rt.run_started_at) * self.scale
         rt.crashes = 0 if ran_s >= BACKOFF_RESET_S else rt.crashes + 1
-        rt.last_terminated = Terminated(code, "Completed" if code == 0 else "Error", rt.running_since_ts or rt.start_ts,
-                                        rfc3339())
+        rt.last_terminated = Terminated(
+            code, "Completed" if code == 0 else "Error", rt.running_since_ts or rt.start_ts, rfc3339()
+        )
         self._set_ready(rt, False)
         rt.readiness.reset()
         rt.process, rt.probe_future = None, None
@@ -264,8 +288,15 @@ class SimNode:
         if rt.terminating:
             log.info("pod %s: replica pid %d exited with code %d", rt.key, proc.pid, code)
         else:
-            log.info("pod %s: replica pid %d exited with code %d after %.1f s (simulated): %s; restart in %.0f s",
-                     rt.key, proc.pid, code, ran_s, proc.last_line() or "-", backoff)
+            log.info(
+                "pod %s: replica pid %d exited with code %d after %.1f s (simulated): %s; restart in %.0f s",
+                rt.key,
+                proc.pid,
+                code,
+                ran_s,
+                proc.last_line() or "-",
+                backoff,
+            )
 
     def _probe_step(self, rt: PodRuntime, now: float) -> None:
         spec = rt.spec
@@ -336,8 +367,13 @@ class SimNode:
                 proc.signal(signal.SIGTERM)
                 rt.sigterm_sent = True
                 rt.kill_at = sigkill_at(rt.deleted_at, rt.grace_s, now, self.scale)
-                log.info("pod %s: SIGTERM to replica pid %d%s; killed if still running in %.1f s (simulated)", rt.key, proc.pid,
-                         " (preStop cut by the grace period)" if rt.hook_cut else "", (rt.kill_at - now) * self.scale)
+                log.info(
+                    "pod %s: SIGTERM to replica pid %d%s; killed if still running in %.1f s (simulated)",
+                    rt.key,
+                    proc.pid,
+                    " (preStop cut by the grace period)" if rt.hook_cut else "",
+                    (rt.kill_at - now) * self.scale,
+                )
             elif now >= rt.kill_at and not rt.killed:
                 proc.signal(signal.SIGKILL)
                 rt.killed = True
@@ -367,10 +403,14 @@ class SimNode:
             return
         where = f" ip={rt.ip}:{rt.spec.port}" if rt.ip and rt.spec else ""
         pid = f" pid={rt.process.pid}" if rt.process is not None else ""
-        extra = f" model={rt.spec.served_model_name} profile={rt.spec.profile} warmup={rt.warmup_s:.1f}s" \
-            if rt.spec and not rt.label else ""
-        log.info("pod %s: %s -> %s%s%s restarts=%d%s", rt.key, rt.label or "new", label, where, pid,
-                 rt.restart_count, extra)
+        extra = (
+            f" model={rt.spec.served_model_name} profile={rt.spec.profile} warmup={rt.warmup_s:.1f}s"
+            if rt.spec and not rt.label
+            else ""
+        )
+        log.info(
+            "pod %s: %s -> %s%s%s restarts=%d%s", rt.key, rt.label or "new", label, where, pid, rt.restart_count, extra
+        )
         rt.label = label
 
     def api_safe(self, call: Any) -> Any:

@@ -9,8 +9,8 @@ import threading
 from types import FrameType
 
 from kubernetes import client, config
-from opskit import configure as configure_logging
 
+from opskit import configure as configure_logging
 from sim.node.kubeapi import KubeApi
 from sim.node.kubelet import SimNode
 from sim.node.settings import NodeSettings

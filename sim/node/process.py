@@ -32,11 +32,28 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
-def serve_command(host: str, port: int, model: str, profile: str, warmup_s: float, time_scale: float,
-                  max_model_len: str | None) -> list[str]:
+def serve_command(
+    host: str, port: int, model: str, profile: str, warmup_s: float, time_scale: float, max_model_len: str | None
+) -> list[str]:
     """The ``python -m sim serve`` command line of one replica."""
-    cmd = [sys.executable, "-m", "sim", "serve", "--host", host, "--port", str(port), "--model", model,
-           "--profile", profile, "--warmup-s", repr(warmup_s), "--time-scale", repr(time_scale)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sim",
+        "serve",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--profile",
+        profile,
+        "--warmup-s",
+        repr(warmup_s),
+        "--time-scale",
+        repr(time_scale),
+    ]
     if max_model_len is not None:
         cmd += ["--max-model-len", max_model_len]
     return cmd
@@ -46,12 +63,23 @@ class ReplicaProcess:
     """A started replica. ``log``: the file its stdout and stderr go to."""
 
     def __init__(self, cmd: list[str], log: Path, stdin_pipe: bool = False) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_SIM_ROOT, os.environ.get("PYTHONPATH")) if p),
-               # the warm-up counts from now, not from when the child's imports are done
-               "PROMPTEDGE_SIM_WARMUP_FROM": repr(time.time())}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (_SIM_ROOT, os.environ.get("PYTHONPATH")) if p),
+            # the warm-up counts from now, not from when the child's imports are done
+            "PROMPTEDGE_SIM_WARMUP_FROM": repr(time.time()),
+        }
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
-            self.popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+            self.popen = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         self.log = log
         self.pid = self.popen.pid
 
@@ -91,11 +119,19 @@ class ReplicaProcess:
         return words[-1][-300:] if words else ""
 
 
-def replica_settings(host: str, port: int, model: str, profile: str, warmup_s: float, time_scale: float,
-                     max_model_len: str | None) -> dict[str, Any]:
+def replica_settings(
+    host: str, port: int, model: str, profile: str, warmup_s: float, time_scale: float, max_model_len: str | None
+) -> dict[str, Any]:
     """The same replica as ``serve_command``, as settings for a spare; the warm-up counts from now."""
-    settings: dict[str, Any] = {"host": host, "port": port, "model": model, "profile": profile,
-                                "warmup_s": warmup_s, "time_scale": time_scale, "warmup_from": time.time()}
+    settings: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "model": model,
+        "profile": profile,
+        "warmup_s": warmup_s,
+        "time_scale": time_scale,
+        "warmup_from": time.time(),
+    }
     if max_model_len is not None:
         settings["max_model_len"] = max_model_len
     return settings

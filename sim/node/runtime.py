@@ -58,12 +58,16 @@ class PodRuntime:
         """The status inputs as they stand."""
         spec = self.spec
         return PodView(
-            ip=self.ip if spec is not None else None, start_time=self.start_ts,
-            container=spec.container if spec else "", image=spec.image if spec else "",
+            ip=self.ip if spec is not None else None,
+            start_time=self.start_ts,
+            container=spec.container if spec else "",
+            image=spec.image if spec else "",
             running_since=self.running_since_ts if self.process is not None else None,
             waiting_reason=self.error and "CreateContainerConfigError" or self.waiting_reason,
-            ready=self.readiness.ready, ready_changed_at=self.ready_changed_ts or self.start_ts,
-            restart_count=self.restart_count, last_terminated=self.last_terminated,
+            ready=self.readiness.ready,
+            ready_changed_at=self.ready_changed_ts or self.start_ts,
+            restart_count=self.restart_count,
+            last_terminated=self.last_terminated,
         )
 
     def describe(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -18,37 +18,63 @@ HOST_IP = "127.0.0.1"
 
 def rfc3339(moment: datetime | None = None) -> str:
     """``moment`` (default: now, UTC) as the API's time format, second precision."""
-    return (moment or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_capacity(gpus: int, cpu: str, memory: str, pods: int) -> dict[str, str]:
     """Capacity (= allocatable) of the node: quantities as strings, GPUs as ``nvidia.com/gpu``."""
-    return {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(gpus),
-            "ephemeral-storage": "1Ti"}
+    return {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(gpus), "ephemeral-storage": "1Ti"}
 
 
 def node_body(name: str, labels: dict[str, str]) -> dict[str, Any]:
     """A new Node object (status is written separately)."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                                  "kubernetes.io/arch": "amd64", **labels}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                **labels,
+            },
+        },
+    }
 
 
 def node_status(capacity: dict[str, str], heartbeat: str, ready_since: str, version: str) -> dict[str, Any]:
     """The node's status patch: capacity, allocatable, a Ready=True condition with this
     heartbeat, the loopback address, and node info naming the sim."""
-    return {"status": {
-        "capacity": capacity,
-        "allocatable": capacity,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "sim node is posting ready status", "lastHeartbeatTime": heartbeat,
-                        "lastTransitionTime": ready_since}],
-        "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": "localhost"}],
-        "nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version, "operatingSystem": "linux",
-                     "architecture": "amd64", "containerRuntimeVersion": "sim://promptedge",
-                     "osImage": "PromptEdge sim node", "kernelVersion": "", "machineID": "", "systemUUID": "",
-                     "bootID": ""},
-    }}
+    return {
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "sim node is posting ready status",
+                    "lastHeartbeatTime": heartbeat,
+                    "lastTransitionTime": ready_since,
+                }
+            ],
+            "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": "localhost"}],
+            "nodeInfo": {
+                "kubeletVersion": version,
+                "kubeProxyVersion": version,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "containerRuntimeVersion": "sim://promptedge",
+                "osImage": "PromptEdge sim node",
+                "kernelVersion": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        }
+    }
 
 
 def taints_without_not_ready(taints: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -94,15 +120,26 @@ def pod_status(view: PodView) -> dict[str, Any]:
     else:
         state = {"waiting": {"reason": view.waiting_reason or "ContainerCreating"}}
     container: dict[str, Any] = {
-        "name": view.container, "image": view.image, "imageID": f"sim://{view.image}",
+        "name": view.container,
+        "image": view.image,
+        "imageID": f"sim://{view.image}",
         "containerID": f"sim://{view.container}-{view.restart_count}",
-        "ready": view.ready, "started": view.running_since is not None,
-        "restartCount": view.restart_count, "state": state, "lastState": {},
+        "ready": view.ready,
+        "started": view.running_since is not None,
+        "restartCount": view.restart_count,
+        "state": state,
+        "lastState": {},
     }
     if view.last_terminated is not None:
         t = view.last_terminated
-        container["lastState"] = {"terminated": {"exitCode": t.exit_code, "reason": t.reason,
-                                                 "startedAt": t.started_at, "finishedAt": t.finished_at}}
+        container["lastState"] = {
+            "terminated": {
+                "exitCode": t.exit_code,
+                "reason": t.reason,
+                "startedAt": t.started_at,
+                "finishedAt": t.finished_at,
+            }
+        }
     status: dict[str, Any] = {
         "phase": "Running" if view.ip else "Pending",
         "hostIP": HOST_IP,

@@ -17,7 +17,6 @@ from sim.replica.latency.batch import BatchModel, Profile
 from sim.replica.latency.prefix import DEFAULT_BLOCK_SIZE, block_hashes
 from sim.replica.metrics import ReplicaMetrics
 
-
 # How far behind its step clock a replica may fall and still catch up (simulated seconds): late
 # wake-ups of a busy host are made good; a longer stall (a frozen process) is not replayed as a
 # burst of steps afterwards.
@@ -62,8 +61,15 @@ class Engine:
     many tokens (sim/replica/latency/prefix.py; on by default, as in vLLM V1).
     """
 
-    def __init__(self, profile: Profile, model_name: str, warmup_s: float = 0.0, time_scale: float = 1.0,
-                 prefix_caching: bool = True, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        model_name: str,
+        warmup_s: float = 0.0,
+        time_scale: float = 1.0,
+        prefix_caching: bool = True,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+    ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.model = BatchModel(profile, prefix_caching, block_size)
@@ -72,9 +78,11 @@ class Engine:
             running=lambda: len(self.model.running),
             waiting=lambda: len(self.model.waiting),
             kv_usage=lambda: self.model.kv_usage,
-            cache_config={"block_size": str(self.model.pool.block_size),
-                          "num_gpu_blocks": str(self.model.pool.num_blocks),
-                          "enable_prefix_caching": str(prefix_caching)},
+            cache_config={
+                "block_size": str(self.model.pool.block_size),
+                "num_gpu_blocks": str(self.model.pool.num_blocks),
+                "enable_prefix_caching": str(prefix_caching),
+            },
         )
         self.warmup_s = warmup_s
         self.time_scale = time_scale

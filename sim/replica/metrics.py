@@ -38,12 +38,51 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
 )
 E2E_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
 )
 # vLLM reuses its request-latency buckets for the queue-time histogram.
 QUEUE_BUCKETS = E2E_BUCKETS
@@ -75,41 +114,61 @@ class ReplicaMetrics:
             "vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=self.registry
         ).labels(**labels)
         self.generation_tokens = Counter(
-            "vllm:generation_tokens", "Number of generation tokens processed.", LABELS,
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            LABELS,
             registry=self.registry,
         ).labels(**labels)
         self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-            LABELS, buckets=TTFT_BUCKETS, registry=self.registry,
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
         ).labels(**labels)
         self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-            LABELS, buckets=E2E_BUCKETS, registry=self.registry,
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            LABELS,
+            buckets=E2E_BUCKETS,
+            registry=self.registry,
         ).labels(**labels)
         self.queue_time = Histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-            LABELS, buckets=QUEUE_BUCKETS, registry=self.registry,
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            LABELS,
+            buckets=QUEUE_BUCKETS,
+            registry=self.registry,
         ).labels(**labels)
 
         self.prefix_cache_queries = Counter(
-            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", LABELS,
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            LABELS,
             registry=self.registry,
         ).labels(**labels)
         self.prefix_cache_hits = Counter(
-            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", LABELS,
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            LABELS,
             registry=self.registry,
         ).labels(**labels)
         if cache_config is not None:
             info = {**cache_config, "engine": "0"}
-            Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", tuple(info),
-                  registry=self.registry).labels(**info).set(1)
+            Gauge(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                tuple(info),
+                registry=self.registry,
+            ).labels(**info).set(1)
 
         success = Counter(
-            "vllm:request_success", "Count of successfully processed requests.",
-            (*LABELS, "finished_reason"), registry=self.registry,
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*LABELS, "finished_reason"),
+            registry=self.registry,
         )
-        self.request_success = {reason: success.labels(**labels, finished_reason=reason)
-                                for reason in FINISHED_REASONS}
+        self.request_success = {reason: success.labels(**labels, finished_reason=reason) for reason in FINISHED_REASONS}
 
     def render(self) -> bytes:
         """Prometheus text exposition of this replica's metrics."""

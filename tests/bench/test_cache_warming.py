@@ -21,11 +21,40 @@ from tests.bench_script import load_bench
 
 cw = load_bench("cache_warming")
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["--days", "9", "--eval-days", "2", "--history-days", "2", "--mean-rps", "0.3",
-         "--models", "last_value,seasonal_level"]
-RUN_FIELDS = {"requests", "hits", "hit_ratio", "peak_requests", "peak_hits", "peak_hit_ratio", "generations",
-              "peak_misses", "warm_generations", "gpu_s", "peak_gpu_s", "moved_gpu_s", "warm_hits", "warm_wasted",
-              "warm_max_per_min", "targeted_slots", "targeted_peak_slots", "named_ticks", "busy_ticks", "vs_off"}
+SMALL = [
+    "--days",
+    "9",
+    "--eval-days",
+    "2",
+    "--history-days",
+    "2",
+    "--mean-rps",
+    "0.3",
+    "--models",
+    "last_value,seasonal_level",
+]
+RUN_FIELDS = {
+    "requests",
+    "hits",
+    "hit_ratio",
+    "peak_requests",
+    "peak_hits",
+    "peak_hit_ratio",
+    "generations",
+    "peak_misses",
+    "warm_generations",
+    "gpu_s",
+    "peak_gpu_s",
+    "moved_gpu_s",
+    "warm_hits",
+    "warm_wasted",
+    "warm_max_per_min",
+    "targeted_slots",
+    "targeted_peak_slots",
+    "named_ticks",
+    "busy_ticks",
+    "vs_off",
+}
 
 
 def _args(data_dir: Path, *extra: str) -> Any:
@@ -83,11 +112,24 @@ def test_the_budget_paces_warm_generations(data_dir: Path) -> None:
 
 def test_the_script_writes_the_documented_json(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "warm.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "cache_warming.py"),
-                           "--trace", str(data_dir / "traces" / "servegen-m-large"), *SMALL,
-                           "--budget-per-min", "3", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "cache_warming.py"),
+            "--trace",
+            str(data_dir / "traces" / "servegen-m-large"),
+            *SMALL,
+            "--budget-per-min",
+            "3",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "peak hit" in proc.stdout and "oracle" in proc.stdout
     report = json.loads(out.read_text())
@@ -110,7 +152,7 @@ def test_the_counts_are_trimmed_as_the_product_trims_them_in_redis(redis_url: st
     hashes = cw.key_hashes(keys)
     client = redis.Redis.from_url(redis_url)
     record = client.register_script(_RECORD_LUA)
-    for k, h in zip(keys.tolist(), hashes.tolist()):
+    for _k, h in zip(keys.tolist(), hashes.tolist()):
         record(keys=["warm:z", "warm:r", "warm:o", "warm:t", "warm:g"], args=[f"{h:016x}", "{}", 3600, 12, ""])
     in_redis = {m.decode(): int(sc) for m, sc in client.zrange("warm:z", 0, -1, withscores=True)}
     names = dict(zip(keys.tolist(), hashes.tolist()))
@@ -118,13 +160,23 @@ def test_the_counts_are_trimmed_as_the_product_trims_them_in_redis(redis_url: st
     assert len(in_redis) == 12 and bench == in_redis
 
 
-@pytest.mark.parametrize(("args", "names"), [(["--trace", "/nowhere/servegen"], "/nowhere/servegen"),
-                                            (["--repeat-share", "2"], "--repeat-share"),
-                                            (["--mean-rps", "0"], "--mean-rps")])
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--trace", "/nowhere/servegen"], "/nowhere/servegen"),
+        (["--repeat-share", "2"], "--repeat-share"),
+        (["--mean-rps", "0"], "--mean-rps"),
+    ],
+)
 def test_bad_input_is_one_clear_error_not_a_traceback(args: list[str], names: str) -> None:
     # A missing trace printed a TraceFormatError traceback; a repeat share of 2 ran as if it were 1.
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "cache_warming.py"), *args, "--json", "/dev/null"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "cache_warming.py"), *args, "--json", "/dev/null"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert names in proc.stderr

@@ -61,15 +61,20 @@ def test_missing_metric_holds_and_bounds_apply() -> None:
 
 
 def test_forwarded_total_counts_misses_not_hits() -> None:
-    text = "\n".join([
-        "# HELP promptedge_router_requests_total Requests answered",
-        "# TYPE promptedge_router_requests_total counter",
-        'promptedge_router_requests_total{pool="m",replica="a",status="200",cache="miss"} 7.0',
-        'promptedge_router_requests_total{pool="m",replica="b",status="200",cache="bypass"} 2.0',
-        'promptedge_router_requests_total{pool="m",replica="",status="200",cache="exact"} 5.0',
-        'promptedge_router_requests_total{pool="m",replica="",status="400",cache="none"} 3.0',
-        'promptedge_router_requests_created{pool="m",replica="a",status="200",cache="miss"} 1.7e9',
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "# HELP promptedge_router_requests_total Requests answered",
+                "# TYPE promptedge_router_requests_total counter",
+                'promptedge_router_requests_total{pool="m",replica="a",status="200",cache="miss"} 7.0',
+                'promptedge_router_requests_total{pool="m",replica="b",status="200",cache="bypass"} 2.0',
+                'promptedge_router_requests_total{pool="m",replica="",status="200",cache="exact"} 5.0',
+                'promptedge_router_requests_total{pool="m",replica="",status="400",cache="none"} 3.0',
+                'promptedge_router_requests_created{pool="m",replica="a",status="200",cache="miss"} 1.7e9',
+            ]
+        )
+        + "\n"
+    )
     assert hpa.forwarded_total(text) == 9.0
 
 
@@ -90,7 +95,8 @@ def test_a_new_controller_does_not_scale_down_before_its_first_window_has_passed
 
 @pytest.mark.parametrize("api", ["refused", "silent"])
 def test_an_api_server_that_is_down_or_silent_is_logged_each_sync_and_sigterm_still_stops_it(
-        tmp_path: Path, api: str) -> None:
+    tmp_path: Path, api: str
+) -> None:
     # Attack round: a refused connection ended the controller in a urllib3 traceback, and an API
     # server that accepts and never answers held it for minutes, deaf to SIGTERM, while the
     # loop's reactive run went on with no autoscaler.
@@ -102,14 +108,39 @@ def test_an_api_server_that_is_down_or_silent_is_logged_each_sync_and_sigterm_st
     else:
         listener.close()
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
-    proc = subprocess.Popen([sys.executable, str(BENCH / "hpa_controller.py"), "--router", "http://127.0.0.1:9",
-                             "--deployment", "vllm", "--kubeconfig", str(kubeconfig), "--target-rps", "1",
-                             "--clock-scale", "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [
+                    {"name": "x", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}
+                ],
+                "users": [{"name": "x", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(BENCH / "hpa_controller.py"),
+            "--router",
+            "http://127.0.0.1:9",
+            "--deployment",
+            "vllm",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--target-rps",
+            "1",
+            "--clock-scale",
+            "15",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(6)  # six syncs of one wall second
         assert proc.poll() is None, proc.communicate()
@@ -126,8 +157,22 @@ def test_an_api_server_that_is_down_or_silent_is_logged_each_sync_and_sigterm_st
 
 def test_an_unusable_kubeconfig_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     missing = tmp_path / "no-kubeconfig"
-    done = subprocess.run([sys.executable, str(BENCH / "hpa_controller.py"), "--router", "http://127.0.0.1:9",
-                           "--deployment", "vllm", "--kubeconfig", str(missing), "--target-rps", "1"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "hpa_controller.py"),
+            "--router",
+            "http://127.0.0.1:9",
+            "--deployment",
+            "vllm",
+            "--kubeconfig",
+            str(missing),
+            "--target-rps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and str(missing) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -12,10 +12,16 @@ whatif = load_bench("loop_whatif")
 
 
 def test_overrides_are_json_values_of_known_fields() -> None:
-    got = whatif.parse_overrides(["level=0.95", "rate_window_s=60", "band_scale=false", 'models=["last_value"]',
-                                  "demand_unit=requests"])
-    assert got == {"level": 0.95, "rate_window_s": 60, "band_scale": False, "models": ["last_value"],
-                   "demand_unit": "requests"}
+    got = whatif.parse_overrides(
+        ["level=0.95", "rate_window_s=60", "band_scale=false", 'models=["last_value"]', "demand_unit=requests"]
+    )
+    assert got == {
+        "level": 0.95,
+        "rate_window_s": 60,
+        "band_scale": False,
+        "models": ["last_value"],
+        "demand_unit": "requests",
+    }
     for bad in ("levl=0.9", "level", "step_s=30", "daemon_interval_s=30"):
         with pytest.raises(typer.BadParameter):
             whatif.parse_overrides([bad])
@@ -23,7 +29,10 @@ def test_overrides_are_json_values_of_known_fields() -> None:
 
 def test_a_variant_splits_at_commas_that_start_a_new_key() -> None:
     assert whatif.split_variant('level=0.95,models=["last_value","ets_level"], rate_window_s=60') == [
-        "level=0.95", 'models=["last_value","ets_level"]', " rate_window_s=60"]
+        "level=0.95",
+        'models=["last_value","ets_level"]',
+        " rate_window_s=60",
+    ]
 
 
 def test_the_source_reads_the_minutes_before_now_padded_with_missing_ones() -> None:

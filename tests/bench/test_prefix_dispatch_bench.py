@@ -12,7 +12,7 @@ from tests.bench_script import load_bench
 pd = load_bench("prefix_dispatch")
 
 
-def _req(at: float, prompt: int, first_block: int = 1) -> "pd.Req":
+def _req(at: float, prompt: int, first_block: int = 1) -> pd.Req:
     """A request whose prompt is ``prompt // 16`` full blocks numbered from ``first_block``."""
     return pd.Req(at, prompt, 4, tuple(range(first_block, first_block + prompt // 16)), (), None)
 
@@ -22,8 +22,12 @@ def _chunked_prefill_ms(prompt: int) -> float:
     t, done = 0.0, 0
     while done < prompt:
         chunk = min(prompt - done, A100.max_num_batched_tokens)
-        t += A100.decode_base_s + A100.decode_per_seq_s + A100.kv_read_s_per_token * done \
+        t += (
+            A100.decode_base_s
+            + A100.decode_per_seq_s
+            + A100.kv_read_s_per_token * done
             + A100.prefill_s_per_token * chunk
+        )
         done += chunk
     return t * 1000
 

@@ -17,8 +17,19 @@ import pytest
 from tests.bench_script import BENCH
 
 ROOT = BENCH.parent
-FAULTS = ["kill_redis", "start_redis", "kill_replica", "start_replica", "hang_replica", "release_replica",
-          "stop_engine", "resume_engine", "kill_forecaster", "start_forecaster", "kill_router_worker"]
+FAULTS = [
+    "kill_redis",
+    "start_redis",
+    "kill_replica",
+    "start_replica",
+    "hang_replica",
+    "release_replica",
+    "stop_engine",
+    "resume_engine",
+    "kill_forecaster",
+    "start_forecaster",
+    "kill_router_worker",
+]
 
 
 @pytest.mark.slow
@@ -26,9 +37,24 @@ FAULTS = ["kill_redis", "start_redis", "kill_replica", "start_replica", "hang_re
 def test_a_short_soak_loses_nothing_and_answers_nothing_wrong(tmp_path: Path) -> None:
     report_path = tmp_path / "soak.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--minutes", "1.5", "--no-semantic",
-                           "--json", str(report_path), "--log-dir", str(tmp_path / "logs")],
-                          capture_output=True, text=True, timeout=420, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "soak.py"),
+            "--minutes",
+            "1.5",
+            "--no-semantic",
+            "--json",
+            str(report_path),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env=env,
+        cwd=ROOT,
+    )
     assert report_path.exists(), done.stdout + done.stderr
     report = json.loads(report_path.read_text())
     table = done.stdout
@@ -41,8 +67,16 @@ def test_a_short_soak_loses_nothing_and_answers_nothing_wrong(tmp_path: Path) ->
     # every fault ran, at its phase, and each phase had traffic
     assert [f["action"] for f in report["faults"]] == FAULTS
     phases = {row["phase"]: row for row in report["phases"]}
-    for phase in ("redis_down", "replica_killed", "replica_hung", "engine_stopped", "forecaster_down",
-                  "after_forecaster_restart", "router_worker_killed", "after_router_worker"):
+    for phase in (
+        "redis_down",
+        "replica_killed",
+        "replica_hung",
+        "engine_stopped",
+        "forecaster_down",
+        "after_forecaster_restart",
+        "router_worker_killed",
+        "after_router_worker",
+    ):
         assert phases[phase]["sent"] > 0, phase
     faults = {f["action"]: f for f in report["faults"]}
     assert faults["kill_replica"]["idle_at_kill"], faults["kill_replica"]  # killed while idle

@@ -30,8 +30,13 @@ def test_greedy_answers_are_compared_by_their_output() -> None:
 
 
 def test_sampled_or_several_choices_give_no_label() -> None:
-    for body in ({"messages": []}, {"temperature": 0.7}, {"temperature": "0"}, {"temperature": 0, "n": 2},
-                 {"temperature": None}):
+    for body in (
+        {"messages": []},
+        {"temperature": 0.7},
+        {"temperature": "0"},
+        {"temperature": 0, "n": 2},
+        {"temperature": None},
+    ):
         assert compared_label(body, chat("Paris."), chat("Paris.")) is None
     assert compared_label(GREEDY, {"choices": []}, chat("Paris.")) is None
     assert compared_label(GREEDY, {"error": "x"}, chat("Paris.")) is None

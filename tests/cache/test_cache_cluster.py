@@ -26,15 +26,20 @@ pytestmark = pytest.mark.redis_ha
 
 
 def answer(text: str) -> dict[str, Any]:
-    return {"id": f"chatcmpl-{abs(hash(text))}", "object": "chat.completion", "created": int(time.time()),
-            "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                       "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+    return {
+        "id": f"chatcmpl-{abs(hash(text))}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
 
 
 def ask(text: str, tenant: str = "t1", model: str = "m", **params: Any) -> CacheRequest:
-    return CacheRequest("chat.completions",
-                        {"model": model, "messages": [{"role": "user", "content": text}], **params}, tenant)
+    return CacheRequest(
+        "chat.completions", {"model": model, "messages": [{"role": "user", "content": text}], **params}, tenant
+    )
 
 
 Factory = Callable[..., Awaitable[ResponseCache]]
@@ -47,8 +52,9 @@ async def make_cache(cluster_url: str) -> AsyncIterator[Factory]:
 
     async def factory(encoder: Encoder | None = None, **overrides: Any) -> ResponseCache:
         clients = [async_redis(cluster_url), async_redis(cluster_url, socket_timeout=6)]
-        settings = CacheSettings(**{"redis_timeout_s": 2.0, "embed_timeout_s": 10.0,
-                                    "semantic_enabled": encoder is not None, **overrides})
+        settings = CacheSettings(
+            **{"redis_timeout_s": 2.0, "embed_timeout_s": 10.0, "semantic_enabled": encoder is not None, **overrides}
+        )
         cache = ResponseCache(clients[0], settings, encoder=encoder, follow_redis=clients[1])
         await cache.start()
         made.append((cache, clients))
@@ -70,7 +76,8 @@ def nodes_holding_keys(cluster: LocalCluster) -> int:
 
 
 async def test_exact_entries_store_hit_spread_and_delete_by_tenant_and_model(
-        make_cache: Factory, redis_cluster: LocalCluster) -> None:
+    make_cache: Factory, redis_cluster: LocalCluster
+) -> None:
     cache = await make_cache()
     scopes = [(f"tenant-{i}", model) for i in range(6) for model in ("m1", "m2")]
     for tenant, model in scopes:
@@ -102,7 +109,8 @@ async def test_stats_counters_add_up_on_the_cluster(make_cache: Factory) -> None
 
 @pytest.mark.slow
 async def test_semantic_entries_are_stored_followed_evicted_and_deleted_on_the_cluster(
-        make_cache: Factory, encoder: Encoder) -> None:
+    make_cache: Factory, encoder: Encoder
+) -> None:
     first = await make_cache(encoder, max_entries=3)
     second = await make_cache(encoder, max_entries=3)  # another worker: learns entries from the stream
     assert await first.store(ask("How do I turn on the lights in the kitchen?"), answer("switch")) is True
@@ -114,8 +122,7 @@ async def test_semantic_entries_are_stored_followed_evicted_and_deleted_on_the_c
             break
         await asyncio.sleep(0.05)
     assert hit is not None and hit.kind == "semantic" and hit.response["choices"][0]["message"]["content"] == "switch"
-    for i, text in enumerate(["What is the capital of France?", "How tall is Mount Everest?",
-                              "Who wrote Hamlet?"]):
+    for i, text in enumerate(["What is the capital of France?", "How tall is Mount Everest?", "Who wrote Hamlet?"]):
         assert await first.store(ask(text, tenant="t2"), answer(f"t2-{i}")) is True
     # max_entries 3: the fourth entry evicted one of the larger tenant group (t2 holds 3 of 4)
     assert (await first.lookup(ask("How can I turn on the kitchen lights?"))) is not None
@@ -129,11 +136,15 @@ async def test_semantic_entries_are_stored_followed_evicted_and_deleted_on_the_c
 
 
 async def test_a_label_counts_once_per_entry_and_query_on_the_cluster(
-        make_cache: Factory, encoder: Encoder, tmp_path: Path) -> None:
+    make_cache: Factory, encoder: Encoder, tmp_path: Path
+) -> None:
     # the pair's marker and its pool's counts are written by one script: one slot, or CROSSSLOT
     path = tmp_path / "prior.json"
-    path.write_text(json.dumps(BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6),
-                                          offset_var=1.0, source="clean").to_json()))
+    path.write_text(
+        json.dumps(
+            BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offset_var=1.0, source="clean").to_json()
+        )
+    )
     cache = await make_cache(encoder, error_bound=0.05, bound_prior_path=path)
     greedy = {"temperature": 0}
     assert await cache.store(ask("How do I turn on the lights in the kitchen?", **greedy), answer("switch"))
@@ -153,8 +164,9 @@ async def test_warming_records_trims_and_forgets_on_the_cluster(make_cache: Fact
     from cache.warming.settings import WarmingSettings
 
     now = 20 * 86400.0 + 12 * 3600 + 30
-    cache = await make_cache(warming={"m": WarmingSettings(enabled=True, keep_per_slot=4, top_k=4,
-                                                          history_days=1, min_days_seen=1)})
+    cache = await make_cache(
+        warming={"m": WarmingSettings(enabled=True, keep_per_slot=4, top_k=4, history_days=1, min_days_seen=1)}
+    )
     cache.clock = lambda: now
     for i in range(3):
         for _ in range(2):

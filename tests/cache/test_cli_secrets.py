@@ -19,8 +19,13 @@ def test_redact_url_hides_user_and_password_only() -> None:
 def test_cache_cli_never_prints_the_redis_password() -> None:
     with RedisServer(password="pw-cli-h13") as server:
         url = f"redis://:pw-cli-h13-wrong@127.0.0.1:{server.port}/0"
-        proc = subprocess.run([sys.executable, "-m", "cache", "stats"], env={**os.environ, "PROMPTEDGE_REDIS_URL": url},
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cache", "stats"],
+            env={**os.environ, "PROMPTEDGE_REDIS_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode != 0
     assert f"127.0.0.1:{server.port}" in proc.stderr
     assert "pw-cli-h13" not in proc.stderr + proc.stdout

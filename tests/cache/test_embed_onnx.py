@@ -33,7 +33,7 @@ def exported(torch_encoder: SentenceTransformerEncoder, tmp_path_factory: pytest
 def test_the_default_model_runs_on_onnx_with_torchs_vectors(
     encoder: object, torch_encoder: SentenceTransformerEncoder, data_dir: Path
 ) -> None:
-    assert getattr(encoder, "backend") == "onnx"  # the default ("auto") picks ONNX for MiniLM
+    assert encoder.backend == "onnx"  # the default ("auto") picks ONNX for MiniLM
     pairs = json.loads((data_dir / "cache-eval" / "gptcache-paraphrases" / "mock_data.json").read_text())
     texts = [p["similar"] for p in pairs[:48]] + [p["origin"] for p in pairs[-16:]]
     texts += ["", "ok", "word " * 400]  # empty, one token, truncated at max_seq_length
@@ -59,8 +59,9 @@ def _counting_exporter(monkeypatch: pytest.MonkeyPatch, data: bytes) -> list[int
     return calls
 
 
-def test_a_cached_export_is_reused(exported: Path, torch_encoder: SentenceTransformerEncoder,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cached_export_is_reused(
+    exported: Path, torch_encoder: SentenceTransformerEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = _counting_exporter(monkeypatch, exported.read_bytes())
     reference = torch_encoder.encode(PROBE_TEXTS)
     _, did_export = load_onnx_encoder(torch_encoder._model, reference, exported.parent)
@@ -68,9 +69,13 @@ def test_a_cached_export_is_reused(exported: Path, torch_encoder: SentenceTransf
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
-def test_a_corrupt_cache_file_is_exported_again(damage: str, exported: Path, tmp_path: Path,
-                                                torch_encoder: SentenceTransformerEncoder,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_corrupt_cache_file_is_exported_again(
+    damage: str,
+    exported: Path,
+    tmp_path: Path,
+    torch_encoder: SentenceTransformerEncoder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     good = exported.read_bytes()
     calls = _counting_exporter(monkeypatch, good)
     path = tmp_path / exported.name
@@ -83,9 +88,9 @@ def test_a_corrupt_cache_file_is_exported_again(damage: str, exported: Path, tmp
     assert np.abs((encoder.encode(PROBE_TEXTS) * reference).sum(axis=1) - 1).max() < 1e-5
 
 
-def test_an_unwritable_cache_dir_still_runs_onnx(exported: Path, tmp_path: Path,
-                                                 torch_encoder: SentenceTransformerEncoder,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unwritable_cache_dir_still_runs_onnx(
+    exported: Path, tmp_path: Path, torch_encoder: SentenceTransformerEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _counting_exporter(monkeypatch, exported.read_bytes())
     blocker = tmp_path / "a-file"
     blocker.write_text("the cache dir cannot be created under a file")
@@ -93,8 +98,9 @@ def test_an_unwritable_cache_dir_still_runs_onnx(exported: Path, tmp_path: Path,
     assert did_export and encoder.encode(["still works"]).shape == (1, 384)
 
 
-def test_an_export_with_other_vectors_is_refused(exported: Path, torch_encoder: SentenceTransformerEncoder,
-                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_export_with_other_vectors_is_refused(
+    exported: Path, torch_encoder: SentenceTransformerEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _counting_exporter(monkeypatch, exported.read_bytes())
     wrong = -torch_encoder.encode(PROBE_TEXTS)  # as if the exported graph computed something else
     with pytest.raises(EmbeddingError, match="other vectors"):
@@ -102,8 +108,9 @@ def test_an_export_with_other_vectors_is_refused(exported: Path, torch_encoder: 
     assert not list(tmp_path.glob("*.onnx"))  # never cached
 
 
-def test_an_unsupported_pooling_falls_back_to_torch(torch_encoder: SentenceTransformerEncoder, tmp_path: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unsupported_pooling_falls_back_to_torch(
+    torch_encoder: SentenceTransformerEncoder, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Normalize, Pooling
 
@@ -132,7 +139,9 @@ def test_length_groups_pad_similar_lengths_together() -> None:
 
 
 def test_mean_pool_ignores_padding() -> None:
-    hidden = np.array([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]], [[5.0, 5.0], [7.0, 9.0], [9.0, 1.0]]], dtype=np.float32)
+    hidden = np.array(
+        [[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]], [[5.0, 5.0], [7.0, 9.0], [9.0, 1.0]]], dtype=np.float32
+    )
     pooled = mean_pool(hidden, np.array([2, 3]))
     assert pooled.dtype == np.float32
     assert np.allclose(pooled, [[2.0, 3.0], [7.0, 5.0]])

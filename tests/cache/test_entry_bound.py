@@ -12,13 +12,39 @@ import pytest
 from cache.errors import BoundError
 from cache.training.bound_eval import Lookup, replay, sum_runs, wilson_upper
 from cache.training.bound_fit import fit_prior
-from cache.verify.bound.model import (DEFAULT_PRIOR_PATH, BoundPrior, EntryState, PoolState, boundary, decide, load_prior, predictive, sigmoid, update_entry, update_pool)
+from cache.verify.bound.model import (
+    DEFAULT_PRIOR_PATH,
+    BoundPrior,
+    EntryState,
+    PoolState,
+    boundary,
+    decide,
+    load_prior,
+    predictive,
+    sigmoid,
+    update_entry,
+    update_pool,
+)
 
 # a prior shaped like QQP's: P(right) grows with the cosine and levels off below 1
-PRIOR = BoundPrior("cosine", 0.70, (0.70, 0.85, 0.90, 0.95, 0.98), (0.30, 0.60, 0.80, 0.93, 0.97),
-                   strength=(1e6,) * 5, offset_var=1.0, source="test")  # steps known for sure
-LOOSE = BoundPrior("cosine", 0.70, (0.70, 0.85, 0.90, 0.95, 0.98), (0.30, 0.60, 0.80, 0.93, 0.97),
-                   strength=(20.0,) * 5, offset_var=1.0, source="loose")  # 20 pairs a step
+PRIOR = BoundPrior(
+    "cosine",
+    0.70,
+    (0.70, 0.85, 0.90, 0.95, 0.98),
+    (0.30, 0.60, 0.80, 0.93, 0.97),
+    strength=(1e6,) * 5,
+    offset_var=1.0,
+    source="test",
+)  # steps known for sure
+LOOSE = BoundPrior(
+    "cosine",
+    0.70,
+    (0.70, 0.85, 0.90, 0.95, 0.98),
+    (0.30, 0.60, 0.80, 0.93, 0.97),
+    strength=(20.0,) * 5,
+    offset_var=1.0,
+    source="loose",
+)  # 20 pairs a step
 
 
 def test_state_is_a_few_json_numbers_and_a_corrupt_one_is_refused() -> None:
@@ -32,8 +58,14 @@ def test_state_is_a_few_json_numbers_and_a_corrupt_one_is_refused() -> None:
     for bad_pool in ({"r": [0] * 4, "w": [0] * 5}, {"r": [0, 0, 0, 0, -1], "w": [0] * 5}, {"r": "x"}, None):
         with pytest.raises(BoundError):
             PoolState.from_json(bad_pool, 5)
-    for bad in ({"m": 0, "v": 0, "n": 0, "w": 0}, {"m": "x", "v": 1, "n": 0, "w": 0},
-                {"m": 0, "v": 1, "n": 1, "w": 2}, {"m": float("nan"), "v": 1, "n": 0, "w": 0}, [], None):
+    for bad in (
+        {"m": 0, "v": 0, "n": 0, "w": 0},
+        {"m": "x", "v": 1, "n": 0, "w": 0},
+        {"m": 0, "v": 1, "n": 1, "w": 2},
+        {"m": float("nan"), "v": 1, "n": 0, "w": 0},
+        [],
+        None,
+    ):
         with pytest.raises(BoundError):
             EntryState.from_json(bad)
 

@@ -30,14 +30,20 @@ CLEAN = BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offse
 
 
 def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+    }
 
 
 def ask(text: str, tenant: str = "t1") -> CacheRequest:
-    return CacheRequest("chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]},
-                        tenant, CacheControl())
+    return CacheRequest(
+        "chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]}, tenant, CacheControl()
+    )
 
 
 @pytest.fixture()
@@ -45,8 +51,9 @@ async def bounded_cache(redis_url: str, encoder: Encoder, tmp_path: Path) -> Asy
     path = tmp_path / "prior.json"
     path.write_text(json.dumps(CLEAN.to_json()))
     client = aioredis.Redis.from_url(redis_url)
-    settings = CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05, feedback=True,
-                             bound_prior_path=path)
+    settings = CacheSettings(
+        redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05, feedback=True, bound_prior_path=path
+    )
     cache = ResponseCache(client, settings, encoder=encoder)
     await cache.start()
     yield cache
@@ -80,7 +87,8 @@ async def test_a_reported_hit_makes_its_entry_stricter_for_its_tenant_only_once(
 
 
 async def test_a_report_on_an_entry_that_is_gone_is_not_applied_and_does_not_recreate_it(
-        bounded_cache: ResponseCache) -> None:
+    bounded_cache: ResponseCache,
+) -> None:
     cache = bounded_cache
     assert await cache.store(ask(KITCHEN), answer())
     hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
@@ -95,8 +103,9 @@ async def test_the_shipped_prior_does_not_serve_a_paraphrase_at_5_percent(redis_
     # with the shipped prior and no labels, a 0.05 bound serves nothing semantic
     assert load_prior().probability[-1] < 0.95
     client = aioredis.Redis.from_url(redis_url)
-    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05),
-                          encoder=encoder)
+    cache = ResponseCache(
+        client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05), encoder=encoder
+    )
     await cache.start()
     try:
         assert await cache.store(ask(KITCHEN), answer())
@@ -135,8 +144,11 @@ async def exploring(redis_url: str, encoder: Encoder, tmp_path: Path) -> AsyncIt
     path = tmp_path / "prior.json"
     path.write_text(json.dumps(CLEAN.to_json()))
     client = aioredis.Redis.from_url(redis_url)
-    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01,
-                                                bound_prior_path=path), encoder=encoder)
+    cache = ResponseCache(
+        client,
+        CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01, bound_prior_path=path),
+        encoder=encoder,
+    )
     await cache.start()
     assert cache.semantic is not None and cache.semantic.bound is not None
     yield cache, client
@@ -156,8 +168,7 @@ async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(exploring:
     pool = await bound.pool(pool_name("t1", "m"))
     assert pool.seen == 1 and sum(pool.right) == 1
     key = cache.semantic.store.prefix + ":sem:entry:{"  # the stored KITCHEN entry's state
-    states = [json.loads(v) for k in await client.keys(key + "*")
-              if (v := await client.hget(k, "bound")) is not None]
+    states = [json.loads(v) for k in await client.keys(key + "*") if (v := await client.hget(k, "bound")) is not None]
     assert [(s["n"], s["w"]) for s in states] == [(1, 0)] and states[0]["m"] > 0
     # a sampled request proves nothing: no label
     assert await cache.lookup(greedy("How could I switch on the kitchen lights?", temperature=None)) is None
@@ -169,7 +180,9 @@ async def test_a_compared_miss_labels_the_explored_entry_and_the_pool(exploring:
     assert sum((await bound.pool(pool_name("t1", "m"))).wrong) == 1
 
 
-async def test_one_tenants_compared_misses_do_not_loosen_another_tenants_pool(exploring: tuple[ResponseCache, Any]) -> None:
+async def test_one_tenants_compared_misses_do_not_loosen_another_tenants_pool(
+    exploring: tuple[ResponseCache, Any],
+) -> None:
     # Regression (attack round, 3 December): the pool's counts were per model, shared by every
     # tenant, so a tenant sending greedy prompts with identical answers raised every step's
     # right-count and other tenants then got hits for different questions at cosine ~0.75.
@@ -269,8 +282,7 @@ async def test_different_queries_on_one_entry_each_count(bounded_cache: Response
     bound, pool = cache.semantic.bound, pool_name("t1", "m")
     assert await cache.store(greedy(KITCHEN), answer("Flip the switch."))
     entries = set()
-    for text in (KITCHEN_PARAPHRASE, "How can I switch on the kitchen lights?",
-                 "How do I turn the kitchen lights on?"):
+    for text in (KITCHEN_PARAPHRASE, "How can I switch on the kitchen lights?", "How do I turn the kitchen lights on?"):
         request = greedy(text)
         hit = await cache.lookup(request)
         assert hit is not None and hit.kind == "semantic", text

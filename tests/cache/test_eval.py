@@ -41,12 +41,15 @@ def test_reads_json_tar_and_positive_only_files(tmp_path: Path) -> None:
     assert len(load_pairs(plain, sample=2, seed=1).text_a) == 2
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('[{"text_a": "x", "text_b": 3, "label": 1}]', "item 0: field 'text_b'"),
-    ('[{"text_a": "x", "text_b": "y", "label": 2}]', "item 0: field 'label'"),
-    ('{"text_a": "x"}', "non-empty JSON list"),
-    ('[{"text_a": "x",\n "text_b": }]', "line 2"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[{"text_a": "x", "text_b": 3, "label": 1}]', "item 0: field 'text_b'"),
+        ('[{"text_a": "x", "text_b": "y", "label": 2}]', "item 0: field 'label'"),
+        ('{"text_a": "x"}', "non-empty JSON list"),
+        ('[{"text_a": "x",\n "text_b": }]', "line 2"),
+    ],
+)
 def test_bad_files_name_the_item_and_field(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content)

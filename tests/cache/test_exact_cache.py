@@ -160,14 +160,17 @@ async def test_a_slow_store_is_not_an_outage(redis_url: str) -> None:
         await client.aclose()
 
 
-
 def test_an_answer_is_complete_only_with_every_choice_or_embedding_asked_for() -> None:
     # issue 12: n > 1 is cached whole or not at all; an embeddings list has one item per input
     from cache.exact import expected_choices, is_complete_response
 
     def chat(*indices: int) -> dict:
-        return {"object": "chat.completion", "choices": [
-            {"index": i, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"} for i in indices]}
+        return {
+            "object": "chat.completion",
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"} for i in indices
+            ],
+        }
 
     assert expected_choices("chat.completions", {"n": 3}) == 3
     assert expected_choices("completions", {"n": 2, "prompt": ["a", "b"]}) == 4

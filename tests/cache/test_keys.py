@@ -55,10 +55,13 @@ def test_fields_that_do_not_change_output_share_key(change: dict) -> None:
     assert key({**BASE, **change}) == key(BASE)
 
 
-@pytest.mark.parametrize(("endpoint", "defaults", "base"), [
-    ("chat.completions", _CHAT_DEFAULTS, BASE),
-    ("completions", _COMPLETION_DEFAULTS, {"model": "m", "prompt": "What is Redis?"}),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "defaults", "base"),
+    [
+        ("chat.completions", _CHAT_DEFAULTS, BASE),
+        ("completions", _COMPLETION_DEFAULTS, {"model": "m", "prompt": "What is Redis?"}),
+    ],
+)
 def test_every_parameter_at_its_default_equals_leaving_it_out(endpoint: str, defaults: dict, base: dict) -> None:
     for name, default in defaults.items():
         assert key({**base, name: default}, endpoint=endpoint) == key(base, endpoint=endpoint), name
@@ -114,11 +117,20 @@ def test_multimodal_and_odd_content_is_kept_verbatim_not_crashed_on() -> None:
 # Issue 13, finding 3: the key rule is inverted (every body field counts unless known neutral).
 
 VLLM_FIELDS = {
-    "min_tokens": 4, "ignore_eos": True, "stop_token_ids": [2], "guided_choice": ["yes", "no"],
-    "guided_json": {"type": "object"}, "guided_regex": "[a-z]+", "structured_outputs": {"choice": ["a"]},
-    "chat_template_kwargs": {"enable_thinking": False}, "include_stop_str_in_output": True,
-    "bad_words": ["x"], "allowed_token_ids": [1, 2], "truncate_prompt_tokens": 5,
-    "continue_final_message": True, "verbosity": "low",
+    "min_tokens": 4,
+    "ignore_eos": True,
+    "stop_token_ids": [2],
+    "guided_choice": ["yes", "no"],
+    "guided_json": {"type": "object"},
+    "guided_regex": "[a-z]+",
+    "structured_outputs": {"choice": ["a"]},
+    "chat_template_kwargs": {"enable_thinking": False},
+    "include_stop_str_in_output": True,
+    "bad_words": ["x"],
+    "allowed_token_ids": [1, 2],
+    "truncate_prompt_tokens": 5,
+    "continue_final_message": True,
+    "verbosity": "low",
 }
 
 
@@ -129,11 +141,21 @@ def test_vllm_output_changing_fields_change_the_key(name: str, value: object) ->
     assert key({**prompt, name: value}, endpoint="completions") != key(prompt, endpoint="completions")
 
 
-@pytest.mark.parametrize("change", [
-    {"min_tokens": 0}, {"ignore_eos": False}, {"stop_token_ids": []}, {"bad_words": []},
-    {"include_stop_str_in_output": False}, {"continue_final_message": False}, {"chat_template_kwargs": {}},
-    {"skip_special_tokens": True}, {"add_generation_prompt": True}, {"guided_choice": None},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"min_tokens": 0},
+        {"ignore_eos": False},
+        {"stop_token_ids": []},
+        {"bad_words": []},
+        {"include_stop_str_in_output": False},
+        {"continue_final_message": False},
+        {"chat_template_kwargs": {}},
+        {"skip_special_tokens": True},
+        {"add_generation_prompt": True},
+        {"guided_choice": None},
+    ],
+)
 def test_vllm_fields_at_their_default_equal_leaving_them_out(change: dict) -> None:
     assert key({**BASE, **change}) == key(BASE)
 
@@ -164,8 +186,12 @@ def test_max_tokens_and_a_different_max_completion_tokens_are_kept_apart() -> No
     assert key(both) != key({**BASE, "max_tokens": 5}) and key(both) != key({**BASE, "max_tokens": 7})
 
 
-_KNOWN = set(_CHAT_DEFAULTS) | set(_COMPLETION_DEFAULTS) | set(NEUTRAL_FIELDS) | {
-    "model", "messages", "prompt", "max_completion_tokens"}
+_KNOWN = (
+    set(_CHAT_DEFAULTS)
+    | set(_COMPLETION_DEFAULTS)
+    | set(NEUTRAL_FIELDS)
+    | {"model", "messages", "prompt", "max_completion_tokens"}
+)
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
@@ -174,15 +200,19 @@ _JSON = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(name=st.text(min_size=1, max_size=24).filter(lambda n: n not in _KNOWN), value=_JSON,
-       endpoint=st.sampled_from(["chat.completions", "completions"]))
+@given(
+    name=st.text(min_size=1, max_size=24).filter(lambda n: n not in _KNOWN),
+    value=_JSON,
+    endpoint=st.sampled_from(["chat.completions", "completions"]),
+)
 def test_any_unknown_field_with_any_value_changes_the_key(name: str, value: object, endpoint: str) -> None:
     base = BASE if endpoint == "chat.completions" else {"model": "m", "prompt": "What is Redis?"}
     assert key({**base, name: value}, endpoint=endpoint) != key(base, endpoint=endpoint)
 
 
-@pytest.mark.parametrize("a, b", [(2**53 + 1, 2**53), (2**63 - 1, 2**63 - 2), (10**400, 10**400 + 1)],
-                         ids=["2^53", "2^63", "10^400"])
+@pytest.mark.parametrize(
+    "a, b", [(2**53 + 1, 2**53), (2**63 - 1, 2**63 - 2), (10**400, 10**400 + 1)], ids=["2^53", "2^63", "10^400"]
+)
 def test_integers_are_kept_exact(a: int, b: int) -> None:
     # Regression (issue 13, A1/A3): numbers became floats, so seeds beyond 2**53 shared a key
     # and an integer too large for a float raised OverflowError (a 500 in the router).

@@ -69,13 +69,16 @@ def test_a_pickle_is_refused_without_running_it(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"format": "other/1"}, "format"),
-    ({"features": ["cosine"]}, "features"),
-    ({"model": {"kind": "forest"}}, "unknown model kind"),
-    ({"thresholds": []}, "no calibrated operating points"),
-    ({"platt": {}}, "malformed"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "other/1"}, "format"),
+        ({"features": ["cosine"]}, "features"),
+        ({"model": {"kind": "forest"}}, "unknown model kind"),
+        ({"thresholds": []}, "no calibrated operating points"),
+        ({"platt": {}}, "malformed"),
+    ],
+)
 def test_a_bad_file_is_a_clear_error(tmp_path: Path, change: dict, message: str) -> None:
     data = json.loads(DEFAULT_PATH.read_text()) | change
     path = tmp_path / "v.json"
@@ -114,12 +117,15 @@ def test_settings_check_the_target_and_the_file_at_start(tmp_path: Path) -> None
         CacheSettings(verifier="cosine")
 
 
-@pytest.mark.parametrize(("query", "cached"), [
-    ("Who won round 1 of the debate?", "Who won round 2 of the debate?"),
-    ("How do I print the list with repetitions?", "How do I print the list without repetitions?"),
-    ("Why do people change?", "Why don't people change?"),
-    ("Can a 19 year old date a 17 year old?", "Can a 19 year old date a 16 year old?"),
-])
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
+        ("Who won round 1 of the debate?", "Who won round 2 of the debate?"),
+        ("How do I print the list with repetitions?", "How do I print the list without repetitions?"),
+        ("Why do people change?", "Why don't people change?"),
+        ("Can a 19 year old date a 17 year old?", "Can a 19 year old date a 16 year old?"),
+    ],
+)
 def test_a_near_miss_is_rejected_even_at_high_similarity(query: str, cached: str) -> None:
     verifier = load_verifier()
     threshold = verifier.threshold_for(0.90)
@@ -135,8 +141,9 @@ def test_a_rewording_is_accepted() -> None:
     verifier = load_verifier()
     text = "How do I become a better software engineer in my current job?"
     threshold = verifier.threshold_for(0.90)
-    chosen, best = verifier.select(text, [("How can I become a better software engineer at my current job?", 0.97)],
-                                   threshold)
+    chosen, best = verifier.select(
+        text, [("How can I become a better software engineer at my current job?", 0.97)], threshold
+    )
     assert chosen == 0 and best is not None and best >= threshold
 
 
@@ -167,9 +174,17 @@ def test_training_on_a_tiny_fixture_round_trips_through_the_file(tmp_path: Path,
         else:
             b.append(f"how do I fix the {i % 7 + 1} problem {topic}")  # another number
             labels.append(0)
-    content = train(Pairs(a, b, labels), _fake_encode, max_per_split=None, min_cosine=0.5,
-                    embed_cache=tmp_path / "vectors.npz", embed_tag="fake", source="fixture",
-                    log=lambda _: None, kinds=(kind,))
+    content = train(
+        Pairs(a, b, labels),
+        _fake_encode,
+        max_per_split=None,
+        min_cosine=0.5,
+        embed_cache=tmp_path / "vectors.npz",
+        embed_tag="fake",
+        source="fixture",
+        log=lambda _: None,
+        kinds=(kind,),
+    )
     path = tmp_path / "verifier.json"
     path.write_text(json.dumps(content))
     loaded = load_verifier(path)
@@ -177,7 +192,15 @@ def test_training_on_a_tiny_fixture_round_trips_through_the_file(tmp_path: Path,
     check = content["check"]
     assert np.allclose(loaded.probability_of_rows(np.asarray(check["features"])), check["probabilities"], atol=1e-9)
     assert (tmp_path / "vectors.npz").exists()  # a second run reuses the vectors
-    again = train(Pairs(a, b, labels), _fake_encode, max_per_split=None, min_cosine=0.5,
-                  embed_cache=tmp_path / "vectors.npz", embed_tag="fake", source="fixture",
-                  log=lambda _: None, kinds=(kind,))
+    again = train(
+        Pairs(a, b, labels),
+        _fake_encode,
+        max_per_split=None,
+        min_cosine=0.5,
+        embed_cache=tmp_path / "vectors.npz",
+        embed_tag="fake",
+        source="fixture",
+        log=lambda _: None,
+        kinds=(kind,),
+    )
     assert again["thresholds"] == content["thresholds"]

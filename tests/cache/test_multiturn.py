@@ -14,10 +14,22 @@ from cache.cli import app
 from cache.training.multiturn import KINDS, build_cases, score_cases
 
 # QQP-shaped labelled pairs: near-duplicates labelled different, paraphrases labelled the same
-A = ["How do I learn Python?", "What is the best way to lose weight?", "How can I improve my English?",
-     "Which laptop is best for programming?", "How do I start a small business?", "What is machine learning?"]
-B = ["How do I learn Java?", "What is the fastest way to lose weight?", "How do I get better at English?",
-     "What laptop is best for coding?", "How do I start a company?", "What is deep learning?"]
+A = [
+    "How do I learn Python?",
+    "What is the best way to lose weight?",
+    "How can I improve my English?",
+    "Which laptop is best for programming?",
+    "How do I start a small business?",
+    "What is machine learning?",
+]
+B = [
+    "How do I learn Java?",
+    "What is the fastest way to lose weight?",
+    "How do I get better at English?",
+    "What laptop is best for coding?",
+    "How do I start a company?",
+    "What is deep learning?",
+]
 LABELS = [0, 0, 1, 1, 1, 0]
 
 
@@ -88,14 +100,19 @@ def test_cli_reports_the_multi_turn_set(tmp_path: Path, encoder: object) -> None
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps([{"text_a": a, "text_b": b, "label": y} for a, b, y in zip(A, B, LABELS)]))
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(app, ["eval", "--pairs", str(path), "--multi-turn", "10", "--json", str(out),
-                                      "--threshold", "0.9"])
+    result = CliRunner().invoke(
+        app, ["eval", "--pairs", str(path), "--multi-turn", "10", "--json", str(out), "--threshold", "0.9"]
+    )
     assert result.exit_code == 0, result.output
     assert "multi-turn context set" in result.output and "cosine >= 0.9]" in result.output
     report = json.loads(out.read_text())
     assert report["multi_turn"]["per_kind"] == 10 and report["multi_turn"]["threshold"] == 0.9
-    assert report["multi_turn"]["cases_per_kind"] == {"other_context": 3, "other_question_same_answer": 3,
-                                                      "paraphrased_context": 3, "same_context": 6}
+    assert report["multi_turn"]["cases_per_kind"] == {
+        "other_context": 3,
+        "other_question_same_answer": 3,
+        "paraphrased_context": 3,
+        "same_context": 6,
+    }
     other = [r for r in report["multi_turn"]["rows"] if r["kind"] == "other_context"]
     assert {r["system"] for r in other} >= {"gptcache default (last message)", "promptedge: + learned verifier"}
     assert all(r["wrong"] == 0 for r in other if r["system"].startswith("promptedge"))

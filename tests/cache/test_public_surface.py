@@ -21,8 +21,11 @@ def cache_imports(path: Path) -> list[tuple[int, str, list[str]]]:
             if node.module == "cache" or node.module.startswith("cache."):
                 found.append((node.lineno, node.module, [alias.name for alias in node.names]))
         elif isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name, []) for alias in node.names
-                         if alias.name == "cache" or alias.name.startswith("cache."))
+            found.extend(
+                (node.lineno, alias.name, [])
+                for alias in node.names
+                if alias.name == "cache" or alias.name.startswith("cache.")
+            )
     return found
 
 
@@ -35,8 +38,9 @@ def test_every_exported_name_resolves_once() -> None:
 def test_no_exported_name_comes_from_the_training_tools() -> None:
     # serving code never imports cache.training (import-linter); the package's front door is
     # serving code too, but import-linter's contract cannot name the package's own __init__
-    from_training = [name for name in cache.__all__
-                     if getattr(getattr(cache, name), "__module__", "").startswith("cache.training")]
+    from_training = [
+        name for name in cache.__all__ if getattr(getattr(cache, name), "__module__", "").startswith("cache.training")
+    ]
     assert from_training == []
 
 
@@ -47,8 +51,7 @@ def test_the_router_imports_only_exported_names_from_cache() -> None:
             where = f"{path.relative_to(ROOT)}:{line}"
             if module != "cache" or not names:
                 wrong.append(f"{where}: imports {module} (only `from cache import <name>`)")
-            wrong.extend(f"{where}: {name} is not in cache.__all__" for name in names
-                         if name not in cache.__all__)
+            wrong.extend(f"{where}: {name} is not in cache.__all__" for name in names if name not in cache.__all__)
     assert wrong == []
 
 
@@ -56,7 +59,12 @@ def test_the_check_sees_a_submodule_import(tmp_path: Path) -> None:
     # the router test above passes vacuously if cache_imports finds nothing: prove it finds
     # each kind of import it must refuse
     source = tmp_path / "x.py"
-    source.write_text("from cache import ResponseCache\nimport cache.keys\n"
-                      "def f():\n    from cache.semantic.index import ScopedIndex\n")
-    assert sorted(cache_imports(source)) == [(1, "cache", ["ResponseCache"]), (2, "cache.keys", []),
-                                             (4, "cache.semantic.index", ["ScopedIndex"])]
+    source.write_text(
+        "from cache import ResponseCache\nimport cache.keys\n"
+        "def f():\n    from cache.semantic.index import ScopedIndex\n"
+    )
+    assert sorted(cache_imports(source)) == [
+        (1, "cache", ["ResponseCache"]),
+        (2, "cache.keys", []),
+        (4, "cache.semantic.index", ["ScopedIndex"]),
+    ]

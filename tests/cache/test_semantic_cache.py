@@ -25,14 +25,24 @@ KITCHEN_PARAPHRASE = "How can I turn on the kitchen lights?"
 
 def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
     return {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
     }
 
 
-def ask(text: str, *, tenant: str = "t1", system: str | None = None, history: tuple[str, ...] = (),
-        params: dict[str, Any] | None = None, **control: Any) -> CacheRequest:
+def ask(
+    text: str,
+    *,
+    tenant: str = "t1",
+    system: str | None = None,
+    history: tuple[str, ...] = (),
+    params: dict[str, Any] | None = None,
+    **control: Any,
+) -> CacheRequest:
     messages = [{"role": "system", "content": system}] if system else []
     for i, turn in enumerate(history):
         messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": turn})
@@ -54,8 +64,9 @@ async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]
         # generous bounds: CI machines are shared; the bounds themselves are tested separately.
         # Requests may loosen the threshold to 0 here: the scope and verification tests show
         # what they block even then (the floor has its own test).
-        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0,
-                                    "min_request_threshold": 0.0, **overrides})
+        settings = CacheSettings(
+            **{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, "min_request_threshold": 0.0, **overrides}
+        )
         cache = ResponseCache(client, settings, encoder=encoder)
         await cache.start()
         made.append((cache, client))
@@ -112,10 +123,13 @@ async def test_same_question_under_another_system_prompt_does_not_share(make_cac
     assert await cache.lookup(ask(KITCHEN_PARAPHRASE, system="Answer in French.", threshold=0.0)) is None
 
 
-@pytest.mark.parametrize(("stored", "asked"), [
-    ("Turn on the lights in the living room", "Turn off the lights in the living room"),
-    ("Allow guests to access the admin panel", "Deny guests access to the admin panel"),
-])
+@pytest.mark.parametrize(
+    ("stored", "asked"),
+    [
+        ("Turn on the lights in the living room", "Turn off the lights in the living room"),
+        ("Allow guests to access the admin panel", "Deny guests access to the admin panel"),
+    ],
+)
 async def test_opposite_instructions_do_not_share(make_cache: Factory, stored: str, asked: str) -> None:
     cache = await make_cache()
     await cache.store(ask(stored), answer())
@@ -132,10 +146,16 @@ async def test_tenants_never_see_each_others_entries(make_cache: Factory) -> Non
     assert await cache.lookup(ask(KITCHEN_PARAPHRASE, tenant="a")) is not None
 
 
-@pytest.mark.parametrize("change", [
-    {"temperature": 0.2}, {"max_tokens": 50}, {"seed": 1}, {"response_format": {"type": "json_object"}},
-    {"tools": [{"type": "function", "function": {"name": "lights", "parameters": {}}}]},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.2},
+        {"max_tokens": 50},
+        {"seed": 1},
+        {"response_format": {"type": "json_object"}},
+        {"tools": [{"type": "function", "function": {"name": "lights", "parameters": {}}}]},
+    ],
+)
 async def test_output_affecting_parameters_do_not_share(make_cache: Factory, change: dict[str, Any]) -> None:
     cache = await make_cache()
     await cache.store(ask(KITCHEN), answer())
@@ -204,8 +224,7 @@ async def test_popular_entry_still_expires_at_its_ttl(make_cache: Factory) -> No
 async def test_two_workers_insert_and_look_up_concurrently_and_agree(make_cache: Factory) -> None:
     a, b = await make_cache(), await make_cache()
     questions = [f"What is the population of city number {i}?" for i in range(6)]
-    await asyncio.gather(*(
-        (a if i % 2 else b).store(ask(q), answer(f"answer {i}")) for i, q in enumerate(questions)))
+    await asyncio.gather(*((a if i % 2 else b).store(ask(q), answer(f"answer {i}")) for i, q in enumerate(questions)))
 
     async def both_serve_all() -> bool:
         for worker in (a, b):
@@ -264,8 +283,10 @@ async def test_corrupt_entry_is_skipped_counted_and_never_served(make_cache: Fac
 
 async def test_multimodal_and_tool_requests_are_cached_exactly_and_counted(make_cache: Factory) -> None:
     cache = await make_cache()
-    parts = [{"type": "text", "text": "What is in this picture?"},
-             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    parts = [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
     request = CacheRequest("chat.completions", {"model": "m", "messages": [{"role": "user", "content": parts}]}, "t1")
     assert await cache.lookup(request) is None
     assert await cache.store(request, answer("A cat."))
@@ -324,15 +345,18 @@ async def test_a_slow_semantic_write_is_not_an_outage(redis_url: str, encoder: E
                 await dst.drain()
             dst.close()
 
-        await asyncio.gather(pump(reader, up_writer, False), pump(up_reader, writer, True),
-                             return_exceptions=True)
+        await asyncio.gather(pump(reader, up_writer, False), pump(up_reader, writer, True), return_exceptions=True)
 
     server = await asyncio.start_server(proxy, "127.0.0.1", 0)
     url = f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/{(target.path or '/0').lstrip('/') or '0'}"
     router_client = aioredis.Redis.from_url(url, socket_timeout=0.1, socket_connect_timeout=0.1)
     cache_client = aioredis.Redis.from_url(url)
-    cache = ResponseCache(router_client, CacheSettings(redis_timeout_s=0.05, embed_timeout_s=10.0),
-                          encoder=encoder, bounded_redis=cache_client)
+    cache = ResponseCache(
+        router_client,
+        CacheSettings(redis_timeout_s=0.05, embed_timeout_s=10.0),
+        encoder=encoder,
+        bounded_redis=cache_client,
+    )
     await cache.start()
     try:
         slow = True
@@ -349,7 +373,8 @@ async def test_a_slow_semantic_write_is_not_an_outage(redis_url: str, encoder: E
 
 
 async def test_close_returns_even_if_a_read_swallows_the_follower_cancellation(
-        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The teardown of make_cache hung for ever (after the floor test): close() cancelled the
     # index follower while redis-py was reading an XREAD reply, the read absorbed the
     # CancelledError (retried the command) and the follower's while-True loop went on, so

@@ -113,8 +113,9 @@ async def test_texts_whose_callers_gave_up_are_not_encoded() -> None:
     embedder = BatchingEmbedder(encoder, window_s=0.0, max_batch=1)
     first = asyncio.create_task(embedder.embed("first", timeout_s=5.0))
     await asyncio.sleep(0.01)  # "first" is encoding; the next two queue behind it
-    results = await asyncio.gather(embedder.embed("late", timeout_s=0.05), embedder.embed("later", timeout_s=0.05),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        embedder.embed("late", timeout_s=0.05), embedder.embed("later", timeout_s=0.05), return_exceptions=True
+    )
     assert all(isinstance(r, TimeoutError) for r in results)
     assert (await first)[0] == len("first")
     await asyncio.sleep(0.05)

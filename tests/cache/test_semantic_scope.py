@@ -23,10 +23,12 @@ def test_only_the_last_user_turn_is_compared() -> None:
 
 
 def test_follow_ups_in_different_conversations_have_different_scopes() -> None:
-    about_obama = chat(("user", "Who is Barack Obama?"), ("assistant", "The 44th US president."),
-                       ("user", "How old is he?"))
-    about_biden = chat(("user", "Who is Joe Biden?"), ("assistant", "The 46th US president."),
-                       ("user", "How old is he?"))
+    about_obama = chat(
+        ("user", "Who is Barack Obama?"), ("assistant", "The 44th US president."), ("user", "How old is he?")
+    )
+    about_biden = chat(
+        ("user", "Who is Joe Biden?"), ("assistant", "The 46th US president."), ("user", "How old is he?")
+    )
     assert scope(about_obama) != scope(about_biden)
 
 
@@ -41,17 +43,28 @@ def test_system_prompt_tenant_and_model_are_part_of_the_scope() -> None:
 
 def test_output_affecting_parameters_split_scopes_with_defaults_filled_in() -> None:
     base = chat(("user", "Write a haiku"))
-    for change in ({"temperature": 0.2}, {"max_tokens": 10}, {"seed": 7},
-                   {"response_format": {"type": "json_object"}}, {"top_p": 0.5}, {"n": 2}):
+    for change in (
+        {"temperature": 0.2},
+        {"max_tokens": 10},
+        {"seed": 7},
+        {"response_format": {"type": "json_object"}},
+        {"top_p": 0.5},
+        {"n": 2},
+    ):
         assert scope(base) != scope({**base, **change}), change
     assert scope(base) == scope({**base, "temperature": 1.0, "top_p": 1, "stream": True, "user": "u"})
 
 
 def test_content_the_semantic_stage_cannot_judge_is_skipped_with_a_reason() -> None:
-    image = [{"type": "text", "text": "What is this?"},
-             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
-    tool_call = {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    image = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
+    tool_call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
     cases = {
         "non_text": chat(("user", image)),
         "tools": {**chat(("user", "Weather in Paris?")), "tools": [{"type": "function", "function": {"name": "w"}}]},
@@ -59,9 +72,15 @@ def test_content_the_semantic_stage_cannot_judge_is_skipped_with_a_reason() -> N
         "empty": chat(("user", "   ")),
         "too_long": chat(("user", "word " * 400)),
     }
-    history_with_tools = {"model": "m", "messages": [
-        {"role": "user", "content": "Weather?"}, tool_call,
-        {"role": "tool", "tool_call_id": "1", "content": "sunny"}, {"role": "user", "content": "And tomorrow?"}]}
+    history_with_tools = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            tool_call,
+            {"role": "tool", "tool_call_id": "1", "content": "sunny"},
+            {"role": "user", "content": "And tomorrow?"},
+        ],
+    }
     for reason, body in cases.items():
         assert semantic_query("chat.completions", body, "t1") == Skip(reason), reason
     assert semantic_query("chat.completions", history_with_tools, "t1") == Skip("tools")
@@ -79,8 +98,12 @@ def test_completions_prompt_is_the_compared_text() -> None:
 def test_every_non_text_field_splits_the_scope() -> None:
     # Issue 13, finding 3: a semantic hit only within the exact scope of every non-text field.
     base = chat(("user", "Write a haiku"))
-    for change in ({"guided_choice": ["a", "b"]}, {"min_tokens": 3}, {"x_unknown": None},
-                   {"chat_template_kwargs": {"enable_thinking": True}}):
+    for change in (
+        {"guided_choice": ["a", "b"]},
+        {"min_tokens": 3},
+        {"x_unknown": None},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+    ):
         assert scope(base) != scope({**base, **change}), change
     named = {"model": "m", "messages": [{"role": "user", "content": "Write a haiku", "name": "bob"}]}
     assert scope(named) != scope(base)
@@ -95,10 +118,13 @@ def test_answers_that_repeat_the_prompt_are_never_matched_by_meaning() -> None:
     for extra in ({"echo": True}, {"prompt_logprobs": 1}, {"echo": 1}):
         assert semantic_query("completions", {**prompt, **extra}, "t1") == Skip("echo"), extra
         assert semantic_query("chat.completions", chat(("user", "Hi there"), **extra), "t1") == Skip("echo"), extra
-    assert isinstance(semantic_query("completions", {**prompt, "echo": False, "prompt_logprobs": None}, "t1"),
-                      SemanticQuery)
+    assert isinstance(
+        semantic_query("completions", {**prompt, "echo": False, "prompt_logprobs": None}, "t1"), SemanticQuery
+    )
 
 
 def test_embeddings_are_never_matched_by_meaning() -> None:
     # issue 12: the embedding of a paraphrase is not the embedding of this text
-    assert semantic_query("embeddings", {"model": "m", "input": "How do I turn on the lights?"}, "t") == Skip("endpoint")
+    assert semantic_query("embeddings", {"model": "m", "input": "How do I turn on the lights?"}, "t") == Skip(
+        "endpoint"
+    )

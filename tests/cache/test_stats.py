@@ -21,8 +21,12 @@ def test_pending_counts_merge_per_bucket_and_survive_a_failed_write() -> None:
     t0 = 1_700_000_000.0  # a bucket boundary (divisible by 10)
     pending.add(LookupEvent("m", "a", "exact", tokens_saved=9, replica_s_saved=0.5), t0 + 1)
     pending.add(LookupEvent("m", "b", "miss"), t0 + 9.9)
-    pending.add(LookupEvent("m", "a", "semantic", similarity=0.975, tokens_saved=1,
-                            replica_s_saved=0.25, rejected=Counter(stale=2)), t0 + BUCKET_S)
+    pending.add(
+        LookupEvent(
+            "m", "a", "semantic", similarity=0.975, tokens_saved=1, replica_s_saved=0.25, rejected=Counter(stale=2)
+        ),
+        t0 + BUCKET_S,
+    )
     taken = pending.take()
     assert not pending
     assert sorted(taken) == [int(t0), int(t0) + BUCKET_S]
@@ -86,8 +90,7 @@ async def test_concurrent_hits_share_writes_and_all_are_counted(client: aioredis
     assert 1 <= writes < 50
 
 
-async def test_counts_are_kept_through_a_failed_write(client: aioredis.Redis,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_counts_are_kept_through_a_failed_write(client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache.service, "_RETRY_AFTER_S", 0.05)
     cache_ = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, semantic_enabled=False))
     assert await cache_.store(request(), chat_response())

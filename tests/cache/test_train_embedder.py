@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cache.cli import app
 from cache.training.embedder import THRESHOLDS_FILE, at, precision_at_recall, threshold_for
 from cache.training.splits import split_of
-from tests.cache.test_multiturn import A, B, LABELS
+from tests.cache.test_multiturn import LABELS, A, B
 
 
 def test_the_threshold_is_the_lowest_cosine_whose_lower_bound_meets_the_target() -> None:
@@ -40,8 +40,10 @@ def test_a_fine_tune_pulls_the_train_duplicates_together_and_writes_a_loadable_f
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps(pairs))
     out = tmp_path / "model"
-    result = CliRunner().invoke(app, ["train-embedder", "--pairs", str(path), "--out", str(out), "--epochs", "6",
-                                      "--batch", "4", "--lr", "1e-4"])
+    result = CliRunner().invoke(
+        app,
+        ["train-embedder", "--pairs", str(path), "--out", str(out), "--epochs", "6", "--batch", "4", "--lr", "1e-4"],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / THRESHOLDS_FILE).read_text())
     assert report["steps"] == 18  # 12 train pairs / 4, 6 times

@@ -162,8 +162,16 @@ def test_idle_compares_load_with_idle_load() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"slot_s": 7}, {"slot_s": 0}, {"min_days_seen": 8}, {"budget_per_min": -1}, {"idle_load": 0}, {"top_k": 0},
-     {"min_rise": -0.1}, {"burst": 0.5}],
+    [
+        {"slot_s": 7},
+        {"slot_s": 0},
+        {"min_days_seen": 8},
+        {"budget_per_min": -1},
+        {"idle_load": 0},
+        {"top_k": 0},
+        {"min_rise": -0.1},
+        {"burst": 0.5},
+    ],
 )
 def test_policy_rejects_values_that_cannot_work(bad: dict) -> None:
     with pytest.raises(ValueError):
@@ -172,6 +180,7 @@ def test_policy_rejects_values_that_cannot_work(bad: dict) -> None:
 
 def test_fair_top_takes_candidates_round_robin_over_tenants_by_rank() -> None:
     from cache.warming.plan import fair_top
+
     flood = [WarmCandidate(f"b{i}", 100.0 - i, 2, None, "beta") for i in range(5)]
     mine = [WarmCandidate("a0", 3.0, 2, None, "acme"), WarmCandidate("a1", 2.0, 2, None, "acme")]
     assert [c.key for c in fair_top(flood + mine, 3)] == ["b0", "a0", "b1"]

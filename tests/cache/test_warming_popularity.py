@@ -21,8 +21,14 @@ PREFIX = "promptedge:cache"
 
 
 def request(content: str = "What is Redis?", tenant: str = "t1", **control: object) -> CacheRequest:
-    body = {"model": "m", "messages": [{"role": "user", "content": content}], "user": "u-42",
-            "temperature": 1.0, "max_completion_tokens": 8, "stream": True}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": content}],
+        "user": "u-42",
+        "temperature": 1.0,
+        "max_completion_tokens": 8,
+        "stream": True,
+    }
     return CacheRequest("chat.completions", body, tenant, CacheControl(**control))  # type: ignore[arg-type]
 
 
@@ -38,8 +44,11 @@ async def client(redis_url: str):
 
 
 def make_cache(client: aioredis.Redis, **warming: object) -> ResponseCache:
-    settings = CacheSettings(redis_timeout_s=1.0, semantic_enabled=False,
-                             warming={"m": WarmingSettings(**{"enabled": True, **warming})} if warming is not None else {})
+    settings = CacheSettings(
+        redis_timeout_s=1.0,
+        semantic_enabled=False,
+        warming={"m": WarmingSettings(**{"enabled": True, **warming})} if warming is not None else {},
+    )
     return ResponseCache(client, settings, clock=lambda: NOW)
 
 

@@ -30,8 +30,11 @@ async def _fill(client: aioredis.Redis, tenant: str, n: int) -> None:
     for i in range(n):
         key = f"{PREFIX}:exact:{{0123456789abcdef}}:{i:064x}"
         body = {"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]}
-        pipe.hset(recipe_key(PREFIX, "m", 20, 72), key, Recipe(key, "chat.completions", tenant, tenant, "m", body,
-                                                                True, None).to_json())
+        pipe.hset(
+            recipe_key(PREFIX, "m", 20, 72),
+            key,
+            Recipe(key, "chat.completions", tenant, tenant, "m", body, True, None).to_json(),
+        )
         pipe.zadd(count_key(PREFIX, "m", 20, 72), {key: 1})
     pipe.sadd(slots_key(PREFIX), recipe_key(PREFIX, "m", 20, 72))  # record() lists each new recipe hash
     await pipe.execute()
@@ -68,8 +71,10 @@ async def test_lowering_keep_per_slot_trims_without_a_script_error(client) -> No
     body = {"model": "m", "messages": [{"role": "user", "content": "new one"}]}
     req = CacheRequest("chat.completions", body, "acme")
     from cache import exact_key
-    assert await popularity.record(req, exact_key(PREFIX, "chat.completions", body, "acme"),
-                                   WarmingSettings(enabled=True, keep_per_slot=100), NOW)
+
+    assert await popularity.record(
+        req, exact_key(PREFIX, "chat.completions", body, "acme"), WarmingSettings(enabled=True, keep_per_slot=100), NOW
+    )
     assert await client.zcard(count_key(PREFIX, "m", 20, 72)) == 100
     assert await client.hlen(recipe_key(PREFIX, "m", 20, 72)) == 100
 
@@ -88,8 +93,9 @@ async def test_throwaway_keys_do_not_push_a_tenants_prompts_out_of_warming(clien
             await cache.store(req, chat_response())
     for i in range(30):  # each its own scope (as classify.tenant makes them), all labelled "other"
         sybil = request(f"junk {i}", tenant=f"key:{i:016x}")
-        await cache.store(CacheRequest(sybil.endpoint, sybil.body, sybil.tenant, sybil.control,
-                                       tenant_label="other"), chat_response())
+        await cache.store(
+            CacheRequest(sybil.endpoint, sybil.body, sybil.tenant, sybil.control, tenant_label="other"), chat_response()
+        )
     kept = {m.decode() for m in await client.zrange(count_key(PREFIX, "m", 20, 72), 0, -1)}
     assert {key_of(r) for r in hot} <= kept and len(kept) == 20
     # the next day's candidates for this slot: half the tenant's, half the throwaway keys'

@@ -37,8 +37,11 @@ def strict(node: Any) -> Any:
     on every object that declares ``properties`` and neither ``additionalProperties`` nor
     ``x-kubernetes-preserve-unknown-fields``: an unknown field there becomes an error."""
     if isinstance(node, dict):
-        if ("properties" in node and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             node["additionalProperties"] = False
         for value in node.values():
             strict(value)
@@ -53,5 +56,6 @@ def errors(obj: dict[str, Any], crd_schema: dict[str, Any] | None = None) -> lis
     ``"<path>: <message>"`` strings; empty when it validates. KeyError for an unknown kind."""
     checked = strict(crd_schema if crd_schema is not None else schema(obj["apiVersion"], obj["kind"]))
     validator = jsonschema.Draft7Validator(checked)
-    return sorted(f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-                  for e in validator.iter_errors(obj))
+    return sorted(
+        f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in validator.iter_errors(obj)
+    )

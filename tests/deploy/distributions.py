@@ -33,7 +33,7 @@ def image_extras(dockerfile: Path) -> list[str]:
     ``pip install ".[...]"`` of the file)."""
     last_stage = dockerfile.read_text().split("\nFROM ")[-1]
     found = _EXTRAS.findall(last_stage)
-    assert found, f"{dockerfile.name}: no pip install \".[extras]\" in its last stage"
+    assert found, f'{dockerfile.name}: no pip install ".[extras]" in its last stage'
     return found[-1].split(",")
 
 
@@ -109,8 +109,11 @@ def uncovered(modules: set[str], installed: set[str]) -> dict[str, list[str]]:
     """The modules of ``modules`` that no distribution in ``installed`` (normal names) provides,
     each with the distributions that would."""
     distributions = metadata.packages_distributions()
-    return {module: distributions.get(module, [module]) for module in sorted(modules)
-            if not any(normal(d) in installed for d in distributions.get(module, [module]))}
+    return {
+        module: distributions.get(module, [module])
+        for module in sorted(modules)
+        if not any(normal(d) in installed for d in distributions.get(module, [module]))
+    }
 
 
 IMAGES = {"router": ROOT / "deploy" / "router.Dockerfile", "forecaster": ROOT / "deploy" / "Dockerfile"}

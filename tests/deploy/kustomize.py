@@ -34,8 +34,9 @@ def kubectl() -> str | None:
 
 
 def _kustomize_major(path: str) -> int:
-    out = subprocess.run([path, "version", "--client", "-o", "json"], capture_output=True, text=True,
-                         timeout=30, check=False).stdout
+    out = subprocess.run(
+        [path, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
     try:
         version = json.loads(out).get("kustomizeVersion", "")
     except json.JSONDecodeError:
@@ -56,8 +57,9 @@ needs_kustomize = pytest.mark.skipif(kubectl() is None, reason=skip_reason())
 
 def render(directory: Path) -> list[dict[str, Any]]:
     """Objects of ``kubectl kustomize directory``; raises AssertionError with kustomize's message."""
-    done = subprocess.run([kubectl() or "kubectl", "kustomize", str(directory)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [kubectl() or "kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, f"kubectl kustomize {directory} failed: {done.stderr.strip()}"
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
@@ -71,7 +73,10 @@ def rendered(name: str) -> tuple[dict[str, Any], ...]:
 def one(objects: tuple[dict[str, Any], ...] | list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     """The object of ``kind`` whose name is ``name`` (or, for generated objects, starts with
     ``name-`` followed by kustomize's hash); fails unless exactly one matches."""
-    found = [o for o in objects if o["kind"] == kind
-             and re.fullmatch(re.escape(name) + r"(-[a-z0-9]{10})?", o["metadata"]["name"])]
+    found = [
+        o
+        for o in objects
+        if o["kind"] == kind and re.fullmatch(re.escape(name) + r"(-[a-z0-9]{10})?", o["metadata"]["name"])
+    ]
     assert len(found) == 1, f"{len(found)} objects {kind}/{name}"
     return found[0]

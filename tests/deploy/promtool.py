@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
-                                    reason="no promtool on PATH (Debian: apt-get install prometheus)")
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="no promtool on PATH (Debian: apt-get install prometheus)"
+)
 
 # vLLM series the dashboard reads that sim/ does not simulate (names from vLLM's metrics
 # documentation: V1 exports time_per_output_token_seconds, later releases inter_token_latency_seconds).
@@ -22,8 +23,9 @@ _NAME = re.compile(r"(?<![\w:])((?:promptedge_|vllm:|process_)[A-Za-z0-9_:]*)")
 
 def promtool(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``promtool args...``; never raises on a non-zero exit (the caller asserts)."""
-    return subprocess.run(["promtool", *map(str, args)], capture_output=True, text=True, timeout=60,
-                          check=False, cwd=cwd)
+    return subprocess.run(
+        ["promtool", *map(str, args)], capture_output=True, text=True, timeout=60, check=False, cwd=cwd
+    )
 
 
 def metric_names(expr: str) -> set[str]:
@@ -34,8 +36,11 @@ def metric_names(expr: str) -> set[str]:
 def _sample_names(registry: CollectorRegistry) -> set[str]:
     names = set()
     for family in registry.collect():
-        suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-                    "summary": ("_sum", "_count", "_created")}.get(family.type, ("",))
+        suffixes = {
+            "counter": ("_total", "_created"),
+            "histogram": ("_bucket", "_sum", "_count", "_created"),
+            "summary": ("_sum", "_count", "_created"),
+        }.get(family.type, ("",))
         names.update(family.name + suffix for suffix in suffixes)
     return names
 
@@ -48,8 +53,8 @@ def exported_names() -> set[str]:
     from router.discovery import DiscoveryCollector, StaticSource
     from router.dispatch import Weights
     from router.fleet.health import HealthConfig
-    from router.observe.metrics import RouterMetrics
     from router.fleet.replicas import Pools
+    from router.observe.metrics import RouterMetrics
     from sim.replica.metrics import ReplicaMetrics
 
     pools = Pools((), HealthConfig())

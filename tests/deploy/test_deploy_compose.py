@@ -23,7 +23,12 @@ from tests.deploy.kustomize import DEPLOY
 from tests.deploy.test_deploy_settings import FORECASTER_SETTINGS, ROUTER_SETTINGS, unknown, use_env
 
 COMPOSE = DEPLOY / "compose.yaml"
-SETTINGS = {"router": ROUTER_SETTINGS, "forecaster": FORECASTER_SETTINGS, "sim-a": (SimSettings,), "sim-b": (SimSettings,)}
+SETTINGS = {
+    "router": ROUTER_SETTINGS,
+    "forecaster": FORECASTER_SETTINGS,
+    "sim-a": (SimSettings,),
+    "sim-b": (SimSettings,),
+}
 # What each service constructs at start (the router's Kubernetes discovery settings only in
 # discovery=kubernetes, which compose does not use).
 LOADED = {**SETTINGS, "router": (RouterSettings, CacheSettings)}
@@ -81,4 +86,7 @@ def test_the_forecaster_reads_the_routers_redis_and_only_logs_its_decisions(monk
     use_env(monkeypatch, env)
     assert ForecasterSettings().redis_url == RouterSettings().redis_url == "redis://redis:6379/0"
     assert ActuatorSettings().mode == "dry-run"
-    assert ForecasterSettings().model_name == json.loads(services()["router"]["environment"]["PROMPTEDGE_ROUTER_REPLICAS"])[0]["model"]
+    assert (
+        ForecasterSettings().model_name
+        == json.loads(services()["router"]["environment"]["PROMPTEDGE_ROUTER_REPLICAS"])[0]["model"]
+    )

@@ -15,9 +15,13 @@ import yaml
 from tests.deploy.crd_schema import SCHEMAS, errors, schema
 from tests.deploy.kustomize import DEPLOY, needs_kustomize, render, rendered
 
-FILES = [DEPLOY / "monitoring" / "servicemonitors.yaml", DEPLOY / "monitoring" / "podmonitor.yaml",
-         DEPLOY / "monitoring" / "prometheusrule.yaml", DEPLOY / "components" / "keda" / "scaledobject.yaml",
-         DEPLOY / "keda-scaledobject.yaml"]
+FILES = [
+    DEPLOY / "monitoring" / "servicemonitors.yaml",
+    DEPLOY / "monitoring" / "podmonitor.yaml",
+    DEPLOY / "monitoring" / "prometheusrule.yaml",
+    DEPLOY / "components" / "keda" / "scaledobject.yaml",
+    DEPLOY / "keda-scaledobject.yaml",
+]
 
 
 def custom_resources(path: Path) -> list[dict[str, Any]]:
@@ -41,8 +45,11 @@ def test_custom_resources_validate_against_their_crd(path: Path) -> None:
 
 @needs_kustomize
 def test_rendered_custom_resources_validate() -> None:
-    objects = [o for o in render(DEPLOY / "monitoring") + list(rendered("central-keda"))
-               if (o["apiVersion"], o["kind"]) in SCHEMAS]
+    objects = [
+        o
+        for o in render(DEPLOY / "monitoring") + list(rendered("central-keda"))
+        if (o["apiVersion"], o["kind"]) in SCHEMAS
+    ]
     assert {o["kind"] for o in objects} == {kind for _, kind in SCHEMAS}
     for obj in objects:
         assert errors(obj) == [], f"{obj['kind']}/{obj['metadata']['name']}"
@@ -78,5 +85,5 @@ def test_fallback_behavior_needs_keda_2_17() -> None:
     del older["properties"]["spec"]["properties"]["fallback"]["properties"]["behavior"]
     for path in (DEPLOY / "keda-scaledobject.yaml", DEPLOY / "components" / "keda" / "scaledobject.yaml"):
         assert errors(_first(path, "ScaledObject"), older) == [
-            "spec.fallback: Additional properties are not allowed ('behavior' was unexpected)"]
-
+            "spec.fallback: Additional properties are not allowed ('behavior' was unexpected)"
+        ]

@@ -28,8 +28,9 @@ from tests.forecaster.test_run_metrics import Fixed
 from tests.router.router_process import free_port, start_router
 from tests.sim.replica_process import start_replica
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="no prometheus on PATH (Debian: apt-get install prometheus)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="no prometheus on PATH (Debian: apt-get install prometheus)"
+)
 
 # Queries that cannot have data in a test of seconds, and why.
 NO_DATA_HERE = {
@@ -58,14 +59,25 @@ def forecaster_metrics() -> Iterator[int]:
 
 
 def _prometheus(tmp_path: Path, targets: dict[str, tuple[int, dict[str, str]]]) -> tuple[subprocess.Popen[bytes], str]:
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-              "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": labels}]}
-                                 for job, (port, labels) in targets.items()]}
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": labels}]}
+            for job, (port, labels) in targets.items()
+        ],
+    }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
+    proc = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("w"),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -85,8 +97,10 @@ def _traffic(router_url: str, stop: threading.Event) -> None:
         i = 0
         while not stop.is_set():
             text = "same question" if i % 2 else f"question {i}"
-            client.post("/v1/chat/completions", json={"model": "m", "max_tokens": 4,
-                                                      "messages": [{"role": "user", "content": text}]})
+            client.post(
+                "/v1/chat/completions",
+                json={"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": text}]},
+            )
             i += 1
 
 
@@ -97,14 +111,23 @@ def test_every_dashboard_query_returns_data(tmp_path: Path, redis_url: str, fore
     prometheus = None
     stop = threading.Event()
     try:
-        router = start_router(tmp_path, {
-            "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
-            "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "0.5",
-            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": f"http://127.0.0.1:{replica_port}", "model": "m"}])})
-        prometheus, url = _prometheus(tmp_path, {
-            "promptedge-router": (router.port, {"pod": "router-0"}),
-            "promptedge-vllm": (replica_port, {"pod": "vllm-0", "pool": "m"}),
-            "promptedge-forecaster": (forecaster_metrics, {})})
+        router = start_router(
+            tmp_path,
+            {
+                "PROMPTEDGE_REDIS_URL": redis_url,
+                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+                "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "0.5",
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": f"http://127.0.0.1:{replica_port}", "model": "m"}]),
+            },
+        )
+        prometheus, url = _prometheus(
+            tmp_path,
+            {
+                "promptedge-router": (router.port, {"pod": "router-0"}),
+                "promptedge-vllm": (replica_port, {"pod": "vllm-0", "pool": "m"}),
+                "promptedge-forecaster": (forecaster_metrics, {}),
+            },
+        )
         sender = threading.Thread(target=_traffic, args=(router.url, stop), daemon=True)
         sender.start()
         # ... and the forecaster's default Prometheus source query (vLLM's request counter).

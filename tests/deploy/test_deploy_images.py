@@ -65,8 +65,13 @@ def test_the_optional_imports_are_inside_functions() -> None:
         for package in packages:
             for source in (ROOT / package).rglob("*.py"):
                 for node in ast.parse(source.read_text()).body:
-                    names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                             else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                    names = (
+                        [a.name for a in node.names]
+                        if isinstance(node, ast.Import)
+                        else [node.module or ""]
+                        if isinstance(node, ast.ImportFrom)
+                        else []
+                    )
                     top = {n.split(".")[0] for n in names}
                     assert not top & OPTIONAL[image], f"{source.relative_to(ROOT)} imports {top & OPTIONAL[image]}"
 
@@ -117,8 +122,10 @@ def test_every_manifest_runs_its_images_console_script_with_a_real_command() -> 
     from forecaster.cli import app as forecaster_cli
     from router.__main__ import cli as router_cli
 
-    commands = {"router": set(typer.main.get_command(router_cli).commands),  # type: ignore[attr-defined]
-                "forecaster": set(typer.main.get_command(forecaster_cli).commands)}  # type: ignore[attr-defined]
+    commands = {
+        "router": set(typer.main.get_command(router_cli).commands),  # type: ignore[attr-defined]
+        "forecaster": set(typer.main.get_command(forecaster_cli).commands),
+    }  # type: ignore[attr-defined]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     seen = 0
     for path in [*sorted((ROOT / "deploy").glob("*.yaml")), *sorted((ROOT / "deploy").glob("*/*/*.yaml"))]:

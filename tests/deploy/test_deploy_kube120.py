@@ -28,8 +28,13 @@ def test_1_20_creates_everything_but_the_kinds_it_does_not_serve(tmp_path: Path)
     with running_apiserver(tmp_path / "kube"):
         base = [kubectl() or "kubectl", "--kubeconfig", str(tmp_path / "kube" / "kubeconfig")]
         subprocess.run([*base, "create", "namespace", "llm"], check=True, capture_output=True, timeout=60)
-        done = subprocess.run([*base, "create", "-f", str(manifest), "-o", "name"], capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [*base, "create", "-f", str(manifest), "-o", "name"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     created = set(done.stdout.split())
     refused = set()
     for obj in objects:

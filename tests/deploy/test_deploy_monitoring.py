@@ -35,7 +35,9 @@ def panel_exprs() -> list[str]:
 
 def test_prometheusrule_holds_the_same_groups_as_the_rules_file() -> None:
     (rule,) = yaml.safe_load_all((MONITORING / "prometheusrule.yaml").read_text())
-    assert rule["spec"] == rules(), "edit deploy/monitoring/prometheusrule.yaml and prometheus/promptedge-rules.yaml together"
+    assert rule["spec"] == rules(), (
+        "edit deploy/monitoring/prometheusrule.yaml and prometheus/promptedge-rules.yaml together"
+    )
 
 
 def test_every_alert_has_a_severity_summary_and_runbook() -> None:
@@ -54,7 +56,10 @@ def test_rules_and_dashboard_read_only_exported_series() -> None:
 
 def test_metric_names_are_found_in_promql() -> None:
     assert metric_names('rate({__name__=~"vllm:a_bucket|vllm:b_bucket"}[5m]) / promptedge_x_total') == {
-        "vllm:a_bucket", "vllm:b_bucket", "promptedge_x_total"}
+        "vllm:a_bucket",
+        "vllm:b_bucket",
+        "promptedge_x_total",
+    }
 
 
 @needs_promtool
@@ -93,7 +98,10 @@ def test_every_dashboard_query_parses(tmp_path: Path) -> None:
 def test_promtool_checks_the_plain_scrape_config(tmp_path: Path) -> None:
     config = yaml.safe_load((MONITORING / "prometheus" / "prometheus.yml").read_text())
     assert {job["job_name"] for job in config["scrape_configs"]} == {
-        "promptedge-router", "promptedge-forecaster", "promptedge-vllm"}
+        "promptedge-router",
+        "promptedge-forecaster",
+        "promptedge-vllm",
+    }
     done = promtool("check", "config", MONITORING / "prometheus" / "prometheus.yml")
     if "kubernetes_sd_configs not found" in done.stdout + done.stderr:
         # Debian builds Prometheus without Kubernetes service discovery: check the rest of the
@@ -118,7 +126,9 @@ def test_monitors_select_the_overlays_pods_and_ports() -> None:
     pods = one(monitors, "PodMonitor", "promptedge-vllm")["spec"]
     vllm = one(edge, "Deployment", "vllm")["spec"]["template"]
     assert selects(pods["selector"], vllm["metadata"]["labels"])
-    assert {e["port"] for e in pods["podMetricsEndpoints"]} <= {p["name"] for p in vllm["spec"]["containers"][0]["ports"]}
+    assert {e["port"] for e in pods["podMetricsEndpoints"]} <= {
+        p["name"] for p in vllm["spec"]["containers"][0]["ports"]
+    }
 
 
 def test_the_forecast_offset_is_the_default_lead_time() -> None:

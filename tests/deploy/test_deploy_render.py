@@ -11,7 +11,9 @@ import pytest
 
 from tests.deploy.kustomize import OVERLAYS, needs_kustomize, one, rendered
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[test]' (kubernetes-validate)")
+kubernetes_validate = pytest.importorskip(
+    "kubernetes_validate", reason="pip install -e '.[test]' (kubernetes-validate)"
+)
 
 VERSIONS = ("1.29", "1.30", "1.31")
 # Custom resources: kubernetes-validate ships only the built-in kinds' schemas.
@@ -19,13 +21,38 @@ CUSTOM_KINDS = {"ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule"
 
 # What each overlay must hold (kind -> count): a missing or doubled object is a failure.
 EXPECTED = {
-    "edge-pop": {"Deployment": 2, "StatefulSet": 1, "Service": 3, "ConfigMap": 2, "Secret": 1,
-                 "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1,
-                 "HorizontalPodAutoscaler": 1, "NetworkPolicy": 3},
-    "central": {"Deployment": 1, "Service": 1, "ConfigMap": 1, "ServiceAccount": 1, "Role": 1,
-                "RoleBinding": 1, "NetworkPolicy": 1},
-    "central-keda": {"Deployment": 2, "Service": 2, "ConfigMap": 1, "ServiceAccount": 1, "Role": 1,
-                     "RoleBinding": 1, "NetworkPolicy": 2, "ScaledObject": 1},
+    "edge-pop": {
+        "Deployment": 2,
+        "StatefulSet": 1,
+        "Service": 3,
+        "ConfigMap": 2,
+        "Secret": 1,
+        "ServiceAccount": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "PodDisruptionBudget": 1,
+        "HorizontalPodAutoscaler": 1,
+        "NetworkPolicy": 3,
+    },
+    "central": {
+        "Deployment": 1,
+        "Service": 1,
+        "ConfigMap": 1,
+        "ServiceAccount": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "NetworkPolicy": 1,
+    },
+    "central-keda": {
+        "Deployment": 2,
+        "Service": 2,
+        "ConfigMap": 1,
+        "ServiceAccount": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "NetworkPolicy": 2,
+        "ScaledObject": 1,
+    },
 }
 
 
@@ -56,8 +83,9 @@ def test_every_rendered_object_validates_strictly(overlay: str, version: str) ->
         except kubernetes_validate.SchemaNotFoundError:
             custom.append(obj["kind"])
         except kubernetes_validate.ValidationError as exc:
-            raise AssertionError(f"{overlay}: {obj['kind']}/{obj['metadata']['name']} on {version}: "
-                                 f"{exc.message} at {list(exc.path)}") from None
+            raise AssertionError(
+                f"{overlay}: {obj['kind']}/{obj['metadata']['name']} on {version}: {exc.message} at {list(exc.path)}"
+            ) from None
     assert set(custom) <= CUSTOM_KINDS, f"no schema for built-in kinds {set(custom) - CUSTOM_KINDS}"
 
 

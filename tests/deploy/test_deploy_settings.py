@@ -23,8 +23,8 @@ from pydantic_settings import BaseSettings, SettingsError
 from cache.settings import CacheSettings
 from forecaster.actuate.settings import ActuatorSettings
 from forecaster.settings import ForecasterSettings
-from router.discovery.kube import KubeDiscoverySettings, load_kube_settings
 from opskit import SETTINGS_FILE_ENV, env_name, section_name
+from router.discovery.kube import KubeDiscoverySettings, load_kube_settings
 from router.settings import RouterSettings
 from tests.deploy.kustomize import DEPLOY, needs_kustomize, one, rendered
 
@@ -90,8 +90,13 @@ def mounted_settings(objects: tuple[dict[str, Any], ...], deployment: str) -> tu
     raise AssertionError(f"{deployment}: no ConfigMap key mounted at {SETTINGS_FILE_ENV}={path}")
 
 
-def use_pod_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, objects: tuple[dict[str, Any], ...],
-                     deployment: str, text: str | None = None) -> dict[str, str]:
+def use_pod_settings(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    objects: tuple[dict[str, Any], ...],
+    deployment: str,
+    text: str | None = None,
+) -> dict[str, str]:
     """The Pod's settings in this process: its environment, with PROMPTEDGE_SETTINGS_FILE
     pointing at a copy of the mounted file (or ``text``) in ``tmp_path``. Returns the env."""
     env = container_env(objects, deployment)
@@ -136,8 +141,9 @@ PODS = [
 
 @needs_kustomize
 @pytest.mark.parametrize(("overlay", "deployment", "source", "classes"), PODS, ids=[f"{p[0]}-{p[1]}" for p in PODS])
-def test_the_pod_reads_the_overlays_settings_file(overlay: str, deployment: str, source: str,
-                                                  classes: tuple[type[BaseSettings], ...]) -> None:
+def test_the_pod_reads_the_overlays_settings_file(
+    overlay: str, deployment: str, source: str, classes: tuple[type[BaseSettings], ...]
+) -> None:
     """What the user edits (the overlay's settings.yaml) is, byte for byte, the file the Pod's
     PROMPTEDGE_SETTINGS_FILE names, mounted read-only; the environment sets no PROMPTEDGE_*
     name the code ignores and none that shadows a key of the file."""
@@ -149,9 +155,15 @@ def test_the_pod_reads_the_overlays_settings_file(overlay: str, deployment: str,
     assert not unknown(env, classes)
     document = yaml.safe_load(text)
     sections = {section_name(c): c for c in classes}
-    assert set(document) <= set(sections), f"sections no settings class of {deployment} reads: {set(document) - set(sections)}"
-    shadowed = {f"{s}.{key}" for s, values in document.items() for key in values
-                if env_name(sections[s], key, sections[s].model_fields[key]) in env}
+    assert set(document) <= set(sections), (
+        f"sections no settings class of {deployment} reads: {set(document) - set(sections)}"
+    )
+    shadowed = {
+        f"{s}.{key}"
+        for s, values in document.items()
+        for key in values
+        if env_name(sections[s], key, sections[s].model_fields[key]) in env
+    }
     assert not shadowed, f"the Pod's environment overrides these keys of {source}: {shadowed}"
 
 
@@ -171,19 +183,27 @@ def test_router_settings_load_from_the_mounted_file(monkeypatch: pytest.MonkeyPa
 
 
 @needs_kustomize
-@pytest.mark.parametrize(("overlay", "deployment", "mode"), [
-    ("central", "promptedge-forecaster", "kubernetes"),
-    ("central-keda", "promptedge-forecaster", "keda"),
-    ("central-keda", "promptedge-desired", "keda"),
-])
-def test_forecaster_settings_load_from_the_mounted_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, overlay: str,
-                                                        deployment: str, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("overlay", "deployment", "mode"),
+    [
+        ("central", "promptedge-forecaster", "kubernetes"),
+        ("central-keda", "promptedge-forecaster", "keda"),
+        ("central-keda", "promptedge-desired", "keda"),
+    ],
+)
+def test_forecaster_settings_load_from_the_mounted_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, overlay: str, deployment: str, mode: str
+) -> None:
     use_pod_settings(monkeypatch, tmp_path, rendered(overlay), deployment)
     actuator = ActuatorSettings()
     assert (actuator.mode, actuator.namespace, actuator.deployment) == (mode, NAMESPACE, "vllm")
     forecaster = ForecasterSettings()
     assert forecaster.metrics_port == 9464
-    assert (forecaster.model_name, forecaster.capacity_per_replica, forecaster.max_replicas) == ("llama-3.1-8b", 2.0, 10)
+    assert (forecaster.model_name, forecaster.capacity_per_replica, forecaster.max_replicas) == (
+        "llama-3.1-8b",
+        2.0,
+        10,
+    )
     # one Redis for both: the daemon publishes where the KEDA endpoint reads (a YAML anchor)
     assert actuator.redis_url == forecaster.redis_url == "redis://promptedge-redis:6379/0"
     if deployment == "promptedge-desired":
@@ -206,8 +226,9 @@ def test_a_misspelt_setting_is_caught() -> None:
 
 
 @needs_kustomize
-def test_the_central_overlays_commented_pops_load_when_uncommented(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path) -> None:
+def test_the_central_overlays_commented_pops_load_when_uncommented(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The several-POPs example in overlays/central/settings.yaml is a working setting: with its
     ``# `` removed the forecaster Pod reads both POPs, and redis_url stays where the state is."""
     objects = rendered("central")

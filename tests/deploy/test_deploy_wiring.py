@@ -35,8 +35,12 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
         return False
     for expr in selector.get("matchExpressions", []):
         key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-        ok = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        ok = {
+            "In": labels.get(key) in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
         if not ok:
             return False
     return True
@@ -47,8 +51,9 @@ def allowed_egress_ports(policy: dict[str, Any], labels: dict[str, str]) -> set[
     ports = set()
     for rule in policy["spec"].get("egress", []):
         peers = rule.get("to")
-        if peers and not any("podSelector" in p and "namespaceSelector" not in p
-                             and selects(p["podSelector"], labels) for p in peers):
+        if peers and not any(
+            "podSelector" in p and "namespaceSelector" not in p and selects(p["podSelector"], labels) for p in peers
+        ):
             continue
         ports.update(p["port"] for p in rule.get("ports", []) if p.get("protocol", "TCP") == "TCP")
     return ports
@@ -58,8 +63,9 @@ def allowed_ingress_from(policy: dict[str, Any], labels: dict[str, str], port: i
     """Whether ``policy`` admits a same-namespace Pod with ``labels`` on TCP ``port``."""
     for rule in policy["spec"].get("ingress", []):
         peers = rule.get("from")
-        if peers and not any("podSelector" in p and "namespaceSelector" not in p
-                             and selects(p["podSelector"], labels) for p in peers):
+        if peers and not any(
+            "podSelector" in p and "namespaceSelector" not in p and selects(p["podSelector"], labels) for p in peers
+        ):
             continue
         if not rule.get("ports") or any(p["port"] == port for p in rule["ports"]):
             return True
@@ -85,8 +91,9 @@ def test_router_discovers_the_example_pool_and_may_reach_it(monkeypatch: pytest.
     assert kube.model_label in service["metadata"]["labels"]
     vllm = one(objects, "Deployment", "vllm")
     assert selects({"matchLabels": service["spec"]["selector"]}, pod_labels(vllm))
-    container_port = next(p["containerPort"] for p in pod_spec(vllm)["containers"][0]["ports"]
-                          if p["name"] == port["targetPort"])
+    container_port = next(
+        p["containerPort"] for p in pod_spec(vllm)["containers"][0]["ports"] if p["name"] == port["targetPort"]
+    )
     assert container_port in allowed_egress_ports(one(objects, "NetworkPolicy", "promptedge-router"), pod_labels(vllm))
     router = one(objects, "Deployment", "promptedge-router")
     assert allowed_ingress_from(one(objects, "NetworkPolicy", "vllm"), pod_labels(router), container_port)
@@ -148,8 +155,11 @@ def test_every_referenced_configmap_and_secret_is_rendered() -> None:
             refs = [("ConfigMap", v["configMap"]["name"]) for v in spec.get("volumes", []) if "configMap" in v]
             for c in spec["containers"]:
                 refs += [("ConfigMap", s["configMapRef"]["name"]) for s in c.get("envFrom", []) if "configMapRef" in s]
-                refs += [("ConfigMap", e["valueFrom"]["configMapKeyRef"]["name"]) for e in c.get("env", [])
-                         if "configMapKeyRef" in e.get("valueFrom", {})]
+                refs += [
+                    ("ConfigMap", e["valueFrom"]["configMapKeyRef"]["name"])
+                    for e in c.get("env", [])
+                    if "configMapKeyRef" in e.get("valueFrom", {})
+                ]
                 refs += [("Secret", s["secretRef"]["name"]) for s in c.get("envFrom", []) if "secretRef" in s]
             assert set(refs) <= names, f"{overlay}: {workload['metadata']['name']} names {set(refs) - names}"
 
@@ -179,8 +189,11 @@ def _copy_overlay(source: Path, target: Path, edits: dict[str, str]) -> None:
 
 @needs_kustomize
 def test_one_change_in_the_overlay_reaches_every_dependent_field(tmp_path: Path) -> None:
-    _copy_overlay(DEPLOY / "overlays/central", tmp_path / "central",
-                  {"namespace: llm": "namespace: pop-7", "DEPLOYMENT=vllm": "DEPLOYMENT=vllm-big"})
+    _copy_overlay(
+        DEPLOY / "overlays/central",
+        tmp_path / "central",
+        {"namespace: llm": "namespace: pop-7", "DEPLOYMENT=vllm": "DEPLOYMENT=vllm-big"},
+    )
     _copy_overlay(DEPLOY / "overlays/central-keda", tmp_path / "central-keda", {})
     objects = render(tmp_path / "central-keda")
     assert {o["metadata"]["namespace"] for o in objects} == {"pop-7"}
@@ -194,7 +207,11 @@ def test_one_change_in_the_overlay_reaches_every_dependent_field(tmp_path: Path)
 
 
 def _scaled_objects() -> list[dict[str, Any]]:
-    plain = [d for d in yaml.safe_load_all((DEPLOY / "keda-scaledobject.yaml").read_text()) if d and d["kind"] == "ScaledObject"]
+    plain = [
+        d
+        for d in yaml.safe_load_all((DEPLOY / "keda-scaledobject.yaml").read_text())
+        if d and d["kind"] == "ScaledObject"
+    ]
     # the rendered overlay too where kubectl can render it (the plain file alone otherwise)
     return plain + ([one(rendered("central-keda"), "ScaledObject", "vllm")] if kubectl() is not None else [])
 

@@ -76,9 +76,14 @@ class FakeCluster:
 
 def _status(code: int, reason: str, message: str, name: str | None = None, kind: str = "deployments") -> web.Response:
     body = {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason,
-        "details": {"name": name, "group": "apps", "kind": kind}, "code": code,
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": {"name": name, "group": "apps", "kind": kind},
+        "code": code,
     }
     return web.json_response(body, status=code)
 
@@ -140,9 +145,12 @@ class FakeKubeServer:
             what = f'{base}.apps "{name}"' if name else base
             group = "apps" if base == "deployments" else ""
             return _status(
-                403, "Forbidden",
+                403,
+                "Forbidden",
                 f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
-                f'in API group "{group}" in the namespace "{ns}"', name, base,
+                f'in API group "{group}" in the namespace "{ns}"',
+                name,
+                base,
             )
         return None
 
@@ -155,7 +163,8 @@ class FakeKubeServer:
         ns, name = request.match_info["ns"], request.match_info["name"]
         selector = ",".join(f"{k}={v}" for k, v in sorted(dep.labels.items()))
         return {
-            "kind": "Scale", "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
             "metadata": {"name": name, "namespace": ns, "resourceVersion": str(dep.resource_version)},
             "spec": {"replicas": dep.replicas},
             "status": {"replicas": dep.replicas, "selector": selector},
@@ -164,12 +173,23 @@ class FakeKubeServer:
     def _deployment_json(self, request: web.Request, dep: FakeDeployment) -> dict[str, Any]:
         ns, name = request.match_info["ns"], request.match_info["name"]
         return {
-            "kind": "Deployment", "apiVersion": "apps/v1",
-            "metadata": {"name": name, "namespace": ns, "resourceVersion": str(dep.resource_version),
-                         "annotations": dict(dep.annotations), "labels": dict(dep.labels)},
-            "spec": {"replicas": dep.replicas, "selector": {"matchLabels": dict(dep.labels)},
-                     "template": {"metadata": {"labels": dict(dep.labels)},
-                                  "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}}},
+            "kind": "Deployment",
+            "apiVersion": "apps/v1",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "resourceVersion": str(dep.resource_version),
+                "annotations": dict(dep.annotations),
+                "labels": dict(dep.labels),
+            },
+            "spec": {
+                "replicas": dep.replicas,
+                "selector": {"matchLabels": dict(dep.labels)},
+                "template": {
+                    "metadata": {"labels": dict(dep.labels)},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
+                },
+            },
         }
 
     def _read_patch(self, request: web.Request, raw: bytes, dep: FakeDeployment) -> dict[str, Any] | web.Response:
@@ -185,9 +205,11 @@ class FakeKubeServer:
         if wanted is not None and wanted != str(dep.resource_version):
             name = request.match_info["name"]
             return _status(
-                409, "Conflict",
+                409,
+                "Conflict",
                 f'Operation cannot be fulfilled on deployments.apps "{name}": the object has been '
-                "modified; please apply your changes to the latest version and try again", name,
+                "modified; please apply your changes to the latest version and try again",
+                name,
             )
         return body
 
@@ -248,12 +270,11 @@ class FakeKubeServer:
         denied = self._check(request, "list", "pods")
         if denied:
             return denied
-        wanted = dict(
-            part.split("=", 1) for part in request.query.get("labelSelector", "").split(",") if part
-        )
+        wanted = dict(part.split("=", 1) for part in request.query.get("labelSelector", "").split(",") if part)
         with self.cluster.lock:
             items = [
-                pod for pod in self.cluster.pods.get(request.match_info["ns"], [])
+                pod
+                for pod in self.cluster.pods.get(request.match_info["ns"], [])
                 if all(pod["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
             ]
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})

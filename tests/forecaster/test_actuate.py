@@ -44,7 +44,10 @@ def fake() -> Iterator[FakeKubeServer]:
 
 def settings(**overrides: object) -> ActuatorSettings:
     base: dict[str, object] = {
-        "mode": "kubernetes", "namespace": NS, "deployment": NAME, "conflict_backoff_s": 0.0,
+        "mode": "kubernetes",
+        "namespace": NS,
+        "deployment": NAME,
+        "conflict_backoff_s": 0.0,
         "request_timeout_s": 5.0,
     }
     base.update(overrides)
@@ -249,7 +252,6 @@ def test_in_cluster_without_service_account_token_is_a_config_error(monkeypatch:
         build_actuator(settings()).read_current()
 
 
-
 def test_a_silent_api_server_costs_one_timeout_per_call_not_four(tmp_path) -> None:
     # Attack round: REQUEST_TIMEOUT_S is documented as the bound on every API call, but urllib3's
     # default retries connected again three times, so a read took 4 x 10 s and the daemon could
@@ -271,14 +273,29 @@ def test_a_silent_api_server_costs_one_timeout_per_call_not_four(tmp_path) -> No
                 accepted.append(listener.accept()[0])  # and never answer
             except OSError:
                 return
+
     threading.Thread(target=accept, daemon=True).start()
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{listener.getsockname()[1]}",
-                                               "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [
+                    {
+                        "name": "x",
+                        "cluster": {
+                            "server": f"https://127.0.0.1:{listener.getsockname()[1]}",
+                            "insecure-skip-tls-verify": True,
+                        },
+                    }
+                ],
+                "users": [{"name": "x", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+            }
+        )
+    )
     settings = ActuatorSettings(mode="kubernetes", namespace="llm", deployment="vllm", kubeconfig=kubeconfig)
     try:
         with pytest.raises(KubeUnavailable):

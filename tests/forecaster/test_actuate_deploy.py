@@ -28,8 +28,9 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 
 # compose.yaml is Docker Compose, not Kubernetes (tests/deploy/test_deploy_compose.py checks it)
-@pytest.mark.parametrize("path", sorted(p for p in DEPLOY.glob("*.yaml") if p.name != "compose.yaml"),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in DEPLOY.glob("*.yaml") if p.name != "compose.yaml"), ids=lambda p: p.name
+)
 def test_every_manifest_parses_with_kind_and_name(path: Path) -> None:
     docs = load(path.name)
     assert docs
@@ -77,7 +78,11 @@ def test_scaled_object_reads_desired_replicas_from_the_endpoint_service() -> Non
     (trigger,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "metrics-api"]
     meta = trigger["metadata"]
     # AverageValue with target 1 makes the HPA's desired count equal the published number.
-    assert (trigger["metricType"], meta["targetValue"], meta["valueLocation"]) == ("AverageValue", "1", "desiredReplicas")
+    assert (trigger["metricType"], meta["targetValue"], meta["valueLocation"]) == (
+        "AverageValue",
+        "1",
+        "desiredReplicas",
+    )
     port = service["spec"]["ports"][0]["port"]
     assert meta["url"] == f"http://{service['metadata']['name']}.llm.svc:{port}/desired"
     assert scaled["spec"]["minReplicaCount"] >= 1

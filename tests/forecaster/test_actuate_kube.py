@@ -86,8 +86,13 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if build.returncode != 0:
         pytest.fail(f"{TOOLS}/build.sh failed ({build.returncode}):\n{build.stderr[-3000:]}")
     run = tmp_path_factory.mktemp("kube-run")
-    env = {**os.environ, "RUN": str(run), "AUTHZ": "RBAC",
-           "API_PORT": str(_free_ports(1)), "ETCD_PORT": str(_free_ports(3))}
+    env = {
+        **os.environ,
+        "RUN": str(run),
+        "AUTHZ": "RBAC",
+        "API_PORT": str(_free_ports(1)),
+        "ETCD_PORT": str(_free_ports(3)),
+    }
     start = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=240)
     try:
         if start.returncode != 0:
@@ -107,10 +112,17 @@ def _admin(kubeconfig: Path, context: str = "local") -> k8s.ApiClient:
 def _deployment(name: str, replicas: int) -> dict[str, Any]:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
+            },
+        },
     }
 
 
@@ -130,16 +142,25 @@ def _seed(kubeconfig: Path) -> None:
             role_name = doc["metadata"]["name"]
         elif doc["kind"] == "RoleBinding":
             rbac.create_namespaced_role_binding(NS, doc)
-    rbac.create_namespaced_role_binding(NS, {
-        "metadata": {"name": "test-limited-user"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "limited"}],
-    })
+    rbac.create_namespaced_role_binding(
+        NS,
+        {
+            "metadata": {"name": "test-limited-user"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "limited"}],
+        },
+    )
 
 
 def limited(kubeconfig: Path, **overrides: object) -> ActuatorSettings:
-    base: dict[str, object] = {"mode": "kubernetes", "namespace": NS, "deployment": NAME,
-                               "kubeconfig": kubeconfig, "context": "limited", "conflict_backoff_s": 0.0}
+    base: dict[str, object] = {
+        "mode": "kubernetes",
+        "namespace": NS,
+        "deployment": NAME,
+        "kubeconfig": kubeconfig,
+        "context": "limited",
+        "conflict_backoff_s": 0.0,
+    }
     base.update(overrides)
     return ActuatorSettings(**base)  # type: ignore[arg-type]
 
@@ -189,7 +210,9 @@ def test_conflict_on_patch_rereads_and_succeeds(kubeconfig: Path, monkeypatch: p
         observed = original(self)
         if reads == 1:
             admin_apps.patch_namespaced_deployment(
-                NAME, NS, {"metadata": {"labels": {"touched": "yes"}}},
+                NAME,
+                NS,
+                {"metadata": {"labels": {"touched": "yes"}}},
                 _content_type="application/merge-patch+json",
             )
         return observed
@@ -214,9 +237,11 @@ def test_role_does_not_reach_other_deployments_or_verbs(kubeconfig: Path) -> Non
         "list deployments": lambda: apps.list_namespaced_deployment(NS),
         "delete deployment": lambda: apps.delete_namespaced_deployment(NAME, NS),
         "update scale": lambda: apps.replace_namespaced_deployment_scale(
-            NAME, NS, {"metadata": {"name": NAME, "namespace": NS}, "spec": {"replicas": 1}}),
+            NAME, NS, {"metadata": {"name": NAME, "namespace": NS}, "spec": {"replicas": 1}}
+        ),
         "patch other scale": lambda: apps.patch_namespaced_deployment_scale(
-            "other", NS, {"spec": {"replicas": 9}}, _content_type="application/merge-patch+json"),
+            "other", NS, {"spec": {"replicas": 9}}, _content_type="application/merge-patch+json"
+        ),
         "create deployment": lambda: apps.create_namespaced_deployment(NS, _deployment("new", 1)),
     }
     for what, call in attempts.items():
@@ -234,16 +259,27 @@ def test_missing_deployment_is_not_found(kubeconfig: Path) -> None:
 def test_warmup_measured_from_pod_ready_times(kubeconfig: Path) -> None:
     core = k8s.CoreV1Api(_admin(kubeconfig))
     for index, seconds in enumerate((150, 210, 95)):
-        pod = core.create_namespaced_pod(NS, {
-            "metadata": {"name": f"vllm-{index}", "labels": {"app": NAME}},
-            "spec": {"automountServiceAccountToken": False,
-                     "containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
-        })
+        pod = core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": f"vllm-{index}", "labels": {"app": NAME}},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "vllm", "image": "vllm/vllm-openai"}],
+                },
+            },
+        )
         ready = pod.metadata.creation_timestamp + timedelta(seconds=seconds)
         core.patch_namespaced_pod_status(
-            pod.metadata.name, NS,
-            {"status": {"conditions": [{"type": "Ready", "status": "True",
-                                        "lastTransitionTime": ready.strftime("%Y-%m-%dT%H:%M:%SZ")}]}},
+            pod.metadata.name,
+            NS,
+            {
+                "status": {
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": ready.strftime("%Y-%m-%dT%H:%M:%SZ")}
+                    ]
+                }
+            },
             _content_type="application/merge-patch+json",
         )
     warmup = measure_warmup(limited(kubeconfig, warmup_quantile=0.5))
@@ -271,12 +307,29 @@ def test_run_once_cli_scales_the_real_deployment_then_is_a_no_op(
     )
     now = 1_795_000_000.0
     _seed_counters(redis_url, now)
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ACTUATOR_MODE": "kubernetes",
-           "PROMPTEDGE_ACTUATOR_NAMESPACE": NS, "PROMPTEDGE_ACTUATOR_DEPLOYMENT": NAME,
-           "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_ACTUATOR_CONTEXT": "limited",
-           "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "2", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
-           "PROMPTEDGE_FORECASTER_HISTORY_S": "10800"}
-    command = [sys.executable, "-m", "forecaster", "run", "--once", "--now", str(now), "--json", str(tmp_path / "plan.json")]
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": redis_url,
+        "PROMPTEDGE_ACTUATOR_MODE": "kubernetes",
+        "PROMPTEDGE_ACTUATOR_NAMESPACE": NS,
+        "PROMPTEDGE_ACTUATOR_DEPLOYMENT": NAME,
+        "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
+        "PROMPTEDGE_ACTUATOR_CONTEXT": "limited",
+        "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "2",
+        "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
+        "PROMPTEDGE_FORECASTER_HISTORY_S": "10800",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "forecaster",
+        "run",
+        "--once",
+        "--now",
+        str(now),
+        "--json",
+        str(tmp_path / "plan.json"),
+    ]
 
     first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     print(first.stdout, first.stderr)

@@ -38,7 +38,8 @@ def _wait(what: str, check, timeout_s: float = 30.0):  # type: ignore[no-untyped
 
 
 def test_a_deployment_controller_status_write_between_read_and_patch_is_a_409_then_a_reread(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "kube"
     with running_apiserver(run, control_plane=True):
         kubeconfig = run / "kubeconfig"
@@ -46,11 +47,28 @@ def test_a_deployment_controller_status_write_between_read_and_patch_is_a_409_th
         core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
         core.create_namespace({"metadata": {"name": NS}})
         labels = {"app": NAME}
-        apps.create_namespaced_deployment(NS, {
-            "metadata": {"name": NAME}, "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}}}})
-        _wait("the controller's first status", lambda: (d := apps.read_namespaced_deployment(NAME, NS)).status
-              and d.status.observed_generation == d.metadata.generation and d.status.replicas == 1)
+        apps.create_namespaced_deployment(
+            NS,
+            {
+                "metadata": {"name": NAME},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
+                    },
+                },
+            },
+        )
+        _wait(
+            "the controller's first status",
+            lambda: (
+                (d := apps.read_namespaced_deployment(NAME, NS)).status
+                and d.status.observed_generation == d.metadata.generation
+                and d.status.replicas == 1
+            ),
+        )
         rs = _wait("the ReplicaSet", lambda: apps.list_namespaced_replica_set(NS, label_selector="app=vllm").items)[0]
 
         original = KubeScaleAPI.read_scale
@@ -64,8 +82,12 @@ def test_a_deployment_controller_status_write_between_read_and_patch_is_a_409_th
                 # controller adds Pods, the Deployment controller scales the ReplicaSet back and
                 # writes the Deployment's status. The test writes nothing to the Deployment.
                 apps.patch_namespaced_replica_set(rs.metadata.name, NS, {"spec": {"replicas": 3}})
-                _wait("a Deployment write by the controller", lambda: apps.read_namespaced_deployment(
-                    NAME, NS).metadata.resource_version != observed.resource_version)
+                _wait(
+                    "a Deployment write by the controller",
+                    lambda: (
+                        apps.read_namespaced_deployment(NAME, NS).metadata.resource_version != observed.resource_version
+                    ),
+                )
                 # The controllers write the Deployment's status a few times while the ReplicaSet
                 # settles; on a loaded machine a write could land between the forecaster's
                 # re-read and its second patch (a third attempt: the test failed so once in a
@@ -79,8 +101,14 @@ def test_a_deployment_controller_status_write_between_read_and_patch_is_a_409_th
             return apps.read_namespaced_deployment(NAME, NS).metadata.resource_version == before
 
         monkeypatch.setattr(KubeScaleAPI, "read_scale", read_then_the_controller_writes)
-        settings = ActuatorSettings(mode="kubernetes", namespace=NS, deployment=NAME, kubeconfig=kubeconfig,
-                                    context="local", conflict_backoff_s=0.0)
+        settings = ActuatorSettings(
+            mode="kubernetes",
+            namespace=NS,
+            deployment=NAME,
+            kubeconfig=kubeconfig,
+            context="local",
+            conflict_backoff_s=0.0,
+        )
         result = build_actuator(settings).apply(Decision(4, "forecast peak"), None)  # type: ignore[arg-type]
         print(result.summary(), reads)
         assert (result.action, result.attempts) == ("scaled", 2)

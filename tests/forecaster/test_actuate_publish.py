@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -81,7 +81,11 @@ def test_keda_mode_publishes_and_keda_reads_value_location(endpoint: str, keda_s
     body = httpx.get(f"{endpoint}/desired").json()
     assert body["reason"] == "forecast P90 needs 6 at t+5min"
     assert body["stale"] is False and body["target"] == "llm/vllm"
-    scaled = [d for d in yaml.safe_load_all((ROOT / "deploy/keda-scaledobject.yaml").read_text()) if d["kind"] == "ScaledObject"][0]
+    scaled = [
+        d
+        for d in yaml.safe_load_all((ROOT / "deploy/keda-scaledobject.yaml").read_text())
+        if d["kind"] == "ScaledObject"
+    ][0]
     (trigger,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "metrics-api"]
     assert gjson_simple(body, trigger["metadata"]["valueLocation"]) == 6
 
@@ -92,7 +96,7 @@ def test_keda_mode_publishes_and_keda_reads_value_location(endpoint: str, keda_s
 
 def test_quiet_forecaster_is_held_and_flagged_stale(endpoint: str, keda_settings: ActuatorSettings) -> None:
     store = DesiredStore.from_settings(keda_settings)
-    store.publish(3, "old", datetime.now(timezone.utc) - timedelta(hours=2))
+    store.publish(3, "old", datetime.now(UTC) - timedelta(hours=2))
     body = httpx.get(f"{endpoint}/desired").json()
     assert body["desiredReplicas"] == 3  # held, never dropped to a minimum
     assert body["stale"] is True and body["ageSeconds"] >= 7200
@@ -102,7 +106,9 @@ def test_store_unreachable_is_503_on_endpoint_and_typed_error_on_publish() -> No
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    settings = ActuatorSettings(mode="keda", deployment="vllm", redis_url=f"redis://127.0.0.1:{port}/0", request_timeout_s=1)
+    settings = ActuatorSettings(
+        mode="keda", deployment="vllm", redis_url=f"redis://127.0.0.1:{port}/0", request_timeout_s=1
+    )
     with pytest.raises(PublishUnavailable, match="promptedge:forecaster:desired:default:vllm"):
         build_actuator(settings).apply(Decision(2, "x"), None)
     with serve(settings) as url:

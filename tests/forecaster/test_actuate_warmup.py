@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from forecaster.actuate.kube import PodTimes
 from forecaster.actuate.warmup import warmup_from_pods
 from tests.forecaster.fake_kube import FakeCluster, FakeKubeServer
 
-T0 = datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
 
 def times(seconds: float | None, restarts: int = 0) -> PodTimes:
@@ -32,10 +32,12 @@ def pod(name: str, labels: dict[str, str], ready_after_s: float, restarts: int =
     return {
         "metadata": {"name": name, "labels": labels, "creationTimestamp": stamp(T0)},
         "status": {
-            "conditions": [{"type": "Ready", "status": "True",
-                            "lastTransitionTime": stamp(T0 + timedelta(seconds=ready_after_s))}],
-            "containerStatuses": [{"name": "vllm", "image": "vllm/vllm-openai", "imageID": "", "ready": True,
-                                   "restartCount": restarts}],
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": stamp(T0 + timedelta(seconds=ready_after_s))}
+            ],
+            "containerStatuses": [
+                {"name": "vllm", "image": "vllm/vllm-openai", "imageID": "", "ready": True, "restartCount": restarts}
+            ],
         },
     }
 

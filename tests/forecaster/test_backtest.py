@@ -10,16 +10,29 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from forecaster.cli import app
+from forecaster.backtest.forecasts import RollingForecasts
 from forecaster.backtest.simulate import SimConfig, hpa_decider, oracle_run, score, simulate
+from forecaster.cli import app
 
 
 def test_backtest_cli_json_and_plot(data_dir: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "bt.json", tmp_path / "bt.png"
-    proc = CliRunner().invoke(app, [
-        "backtest", "--trace", str(data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"),
-        "--warmup", "300", "--capacity", "1", "--json", str(out), "--plot", str(png),
-    ])
+    proc = CliRunner().invoke(
+        app,
+        [
+            "backtest",
+            "--trace",
+            str(data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"),
+            "--warmup",
+            "300",
+            "--capacity",
+            "1",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
     assert proc.exit_code == 0, proc.output
     report = json.loads(out.read_text())
     assert set(report["policies"]) == {"predictive", "reactive_hpa", "keda_queue", "oracle"}
@@ -48,10 +61,8 @@ def test_replicas_are_ready_only_after_warmup() -> None:
     assert oracle.provisioned[40 - 20] == 5 and oracle.provisioned[40 - 21] == 1  # ordered 300 s early
 
 
-def _flat_forecasts(y: np.ndarray, first: int, horizon: int) -> "RollingForecasts":
+def _flat_forecasts(y: np.ndarray, first: int, horizon: int) -> RollingForecasts:
     """Last-value forecasts (mean = upper = the last bucket) at every origin from ``first``."""
-    from forecaster.backtest.forecasts import RollingForecasts
-
     origins = np.arange(first, y.size)
     last = y[origins - 1][:, None].repeat(horizon, axis=1)
     return RollingForecasts(origins, last, last.copy(), ["last_value"] * origins.size)
@@ -67,8 +78,15 @@ def test_predictive_floor_sees_a_surprise_step_one_minute_after_it() -> None:
     step, first = 600.0, 5
     y = np.r_[np.full(10, 10.0), np.full(10, 50.0)]
     cfg = SimConfig(capacity=10.0, headroom=0.0, warmup_s=300.0, tick_s=15.0)
-    planner = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, max_replicas=100, lead_time_s=300.0,
-                            max_step=100, down_cooldown_s=900.0, upper_headroom=None)
+    planner = PlannerConfig(
+        capacity_per_replica=10.0,
+        headroom=0.0,
+        max_replicas=100,
+        lead_time_s=300.0,
+        max_step=100,
+        down_cooldown_s=900.0,
+        upper_headroom=None,
+    )
     fc = _flat_forecasts(y, first, 3)
     ticks = np.repeat(y[first:], 40)
     run = simulate("predictive", ticks, predictive_decider(fc, y, step, cfg, planner), cfg)
@@ -89,8 +107,16 @@ def test_predictive_scales_down_once_a_bucket_is_observed_below_its_forecast() -
     step, first = 600.0, 2
     y = np.full(8, 10.0)
     cfg = SimConfig(capacity=10.0, headroom=0.0, warmup_s=300.0, tick_s=15.0)
-    planner = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, max_replicas=100, lead_time_s=300.0,
-                            max_step=100, max_scale_down_fraction=1.0, down_cooldown_s=0.0, upper_headroom=None)
+    planner = PlannerConfig(
+        capacity_per_replica=10.0,
+        headroom=0.0,
+        max_replicas=100,
+        lead_time_s=300.0,
+        max_step=100,
+        max_scale_down_fraction=1.0,
+        down_cooldown_s=0.0,
+        upper_headroom=None,
+    )
     origins = np.arange(first, y.size)
     mean = np.full((origins.size, 3), 10.0)
     mean[1, 0] = 50.0  # the origin of bucket 3 forecasts 50 for it
@@ -106,22 +132,39 @@ def test_backtest_refuses_a_capacity_or_warmup_out_of_range(data_dir: Path) -> N
     # Found in a README trial: --capacity 0 ended in an OverflowError traceback and
     # --capacity -5 printed a 100 % under-provisioned table with exit 0.
     trace = str(data_dir / "traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
-    for flag, value in (("--capacity", "0"), ("--capacity", "-5"), ("--warmup", "-1"), ("--headroom", "-0.5"),
-                        ("--test-fraction", "0"), ("--test-fraction", "1.5")):
+    for flag, value in (
+        ("--capacity", "0"),
+        ("--capacity", "-5"),
+        ("--warmup", "-1"),
+        ("--headroom", "-0.5"),
+        ("--test-fraction", "0"),
+        ("--test-fraction", "1.5"),
+    ):
         proc = CliRunner().invoke(app, ["backtest", "--trace", trace, flag, value, "--no-progress"])
         assert proc.exit_code == 2, (flag, value, proc.output)
         assert flag in proc.output and "Traceback" not in proc.output
 
 
 @pytest.mark.parametrize("level, columns", [(0.9, ["P90 cover"]), (0.95, ["P90 cover", "P95 cover"])])
-def test_the_forecast_table_has_one_coverage_column_per_band(level: float, columns: list[str],
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_forecast_table_has_one_coverage_column_per_band(
+    level: float, columns: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     # At the default level the planner's band is the P90 band: two columns headed "P90 cover"
     # with equal numbers read as two different measures (a fresh-clone trial, 3 December).
     from forecaster.cli import _forecast_table
 
-    row = {"n": 10, "horizon_min": 10, "mae": 1.0, "mae_last_value": 1.0, "mae_seasonal_naive": 2.0, "mase": 1.0,
-           "smape": 0.1, "p90_coverage": 0.894, "upper_coverage": 0.93, "level": level}
+    row = {
+        "n": 10,
+        "horizon_min": 10,
+        "mae": 1.0,
+        "mae_last_value": 1.0,
+        "mae_seasonal_naive": 2.0,
+        "mase": 1.0,
+        "smape": 0.1,
+        "p90_coverage": 0.894,
+        "upper_coverage": 0.93,
+        "level": level,
+    }
     _forecast_table({"forecast": row, "forecast_30min": {**row, "horizon_min": 30}})
     header, first = capsys.readouterr().out.splitlines()[:2]
     assert [c.strip() for c in header.split("  ") if c.strip().endswith("cover")] == columns

@@ -50,8 +50,9 @@ def test_on_servegen_the_conditioned_band_is_a_better_upper_quantile_than_one_ba
     for level in (0.9, 0.99):
         losses = {}
         for window in (0, 6):
-            fc = rolling_forecasts(servegen, 1008, 2, 1, 144, 600.0, ["last_value"], level, progress=False,
-                                   band_window=window)
+            fc = rolling_forecasts(
+                servegen, 1008, 2, 1, 144, 600.0, ["last_value"], level, progress=False, band_window=window
+            )
             losses[window] = forecast_errors(servegen, fc.head(fc.origins.size - 1), 1, level)["pinball_upper"]
         assert losses[6] < losses[0], level
 
@@ -130,7 +131,8 @@ def test_on_servegen_tuning_days_the_scaled_band_is_a_better_p90_than_the_condit
     days = servegen[:1008]
     losses = {}
     for scaled in (False, True):
-        fc = rolling_forecasts(days, 432, 2, 1, 144, 600.0, ["last_value"], 0.9, progress=False,
-                               band_window=6, band_scale=scaled)
+        fc = rolling_forecasts(
+            days, 432, 2, 1, 144, 600.0, ["last_value"], 0.9, progress=False, band_window=6, band_scale=scaled
+        )
         losses[scaled] = forecast_errors(days, fc.head(fc.origins.size - 1), 1, 0.9)["pinball_upper"]
     assert losses[True] < 0.95 * losses[False]

@@ -81,19 +81,29 @@ def test_daemon_at_scale_60_decides_once_per_simulated_minute_on_the_counters(re
         rate = minute - first + 1  # requests/s in this minute: tells minutes apart
         client.hset(f"promptedge:traffic:m:{minute // 1440}", f"{minute}:requests", rate * 60)
     client.sadd("promptedge:traffic:models", "m")
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
-           "PROMPTEDGE_FORECASTER_HISTORY_S": "3600", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
-           "PROMPTEDGE_FORECASTER_MODELS": '["last_value"]', "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
-           "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": str(origin), "PROMPTEDGE_FORECASTER_CLOCK_SCALE": "60",
-           "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "1000",
-           "PROMPTEDGE_FORECASTER_RATE_WINDOW_S": "60"}  # demand = the last minute as counted
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": redis_url,
+        "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
+        "PROMPTEDGE_FORECASTER_HISTORY_S": "3600",
+        "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
+        "PROMPTEDGE_FORECASTER_MODELS": '["last_value"]',
+        "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
+        "PROMPTEDGE_FORECASTER_CLOCK_ORIGIN": str(origin),
+        "PROMPTEDGE_FORECASTER_CLOCK_SCALE": "60",
+        "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": "1000",
+        "PROMPTEDGE_FORECASTER_RATE_WINDOW_S": "60",
+    }  # demand = the last minute as counted
     for key in ("PROMPTEDGE_ACTUATOR_DEPLOYMENT", "KUBECONFIG"):
         env.pop(key, None)
     log = tmp_path / "daemon.log"
-    pattern = re.compile(r"decision \d+ \(\w+, exit \d\) at ([\d.]+) \([^)]*\) on \w+: .*current demand ([\d.e+]+) needs")
+    pattern = re.compile(
+        r"decision \d+ \(\w+, exit \d\) at ([\d.]+) \([^)]*\) on \w+: .*current demand ([\d.e+]+) needs"
+    )
     with log.open("w") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "forecaster", "daemon"], cwd=ROOT, env=env,
-                                   stdout=sink, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "forecaster", "daemon"], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.monotonic() + 90  # without the scale, the third run would come after 120 s
             while len(pattern.findall(log.read_text())) < 4:
@@ -131,8 +141,16 @@ def test_daemon_adds_the_last_runs_duration_in_simulated_seconds_to_the_lead(mon
     wall = [100.0]
     delays: list[float] = []
 
-    def fake_cycle(settings, actuator_settings, source, actuator, now=None, clock=None, run_delay_s=0.0,  # noqa: ANN001, ANN202
-                   cache=None):
+    def fake_cycle(
+        settings,
+        actuator_settings,
+        source,
+        actuator,
+        now=None,
+        clock=None,
+        run_delay_s=0.0,  # noqa: ANN001, ANN202
+        cache=None,
+    ):
         delays.append(run_delay_s)
         wall[0] += 2.0  # the run takes 2 wall seconds
         return live.Cycle(RunResult(Decision(1, "r"), 0.0), None, ExitCode.OK)

@@ -10,7 +10,7 @@ import redis
 
 from forecaster import ForecasterSettings, RedisCounterSource, RedisStateStore, Traffic, run_once
 from forecaster.backtest.run import BacktestConfig, run_backtest
-from forecaster.plan import PlannerConfig, PlannerState, advance, decide, plan_steps
+from forecaster.plan import PlannerConfig, PlannerState, decide, plan_steps
 from forecaster.series import zero_run
 
 MINUTE = 29_000_000  # a Unix minute
@@ -26,15 +26,23 @@ def _write_minutes(url: str, model: str, first: int, counts: list[int]) -> None:
 
 
 def _settings(url: str, **kw: object) -> ForecasterSettings:
-    base = {"redis_url": url, "capacity_per_replica": 1.0, "headroom": 0.0, "max_replicas": 10,
-            "model_name": "m", "history_s": 3600.0, "rate_window_s": 60.0}
+    base = {
+        "redis_url": url,
+        "capacity_per_replica": 1.0,
+        "headroom": 0.0,
+        "max_replicas": 10,
+        "model_name": "m",
+        "history_s": 3600.0,
+        "rate_window_s": 60.0,
+    }
     return ForecasterSettings(**{**base, **kw})
 
 
 def test_a_fresh_forecaster_over_four_replicas_keeps_them_on_one_zero_minute() -> None:
     """Issue 31: "current demand 0 needs 1; scale down 4->1" on the first decision."""
-    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=900.0,
-                           upper_headroom=None)
+    config = PlannerConfig(
+        capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=900.0, upper_headroom=None
+    )
     now = MINUTE * 60.0
     steps = plan_steps(np.zeros(10), np.zeros(10), now, 60.0, config)
     decision = decide(steps, 0.0, now, 60.0, config, None, current=4)
@@ -48,14 +56,22 @@ def test_a_fresh_forecaster_on_router_counters_keeps_four(redis_url: str) -> Non
     _write_minutes(redis_url, "m", MINUTE, [0])
     settings = _settings(redis_url)
     store = RedisStateStore(redis_url, "promptedge:forecaster:state:fresh")
-    result = run_once(settings, RedisCounterSource(redis_url, "m", 3600.0), now=(MINUTE + 1) * 60.0 + 5,
-                      store=store, current=4)
+    result = run_once(
+        settings, RedisCounterSource(redis_url, "m", 3600.0), now=(MINUTE + 1) * 60.0 + 5, store=store, current=4
+    )
     assert result.decision.replicas == 4, result.decision.reason
 
 
 def test_a_scale_down_removes_at_most_max_scale_down_fraction() -> None:
-    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=20, max_step=10,
-                           max_scale_down_fraction=0.2, down_cooldown_s=300.0, upper_headroom=None)
+    config = PlannerConfig(
+        capacity_per_replica=1.0,
+        headroom=0.0,
+        max_replicas=20,
+        max_step=10,
+        max_scale_down_fraction=0.2,
+        down_cooldown_s=300.0,
+        upper_headroom=None,
+    )
     now = MINUTE * 60.0
     state = PlannerState(10, now - 60.0, observed_since=now - 3600.0)
     steps = plan_steps(np.ones(10), np.ones(10), now, 60.0, config)
@@ -88,8 +104,9 @@ def test_a_restarted_forecaster_with_saved_state_decides_as_the_one_before_it(re
     assert saved is not None and saved.observed_since is not None
     kept = run_once(settings, source, now=now, store=_Memory(saved), current=last.replicas).decision
     # ... and by a restarted one reading the same Redis
-    restarted = run_once(settings, source, now=now, store=RedisStateStore(redis_url, key),
-                         current=last.replicas).decision
+    restarted = run_once(
+        settings, source, now=now, store=RedisStateStore(redis_url, key), current=last.replicas
+    ).decision
     assert (restarted.action, restarted.replicas, restarted.reason) == (kept.action, kept.replicas, kept.reason)
     # a forecaster with no saved state over a pool larger than it needs keeps it
     fresh = run_once(settings, source, now=now, store=RedisStateStore(redis_url, key + ":new"), current=4).decision
@@ -148,8 +165,9 @@ def test_a_zero_run_after_steady_traffic_is_an_outage_and_a_bursty_one_real_quie
 
 def test_by_default_one_decision_at_most_halves_the_pool() -> None:
     """The 4 -> 1 of issue 31, with a whole window observed: 4 -> 2 at the default share."""
-    config = PlannerConfig(capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=300.0,
-                           upper_headroom=None)
+    config = PlannerConfig(
+        capacity_per_replica=1.0, headroom=0.0, max_replicas=10, down_cooldown_s=300.0, upper_headroom=None
+    )
     now = MINUTE * 60.0
     state = PlannerState(4, now - 60.0, observed_since=now - 3600.0)
     steps = plan_steps(np.zeros(10), np.zeros(10), now, 60.0, config)

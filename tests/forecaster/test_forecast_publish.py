@@ -26,8 +26,7 @@ def test_redis(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_cycle(redis_url: str, **kw: object) -> live.Cycle:
-    settings = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0,
-                                  rate_window_s=60.0, model_name="m", **kw)  # type: ignore[arg-type]
+    settings = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, rate_window_s=60.0, model_name="m", **kw)  # type: ignore[arg-type]
     source = RedisCounterSource(redis_url, "m", history_s=3600)
     actuator_settings = ActuatorSettings()
     return live.cycle(settings, actuator_settings, source, DryRunActuator(actuator_settings), now=(BASE + 30) * 60)

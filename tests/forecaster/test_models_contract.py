@@ -32,8 +32,14 @@ def make(name: str) -> Model:
     }[name]()
 
 
-MODELS = ["last_value", "seasonal_naive", "seasonal_level", "ets_level", "holt_winters",
-          pytest.param("prophet", marks=pytest.mark.slow)]
+MODELS = [
+    "last_value",
+    "seasonal_naive",
+    "seasonal_level",
+    "ets_level",
+    "holt_winters",
+    pytest.param("prophet", marks=pytest.mark.slow),
+]
 
 
 @pytest.fixture(scope="module")

@@ -79,8 +79,10 @@ async def test_the_minute_in_progress_never_counts(redis_url: str, skew_s: float
     m = MINUTE + 10
     await serve(r, clock, (m + 1) * 60 + 2 - skew_s, per_s=2)
     traffic = RedisCounterSource(redis_url, "m", 3600.0).fetch((m + 1) * 60 + 2)
-    assert traffic.end == m * 60, f"series ends at minute {traffic.end / 60 - MINUTE:.0f}, its last rate " \
-                                  f"{traffic.requests[-1]:.2f} req/s (demand is 2)"
+    assert traffic.end == m * 60, (
+        f"series ends at minute {traffic.end / 60 - MINUTE:.0f}, its last rate "
+        f"{traffic.requests[-1]:.2f} req/s (demand is 2)"
+    )
     np.testing.assert_allclose(traffic.requests[-10:], 2.0)
     await client.aclose()
 
@@ -91,10 +93,20 @@ async def test_a_decision_over_four_replicas_right_after_a_router_restart_keeps_
     right after it, and the one after that, keep 4. The stabilisation window is one minute and
     the model the last value, so that nothing but the data decides."""
     client = aioredis.Redis.from_url(redis_url)
-    settings = ForecasterSettings(redis_url=redis_url, model_name="m", capacity_per_replica=1.0, headroom=0.0,
-                                  upper_headroom=0.0, history_s=3600.0, rate_window_s=60.0,
-                                  models=["last_value"], down_cooldown_s=60.0, warmup_s=0.0,
-                                  actuation_delay_s=0.0, max_replicas=10)
+    settings = ForecasterSettings(
+        redis_url=redis_url,
+        model_name="m",
+        capacity_per_replica=1.0,
+        headroom=0.0,
+        upper_headroom=0.0,
+        history_s=3600.0,
+        rate_window_s=60.0,
+        models=["last_value"],
+        down_cooldown_s=60.0,
+        warmup_s=0.0,
+        actuation_delay_s=0.0,
+        max_replicas=10,
+    )
     source = RedisCounterSource(redis_url, "m", settings.history_s)
     store = RedisStateStore(redis_url, "promptedge:forecaster:state:partial")
     a, a_clock = router(client, MINUTE * 60.0)

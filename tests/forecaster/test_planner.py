@@ -12,16 +12,25 @@ from forecaster.plan import (
     Recommendation,
     advance,
     covered,
-    horizon_steps,
     decide,
     hold,
+    horizon_steps,
     plan_steps,
     replicas_for,
 )
 
-CFG = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                    lead_time_s=300.0, up_cooldown_s=300.0, down_cooldown_s=900.0, max_step=4,
-                    max_scale_down_fraction=1.0, upper_headroom=None)
+CFG = PlannerConfig(
+    capacity_per_replica=10.0,
+    headroom=0.0,
+    min_replicas=1,
+    max_replicas=20,
+    lead_time_s=300.0,
+    up_cooldown_s=300.0,
+    down_cooldown_s=900.0,
+    max_step=4,
+    max_scale_down_fraction=1.0,
+    upper_headroom=None,
+)
 NOW = 1_000_000.0
 
 
@@ -85,11 +94,18 @@ def test_cooldowns() -> None:
     # Regression: current demand above what the pool serves is not kept waiting by the cooldown.
     d = decide(steps_for([80.0] * 30), 50.0, NOW, 60.0, CFG, up_recently)
     assert (d.replicas, d.action) == (5, "up") and "only up to the reactive floor" in d.reason
-    recommended_recently = PlannerState(replicas=8, at=NOW - 600, last_up_at=NOW - 600, recent=(Recommendation(NOW - 600, 8, 8),))
+    recommended_recently = PlannerState(
+        replicas=8, at=NOW - 600, last_up_at=NOW - 600, recent=(Recommendation(NOW - 600, 8, 8),)
+    )
     d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, recommended_recently)
     assert d.replicas == 8 and "scale-down stabilisation" in d.reason
-    long_ago = PlannerState(replicas=8, at=NOW - 60, last_up_at=NOW - 1000, recent=(Recommendation(NOW - 1000, 8, 8),),
-                            observed_since=NOW - 3600)
+    long_ago = PlannerState(
+        replicas=8,
+        at=NOW - 60,
+        last_up_at=NOW - 1000,
+        recent=(Recommendation(NOW - 1000, 8, 8),),
+        observed_since=NOW - 3600,
+    )
     d = decide(steps_for([10.0] * 30), 10.0, NOW, 60.0, CFG, long_ago)
     assert d.action == "down" and d.replicas == 4  # 8 -> 1 wanted, max step 4
 
@@ -98,8 +114,17 @@ def test_scale_down_goes_only_to_the_highest_recommendation_of_the_window() -> N
     # As the HPA's scale-down stabilisation: one quiet minute between busy ones is noise
     # (Poisson counts of a few requests a minute), and replicas given back on it take a whole
     # warm-up to return. Regression: the closed loop scaled 3 -> 1 -> 3 in two minutes.
-    cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=0.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=4, upper_headroom=None)
+    cfg = PlannerConfig(
+        capacity_per_replica=10.0,
+        headroom=0.0,
+        min_replicas=1,
+        max_replicas=20,
+        lead_time_s=0.0,
+        up_cooldown_s=0.0,
+        down_cooldown_s=300.0,
+        max_step=4,
+        upper_headroom=None,
+    )
     state = None
     replicas = []
     for minute, demand in enumerate([25.0, 5.0, 25.0, 5.0, 15.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]):
@@ -150,9 +175,18 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
     # 3. The stabilisation must not hold the 8 for 5 more minutes: that recommendation was
     # uncertainty about a bucket that is no longer uncertain (regression: the held-out
     # backtest paid 1.370x the oracle's replica-minutes with it, 1.209x without the window).
-    cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10,
-                        max_scale_down_fraction=1.0, upper_headroom=None)
+    cfg = PlannerConfig(
+        capacity_per_replica=10.0,
+        headroom=0.0,
+        min_replicas=1,
+        max_replicas=20,
+        lead_time_s=300.0,
+        up_cooldown_s=0.0,
+        down_cooldown_s=300.0,
+        max_step=10,
+        max_scale_down_fraction=1.0,
+        upper_headroom=None,
+    )
     boundary = NOW + 600.0
     state = None
     before = []
@@ -171,8 +205,17 @@ def test_a_margin_for_a_bucket_not_yet_seen_is_given_back_once_it_is_seen() -> N
 
 def test_what_the_mean_or_the_current_demand_asked_for_still_stands_for_the_whole_window() -> None:
     # The same shape, but the 8 came from the mean forecast: it is kept for the window.
-    cfg = PlannerConfig(capacity_per_replica=10.0, headroom=0.0, min_replicas=1, max_replicas=20,
-                        lead_time_s=300.0, up_cooldown_s=0.0, down_cooldown_s=300.0, max_step=10, upper_headroom=None)
+    cfg = PlannerConfig(
+        capacity_per_replica=10.0,
+        headroom=0.0,
+        min_replicas=1,
+        max_replicas=20,
+        lead_time_s=300.0,
+        up_cooldown_s=0.0,
+        down_cooldown_s=300.0,
+        max_step=10,
+        upper_headroom=None,
+    )
     state = None
     for minute in range(5, 10):
         now = NOW + 60.0 * minute
@@ -187,8 +230,9 @@ def test_an_infinite_upper_forecast_holds_instead_of_reading_as_min_replicas() -
     """Attack round: a bucket whose upper forecast was inf planned 1 replica and scaled 10 -> 6."""
     from forecaster.plan import PlannerConfig, PlannerState, decide, plan_steps
 
-    config = PlannerConfig(capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0, down_cooldown_s=900.0,
-                           upper_headroom=None)
+    config = PlannerConfig(
+        capacity_per_replica=1.0, max_replicas=20, lead_time_s=300.0, down_cooldown_s=900.0, upper_headroom=None
+    )
     steps = plan_steps(np.array([5.0] * 10), np.array([6.0] * 5 + [np.inf] * 5), 0.0, 60.0, config)
     decision = decide(steps, 5.0, 0.0, 60.0, config, PlannerState(10, -60.0), 10)
     assert decision.action == "hold" and decision.replicas == 10

@@ -29,8 +29,16 @@ class _Source:
 
 
 def _settings(window_s: float) -> ForecasterSettings:
-    return ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, rate_window_s=window_s, warmup_s=0.0,
-                              actuation_delay_s=0.0, models=["last_value"], metrics_port=0, max_replicas=20)
+    return ForecasterSettings(
+        capacity_per_replica=1.0,
+        headroom=0.0,
+        rate_window_s=window_s,
+        warmup_s=0.0,
+        actuation_delay_s=0.0,
+        models=["last_value"],
+        metrics_port=0,
+        max_replicas=20,
+    )
 
 
 def test_one_busy_minute_moves_the_reactive_floor_only_by_its_share_of_the_window() -> None:
@@ -51,8 +59,15 @@ def test_by_default_demand_is_a_five_minute_rate_so_one_busy_minute_is_not_a_sca
     # The router's counters are per-minute counts: at 40 requests a minute a renewal process's
     # minute swings by a third, and the daemon followed single-minute bursts in the closed loop
     # (3 December: 4.73 GPU-hours against 3.37 with a 5-minute rate, same segment).
-    defaults = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, warmup_s=0.0, actuation_delay_s=0.0,
-                                  models=["last_value"], metrics_port=0, max_replicas=20)
+    defaults = ForecasterSettings(
+        capacity_per_replica=1.0,
+        headroom=0.0,
+        warmup_s=0.0,
+        actuation_delay_s=0.0,
+        models=["last_value"],
+        metrics_port=0,
+        max_replicas=20,
+    )
     y = np.r_[np.full(600, 2.0), [10.0]]
     assert "current demand 3.6 needs 4" in run_once(defaults, _Source(y), now=601 * 60.0).decision.reason
 
@@ -63,9 +78,17 @@ def test_a_windowed_rate_is_forecast_at_its_centre_so_a_daily_step_is_not_foreca
     # had its replicas Ready a minute after the step (3 December).
     day = np.r_[np.full(600, 1.0), np.full(840, 4.0)]  # every day: 1 req/s, then 4 from minute 600
     y = np.tile(day, 3)[: 2 * 1440 + 590]  # now: day 3, ten minutes before the step
-    settings = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, rate_window_s=300.0, warmup_s=0.0,
-                                  actuation_delay_s=0.0, models=["seasonal_naive"], metrics_port=0,
-                                  max_replicas=20, band_window_s=0.0)
+    settings = ForecasterSettings(
+        capacity_per_replica=1.0,
+        headroom=0.0,
+        rate_window_s=300.0,
+        warmup_s=0.0,
+        actuation_delay_s=0.0,
+        models=["seasonal_naive"],
+        metrics_port=0,
+        max_replicas=20,
+        band_window_s=0.0,
+    )
     result = run_once(settings, _Source(y), now=y.size * 60.0)
     at = {round((s.start - y.size * 60.0) / 60): s.forecast for s in result.steps}
     assert at[0] == 1.0 and at[7] == 1.0  # minutes 590 and 597: still before the step
@@ -80,9 +103,18 @@ def test_replicas_for_a_daily_step_are_ordered_a_lead_time_before_it_despite_the
     # bucket carries demand up to ``lag`` buckets after it: the plan now reads that far.
     day = np.r_[np.full(600, 1.0), np.full(840, 4.0)]  # every day: 1 req/s, then 4 from minute 600
     y = np.tile(day, 3)
-    settings = ForecasterSettings(capacity_per_replica=1.0, headroom=0.0, upper_headroom=0.0, rate_window_s=300.0,
-                                  warmup_s=120.0, actuation_delay_s=0.0, models=["seasonal_naive"], metrics_port=0,
-                                  max_replicas=20, band_window_s=0.0)
+    settings = ForecasterSettings(
+        capacity_per_replica=1.0,
+        headroom=0.0,
+        upper_headroom=0.0,
+        rate_window_s=300.0,
+        warmup_s=120.0,
+        actuation_delay_s=0.0,
+        models=["seasonal_naive"],
+        metrics_port=0,
+        max_replicas=20,
+        band_window_s=0.0,
+    )
     step = 2 * 1440 + 600
     first = None
     for minute in range(step - 10, step + 1):  # one decision a minute, 30 s into it
@@ -92,12 +124,13 @@ def test_replicas_for_a_daily_step_are_ordered_a_lead_time_before_it_despite_the
             first = now
             break
     assert first is not None
-    assert first + 120.0 <= step * 60.0, (first / 60 - step)  # Ready (decision + warm-up) by the step
+    assert first + 120.0 <= step * 60.0, first / 60 - step  # Ready (decision + warm-up) by the step
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), "1e400", "3601", -1.0])
 def test_a_rate_window_that_is_not_finite_or_past_an_hour_is_a_settings_error(
-        bad: float | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad: float | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Regression: inf raised OverflowError out of every run (round(inf / step)); a 14-day window
     # made each run take 75 s. Longer than an hour it flattens the daily peak it should forecast.
     if isinstance(bad, str):  # as the environment gives it

@@ -5,7 +5,7 @@ RedisClusterException is no RedisError, and a raw socket error is an OSError."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,8 +18,13 @@ from forecaster.errors import ForecasterError, SourceUnavailable
 from forecaster.plan import PlannerState
 from forecaster.state import RedisStateStore
 
-FAILURES = [redis.ConnectionError("refused"), redis.TimeoutError("slow"), redis.ResponseError("WRONGTYPE"),
-            RedisClusterException("no node answers"), ConnectionResetError("reset")]
+FAILURES = [
+    redis.ConnectionError("refused"),
+    redis.TimeoutError("slow"),
+    redis.ResponseError("WRONGTYPE"),
+    RedisClusterException("no node answers"),
+    ConnectionResetError("reset"),
+]
 
 
 class Failing:
@@ -31,6 +36,7 @@ class Failing:
     def __getattr__(self, name: str) -> Any:
         def fail(*args: Any, **kwargs: Any) -> Any:
             raise self.error
+
         return fail
 
 
@@ -38,8 +44,11 @@ class Failing:
 def test_state_store_failures_are_source_unavailable(error: BaseException) -> None:
     store = RedisStateStore("redis://127.0.0.1:9/0", "k")
     store._conn = Failing(error)  # type: ignore[assignment]
-    for call in (store.load, lambda: store.save(PlannerState(2, 0.0)),
-                 lambda: store.publish_forecast({"pool": "m"}, 60)):
+    for call in (
+        store.load,
+        lambda: store.save(PlannerState(2, 0.0)),
+        lambda: store.publish_forecast({"pool": "m"}, 60),
+    ):
         with pytest.raises(SourceUnavailable) as caught:
             call()
         assert str(error) in str(caught.value)
@@ -48,7 +57,7 @@ def test_state_store_failures_are_source_unavailable(error: BaseException) -> No
 @pytest.mark.parametrize("error", FAILURES, ids=lambda e: type(e).__name__)
 def test_desired_store_failures_are_publish_unavailable(error: BaseException) -> None:
     store = DesiredStore(lambda: Failing(error), "ns", "dep")  # type: ignore[arg-type, return-value]
-    for call in (store.read, lambda: store.publish(3, "why", datetime.now(timezone.utc))):
+    for call in (store.read, lambda: store.publish(3, "why", datetime.now(UTC))):
         with pytest.raises(PublishUnavailable) as caught:
             call()
         assert isinstance(caught.value, ForecasterError) and str(error) in str(caught.value)

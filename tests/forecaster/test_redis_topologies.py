@@ -3,7 +3,7 @@ group (tests/conftest.py), reached by their URLs, and held across a Sentinel fai
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,7 +15,13 @@ from sim.stack.redis_topology import LocalSentinel
 
 pytestmark = pytest.mark.redis_ha
 
-STATE = PlannerState(replicas=4, at=1000.0, last_up_at=900.0, last_down_at=None, recent=(Recommendation(900.0, 3, 3), Recommendation(1000.0, 4, 3, 1300.0)))
+STATE = PlannerState(
+    replicas=4,
+    at=1000.0,
+    last_up_at=900.0,
+    last_down_at=None,
+    recent=(Recommendation(900.0, 3, 3), Recommendation(1000.0, 4, 3, 1300.0)),
+)
 
 
 def roundtrip(url: str) -> None:
@@ -23,7 +29,7 @@ def roundtrip(url: str) -> None:
     store.save(STATE)
     assert RedisStateStore(url, store.key, timeout_s=2).load() == STATE
     desired = DesiredStore.from_settings(ActuatorSettings(redis_url=url, namespace="llm", deployment="vllm"))
-    desired.publish(4, "forecast", datetime.fromtimestamp(1000.0, timezone.utc))
+    desired.publish(4, "forecast", datetime.fromtimestamp(1000.0, UTC))
     published = desired.read()
     assert published is not None and (published.replicas, published.reason) == (4, "forecast")
 

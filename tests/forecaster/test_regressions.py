@@ -155,9 +155,18 @@ def test_the_scale_down_window_survives_a_restart(redis_url: str) -> None:
 
 def test_a_state_saved_before_the_band_was_told_apart_still_loads(redis_url: str) -> None:
     # Saved by the previous release: recommendations as [at, replicas]; each stands whole.
-    redis.Redis.from_url(redis_url).set("promptedge:forecaster:state:old", json.dumps(
-        {"replicas": 3, "at": 1_700_000_060.0, "last_up_at": None, "last_down_at": None,
-         "recent": [[1_700_000_000.0, 3], [1_700_000_060.0, 1]]}))
+    redis.Redis.from_url(redis_url).set(
+        "promptedge:forecaster:state:old",
+        json.dumps(
+            {
+                "replicas": 3,
+                "at": 1_700_000_060.0,
+                "last_up_at": None,
+                "last_down_at": None,
+                "recent": [[1_700_000_000.0, 3], [1_700_000_060.0, 1]],
+            }
+        ),
+    )
     loaded = RedisStateStore(redis_url, "promptedge:forecaster:state:old").load()
     assert loaded is not None
     assert loaded.recent == (Recommendation(1_700_000_000.0, 3, 3), Recommendation(1_700_000_060.0, 1, 1))
@@ -172,8 +181,9 @@ def test_a_redis_url_with_a_bad_option_is_a_settings_error_not_a_traceback() -> 
 
     env = {**os.environ, "PROMPTEDGE_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/15?socket_timeout=abc"}
     for command in (["run", "--once"], ["daemon"]):
-        done = subprocess.run([sys.executable, "-m", "forecaster", *command], env=env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "forecaster", *command], env=env, capture_output=True, text=True, timeout=120
+        )
         output = done.stdout + done.stderr
         assert done.returncode == 2, output
         assert "socket_timeout" in output and "Traceback" not in output and "hunter2" not in output

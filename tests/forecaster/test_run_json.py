@@ -30,9 +30,16 @@ def _traffic(with_misses: bool) -> Traffic:
 
 
 def _settings() -> ForecasterSettings:
-    return ForecasterSettings(redis_url="redis://127.0.0.1:1/0", capacity_per_replica=0.4, headroom=0.2,
-                              upper_headroom=0.1, min_replicas=1, max_replicas=9, warmup_s=120.0,
-                              time_budget_s=1.0)
+    return ForecasterSettings(
+        redis_url="redis://127.0.0.1:1/0",
+        capacity_per_replica=0.4,
+        headroom=0.2,
+        upper_headroom=0.1,
+        min_replicas=1,
+        max_replicas=9,
+        warmup_s=120.0,
+        time_budget_s=1.0,
+    )
 
 
 def test_series_separates_the_buckets_before_the_first_count_and_names_misses() -> None:

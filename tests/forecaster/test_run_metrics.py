@@ -36,8 +36,9 @@ def sample(name: str, **labels: str) -> float | None:
 
 
 def settings() -> ForecasterSettings:
-    return ForecasterSettings(redis_url="redis://127.0.0.1:1/0", models=["last_value"], warmup_s=300.0,
-                              actuation_delay_s=0.0)
+    return ForecasterSettings(
+        redis_url="redis://127.0.0.1:1/0", models=["last_value"], warmup_s=300.0, actuation_delay_s=0.0
+    )
 
 
 def test_holding_is_one_while_the_source_is_down_and_zero_after() -> None:

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import redis
-
 from typer.testing import CliRunner
 
-from forecaster.cli import app
 from forecaster import ForecasterSettings, RedisCounterSource, RedisStateStore, TraceSource, run_once
+from forecaster.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +31,9 @@ def write_counters(url: str, model: str, per_minute: dict[int, int], misses: flo
 
 
 def settings(url: str, **kw: object) -> ForecasterSettings:
-    return ForecasterSettings(redis_url=url, capacity_per_replica=1.0, headroom=0.0, **{"rate_window_s": 60.0, **kw})  # demand as counted
+    return ForecasterSettings(
+        redis_url=url, capacity_per_replica=1.0, headroom=0.0, **{"rate_window_s": 60.0, **kw}
+    )  # demand as counted
 
 
 def test_redis_counters_zero_only_where_counted_missing_where_nobody_counted(redis_url: str) -> None:
@@ -88,8 +89,9 @@ def test_cli_json_on_real_azure_trace(data_dir: Path, tmp_path: Path) -> None:
 
 def test_cli_bad_row_names_file_line_column(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
-    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
-                   "2023-11-16 18:15:50.99,many,109\n")
+    bad.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:50.99,many,109\n"
+    )
     result = CliRunner().invoke(app, ["run", "--once", "--trace", str(bad)])
     assert result.exit_code == 2
     assert f"{bad}: line 3, column 'ContextTokens'" in result.stderr
@@ -97,8 +99,9 @@ def test_cli_bad_row_names_file_line_column(tmp_path: Path) -> None:
 
 
 def test_module_entry_point_help() -> None:
-    proc = subprocess.run([sys.executable, "-m", "forecaster", "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "forecaster", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and all(cmd in proc.stdout for cmd in ("run", "daemon", "backtest"))
 
 

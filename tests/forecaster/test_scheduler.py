@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 import time
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
@@ -16,15 +16,18 @@ from forecaster.scheduler import ExitCode, build_scheduler, guarded, run_daemon
 
 def test_exit_codes_are_the_documented_ones() -> None:
     assert {code.name: int(code) for code in ExitCode} == {
-        "OK": 0, "HOLD": 1, "BAD_INPUT": 2, "ACTUATION_FAILED": 3,
+        "OK": 0,
+        "HOLD": 1,
+        "BAD_INPUT": 2,
+        "ACTUATION_FAILED": 3,
     }
 
 
 def test_scheduler_is_utc_single_instance_coalescing() -> None:
     scheduler = build_scheduler(lambda: None, 60)
     (job,) = scheduler.get_jobs()
-    assert scheduler.timezone == timezone.utc
-    assert job.trigger.timezone == timezone.utc and job.trigger.interval.total_seconds() == 60
+    assert scheduler.timezone == UTC
+    assert job.trigger.timezone == UTC and job.trigger.interval.total_seconds() == 60
     assert (job.max_instances, job.coalesce, job.misfire_grace_time) == (1, True, None)
 
 

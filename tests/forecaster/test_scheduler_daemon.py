@@ -23,17 +23,25 @@ def test_daemon_process_plans_every_interval_and_exits_0_on_sigterm(redis_url: s
     for minute in range(last - 59, last + 3):  # an hour up to now, and the minutes the run may reach
         client.hset(f"promptedge:traffic:m:{minute // 1440}", f"{minute}:requests", 120)
     client.sadd("promptedge:traffic:models", "m")
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
-           "PROMPTEDGE_FORECASTER_HISTORY_S": "3600", "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
-           # no fixed metrics port: another process on the machine may hold 9464
-           "PROMPTEDGE_FORECASTER_METRICS_PORT": "0"}
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": redis_url,
+        "PROMPTEDGE_ACTUATOR_MODE": "dry-run",
+        "PROMPTEDGE_FORECASTER_HISTORY_S": "3600",
+        "PROMPTEDGE_FORECASTER_TIME_BUDGET_S": "1",
+        # no fixed metrics port: another process on the machine may hold 9464
+        "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
+    }
     for key in ("PROMPTEDGE_ACTUATOR_DEPLOYMENT", "KUBECONFIG"):
         env.pop(key, None)
     log = tmp_path / "daemon.log"
     with log.open("w") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "forecaster", "daemon", "--interval", "1"],
-            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
         )
         try:
             deadline = time.monotonic() + 120

@@ -27,8 +27,7 @@ def test_three_days_of_minutes_plan_the_morning_ramp_before_it_comes(redis_url: 
         pipe.hset(f"promptedge:traffic:m:{minute // 1440}", f"{minute}:requests", int(counts[i]))
     pipe.sadd("promptedge:traffic:models", "m")
     pipe.execute()
-    settings = ForecasterSettings(redis_url=redis_url, capacity_per_replica=2.0, max_replicas=20,
-                                  history_s=4 * 86400.0)
+    settings = ForecasterSettings(redis_url=redis_url, capacity_per_replica=2.0, max_replicas=20, history_s=4 * 86400.0)
     source = RedisCounterSource(redis_url, None, settings.history_s)
     result = run_once(settings, source, now_minute * 60.0)
     assert result.model in ("seasonal_level", "seasonal_naive"), result.note

@@ -47,8 +47,13 @@ def _counting_select(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_kept_choice_is_carried_over_newer_buckets_then_chosen_again(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting_select(monkeypatch)
-    settings = ForecasterSettings(capacity_per_replica=1.0, models=["last_value", "seasonal_naive"],
-                                  reselect_s=600.0, warmup_s=300.0, rate_window_s=60.0)
+    settings = ForecasterSettings(
+        capacity_per_replica=1.0,
+        models=["last_value", "seasonal_naive"],
+        reselect_s=600.0,
+        warmup_s=300.0,
+        rate_window_s=60.0,
+    )
     source = ArraySource(_daily())
     cache = SelectionCache(settings.reselect_s)
     t0 = (3 * SEASON + 700) * STEP  # day 4, 20 minutes before the daily peak

@@ -75,7 +75,11 @@ def test_dst_fall_back_in_local_time_input(data_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "line", "column"),
     [
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,374,44\n2023-11-16 18:15:47.1,374,-2\n", 3, "GeneratedTokens"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,374,44\n2023-11-16 18:15:47.1,374,-2\n",
+            3,
+            "GeneratedTokens",
+        ),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,374,44\nyesterday,374,44\n", 3, "TIMESTAMP"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,374,44,9\n", 2, "-"),
         ("timestamp,value\n2014-07-01 00:00:00,10\n2014-07-01 00:30:00,\n", 3, "value"),
@@ -97,8 +101,10 @@ def test_bad_csv_row_names_file_line_column(tmp_path: Path, body: str, line: int
 
 def test_bad_jsonl_line(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
-                    '{"timestamp": 10, "input_length": "x", "output_length": 5}\n')
+    path.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+        '{"timestamp": 10, "input_length": "x", "output_length": 5}\n'
+    )
     with pytest.raises(TraceFormatError) as err:
         read_trace(path)
     assert (err.value.line, err.value.column) == (2, "input_length")
@@ -113,8 +119,10 @@ def test_servegen_bad_cell_names_the_client_file(tmp_path: Path) -> None:
 
 def test_burstgpt_format(tmp_path: Path) -> None:
     path = tmp_path / "BurstGPT_1.csv"  # header as published in HPMLL/BurstGPT
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    + "".join(f"{t},ChatGPT,100,50,150,Conversation log\n" for t in range(0, 180, 2)))
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        + "".join(f"{t},ChatGPT,100,50,150,Conversation log\n" for t in range(0, 180, 2))
+    )
     traffic = read_trace(path)
     assert traffic.step == 60 and np.allclose(traffic.requests, 0.5)
     assert np.allclose(traffic.tokens, 75.0)
@@ -131,10 +139,16 @@ class _Prometheus(BaseHTTPRequestHandler):
         start, end, step = float(q["start"][0]), float(q["end"][0]), float(q["step"][0])
         times = np.arange(start, end + step / 2, step)
         values = [[t, "1"] for t in times if t not in self.missing]
-        body = {"status": "success", "data": {"resultType": "matrix", "result": [
-            {"metric": {"model_name": "a"}, "values": values},
-            {"metric": {"model_name": "b"}, "values": values},
-        ]}}
+        body = {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [
+                    {"metric": {"model_name": "a"}, "values": values},
+                    {"metric": {"model_name": "b"}, "values": values},
+                ],
+            },
+        }
         payload = json.dumps(body).encode()
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
@@ -183,8 +197,9 @@ def test_prometheus_error_never_shows_the_urls_password(prometheus: tuple[str, t
     url, handler = prometheus
     handler.status = 401
     with pytest.raises(SourceUnavailable) as info:
-        PrometheusSource(url.replace("http://", "http://promuser:pw-prom-h13@"), "up", 60.0, 3600,
-                         timeout_s=2).fetch(1_700_000_000.0)
+        PrometheusSource(url.replace("http://", "http://promuser:pw-prom-h13@"), "up", 60.0, 3600, timeout_s=2).fetch(
+            1_700_000_000.0
+        )
     assert "401" in str(info.value) and "pw-prom-h13" not in str(info.value)
 
 
@@ -192,15 +207,23 @@ def test_prometheus_error_never_shows_the_urls_password(prometheus: tuple[str, t
 def test_a_jsonl_length_that_is_not_finite_or_absurd_names_its_line(tmp_path: Path, value: str) -> None:
     # json.loads reads Infinity and NaN; NaN < 0 is False, so both passed the check before
     path = tmp_path / "t.jsonl"
-    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
-                    f'{{"timestamp": 10, "input_length": {value}, "output_length": 5}}\n')
+    path.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+        f'{{"timestamp": 10, "input_length": {value}, "output_length": 5}}\n'
+    )
     with pytest.raises(TraceFormatError) as err:
         read_trace(path)
     assert (err.value.line, err.value.column) == (2, "input_length")
 
 
-@pytest.mark.parametrize("header", ["timestamp,value", "TIMESTAMP,ContextTokens,GeneratedTokens",
-                                    "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "timestamp,value",
+        "TIMESTAMP,ContextTokens,GeneratedTokens",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+    ],
+)
 def test_a_csv_with_only_its_header_is_a_format_error_not_a_traceback(tmp_path: Path, header: str) -> None:
     # found by the attack round: `forecaster backtest` printed a traceback (ValueError: no samples)
     path = tmp_path / "t.csv"

@@ -73,10 +73,21 @@ def test_a_minute_one_pop_did_not_count_is_missing(pops: tuple[RedisServer, Redi
 
 
 def plan_settings(state_url: str, pops: dict[str, str]) -> ForecasterSettings:
-    return ForecasterSettings(redis_url=state_url, pops=pops, capacity_per_replica=0.5, headroom=0.0,
-                              upper_headroom=0.0, min_replicas=1, max_replicas=20, warmup_s=60,
-                              history_s=3 * 3600, models=["last_value"], up_cooldown_s=0,
-                              down_cooldown_s=0, source_timeout_s=1.0)
+    return ForecasterSettings(
+        redis_url=state_url,
+        pops=pops,
+        capacity_per_replica=0.5,
+        headroom=0.0,
+        upper_headroom=0.0,
+        min_replicas=1,
+        max_replicas=20,
+        warmup_s=60,
+        history_s=3 * 3600,
+        models=["last_value"],
+        up_cooldown_s=0,
+        down_cooldown_s=0,
+        source_timeout_s=1.0,
+    )
 
 
 def test_a_killed_pop_holds_the_decision_and_its_return_resumes(
@@ -111,10 +122,13 @@ def test_a_killed_pop_holds_the_decision_and_its_return_resumes(
     assert resumed.series["missing_buckets"] == 178
 
 
-@pytest.mark.parametrize(("counted", "reason"), [
-    ({"paris"}, "redis:all models at POP nyc returned no data"),  # nyc's router never counted
-    (set(), "redis:all models at POPs paris, nyc returned no data"),
-])
+@pytest.mark.parametrize(
+    ("counted", "reason"),
+    [
+        ({"paris"}, "redis:all models at POP nyc returned no data"),  # nyc's router never counted
+        (set(), "redis:all models at POPs paris, nyc returned no data"),
+    ],
+)
 def test_the_no_data_hold_names_only_the_pops_without_data(
     pops: tuple[RedisServer, RedisServer], redis_url: str, counted: set[str], reason: str
 ) -> None:
@@ -161,8 +175,7 @@ def test_a_pop_whose_acl_user_may_not_read_the_counters_is_a_named_hold(
     count(a.url, {m: 60 for m in minutes}, misses=False)
     password = "pw-reader-i15"
     with redis.Redis.from_url(a.url) as admin:
-        admin.acl_setuser("reader", enabled=True, passwords=[f"+{password}"], keys=["unrelated:*"],
-                          commands=["+@all"])
+        admin.acl_setuser("reader", enabled=True, passwords=[f"+{password}"], keys=["unrelated:*"], commands=["+@all"])
         try:
             reader_url = f"redis://reader:{password}@127.0.0.1:{a.port}/0"
             settings = plan_settings(redis_url, {"a": reader_url, "b": b.url})
@@ -189,42 +202,55 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
     assert str(info.value).startswith("POP a: ") and "POP b" not in str(info.value)
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', "pops\n  Value error, not JSON: "),  # not JSON
-    ('["redis://:hunter2@10.0.0.1:6379/0"]', "pops\n  Input should be a valid dictionary"),  # a list
-    ('{"paris": "redis://:hunter2@10.0.0.1:port/0"}', "pops.paris\n"),
-    ('{"paris": "http://:hunter2@10.0.0.1/0"}', "pops.paris\n"),
-    ('{"pop paris": "redis://:hunter2@10.0.0.1:6379/0"}', "bad POP name 'pop paris'"),
-    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0?socket_timeout=abc"}', "PROMPTEDGE_FORECASTER_POPS: POP paris: "),
-    # the same Redis twice counted its demand twice (attack round)
-    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "nyc": "redis://:hunter2@10.0.0.1:6379/0"}',
-     "POPs paris and nyc name the same Redis URL"),
-    # an empty host read localhost (another POP's Redis, or the central one) in silence
-    ('{"paris": "redis://:hunter2@:6379/0"}', "POP paris: the Redis URL has no host"),
-    ('{"nyc": "redis://10.0.0.2:6379/0", "paris": "rediss://:6379/0"}', "POP paris: the Redis URL has no host"),
-    # a name given twice kept only its last URL in silence (json.loads' last key wins)
-    ('{"paris": "redis://:hunter2@10.0.0.1:6379/0", "paris": "redis://:hunter2@10.0.0.2:6379/0"}',
-     "POP paris is named twice"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', "pops\n  Value error, not JSON: "),  # not JSON
+        ('["redis://:hunter2@10.0.0.1:6379/0"]', "pops\n  Input should be a valid dictionary"),  # a list
+        ('{"paris": "redis://:hunter2@10.0.0.1:port/0"}', "pops.paris\n"),
+        ('{"paris": "http://:hunter2@10.0.0.1/0"}', "pops.paris\n"),
+        ('{"pop paris": "redis://:hunter2@10.0.0.1:6379/0"}', "bad POP name 'pop paris'"),
+        ('{"paris": "redis://:hunter2@10.0.0.1:6379/0?socket_timeout=abc"}', "PROMPTEDGE_FORECASTER_POPS: POP paris: "),
+        # the same Redis twice counted its demand twice (attack round)
+        (
+            '{"paris": "redis://:hunter2@10.0.0.1:6379/0", "nyc": "redis://:hunter2@10.0.0.1:6379/0"}',
+            "POPs paris and nyc name the same Redis URL",
+        ),
+        # an empty host read localhost (another POP's Redis, or the central one) in silence
+        ('{"paris": "redis://:hunter2@:6379/0"}', "POP paris: the Redis URL has no host"),
+        ('{"nyc": "redis://10.0.0.2:6379/0", "paris": "rediss://:6379/0"}', "POP paris: the Redis URL has no host"),
+        # a name given twice kept only its last URL in silence (json.loads' last key wins)
+        (
+            '{"paris": "redis://:hunter2@10.0.0.1:6379/0", "paris": "redis://:hunter2@10.0.0.2:6379/0"}',
+            "POP paris is named twice",
+        ),
+    ],
+)
 def test_malformed_pops_are_a_settings_error_without_the_password(value: str, expected: str) -> None:
-    result = CliRunner().invoke(app, ["run", "--once"], env={"PROMPTEDGE_FORECASTER_POPS": value,
-                                                            "PROMPTEDGE_SETTINGS_FILE": None})
+    result = CliRunner().invoke(
+        app, ["run", "--once"], env={"PROMPTEDGE_FORECASTER_POPS": value, "PROMPTEDGE_SETTINGS_FILE": None}
+    )
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and expected in result.output
     assert "hunter2" not in result.output and "Traceback" not in result.output
 
 
 def test_a_bad_redis_url_is_not_echoed_either() -> None:
-    result = CliRunner().invoke(app, ["run", "--once"], env={"PROMPTEDGE_REDIS_URL": "redis://:hunter2@x:port/0",
-                                                            "PROMPTEDGE_SETTINGS_FILE": None})
+    result = CliRunner().invoke(
+        app,
+        ["run", "--once"],
+        env={"PROMPTEDGE_REDIS_URL": "redis://:hunter2@x:port/0", "PROMPTEDGE_SETTINGS_FILE": None},
+    )
     assert result.exit_code == 2 and "PROMPTEDGE_REDIS_URL" in result.output
     assert "hunter2" not in result.output
 
 
 def test_pops_from_the_settings_file_and_only_for_redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "settings.yaml"
-    path.write_text("forecaster:\n  redis_url: redis://central:6379/0\n  pops:\n"
-                    "    paris: redis://redis.paris:6379/0\n    nyc: redis+sentinel://s1:26379,s2:26379/pop/0\n")
+    path.write_text(
+        "forecaster:\n  redis_url: redis://central:6379/0\n  pops:\n"
+        "    paris: redis://redis.paris:6379/0\n    nyc: redis+sentinel://s1:26379,s2:26379/pop/0\n"
+    )
     monkeypatch.setenv("PROMPTEDGE_SETTINGS_FILE", str(path))
     settings = ForecasterSettings()
     assert settings.pops == {"paris": "redis://redis.paris:6379/0", "nyc": "redis+sentinel://s1:26379,s2:26379/pop/0"}

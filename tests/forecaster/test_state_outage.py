@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from forecaster.errors import SourceUnavailable
-from forecaster.plan import PlannerState, hold, PLANNER_DEFAULTS
+from forecaster.plan import PLANNER_DEFAULTS, PlannerState, hold
 from forecaster.state import RedisStateStore
 from sim.stack import RedisServer
 

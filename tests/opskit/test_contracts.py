@@ -47,24 +47,39 @@ def test_both_sides_import_the_one_definition() -> None:
 
 
 def test_the_document_written_reads_back() -> None:
-    doc = forecast_document("m", 1_796_090_460.0, 7.5, [(1_796_090_460.0, 4.2), (1_796_091_060.0, 5.0)],
-                            [(1_796_090_460.0, 5.1), (1_796_091_060.0, 6.3)], "requests")
-    assert doc == {"v": 1, "pool": "m", "at": 1_796_090_460.0, "unit": "requests", "capacity_rps": 7.5,
-                   "points": [[1_796_090_460.0, 4.2], [1_796_091_060.0, 5.0]],
-                   "upper": [[1_796_090_460.0, 5.1], [1_796_091_060.0, 6.3]]}
+    doc = forecast_document(
+        "m",
+        1_796_090_460.0,
+        7.5,
+        [(1_796_090_460.0, 4.2), (1_796_091_060.0, 5.0)],
+        [(1_796_090_460.0, 5.1), (1_796_091_060.0, 6.3)],
+        "requests",
+    )
+    assert doc == {
+        "v": 1,
+        "pool": "m",
+        "at": 1_796_090_460.0,
+        "unit": "requests",
+        "capacity_rps": 7.5,
+        "points": [[1_796_090_460.0, 4.2], [1_796_091_060.0, 5.0]],
+        "upper": [[1_796_090_460.0, 5.1], [1_796_091_060.0, 6.3]],
+    }
     forecast, why = read_forecast(json.dumps(doc))
     assert why is None and forecast is not None
     assert (forecast.pool, forecast.at, forecast.capacity) == ("m", 1_796_090_460.0, 7.5)
     assert forecast.points == [(1_796_090_460.0, 4.2), (1_796_091_060.0, 5.0)]
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    ({"v": 2}, "version 2, not 1"),
-    ({"at": math.inf}, "a time, point or capacity_rps not finite and >= 0"),
-    ({"capacity_rps": -1.0}, "a time, point or capacity_rps not finite and >= 0"),
-    ({"at": 1_796_090_460_000.0}, "times past the year 5000: milliseconds, not Unix seconds?"),
-    ({"points": "x"}, "malformed (ValueError)"),
-])
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"v": 2}, "version 2, not 1"),
+        ({"at": math.inf}, "a time, point or capacity_rps not finite and >= 0"),
+        ({"capacity_rps": -1.0}, "a time, point or capacity_rps not finite and >= 0"),
+        ({"at": 1_796_090_460_000.0}, "times past the year 5000: milliseconds, not Unix seconds?"),
+        ({"points": "x"}, "malformed (ValueError)"),
+    ],
+)
 def test_an_unusable_document_is_refused_with_a_reason(change: dict[str, object], why: str) -> None:
     doc = {**forecast_document("m", 100.0, 1.0, [(100.0, 1.0)], [(100.0, 2.0)], "requests"), **change}
     assert read_forecast(json.dumps(doc)) == (None, why)
@@ -72,4 +87,7 @@ def test_an_unusable_document_is_refused_with_a_reason(change: dict[str, object]
 
 def test_absent_and_oversized_documents() -> None:
     assert read_forecast(None) == (None, None)
-    assert read_forecast(b" " * (MAX_FORECAST_BYTES + 1))[1] == f"{MAX_FORECAST_BYTES + 1} bytes, over the {MAX_FORECAST_BYTES} read"
+    assert (
+        read_forecast(b" " * (MAX_FORECAST_BYTES + 1))[1]
+        == f"{MAX_FORECAST_BYTES + 1} bytes, over the {MAX_FORECAST_BYTES} read"
+    )

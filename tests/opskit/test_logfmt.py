@@ -16,8 +16,15 @@ from opskit import JsonFormatter, TextFormatter, configure
 
 
 def record(msg: str, *args: object, exc: BaseException | None = None, **extra: object) -> logging.LogRecord:
-    rec = logging.LogRecord("router.server", logging.ERROR if exc else logging.INFO, __file__, 1, msg, args,
-                            (type(exc), exc, exc.__traceback__) if exc else None)
+    rec = logging.LogRecord(
+        "router.server",
+        logging.ERROR if exc else logging.INFO,
+        __file__,
+        1,
+        msg,
+        args,
+        (type(exc), exc, exc.__traceback__) if exc else None,
+    )
     rec.__dict__.update(extra)
     return rec
 

@@ -22,8 +22,9 @@ def test_one_server_urls_stay_one_server() -> None:
 
 
 def test_sentinel_url_names_sentinels_service_db_and_credentials() -> None:
-    target = parse_redis_url("redis+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2:26380/mymaster/4"
-                             "?sentinel_password=sentpw")
+    target = parse_redis_url(
+        "redis+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2:26380/mymaster/4?sentinel_password=sentpw"
+    )
     assert target.topology == "sentinel"
     assert target.nodes == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
     assert (target.service, target.db, target.username, target.password) == ("mymaster", 4, "app", "s3cret")
@@ -34,15 +35,27 @@ def test_sentinel_url_names_sentinels_service_db_and_credentials() -> None:
 
 def test_cluster_url_takes_several_startup_nodes_and_only_db_0() -> None:
     target = parse_redis_url("rediss+cluster://:pw@a:7000,b:7001")
-    assert (target.topology, target.nodes, target.ssl, target.password) == ("cluster", (("a", 7000), ("b", 7001)),
-                                                                            True, "pw")
+    assert (target.topology, target.nodes, target.ssl, target.password) == (
+        "cluster",
+        (("a", 7000), ("b", 7001)),
+        True,
+        "pw",
+    )
     with pytest.raises(RedisURLError, match="only database 0"):
         parse_redis_url("redis+cluster://a:7000/3")
 
 
-@pytest.mark.parametrize("url", ["memcached://h:1", "redis+sentinel://:pw@h:26379", "redis+sentinel://:pw@h/m",
-                                 "redis+cluster://:pw@h:99999", "redis://:pw@h:notaport/0",
-                                 "redis+sentinel://:pw@h:1/m/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memcached://h:1",
+        "redis+sentinel://:pw@h:26379",
+        "redis+sentinel://:pw@h/m",
+        "redis+cluster://:pw@h:99999",
+        "redis://:pw@h:notaport/0",
+        "redis+sentinel://:pw@h:1/m/x",
+    ],
+)
 def test_a_bad_url_is_an_error_that_does_not_repeat_the_password(url: str) -> None:
     with pytest.raises(RedisURLError) as caught:
         parse_redis_url(url)
@@ -50,8 +63,10 @@ def test_a_bad_url_is_an_error_that_does_not_repeat_the_password(url: str) -> No
 
 
 def test_redact_hides_user_information_and_the_sentinel_password() -> None:
-    assert redact_url("redis+sentinel://u:pw@h:1,h:2/m/0?sentinel_password=x") == \
-        "redis+sentinel://***@h:1,h:2/m/0?sentinel_password=***"
+    assert (
+        redact_url("redis+sentinel://u:pw@h:1,h:2/m/0?sentinel_password=x")
+        == "redis+sentinel://***@h:1,h:2/m/0?sentinel_password=***"
+    )
     assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
@@ -108,18 +123,25 @@ def test_settings_accept_every_topology_and_refuse_a_bad_url_without_echoing_it(
 def test_redact_hides_a_password_given_in_the_query() -> None:
     # redis-py's from_url reads ?password= (and ?username=) as the credential: the cache CLI's
     # "Redis at ... unavailable" printed it (attack review Dec 2 #2)
-    assert redact_url("redis://h:6379/0?password=hunter2&socket_timeout=1") == \
-        "redis://h:6379/0?password=***&socket_timeout=1"
+    assert (
+        redact_url("redis://h:6379/0?password=hunter2&socket_timeout=1")
+        == "redis://h:6379/0?password=***&socket_timeout=1"
+    )
     assert "hunter2" not in redact_url("redis://h/0?db=1&Password=hunter2")
     assert "hunter2" not in redact_url("redis+sentinel://h:1/m?Sentinel_Password=hunter2")
 
 
-@pytest.mark.parametrize("url, option", [("redis://:pw@127.0.0.1:6379/0?socket_timeout=abc", "socket_timeout"),
-                                         ("redis://:pw@127.0.0.1:6379/0?health_check_interval=x", "health_check_interval"),
-                                         # attack round 3 December: an unknown option passed every check and
-                                         # the first connection raised TypeError (router exit 3, traceback)
-                                         ("redis://u:pw@127.0.0.1:6379/9?foo=bar", "foo"),
-                                         ("unix:///tmp/redis.sock?db=0&foo=1", "foo")])
+@pytest.mark.parametrize(
+    "url, option",
+    [
+        ("redis://:pw@127.0.0.1:6379/0?socket_timeout=abc", "socket_timeout"),
+        ("redis://:pw@127.0.0.1:6379/0?health_check_interval=x", "health_check_interval"),
+        # attack round 3 December: an unknown option passed every check and
+        # the first connection raised TypeError (router exit 3, traceback)
+        ("redis://u:pw@127.0.0.1:6379/9?foo=bar", "foo"),
+        ("unix:///tmp/redis.sock?db=0&foo=1", "foo"),
+    ],
+)
 def test_a_bad_option_of_a_one_server_url_is_a_url_error_before_any_client(url: str, option: str) -> None:
     # attack round F-minor: redis-py raised a bare ValueError from Redis.from_url when the client was
     # built, a start-up traceback instead of the settings error that names the setting
@@ -130,8 +152,13 @@ def test_a_bad_option_of_a_one_server_url_is_a_url_error_before_any_client(url: 
         assert "pw" not in message and option in message
 
 
-@pytest.mark.parametrize("url", ["redis+cluster://h:7000?socket_timeout=1",
-                                 "redis+sentinel://:pw@h:26379/m/0?ssl_cert_reqs=none&sentinel_password=x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://h:7000?socket_timeout=1",
+        "redis+sentinel://:pw@h:26379/m/0?ssl_cert_reqs=none&sentinel_password=x",
+    ],
+)
 def test_options_a_cluster_or_sentinel_url_cannot_carry_are_refused_not_ignored(url: str) -> None:
     # they were silently dropped: a user's socket_timeout had no effect and nothing said so
     with pytest.raises(RedisURLError) as caught:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -20,7 +20,6 @@ import redis
 import yaml
 
 from forecaster.actuate.publish import DesiredStore
-
 from tests.router.router_process import free_port, start_router
 from tests.sim.replica_process import start_replica
 
@@ -44,12 +43,21 @@ def test_router_lines_are_json_with_uvicorn_and_access_lines(tmp_path: Path, red
     port = free_port()
     replica = start_replica(port, "--model", "m", "--time-scale", "50")
     try:
-        router = start_router(tmp_path, {
-            "PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
-            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": f"http://127.0.0.1:{port}", "model": "m"}])})
+        router = start_router(
+            tmp_path,
+            {
+                "PROMPTEDGE_REDIS_URL": redis_url,
+                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": f"http://127.0.0.1:{port}", "model": "m"}]),
+            },
+        )
         try:
-            reply = httpx.post(router.url + "/v1/chat/completions", timeout=30, headers={"X-Request-Id": "req-logs-1"},
-                               json={"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+            reply = httpx.post(
+                router.url + "/v1/chat/completions",
+                timeout=30,
+                headers={"X-Request-Id": "req-logs-1"},
+                json={"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+            )
             assert reply.status_code == 200
         finally:
             router.stop()
@@ -64,8 +72,13 @@ def test_router_lines_are_json_with_uvicorn_and_access_lines(tmp_path: Path, red
 
 def _sim_serve(port: int, env: dict[str, str]) -> str:
     """stderr of ``python -m sim serve`` from start until it has answered /health once and stopped."""
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port)], stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, **env})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim", "serve", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **env},
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -87,14 +100,20 @@ def test_sim_serve_says_where_it_listens_in_json_or_text() -> None:
     assert line["message"].endswith(f"listening on http://127.0.0.1:{port}")
     port = free_port()
     text = _sim_serve(port, {"PROMPTEDGE_SIM_LOG_FORMAT": "text"}).strip()
-    assert text.endswith(f" INFO sim.serve: replica sim-llama-8b (profile a100, time scale 1) "
-                         f"listening on http://127.0.0.1:{port}"), text
+    assert text.endswith(
+        f" INFO sim.serve: replica sim-llama-8b (profile a100, time scale 1) listening on http://127.0.0.1:{port}"
+    ), text
 
 
 def test_forecaster_run_once_logs_json_on_stderr_and_reports_on_stdout() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_")}
-    proc = subprocess.run([sys.executable, "-m", "forecaster", "run", "--once"], capture_output=True, text=True,
-                          timeout=120, env={**env, "PROMPTEDGE_REDIS_URL": "redis://127.0.0.1:1/0"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "forecaster", "run", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "PROMPTEDGE_REDIS_URL": "redis://127.0.0.1:1/0"},
+    )
     assert proc.returncode == 1  # held: no demand data
     lines = json_lines(proc.stderr)
     assert any(line["level"] == "WARNING" and line["message"].startswith("hold: source unavailable") for line in lines)
@@ -105,18 +124,28 @@ def test_the_keda_endpoint_as_deployed_logs_json(redis_url: str) -> None:
     """The command of components/keda's ``/desired`` Deployment, run as the Pod runs it: its
     start-up and access lines are JSON like every other service's (it ran under uvicorn's own
     CLI, whose lines are uvicorn's text format)."""
-    (manifest,) = [d for d in yaml.safe_load_all((ROOT / "deploy/components/keda/desired.yaml").read_text())
-                   if d and d["kind"] == "Deployment"]
+    (manifest,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "deploy/components/keda/desired.yaml").read_text())
+        if d and d["kind"] == "Deployment"
+    ]
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     (entrypoint,) = re.findall(r"^ENTRYPOINT (\[.*\])$", (ROOT / "deploy/Dockerfile").read_text(), re.M)
     command = [*container.get("command", json.loads(entrypoint)), *container.get("args", [])]
     store = DesiredStore(redis.Redis.from_url(redis_url), "llm", "vllm")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_")}
-    env.update({"PROMPTEDGE_ACTUATOR_MODE": "keda", "PROMPTEDGE_ACTUATOR_DEPLOYMENT": "vllm",
-                "PROMPTEDGE_ACTUATOR_NAMESPACE": "llm", "PROMPTEDGE_REDIS_URL": redis_url,
-                # the manifest's own address is 0.0.0.0:8090: a free local port here
-                "PROMPTEDGE_ACTUATOR_PUBLISH_HOST": "127.0.0.1", "PROMPTEDGE_ACTUATOR_PUBLISH_PORT": str(port)})
+    env.update(
+        {
+            "PROMPTEDGE_ACTUATOR_MODE": "keda",
+            "PROMPTEDGE_ACTUATOR_DEPLOYMENT": "vllm",
+            "PROMPTEDGE_ACTUATOR_NAMESPACE": "llm",
+            "PROMPTEDGE_REDIS_URL": redis_url,
+            # the manifest's own address is 0.0.0.0:8090: a free local port here
+            "PROMPTEDGE_ACTUATOR_PUBLISH_HOST": "127.0.0.1",
+            "PROMPTEDGE_ACTUATOR_PUBLISH_PORT": str(port),
+        }
+    )
     for item in container.get("env", []):
         if "value" in item and item["name"] not in env and item["name"] != "PROMPTEDGE_SETTINGS_FILE":
             env[item["name"]] = item["value"]
@@ -125,7 +154,12 @@ def test_the_keda_endpoint_as_deployed_logs_json(redis_url: str) -> None:
         argv = [sys.executable, *args]
     else:  # a console script: its entry point, from this checkout (argv[0] its name, as the wrapper)
         module, func = SCRIPTS[command[0]].split(":")
-        argv = [sys.executable, "-c", f"import sys; sys.argv[0] = {command[0]!r}; from {module} import {func}; {func}()", *args]
+        argv = [
+            sys.executable,
+            "-c",
+            f"import sys; sys.argv[0] = {command[0]!r}; from {module} import {func}; {func}()",
+            *args,
+        ]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     try:
         deadline = time.monotonic() + 60
@@ -133,7 +167,7 @@ def test_the_keda_endpoint_as_deployed_logs_json(redis_url: str) -> None:
         while answer is None and time.monotonic() < deadline and proc.poll() is None:
             try:
                 # published just before each poll: Redis db 15 is shared by test runs that flush it
-                store.publish(3, "test", datetime.now(timezone.utc))
+                store.publish(3, "test", datetime.now(UTC))
                 answer = httpx.get(f"http://127.0.0.1:{port}/desired", timeout=1)
             except httpx.HTTPError:
                 time.sleep(0.1)

@@ -71,11 +71,14 @@ def test_a_missing_file_is_an_error(settings_file: Path, monkeypatch: pytest.Mon
 
 
 def test_sections_follow_the_env_prefixes() -> None:
-    assert [section_name(c) for c in (RouterSettings, KubeDiscoverySettings, CacheSettings, SimSettings, NodeSettings)] == [
-        "router", "router_k8s", "cache", "sim", "sim_node"]
+    assert [
+        section_name(c) for c in (RouterSettings, KubeDiscoverySettings, CacheSettings, SimSettings, NodeSettings)
+    ] == ["router", "router_k8s", "cache", "sim", "sim_node"]
 
 
-@pytest.mark.parametrize("classes", [(RouterSettings, KubeDiscoverySettings, CacheSettings), (SimSettings, NodeSettings)])
+@pytest.mark.parametrize(
+    "classes", [(RouterSettings, KubeDiscoverySettings, CacheSettings), (SimSettings, NodeSettings)]
+)
 def test_the_listing_names_every_setting(classes: tuple) -> None:
     listed = {line.split()[0] for line in settings_table(classes).splitlines()[2:]}
     assert listed <= set().union(*map(env_names, classes))
@@ -86,18 +89,27 @@ def test_router_serve_refuses_a_bad_settings_file(tmp_path: Path) -> None:
     """As a user meets it: exit 2 with the key named, no traceback."""
     (tmp_path / "s.yaml").write_text("router:\n  replica: []\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_")}
-    proc = subprocess.run([sys.executable, "-m", "router", "serve"], env={**env, SETTINGS_FILE_ENV: str(tmp_path / "s.yaml")},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "router", "serve"],
+        env={**env, SETTINGS_FILE_ENV: str(tmp_path / "s.yaml")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "unknown settings ['replica']" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize(("text", "where"), [
-    (b'router:\n  admin_key: "sk-admin-hunter2\n  port: 1\n', "line 2, column 14"),  # unterminated quote
-    (b'router:\n  api_keys: {"sk-live-hunter2": team-a, port: 1\n', "line 2, column 13"),  # unclosed mapping
-])
-def test_a_file_that_is_not_yaml_is_named_with_its_line_and_never_echoed(settings_file: Path, text: bytes,
-                                                                        where: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (b'router:\n  admin_key: "sk-admin-hunter2\n  port: 1\n', "line 2, column 14"),  # unterminated quote
+        (b'router:\n  api_keys: {"sk-live-hunter2": team-a, port: 1\n', "line 2, column 13"),  # unclosed mapping
+    ],
+)
+def test_a_file_that_is_not_yaml_is_named_with_its_line_and_never_echoed(
+    settings_file: Path, text: bytes, where: str
+) -> None:
     """PyYAML's message quotes the offending line: a malformed line holding a key put the key in
     the log (attack review Dec 2 #2)."""
     settings_file.write_bytes(text)

@@ -26,8 +26,15 @@ from tests.router.llama_servers import REDIS_URL, start_llama, stop
 
 # A tiny, fast replica: 5 ms per decode step, 2 concurrent sequences, small KV cache.
 FAST = Profile(
-    name="fast", max_num_seqs=2, max_num_batched_tokens=256, kv_capacity_tokens=4000, max_model_len=1000,
-    prefill_s_per_token=0.0, decode_base_s=0.005, decode_per_seq_s=0.0, kv_read_s_per_token=0.0,
+    name="fast",
+    max_num_seqs=2,
+    max_num_batched_tokens=256,
+    kv_capacity_tokens=4000,
+    max_model_len=1000,
+    prefill_s_per_token=0.0,
+    decode_base_s=0.005,
+    decode_per_seq_s=0.0,
+    kv_read_s_per_token=0.0,
 )
 MODEL = "sim-llama-8b"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "What is a KV cache?"}], "max_tokens": 8}
@@ -38,8 +45,9 @@ class Served:
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="on", loop="asyncio"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", loop="asyncio")
+        )
         self.task: asyncio.Task[None] | None = None
         self.url = ""
 
@@ -68,8 +76,9 @@ class Served:
             stuck = io.StringIO()  # what the shutdown waits on, for the report
             for task in asyncio.all_tasks():
                 task.print_stack(limit=8, file=stuck)
-            warnings.warn(f"server {self.url} did not stop within 30 s: forcing it; tasks:\n{stuck.getvalue()}",
-                          stacklevel=2)
+            warnings.warn(
+                f"server {self.url} did not stop within 30 s: forcing it; tasks:\n{stuck.getvalue()}", stacklevel=2
+            )
             self.server.force_exit = True
             done, _ = await asyncio.wait({self.task}, timeout=10)
             if not done:
@@ -122,8 +131,9 @@ def start_replica(servers: list[Served]) -> Callable[..., Awaitable[Served]]:
 def start_router(servers: list[Served], redis_url: str) -> Callable[..., Awaitable[Served]]:
     """``router = await start_router([replica urls], model=MODEL, **settings)`` on the test Redis."""
 
-    async def start(urls: list[str], model: str = MODEL, specs: list[ReplicaSpec] | None = None,
-                    **settings: Any) -> Served:
+    async def start(
+        urls: list[str], model: str = MODEL, specs: list[ReplicaSpec] | None = None, **settings: Any
+    ) -> Served:
         settings.setdefault("redis_url", redis_url)
         settings.setdefault("counters_flush_s", 0.05)
         replicas = specs if specs is not None else [ReplicaSpec(url=url, model=model) for url in urls]

@@ -49,22 +49,35 @@ T = TypeVar("T")
 _CLOSE = "close"
 
 
-def endpoint(ip: str, ready: bool | None = True, serving: bool | None = None,
-             terminating: bool | None = None, pod: str | None = None) -> dict[str, Any]:
+def endpoint(
+    ip: str,
+    ready: bool | None = True,
+    serving: bool | None = None,
+    terminating: bool | None = None,
+    pod: str | None = None,
+) -> dict[str, Any]:
     """One EndpointSlice endpoint; a None condition is left out (the API's "unknown")."""
-    conditions = {k: v for k, v in (("ready", ready), ("serving", serving), ("terminating", terminating))
-                  if v is not None}
+    conditions = {
+        k: v for k, v in (("ready", ready), ("serving", serving), ("terminating", terminating)) if v is not None
+    }
     ep: dict[str, Any] = {"addresses": [ip], "conditions": conditions}
     if pod is not None:
         ep["targetRef"] = {"kind": "Pod", "name": pod, "namespace": "default"}
     return ep
 
 
-def endpoint_slice(name: str, endpoints: list[dict[str, Any]] | None, port: int, labels: dict[str, str],
-                   port_name: str | None = "http", address_type: str = "IPv4") -> dict[str, Any]:
+def endpoint_slice(
+    name: str,
+    endpoints: list[dict[str, Any]] | None,
+    port: int,
+    labels: dict[str, str],
+    port_name: str | None = "http",
+    address_type: str = "IPv4",
+) -> dict[str, Any]:
     """An EndpointSlice object as the API serialises it (``endpoints: null`` when empty)."""
     return {
-        "kind": "EndpointSlice", "apiVersion": GROUP_VERSION,
+        "kind": "EndpointSlice",
+        "apiVersion": GROUP_VERSION,
         "metadata": {"name": name, "labels": dict(labels)},
         "addressType": address_type,
         "endpoints": endpoints or None,
@@ -89,8 +102,13 @@ def convert(obj: dict[str, Any], version: str) -> dict[str, Any]:
             ep.update({"nodeName": node} if node is not None else {})
         else:
             rest = {k: v for k, v in topology.items() if k not in (HOSTNAME, ZONE)}
-            ep.update({k: v for k, v in (("nodeName", node), ("zone", zone), ("deprecatedTopology", rest or None))
-                       if v is not None})
+            ep.update(
+                {
+                    k: v
+                    for k, v in (("nodeName", node), ("zone", zone), ("deprecatedTopology", rest or None))
+                    if v is not None
+                }
+            )
     return out
 
 
@@ -142,6 +160,7 @@ def _matches(requirements: list[Requirement], obj: dict[str, Any] | None) -> boo
 
 # --- the server ------------------------------------------------------------------------------
 
+
 @dataclass
 class _Event:
     rv: int
@@ -160,8 +179,15 @@ class _Watcher:
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class FakeKubeAPI:
@@ -200,12 +226,18 @@ class FakeKubeAPI:
 
     def kubeconfig(self, path: Path) -> Path:
         """Write a kubeconfig for this server (token auth) to ``path``."""
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "router", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "router"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "router", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "router"}}],
+                }
+            )
+        )
         return path
 
     # --- writes (any thread) -----------------------------------------------------------------
@@ -296,8 +328,9 @@ class FakeKubeAPI:
             code = self._failures.pop(0)
             return web.json_response(_status(code, "InternalError", f"injected failure {code}"), status=code)
         if version is not None and version not in self.versions:
-            return web.json_response(_status(404, "NotFound", "the server could not find the requested resource"),
-                                     status=404)
+            return web.json_response(
+                _status(404, "NotFound", "the server could not find the requested resource"), status=404
+            )
         return None
 
     def _group(self) -> dict[str, Any]:
@@ -310,19 +343,33 @@ class FakeKubeAPI:
     async def _api_groups(self, request: web.Request) -> web.Response:
         groups = [self._group()] if self.versions else []
         return self._refused(request) or web.json_response(
-            {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+            {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        )
 
     async def _api_group(self, request: web.Request) -> web.Response:
         # no version served: the group is unknown, a 404 Status like any unserved path
-        return self._refused(request, None if self.versions else "") or web.json_response({"kind": "APIGroup", "apiVersion": "v1", **self._group()})
+        return self._refused(request, None if self.versions else "") or web.json_response(
+            {"kind": "APIGroup", "apiVersion": "v1", **self._group()}
+        )
 
     async def _api_resources(self, request: web.Request) -> web.Response:
         version = request.match_info["version"]
-        return self._refused(request, version) or web.json_response({
-            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{version}",
-            "resources": [{"name": "endpointslices", "singularName": "", "namespaced": True,
-                           "kind": "EndpointSlice", "verbs": ["create", "delete", "deletecollection", "get",
-                                                              "list", "patch", "update", "watch"]}]})
+        return self._refused(request, version) or web.json_response(
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{GROUP}/{version}",
+                "resources": [
+                    {
+                        "name": "endpointslices",
+                        "singularName": "",
+                        "namespaced": True,
+                        "kind": "EndpointSlice",
+                        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+                    }
+                ],
+            }
+        )
 
     async def _endpointslices(self, request: web.Request) -> web.StreamResponse:
         api_version = request.match_info["version"]
@@ -336,21 +383,32 @@ class FakeKubeAPI:
         version = query.get("resourceVersion", "")
         if version and not version.isdigit():
             return web.json_response(
-                _status(400, "BadRequest", f"resourceVersion: Invalid value: {version!r}"), status=400)
+                _status(400, "BadRequest", f"resourceVersion: Invalid value: {version!r}"), status=400
+            )
         ns = request.match_info["ns"]
         if query.get("watch") in ("true", "1"):
             return await self._watch(request, ns, requirements, version, api_version)
         self.lists += 1
-        items = [convert(o, api_version) for (o_ns, _), o in sorted(self.objects.items())
-                 if o_ns == ns and _matches(requirements, o)]
+        items = [
+            convert(o, api_version)
+            for (o_ns, _), o in sorted(self.objects.items())
+            if o_ns == ns and _matches(requirements, o)
+        ]
         for item in items:  # list items carry no kind/apiVersion, as the API sends them
             item.pop("kind", None)
             item.pop("apiVersion", None)
-        return web.json_response({"kind": "EndpointSliceList", "apiVersion": f"{GROUP}/{api_version}",
-                                  "metadata": {"resourceVersion": str(self.rv)}, "items": items})
+        return web.json_response(
+            {
+                "kind": "EndpointSliceList",
+                "apiVersion": f"{GROUP}/{api_version}",
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+        )
 
-    async def _watch(self, request: web.Request, ns: str, requirements: list[Requirement],
-                     version: str, api_version: str) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, ns: str, requirements: list[Requirement], version: str, api_version: str
+    ) -> web.StreamResponse:
         self.watches += 1
         timeout = float(query_timeout) if (query_timeout := request.query.get("timeoutSeconds")) else 1800.0
         bookmarks = request.query.get("allowWatchBookmarks") == "true"
@@ -376,9 +434,15 @@ class FakeKubeAPI:
                     event = await asyncio.wait_for(watcher.queue.get(), deadline - self._loop.time())
                 except TimeoutError:
                     if bookmarks:
-                        await self._send(response, "BOOKMARK", {
-                            "kind": "EndpointSlice", "apiVersion": f"{GROUP}/{api_version}",
-                            "metadata": {"resourceVersion": str(self.rv)}})
+                        await self._send(
+                            response,
+                            "BOOKMARK",
+                            {
+                                "kind": "EndpointSlice",
+                                "apiVersion": f"{GROUP}/{api_version}",
+                                "metadata": {"resourceVersion": str(self.rv)},
+                            },
+                        )
                     break
                 if event is None:  # compacted while watching
                     await self._send_gone(response, version)
@@ -396,8 +460,9 @@ class FakeKubeAPI:
 
     async def _send_gone(self, response: web.StreamResponse, version: str) -> None:
         self.expired += 1
-        await self._send(response, "ERROR", _status(
-            410, "Expired", f"too old resource version: {version} ({self.compacted})"))
+        await self._send(
+            response, "ERROR", _status(410, "Expired", f"too old resource version: {version} ({self.compacted})")
+        )
 
     @staticmethod
     async def _send(response: web.StreamResponse, kind: str, obj: dict[str, Any]) -> None:

@@ -33,8 +33,7 @@ BUILD_LOCK = "/tmp/promptedge-kube-build.lock"  # also taken by .ci/run
 
 
 @contextmanager
-def running_apiserver(run_dir: Path, authz: str | None = None,
-                      control_plane: bool = False) -> Iterator[dict[str, Any]]:
+def running_apiserver(run_dir: Path, authz: str | None = None, control_plane: bool = False) -> Iterator[dict[str, Any]]:
     """A fresh apiserver whose state lives in run_dir; authz: the tools' AUTHZ mode (None: theirs);
     control_plane: also the controller manager and the scheduler."""
     if not (TOOLS / "start.sh").is_file():
@@ -46,11 +45,17 @@ def running_apiserver(run_dir: Path, authz: str | None = None,
     # two builds at once (two test processes) delete each other's files. One at a time.
     with open(BUILD_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        build = subprocess.run([str(TOOLS / "build.sh")], env={**os.environ, "COMPONENTS": components},
-                               capture_output=True, text=True, timeout=2400)
+        build = subprocess.run(
+            [str(TOOLS / "build.sh")],
+            env={**os.environ, "COMPONENTS": components},
+            capture_output=True,
+            text=True,
+            timeout=2400,
+        )
     if build.returncode != 0:
-        pytest.fail(f"{TOOLS}/build.sh failed (rc {build.returncode}): {build.stderr[-2000:]}\n"
-                    f"stdout: {build.stdout[-2000:]}")
+        pytest.fail(
+            f"{TOOLS}/build.sh failed (rc {build.returncode}): {build.stderr[-2000:]}\nstdout: {build.stdout[-2000:]}"
+        )
     etcd = free_port()
     while not all(port_free(p) for p in (etcd + 1, etcd + 2)):  # etcd's peer and metrics ports
         etcd = free_port()

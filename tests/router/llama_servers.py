@@ -24,8 +24,13 @@ REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 EXACT_ENTRIES = "promptedge:cache:exact:*"
 
 
-def spawn(cmd: list[str], log: Path, ready: str, timeout_s: float, env: dict[str, str] | None = None,
-          ) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
+def spawn(
+    cmd: list[str],
+    log: Path,
+    ready: str,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
     """Start ``cmd`` with its output in ``log``; wait for a line matching ``ready`` (fails the test
     with the log's tail if the process exits or stays silent for ``timeout_s``)."""
     out = log.open("wb")
@@ -64,9 +69,29 @@ def start_llama(log: Path, alias: str, *extra: str) -> tuple[subprocess.Popen[by
     if reason is not None:
         pytest.skip(reason)
     proc, match = spawn(
-        [str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", "0", "--alias", alias,
-         "--ctx-size", "2048", "--parallel", "2", "--threads", "1", "--no-webui", *extra],
-        log, r"listening on (http://127\.0\.0\.1:\d+)", timeout_s=180)
+        [
+            str(files.server),
+            "-m",
+            str(files.gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--alias",
+            alias,
+            "--ctx-size",
+            "2048",
+            "--parallel",
+            "2",
+            "--threads",
+            "1",
+            "--no-webui",
+            *extra,
+        ],
+        log,
+        r"listening on (http://127\.0\.0\.1:\d+)",
+        timeout_s=180,
+    )
     return proc, match.group(1)
 
 
@@ -75,11 +100,21 @@ def start_router(log: Path, replicas: list[dict[str, Any]]) -> tuple[subprocess.
     the test Redis; (process, base URL)."""
     # llama-server shares these two cores with the suite and answers /metrics between decode
     # steps; a longer scrape timeout and staleness bound keep its load signal from timing out.
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_PORT": "0",
-           "PROMPTEDGE_ROUTER_SCRAPE_TIMEOUT_S": "5", "PROMPTEDGE_ROUTER_STALE_AFTER_S": "6",
-           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(replicas)}
-    proc, match = spawn([sys.executable, "-m", "router", "serve"], log,
-                        r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout_s=120, env=env)
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": REDIS_URL,
+        "PROMPTEDGE_ROUTER_PORT": "0",
+        "PROMPTEDGE_ROUTER_SCRAPE_TIMEOUT_S": "5",
+        "PROMPTEDGE_ROUTER_STALE_AFTER_S": "6",
+        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(replicas),
+    }
+    proc, match = spawn(
+        [sys.executable, "-m", "router", "serve"],
+        log,
+        r"Uvicorn running on (http://127\.0\.0\.1:\d+)",
+        timeout_s=120,
+        env=env,
+    )
     return proc, match.group(1)
 
 

@@ -31,14 +31,21 @@ from __future__ import annotations
 import asyncio
 import json
 
-_ANSWER = json.dumps({
-    "id": "chatcmpl-raw", "object": "chat.completion", "created": 0, "model": "sim-llama-8b",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-}).encode()
+_ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-raw",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "sim-llama-8b",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+).encode()
 
-_EVENT = (b'data: {"id":"chatcmpl-raw","object":"chat.completion.chunk","created":0,"model":"sim-llama-8b",'
-          b'"choices":[{"index":0,"delta":{"role":"assistant","content":"o"},"finish_reason":null}]}\n\n')
+_EVENT = (
+    b'data: {"id":"chatcmpl-raw","object":"chat.completion.chunk","created":0,"model":"sim-llama-8b",'
+    b'"choices":[{"index":0,"delta":{"role":"assistant","content":"o"},"finish_reason":null}]}\n\n'
+)
 
 
 FLOOD_BYTES = 256 * 1024 * 1024  # what a flooding replica sends at most
@@ -107,8 +114,12 @@ class RawReplica:
                 body = await reader.readexactly(length) if length else b""
                 if method == "GET":
                     payload = b'{"status": "ok"}' if path == "/health" else b""
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
-                                 + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                        + str(len(payload)).encode()
+                        + b"\r\n\r\n"
+                        + payload
+                    )
                     await writer.drain()
                     continue
                 self.connections += 1
@@ -120,18 +131,26 @@ class RawReplica:
                     await writer.drain()
                     return
                 if self.mode == "partial_body" and b'"stream":true' in body.replace(b" ", b""):
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(_EVENT))
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(_EVENT)
+                    )
                     await writer.drain()
                     return
                 if self.mode == "partial_body":
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                                 + str(len(_ANSWER)).encode() + b"\r\n\r\n" + _ANSWER[:20])
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                        + str(len(_ANSWER)).encode()
+                        + b"\r\n\r\n"
+                        + _ANSWER[:20]
+                    )
                     await writer.drain()
                     return
                 if self.mode == "flood":
-                    writer.write(b"HTTP/1.1 " + self.status + b"\r\nContent-Type: application/json\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(b'{"pad": "'))
+                    writer.write(
+                        b"HTTP/1.1 " + self.status + b"\r\nContent-Type: application/json\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(b'{"pad": "')
+                    )
                     block = _chunk(b"a" * 65536)
                     while self.flood_sent < FLOOD_BYTES:
                         writer.write(block)
@@ -139,22 +158,36 @@ class RawReplica:
                         self.flood_sent += 65536
                     return
                 if self.mode == "trickle":  # a whole answer, one byte every half second
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                                 + str(len(self.answer)).encode() + b"\r\n\r\n")
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                        + str(len(self.answer)).encode()
+                        + b"\r\n\r\n"
+                    )
                     for i in range(len(self.answer)):
-                        writer.write(self.answer[i:i + 1])
+                        writer.write(self.answer[i : i + 1])
                         await writer.drain()
                         await asyncio.sleep(0.5)
                     continue
                 if self.events is not None and b'"stream":true' in body.replace(b" ", b""):
                     sse = b"".join(_chunk(b"data: " + e + self.event_end) for e in [*self.events, b"[DONE]"])
-                    writer.write(b"HTTP/1.1 200 OK\r\n" + self.headers + b"Content-Type: text/event-stream\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n" + sse + b"0\r\n\r\n")
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\n" + self.headers + b"Content-Type: text/event-stream\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n" + sse + b"0\r\n\r\n"
+                    )
                     await writer.drain()
                     continue
-                writer.write(b"HTTP/1.1 " + self.status + b"\r\n" + self.headers + b"Content-Type: "
-                             + self.content_type + b"\r\nContent-Length: "
-                             + str(len(self.answer)).encode() + b"\r\n\r\n" + self.answer)
+                writer.write(
+                    b"HTTP/1.1 "
+                    + self.status
+                    + b"\r\n"
+                    + self.headers
+                    + b"Content-Type: "
+                    + self.content_type
+                    + b"\r\nContent-Length: "
+                    + str(len(self.answer)).encode()
+                    + b"\r\n\r\n"
+                    + self.answer
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             return

@@ -68,13 +68,19 @@ class RouterProcess:
                 self.proc.wait(timeout=10)
 
 
-def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int | None = None,
-                 args: tuple[str, ...] = ()) -> RouterProcess:
+def start_router(
+    tmp_path: Path, env: dict[str, str] | None = None, nofile: int | None = None, args: tuple[str, ...] = ()
+) -> RouterProcess:
     """Start the router as a user would on a flushed test Redis database, with ``env`` added to
     the environment, ``args`` added to ``serve``'s command line and, if given,
     ``nofile`` as both soft and hard RLIMIT_NOFILE of the process; waits until it listens."""
-    full_env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_REPLICAS": REPLICAS,
-                "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "5", **(env or {})}
+    full_env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": REDIS_URL,
+        "PROMPTEDGE_ROUTER_REPLICAS": REPLICAS,
+        "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "5",
+        **(env or {}),
+    }
 
     def limit_files() -> None:
         if nofile is not None:
@@ -86,8 +92,13 @@ def start_router(tmp_path: Path, env: dict[str, str] | None = None, nofile: int 
     flush.close()
     log = tmp_path / f"router-{time.monotonic_ns()}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", "0", *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=full_env, preexec_fn=limit_files)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router", "serve", "--port", "0", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            preexec_fn=limit_files,
+        )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
@@ -155,9 +166,24 @@ def start_replica(tmp_path: Path, max_model_len: int = 64) -> tuple[subprocess.P
     port = free_port()
     log = tmp_path / f"replica-{port}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL,
-                                 "--warmup-s", "0", "--max-model-len", str(max_model_len)],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sim",
+                "serve",
+                "--port",
+                str(port),
+                "--model",
+                MODEL,
+                "--warmup-s",
+                "0",
+                "--max-model-len",
+                str(max_model_len),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

@@ -25,8 +25,12 @@ def free_port() -> int:
 
 def start_sim(port: int) -> subprocess.Popen[bytes]:
     """``python -m sim serve`` on 127.0.0.1:``port`` serving MODEL (about 100 tokens/s per request)."""
-    return subprocess.Popen([sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "sim", "serve", "--port", str(port), "--model", MODEL],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def wait_healthy(client: httpx.AsyncClient, url: str) -> None:

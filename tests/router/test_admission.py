@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from router import ReplicaSpec, RouterSettings, create_app
-from router.dispatch.admission import pool_pressure, replica_pressure, sheds
 from router.dispatch import ReplicaView, Weights
+from router.dispatch.admission import pool_pressure, replica_pressure, sheds
 from router.dispatch.signals import Signals
 from tests.router.conftest import CHAT, MODEL, Served
 
@@ -67,8 +67,9 @@ async def test_fallback_pool_takes_the_overflow_and_says_so(start_replica, clien
     big = await start_replica()
     small = await start_replica(model="sim-small")
     specs = [ReplicaSpec(url=big.url, model=MODEL), ReplicaSpec(url=small.url, model="sim-small")]
-    settings = RouterSettings(replicas=specs, redis_url=redis_url, queue_limit=2, scrape_interval_s=0.05,
-                              fallback={MODEL: "sim-small"})
+    settings = RouterSettings(
+        replicas=specs, redis_url=redis_url, queue_limit=2, scrape_interval_s=0.05, fallback={MODEL: "sim-small"}
+    )
     router = await Served(create_app(settings)).start()
     servers.append(router)
     tasks = await load_behind_the_routers_back(client, big, 7)
@@ -79,8 +80,9 @@ async def test_fallback_pool_takes_the_overflow_and_says_so(start_replica, clien
     assert response.headers["x-promptedge-replica"] == small.url
     assert response.json()["model"] == "sim-small"
     # issue 12: another model's embedding is in another vector space: shed, never a fallback
-    embedding = await client.post(router.url + "/v1/embeddings", json={"model": MODEL, "input": "x"},
-                                  headers={"x-priority": "P2"})
+    embedding = await client.post(
+        router.url + "/v1/embeddings", json={"model": MODEL, "input": "x"}, headers={"x-priority": "P2"}
+    )
     assert embedding.status_code == 429 and embedding.json()["error"]["code"] == "pool_saturated"
     await asyncio.gather(*tasks)
     again = await client.post(router.url + "/v1/chat/completions", json=CHAT)
@@ -90,13 +92,16 @@ async def test_fallback_pool_takes_the_overflow_and_says_so(start_replica, clien
 
 async def test_api_key_token_buckets_answer_429_with_retry_after(start_replica, start_router, client) -> None:
     replica = await start_replica()
-    router = await start_router([replica.url], api_keys={"key-alice": "a", "key-bob": "b"},
-                                rate_limits={"*": {"requests_per_s": 0.5, "burst": 2},
-                                                            "key-tokens": {"tokens_per_min": 100}})
+    router = await start_router(
+        [replica.url],
+        api_keys={"key-alice": "a", "key-bob": "b"},
+        rate_limits={"*": {"requests_per_s": 0.5, "burst": 2}, "key-tokens": {"tokens_per_min": 100}},
+    )
     url = router.url + "/v1/chat/completions"
     alice = {"authorization": "Bearer key-alice"}
-    statuses = [(await client.post(url, json={**CHAT, "temperature": 0.1 * i}, headers=alice)).status_code
-                for i in range(3)]
+    statuses = [
+        (await client.post(url, json={**CHAT, "temperature": 0.1 * i}, headers=alice)).status_code for i in range(3)
+    ]
     assert statuses == [200, 200, 429]
     refused = await client.post(url, json=CHAT, headers=alice)
     assert refused.json()["error"]["type"] == "rate_limit_error" and int(refused.headers["retry-after"]) >= 1
@@ -109,8 +114,9 @@ async def test_api_key_token_buckets_answer_429_with_retry_after(start_replica, 
 
 async def test_rate_limits_fail_open_when_redis_is_down(start_replica, start_router, client) -> None:
     replica = await start_replica()
-    router = await start_router([replica.url], redis_url="redis://127.0.0.1:1/0",
-                                rate_limits={"*": {"requests_per_s": 0.1, "burst": 1}})
+    router = await start_router(
+        [replica.url], redis_url="redis://127.0.0.1:1/0", rate_limits={"*": {"requests_per_s": 0.1, "burst": 1}}
+    )
     for _ in range(3):
         assert (await client.post(router.url + "/v1/chat/completions", json=CHAT)).status_code == 200
     assert router.app.state.router.limiter.unavailable >= 1

@@ -7,7 +7,6 @@ import json
 import logging
 
 import pytest
-
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -20,8 +19,11 @@ SYSTEM = "You are a careful assistant. " * 100  # ~2,900 characters shared by ev
 
 
 def chat(question: str, system: str = SYSTEM) -> dict:
-    return {"model": MODEL, "max_tokens": 4,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+    return {
+        "model": MODEL,
+        "max_tokens": 4,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+    }
 
 
 def test_prefix_key_needs_a_long_enough_shared_start() -> None:
@@ -52,11 +54,19 @@ async def test_shared_prefix_and_session_stick_to_one_replica(start_replica, sta
     served = [(await client.post(url, json=chat(f"question {i}"))).headers["x-promptedge-replica"] for i in range(5)]
     assert len(set(served)) == 1
     # Without a shared prefix the idle pool is filled in turn.
-    plain = [(await client.post(url, json={**CHAT, "messages": [{"role": "user", "content": f"q{i}"}]}))
-             .headers["x-promptedge-replica"] for i in range(3)]
+    plain = [
+        (await client.post(url, json={**CHAT, "messages": [{"role": "user", "content": f"q{i}"}]})).headers[
+            "x-promptedge-replica"
+        ]
+        for i in range(3)
+    ]
     assert len(set(plain)) == 3
-    sticky = [(await client.post(url, json={**CHAT, "temperature": 0.01 * i}, headers={"x-session-id": "user-7"}))
-              .headers["x-promptedge-replica"] for i in range(4)]
+    sticky = [
+        (await client.post(url, json={**CHAT, "temperature": 0.01 * i}, headers={"x-session-id": "user-7"})).headers[
+            "x-promptedge-replica"
+        ]
+        for i in range(4)
+    ]
     assert len(set(sticky)) == 1
 
 
@@ -68,8 +78,7 @@ async def test_spans_and_the_json_log_line(start_replica, start_router, client, 
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     router.app.state.router.tracer = provider.get_tracer("test")
     with caplog.at_level(logging.INFO, logger="router.access"):
-        response = await client.post(router.url + "/v1/chat/completions", json=CHAT,
-                                     headers={"x-request-id": "req-42"})
+        response = await client.post(router.url + "/v1/chat/completions", json=CHAT, headers={"x-request-id": "req-42"})
         assert response.headers["x-request-id"] == "req-42"
         for _ in range(100):
             if exporter.get_finished_spans():

@@ -11,8 +11,9 @@ import redis
 from tests.router.conftest import CHAT, MODEL, cache_entries, sse_data
 
 
-async def test_miss_then_exact_hit_with_openai_defaults_filled_in(start_replica, start_router, client,
-                                                                  redis_url) -> None:
+async def test_miss_then_exact_hit_with_openai_defaults_filled_in(
+    start_replica, start_router, client, redis_url
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
     first = await client.post(router.url + "/v1/chat/completions", json=CHAT)
@@ -48,8 +49,7 @@ async def test_completions_endpoint_and_cache_control(start_replica, start_route
     assert fourth.headers["x-cache"] == "miss"
 
 
-async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, start_router, client,
-                                                              redis_url) -> None:
+async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, start_router, client, redis_url) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
@@ -58,8 +58,9 @@ async def test_stream_is_relayed_then_replayed_from_the_cache(start_replica, sta
     assert relayed.headers["content-type"].startswith("text/event-stream")
     events = sse_data(relayed.text)
     assert events[-1] == "[DONE]"
-    relayed_text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
-                           for e in events[:-1] if json.loads(e)["choices"])
+    relayed_text = "".join(
+        json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1] if json.loads(e)["choices"]
+    )
     assert len(relayed_text.split()) == 8
     await cache_entries(redis_url, 1)  # the assembled stream is stored when the response has ended
 
@@ -98,8 +99,12 @@ async def test_bad_input_gets_openai_error_json_naming_the_field(start_replica, 
     assert missing_prompt.status_code == 400 and missing_prompt.json()["error"]["param"] == "prompt"
     unknown = await client.post(router.url + "/v1/audio/speech", json={"model": MODEL, "input": "x"})
     assert unknown.status_code == 404
-    assert unknown.json()["error"] == {"message": "Invalid URL (POST /v1/audio/speech)",
-                                       "type": "invalid_request_error", "param": None, "code": None}
+    assert unknown.json()["error"] == {
+        "message": "Invalid URL (POST /v1/audio/speech)",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
     wrong_method = await client.get(url)
     assert wrong_method.status_code == 405 and "POST" in wrong_method.headers["allow"]
     assert wrong_method.json()["error"]["type"] == "invalid_request_error"
@@ -173,8 +178,9 @@ async def test_traffic_counters_per_minute_in_redis(start_replica, start_router,
     assert all(14 * 86400 < r.ttl(key) <= 15 * 86400 for key in r.keys(f"promptedge:traffic:{MODEL}:*"))
 
 
-async def test_the_cache_is_bounded_by_its_own_timeout_not_the_routers(start_replica, start_router, client,
-                                                                       redis_url, monkeypatch) -> None:
+async def test_the_cache_is_bounded_by_its_own_timeout_not_the_routers(
+    start_replica, start_router, client, redis_url, monkeypatch
+) -> None:
     # Regression: the exact cache's client connected within the router's redis_timeout_s (0.25 s),
     # not the cache's own bound; under a burst at start-up a new connection took longer, the cache
     # was marked down for 1 s and the demo e2e test counted 91 of 125 requests in CI.
@@ -191,8 +197,9 @@ async def test_the_cache_is_bounded_by_its_own_timeout_not_the_routers(start_rep
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions/", "/v1/completions/", "/v1/models/"])
-async def test_a_trailing_slash_is_an_openai_404_not_a_redirect_to_the_host_header(path, start_replica,
-                                                                                  start_router, client) -> None:
+async def test_a_trailing_slash_is_an_openai_404_not_a_redirect_to_the_host_header(
+    path, start_replica, start_router, client
+) -> None:
     # Regression (attack, Dec 2): Starlette's redirect_slashes answered 307 Location: http://evil.example/...
     replica = await start_replica()
     router = await start_router([replica.url])
@@ -209,8 +216,9 @@ async def test_the_router_does_not_publish_its_schema(path, start_replica, start
     assert response.status_code == 404 and response.json()["error"]["type"] == "invalid_request_error"
 
 
-async def test_an_unexpected_error_is_a_counted_500_with_the_request_id(start_replica, start_router, client,
-                                                                          monkeypatch) -> None:
+async def test_an_unexpected_error_is_a_counted_500_with_the_request_id(
+    start_replica, start_router, client, monkeypatch
+) -> None:
     # Left from the third attack round: an exception outside APIError skipped the accounting, so
     # the 500 had no X-Request-ID to find its log line by and no access-log line at all.
     import router.forward.service
@@ -220,9 +228,12 @@ async def test_an_unexpected_error_is_a_counted_500_with_the_request_id(start_re
 
     router_ = await start_router([(await start_replica()).url])
     monkeypatch.setattr(router.forward.service, "_handle", broken)
-    response = await client.post(router_.url + "/v1/chat/completions", json=CHAT,
-                                 headers={"x-request-id": "trace-me-42"})
+    response = await client.post(
+        router_.url + "/v1/chat/completions", json=CHAT, headers={"x-request-id": "trace-me-42"}
+    )
     assert response.status_code == 500 and response.headers.get("x-request-id") == "trace-me-42"
     assert response.json()["error"]["code"] == "internal_error" and "secret" not in response.text
     metrics = (await client.get(router_.url + "/metrics")).text
-    assert any('status="500"' in line for line in metrics.splitlines() if line.startswith("promptedge_router_requests_total"))
+    assert any(
+        'status="500"' in line for line in metrics.splitlines() if line.startswith("promptedge_router_requests_total")
+    )

@@ -20,10 +20,16 @@ URL = "/v1/chat/completions"
 
 
 def _answer(created: str) -> bytes:
-    body = json.dumps({"id": "x", "object": "chat.completion", "created": "CREATED", "model": CHAT["model"],
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                                    "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+    body = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": "CREATED",
+            "model": CHAT["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        }
+    )
     return body.replace('"CREATED"', created).encode()
 
 
@@ -35,8 +41,7 @@ async def replica():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("created", ["-Infinity", "Infinity", "NaN", "99999999999"])
-async def test_a_bogus_created_is_never_a_500_nor_fresh_for_max_age(created, replica, start_router,
-                                                                    client) -> None:
+async def test_a_bogus_created_is_never_a_500_nor_fresh_for_max_age(created, replica, start_router, client) -> None:
     replica.answer = _answer(created)
     router = await start_router([replica.url])
     body = {**CHAT, "messages": [{"role": "user", "content": f"created {created}"}]}

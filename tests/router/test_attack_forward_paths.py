@@ -20,17 +20,30 @@ from tests.router.raw_replica import RawReplica
 
 pytestmark = pytest.mark.usefixtures("exact_only")
 
-PATHS = ["/sim/faults", "/../sim/faults", "/v1/../sim/faults", "/v1/%2e%2e/sim/faults", "/v1/%2E%2E/sim/faults",
-         "//127.0.0.1/sim/faults", "/v1//sim/faults", "/v1/./../sim/faults", "/v1/load_lora_adapter",
-         "/v1/responses/resp_abc", "/v1\\..\\sim/faults"]
+PATHS = [
+    "/sim/faults",
+    "/../sim/faults",
+    "/v1/../sim/faults",
+    "/v1/%2e%2e/sim/faults",
+    "/v1/%2E%2E/sim/faults",
+    "//127.0.0.1/sim/faults",
+    "/v1//sim/faults",
+    "/v1/./../sim/faults",
+    "/v1/load_lora_adapter",
+    "/v1/responses/resp_abc",
+    "/v1\\..\\sim/faults",
+]
 
 
 async def _raw(port: int, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
     """POST ``body`` to ``target`` as it is written (no client normalises it); the router
     runs in this event loop, so the socket is asyncio's."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+    writer.write(
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
     await writer.drain()
     data = await reader.read()  # Connection: close
     writer.close()
@@ -59,14 +72,16 @@ async def test_an_openai_path_is_still_forwarded(start_replica, start_router, cl
     assert relayed.status_code == 404 and relayed.headers["x-promptedge-replica"] == replica.url
 
 
-async def test_a_body_nested_past_the_recursion_limit_is_forwarded_not_a_500(start_replica, start_router,
-                                                                             client) -> None:
+async def test_a_body_nested_past_the_recursion_limit_is_forwarded_not_a_500(
+    start_replica, start_router, client
+) -> None:
     """Found the same day: ``json.loads`` of such a body (looking for its ``model``) raised
     RecursionError, a 500 ``internal_error`` with a traceback in the log."""
     replica = await start_replica()
     router = await start_router([replica.url], other_paths="forward")
-    deep = await client.post(router.url + "/v1/files", content=b"[" * 100_000,
-                             headers={"content-type": "application/json"})
+    deep = await client.post(
+        router.url + "/v1/files", content=b"[" * 100_000, headers={"content-type": "application/json"}
+    )
     assert deep.status_code == 404 and deep.headers["x-promptedge-replica"] == replica.url, deep.text
 
 
@@ -96,14 +111,22 @@ async def raw():  # type: ignore[no-untyped-def]
     await started.stop()
 
 
-@pytest.mark.parametrize(("status", "content_type", "body"), [
-    (b"404 Not Found", b"text/html", b"<html><body><h1>404</h1><p>/srv/app/secret.py line 12</p></body></html>"),
-    (b"400 Bad Request", b"text/plain", b"bad thing\x1b[31m " + b"z" * 10_000),
-    (b"422 Unprocessable Entity", b"application/json", b'{"detail": [{"loc": ["body", "x"], "msg": "field required"}]}'),
-    (b"409 Conflict", b"application/json", b"not json at all {"),
-])
-async def test_an_error_page_reaches_the_client_as_bounded_openai_json(status, content_type, body, raw, start_router,
-                                                                       client) -> None:
+@pytest.mark.parametrize(
+    ("status", "content_type", "body"),
+    [
+        (b"404 Not Found", b"text/html", b"<html><body><h1>404</h1><p>/srv/app/secret.py line 12</p></body></html>"),
+        (b"400 Bad Request", b"text/plain", b"bad thing\x1b[31m " + b"z" * 10_000),
+        (
+            b"422 Unprocessable Entity",
+            b"application/json",
+            b'{"detail": [{"loc": ["body", "x"], "msg": "field required"}]}',
+        ),
+        (b"409 Conflict", b"application/json", b"not json at all {"),
+    ],
+)
+async def test_an_error_page_reaches_the_client_as_bounded_openai_json(
+    status, content_type, body, raw, start_router, client
+) -> None:
     raw.status, raw.content_type, raw.answer = status, content_type, body
     router = await start_router([raw.url], other_paths="forward")
     relayed = await client.post(router.url + "/v1/files", json={"purpose": "batch"})
@@ -115,7 +138,9 @@ async def test_an_error_page_reaches_the_client_as_bounded_openai_json(status, c
 
 async def test_an_openai_shaped_replica_error_is_relayed_as_it_came(raw, start_router, client) -> None:
     raw.status = b"409 Conflict"
-    raw.answer = b'{"error": {"message": "file is busy", "type": "invalid_request_error", "param": null, "code": "busy"}}'
+    raw.answer = (
+        b'{"error": {"message": "file is busy", "type": "invalid_request_error", "param": null, "code": "busy"}}'
+    )
     router = await start_router([raw.url], other_paths="forward")
     relayed = await client.post(router.url + "/v1/files", json={"purpose": "batch"})
     assert relayed.status_code == 409 and relayed.content == raw.answer

@@ -30,8 +30,12 @@ def ask(text: str, previous: str | None = None) -> dict[str, object]:
 
 async def test_another_tenant_cannot_continue_a_response(start_replica, servers, redis_url, client) -> None:
     replica = await start_replica()
-    settings = RouterSettings(redis_url=redis_url, counters_flush_s=0.05, replicas=[ReplicaSpec(url=replica.url,
-                              model=MODEL)], api_keys={"sk-a": "team-a", "sk-a2": "team-a", "sk-b": "team-b"})
+    settings = RouterSettings(
+        redis_url=redis_url,
+        counters_flush_s=0.05,
+        replicas=[ReplicaSpec(url=replica.url, model=MODEL)],
+        api_keys={"sk-a": "team-a", "sk-a2": "team-a", "sk-b": "team-b"},
+    )
     router = await Served(create_app(settings)).start()
     servers.append(router)
     first = await client.post(router.url + URL, json=ask("my secret is 42"), headers=A)
@@ -46,14 +50,19 @@ async def test_another_tenant_cannot_continue_a_response(start_replica, servers,
         assert own.status_code == 200 and own.json()["previous_response_id"] == previous, own.text
 
 
-async def test_with_redis_down_a_follow_up_is_refused_not_sent_unchecked(start_replica, servers, client,
-                                                                         caplog) -> None:
+async def test_with_redis_down_a_follow_up_is_refused_not_sent_unchecked(
+    start_replica, servers, client, caplog
+) -> None:
     # Attack review (Dec 2, F8): with the store of id -> (tenant, replica) down, a follow-up was
     # dispatched to any replica without checking whose response it continues (fail open).
     replica = await start_replica()
     with RedisServer() as redis_server:
-        settings = RouterSettings(redis_url=redis_server.url, counters_flush_s=0.05, replicas=[
-            ReplicaSpec(url=replica.url, model=MODEL)], api_keys={"sk-a": "team-a", "sk-b": "team-b"})
+        settings = RouterSettings(
+            redis_url=redis_server.url,
+            counters_flush_s=0.05,
+            replicas=[ReplicaSpec(url=replica.url, model=MODEL)],
+            api_keys={"sk-a": "team-a", "sk-b": "team-b"},
+        )
         router = await Served(create_app(settings)).start()
         servers.append(router)
         first = await client.post(router.url + URL, json=ask("my secret is 42"), headers=A)

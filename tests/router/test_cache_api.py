@@ -74,7 +74,9 @@ async def test_unlisted_api_keys_are_separate_tenants(start_replica, start_route
     router = await start_router([(await start_replica()).url])
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION), {"authorization": "Bearer key-x"})
-    other = await client.post(url, json=chat(QUESTION), headers={"authorization": "Bearer key-y", "cache-control": "no-store"})
+    other = await client.post(
+        url, json=chat(QUESTION), headers={"authorization": "Bearer key-y", "cache-control": "no-store"}
+    )
     assert other.headers["x-cache"] == "miss"
     again = await client.post(url, json=chat(QUESTION), headers={"authorization": "Bearer key-x"})
     assert again.headers["x-cache"] == "exact"
@@ -85,7 +87,9 @@ async def test_ttl_header_bounds_the_entry(start_replica, start_router, client) 
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION), {"x-cache-ttl": "1"})
     await asyncio.sleep(1.2)
-    assert (await client.post(url, json=chat(PARAPHRASE), headers={"cache-control": "no-store"})).headers["x-cache"] == "miss"
+    assert (await client.post(url, json=chat(PARAPHRASE), headers={"cache-control": "no-store"})).headers[
+        "x-cache"
+    ] == "miss"
 
 
 async def test_delete_cache_needs_the_admin_key(start_replica, start_router, client) -> None:
@@ -95,8 +99,9 @@ async def test_delete_cache_needs_the_admin_key(start_replica, start_router, cli
     router = await start_router([replica.url], admin_key="s3cret", anonymous_cache="semantic")
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION))
-    wrong = await client.delete(router.url + "/cache", params={"tenant": "default"},
-                                headers={"authorization": "Bearer nope"})
+    wrong = await client.delete(
+        router.url + "/cache", params={"tenant": "default"}, headers={"authorization": "Bearer nope"}
+    )
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     admin = {"authorization": "Bearer s3cret"}
     unfiltered = await client.delete(router.url + "/cache", headers=admin)
@@ -109,7 +114,8 @@ async def test_delete_cache_needs_the_admin_key(start_replica, start_router, cli
 
 
 async def test_embedding_model_failure_degrades_health_but_exact_cache_serves(
-        start_replica, start_router, client, monkeypatch) -> None:
+    start_replica, start_router, client, monkeypatch
+) -> None:
     monkeypatch.setenv("PROMPTEDGE_CACHE_EMBEDDING_MODEL", "/nonexistent/model")
     router = await start_router([(await start_replica()).url])
     health = (await client.get(router.url + "/health")).json()
@@ -117,15 +123,24 @@ async def test_embedding_model_failure_degrades_health_but_exact_cache_serves(
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION))
     assert (await client.post(url, json=chat(QUESTION))).headers["x-cache"] == "exact"
-    assert (await client.post(url, json=chat(PARAPHRASE), headers={"cache-control": "no-store"})).headers["x-cache"] == "miss"
+    assert (await client.post(url, json=chat(PARAPHRASE), headers={"cache-control": "no-store"})).headers[
+        "x-cache"
+    ] == "miss"
 
 
 async def test_a_bad_query_parameter_is_an_openai_400_not_a_fastapi_422(start_replica, start_router, client) -> None:
     # Regression (issue 13, M1): DELETE /cache?all=maybe gave FastAPI's 422 {"detail": [...]}.
     replica = await start_replica()
     router = await start_router([replica.url], admin_key="s3cret")
-    answer = await client.delete(router.url + "/cache", params={"all": "maybe"},
-                                 headers={"authorization": "Bearer s3cret"})
+    answer = await client.delete(
+        router.url + "/cache", params={"all": "maybe"}, headers={"authorization": "Bearer s3cret"}
+    )
     assert answer.status_code == 400, answer.text
-    assert answer.json() == {"error": {"message": answer.json()["error"]["message"], "type": "invalid_request_error",
-                                       "param": "all", "code": "invalid_value"}}
+    assert answer.json() == {
+        "error": {
+            "message": answer.json()["error"]["message"],
+            "type": "invalid_request_error",
+            "param": "all",
+            "code": "invalid_value",
+        }
+    }

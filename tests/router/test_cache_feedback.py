@@ -28,8 +28,9 @@ def feedback_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PROMPTEDGE_CACHE_BOUND_PRIOR_PATH", str(path))
 
 
-async def test_the_key_that_received_a_hit_reports_it_once(feedback_on: None, start_replica, start_router,
-                                                           client: httpx.AsyncClient) -> None:
+async def test_the_key_that_received_a_hit_reports_it_once(
+    feedback_on: None, start_replica, start_router, client: httpx.AsyncClient
+) -> None:
     router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme", "key-b": "bravo"})
     url = router.url + "/v1/chat/completions"
     feedback = router.url + "/v1/cache/feedback"
@@ -63,26 +64,36 @@ async def test_feedback_is_off_by_default(start_replica, start_router, client: h
     assert off.status_code == 403 and off.json()["error"]["code"] == "feedback_disabled"
 
 
-@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"hit_id": ' + b"[" * 5000 + b"]" * 5000 + b"}",
-                                  b'{"hit_id": "' + b"0" * 32 + b'", "verdict": "wrong", "pad": "' + b"x" * 5000 + b'"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"hit_id": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"hit_id": "' + b"0" * 32 + b'", "verdict": "wrong", "pad": "' + b"x" * 5000 + b'"}',
+    ],
+)
 def test_a_deep_or_large_report_is_a_400_not_a_500(body: bytes) -> None:
     # Regression (attack round, 3 December): 100,000 nested brackets raised RecursionError in
     # json.loads, answered 500 with a traceback logged twice, with no API key needed.
-    from router.errors import BadRequest
     from router.api.feedback import parse_report
+    from router.errors import BadRequest
 
     with pytest.raises(BadRequest) as raised:
         parse_report(body)
     assert raised.value.status == 400
 
 
-async def test_every_report_is_logged_with_its_tenant(feedback_on: None, start_replica, start_router,
-                                                      client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
+async def test_every_report_is_logged_with_its_tenant(
+    feedback_on: None, start_replica, start_router, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
     # attack round, 3 December: reports change what the cache serves but left no log line
     router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
     with caplog.at_level("INFO", logger="router.feedback"):
-        answer = await client.post(router.url + "/v1/cache/feedback", json={"hit_id": "0" * 32, "verdict": "wrong"},
-                                   headers={"authorization": "Bearer key-a"})
+        answer = await client.post(
+            router.url + "/v1/cache/feedback",
+            json={"hit_id": "0" * 32, "verdict": "wrong"},
+            headers={"authorization": "Bearer key-a"},
+        )
     assert answer.status_code == 404
     assert any("acme" in r.getMessage() and "unknown hit" in r.getMessage() for r in caplog.records)
 
@@ -98,8 +109,10 @@ async def test_a_long_report_is_refused_before_its_body_is_read(feedback_on: Non
     where = urlsplit(router.url)
     reader, writer = await asyncio.open_connection(where.hostname, where.port)
     chunk = b"x" * 2048
-    writer.write(b"POST /v1/cache/feedback HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    writer.write(
+        b"POST /v1/cache/feedback HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(chunk), chunk)
+    )
     await writer.drain()
     try:
         status = await asyncio.wait_for(reader.readline(), timeout=5)
@@ -108,13 +121,19 @@ async def test_a_long_report_is_refused_before_its_body_is_read(feedback_on: Non
     assert status.startswith(b"HTTP/1.1 400"), status
 
 
-async def test_reports_count_against_the_keys_rate_limit(feedback_on: None, start_replica, start_router,
-                                                         client: httpx.AsyncClient) -> None:
+async def test_reports_count_against_the_keys_rate_limit(
+    feedback_on: None, start_replica, start_router, client: httpx.AsyncClient
+) -> None:
     # attack round, 4 December: reports were not rate-limited, and each costs a Lua script in Redis
-    router = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"},
-                                rate_limits={"*": {"requests_per_s": 0.1, "burst": 2}})
+    router = await start_router(
+        [(await start_replica()).url],
+        api_keys={"key-a": "acme"},
+        rate_limits={"*": {"requests_per_s": 0.1, "burst": 2}},
+    )
     report = {"hit_id": "0" * 32, "verdict": "wrong"}
-    answers = [await client.post(router.url + "/v1/cache/feedback", json=report,
-                                 headers={"authorization": "Bearer key-a"}) for _ in range(3)]
+    answers = [
+        await client.post(router.url + "/v1/cache/feedback", json=report, headers={"authorization": "Bearer key-a"})
+        for _ in range(3)
+    ]
     assert [a.status_code for a in answers] == [404, 404, 429]
     assert answers[2].json()["error"]["code"] == "rate_limited" and "retry-after" in answers[2].headers

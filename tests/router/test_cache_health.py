@@ -19,8 +19,9 @@ async def _health_until(client, url: str, status: str, tries: int = 150) -> dict
     raise AssertionError(f"/health never became {status}: {body}")
 
 
-async def test_health_recovers_while_idle_after_redis_restarts(start_replica, start_router, client,
-                                                               monkeypatch) -> None:
+async def test_health_recovers_while_idle_after_redis_restarts(
+    start_replica, start_router, client, monkeypatch
+) -> None:
     monkeypatch.setenv("PROMPTEDGE_CACHE_HEALTH_INTERVAL_S", "0.5")
     with RedisServer() as server:
         replica = await start_replica()

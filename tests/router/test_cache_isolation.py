@@ -43,8 +43,9 @@ async def test_x_model_answer_is_not_served_to_the_body_model(start_replica, sta
     # sim-llama-8b's key, and the next plain sim-llama-8b request got small-model's answer.
     big = await start_replica()
     small = await start_replica()  # a replica that answers whatever model name it is sent
-    router = await start_router([], specs=[ReplicaSpec(url=big.url, model=MODEL),
-                                           ReplicaSpec(url=small.url, model="small-model")])
+    router = await start_router(
+        [], specs=[ReplicaSpec(url=big.url, model=MODEL), ReplicaSpec(url=small.url, model="small-model")]
+    )
     url = router.url + URL
     body = chat("What is a KV cache?")
     await post_until_stored(client, url, body, {"x-model": "small-model"})
@@ -63,17 +64,24 @@ async def test_vllm_output_fields_each_change_the_key(start_replica, start_route
     await post_until_stored(client, url, chat("How do I turn on the lights in the kitchen?"))
     served = {}
     for name, value in VLLM_FIELDS.items():
-        response = await client.post(url, json=chat("How do I turn on the lights in the kitchen?", **{name: value}),
-                                     headers={"cache-control": "no-store"})
+        response = await client.post(
+            url,
+            json=chat("How do I turn on the lights in the kitchen?", **{name: value}),
+            headers={"cache-control": "no-store"},
+        )
         assert response.status_code == 200, name
         served[name] = response.headers["x-cache"]
     assert served == {name: "miss" for name in VLLM_FIELDS}
-    unknown = await client.post(url, json=chat("How do I turn on the lights in the kitchen?", x_new_field=1),
-                                headers={"cache-control": "no-store"})
+    unknown = await client.post(
+        url,
+        json=chat("How do I turn on the lights in the kitchen?", x_new_field=1),
+        headers={"cache-control": "no-store"},
+    )
     assert unknown.headers["x-cache"] == "miss"
     # fields known not to change the answer still share it
-    same = await client.post(url, json=chat("How do I turn on the lights in the kitchen?", user="alice",
-                                            metadata={"k": "v"}, stream=False))
+    same = await client.post(
+        url, json=chat("How do I turn on the lights in the kitchen?", user="alice", metadata={"k": "v"}, stream=False)
+    )
     assert same.headers["x-cache"] == "exact"
 
 
@@ -82,12 +90,20 @@ async def test_a_semantic_hit_needs_every_non_text_field_equal(start_replica, st
     url = router.url + URL
     acme = {"authorization": "Bearer key-a"}
     await post_until_stored(client, url, chat("How do I turn on the lights in the kitchen?"), acme)
-    other = await client.post(url, json=chat("How can I turn on the kitchen lights?", guided_choice=["on", "off"]),
-                              headers={**acme, "cache-control": "no-store"})
+    other = await client.post(
+        url,
+        json=chat("How can I turn on the kitchen lights?", guided_choice=["on", "off"]),
+        headers={**acme, "cache-control": "no-store"},
+    )
     assert other.headers["x-cache"] == "miss"
-    named = {"model": MODEL, "max_tokens": 8,
-             "messages": [{"role": "user", "content": "How can I turn on the kitchen lights?", "name": "bob"}]}
-    assert (await client.post(url, json=named, headers={**acme, "cache-control": "no-store"})).headers["x-cache"] == "miss"
+    named = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "How can I turn on the kitchen lights?", "name": "bob"}],
+    }
+    assert (await client.post(url, json=named, headers={**acme, "cache-control": "no-store"})).headers[
+        "x-cache"
+    ] == "miss"
     same = await client.post(url, json=chat("How can I turn on the kitchen lights?"), headers=acme)
     assert same.headers["x-cache"] == "semantic"
 
@@ -98,11 +114,17 @@ async def test_a_request_threshold_cannot_go_below_the_floor(start_replica, star
     url = router.url + URL
     acme = {"authorization": "Bearer key-a"}
     await post_until_stored(client, url, chat("How do I bake bread at home?"), acme)  # cosine 0.017 to:
-    unrelated = await client.post(url, json=chat("What is the capital of Peru?"),
-                                  headers={**acme, "x-cache-threshold": "0", "cache-control": "no-store"})
+    unrelated = await client.post(
+        url,
+        json=chat("What is the capital of Peru?"),
+        headers={**acme, "x-cache-threshold": "0", "cache-control": "no-store"},
+    )
     assert unrelated.headers["x-cache"] == "miss"
-    stricter = await client.post(url, json=chat("How can I bake bread at home?"),
-                                 headers={**acme, "x-cache-threshold": "1", "cache-control": "no-store"})
+    stricter = await client.post(
+        url,
+        json=chat("How can I bake bread at home?"),
+        headers={**acme, "x-cache-threshold": "1", "cache-control": "no-store"},
+    )
     assert stricter.headers["x-cache"] == "miss"  # raising the threshold is always allowed
 
 
@@ -111,8 +133,9 @@ async def test_anonymous_clients_share_no_semantic_answers_by_default(start_repl
     router = await start_router([(await start_replica()).url])
     url = router.url + URL
     await post_until_stored(client, url, chat("How do I turn on the lights in the kitchen?"))
-    paraphrase = await client.post(url, json=chat("How can I turn on the kitchen lights?"),
-                                   headers={"cache-control": "no-store"})
+    paraphrase = await client.post(
+        url, json=chat("How can I turn on the kitchen lights?"), headers={"cache-control": "no-store"}
+    )
     assert paraphrase.headers["x-cache"] == "miss"
     exact = await client.post(url, json=chat("How do I turn on the lights in the kitchen?"))
     assert exact.headers["x-cache"] == "exact"  # the same request would have produced it
@@ -124,14 +147,16 @@ async def test_anonymous_cache_off_neither_looks_up_nor_stores(start_replica, st
     for _ in range(2):
         response = await client.post(url, json=chat("How do I turn on the lights in the kitchen?"))
         assert response.headers["x-cache"] == "miss"
-    keyed = await client.post(url, json=chat("How do I turn on the lights in the kitchen?"),
-                              headers={"authorization": "Bearer key-x"})
+    keyed = await client.post(
+        url, json=chat("How do I turn on the lights in the kitchen?"), headers={"authorization": "Bearer key-x"}
+    )
     assert keyed.headers["x-cache"] == "miss"
     await cache_entries(redis_url, 1)  # the keyed answer, stored after the anonymous ones were sent
     r = redis.asyncio.Redis.from_url(redis_url)
     try:
-        owners = [json.loads(m) for key in await r.keys("promptedge:cache:exact-owners:*")
-                  for m in await r.zrange(key, 0, -1)]
+        owners = [
+            json.loads(m) for key in await r.keys("promptedge:cache:exact-owners:*") for m in await r.zrange(key, 0, -1)
+        ]
     finally:
         await r.aclose()
     assert len(owners) == 1 and owners[0][0] != "default"
@@ -152,20 +177,26 @@ async def test_unknown_api_keys_fold_into_one_label(start_replica, start_router,
     url = router.url + URL
     for i in range(12):
         key = "sk-" + os.urandom(8).hex()
-        response = await client.post(url, json=chat(f"Question number {i}?"), headers={"authorization": f"Bearer {key}"})
+        response = await client.post(
+            url, json=chat(f"Question number {i}?"), headers={"authorization": f"Bearer {key}"}
+        )
         assert response.status_code == 200
     await client.post(url, json=chat("Question number 0?"), headers={"authorization": "Bearer key-a"})
     await client.post(url, json=chat("Question number 0?"))
     # a client's model string is no label either: counted under the pool that answered
-    await client.post(url, json={**chat("Question number 1?"), "model": "m-" + os.urandom(8).hex()},
-                      headers={"x-model": MODEL})
+    await client.post(
+        url, json={**chat("Question number 1?"), "model": "m-" + os.urandom(8).hex()}, headers={"x-model": MODEL}
+    )
     stats = (await client.get(router.url + "/cache/stats", headers={"authorization": "Bearer key-admin"})).json()
     assert set(stats["per_model"]) == {MODEL}
     assert set(stats["per_tenant"]) == {"acme", "default", "other"}
     assert stats["per_tenant"]["other"]["requests"] == 12
     metrics = (await client.get(router.url + "/metrics")).text
-    tenants = {line.split('tenant="')[1].split('"')[0] for line in metrics.splitlines()
-               if line.startswith("promptedge_cache_lookups_total{")}
+    tenants = {
+        line.split('tenant="')[1].split('"')[0]
+        for line in metrics.splitlines()
+        if line.startswith("promptedge_cache_lookups_total{")
+    }
     # the cache's registry is per process: other tests' tenants may be there, never a key's
     assert "other" in tenants and not any(t.startswith("key:") for t in tenants)
     r = redis.asyncio.Redis.from_url(redis_url)

@@ -23,10 +23,19 @@ def chat(text: str, **extra: object) -> dict[str, object]:
 
 
 def answer(choices: int, created: int = 0) -> bytes:
-    return json.dumps({"id": "x", "object": "chat.completion", "created": created, "model": MODEL,
-                       "choices": [{"index": i, "message": {"role": "assistant", "content": f"ok {i}"},
-                                    "finish_reason": "stop"} for i in range(choices)],
-                       "usage": {"prompt_tokens": 5, "completion_tokens": choices, "total_tokens": 5 + choices}}).encode()
+    return json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": created,
+            "model": MODEL,
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": f"ok {i}"}, "finish_reason": "stop"}
+                for i in range(choices)
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": choices, "total_tokens": 5 + choices},
+        }
+    ).encode()
 
 
 async def entries(redis_url: str) -> int:
@@ -46,17 +55,29 @@ async def raw():  # type: ignore[no-untyped-def]
 
 def test_sampled_means_another_answer_if_asked_again() -> None:
     assert is_sampled({}) and is_sampled({"temperature": 0.7, "top_p": 0.5}) and is_sampled({"temperature": None})
-    assert not any(is_sampled(b) for b in ({"temperature": 0}, {"temperature": 0.0}, {"temperature": 1.2, "seed": 3},
-                                           {"top_k": 1}, {"use_beam_search": True}))
+    assert not any(
+        is_sampled(b)
+        for b in (
+            {"temperature": 0},
+            {"temperature": 0.0},
+            {"temperature": 1.2, "seed": 3},
+            {"top_k": 1},
+            {"use_beam_search": True},
+        )
+    )
 
 
-async def test_cache_sampled_off_keeps_sampled_answers_out_of_that_pool_only(start_replica, start_router, client,
-                                                                             redis_url) -> None:
+async def test_cache_sampled_off_keeps_sampled_answers_out_of_that_pool_only(
+    start_replica, start_router, client, redis_url
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url], cache_policy={MODEL: {"cache_sampled": False}})
     url = router.url + URL
-    bodies = {"sampled": chat("hot", temperature=1.2), "greedy": chat("cold", temperature=0),
-              "seeded": chat("seeded", temperature=1.2, seed=7)}
+    bodies = {
+        "sampled": chat("hot", temperature=1.2),
+        "greedy": chat("cold", temperature=0),
+        "seeded": chat("seeded", temperature=1.2, seed=7),
+    }
     for body in bodies.values():
         assert (await client.post(url, json=body)).headers["x-cache"] == "miss"
     await cache_entries(redis_url, 2)
@@ -97,9 +118,11 @@ async def test_private_answers_are_kept_for_the_same_key_only(start_replica, sta
     assert (await client.post(url, json=chat("mine"), headers=private)).headers["x-cache"] == "miss"
     await cache_entries(redis_url, 1)
     assert (await client.post(url, json=chat("mine"), headers=private)).headers["x-cache"] == "exact"
-    for headers in ({"authorization": "Bearer key-2", "cache-control": "private, no-store"},
-                    {"authorization": "Bearer key-2", "cache-control": "no-store"},
-                    {"authorization": "Bearer key-1", "cache-control": "no-store"}):  # same tenant, not private
+    for headers in (
+        {"authorization": "Bearer key-2", "cache-control": "private, no-store"},
+        {"authorization": "Bearer key-2", "cache-control": "no-store"},
+        {"authorization": "Bearer key-1", "cache-control": "no-store"},
+    ):  # same tenant, not private
         assert (await client.post(url, json=chat("mine"), headers=headers)).headers["x-cache"] == "miss"
     for _ in range(2):  # without a key there is nobody to keep it for
         response = await client.post(url, json=chat("anon"), headers={"cache-control": "private"})
@@ -124,10 +147,21 @@ async def test_max_age_bounds_the_age_of_a_served_answer(raw, start_router, clie
 
 def test_a_replicas_cache_control_is_read_as_a_shared_cache_reads_it() -> None:
     not_stored = ReplicaControl(store=False)
-    for value in ("no-store", "private", "no-cache", "NO-CACHE", "max-age=0", 's-maxage="0", max-age=60',
-                  "max-age=soon", "max-age=1, max-age=2", "public, no-cache, max-age=60"):
+    for value in (
+        "no-store",
+        "private",
+        "no-cache",
+        "NO-CACHE",
+        "max-age=0",
+        's-maxage="0", max-age=60',
+        "max-age=soon",
+        "max-age=1, max-age=2",
+        "public, no-cache, max-age=60",
+    ):
         assert replica_control(value) == not_stored, value
-    assert replica_control(None) == replica_control("") == replica_control("public, must-revalidate") == ReplicaControl()
+    assert (
+        replica_control(None) == replica_control("") == replica_control("public, must-revalidate") == ReplicaControl()
+    )
     assert replica_control('no-cache="set-cookie, x-user", private="x-user"') == ReplicaControl()
     assert replica_control("max-age=30") == ReplicaControl(ttl_cap_s=30)
     assert replica_control("max-age=600, s-maxage=20") == ReplicaControl(ttl_cap_s=20)  # s-maxage wins
@@ -137,17 +171,34 @@ def test_a_replicas_cache_control_is_read_as_a_shared_cache_reads_it() -> None:
 # stored; RFC 9111 lets a shared cache store those only to revalidate each use, which a router in
 # front of replicas cannot do, so they are not stored. A qualified no-cache / private names header
 # fields only, and the cache keeps no header of the replica's: such an answer is stored.
-NOT_STORED = ["no-store", "private, max-age=60", "no-cache", "max-age=0", "public, s-maxage=0, max-age=60",
-              "No-Cache", 'max-age="0"']
+NOT_STORED = [
+    "no-store",
+    "private, max-age=60",
+    "no-cache",
+    "max-age=0",
+    "public, s-maxage=0, max-age=60",
+    "No-Cache",
+    'max-age="0"',
+]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("directive", NOT_STORED)
-async def test_a_replica_answer_marked_not_for_a_shared_cache_is_not_cached(directive, stream, raw, start_router,
-                                                                           client, redis_url) -> None:
+async def test_a_replica_answer_marked_not_for_a_shared_cache_is_not_cached(
+    directive, stream, raw, start_router, client, redis_url
+) -> None:
     raw.headers = f"Cache-Control: {directive}\r\n".encode()
-    raw.events = [json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
-                              "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}).encode()]
+    raw.events = [
+        json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": MODEL,
+                "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}],
+            }
+        ).encode()
+    ]
     router = await start_router([raw.url])
     for _ in range(2):
         response = await client.post(router.url + URL, json=chat("not for sharing", stream=stream))
@@ -158,14 +209,17 @@ async def test_a_replica_answer_marked_not_for_a_shared_cache_is_not_cached(dire
     await cache_entries(redis_url, 1)
     assert await entries(redis_url) == 1
     metrics = (await client.get(router.url + "/metrics")).text
-    assert 'promptedge_router_cache_store_skipped_total{pool="sim-llama-8b",reason="replica_cache_control"} 2.0' \
-        in metrics
+    assert (
+        'promptedge_router_cache_store_skipped_total{pool="sim-llama-8b",reason="replica_cache_control"} 2.0' in metrics
+    )
 
 
-@pytest.mark.parametrize(("directive", "bound"), [("max-age=30", 30), ("s-maxage=20, max-age=600", 20),
-                                                  ("max-age=999999999", 3600)])
-async def test_a_replicas_max_age_bounds_the_entrys_time_to_live(directive, bound, raw, start_router, client,
-                                                                 redis_url) -> None:
+@pytest.mark.parametrize(
+    ("directive", "bound"), [("max-age=30", 30), ("s-maxage=20, max-age=600", 20), ("max-age=999999999", 3600)]
+)
+async def test_a_replicas_max_age_bounds_the_entrys_time_to_live(
+    directive, bound, raw, start_router, client, redis_url
+) -> None:
     raw.headers = f"Cache-Control: {directive}\r\n".encode()
     router = await start_router([raw.url])  # TTL 3600 s (the default)
     assert (await client.post(router.url + URL, json=chat("fresh for a while"))).headers["x-cache"] == "miss"
@@ -189,8 +243,8 @@ def test_a_replicas_odd_max_age_is_no_crash() -> None:
 
 
 def test_a_clients_odd_max_age_is_a_400_or_read_not_a_500() -> None:
-    from router.forward import classify
     from router.errors import BadRequest
+    from router.forward import classify
 
     for value in ("max-age=\u00b2", "max-age=\u0663"):  # what a latin-1 byte 0xb2 decodes to; not ASCII
         with pytest.raises(BadRequest):

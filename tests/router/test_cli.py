@@ -17,12 +17,17 @@ REDIS_URL = os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 
 def test_port_zero_flag_binds_an_ephemeral_port_not_the_default(tmp_path: Path) -> None:
     # Regression: ``--port 0`` fell back to the setting (8000) because 0 is falsy.
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": REDIS_URL, "PROMPTEDGE_ROUTER_PORT": "8000",
-           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}])}
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": REDIS_URL,
+        "PROMPTEDGE_ROUTER_PORT": "8000",
+        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}]),
+    }
     log = tmp_path / "router.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", "0"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router", "serve", "--port", "0"], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
     try:
         deadline = time.monotonic() + 120
         match = None
@@ -42,10 +47,14 @@ def test_port_zero_flag_binds_an_ephemeral_port_not_the_default(tmp_path: Path) 
 def test_a_redis_url_with_a_bad_option_is_a_start_up_error_not_a_traceback() -> None:
     # Regression (attack round, not fixed then): ``?socket_timeout=abc`` passed the settings check and
     # redis-py refused it only when the lifespan built the client: a traceback in the log, exit 3.
-    env = {**os.environ, "PROMPTEDGE_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/15?socket_timeout=abc",
-           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}])}
-    done = subprocess.run([sys.executable, "-m", "router", "serve", "--port", "0"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PROMPTEDGE_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/15?socket_timeout=abc",
+        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "router", "serve", "--port", "0"], env=env, capture_output=True, text=True, timeout=120
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert "PROMPTEDGE_REDIS_URL" in output and "socket_timeout" in output
@@ -55,10 +64,18 @@ def test_a_redis_url_with_a_bad_option_is_a_start_up_error_not_a_traceback() -> 
 def test_a_bad_cache_setting_is_a_start_up_error_before_the_port_is_bound() -> None:
     # Regression (attack round): PROMPTEDGE_CACHE_THRESHOLD=2 was read only in the lifespan; with
     # --workers 2 the port accepted connections for about 30 s with no worker behind it, then exit 3.
-    env = {**os.environ, "PROMPTEDGE_CACHE_THRESHOLD": "2",
-           "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}])}
-    done = subprocess.run([sys.executable, "-m", "router", "serve", "--port", "0", "--workers", "2"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PROMPTEDGE_CACHE_THRESHOLD": "2",
+        "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "router", "serve", "--port", "0", "--workers", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert "PROMPTEDGE_CACHE_THRESHOLD" in output and "Traceback" not in output
@@ -72,9 +89,17 @@ BAD_START = [  # (environment, the setting the error names): each found before t
 
 
 def start_up_error(env: dict[str, str]) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "router", "serve", "--port", "0"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PROMPTEDGE_ROUTER_REPLICAS": json.dumps(
-                              [{"url": "http://127.0.0.1:9", "model": "m"}]), **env})
+    done = subprocess.run(
+        [sys.executable, "-m", "router", "serve", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": "http://127.0.0.1:9", "model": "m"}]),
+            **env,
+        },
+    )
     return done.returncode, done.stdout + done.stderr
 
 

@@ -39,8 +39,14 @@ async def test_quiet_minutes_are_zero_and_requests_are_counted(redis_url: str) -
     assert await counters.flush()
     # the first minute: the router started 5 s into it (partial); then two whole quiet minutes
     # and the one it is still counting (open)
-    assert await fields(client, "m", base) == {"requests": 2, "misses": 1, "prompt_tokens": 20,
-                                               "completion_tokens": 8, "open": 0, "partial": 1}
+    assert await fields(client, "m", base) == {
+        "requests": 2,
+        "misses": 1,
+        "prompt_tokens": 20,
+        "completion_tokens": 8,
+        "open": 0,
+        "partial": 1,
+    }
     for quiet in (base + 1, base + 2):
         assert await fields(client, "m", quiet) == {"requests": 0, "open": 0}
     assert await fields(client, "m", base + 3) == {"requests": 0, "open": 1}

@@ -29,8 +29,9 @@ async def test_client_key_is_not_forwarded_to_a_replica(start_replica, start_rou
     # forwarded the client's Authorization header.
     replica = await start_replica(api_key=TENANT_KEY)
     router = await start_router([replica.url])
-    response = await client.post(f"{router.url}/v1/chat/completions", json=CHAT,
-                                 headers={"authorization": f"Bearer {TENANT_KEY}", **NO_CACHE})
+    response = await client.post(
+        f"{router.url}/v1/chat/completions", json=CHAT, headers={"authorization": f"Bearer {TENANT_KEY}", **NO_CACHE}
+    )
     # The replica refused the router, not the client: a 502 saying so, not the replica's 401,
     # which would tell the client that its own (valid) key is wrong.
     assert response.status_code == 502, response.text
@@ -38,8 +39,9 @@ async def test_client_key_is_not_forwarded_to_a_replica(start_replica, start_rou
     assert TENANT_KEY not in response.text
 
 
-async def test_a_wrong_backend_key_is_a_502_that_never_shows_the_key(start_replica, start_router, client,
-                                                                      tmp_path: Path, caplog) -> None:
+async def test_a_wrong_backend_key_is_a_502_that_never_shows_the_key(
+    start_replica, start_router, client, tmp_path: Path, caplog
+) -> None:
     caplog.set_level(logging.DEBUG)
     key_file = tmp_path / "vllm-key"
     key_file.write_text("sk-stale-rotated-key")
@@ -55,13 +57,15 @@ async def test_a_wrong_backend_key_is_a_502_that_never_shows_the_key(start_repli
 async def test_forward_client_key_setting_forwards_it(start_replica, start_router, client) -> None:
     replica = await start_replica(api_key=TENANT_KEY)
     router = await start_router([replica.url], forward_client_key=True)
-    response = await client.post(f"{router.url}/v1/chat/completions", json=CHAT,
-                                 headers={"authorization": f"Bearer {TENANT_KEY}", **NO_CACHE})
+    response = await client.post(
+        f"{router.url}/v1/chat/completions", json=CHAT, headers={"authorization": f"Bearer {TENANT_KEY}", **NO_CACHE}
+    )
     assert response.status_code == 200, response.text
 
 
 async def test_backend_key_from_a_file_reaches_a_replica_started_with_api_key(
-        start_replica, start_router, client, tmp_path: Path) -> None:
+    start_replica, start_router, client, tmp_path: Path
+) -> None:
     key_file = tmp_path / "vllm-key"
     key_file.write_text(BACKEND_KEY + "\n")  # a mounted Secret often ends with a newline
     replica = await start_replica(api_key=BACKEND_KEY)
@@ -72,15 +76,16 @@ async def test_backend_key_from_a_file_reaches_a_replica_started_with_api_key(
 
 
 async def test_per_replica_key_from_env_wins_over_the_pool_key(
-        start_replica, start_router, client, monkeypatch: pytest.MonkeyPatch) -> None:
+    start_replica, start_router, client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("H13_KEY_A", "sk-replica-a")
     monkeypatch.setenv("H13_KEY_POOL", "sk-pool")
     a = await start_replica(api_key="sk-replica-a")
     b = await start_replica(api_key="sk-pool")
-    specs = [ReplicaSpec(url=a.url, model=MODEL, backend_key={"env": "H13_KEY_A"}),
-             ReplicaSpec(url=b.url, model=MODEL)]
-    router = await start_router([], specs=specs, backend_keys={MODEL: {"env": "H13_KEY_POOL"}},
-                                policy="round_robin", prefix_affinity=False)
+    specs = [ReplicaSpec(url=a.url, model=MODEL, backend_key={"env": "H13_KEY_A"}), ReplicaSpec(url=b.url, model=MODEL)]
+    router = await start_router(
+        [], specs=specs, backend_keys={MODEL: {"env": "H13_KEY_POOL"}}, policy="round_robin", prefix_affinity=False
+    )
     served = set()
     for _ in range(6):
         response = await client.post(f"{router.url}/v1/chat/completions", json=CHAT, headers=NO_CACHE)
@@ -89,10 +94,13 @@ async def test_per_replica_key_from_env_wins_over_the_pool_key(
     assert served == {a.url, b.url}
 
 
-@pytest.mark.parametrize("field", [{"helth_path": "/ready"}, {"api_key": "sk-literal-in-the-list"},
-                                   {"backend_key": "sk-literal-in-the-list"}])
-def test_json_replica_setting_rejects_unknown_fields_and_literal_keys(monkeypatch: pytest.MonkeyPatch,
-                                                                       field: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "field",
+    [{"helth_path": "/ready"}, {"api_key": "sk-literal-in-the-list"}, {"backend_key": "sk-literal-in-the-list"}],
+)
+def test_json_replica_setting_rejects_unknown_fields_and_literal_keys(
+    monkeypatch: pytest.MonkeyPatch, field: dict[str, str]
+) -> None:
     replica = {"url": "http://127.0.0.1:8001", "model": MODEL, **field}
     monkeypatch.setenv("PROMPTEDGE_ROUTER_REPLICAS", __import__("json").dumps([replica]))
     with pytest.raises(ValidationError) as info:
@@ -108,8 +116,13 @@ def test_replica_url_with_credentials_is_refused() -> None:
 
 
 def _serve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "router", "serve", "--port", "1"],
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "router", "serve", "--port", "1"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_names_a_missing_key_file_and_never_prints_a_key(tmp_path: Path) -> None:
@@ -125,7 +138,8 @@ def test_cli_names_a_missing_key_file_and_never_prints_a_key(tmp_path: Path) -> 
 
 
 async def test_redis_with_a_password_caches_and_no_log_line_shows_it(
-        start_replica, start_router, client, caplog: pytest.LogCaptureFixture) -> None:
+    start_replica, start_router, client, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     password = "pw-h13-never-logged"
     with RedisServer(password=password) as server:
@@ -145,15 +159,17 @@ async def test_redis_with_a_password_caches_and_no_log_line_shows_it(
     assert password not in caplog.text
 
 
-def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from router.forward.credentials import CredentialError, Credentials
+def test_yaml_replica_file_carries_backend_key_and_a_missing_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from router.discovery.file import load_replicas_file
+    from router.forward.credentials import CredentialError, Credentials
 
     monkeypatch.delenv("H13_UNSET_KEY", raising=False)
     path = tmp_path / "replicas.yaml"
-    path.write_text(f"replicas:\n  - url: http://127.0.0.1:8001\n    model: {MODEL}\n"
-                    "    backend_key: {env: H13_UNSET_KEY}\n")
+    path.write_text(
+        f"replicas:\n  - url: http://127.0.0.1:8001\n    model: {MODEL}\n    backend_key: {{env: H13_UNSET_KEY}}\n"
+    )
     specs = load_replicas_file(path)
     with pytest.raises(CredentialError, match="env H13_UNSET_KEY"):
         Credentials({}).check(specs)
@@ -168,7 +184,12 @@ def test_secret_ref_needs_exactly_one_source_and_refuses_what_is_not_a_key(tmp_p
     for bad in ({}, {"file": "/a", "env": "B"}, {"value": "sk-x"}):
         with pytest.raises(ValidationError):
             SecretRef.model_validate(bad)
-    cases = {"empty": "\n", "two tokens": "sk-a sk-b", "control char": "sk-\x07", "too large": "k" * (MAX_KEY_BYTES + 1)}
+    cases = {
+        "empty": "\n",
+        "two tokens": "sk-a sk-b",
+        "control char": "sk-\x07",
+        "too large": "k" * (MAX_KEY_BYTES + 1),
+    }
     for name, content in cases.items():
         path = tmp_path / name.replace(" ", "-")
         path.write_text(content)
@@ -179,11 +200,15 @@ def test_secret_ref_needs_exactly_one_source_and_refuses_what_is_not_a_key(tmp_p
         SecretRef(file=tmp_path / "missing").read()
 
 
-@pytest.mark.parametrize("env", [
-    {"PROMPTEDGE_ROUTER_API_KEYS": '{"sk-zz-secret": 5}'},
-    {"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"sk-zz-secret": {"requests_per_s": -1}}'},
-    {"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"sk-zz-secret": "fast"}'},
-], ids=["api_keys", "rate_limit_value", "rate_limit_type"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PROMPTEDGE_ROUTER_API_KEYS": '{"sk-zz-secret": 5}'},
+        {"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"sk-zz-secret": {"requests_per_s": -1}}'},
+        {"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"sk-zz-secret": "fast"}'},
+    ],
+    ids=["api_keys", "rate_limit_value", "rate_limit_type"],
+)
 def test_a_bad_setting_keyed_by_api_key_is_named_without_the_key(env: dict[str, str]) -> None:
     # Regression (issue 13, A11): the error's location was api_keys.sk-zz-secret.
     proc = _serve({"PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE, **env})
@@ -193,10 +218,14 @@ def test_a_bad_setting_keyed_by_api_key_is_named_without_the_key(env: dict[str, 
     assert "sk-zz" not in proc.stderr + proc.stdout
 
 
-@pytest.mark.parametrize("env, field", [
-    ({"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"*": {"rps": 1}}'}, "rps"),
-    ({"PROMPTEDGE_ROUTER_TIMEOUTS": '{"P1": {"ttfb": 5}}'}, "ttfb"),
-], ids=["rate_limits", "timeouts"])
+@pytest.mark.parametrize(
+    "env, field",
+    [
+        ({"PROMPTEDGE_ROUTER_RATE_LIMITS": '{"*": {"rps": 1}}'}, "rps"),
+        ({"PROMPTEDGE_ROUTER_TIMEOUTS": '{"P1": {"ttfb": 5}}'}, "ttfb"),
+    ],
+    ids=["rate_limits", "timeouts"],
+)
 def test_a_misspelled_field_in_rate_limits_or_timeouts_is_a_start_up_error(env: dict[str, str], field: str) -> None:
     # Regression (issue 13, A12): the unknown field was ignored (no rate limit; ttfb_s kept at 120).
     proc = _serve({"PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE, **env})
@@ -206,8 +235,12 @@ def test_a_misspelled_field_in_rate_limits_or_timeouts_is_a_start_up_error(env: 
 
 def test_a_redis_url_with_a_bad_port_is_a_clean_start_up_error() -> None:
     # Regression (issue 13, M2): a ValueError traceback at start.
-    proc = _serve({"PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE,
-                   "PROMPTEDGE_REDIS_URL": "redis://:pw-m2-secret@127.0.0.1:notaport/0"})
+    proc = _serve(
+        {
+            "PROMPTEDGE_ROUTER_REPLICAS": REPLICAS_ONE,
+            "PROMPTEDGE_REDIS_URL": "redis://:pw-m2-secret@127.0.0.1:notaport/0",
+        }
+    )
     assert proc.returncode == 2, proc.stderr
     assert "PROMPTEDGE_REDIS_URL" in proc.stderr and "Traceback" not in proc.stderr
     assert "pw-m2-secret" not in proc.stderr + proc.stdout

@@ -88,21 +88,30 @@ async def _closed_at(port: int) -> float:
 
 
 def _retries(text: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("promptedge_router_retries_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("promptedge_router_retries_total{")
+    )
 
 
 @pytest.mark.parametrize("stopped_s", [0.0, 0.1], ids=["killed", "stopped-then-killed"])
-async def test_a_replica_killed_while_idle_costs_no_client_an_error(stopped_s: float, tmp_path: Path,
-                                                                     redis_url: str) -> None:
+async def test_a_replica_killed_while_idle_costs_no_client_an_error(
+    stopped_s: float, tmp_path: Path, redis_url: str
+) -> None:
     replicas = [start_replica(tmp_path) for _ in range(3)]
     victim, victim_url = replicas[0]
     router = None
     try:
-        router = start_router(tmp_path, args=("--workers", str(WORKERS)), env={
-            "PROMPTEDGE_REDIS_URL": redis_url,
-            "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": url, "model": MODEL} for _, url in replicas]),
-            "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"})
+        router = start_router(
+            tmp_path,
+            args=("--workers", str(WORKERS)),
+            env={
+                "PROMPTEDGE_REDIS_URL": redis_url,
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": url, "model": MODEL} for _, url in replicas]),
+                "PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false",
+            },
+        )
         answers: list[tuple[float, float, int, str, str]] = []  # (sent, answered, status, replica, body)
         stopped_at = killed_at = closed_at = None
         todo = iter(range(TOTAL))
@@ -115,8 +124,11 @@ async def test_a_replica_killed_while_idle_costs_no_client_an_error(stopped_s: f
             async def load() -> None:
                 nonlocal open_requests
                 for i in todo:
-                    body = {"model": MODEL, "messages": [{"role": "user", "content": f"q{i} {time.time_ns()}"}],
-                            "max_tokens": 4}
+                    body = {
+                        "model": MODEL,
+                        "messages": [{"role": "user", "content": f"q{i} {time.time_ns()}"}],
+                        "max_tokens": 4,
+                    }
                     await running.wait()
                     open_requests += 1
                     sent = time.monotonic()
@@ -124,8 +136,15 @@ async def test_a_replica_killed_while_idle_costs_no_client_an_error(stopped_s: f
                         answer = await client.post(router.url + URL, json=body)
                     finally:
                         open_requests -= 1
-                    answers.append((sent, time.monotonic(), answer.status_code,
-                                    answer.headers.get("x-promptedge-replica", ""), answer.text[:300]))
+                    answers.append(
+                        (
+                            sent,
+                            time.monotonic(),
+                            answer.status_code,
+                            answer.headers.get("x-promptedge-replica", ""),
+                            answer.text[:300],
+                        )
+                    )
 
             async def kill_when_idle() -> None:
                 nonlocal stopped_at, killed_at, closed_at
@@ -154,13 +173,25 @@ async def test_a_replica_killed_while_idle_costs_no_client_an_error(stopped_s: f
         assert sum(sent > closed_at for sent, *_ in answers) >= TOTAL / 2  # the load went on well past the kill
         # sent while the victim read nothing and its sockets were not closed yet
         in_window = sum((stopped_at or killed_at) <= sent < closed_at for sent, *_ in answers)
-        errors = [(round((sent - killed_at) * 1000), round((done - killed_at) * 1000), status, body)
-                  for sent, done, status, _, body in answers if status != 200]
-        print(f"sockets closed {(closed_at - killed_at) * 1000:.0f} ms after the SIGKILL; {in_window} requests "
-              f"sent in between; {retried:g} retries; errors (sent, answered: ms after the kill; status, body): "
-              f"{errors}")
-        crossed = [e for e in errors if e[0] >= 0 and ("Server disconnected" in e[3] or  # the races above
-                                                        "[Errno None] Can not write request body" in e[3])]
+        errors = [
+            (round((sent - killed_at) * 1000), round((done - killed_at) * 1000), status, body)
+            for sent, done, status, _, body in answers
+            if status != 200
+        ]
+        print(
+            f"sockets closed {(closed_at - killed_at) * 1000:.0f} ms after the SIGKILL; {in_window} requests "
+            f"sent in between; {retried:g} retries; errors (sent, answered: ms after the kill; status, body): "
+            f"{errors}"
+        )
+        crossed = [
+            e
+            for e in errors
+            if e[0] >= 0
+            and (
+                "Server disconnected" in e[3]  # the races above
+                or "[Errno None] Can not write request body" in e[3]
+            )
+        ]
         assert [e for e in errors if e not in crossed] == [], f"{len(errors)} of {TOTAL} requests failed: {errors}"
     finally:
         if router is not None:

@@ -27,20 +27,31 @@ def spec(url: str, model: str = "llama") -> ReplicaSpec:
 
 # --- EndpointSlice -> replicas -----------------------------------------------------------------
 
+
 def test_conditions_map_to_taking_requests_or_draining() -> None:
-    obj = endpoint_slice("vllm-abc", [
-        endpoint("10.0.0.1", ready=True),
-        endpoint("10.0.0.2", ready=False),                                    # failing readiness
-        endpoint("10.0.0.3", ready=None),                                     # unknown: ready
-        endpoint("10.0.0.4", ready=False, serving=True, terminating=True),    # shutting down
-        endpoint("10.0.0.5", ready=False, serving=False, terminating=True),
-        endpoint("10.0.0.6", ready=None, terminating=True),                   # unknown ready, terminating
-    ], 8000, LABELS)
+    obj = endpoint_slice(
+        "vllm-abc",
+        [
+            endpoint("10.0.0.1", ready=True),
+            endpoint("10.0.0.2", ready=False),  # failing readiness
+            endpoint("10.0.0.3", ready=None),  # unknown: ready
+            endpoint("10.0.0.4", ready=False, serving=True, terminating=True),  # shutting down
+            endpoint("10.0.0.5", ready=False, serving=False, terminating=True),
+            endpoint("10.0.0.6", ready=None, terminating=True),  # unknown ready, terminating
+        ],
+        8000,
+        LABELS,
+    )
     replicas, problem = replicas_of(obj, RULES)
     assert problem is None
     assert [(r.spec.url, r.draining) for r in replicas] == [
-        ("http://10.0.0.1:8000", False), ("http://10.0.0.2:8000", True), ("http://10.0.0.3:8000", False),
-        ("http://10.0.0.4:8000", True), ("http://10.0.0.5:8000", True), ("http://10.0.0.6:8000", True)]
+        ("http://10.0.0.1:8000", False),
+        ("http://10.0.0.2:8000", True),
+        ("http://10.0.0.3:8000", False),
+        ("http://10.0.0.4:8000", True),
+        ("http://10.0.0.5:8000", True),
+        ("http://10.0.0.6:8000", True),
+    ]
     assert {r.spec.model for r in replicas} == {"llama"}
 
 
@@ -53,10 +64,13 @@ def test_named_port_ipv6_and_profile_label() -> None:
     assert replica.spec.profile == "a100"
 
 
-@pytest.mark.parametrize(("rules", "labels", "why"), [
-    (SliceRules(port_name="grpc", model="llama"), LABELS, "no port named 'grpc'"),
-    (SliceRules(model_label="promptedge.io/model"), {"kubernetes.io/service-name": "vllm"}, "no label"),
-])
+@pytest.mark.parametrize(
+    ("rules", "labels", "why"),
+    [
+        (SliceRules(port_name="grpc", model="llama"), LABELS, "no port named 'grpc'"),
+        (SliceRules(model_label="promptedge.io/model"), {"kubernetes.io/service-name": "vllm"}, "no label"),
+    ],
+)
 def test_unusable_slice_is_skipped_with_a_reason(rules: SliceRules, labels: dict[str, str], why: str) -> None:
     replicas, problem = replicas_of(endpoint_slice("s", [endpoint("10.0.0.1")], 8000, labels), rules)
     assert replicas == []
@@ -74,25 +88,34 @@ def test_empty_slice_has_no_replicas() -> None:
 
 
 def _group(*versions: str) -> dict[str, object]:
-    return {"kind": "APIGroup", "name": "discovery.k8s.io",
-            "versions": [{"groupVersion": f"discovery.k8s.io/{v}", "version": v} for v in versions]}
+    return {
+        "kind": "APIGroup",
+        "name": "discovery.k8s.io",
+        "versions": [{"groupVersion": f"discovery.k8s.io/{v}", "version": v} for v in versions],
+    }
 
 
-@pytest.mark.parametrize(("served", "chosen"), [
-    (("v1beta1",), "v1beta1"),                 # Kubernetes 1.20
-    (("v1", "v1beta1"), "v1"),                 # 1.21-1.24
-    (("v1beta1", "v1"), "v1"),                 # v1 preferred whatever the server's order
-    (("v1",), "v1"),                           # 1.25+
-    (("v1alpha1",), None),                     # 1.16: nothing this router reads
-    ((), None),
-])
+@pytest.mark.parametrize(
+    ("served", "chosen"),
+    [
+        (("v1beta1",), "v1beta1"),  # Kubernetes 1.20
+        (("v1", "v1beta1"), "v1"),  # 1.21-1.24
+        (("v1beta1", "v1"), "v1"),  # v1 preferred whatever the server's order
+        (("v1",), "v1"),  # 1.25+
+        (("v1alpha1",), None),  # 1.16: nothing this router reads
+        ((), None),
+    ],
+)
 def test_api_discovery_prefers_v1_then_v1beta1(served: tuple[str, ...], chosen: str | None) -> None:
     assert choose_version(_group(*served)) == chosen
 
 
 def test_a_slice_gives_the_same_replicas_in_v1_and_v1beta1() -> None:
-    placed = [endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False), endpoint("10.0.0.3", serving=True,
-                                                                                terminating=True)]
+    placed = [
+        endpoint("10.0.0.1"),
+        endpoint("10.0.0.2", ready=False),
+        endpoint("10.0.0.3", serving=True, terminating=True),
+    ]
     for i, ep in enumerate(placed):
         ep.update(nodeName=f"node-{i}", zone="z1")
     v1 = endpoint_slice("vllm-a", placed, 8000, {"m": "llama"})
@@ -107,11 +130,14 @@ def test_merge_prefers_the_slice_that_takes_requests() -> None:
     draining = [DiscoveredReplica(spec("http://10.0.0.1:8000"), draining=True)]
     taking = [DiscoveredReplica(spec("http://10.0.0.1:8000")), DiscoveredReplica(spec("http://10.0.0.0:8000"))]
     merged = merge([draining, taking])
-    assert [(r.spec.url, r.draining) for r in merged] == [("http://10.0.0.0:8000", False),
-                                                          ("http://10.0.0.1:8000", False)]
+    assert [(r.spec.url, r.draining) for r in merged] == [
+        ("http://10.0.0.0:8000", False),
+        ("http://10.0.0.1:8000", False),
+    ]
 
 
 # --- apply: snapshots -> pools ------------------------------------------------------------------
+
 
 def test_apply_keeps_replicas_that_stay_with_their_inflight_counts() -> None:
     pools = Pools((), HealthConfig())
@@ -132,8 +158,10 @@ def test_apply_drains_known_replicas_and_never_adds_a_draining_one() -> None:
     a = pools.by_model["llama"][0]
     a.health.probe(True)
     a.lease()
-    changes = apply(pools, [DiscoveredReplica(spec("http://a:1"), draining=True),
-                            DiscoveredReplica(spec("http://new:1"), draining=True)])
+    changes = apply(
+        pools,
+        [DiscoveredReplica(spec("http://a:1"), draining=True), DiscoveredReplica(spec("http://new:1"), draining=True)],
+    )
     assert changes.draining == ["http://a:1"] and changes.added == []
     assert [r.url for r in pools.all()] == ["http://a:1"]
     assert a.inflight == 1 and not a.health.admits(0.0)
@@ -154,6 +182,7 @@ def test_apply_keeps_an_emptied_pool_and_moves_a_replica_that_changes_pool() -> 
 
 # --- the YAML replica file --------------------------------------------------------------------
 
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "replicas.yaml"
     path.write_text(text)
@@ -161,30 +190,41 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_replica_file_loads_in_order(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 replicas:
   - url: http://10.0.0.5:8000/
     model: llama
     profile: a100
   - {url: "http://10.0.0.6:8000", model: llama, gpu_metrics_url: "http://10.0.0.6:9400/metrics"}
-""")
+""",
+    )
     specs = load_replicas_file(path)
     assert [s.url for s in specs] == ["http://10.0.0.5:8000", "http://10.0.0.6:8000"]
     assert specs[0].profile == "a100" and specs[1].gpu_metrics_url == "http://10.0.0.6:9400/metrics"
 
 
-@pytest.mark.parametrize(("text", "line", "field", "words"), [
-    ("replicas:\n  - url: http://a:1\n    model: m\n  - url: ftp://b:1\n    model: m\n", 4, "replicas.1.url",
-     "http://"),
-    ("replicas:\n  - url: http://a:1\n    model: m\n  - url: http://b:1\n", 4, "replicas.1.model", "required"),
-    ("replicas:\n  - url: http://a:1\n    modle: m\n    model: m\n", 3, "replicas.0.modle", "not permitted"),
-    ("replicas:\n  - url: http://a:1\n    model: [m]\n", 3, "replicas.0.model", "string"),
-    ("replicas: []\n", 1, "replicas", "empty"),
-    ("- url: http://a:1\n  model: m\n", 1, None, "mapping"),
-    ("replicas:\n  - url: http://a:1\n   model: m\n", 3, None, "YAML"),
-])
-def test_replica_file_errors_name_file_line_and_field(tmp_path: Path, text: str, line: int, field: str | None,
-                                                      words: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        (
+            "replicas:\n  - url: http://a:1\n    model: m\n  - url: ftp://b:1\n    model: m\n",
+            4,
+            "replicas.1.url",
+            "http://",
+        ),
+        ("replicas:\n  - url: http://a:1\n    model: m\n  - url: http://b:1\n", 4, "replicas.1.model", "required"),
+        ("replicas:\n  - url: http://a:1\n    modle: m\n    model: m\n", 3, "replicas.0.modle", "not permitted"),
+        ("replicas:\n  - url: http://a:1\n    model: [m]\n", 3, "replicas.0.model", "string"),
+        ("replicas: []\n", 1, "replicas", "empty"),
+        ("- url: http://a:1\n  model: m\n", 1, None, "mapping"),
+        ("replicas:\n  - url: http://a:1\n   model: m\n", 3, None, "YAML"),
+    ],
+)
+def test_replica_file_errors_name_file_line_and_field(
+    tmp_path: Path, text: str, line: int, field: str | None, words: str
+) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ReplicasFileError) as info:
         load_replicas_file(path)
@@ -199,6 +239,7 @@ def test_missing_replica_file(tmp_path: Path) -> None:
 
 
 # --- choosing the source -------------------------------------------------------------------------
+
 
 def test_build_source_static_env_file_and_conflicts(tmp_path: Path) -> None:
     path = write(tmp_path, "replicas:\n  - {url: 'http://a:1', model: m}\n")

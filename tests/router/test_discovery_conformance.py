@@ -30,9 +30,9 @@ OTHER = {"kubernetes.io/service-name": "postgres"}
 # (type, name, addresses) of each event a watcher of service vllm sees, in order.
 EXPECTED = [
     ("MODIFIED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),
-    ("DELETED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),   # relabelled away: leaves the selector
-    ("ADDED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),     # relabelled back
-    ("MODIFIED", "vllm-a", None),                      # no endpoints: `endpoints: null`
+    ("DELETED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),  # relabelled away: leaves the selector
+    ("ADDED", "vllm-a", ["10.0.0.1", "10.0.0.2"]),  # relabelled back
+    ("MODIFIED", "vllm-a", None),  # no endpoints: `endpoints: null`
     ("DELETED", "vllm-a", None),
 ]
 
@@ -41,8 +41,8 @@ EXPECTED = [
 class Target:
     """One API server: where its EndpointSlices live, and how to write them."""
 
-    base: str                                   # .../namespaces/{ns}/endpointslices
-    version: str                                # discovery.k8s.io/v1 or v1beta1
+    base: str  # .../namespaces/{ns}/endpointslices
+    version: str  # discovery.k8s.io/v1 or v1beta1
     headers: dict[str, str]
     verify: ssl.SSLContext | bool = True
     fake: FakeKubeAPI | None = None
@@ -72,8 +72,12 @@ class Target:
 def fake_target(request: pytest.FixtureRequest) -> Iterator[Target]:
     """The fake as 1.21-1.24 (both versions served), read in ``v1`` and in ``v1beta1``."""
     server = FakeKubeAPI(versions=("v1", "v1beta1")).start()
-    yield Target(f"{server.url}/apis/discovery.k8s.io/{request.param}/namespaces/default/endpointslices",
-                 f"discovery.k8s.io/{request.param}", {"Authorization": f"Bearer {TOKEN}"}, fake=server)
+    yield Target(
+        f"{server.url}/apis/discovery.k8s.io/{request.param}/namespaces/default/endpointslices",
+        f"discovery.k8s.io/{request.param}",
+        {"Authorization": f"Bearer {TOKEN}"},
+        fake=server,
+    )
     server.stop()
 
 
@@ -81,8 +85,12 @@ def fake_target(request: pytest.FixtureRequest) -> Iterator[Target]:
 def fake_120_target() -> Iterator[Target]:
     """The fake as 1.20: v1beta1 only, like the real server here."""
     server = FakeKubeAPI(versions=("v1beta1",)).start()
-    yield Target(f"{server.url}/apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices",
-                 "discovery.k8s.io/v1beta1", {"Authorization": f"Bearer {TOKEN}"}, fake=server)
+    yield Target(
+        f"{server.url}/apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices",
+        "discovery.k8s.io/v1beta1",
+        {"Authorization": f"Bearer {TOKEN}"},
+        fake=server,
+    )
     server.stop()
 
 
@@ -90,11 +98,18 @@ def fake_120_target() -> Iterator[Target]:
 def real_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     with running_apiserver(tmp_path_factory.mktemp("kube-discovery")) as config:
         cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
-        target = Target(f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/disco/endpointslices",
-                        "discovery.k8s.io/v1beta1", {"Authorization": f"Bearer {user['token']}"},
-                        verify=ssl.create_default_context(cafile=cluster["certificate-authority"]))
-        httpx.post(f"{cluster['server']}/api/v1/namespaces", json={"metadata": {"name": "disco"}},
-                   headers=target.headers, verify=target.verify).raise_for_status()
+        target = Target(
+            f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/disco/endpointslices",
+            "discovery.k8s.io/v1beta1",
+            {"Authorization": f"Bearer {user['token']}"},
+            verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
+        )
+        httpx.post(
+            f"{cluster['server']}/api/v1/namespaces",
+            json={"metadata": {"name": "disco"}},
+            headers=target.headers,
+            verify=target.verify,
+        ).raise_for_status()
         yield target
 
 
@@ -113,18 +128,23 @@ def scenario(target: Target) -> None:
     target.apply(endpoint_slice("vllm-a", None, 8000, VLLM))
     target.delete("vllm-a")
 
-    watched = target.get(labelSelector="kubernetes.io/service-name=vllm", watch="true", resourceVersion=start,
-                         timeoutSeconds="1")
+    watched = target.get(
+        labelSelector="kubernetes.io/service-name=vllm", watch="true", resourceVersion=start, timeoutSeconds="1"
+    )
     events = [json.loads(line) for line in watched.text.splitlines() if line]
-    trace = [(e["type"], e["object"]["metadata"]["name"],
-              None if e["object"]["endpoints"] is None else [ep["addresses"][0] for ep in e["object"]["endpoints"]])
-             for e in events]
+    trace = [
+        (
+            e["type"],
+            e["object"]["metadata"]["name"],
+            None if e["object"]["endpoints"] is None else [ep["addresses"][0] for ep in e["object"]["endpoints"]],
+        )
+        for e in events
+    ]
     assert trace == EXPECTED
     versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert versions == sorted(versions) and versions[0] > int(start)
     relisted = target.get(labelSelector="kubernetes.io/service-name=vllm").json()
     assert relisted["items"] == [] and int(relisted["metadata"]["resourceVersion"]) >= versions[-1]
-
 
 
 def expired(target: Target) -> None:
@@ -150,20 +170,32 @@ def api_discovery(target: Target) -> dict[str, object]:
     listed = [g for g in groups["groups"] if g["name"] == "discovery.k8s.io"]
     statuses = {}
     for version in ("v1", "v1beta1"):
-        answer = httpx.get(target.base.replace("/v1beta1/", f"/{version}/"), headers=target.headers,
-                           verify=target.verify)
+        answer = httpx.get(
+            target.base.replace("/v1beta1/", f"/{version}/"), headers=target.headers, verify=target.verify
+        )
         statuses[version] = (answer.status_code, answer.json().get("kind"), answer.json().get("reason"))
-    return {"group": {k: group.get(k) for k in ("kind", "apiVersion", "name", "versions", "preferredVersion")},
-            "in_apis": listed, "slices": statuses}
+    return {
+        "group": {k: group.get(k) for k in ("kind", "apiVersion", "name", "versions", "preferredVersion")},
+        "in_apis": listed,
+        "slices": statuses,
+    }
 
 
 EXPECTED_120 = {
-    "group": {"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
-              "versions": [{"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}],
-              "preferredVersion": {"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}},
-    "in_apis": [{"name": "discovery.k8s.io",
-                 "versions": [{"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}],
-                 "preferredVersion": {"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}}],
+    "group": {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": "discovery.k8s.io",
+        "versions": [{"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}],
+        "preferredVersion": {"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"},
+    },
+    "in_apis": [
+        {
+            "name": "discovery.k8s.io",
+            "versions": [{"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"}],
+            "preferredVersion": {"groupVersion": "discovery.k8s.io/v1beta1", "version": "v1beta1"},
+        }
+    ],
     "slices": {"v1": (404, "Status", "NotFound"), "v1beta1": (200, "EndpointSliceList", None)},
 }
 

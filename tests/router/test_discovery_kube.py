@@ -59,10 +59,18 @@ async def discover(fake: FakeKubeAPI, tmp_path: Path) -> AsyncIterator[Callable[
     started: list[Discovered] = []
 
     async def start(**overrides: Any) -> Discovered:
-        settings = load_kube_settings(**{
-            "kubeconfig": fake.kubeconfig(tmp_path / "kubeconfig"), "label_selector": "kubernetes.io/service-name=vllm",
-            "port_name": "http", "model_label": "promptedge.io/model", "backoff_initial_s": 0.01,
-            "backoff_max_s": 0.05, "start_timeout_s": 5.0, **overrides})
+        settings = load_kube_settings(
+            **{
+                "kubeconfig": fake.kubeconfig(tmp_path / "kubeconfig"),
+                "label_selector": "kubernetes.io/service-name=vllm",
+                "port_name": "http",
+                "model_label": "promptedge.io/model",
+                "backoff_initial_s": 0.01,
+                "backoff_max_s": 0.05,
+                "start_timeout_s": 5.0,
+                **overrides,
+            }
+        )
         discovered = Discovered(KubeSource(new_api_client(settings), settings))
         await discovered.source.start(discovered.publish)
         started.append(discovered)
@@ -84,18 +92,26 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 async def test_ready_endpoints_are_added_and_not_ready_ones_ignored(fake: FakeKubeAPI, discover) -> None:
-    fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False),
-                                         endpoint("10.0.0.3", ready=None)], 8000, SERVICE))
+    fake.apply(
+        endpoint_slice(
+            "vllm-a",
+            [endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False), endpoint("10.0.0.3", ready=None)],
+            8000,
+            SERVICE,
+        )
+    )
     fake.apply(endpoint_slice("postgres-a", [endpoint("10.0.1.1")], 8000, OTHER))  # not selected
     d = await discover()
-    assert d.urls() == ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]   # listed before start returned
+    assert d.urls() == ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]  # listed before start returned
     # becoming ready (a watch event) adds it; a new slice adds its endpoints
-    fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1"), endpoint("10.0.0.2"),
-                                         endpoint("10.0.0.3", ready=None)], 8000, SERVICE))
+    fake.apply(
+        endpoint_slice(
+            "vllm-a", [endpoint("10.0.0.1"), endpoint("10.0.0.2"), endpoint("10.0.0.3", ready=None)], 8000, SERVICE
+        )
+    )
     fake.apply(endpoint_slice("vllm-b", [endpoint("10.0.0.9")], 8000, SERVICE))
     await until(lambda: len(d.urls()) == 4)
-    assert d.urls() == ["http://10.0.0.1:8000", "http://10.0.0.3:8000", "http://10.0.0.2:8000",
-                        "http://10.0.0.9:8000"]
+    assert d.urls() == ["http://10.0.0.1:8000", "http://10.0.0.3:8000", "http://10.0.0.2:8000", "http://10.0.0.9:8000"]
     assert fake.lists == 1 and d.source.gone == 0
 
 
@@ -105,11 +121,23 @@ async def test_terminating_endpoint_is_drained_then_removed(fake: FakeKubeAPI, d
     first = d.pools.by_model["llama"][0]
     first.health.probe(True)
     lease = first.lease()  # a request in flight on the replica that will terminate
-    fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1", ready=False, serving=True, terminating=True),
-                                         endpoint("10.0.0.2")], 8000, SERVICE))
+    fake.apply(
+        endpoint_slice(
+            "vllm-a",
+            [endpoint("10.0.0.1", ready=False, serving=True, terminating=True), endpoint("10.0.0.2")],
+            8000,
+            SERVICE,
+        )
+    )
     await until(lambda: d.taking() == ["http://10.0.0.2:8000"])
-    assert d.pools.by_model["llama"][0] is first and first.inflight == 1   # kept, count intact
-    assert [r.url for r in d.pools.eligible("llama", 0.0, )] == []          # 10.0.0.2 not probed yet
+    assert d.pools.by_model["llama"][0] is first and first.inflight == 1  # kept, count intact
+    assert [
+        r.url
+        for r in d.pools.eligible(
+            "llama",
+            0.0,
+        )
+    ] == []  # 10.0.0.2 not probed yet
     assert not first.health.admits(0.0)
     lease.release()
     assert first.inflight == 0
@@ -126,7 +154,7 @@ async def test_deleted_slice_removes_its_replicas_and_keeps_the_pool(fake: FakeK
     await until(lambda: d.urls() == ["http://10.0.0.2:8000"])
     fake.delete("vllm-b")
     await until(lambda: d.urls() == [])
-    assert "llama" in d.pools   # requests for it get 503 no_replica, not 404
+    assert "llama" in d.pools  # requests for it get 503 no_replica, not 404
 
 
 async def test_slice_leaving_the_selector_is_removed(fake: FakeKubeAPI, discover) -> None:
@@ -189,6 +217,7 @@ async def test_pools_from_labels_and_the_named_port(fake: FakeKubeAPI, discover)
 
 # --- API discovery: the version read is the one the server serves ---------------------------------
 
+
 async def test_the_version_read_is_v1_when_served_else_v1beta1(fake: FakeKubeAPI, discover) -> None:
     placed = endpoint("10.0.0.1")
     placed["topology"] = {"kubernetes.io/hostname": "node-a", "topology.kubernetes.io/zone": "z1"}
@@ -197,7 +226,7 @@ async def test_the_version_read_is_v1_when_served_else_v1beta1(fake: FakeKubeAPI
     assert d.source.version == ("v1" if "v1" in fake.versions else "v1beta1")
     assert d.urls() == ["http://10.0.0.1:8000"]
     fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1", ready=False), endpoint("10.0.0.2")], 8000, SERVICE))
-    await until(lambda: d.taking() == ["http://10.0.0.2:8000"])   # the watch of that version too
+    await until(lambda: d.taking() == ["http://10.0.0.2:8000"])  # the watch of that version too
     assert d.source.errors == 0
 
 
@@ -206,15 +235,16 @@ async def test_a_server_serving_no_known_version_is_retried_until_it_does(fake: 
     fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1")], 8000, SERVICE))
     d = await discover(start_timeout_s=0.3)
     assert d.snapshots == [] and d.source.errors >= 1 and fake.lists == 0
-    fake.versions = ("v2alpha1",)    # a group with only versions this router cannot read
+    fake.versions = ("v2alpha1",)  # a group with only versions this router cannot read
     errors = d.source.errors
     await until(lambda: d.source.errors > errors + 1)
     assert d.snapshots == [] and fake.lists == 0
-    fake.versions = served           # the cluster is upgraded under the router
+    fake.versions = served  # the cluster is upgraded under the router
     await until(lambda: d.urls() == ["http://10.0.0.1:8000"])
 
 
 # --- the fake itself keeps the API's contract -------------------------------------------------------
+
 
 def lines(response: httpx.Response) -> list[dict[str, Any]]:
     return [json.loads(line) for line in response.text.splitlines() if line]
@@ -228,16 +258,32 @@ def test_fake_list_watch_and_410_semantics(fake: FakeKubeAPI) -> None:
     assert listed["metadata"]["resourceVersion"] == str(rv1) and len(listed["items"]) == 1
     fake.apply(endpoint_slice("vllm-a", [], 8000, SERVICE))
     fake.delete("vllm-a")
-    events = lines(httpx.get(base, params={"watch": "true", "resourceVersion": str(rv1), "timeoutSeconds": "1"},
-                             headers=auth, timeout=5))
+    events = lines(
+        httpx.get(
+            base, params={"watch": "true", "resourceVersion": str(rv1), "timeoutSeconds": "1"}, headers=auth, timeout=5
+        )
+    )
     assert [(e["type"], int(e["object"]["metadata"]["resourceVersion"])) for e in events] == [
-        ("MODIFIED", rv1 + 1), ("DELETED", rv1 + 2)]
+        ("MODIFIED", rv1 + 1),
+        ("DELETED", rv1 + 2),
+    ]
     assert events[0]["object"]["endpoints"] is None
     fake.compact()
     gone = lines(httpx.get(base, params={"watch": "true", "resourceVersion": str(rv1)}, headers=auth, timeout=5))
-    assert gone == [{"type": "ERROR", "object": {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": f"too old resource version: {rv1} ({rv1 + 2})", "reason": "Expired", "code": 410}}]
+    assert gone == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {rv1} ({rv1 + 2})",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
     assert httpx.get(base, params={"labelSelector": "a in (b"}, headers=auth).status_code == 400
     assert httpx.get(base).status_code == 401
 
@@ -251,10 +297,11 @@ def test_fake_serves_only_its_versions_and_converts_between_them(fake: FakeKubeA
     assert [g["name"] for g in groups] == ["discovery.k8s.io"]
     placed = endpoint("10.0.0.1")
     placed.update(nodeName="node-a", zone="z1")
-    fake.apply(endpoint_slice("vllm-a", [placed], 8000, SERVICE))   # written as v1
+    fake.apply(endpoint_slice("vllm-a", [placed], 8000, SERVICE))  # written as v1
     for version in ("v1", "v1beta1"):
-        answer = httpx.get(f"{fake.url}/apis/discovery.k8s.io/{version}/namespaces/default/endpointslices",
-                           headers=auth)
+        answer = httpx.get(
+            f"{fake.url}/apis/discovery.k8s.io/{version}/namespaces/default/endpointslices", headers=auth
+        )
         if version not in fake.versions:
             assert answer.status_code == 404 and answer.json()["reason"] == "NotFound"
             continue
@@ -275,6 +322,9 @@ def test_official_client_raises_410_for_a_too_old_resource_version(fake: FakeKub
     fake.compact()
     api = k8s.DiscoveryV1Api(k8s_config.new_client_from_config(str(fake.kubeconfig(tmp_path / "kc"))))
     with pytest.raises(ApiException) as info:
-        list(k8s_watch.Watch().stream(api.list_namespaced_endpoint_slice, "default", resource_version=str(rv),
-                                      timeout_seconds=1))
+        list(
+            k8s_watch.Watch().stream(
+                api.list_namespaced_endpoint_slice, "default", resource_version=str(rv), timeout_seconds=1
+            )
+        )
     assert info.value.status == 410

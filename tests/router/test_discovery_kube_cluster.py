@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-from datetime import datetime
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +83,9 @@ def _served_model() -> str:
 MODEL = _served_model()
 
 
-def deployment(name: str, tier: str, replicas: int, warmup_s: float, pre_stop_s: str | None = PRE_STOP_S,
-               app: str | None = None) -> dict[str, Any]:
+def deployment(
+    name: str, tier: str, replicas: int, warmup_s: float, pre_stop_s: str | None = PRE_STOP_S, app: str | None = None
+) -> dict[str, Any]:
     """deploy/vllm-pool.yaml's Deployment as ``name`` with a ``tier`` label (two Deployments behind the
     one Service), ``replicas``, the sim replica's warm-up (annotation read by `sim node`), and
     ``pre_stop_s``'s preStop sleep when given (default PROMPTEDGE_TEST_PRE_STOP_S; None keeps the
@@ -131,17 +132,33 @@ class SimNodeProcess:
 
     def __init__(self, kubeconfig: Path, name: str, run_dir: Path) -> None:
         self.log = run_dir / "sim-node.log"
-        self.cmd = [sys.executable, "-m", "sim", "node", "--kubeconfig", str(kubeconfig), "--context", "local",
-                    "--name", name, "--ip-base", f"127.{random.randint(100, 250)}.{random.randint(1, 250)}",
-                    "--log-dir", str(run_dir / "pods")]
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_SIM_")},
-                    "PROMPTEDGE_SIM_NODE_SYNC_INTERVAL_S": "0.05"}
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "sim",
+            "node",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--context",
+            "local",
+            "--name",
+            name,
+            "--ip-base",
+            f"127.{random.randint(100, 250)}.{random.randint(1, 250)}",
+            "--log-dir",
+            str(run_dir / "pods"),
+        ]
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_SIM_")},
+            "PROMPTEDGE_SIM_NODE_SYNC_INTERVAL_S": "0.05",
+        }
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> SimNodeProcess:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                self.cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
 
     def stop(self) -> None:
@@ -174,8 +191,11 @@ class SimNodeProcess:
 
     def problems(self) -> list[str]:
         """Tracebacks and warnings in the node's log (none expected in these tests)."""
-        return [ln for ln in self.log.read_text(errors="replace").splitlines()
-                if "Traceback" in ln or '"level": "WARNING"' in ln or '"level": "ERROR"' in ln]
+        return [
+            ln
+            for ln in self.log.read_text(errors="replace").splitlines()
+            if "Traceback" in ln or '"level": "WARNING"' in ln or '"level": "ERROR"' in ln
+        ]
 
 
 class RouterProcess:
@@ -186,21 +206,30 @@ class RouterProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPTEDGE_ROUTER_")}
-        self.env.update({
-            "PROMPTEDGE_REDIS_URL": os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
-            "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes",
-            "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig), "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
-            "PROMPTEDGE_ROUTER_K8S_NAMESPACE": NS,
-            "PROMPTEDGE_ROUTER_K8S_LABEL_SELECTOR": "kubernetes.io/service-name=vllm",
-            "PROMPTEDGE_ROUTER_K8S_PORT_NAME": "http", "PROMPTEDGE_ROUTER_K8S_MODEL": MODEL,
-            "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "0.2",
-        })
+        self.env.update(
+            {
+                "PROMPTEDGE_REDIS_URL": os.environ.get("PROMPTEDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+                "PROMPTEDGE_ROUTER_DISCOVERY": "kubernetes",
+                "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig),
+                "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
+                "PROMPTEDGE_ROUTER_K8S_NAMESPACE": NS,
+                "PROMPTEDGE_ROUTER_K8S_LABEL_SELECTOR": "kubernetes.io/service-name=vllm",
+                "PROMPTEDGE_ROUTER_K8S_PORT_NAME": "http",
+                "PROMPTEDGE_ROUTER_K8S_MODEL": MODEL,
+                "PROMPTEDGE_ROUTER_HEALTH_INTERVAL_S": "0.2",
+            }
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RouterProcess:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port", str(self.port)],
-                                            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "router", "serve", "--port", str(self.port)],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         wait_for(self._up, 60, f"router on {self.url} (log {self.log})", every_s=0.2)
         return self
 
@@ -237,15 +266,21 @@ class World:
     def pod_ips(self, tier: str) -> dict[str, str]:
         """Pod name -> podIP of the tier's Pods that are not being deleted."""
         pods = self.core.list_namespaced_pod(NS, label_selector=f"app=vllm,tier={tier}").items
-        return {p.metadata.name: p.status.pod_ip for p in pods
-                if p.metadata.deletion_timestamp is None and p.status.pod_ip}
+        return {
+            p.metadata.name: p.status.pod_ip for p in pods if p.metadata.deletion_timestamp is None and p.status.pod_ip
+        }
 
     def slice_endpoints(self) -> dict[str, bool]:
         """podIP -> ready, from the Service's EndpointSlices (v1beta1, raw: the typed client reads v1 only)."""
-        raw = self.core.api_client.call_api(*self.core.api_client.param_serialize(
-            "GET", f"/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
-            query_params=[("labelSelector", "kubernetes.io/service-name=vllm")],
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]))
+        raw = self.core.api_client.call_api(
+            *self.core.api_client.param_serialize(
+                "GET",
+                f"/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
+                query_params=[("labelSelector", "kubernetes.io/service-name=vllm")],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+        )
         raw.read()
         assert raw.status == 200, raw.data[:500]
         found: dict[str, bool] = {}
@@ -259,8 +294,9 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     run_dir = tmp_path_factory.mktemp("kube-cluster")
     with running_apiserver(run_dir, control_plane=True):
-        api_client = k8s_config.new_client_from_config(str(run_dir / "kubeconfig"), context="local",
-                                                       persist_config=False)
+        api_client = k8s_config.new_client_from_config(
+            str(run_dir / "kubeconfig"), context="local", persist_config=False
+        )
         core, apps = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client)
         core.create_namespace({"metadata": {"name": NS}})
         node = SimNodeProcess(run_dir / "kubeconfig", "node-a", run_dir).start()
@@ -310,8 +346,11 @@ class Traffic:
             n = 0
             while not self._stop.is_set() and time.monotonic() < deadline:
                 n += 1
-                body = {"model": MODEL, "max_tokens": 8,
-                        "messages": [{"role": "user", "content": f"worker {worker} question {n} {random.random()}"}]}
+                body = {
+                    "model": MODEL,
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": f"worker {worker} question {n} {random.random()}"}],
+                }
                 start = time.time()  # wall clock: compared with the node's log times
                 try:
                     answer = client.post(f"{self.url}/v1/chat/completions", json=body)
@@ -331,8 +370,11 @@ class Traffic:
 def _settle(world: World, warm: int) -> dict[str, str]:
     """Scale the warm Deployment to ``warm`` and wait until the router admits exactly those."""
     world.scale("vllm", warm)
-    wait_for(lambda: len(world.pod_ips("warm")) == warm and world.pods_left("warm") == warm, 120,
-             f"{warm} warm Pods running, no other left")
+    wait_for(
+        lambda: len(world.pod_ips("warm")) == warm and world.pods_left("warm") == warm,
+        120,
+        f"{warm} warm Pods running, no other left",
+    )
     wait_for(lambda: world.router.ready() == warm, 60, f"router admits {warm} replicas")
     return world.pod_ips("warm")
 
@@ -340,7 +382,7 @@ def _settle(world: World, warm: int) -> dict[str, str]:
 def test_new_ready_pods_get_traffic_and_a_running_unready_pod_gets_none(world: World) -> None:
     warm = _settle(world, 2)
     (cold_ip,) = wait_for(lambda: world.pod_ips("cold"), 60, "the cold Pod running").values()
-    assert world.slice_endpoints()[cold_ip] is False          # published, not ready
+    assert world.slice_endpoints()[cold_ip] is False  # published, not ready
     with Traffic(world.router.url) as traffic:
         wait_for(lambda: len(traffic.outcomes) >= 20, 60, "20 answers")
         grown = time.time()
@@ -385,35 +427,41 @@ def test_scale_down_under_load_fails_no_request(world: World) -> None:
         ip = before[name]
         last = max((o[0] for o in traffic.outcomes if o[3] and httpx.URL(o[3]).host == ip), default=None)
         deleted = node["deletion_seen"][name]
-        events.append({
-            "pod": name, "scale_to_node_sees_deletion_s": deleted - scaled,
-            "deletion_to_endpoint_out_of_slice_s": slice_seen.get(ip, float("nan")) - deleted,
-            "deletion_to_last_request_sent_s": None if last is None else last - deleted,
-            "deletion_to_sigterm_s": node["sigterm"][name] - deleted,
-            "sigterm_to_exit_s": node["exited"][name] - node["sigterm"][name]})
+        events.append(
+            {
+                "pod": name,
+                "scale_to_node_sees_deletion_s": deleted - scaled,
+                "deletion_to_endpoint_out_of_slice_s": slice_seen.get(ip, float("nan")) - deleted,
+                "deletion_to_last_request_sent_s": None if last is None else last - deleted,
+                "deletion_to_sigterm_s": node["sigterm"][name] - deleted,
+                "sigterm_to_exit_s": node["exited"][name] - node["sigterm"][name],
+            }
+        )
     (world.run_dir / "scale_down_events.json").write_text(json.dumps(events, indent=2))
     print(json.dumps(events, indent=2))
     assert traffic.failed() == [], traffic.failed()
     assert len(traffic.outcomes) >= 40
     for event, name in zip(events, gone, strict=True):
         # the router stopped sending to the replica before it got SIGTERM
-        assert event["deletion_to_last_request_sent_s"] is None or \
-            event["deletion_to_last_request_sent_s"] < event["deletion_to_sigterm_s"], event
+        assert (
+            event["deletion_to_last_request_sent_s"] is None
+            or event["deletion_to_last_request_sent_s"] < event["deletion_to_sigterm_s"]
+        ), event
         assert before[name] in slice_seen
     assert traffic.hosts(end) == set(world.pod_ips("warm").values())
 
 
 @pytest.mark.parametrize("pre_stop_s", [None, "0"], ids=["deploy-pre-stop", "no-pre-stop"])
 def test_a_client_lagging_by_the_measured_delay_is_served_only_with_the_pre_stop_sleep(
-        world: World, pre_stop_s: str | None) -> None:
+    world: World, pre_stop_s: str | None
+) -> None:
     """The race made visible without waiting for its slow case: a client that keeps sending to a
     deleted Pod for ROUTER_LAG_S after the node saw the deletion, as a router may (measured).
     With deploy/vllm-pool.yaml's preStop sleep every request is answered; without it the replica got
     SIGTERM at once and refuses them (503 or connection refused: a router retries those
     elsewhere, a plain client fails). The Pod is not behind the Service (no router involved)."""
     name = f"lag-{'file' if pre_stop_s is None else pre_stop_s}"
-    world.apps.create_namespaced_deployment(NS, deployment(name, "lag", 1, warmup_s=0, pre_stop_s=pre_stop_s,
-                                                           app=name))
+    world.apps.create_namespaced_deployment(NS, deployment(name, "lag", 1, warmup_s=0, pre_stop_s=pre_stop_s, app=name))
 
     def ready_pod() -> tuple[str, str] | None:
         for p in world.core.list_namespaced_pod(NS, label_selector=f"app={name}").items:
@@ -432,9 +480,14 @@ def test_a_client_lagging_by_the_measured_delay_is_served_only_with_the_pre_stop
                 n += 1
                 start = time.time()
                 try:
-                    status: int | str = http.post(f"http://{ip}:8000/v1/chat/completions", json={
-                        "model": MODEL, "max_tokens": 4,
-                        "messages": [{"role": "user", "content": f"lagging {n}"}]}).status_code
+                    status: int | str = http.post(
+                        f"http://{ip}:8000/v1/chat/completions",
+                        json={
+                            "model": MODEL,
+                            "max_tokens": 4,
+                            "messages": [{"role": "user", "content": f"lagging {n}"}],
+                        },
+                    ).status_code
                 except httpx.HTTPError as exc:
                     status = type(exc).__name__
                 outcomes.append((start, status))
@@ -454,10 +507,15 @@ def test_a_client_lagging_by_the_measured_delay_is_served_only_with_the_pre_stop
     world.apps.delete_namespaced_deployment(name, NS)
     events = world.node.events()
     lagging = [status for start, status in outcomes if seen <= start <= seen + ROUTER_LAG_S]
-    record = {"pre_stop_s": pre_stop_s or manifests()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-              ["lifecycle"]["preStop"]["exec"]["command"][1], "requests_in_lag": len(lagging),
-              "refused_in_lag": sum(1 for s in lagging if s != 200),
-              "deletion_to_sigterm_s": events["sigterm"][pod] - seen}
+    record = {
+        "pre_stop_s": pre_stop_s
+        or manifests()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"][
+            "command"
+        ][1],
+        "requests_in_lag": len(lagging),
+        "refused_in_lag": sum(1 for s in lagging if s != 200),
+        "deletion_to_sigterm_s": events["sigterm"][pod] - seen,
+    }
     (world.run_dir / f"{name}.json").write_text(json.dumps(record, indent=2))
     print(json.dumps(record))
     assert len(lagging) >= 3, outcomes  # the client really sent during the lag

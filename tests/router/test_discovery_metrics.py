@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,8 +25,11 @@ def samples(collector: DiscoveryCollector) -> dict[tuple[str, tuple[tuple[str, s
     registry = CollectorRegistry()
     registry.register(collector)
     text = generate_latest(registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(found: dict, name: str, **labels: str) -> float:
@@ -45,10 +47,20 @@ async def test_series_follow_list_watch_drain_and_410(fake: FakeKubeAPI, discove
     assert value(found, "promptedge_router_discovery_lists_total") == 1
     assert value(found, "promptedge_router_discovery_sync_age_seconds", source="kubernetes") == 2.5
 
-    fake.apply(endpoint_slice("vllm-a", [endpoint("10.0.0.1", ready=False, serving=True, terminating=True),
-                                         endpoint("10.0.0.2")], 8000, SERVICE))
-    await until(lambda: samples(collector)[("promptedge_router_discovery_endpoints",
-                                            (("pool", "llama"), ("state", "draining")))] == 1)
+    fake.apply(
+        endpoint_slice(
+            "vllm-a",
+            [endpoint("10.0.0.1", ready=False, serving=True, terminating=True), endpoint("10.0.0.2")],
+            8000,
+            SERVICE,
+        )
+    )
+    await until(
+        lambda: (
+            samples(collector)[("promptedge_router_discovery_endpoints", (("pool", "llama"), ("state", "draining")))]
+            == 1
+        )
+    )
     assert value(samples(collector), "promptedge_router_discovery_endpoints", pool="llama", state="ready") == 1
 
     await until(lambda: fake.open_watches() == 1)
@@ -86,8 +98,9 @@ def test_broken_watch_streams_have_their_own_reason() -> None:
             return SourceStats("kubernetes", lists=4, watches=9, gone=1, broken=2, errors=0, synced_at=10.0)
 
     found = samples(DiscoveryCollector(Pools((), HealthConfig()), Stub(), clock=lambda: 12.0))  # type: ignore[arg-type]
-    assert [value(found, "promptedge_router_discovery_relists_total", reason=r) for r in ("gone", "broken", "error")] \
-        == [1, 2, 0]
+    assert [
+        value(found, "promptedge_router_discovery_relists_total", reason=r) for r in ("gone", "broken", "error")
+    ] == [1, 2, 0]
     assert value(found, "promptedge_router_discovery_sync_age_seconds", source="kubernetes") == 2.0
 
 
@@ -95,8 +108,11 @@ async def test_a_static_router_serves_the_series(start_replica, start_router, cl
     replica = await start_replica()
     router = await start_router([replica.url])
     text = (await client.get(router.url + "/metrics")).text
-    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
-             for family in text_string_to_metric_families(text) for s in family.samples}
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
     assert value(found, "promptedge_router_discovery_endpoints", pool="sim-llama-8b", state="ready") == 1
     assert value(found, "promptedge_router_discovery_lists_total") == 1
     assert value(found, "promptedge_router_discovery_sync_age_seconds", source="static") >= 0
@@ -111,6 +127,7 @@ async def test_static_source_stats() -> None:
 
 # --- deploy/router-rbac.yaml -------------------------------------------------------------------
 
+
 def rbac() -> dict[str, dict[str, Any]]:
     docs = [doc for doc in yaml.safe_load_all((ROOT / "deploy" / "router-rbac.yaml").read_text()) if doc]
     assert sorted(doc["kind"] for doc in docs) == ["Role", "RoleBinding", "ServiceAccount"]
@@ -121,15 +138,19 @@ def test_rbac_grants_read_only_endpointslices_to_the_bound_service_account() -> 
     docs = rbac()
     role, binding, account = docs["Role"], docs["RoleBinding"], docs["ServiceAccount"]
     assert role["apiVersion"] == binding["apiVersion"] == "rbac.authorization.k8s.io/v1"
-    assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                              "verbs": ["get", "list", "watch"]}]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
-                                    "namespace": account["metadata"]["namespace"]}]
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": account["metadata"]["namespace"]}
+    ]
     assert len({doc["metadata"]["namespace"] for doc in docs.values()}) == 1
 
 
 def test_readme_points_at_the_manifest() -> None:
     assert "deploy/router-rbac.yaml" in (ROOT / "router" / "README.md").read_text()
-

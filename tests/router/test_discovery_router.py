@@ -22,9 +22,13 @@ LABELS = {"kubernetes.io/service-name": "vllm", "promptedge.io/model": MODEL}
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
     """The fake API server, with the router's PROMPTEDGE_ROUTER_K8S_* settings pointing at it."""
     server = FakeKubeAPI().start()
-    for name, value in {"KUBECONFIG": str(server.kubeconfig(tmp_path / "kubeconfig")),
-                        "LABEL_SELECTOR": "kubernetes.io/service-name=vllm", "PORT_NAME": "http",
-                        "MODEL_LABEL": "promptedge.io/model", "BACKOFF_MAX_S": "0.1"}.items():
+    for name, value in {
+        "KUBECONFIG": str(server.kubeconfig(tmp_path / "kubeconfig")),
+        "LABEL_SELECTOR": "kubernetes.io/service-name=vllm",
+        "PORT_NAME": "http",
+        "MODEL_LABEL": "promptedge.io/model",
+        "BACKOFF_MAX_S": "0.1",
+    }.items():
         monkeypatch.setenv(f"PROMPTEDGE_ROUTER_K8S_{name}", value)
     yield server
     server.stop()
@@ -33,8 +37,9 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAP
 @pytest.fixture()
 def start_discovering_router(servers: list[Served], redis_url: str) -> Callable[[], Awaitable[Served]]:
     async def start() -> Served:
-        settings = RouterSettings(discovery="kubernetes", redis_url=redis_url, counters_flush_s=0.05,
-                                  health_interval_s=0.05)
+        settings = RouterSettings(
+            discovery="kubernetes", redis_url=redis_url, counters_flush_s=0.05, health_interval_s=0.05
+        )
         served = await Served(create_app(settings)).start()
         servers.append(served)
         return served
@@ -59,8 +64,9 @@ async def wait_ready(client: httpx.AsyncClient, router: Served, count: int) -> N
     raise AssertionError(f"pool never had {count} ready replicas")
 
 
-async def test_router_serves_through_a_discovered_replica(fake, start_replica, start_discovering_router,
-                                                          client) -> None:
+async def test_router_serves_through_a_discovered_replica(
+    fake, start_replica, start_discovering_router, client
+) -> None:
     replica = await start_replica()
     fake.apply(endpoint_slice("vllm-1", [endpoint("127.0.0.1")], port_of(replica.url), LABELS))
     router = await start_discovering_router()
@@ -72,7 +78,8 @@ async def test_router_serves_through_a_discovered_replica(fake, start_replica, s
 
 
 async def test_terminating_replica_finishes_its_stream_and_takes_nothing_new(
-        fake, start_replica, start_discovering_router, client) -> None:
+    fake, start_replica, start_discovering_router, client
+) -> None:
     old, new = await start_replica(), await start_replica()
     fake.apply(endpoint_slice("vllm-1", [endpoint("127.0.0.1")], port_of(old.url), LABELS))
     router = await start_discovering_router()
@@ -83,11 +90,15 @@ async def test_terminating_replica_finishes_its_stream_and_takes_nothing_new(
         chunks = stream.aiter_text()
         received = await anext(chunks)
         # The pod is shutting down: its endpoint turns terminating in the slice.
-        fake.apply(endpoint_slice("vllm-1", [endpoint("127.0.0.1", ready=False, serving=True, terminating=True)],
-                                  port_of(old.url), LABELS))
+        fake.apply(
+            endpoint_slice(
+                "vllm-1", [endpoint("127.0.0.1", ready=False, serving=True, terminating=True)], port_of(old.url), LABELS
+            )
+        )
         await wait_ready(client, router, 0)
-        refused = await client.post(router.url + "/v1/chat/completions",
-                                    json={**CHAT, "messages": [{"role": "user", "content": "new one"}]})
+        refused = await client.post(
+            router.url + "/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": "new one"}]}
+        )
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "no_replica"
         async for text in chunks:
             received += text
@@ -101,8 +112,9 @@ async def test_terminating_replica_finishes_its_stream_and_takes_nothing_new(
     fake.apply(endpoint_slice("vllm-2", [endpoint("127.0.0.1")], port_of(new.url), LABELS))
     fake.apply(endpoint_slice("vllm-1", None, port_of(old.url), LABELS))
     await wait_ready(client, router, 1)
-    served = await client.post(router.url + "/v1/chat/completions",
-                               json={**CHAT, "messages": [{"role": "user", "content": "after"}]})
+    served = await client.post(
+        router.url + "/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": "after"}]}
+    )
     assert served.status_code == 200 and served.headers["x-promptedge-replica"] == new.url
     models = (await client.get(router.url + "/v1/models")).json()["data"]
     assert [(m["id"], m["replicas"]) for m in models] == [(MODEL, 1)]

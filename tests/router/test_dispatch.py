@@ -28,8 +28,13 @@ def test_requests_sent_since_the_scrape_are_added_not_double_counted() -> None:
 
 
 def test_stale_snapshot_is_distrusted_and_inflight_used() -> None:
-    looks_idle = ReplicaView("a", inflight=7, signals=Signals(waiting=0, running=0, kv_usage=0.0),
-                             inflight_at_scrape=0, age_s=W.stale_after_s + 5)
+    looks_idle = ReplicaView(
+        "a",
+        inflight=7,
+        signals=Signals(waiting=0, running=0, kv_usage=0.0),
+        inflight_at_scrape=0,
+        age_s=W.stale_after_s + 5,
+    )
     assert score(looks_idle, W) == 7
     busy = view("b", inflight=2, running=2, kv_usage=0.1)
     assert pick([looks_idle, busy], "gpu_load", Context()).key == "b"
@@ -87,8 +92,7 @@ def test_session_affinity_is_sticky_and_bounded_by_load() -> None:
     first = pick(views, "gpu_load", Context(session="user-42")).key
     assert all(pick(views, "gpu_load", Context(ticket=t, session="user-42")).key == first for t in range(10))
     # The sticky replica is overloaded: the session moves to the next replica on its ring.
-    loaded = [view(v.key, inflight=20 if v.key == first else 0, running=20 if v.key == first else 0)
-              for v in views]
+    loaded = [view(v.key, inflight=20 if v.key == first else 0, running=20 if v.key == first else 0) for v in views]
     moved = pick(loaded, "gpu_load", Context(session="user-42")).key
     assert moved != first
     assert moved == ring_walk(tuple("abcd"), "user-42")[1]

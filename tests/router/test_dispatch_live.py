@@ -47,8 +47,9 @@ async def test_idle_pool_is_filled_evenly(start_replica, start_router, client) -
     chooser = state.forwarder.chooser
     chooser.weights = dataclasses.replace(chooser.weights, speed=None)
     bodies = [{**CHAT, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(6)]
-    served = [(await client.post(router.url + "/v1/chat/completions", json=b)).headers["x-promptedge-replica"]
-              for b in bodies]
+    served = [
+        (await client.post(router.url + "/v1/chat/completions", json=b)).headers["x-promptedge-replica"] for b in bodies
+    ]
     assert sorted(served.count(r.url) for r in replicas) == [2, 2, 2]
 
 
@@ -75,9 +76,9 @@ async def test_inflight_is_exact_after_streams_errors_and_disconnects(start_repl
     assert await running(client, replica) == 0  # 400 tokens take 2 s: this is the abort, not the end
 
 
-
-async def test_client_gone_during_a_non_stream_request_releases_and_cancels(start_replica, start_router,
-                                                                             client) -> None:
+async def test_client_gone_during_a_non_stream_request_releases_and_cancels(
+    start_replica, start_router, client
+) -> None:
     replica = await start_replica(hang=True)  # never answers: only a cancel can end the request
     router = await start_router([replica.url])
     task = asyncio.create_task(client.post(router.url + "/v1/chat/completions", json=CHAT))

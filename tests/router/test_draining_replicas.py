@@ -50,8 +50,8 @@ async def _ready(client: httpx.AsyncClient, router: str, n: int) -> None:
 
 @pytest.mark.usefixtures("exact_only")
 async def test_requests_find_the_one_replica_left_while_four_drain(
-        processes: list[tuple[subprocess.Popen[bytes], str]],
-        start_router: Callable[..., Awaitable[Served]]) -> None:
+    processes: list[tuple[subprocess.Popen[bytes], str]], start_router: Callable[..., Awaitable[Served]]
+) -> None:
     router = await start_router([url for _, url in processes], health_interval_s=30.0)
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
@@ -59,16 +59,21 @@ async def test_requests_find_the_one_replica_left_while_four_drain(
         running = []  # the line iterators: one garbage-collected would close its stream
         for proc, url in processes[:4]:
             # a100: about 9 ms a decode step, so 10,000 tokens keep the replica draining ~90 s
-            stream = await stack.enter_async_context(client.stream(
-                "POST", url + "/v1/completions",
-                json={"model": MODEL, "prompt": "long", "max_tokens": 10_000, "stream": True}))
+            stream = await stack.enter_async_context(
+                client.stream(
+                    "POST",
+                    url + "/v1/completions",
+                    json={"model": MODEL, "prompt": "long", "max_tokens": 10_000, "stream": True},
+                )
+            )
             lines = stream.aiter_lines()
             running.append(lines)
             while not await anext(lines):  # running on the replica
                 pass
             proc.send_signal(signal.SIGTERM)
-        refused = await client.post(processes[0][1] + "/v1/completions",
-                                    json={"model": MODEL, "prompt": "x", "max_tokens": 1})
+        refused = await client.post(
+            processes[0][1] + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1}
+        )
         assert refused.status_code == 503  # draining, as the router will find it
 
         limit = asyncio.Semaphore(8)
@@ -86,7 +91,8 @@ async def test_requests_find_the_one_replica_left_while_four_drain(
 
 @pytest.mark.usefixtures("exact_only")
 async def test_a_pool_of_one_replica_that_refused_once_is_still_tried(
-        start_router: Callable[..., Awaitable[Served]]) -> None:
+    start_router: Callable[..., Awaitable[Served]],
+) -> None:
     # Attack review: one 429 with Retry-After 30 shut a one-replica pool for 30 s: every client
     # got 503 no_replica (no Retry-After) while the replica was answering again.
     replica = await RawReplica().start()

@@ -14,8 +14,8 @@ import pytest
 import redis.asyncio.connection
 
 from opskit.redis_client import async_redis
-from router.forward import service
 from router.app import cache_client
+from router.forward import service
 from sim.stack import RedisServer
 from tests.router.conftest import CHAT
 
@@ -54,8 +54,9 @@ async def test_the_cache_client_sends_commands_without_a_task_each(redis_url, mo
     assert started == []
 
 
-async def test_an_unexpected_error_is_a_500_in_openai_shape_without_its_text(start_replica, start_router, client,
-                                                                             monkeypatch, caplog) -> None:
+async def test_an_unexpected_error_is_a_500_in_openai_shape_without_its_text(
+    start_replica, start_router, client, monkeypatch, caplog
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url])
 
@@ -103,8 +104,9 @@ async def test_a_hung_redis_holds_neither_start_up_nor_an_admin_delete(start_rep
             start_up_s = time.monotonic() - began
             served = await client.post(router.url + "/v1/chat/completions", json=CHAT)
             began = time.monotonic()
-            deleted = await client.delete(router.url + "/cache?all=true", timeout=60,
-                                          headers={"authorization": "Bearer adm1n-test"})
+            deleted = await client.delete(
+                router.url + "/cache?all=true", timeout=60, headers={"authorization": "Bearer adm1n-test"}
+            )
             delete_s = time.monotonic() - began
         finally:
             own.process.send_signal(signal.SIGCONT)
@@ -113,8 +115,9 @@ async def test_a_hung_redis_holds_neither_start_up_nor_an_admin_delete(start_rep
     assert (start_up_s < 40, delete_s < 20) == (True, True), f"start-up {start_up_s:.1f} s, delete {delete_s:.1f} s"
 
 
-async def test_every_completion_route_is_declared_once_and_takes_the_fast_path(start_replica, start_router, client,
-                                                                               monkeypatch) -> None:
+async def test_every_completion_route_is_declared_once_and_takes_the_fast_path(
+    start_replica, start_router, client, monkeypatch
+) -> None:
     # One table (router/api/routes.py ROUTES) is what the fast path serves and what the app
     # registers: /v1/responses was declared on the app but not in the fast path's table, so its
     # POSTs went through the whole middleware stack.

@@ -15,6 +15,7 @@ from router import ReplicaSpec, RouterSettings, create_app
 from tests.router.conftest import CHAT, MODEL, Served, sse_data
 from tests.router.sim_process import free_port, start_sim, wait_healthy
 
+
 def served_by(responses: list[httpx.Response]) -> list[str]:
     return [r.headers.get("x-promptedge-replica", "") for r in responses]
 
@@ -64,13 +65,20 @@ async def test_hung_replica_times_out_and_others_are_unaffected(start_replica, s
     assert any(a.status_code == 200 for a in answers) and any(a.status_code == 504 for a in answers)
     # Timeouts are a deadline (the priority's TTFB, chosen by the client), not evidence of ill
     # health: the hung replica stays in the pool (its /health answers), nothing becomes a 503.
-    later = await asyncio.gather(*(client.post(router.url + "/v1/chat/completions",
-                                               json={**CHAT, "messages": [{"role": "user", "content": f"s{i}"}]})
-                                   for i in range(6)))
+    later = await asyncio.gather(
+        *(
+            client.post(
+                router.url + "/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": f"s{i}"}]}
+            )
+            for i in range(6)
+        )
+    )
     assert {a.status_code for a in later} <= {200, 504}
     assert all(a.headers["x-promptedge-replica"] == healthy.url for a in later if a.status_code == 200)
-    assert {r.url: r.health.circuit(0.0) for r in router.app.state.router.pools.all()} == \
-        {hung.url: "closed", healthy.url: "closed"}
+    assert {r.url: r.health.circuit(0.0) for r in router.app.state.router.pools.all()} == {
+        hung.url: "closed",
+        healthy.url: "closed",
+    }
     assert {r.url: r.inflight for r in router.app.state.router.pools.all()} == {hung.url: 0, healthy.url: 0}
     # The timed-out prompts never got a first byte: their pending prefill is released with them,
     # or the hung replica would look busy to dispatch forever (router/dispatch/choice.py).
@@ -90,8 +98,12 @@ async def test_warming_up_replica_gets_no_traffic(start_replica, start_router, c
     warming = await start_replica(warmup_s=30)
     ready = await start_replica()
     router = await start_router([warming.url, ready.url])
-    answers = [await client.post(router.url + "/v1/chat/completions",
-                                 json={**CHAT, "messages": [{"role": "user", "content": f"w{i}"}]}) for i in range(4)]
+    answers = [
+        await client.post(
+            router.url + "/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": f"w{i}"}]}
+        )
+        for i in range(4)
+    ]
     assert served_by(answers) == [ready.url] * 4
     models = (await client.get(router.url + "/v1/models")).json()["data"]
     assert models[0]["replicas"] == 2 and models[0]["ready"] == 1
@@ -101,8 +113,10 @@ async def test_stale_metrics_do_not_attract_a_pile_of_requests(start_replica, cl
     stale = await start_replica()
     fresh = await start_replica()
     # The stale replica's GPU exporter is unreachable, so its scrapes fail and its snapshot ages.
-    specs = [ReplicaSpec(url=stale.url, model=MODEL, gpu_metrics_url=f"http://127.0.0.1:{free_port()}/metrics"),
-             ReplicaSpec(url=fresh.url, model=MODEL)]
+    specs = [
+        ReplicaSpec(url=stale.url, model=MODEL, gpu_metrics_url=f"http://127.0.0.1:{free_port()}/metrics"),
+        ReplicaSpec(url=fresh.url, model=MODEL),
+    ]
     settings = RouterSettings(replicas=specs, redis_url=redis_url, scrape_interval_s=0.05, stale_after_s=0.2)
     router = await Served(create_app(settings)).start()
     servers.append(router)
@@ -118,16 +132,21 @@ async def test_replica_gone_between_probes_is_retried_on_another(start_replica, 
     survivor = await start_replica()
     router = await start_router([doomed.url, survivor.url], health_interval_s=60)
     await doomed.stop()  # the router's probes have not noticed yet
-    answers = [await client.post(router.url + "/v1/chat/completions",
-                                 json={**CHAT, "messages": [{"role": "user", "content": f"g{i}"}]}) for i in range(4)]
+    answers = [
+        await client.post(
+            router.url + "/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": f"g{i}"}]}
+        )
+        for i in range(4)
+    ]
     assert [a.status_code for a in answers] == [200] * 4
     assert served_by(answers) == [survivor.url] * 4
     text = (await client.get(router.url + "/metrics")).text
     assert f'promptedge_router_retries_total{{pool="{MODEL}"}}' in text
 
 
-async def test_a_replica_coming_and_going_is_logged(start_replica, start_router, client,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_replica_coming_and_going_is_logged(
+    start_replica, start_router, client, caplog: pytest.LogCaptureFixture
+) -> None:
     # Found in a README trial: a replica that went down or came back showed only in /health,
     # nothing in the router's log.
     caplog.set_level("INFO", logger="router.scraper")  # up is INFO, down WARNING
@@ -148,5 +167,6 @@ async def test_a_replica_coming_and_going_is_logged(start_replica, start_router,
         await asyncio.sleep(0.05)
     lines = [r.getMessage() for r in caplog.records if r.name == "router.scraper"]
     assert f"replica {replica.url} of pool {MODEL} is up (/health answered 200)" in lines
-    assert any(line.startswith(f"replica {replica.url} of pool {MODEL} is down (/health failed: ")
-               for line in lines), lines
+    assert any(line.startswith(f"replica {replica.url} of pool {MODEL} is down (/health failed: ") for line in lines), (
+        lines
+    )

@@ -57,8 +57,9 @@ async def test_a_non_stream_miss_comes_back_the_same_in_every_shape(name, router
     await cache_entries(redis_url, 1)
     again = await client.post(url, json=body(path, "non-stream first", extra))
     assert again.headers["x-cache"] == "exact" and again.content == miss.content  # the replica's bytes
-    with_usage = await client.post(url, json=body(path, "non-stream first", extra, stream=True,
-                                                  stream_options={"include_usage": True}))
+    with_usage = await client.post(
+        url, json=body(path, "non-stream first", extra, stream=True, stream_options={"include_usage": True})
+    )
     assert with_usage.headers["x-cache"] == "exact"
     assert assembled(with_usage) == original
     assert all(c["system_fingerprint"] == "fp_sim" for c in chunks(with_usage))
@@ -82,9 +83,13 @@ async def test_a_stream_miss_without_usage_comes_back_the_same_with_usage(name, 
     assert hit.headers["x-cache"] == "exact"
     served = hit.json()
     # regression: usage was None when the stream had not asked for it (r.usage.total_tokens raised)
-    assert served["usage"] == {"prompt_tokens": served["usage"]["prompt_tokens"], "completion_tokens": 8,
-                               "total_tokens": served["usage"]["prompt_tokens"] + 8}
+    assert served["usage"] == {
+        "prompt_tokens": served["usage"]["prompt_tokens"],
+        "completion_tokens": 8,
+        "total_tokens": served["usage"]["prompt_tokens"] + 8,
+    }
     assert {k: v for k, v in served.items() if k != "usage"} == original
-    streamed = await client.post(url, json=body(path, "stream first", extra, stream=True,
-                                                stream_options={"include_usage": True}))
+    streamed = await client.post(
+        url, json=body(path, "stream first", extra, stream=True, stream_options={"include_usage": True})
+    )
     assert assembled(streamed) == served

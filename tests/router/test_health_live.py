@@ -59,8 +59,7 @@ async def test_server_errors_do_not_close_a_one_replica_pool(start_replica, star
     assert answer.status_code == 200, answer.text
 
 
-async def test_a_replica_failing_at_a_rate_is_ejected_while_another_serves(start_replica, start_router,
-                                                                           client) -> None:
+async def test_a_replica_failing_at_a_rate_is_ejected_while_another_serves(start_replica, start_router, client) -> None:
     bad = await start_replica()
     good = await start_replica()
     router = await start_router([bad.url, good.url])
@@ -75,8 +74,9 @@ async def test_a_replica_failing_at_a_rate_is_ejected_while_another_serves(start
     assert {a.headers["x-promptedge-replica"] for a in later} == {good.url}
 
 
-async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(start_replica, start_router,
-                                                                               client) -> None:
+async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(
+    start_replica, start_router, client
+) -> None:
     # Room for every request in the batch, so nothing queues and no request is shed: only
     # health decides who is served.
     roomy = dataclasses.replace(FAST, max_num_seqs=128, max_num_batched_tokens=8192, kv_capacity_tokens=200_000)
@@ -90,16 +90,20 @@ async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(s
     # waiting. Likely the sims' engine loops lagging behind the 48 arrivals on the shared event
     # loop; not reproduced alone (3 runs) nor beside 3 or 6 busy loops (3 runs). Shedding is
     # admission, not health, which is what this test is about.
-    router = await start_router([r.url for r in replicas], timeouts={"P1": {"connect_s": 10.0},
-                                                                     "P2": {"ttfb_s": 0.2, "connect_s": 10.0}},
-                                queue_limit=10_000)
-    slow = [asyncio.create_task(client.post(router.url + URL, json=ask(i, max_tokens=300),
-                                            headers={"x-priority": "P2"}))
-            for i in range(48)]
+    router = await start_router(
+        [r.url for r in replicas],
+        timeouts={"P1": {"connect_s": 10.0}, "P2": {"ttfb_s": 0.2, "connect_s": 10.0}},
+        queue_limit=10_000,
+    )
+    slow = [
+        asyncio.create_task(client.post(router.url + URL, json=ask(i, max_tokens=300), headers={"x-priority": "P2"}))
+        for i in range(48)
+    ]
     normal: list[int] = []
     for batch in range(18):
-        answers = await asyncio.gather(*(client.post(router.url + URL, json=ask(1000 + 4 * batch + j))
-                                         for j in range(4)))
+        answers = await asyncio.gather(
+            *(client.post(router.url + URL, json=ask(1000 + 4 * batch + j)) for j in range(4))
+        )
         normal += [a.status_code for a in answers]
     p2 = Counter(a.status_code for a in await asyncio.gather(*slow))
     assert Counter(normal) == Counter({200: 72}), Counter(normal)
@@ -109,24 +113,29 @@ async def test_slow_low_priority_requests_do_not_open_the_circuit_for_everyone(s
 async def test_a_long_prompt_does_not_eject_a_healthy_replica(start_replica, start_router, client) -> None:
     # Regression A9: one client's long prompt (~2.5 s prefill, max_tokens 1) made the TTFT
     # p99 of a healthy replica exceed 2 s and ejected it for 10 s (/health: ready 1 of 2).
-    slow_prefill = dataclasses.replace(FAST, max_model_len=12000, kv_capacity_tokens=24000,
-                                       max_num_batched_tokens=8192, prefill_s_per_token=0.0005)
+    slow_prefill = dataclasses.replace(
+        FAST, max_model_len=12000, kv_capacity_tokens=24000, max_num_batched_tokens=8192, prefill_s_per_token=0.0005
+    )
     replicas = [await start_replica(profile=slow_prefill) for _ in range(2)]
     router = await start_router([r.url for r in replicas], policy="round_robin")
     url = router.url + URL
     fresh = {"cache-control": "no-cache, no-store"}
     await _ttft_samples(client, url, fresh)
     long_prompt = "lorem " * 5000  # ~5000 tokens: ~2.5 s of prefill
-    answer = await client.post(url, json=ask(0, stream=True, max_tokens=1,
-                                             messages=[{"role": "user", "content": long_prompt}]),
-                               headers=fresh, timeout=30)
+    answer = await client.post(
+        url,
+        json=ask(0, stream=True, max_tokens=1, messages=[{"role": "user", "content": long_prompt}]),
+        headers=fresh,
+        timeout=30,
+    )
     assert answer.status_code == 200
     health = (await client.get(router.url + "/health")).json()
     assert health["pools"][CHAT["model"]]["ready"] == 2, health
 
 
-async def test_a_client_uploading_its_body_slowly_does_not_eject_a_healthy_replica(start_replica, start_router,
-                                                                                   client) -> None:
+async def test_a_client_uploading_its_body_slowly_does_not_eject_a_healthy_replica(
+    start_replica, start_router, client
+) -> None:
     # Regression (attack, Dec 2): the TTFT sample ran from the start of the request, before its
     # body was read, so one client trickling its body for 2.5 s ejected a healthy replica for
     # 10 s (/health: ready 1 of 2). The replica's TTFT runs from when the request was forwarded.
@@ -143,8 +152,9 @@ async def test_a_client_uploading_its_body_slowly_does_not_eject_a_healthy_repli
             await asyncio.sleep(1.25)
 
     for _ in range(2):  # one slow upload on each replica (round robin)
-        answer = await client.post(url, content=trickle(), headers={**fresh, "content-type": "application/json"},
-                                   timeout=30)
+        answer = await client.post(
+            url, content=trickle(), headers={**fresh, "content-type": "application/json"}, timeout=30
+        )
         assert answer.status_code == 200, answer.text
     health = (await client.get(router.url + "/health")).json()
     assert health["pools"][CHAT["model"]]["ready"] == 2, health

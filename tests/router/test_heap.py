@@ -47,8 +47,7 @@ def test_the_heap_is_frozen_when_start_up_completes_and_not_before() -> None:
     async def run() -> None:
         await inbox.put({"type": "lifespan.startup"})
         await inbox.put({"type": "lifespan.shutdown"})
-        await frozen_after_startup(_app_with_lifespan(events))({"type": "lifespan", "state": state}, inbox.get,
-                                                               send)
+        await frozen_after_startup(_app_with_lifespan(events))({"type": "lifespan", "state": state}, inbox.get, send)
 
     gc.unfreeze()
     try:

@@ -36,15 +36,19 @@ def test_long_prompts_use_the_normal_lane_when_no_long_replica_is_eligible() -> 
     assert choose(LONG, {NORMAL: [0]}) == Lane(NORMAL, 0)
 
 
-@pytest.mark.parametrize(("pressures", "expected"), [
-    ({NORMAL: [1, 1], LONG: [0]}, Lane(LONG, 0)),   # every normal replica saturated, long has room
-    ({NORMAL: [2], LONG: [1]}, Lane(LONG, 1)),      # overloaded vs saturated: the lesser evil
-    ({NORMAL: [], LONG: [2]}, Lane(LONG, 2)),       # normal lane down
-    ({NORMAL: [1], LONG: [1]}, Lane(NORMAL, 1)),    # equally full: stay home
-    ({NORMAL: [0, 2], LONG: [0]}, Lane(NORMAL, 0)),  # one normal replica has room
-])
+@pytest.mark.parametrize(
+    ("pressures", "expected"),
+    [
+        ({NORMAL: [1, 1], LONG: [0]}, Lane(LONG, 0)),  # every normal replica saturated, long has room
+        ({NORMAL: [2], LONG: [1]}, Lane(LONG, 1)),  # overloaded vs saturated: the lesser evil
+        ({NORMAL: [], LONG: [2]}, Lane(LONG, 2)),  # normal lane down
+        ({NORMAL: [1], LONG: [1]}, Lane(NORMAL, 1)),  # equally full: stay home
+        ({NORMAL: [0, 2], LONG: [0]}, Lane(NORMAL, 0)),  # one normal replica has room
+    ],
+)
 def test_short_prompts_borrow_the_long_lane_only_when_the_normal_lane_is_worse(
-        pressures: dict[str, list[int]], expected: Lane) -> None:
+    pressures: dict[str, list[int]], expected: Lane
+) -> None:
     assert choose(NORMAL, pressures) == expected
 
 
@@ -61,12 +65,14 @@ def test_readiness_counts_replicas_and_ready_ones_per_lane() -> None:
 
 def test_role_from_a_slice_label_and_from_the_replica_file(tmp_path) -> None:
     rules = SliceRules(model="llama", role_label="promptedge.io/role")
-    (long_one,), _ = replicas_of(endpoint_slice("l", [endpoint("10.0.0.1")], 8000, {"promptedge.io/role": "long"}),
-                                 rules)
+    (long_one,), _ = replicas_of(
+        endpoint_slice("l", [endpoint("10.0.0.1")], 8000, {"promptedge.io/role": "long"}), rules
+    )
     (plain,), _ = replicas_of(endpoint_slice("p", [endpoint("10.0.0.2")], 8000, {}), rules)
     assert (long_one.spec.role, plain.spec.role) == (LONG, NORMAL)
-    replicas, problem = replicas_of(endpoint_slice("t", [endpoint("10.0.0.3")], 8000, {"promptedge.io/role": "lnog"}),
-                                    rules)
+    replicas, problem = replicas_of(
+        endpoint_slice("t", [endpoint("10.0.0.3")], 8000, {"promptedge.io/role": "lnog"}), rules
+    )
     assert replicas == [] and problem is not None and "promptedge.io/role='lnog'" in problem
     path = tmp_path / "replicas.yaml"
     path.write_text("replicas:\n  - {url: 'http://a:1', model: m}\n  - {url: 'http://b:1', model: m, role: long}\n")
@@ -87,8 +93,9 @@ async def reserved_pool(start_replica, start_router, **settings):
     return normal, reserved, router
 
 
-async def test_long_prompts_go_to_the_reserved_replica_and_short_ones_do_not(start_replica, start_router,
-                                                                             client) -> None:
+async def test_long_prompts_go_to_the_reserved_replica_and_short_ones_do_not(
+    start_replica, start_router, client
+) -> None:
     normal, reserved, router = await reserved_pool(start_replica, start_router)
     url = router.url + "/v1/chat/completions"
     for i in range(4):
@@ -101,9 +108,9 @@ async def test_long_prompts_go_to_the_reserved_replica_and_short_ones_do_not(sta
 
 
 async def test_short_prompts_borrow_the_reserved_replica_when_the_normal_one_is_saturated(
-        start_replica, start_router, client) -> None:
-    normal, reserved, router = await reserved_pool(start_replica, start_router, queue_limit=2,
-                                                   scrape_interval_s=0.05)
+    start_replica, start_router, client
+) -> None:
+    normal, reserved, router = await reserved_pool(start_replica, start_router, queue_limit=2, scrape_interval_s=0.05)
     tasks = await load_behind_the_routers_back(client, normal, 5)  # 3 waiting: saturated (>= 2)
     await asyncio.sleep(0.15)
     url = router.url + "/v1/chat/completions"
@@ -114,8 +121,9 @@ async def test_short_prompts_borrow_the_reserved_replica_when_the_normal_one_is_
     await asyncio.gather(*tasks)
 
 
-async def test_long_prompts_use_the_normal_replica_when_the_reserved_one_is_down(start_replica, start_router,
-                                                                                client, servers) -> None:
+async def test_long_prompts_use_the_normal_replica_when_the_reserved_one_is_down(
+    start_replica, start_router, client, servers
+) -> None:
     normal, reserved, router = await reserved_pool(start_replica, start_router, health_interval_s=0.05)
     await reserved.stop()
     servers.remove(reserved)
@@ -132,14 +140,18 @@ async def test_long_prompts_use_the_normal_replica_when_the_reserved_one_is_down
 
 
 async def test_health_is_degraded_naming_pool_and_lane_when_every_long_replica_is_down(
-        start_replica, start_router, client, servers) -> None:
+    start_replica, start_router, client, servers
+) -> None:
     # Regression: /health stayed "ok" with the long lane down (long prompts then spill onto the
     # normal lane), as only a pool without any ready replica counted.
     normal, reserved, router = await reserved_pool(start_replica, start_router, health_interval_s=0.05)
     both = await client.get(router.url + "/health")
     assert both.status_code == 200 and both.json()["status"] == "ok"
-    assert both.json()["pools"][MODEL] == {"replicas": 2, "ready": 2, "lanes": {
-        NORMAL: {"replicas": 1, "ready": 1}, LONG: {"replicas": 1, "ready": 1}}}
+    assert both.json()["pools"][MODEL] == {
+        "replicas": 2,
+        "ready": 2,
+        "lanes": {NORMAL: {"replicas": 1, "ready": 1}, LONG: {"replicas": 1, "ready": 1}},
+    }
     await reserved.stop()
     servers.remove(reserved)
     replica = next(r for r in router.app.state.router.pools.all() if r.url == reserved.url)
@@ -150,8 +162,11 @@ async def test_health_is_degraded_naming_pool_and_lane_when_every_long_replica_i
     health = await client.get(router.url + "/health")
     assert health.status_code == 200  # as for a pool without a ready replica: the body says degraded
     assert health.json()["status"] == "degraded"
-    assert health.json()["pools"][MODEL] == {"replicas": 2, "ready": 1, "lanes": {
-        NORMAL: {"replicas": 1, "ready": 1}, LONG: {"replicas": 1, "ready": 0}}}
+    assert health.json()["pools"][MODEL] == {
+        "replicas": 2,
+        "ready": 1,
+        "lanes": {NORMAL: {"replicas": 1, "ready": 1}, LONG: {"replicas": 1, "ready": 0}},
+    }
 
 
 async def test_a_pool_without_reserved_replicas_has_no_lane_headers(start_replica, start_router, client) -> None:

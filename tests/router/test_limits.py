@@ -55,8 +55,9 @@ def test_a_200_mb_body_is_refused_with_413_without_being_buffered(router: Router
     before = router.rss_bytes()
     sock = router.connect(timeout=60)
     framing = b"transfer-encoding: chunked" if chunked else b"content-length: %d" % (200 * MB)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n%s\r\n\r\n"
-                 % framing)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n%s\r\n\r\n" % framing
+    )
     sender = threading.Thread(target=_send_forever, args=(sock, 200 * MB, chunked))
     sender.start()
     try:
@@ -126,9 +127,12 @@ def test_a_long_query_string_gets_414(router: RouterProcess) -> None:
 def test_deeply_nested_json_is_a_400_with_at_most_one_log_line(router: RouterProcess) -> None:
     # Regression: 50,000 levels gave a 500 with a RecursionError traceback in the log.
     log_before = len(router.log_text().splitlines())
-    nested = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
-    answer = httpx.post(router.url + "/v1/chat/completions", content=nested,
-                        headers={"content-type": "application/json"}, timeout=30)
+    nested = (
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    )
+    answer = httpx.post(
+        router.url + "/v1/chat/completions", content=nested, headers={"content-type": "application/json"}, timeout=30
+    )
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_json"
     time.sleep(0.5)
@@ -139,8 +143,12 @@ def test_deeply_nested_json_is_a_400_with_at_most_one_log_line(router: RouterPro
 
 def test_nesting_just_over_the_depth_limit_is_a_400_and_under_it_is_served(router: RouterProcess) -> None:
     def body(depth: int) -> bytes:  # the body object is level 1, "x"'s value adds depth - 1 levels
-        return (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "x": '
-                + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}")
+        return (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "x": '
+            + b"[" * (depth - 1)
+            + b"]" * (depth - 1)
+            + b"}"
+        )
 
     over = httpx.post(router.url + "/v1/chat/completions", content=body(65), timeout=30)
     assert over.status_code == 400 and over.json()["error"]["code"] == "invalid_json"
@@ -163,19 +171,26 @@ def test_a_body_of_many_small_containers_is_a_400_without_being_parsed(router: R
 
 def test_brackets_inside_strings_are_no_containers(router: RouterProcess) -> None:
     code = "{[" * 200_000  # text (a prompt full of braces) is not structure
-    answer = httpx.post(router.url + "/v1/chat/completions", timeout=60,
-                        json={"model": "m", "messages": [{"role": "user", "content": code}], "stop": ["}\\\"]"]})
+    answer = httpx.post(
+        router.url + "/v1/chat/completions",
+        timeout=60,
+        json={"model": "m", "messages": [{"role": "user", "content": code}], "stop": ['}\\"]']},
+    )
     assert answer.status_code == 503, answer.text  # parsed and dispatched (the test pool never answers)
 
 
-@pytest.mark.parametrize("raw", [
-    b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
-    b'{"model": "m", "messages": [{"role": "user", "content": "ok \\udfff tail"}]}',
-    b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud83d"}]}]}',
-    b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "user": "\\udc00"}',
-    b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "\\ud800": 1}',
-    b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["\\ud800"]}',
-], ids=["content", "trailing", "part", "user", "key", "stop"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        b'{"model": "m", "messages": [{"role": "user", "content": "ok \\udfff tail"}]}',
+        b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud83d"}]}]}',
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "user": "\\udc00"}',
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "\\ud800": 1}',
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["\\ud800"]}',
+    ],
+    ids=["content", "trailing", "part", "user", "key", "stop"],
+)
 def test_a_lone_surrogate_anywhere_in_the_body_is_a_400(router: RouterProcess, raw: bytes) -> None:
     # Regression: "\ud800" in content gave a 500 from the cache key's digest.
     answer = httpx.post(router.url + "/v1/chat/completions", content=raw, timeout=30)
@@ -240,7 +255,7 @@ def test_an_idle_keep_alive_connection_is_closed(router: RouterProcess) -> None:
 def test_a_body_that_stops_arriving_is_refused(router: RouterProcess) -> None:
     sock = router.connect()
     try:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{\"model\"")
+        sock.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{"model"')
         status, _, body = read_response(sock, timeout=30)
         assert status == 408 and _error(body)["code"] == "body_timeout"
         assert closed_within(sock, 10)
@@ -285,7 +300,7 @@ def test_more_idle_connections_than_open_files_do_not_stop_the_router(tmp_path: 
 def test_a_client_that_leaves_mid_body_leaves_no_traceback(router: RouterProcess) -> None:
     log_before = len(router.log_text().splitlines())
     sock = router.connect()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{\"model\"")
+    sock.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{"model"')
     time.sleep(0.5)
     sock.close()
     time.sleep(1)
@@ -348,8 +363,12 @@ def test_a_long_or_odd_request_id_is_replaced_not_logged_and_echoed(router: Rout
     # Found while looking for the rest of the class: a 5,000-character X-Request-ID was written
     # whole into the access log line, forwarded to the replica and echoed back.
     for given in ("x" * 5000, "café", "a b"):
-        answer = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30,
-                            headers={"x-request-id": given.encode("latin-1")})
+        answer = httpx.post(
+            router.url + "/v1/chat/completions",
+            json=CHAT,
+            timeout=30,
+            headers={"x-request-id": given.encode("latin-1")},
+        )
         assert answer.headers["x-request-id"] != given
         assert len(answer.headers["x-request-id"]) == 32
     assert "x" * 200 not in router.log_text()

@@ -36,8 +36,9 @@ pytestmark = [pytest.mark.llama, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def router(llama: str, model: str, store: redis.Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of ``python -m router serve`` in front of the llama-server, on the test Redis."""
-    proc, url = start_router(tmp_path_factory.mktemp("router") / "router.log",
-                             [{"url": llama, "model": model, "profile": "cpu"}])
+    proc, url = start_router(
+        tmp_path_factory.mktemp("router") / "router.log", [{"url": llama, "model": model, "profile": "cpu"}]
+    )
     yield url
     stop(proc)
 
@@ -49,8 +50,13 @@ def client() -> Iterator[httpx.Client]:
 
 
 def _chat(model: str, question: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": question}],
-            "max_tokens": 16, "temperature": 0, **extra}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 16,
+        "temperature": 0,
+        **extra,
+    }
 
 
 def _sse(text: str) -> tuple[list[dict[str, Any]], str]:
@@ -98,14 +104,17 @@ def test_chat_completion_through_the_router(client: httpx.Client, router: str, l
     assert 0 < body["usage"]["completion_tokens"] <= 16
 
 
-def test_streamed_chat_completion(client: httpx.Client, router: str, llama: str, model: str,
-                                  store: redis.Redis) -> None:
+def test_streamed_chat_completion(
+    client: httpx.Client, router: str, llama: str, model: str, store: redis.Redis
+) -> None:
     body = _chat(model, "Name three colours.")
     answer = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
     chunks, last = _sse(answer.text)
     content = _assembled(chunks)
-    print(f"\n{answer.status_code} x-cache={answer.headers['x-cache']} {len(chunks)} chunks, "
-          f"last={last!r}, assembled={content!r}")
+    print(
+        f"\n{answer.status_code} x-cache={answer.headers['x-cache']} {len(chunks)} chunks, "
+        f"last={last!r}, assembled={content!r}"
+    )
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/event-stream")
     assert answer.headers["x-cache"] == "miss"
@@ -122,8 +131,9 @@ def test_streamed_chat_completion(client: httpx.Client, router: str, llama: str,
     assert again.json()["choices"][0]["message"]["content"] == content
 
 
-def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: str, model: str,
-                                      store: redis.Redis) -> None:
+def test_repeat_is_an_exact_cache_hit(
+    client: httpx.Client, router: str, llama: str, model: str, store: redis.Redis
+) -> None:
     body = _chat(model, "Write one sentence about the sea.")
     first = client.post(router + "/v1/chat/completions", json=body)
     _wait_cached(store, body)
@@ -132,9 +142,11 @@ def test_repeat_is_an_exact_cache_hit(client: httpx.Client, router: str, llama: 
     replayed = client.post(router + "/v1/chat/completions", json={**body, "stream": True})
     chunks, last = _sse(replayed.text)
     content = first.json()["choices"][0]["message"]["content"]
-    print(f"\nfirst: x-cache={first.headers['x-cache']} {content!r}\n"
-          f"second: x-cache={second.headers['x-cache']} {second.json()['choices'][0]['message']['content']!r}\n"
-          f"stream: x-cache={replayed.headers['x-cache']} {_assembled(chunks)!r} last={last!r}")
+    print(
+        f"\nfirst: x-cache={first.headers['x-cache']} {content!r}\n"
+        f"second: x-cache={second.headers['x-cache']} {second.json()['choices'][0]['message']['content']!r}\n"
+        f"stream: x-cache={replayed.headers['x-cache']} {_assembled(chunks)!r} last={last!r}"
+    )
     assert [r.headers["x-cache"] for r in (first, second, replayed)] == ["miss", "exact", "exact"]
     assert second.json()["choices"] == first.json()["choices"]
     assert _assembled(chunks) == content and last == "[DONE]"
@@ -164,7 +176,9 @@ def test_router_scrapes_the_servers_metrics(client: httpx.Client, router: str, l
     assert up == 1.0 and idle == 0.0
 
     # Load the server behind the router's back: only llamacpp:requests_processing can show it.
-    busy = _chat(model, "Tell me a long story about a lighthouse.", max_tokens=900, stream=True)  # within the 1,024-token slot
+    busy = _chat(
+        model, "Tell me a long story about a lighthouse.", max_tokens=900, stream=True
+    )  # within the 1,024-token slot
     busy["ignore_eos"] = True  # llama-server's own parameter: all 900 tokens, whatever the model says
     with client.stream("POST", llama + "/v1/chat/completions", json=busy) as generating:
         lines = generating.iter_lines()
@@ -203,8 +217,17 @@ SHAPES = {  # name: (path, extra body fields, served by the reasoning llama-serv
     "chat-reasoning": ("/v1/chat/completions", {}, True),
     "chat-reasoning-logprobs": ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, True),
 }
-FIDELITY_FIELDS = ("content", "reasoning_content", "logprobs", "finish_reason", "usage", "id", "created", "model",
-                   "system_fingerprint")
+FIDELITY_FIELDS = (
+    "content",
+    "reasoning_content",
+    "logprobs",
+    "finish_reason",
+    "usage",
+    "id",
+    "created",
+    "model",
+    "system_fingerprint",
+)
 THINK_TEMPLATE = Path(__file__).with_name("llama_think.jinja")
 THINKING_MODEL = LLAMA_MODEL + "-think"  # its own pool and cache keys
 
@@ -213,8 +236,15 @@ THINKING_MODEL = LLAMA_MODEL + "-think"  # its own pool and cache keys
 def thinking_router(store: redis.Redis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A router in front of a llama-server that returns ``reasoning_content`` (see SHAPES)."""
     logs = tmp_path_factory.mktemp("thinking")
-    server, url = start_llama(logs / "llama-server.log", THINKING_MODEL, "--jinja", "--chat-template-file",
-                              str(THINK_TEMPLATE), "--reasoning", "on")
+    server, url = start_llama(
+        logs / "llama-server.log",
+        THINKING_MODEL,
+        "--jinja",
+        "--chat-template-file",
+        str(THINK_TEMPLATE),
+        "--reasoning",
+        "on",
+    )
     proc, router_url = start_router(logs / "router.log", [{"url": url, "model": THINKING_MODEL, "profile": "cpu"}])
     yield router_url
     stop(proc)
@@ -246,16 +276,22 @@ def _fidelity_fields(answer: dict[str, Any]) -> dict[str, Any]:
     choice = answer["choices"][0]
     message = choice.get("message", {})
     content = message.get("content") if "message" in choice else choice.get("text")
-    return {"content": content, "reasoning_content": message.get("reasoning_content"),
-            "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason"),
-            **{name: answer.get(name) for name in FIDELITY_FIELDS[4:]}}
+    return {
+        "content": content,
+        "reasoning_content": message.get("reasoning_content"),
+        "logprobs": choice.get("logprobs"),
+        "finish_reason": choice.get("finish_reason"),
+        **{name: answer.get(name) for name in FIDELITY_FIELDS[4:]},
+    }
 
 
 def _fidelity_row(miss: dict[str, Any], hit: dict[str, Any]) -> dict[str, str]:
     """Per field: ``same`` or ``miss <value> / hit <value>``; printed as the measured table."""
     a, b = _fidelity_fields(miss), _fidelity_fields(hit)
-    return {name: "same" if a[name] == b[name] else f"miss {a[name]!r:.200} / hit {b[name]!r:.200}"
-            for name in FIDELITY_FIELDS}
+    return {
+        name: "same" if a[name] == b[name] else f"miss {a[name]!r:.200} / hit {b[name]!r:.200}"
+        for name in FIDELITY_FIELDS
+    }
 
 
 def _print_table(title: str, columns: dict[str, dict[str, str]]) -> None:
@@ -283,8 +319,9 @@ def _check_shape(shape: str, answer: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, store: redis.Redis,
-                                                     request: pytest.FixtureRequest) -> None:
+def test_a_non_stream_miss_comes_back_field_by_field(
+    shape: str, client: httpx.Client, store: redis.Redis, request: pytest.FixtureRequest
+) -> None:
     router, model = _target(shape, request)
     path, body = _request(shape, model, "Give me one word for happy.")
     miss = client.post(router + path, json=body)
@@ -295,9 +332,13 @@ def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.C
     hit = client.post(router + path, json=body)
     streamed = client.post(router + path, json={**body, "stream": True, "stream_options": {"include_usage": True}})
     plain = client.post(router + path, json={**body, "stream": True})
-    _print_table(f"{shape}: non-stream miss ->", {
-        "non-stream hit": _fidelity_row(original, hit.json()),
-        "stream hit (include_usage)": _fidelity_row(original, assembled(streamed))})
+    _print_table(
+        f"{shape}: non-stream miss ->",
+        {
+            "non-stream hit": _fidelity_row(original, hit.json()),
+            "stream hit (include_usage)": _fidelity_row(original, assembled(streamed)),
+        },
+    )
     assert [r.headers["x-cache"] for r in (miss, hit, streamed, plain)] == ["miss", "exact", "exact", "exact"]
     assert hit.content == miss.content  # the server's bytes, llama.cpp's own fields (timings) included
     assert set(_fidelity_row(original, assembled(streamed)).values()) == {"same"}
@@ -308,8 +349,9 @@ def test_a_non_stream_miss_comes_back_field_by_field(shape: str, client: httpx.C
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_a_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Client, store: redis.Redis,
-                                                 request: pytest.FixtureRequest) -> None:
+def test_a_stream_miss_comes_back_field_by_field(
+    shape: str, client: httpx.Client, store: redis.Redis, request: pytest.FixtureRequest
+) -> None:
     router, model = _target(shape, request)
     path, body = _request(shape, model, "Give me one word for sad.")
     miss = client.post(router + path, json={**body, "stream": True})
@@ -329,10 +371,14 @@ def test_a_stream_miss_comes_back_field_by_field(shape: str, client: httpx.Clien
     streamed = client.post(router + path, json={**body, "stream": True, "stream_options": {"include_usage": True}})
     plain = client.post(router + path, json={**body, "stream": True})
     served = hit.json()
-    _print_table(f"{shape}: stream miss ->", {
-        "non-stream hit": _fidelity_row(original, served),
-        "stream hit (include_usage)": _fidelity_row(original, assembled(streamed)),
-        "stream hit (as asked)": _fidelity_row(original, assembled(plain))})
+    _print_table(
+        f"{shape}: stream miss ->",
+        {
+            "non-stream hit": _fidelity_row(original, served),
+            "stream hit (include_usage)": _fidelity_row(original, assembled(streamed)),
+            "stream hit (as asked)": _fidelity_row(original, assembled(plain)),
+        },
+    )
     assert [r.headers["x-cache"] for r in (miss, hit, streamed, plain)] == ["miss", "exact", "exact", "exact"]
     # A replayed stream carries usage only with include_usage (OpenAI's rule), so llama-server's
     # unasked completions usage is not in a stream hit asked the same way.

@@ -20,10 +20,14 @@ from router.observe.metrics_shared import PREFIX, new_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # A supervisor (new_dir) or a worker (hold) that keeps its directory until its stdin closes.
-SUPERVISOR = ("import sys; from router.observe.metrics_shared import new_dir; "
-              "print(new_dir(sys.argv[1]), flush=True); sys.stdin.read()")
-WORKER = ("import sys; from router.observe.metrics_shared import hold; "
-          "hold(sys.argv[1]); print('held', flush=True); sys.stdin.read()")
+SUPERVISOR = (
+    "import sys; from router.observe.metrics_shared import new_dir; "
+    "print(new_dir(sys.argv[1]), flush=True); sys.stdin.read()"
+)
+WORKER = (
+    "import sys; from router.observe.metrics_shared import hold; "
+    "hold(sys.argv[1]); print('held', flush=True); sys.stdin.read()"
+)
 
 
 @pytest.fixture()
@@ -38,8 +42,9 @@ def dead_pid() -> int:
 def running(code: str, arg: str, prefix: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``code`` run with ``arg`` in its own process (after ``prefix``, e.g. ``unshare``): the
     process and the first line it printed; it is stopped at exit."""
-    proc = subprocess.Popen([*prefix, sys.executable, "-c", code, arg], cwd=ROOT, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*prefix, sys.executable, "-c", code, arg], cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
@@ -84,7 +89,8 @@ def test_a_directory_named_with_this_processs_pid_is_a_predecessors(tmp_path: Pa
 
 @pytest.mark.parametrize("named", ["this process's", "a dead process's"])
 def test_a_live_supervisors_directory_is_kept_whatever_pid_its_name_holds(
-        tmp_path: Path, dead_pid: int, named: str) -> None:
+    tmp_path: Path, dead_pid: int, named: str
+) -> None:
     # Regression: liveness was the name's pid, which in another PID namespace on the same /tmp
     # is another process's (two containerised routers are both pid 1): a live router's
     # directory was removed and its requests failed (FileNotFoundError in observe_request).
@@ -123,17 +129,21 @@ def test_routers_in_two_pid_namespaces_on_one_tmp_keep_each_others_directory(tmp
 
 def test_pids_too_large_for_kill_in_names_are_skipped(tmp_path: Path) -> None:
     # Regression: os.kill raised OverflowError on a pid >= 2**31 and the router did not start
-    odd = [left(tmp_path, f"{PREFIX}{2**31}-abc", f"counter_{2**63}.db"),
-           left(tmp_path, f"{PREFIX}{10**30}-def", "counter_1.db")]
+    odd = [
+        left(tmp_path, f"{PREFIX}{2**31}-abc", f"counter_{2**63}.db"),
+        left(tmp_path, f"{PREFIX}{10**30}-def", "counter_1.db"),
+    ]
     made = Path(new_dir(str(tmp_path)))
     assert made.is_dir() and all(path.is_dir() for path in odd)
 
 
 def test_directories_without_a_lock_are_left_alone(tmp_path: Path, dead_pid: int) -> None:
     # made by an older version (maybe still running, in another PID namespace), or not a router's
-    unknown = [left(tmp_path, f"{PREFIX}{dead_pid}-abc", f"counter_{dead_pid}.db"),
-               left(tmp_path, f"{PREFIX}{os.getpid()}-def"),
-               left(tmp_path, f"{PREFIX}abcd1234"),
-               left(tmp_path, "other-thing-1")]
+    unknown = [
+        left(tmp_path, f"{PREFIX}{dead_pid}-abc", f"counter_{dead_pid}.db"),
+        left(tmp_path, f"{PREFIX}{os.getpid()}-def"),
+        left(tmp_path, f"{PREFIX}abcd1234"),
+        left(tmp_path, "other-thing-1"),
+    ]
     new_dir(str(tmp_path))
     assert all(path.is_dir() for path in unknown)

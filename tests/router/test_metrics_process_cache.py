@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from router.dispatch import Weights
 from router.fleet.health import HealthConfig
-from router.observe.metrics import RouterMetrics
 from router.fleet.replicas import Pools
+from router.observe.metrics import RouterMetrics
 
 
 def test_cache_up_follows_the_cache_and_process_series_are_exported() -> None:

@@ -18,9 +18,9 @@ from router import ReplicaSpec
 from router.discovery import DiscoveredReplica, apply
 from router.dispatch import Weights
 from router.fleet.health import HealthConfig
+from router.fleet.replicas import Pools
 from router.observe.metrics import RouterMetrics
 from router.observe.metrics_shared import ENV, forget
-from router.fleet.replicas import Pools
 
 A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +32,11 @@ def discovered(*urls: str) -> list[DiscoveredReplica]:
 
 def samples(metrics: RouterMetrics, url: str) -> list[str]:
     """The sample lines of the exposition labelled with replica ``url``."""
-    return [line for line in metrics.render().decode().splitlines()
-            if not line.startswith("#") and f'replica="{url}"' in line]
+    return [
+        line
+        for line in metrics.render().decode().splitlines()
+        if not line.startswith("#") and f'replica="{url}"' in line
+    ]
 
 
 @pytest.fixture(params=["one process", "workers"])
@@ -115,8 +118,9 @@ class Worker:
 
     def __init__(self, shared: Path) -> None:
         env = {**os.environ, ENV: str(shared)}
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=ROOT, env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER], cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
 
     def discovers(self, *urls: str) -> set[str]:
         """Give the worker the replica set ``urls``; the replicas its ``/metrics`` answer shows."""
@@ -133,7 +137,8 @@ class Worker:
 
 
 def test_a_worker_with_no_replicas_does_not_hide_the_other_workers_replicas(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Each worker left out every series of a replica that it did not discover itself: a worker
     # whose discovery was empty (just started, its source failing) answered its scrapes with no
     # per-replica series at all, the other workers' live ones included.

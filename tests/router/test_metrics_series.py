@@ -32,13 +32,14 @@ async def test_a_replica_that_left_leaves_no_request_series_behind(start_replica
     # promptedge_router_requests_total series for the router's lifetime.
     gone, staying = await start_replica(), await start_replica()
     source = _Pushed([ReplicaSpec(url=gone.url, model=MODEL), ReplicaSpec(url=staying.url, model=MODEL)])
-    settings = RouterSettings(redis_url=redis_url, counters_flush_s=0.05, health_interval_s=0.05,
-                              policy="round_robin")
+    settings = RouterSettings(redis_url=redis_url, counters_flush_s=0.05, health_interval_s=0.05, policy="round_robin")
     router = await Served(create_app(settings, discovery=source)).start()
     servers.append(router)
     served_by = set()
     for i in range(40):
-        response = await client.post(router.url + URL, json=chat(f"Question {i}?"), headers={"cache-control": "no-store"})
+        response = await client.post(
+            router.url + URL, json=chat(f"Question {i}?"), headers={"cache-control": "no-store"}
+        )
         served_by.add(response.headers.get("x-promptedge-replica"))
         if served_by >= {gone.url, staying.url}:
             break

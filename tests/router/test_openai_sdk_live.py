@@ -55,8 +55,9 @@ async def test_completions_models_embeddings_and_responses(sdk) -> None:
     vectors = await sdk.embeddings.create(model=MODEL, input=["one", "two"])
     assert [d.index for d in vectors.data] == [0, 1] and len(vectors.data[0].embedding) > 0
     first = await sdk.responses.create(model=MODEL, input="Hello", max_output_tokens=4)
-    follow = await sdk.responses.create(model=MODEL, input="And then?", max_output_tokens=4,
-                                        previous_response_id=first.id)
+    follow = await sdk.responses.create(
+        model=MODEL, input="And then?", max_output_tokens=4, previous_response_id=first.id
+    )
     assert first.output_text and follow.output_text and follow.id != first.id
     with pytest.raises(openai.NotFoundError):
         await sdk.responses.create(model=MODEL, input="x", max_output_tokens=4, previous_response_id="resp_nope")

@@ -34,19 +34,25 @@ GREEDY = {"max_tokens": 12, "temperature": 0}
 def embedder(llama: str, model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(base URL, model id) of a second llama-server on the same GGUF, serving embeddings."""
     name = model + "-embeddings"
-    proc, url = start_llama(tmp_path_factory.mktemp("embedder") / "llama-server.log", name,
-                            "--embeddings", "--pooling", "mean")
+    proc, url = start_llama(
+        tmp_path_factory.mktemp("embedder") / "llama-server.log", name, "--embeddings", "--pooling", "mean"
+    )
     yield url, name
     stop(proc)
 
 
 @pytest.fixture(scope="module")
-def router(llama: str, model: str, embedder: tuple[str, str], store: redis.Redis,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def router(
+    llama: str, model: str, embedder: tuple[str, str], store: redis.Redis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """Base URL of the router with two pools: ``model`` (generation) and the embedder's."""
-    proc, url = start_router(tmp_path_factory.mktemp("router") / "router.log",
-                             [{"url": llama, "model": model, "profile": "cpu"},
-                              {"url": embedder[0], "model": embedder[1], "profile": "cpu", "metrics_path": None}])
+    proc, url = start_router(
+        tmp_path_factory.mktemp("router") / "router.log",
+        [
+            {"url": llama, "model": model, "profile": "cpu"},
+            {"url": embedder[0], "model": embedder[1], "profile": "cpu", "metrics_path": None},
+        ],
+    )
     yield url
     stop(proc)
 
@@ -74,8 +80,9 @@ def test_chat_miss_and_hit_read_the_same(sdk: openai.OpenAI, model: str, store: 
     assert miss.parse().choices[0].message.content
 
 
-def test_a_stream_without_include_usage_is_answered_later_with_usage(sdk: openai.OpenAI, model: str,
-                                                                    store: redis.Redis) -> None:
+def test_a_stream_without_include_usage_is_answered_later_with_usage(
+    sdk: openai.OpenAI, model: str, store: redis.Redis
+) -> None:
     question = [{"role": "user", "content": "Name a fruit."}]
     before = _cached(store)
     chunks = list(sdk.chat.completions.create(model=model, messages=question, stream=True, **GREEDY))
@@ -111,8 +118,9 @@ def test_models_list_and_retrieve(sdk: openai.OpenAI, model: str, embedder: tupl
     assert missing.value.response.json()["error"]["code"] == "model_not_found"
 
 
-def test_embeddings_miss_and_exact_hit_read_the_same(sdk: openai.OpenAI, embedder: tuple[str, str],
-                                                     store: redis.Redis) -> None:
+def test_embeddings_miss_and_exact_hit_read_the_same(
+    sdk: openai.OpenAI, embedder: tuple[str, str], store: redis.Redis
+) -> None:
     before = _cached(store)
     texts = ["one", "two words"]
     miss = sdk.embeddings.with_raw_response.create(model=embedder[1], input=texts)
@@ -126,8 +134,9 @@ def test_embeddings_miss_and_exact_hit_read_the_same(sdk: openai.OpenAI, embedde
     assert vectors[0].embedding != vectors[1].embedding
 
 
-def test_embeddings_on_the_generation_server_are_an_openai_error(sdk: openai.OpenAI, model: str,
-                                                                 store: redis.Redis) -> None:
+def test_embeddings_on_the_generation_server_are_an_openai_error(
+    sdk: openai.OpenAI, model: str, store: redis.Redis
+) -> None:
     before = _cached(store)
     with pytest.raises(openai.APIStatusError) as refused:
         sdk.embeddings.create(model=model, input="one")

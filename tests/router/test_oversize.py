@@ -63,8 +63,10 @@ def sim_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory, sim_url: str) -> Iterator[RouterProcess]:
     replicas = json.dumps([{"url": sim_url, "model": MODEL, "metrics_path": None}])
-    served = start_router(tmp_path_factory.mktemp("oversize"), {
-        "PROMPTEDGE_ROUTER_LIMITS": json.dumps(LIMITS), "PROMPTEDGE_ROUTER_REPLICAS": replicas})
+    served = start_router(
+        tmp_path_factory.mktemp("oversize"),
+        {"PROMPTEDGE_ROUTER_LIMITS": json.dumps(LIMITS), "PROMPTEDGE_ROUTER_REPLICAS": replicas},
+    )
     yield served
     served.stop()
 
@@ -83,8 +85,7 @@ def _call(router: RouterProcess, client: str, make: Callable[[Any], Awaitable[ob
         return
 
     async def run() -> None:
-        async with openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="test", max_retries=0,
-                                      timeout=60) as sdk:
+        async with openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="test", max_retries=0, timeout=60) as sdk:
             await make(sdk)  # type: ignore[misc]
 
     asyncio.run(run())
@@ -92,12 +93,14 @@ def _call(router: RouterProcess, client: str, make: Callable[[Any], Awaitable[ob
 
 def _assert_still_serves(router: RouterProcess) -> None:
     answer = _sdk(router).chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "still there?"}], max_tokens=4)
+        model=MODEL, messages=[{"role": "user", "content": "still there?"}], max_tokens=4
+    )
     assert answer.choices[0].message.content
 
 
-def _assert_openai_error(caught: pytest.ExceptionInfo[openai.APIStatusError], status: int, code: str,
-                         limit: int) -> None:
+def _assert_openai_error(
+    caught: pytest.ExceptionInfo[openai.APIStatusError], status: int, code: str, limit: int
+) -> None:
     error = caught.value
     assert (error.status_code, error.code) == (status, code), error
     assert f"{limit} bytes" in error.message, error.message  # the limit is named
@@ -139,8 +142,13 @@ def test_16_mb_of_headers_get_a_431_the_openai_sdk_reads(router: RouterProcess, 
     # Regression (issue 31, 4): the router answered 431 and closed with the rest of the head
     # unread, so the kernel reset the connection: the async SDK showed APIConnectionError
     with _PeakRss(router) as peak, pytest.raises(openai.APIStatusError) as caught:
-        _call(router, client, lambda sdk: sdk.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_headers={"x-big": "a" * (16 * MB)}))
+        _call(
+            router,
+            client,
+            lambda sdk: sdk.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_headers={"x-big": "a" * (16 * MB)}
+            ),
+        )
     _assert_openai_error(caught, 431, "headers_too_large", MAX_HEAD)
     peak.check()
     _assert_still_serves(router)
@@ -162,8 +170,13 @@ def test_16_mb_of_headers_get_a_431_httpx_reads(router: RouterProcess) -> None:
 def test_a_20_mb_chat_gets_a_413_the_openai_sdk_reads(router: RouterProcess, client: str) -> None:
     # Regression (issue 31, 4): 413 answered before the body was read, then a reset
     with _PeakRss(router) as peak, pytest.raises(openai.APIStatusError) as caught:
-        _call(router, client, lambda sdk: sdk.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "x" * (20 * MB)}]))
+        _call(
+            router,
+            client,
+            lambda sdk: sdk.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x" * (20 * MB)}]
+            ),
+        )
     _assert_openai_error(caught, 413, "body_too_large", MAX_BODY)
     peak.check()
     _assert_still_serves(router)
@@ -219,7 +232,9 @@ LINGER = {"lingering_max_bytes": 4 * MB, "lingering_timeout_s": 1, "lingering_ti
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
-    served = start_router(tmp_path_factory.mktemp("linger"), {"PROMPTEDGE_ROUTER_LIMITS": json.dumps({**LIMITS, **LINGER})})
+    served = start_router(
+        tmp_path_factory.mktemp("linger"), {"PROMPTEDGE_ROUTER_LIMITS": json.dumps({**LIMITS, **LINGER})}
+    )
     yield served
     served.stop()
 
@@ -227,8 +242,10 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
 def _refused_upload(router: RouterProcess) -> socket.socket:
     """A connection whose request the router has refused (413, read here) while its body is still due."""
     sock = router.connect(timeout=30)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                 b"content-length: %d\r\n\r\n" % (1024 * MB))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % (1024 * MB)
+    )
     status, _, _ = read_response(sock, timeout=30)
     assert status == 413
     return sock
@@ -304,9 +321,11 @@ def test_a_refused_head_is_answered_even_when_the_rest_never_comes(tight: Router
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (2 * MAX_HEAD))
         status, headers, body = read_response(sock, timeout=30)
         assert (status, json.loads(body)["error"]["code"], headers.get("connection")) == (
-            431, "headers_too_large", "close")
+            431,
+            "headers_too_large",
+            "close",
+        )
         assert closed_within(sock, 20)
         assert _router_lets_go(tight, sock, 20)
     finally:
         sock.close()
-

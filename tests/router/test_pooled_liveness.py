@@ -113,15 +113,23 @@ class _Replica:
                         return
                     data += chunk
                 head, _, data = data.partition(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(data) < length:
                     data += conn.recv(65536)
                 data = data[length:]
                 with self.lock:
                     self.requests += 1
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(ANSWER), ANSWER))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(ANSWER), ANSWER)
+                )
         except OSError:
             return
 

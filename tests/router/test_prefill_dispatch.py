@@ -10,18 +10,25 @@ import asyncio
 import pytest
 
 from router.dispatch import Context, ReplicaView, Weights, pick, score
+from router.dispatch.signals import Signals
 from router.fleet.health import HealthConfig
 from router.fleet.replicas import Replica
 from router.settings import ReplicaSpec
-from router.dispatch.signals import Signals
 from sim import Profile
 from tests.router.conftest import MODEL
 
 # Prefill 0.1 ms per token in chunks of 2,048 tokens (a 6,000-token prompt: ~0.6 s), 10 ms per
 # decode step: a 500-token answer takes ~5 s after its prefill.
 SLOW = Profile(
-    name="slow", max_num_seqs=16, max_num_batched_tokens=2048, kv_capacity_tokens=64_000, max_model_len=16_000,
-    prefill_s_per_token=0.0001, decode_base_s=0.01, decode_per_seq_s=0.0, kv_read_s_per_token=0.0,
+    name="slow",
+    max_num_seqs=16,
+    max_num_batched_tokens=2048,
+    kv_capacity_tokens=64_000,
+    max_model_len=16_000,
+    prefill_s_per_token=0.0001,
+    decode_base_s=0.01,
+    decode_per_seq_s=0.0,
+    kv_read_s_per_token=0.0,
 )
 
 
@@ -37,10 +44,16 @@ def test_the_pending_prefill_counts_in_the_scores_unit_fresh_or_stale() -> None:
     w = Weights()
     stale = ReplicaView("a", inflight=1, prefill_tokens=2000)
     assert score(stale, w) == 1 + 2 * w.prefill_per_1k
-    fresh = ReplicaView("a", inflight=1, prefill_tokens=1000, signals=Signals(running=1.0, waiting=0.0),
-                        inflight_at_scrape=1, age_s=0.1)
-    assert score(fresh, w) == score(ReplicaView("a", inflight=1, signals=Signals(running=1.0, waiting=0.0),
-                                                inflight_at_scrape=1, age_s=0.1), w) + w.prefill_per_1k
+    fresh = ReplicaView(
+        "a", inflight=1, prefill_tokens=1000, signals=Signals(running=1.0, waiting=0.0), inflight_at_scrape=1, age_s=0.1
+    )
+    assert (
+        score(fresh, w)
+        == score(
+            ReplicaView("a", inflight=1, signals=Signals(running=1.0, waiting=0.0), inflight_at_scrape=1, age_s=0.1), w
+        )
+        + w.prefill_per_1k
+    )
     assert score(stale, Weights(prefill_per_1k=0.0)) == 1
 
 
@@ -80,10 +93,12 @@ def test_a_non_stream_prompt_is_pending_until_a_scrape_begun_after_it_shows_noth
     stream.release()
     assert replica.prefill_tokens == 0 and replica.inflight == 0 and not replica.unadmitted
 
+
 @pytest.mark.usefixtures("exact_only")  # dispatch only: no embedding model to load
 @pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/responses"])
 async def test_a_non_stream_prompt_stops_counting_as_pending_once_the_replica_admitted_it(
-        endpoint, start_replica, start_router, client) -> None:
+    endpoint, start_replica, start_router, client
+) -> None:
     """A non-stream answer's first byte comes after the whole generation; its prompt counted as
     pending prefill until then, so one long non-stream request made its replica look busy for
     its whole answer (~19 s for a 20k-word prompt whose prefill took 2.7 s) and every other
@@ -92,8 +107,11 @@ async def test_a_non_stream_prompt_stops_counting_as_pending_once_the_replica_ad
     router = await start_router([r.url for r in replicas])  # gpu_load, scrapes every 0.25 s
     state = router.app.state.router
     text = "Summarise the following report in detail. " * 560  # ~24,000 characters: ~6,000 tokens
-    body = ({"model": MODEL, "input": text, "max_output_tokens": 500} if endpoint == "/v1/responses"
-            else {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 500})
+    body = (
+        {"model": MODEL, "input": text, "max_output_tokens": 500}
+        if endpoint == "/v1/responses"
+        else {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 500}
+    )
     long = asyncio.create_task(client.post(router.url + endpoint, json=body, timeout=30))
     for _ in range(300):
         busy = [r for r in state.pools.all() if r.inflight]
@@ -109,8 +127,7 @@ async def test_a_non_stream_prompt_stops_counting_as_pending_once_the_replica_ad
     def short(i: int) -> dict:
         return {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": f"question {i}"}]}
 
-    answers = await asyncio.gather(*(client.post(router.url + "/v1/chat/completions", json=short(i))
-                                     for i in range(6)))
+    answers = await asyncio.gather(*(client.post(router.url + "/v1/chat/completions", json=short(i)) for i in range(6)))
     assert [r.status_code for r in answers] == [200] * 6
     served = [r.headers["x-promptedge-replica"] for r in answers]
     # A decodes one answer: as busy as one open request, not as 18 (6,000 pending tokens x 3 / 1,000)

@@ -21,8 +21,11 @@ def view(key: str, running: float = 0.0, waiting: float = 0.0, kv: float = 0.0) 
 
 
 def chat(system: str, question: str) -> dict:
-    return {"model": MODEL, "max_tokens": 2,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+    return {
+        "model": MODEL,
+        "max_tokens": 2,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+    }
 
 
 def test_chunk_hashes_chain_and_skip_the_partial_chunk() -> None:
@@ -90,9 +93,11 @@ def test_locality_is_never_followed_into_a_hotspot() -> None:
 
 
 def test_kv_size_is_read_from_cache_config_info() -> None:
-    text = (b'vllm:cache_config_info{block_size="16",enable_prefix_caching="True",engine="0",num_gpu_blocks="25000"} 1.0\n'
-            b'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="None"} 1.0\n'
-            b'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n')
+    text = (
+        b'vllm:cache_config_info{block_size="16",enable_prefix_caching="True",engine="0",num_gpu_blocks="25000"} 1.0\n'
+        b'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="None"} 1.0\n'
+        b'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
+    )
     signals = parse_metrics(text)
     assert signals.kv_capacity_tokens == 400_000 and signals.running == 2
     assert parse_metrics(b'vllm:num_requests_running{engine="0"} 1.0\n').kv_capacity_tokens is None
@@ -133,10 +138,12 @@ def test_a_replica_reporting_a_huge_kv_cache_does_not_unbound_its_prefix_index()
 
 @pytest.mark.usefixtures("exact_only")
 async def test_pending_prefill_counts_only_the_part_of_the_prompt_the_replica_probably_lacks(
-        start_replica, start_router, client) -> None:
+    start_replica, start_router, client
+) -> None:
     replica = await start_replica()
-    router = await start_router([replica.url], policy="prefix_aware", scrape_interval_s=60,
-                                timeouts={"P1": {"ttfb_s": 3.0}})
+    router = await start_router(
+        [replica.url], policy="prefix_aware", scrape_interval_s=60, timeouts={"P1": {"ttfb_s": 3.0}}
+    )
     system = "You are a careful assistant. " * 30  # 3 chunks of 256 characters
     first = await client.post(router.url + "/v1/chat/completions", json=chat(system, "first"))
     assert first.status_code == 200
@@ -166,7 +173,6 @@ async def test_pending_prefill_counts_only_the_part_of_the_prompt_the_replica_pr
     assert rep.prefill_tokens == 0 and rep.inflight == 0
 
 
-
 def test_one_prompt_never_takes_more_than_half_a_replica_index() -> None:
     indexes = PrefixIndexes(chunk_chars=256, kv_tokens_default=640)  # 10 chunks
     indexes.record("a", [1, 2, 3, 4])
@@ -174,9 +180,11 @@ def test_one_prompt_never_takes_more_than_half_a_replica_index() -> None:
     assert indexes.matches(["a"], [1, 2, 3, 4]) == {"a": 1.0}
     assert indexes.matches(["a"], list(range(100, 130))) == {"a": 5 / 30}
 
+
 @pytest.mark.usefixtures("exact_only")
 async def test_prompts_a_replica_rejects_do_not_evict_the_prefixes_it_holds(
-        start_replica, start_router, client) -> None:
+    start_replica, start_router, client
+) -> None:
     """The index recorded a prompt for the chosen replica before sending it, whatever came of
     it: 12 prompts of 600k characters, each answered 400 (over the model's context), took a
     victim's prefix match on its replica from 0.97 to 0.0 (attack round, finding 2). Only a

@@ -17,13 +17,13 @@ from tests.router.conftest import CHAT
 URL = "/v1/chat/completions"
 
 
-async def test_a_stalled_replica_rejoins_within_seconds_after_it_recovers(start_replica, start_router,
-                                                                         client) -> None:
+async def test_a_stalled_replica_rejoins_within_seconds_after_it_recovers(start_replica, start_router, client) -> None:
     await _stall_and_count(start_replica, start_router, client, second_stall=None)
 
 
-async def test_a_recovered_replica_whose_retest_is_slow_still_rejoins_within_seconds(start_replica, start_router,
-                                                                                    client) -> None:
+async def test_a_recovered_replica_whose_retest_is_slow_still_rejoins_within_seconds(
+    start_replica, start_router, client
+) -> None:
     """CI, stop 24: the one request that re-tests the recovered replica (5 s after its last
     sample) was itself slow, its sample replaced the estimate with full trust, and the replica
     got nothing for another 5 s (36 of 250 late requests). Here a second short stall (0.6 s)
@@ -70,8 +70,10 @@ async def _stall_and_count(start_replica, start_router, client, second_stall: tu
     assert all(r.inflight == 0 and r.prefill_tokens == 0 for r in state.pools.all())
     after = [(t - released, url) for t, url, _ in served if t > released + 0.5]  # the held ones are done
     per_second = [Counter(url == stalled.url for dt, url in after if s <= dt < s + 1) for s in range(12)]
-    print("seconds after release: requests to the recovered replica / all:",
-          " ".join(f"{c[True]}/{c[True] + c[False]}" for c in per_second))
+    print(
+        "seconds after release: requests to the recovered replica / all:",
+        " ".join(f"{c[True]}/{c[True] + c[False]}" for c in per_second),
+    )
     late = Counter(url for dt, url in after if dt > 8.0)
     total = sum(late.values())
     # In the last 4 s it takes its share again (a third, less timing noise), not 0 of hundreds.

@@ -17,13 +17,18 @@ from tests.router.conftest import CHAT, MODEL
 pytestmark = pytest.mark.redis_ha
 
 
-async def test_router_caches_limits_counts_and_deletes_on_a_cluster(start_replica, start_router, client,
-                                                                   cluster_url: str, exact_only: None) -> None:
+async def test_router_caches_limits_counts_and_deletes_on_a_cluster(
+    start_replica, start_router, client, cluster_url: str, exact_only: None
+) -> None:
     replica = await start_replica()
     router = await start_router(
-        [replica.url], redis_url=cluster_url, admin_key="key-admin", api_keys={"key-alice": "alice"},
+        [replica.url],
+        redis_url=cluster_url,
+        admin_key="key-admin",
+        api_keys={"key-alice": "alice"},
         # both buckets at once: the script touches the owner's two keys, which must share a slot
-        rate_limits={"key-alice": {"requests_per_s": 0.5, "burst": 2, "tokens_per_min": 10_000}})
+        rate_limits={"key-alice": {"requests_per_s": 0.5, "burst": 2, "tokens_per_min": 10_000}},
+    )
     url = router.url + "/v1/chat/completions"
     assert (await client.post(url, json=CHAT)).headers["x-cache"] == "miss"
     for _ in range(100):  # the answer is stored just after it was sent
@@ -34,8 +39,9 @@ async def test_router_caches_limits_counts_and_deletes_on_a_cluster(start_replic
     assert again.status_code == 200 and again.headers["x-cache"] == "exact"
 
     alice = {"authorization": "Bearer key-alice"}
-    statuses = [(await client.post(url, json={**CHAT, "temperature": 0.1 * i}, headers=alice)).status_code
-                for i in range(3)]
+    statuses = [
+        (await client.post(url, json={**CHAT, "temperature": 0.1 * i}, headers=alice)).status_code for i in range(3)
+    ]
     assert statuses == [200, 200, 429]
     assert router.app.state.router.limiter.unavailable == 0  # decided by Redis, not failed open
 
@@ -61,15 +67,20 @@ async def test_router_caches_limits_counts_and_deletes_on_a_cluster(start_replic
     assert counted >= 5  # every answered request above (two misses, a hit, alice's two)
 
 
-async def test_router_fails_open_when_every_cluster_node_dies(start_replica, start_router, client,
-                                                               exact_only: None) -> None:
+async def test_router_fails_open_when_every_cluster_node_dies(
+    start_replica, start_router, client, exact_only: None
+) -> None:
     # Regression: redis-py's cluster client raises its own RedisClusterException (no
     # RedisError) for a script whose keys are in two slots and for a cluster it cannot reach;
     # the rate limiter let it through as a 500.
     with LocalCluster() as cluster:
         replica = await start_replica()
-        router = await start_router([replica.url], redis_url=cluster.url, api_keys={"key-alice": "alice"},
-                                    rate_limits={"key-alice": {"requests_per_s": 100, "tokens_per_min": 100_000}})
+        router = await start_router(
+            [replica.url],
+            redis_url=cluster.url,
+            api_keys={"key-alice": "alice"},
+            rate_limits={"key-alice": {"requests_per_s": 100, "tokens_per_min": 100_000}},
+        )
         url = router.url + "/v1/chat/completions"
         alice = {"authorization": "Bearer key-alice"}
         assert (await client.post(url, json=CHAT, headers=alice)).status_code == 200

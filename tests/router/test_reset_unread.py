@@ -45,8 +45,9 @@ class UnreadReplica:
     """One ``python -m tests.router.unread_replica MODE`` process on its own port."""
 
     def __init__(self, mode: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.router.unread_replica", mode], cwd=ROOT,
-                                     stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.router.unread_replica", mode], cwd=ROOT, stdout=subprocess.PIPE
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         assert line.startswith("listening "), line
@@ -81,8 +82,9 @@ async def unread_replica() -> AsyncIterator[Callable[[str], UnreadReplica]]:
 async def router_for(start_router, victim: str, alive: str, transport: str):
     """A router over ``victim`` and ``alive`` whose probes and scrapes ran once at start, whose
     next request goes to ``victim`` (round robin, its ticket set so)."""
-    router = await start_router([alive, victim], upstream_transport=transport, policy="round_robin",
-                                health_interval_s=60, scrape_interval_s=60)
+    router = await start_router(
+        [alive, victim], upstream_transport=transport, policy="round_robin", health_interval_s=60, scrape_interval_s=60
+    )
     state = router.app.state.router
     eligible = [r.url for r in state.pools.eligible(MODEL, time.monotonic())]
     assert sorted(eligible) == sorted([alive, victim]), eligible
@@ -92,8 +94,11 @@ async def router_for(start_router, victim: str, alive: str, transport: str):
 
 async def retries(client: httpx.AsyncClient, router) -> float:
     text = (await client.get(router.url + "/metrics")).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("promptedge_router_retries_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("promptedge_router_retries_total{")
+    )
 
 
 def refused(port: int) -> bool:
@@ -105,8 +110,9 @@ def refused(port: int) -> bool:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_request_left_unread_by_a_killed_replica_is_retried(transport, unread_replica, start_router,
-                                                                   client) -> None:
+async def test_a_request_left_unread_by_a_killed_replica_is_retried(
+    transport, unread_replica, start_router, client
+) -> None:
     victim = unread_replica("never_read")
     alive = await RawReplica().start()
     try:
@@ -128,8 +134,9 @@ async def test_a_request_left_unread_by_a_killed_replica_is_retried(transport, u
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_replica_that_read_the_request_and_died_is_not_retried(transport, unread_replica, start_router,
-                                                                       client) -> None:
+async def test_a_replica_that_read_the_request_and_died_is_not_retried(
+    transport, unread_replica, start_router, client
+) -> None:
     victim = unread_replica("read_then_exit")
     alive = await RawReplica().start()
     try:
@@ -147,8 +154,9 @@ async def test_a_replica_that_read_the_request_and_died_is_not_retried(transport
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_reset_while_the_port_stays_open_is_not_retried(transport, unread_replica, start_router,
-                                                                client) -> None:
+async def test_a_reset_while_the_port_stays_open_is_not_retried(
+    transport, unread_replica, start_router, client
+) -> None:
     victim = unread_replica("reset_keep_listening")
     alive = await RawReplica().start()
     try:
@@ -181,9 +189,15 @@ def test_only_a_kernel_reset_counts_as_reset_by_the_peer() -> None:
     # a clean end of stream (the replica may have read it all), a write into a transport aiohttp
     # already saw closing (why it closed is not known: errno None), a broken pipe, a timeout
     assert not reset_by_peer(_chained(httpx.ConnectTimeout("x"), aiohttp.ServerDisconnectedError()))
-    assert not reset_by_peer(_chained(httpx.ConnectTimeout("x"), aiohttp.ClientOSError(
-        None, "Can not write request body"), aiohttp.ClientConnectionResetError("Cannot write to closing transport")))
-    assert not reset_by_peer(_chained(httpx.ReadError("x"), httpcore.ReadError("x"),
-                                      BrokenPipeError(errno.EPIPE, "Broken pipe")))
+    assert not reset_by_peer(
+        _chained(
+            httpx.ConnectTimeout("x"),
+            aiohttp.ClientOSError(None, "Can not write request body"),
+            aiohttp.ClientConnectionResetError("Cannot write to closing transport"),
+        )
+    )
+    assert not reset_by_peer(
+        _chained(httpx.ReadError("x"), httpcore.ReadError("x"), BrokenPipeError(errno.EPIPE, "Broken pipe"))
+    )
     assert not reset_by_peer(_chained(httpx.RemoteProtocolError("Server disconnected without sending a response.")))
     assert not reset_by_peer(_chained(httpx.ReadTimeout("x"), TimeoutError()))

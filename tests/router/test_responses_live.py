@@ -35,8 +35,7 @@ def stream_events(text: str) -> list[dict[str, object]]:
 async def pool(start_replica, servers, redis_url):  # type: ignore[no-untyped-def]
     replicas = [await start_replica(), await start_replica()]
     source = PushedSource([ReplicaSpec(url=r.url, model=MODEL) for r in replicas])
-    settings = RouterSettings(redis_url=redis_url, counters_flush_s=0.05, health_interval_s=0.05,
-                              policy="round_robin")
+    settings = RouterSettings(redis_url=redis_url, counters_flush_s=0.05, health_interval_s=0.05, policy="round_robin")
     router = await Served(create_app(settings, discovery=source)).start()
     servers.append(router)
     return router, replicas, source

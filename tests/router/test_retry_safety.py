@@ -46,8 +46,7 @@ async def quiet_router(start_router, urls: list[str], transport: str):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_nothing_listening_is_retried_on_another_replica(transport, raw_replicas, start_router,
-                                                               client) -> None:
+async def test_nothing_listening_is_retried_on_another_replica(transport, raw_replicas, start_router, client) -> None:
     gone, also_gone, alive = await raw_replicas(3)
     router = await quiet_router(start_router, [gone.url, also_gone.url, alive.url], transport)
     await gone.stop()
@@ -61,16 +60,18 @@ async def test_nothing_listening_is_retried_on_another_replica(transport, raw_re
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", ["close_on_accept", "close_after_request", "partial_headers", "partial_body"])
-async def test_a_replica_failing_after_the_connection_is_not_retried(transport, mode, raw_replicas, start_router,
-                                                                     client) -> None:
+async def test_a_replica_failing_after_the_connection_is_not_retried(
+    transport, mode, raw_replicas, start_router, client
+) -> None:
     replicas = await raw_replicas(3)
     router = await quiet_router(start_router, [r.url for r in replicas], transport)
     for replica in replicas:
         replica.mode = mode
     answer = await client.post(router.url + URL, json=CHAT)
     # The request may have reached the replica: it is not sent again anywhere else.
-    assert [r.connections for r in replicas].count(1) == 1 and sum(r.connections for r in replicas) == 1, \
-        [r.connections for r in replicas]
+    assert [r.connections for r in replicas].count(1) == 1 and sum(r.connections for r in replicas) == 1, [
+        r.connections for r in replicas
+    ]
     assert answer.status_code == 502, answer.text
     error = answer.json()["error"]
     assert (error["type"], error["code"]) == ("upstream_error", "replica_error")
@@ -96,13 +97,17 @@ async def test_a_stream_broken_mid_body_is_not_retried(transport, raw_replicas, 
 async def retries(client: httpx.AsyncClient, router) -> float:
     """The router's retries so far (``promptedge_router_retries_total``, 0 before the first)."""
     text = (await client.get(router.url + "/metrics")).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("promptedge_router_retries_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("promptedge_router_retries_total{")
+    )
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_keep_alive_connection_the_replica_closed_while_idle_is_not_used(transport, start_router,
-                                                                                 client) -> None:
+async def test_a_keep_alive_connection_the_replica_closed_while_idle_is_not_used(
+    transport, start_router, client
+) -> None:
     # The replica closes idle connections sooner than the router expires them (0.3 s < 2 s):
     # the transports see the close while the connection sits in the pool and open a new one,
     # so the next request is neither lost nor a 502.
@@ -124,16 +129,18 @@ async def _work_seen(client: httpx.AsyncClient, url: str) -> float:
     (0 for a replica that never saw a request)."""
     text = (await client.get(url + "/metrics")).text
     signals = parse_metrics(text.encode())
-    prefilled = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                    if line.startswith("vllm:prompt_tokens_total"))
+    prefilled = sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:prompt_tokens_total")
+    )
     return (signals.running or 0) + (signals.waiting or 0) + prefilled
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_replica_killed_mid_generation_is_not_answered_by_another(transport, stream, start_router,
-                                                                          client) -> None:
+async def test_a_replica_killed_mid_generation_is_not_answered_by_another(
+    transport, stream, start_router, client
+) -> None:
     ports = [free_port(), free_port()]
     procs = [start_sim(port) for port in ports]
     urls = [f"http://127.0.0.1:{port}" for port in ports]

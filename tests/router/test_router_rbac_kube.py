@@ -35,8 +35,9 @@ class API:
     """Raw HTTP to the API server as one user."""
 
     def __init__(self, server: str, token: str, verify: ssl.SSLContext) -> None:
-        self.client = httpx.Client(base_url=server, headers={"Authorization": f"Bearer {token}"}, verify=verify,
-                                   timeout=10)
+        self.client = httpx.Client(
+            base_url=server, headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=10
+        )
 
     def slices(self, namespace: str) -> str:
         return f"/apis/discovery.k8s.io/v1beta1/namespaces/{namespace}/endpointslices"
@@ -59,8 +60,7 @@ def apis(run_dir: Path) -> Iterator[tuple[API, API, str]]:
 
 
 def _apply_rbac(admin: API) -> str:
-    docs = {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "router-rbac.yaml").read_text())
-            if doc}
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "router-rbac.yaml").read_text()) if doc}
     namespace = docs["Role"]["metadata"]["namespace"]
     for path, body in [
         ("/api/v1/namespaces", {"metadata": {"name": namespace}}),
@@ -68,9 +68,14 @@ def _apply_rbac(admin: API) -> str:
         (f"/api/v1/namespaces/{namespace}/serviceaccounts", docs["ServiceAccount"]),
         (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles", docs["Role"]),
         (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", docs["RoleBinding"]),
-        (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
-            "metadata": {"name": "test-limited-user"}, "roleRef": docs["RoleBinding"]["roleRef"],
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "limited"}]}),
+        (
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+            {
+                "metadata": {"name": "test-limited-user"},
+                "roleRef": docs["RoleBinding"]["roleRef"],
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "limited"}],
+            },
+        ),
     ]:
         admin.client.post(path, json=body).raise_for_status()
     for ns in (namespace, "elsewhere"):
@@ -88,8 +93,14 @@ def test_the_role_lets_discovery_list_watch_and_get_its_slices(apis: tuple[API, 
     listed = limited.client.get(base, params={"labelSelector": "kubernetes.io/service-name=vllm"})
     assert listed.status_code == 200, listed.text
     assert [item["metadata"]["name"] for item in listed.json()["items"]] == ["vllm-a"]
-    watched = limited.client.get(base, params={"watch": "true", "timeoutSeconds": "1",
-                                               "resourceVersion": listed.json()["metadata"]["resourceVersion"]})
+    watched = limited.client.get(
+        base,
+        params={
+            "watch": "true",
+            "timeoutSeconds": "1",
+            "resourceVersion": listed.json()["metadata"]["resourceVersion"],
+        },
+    )
     assert watched.status_code == 200, watched.text
     assert limited.client.get(f"{base}/vllm-a").status_code == 200
 
@@ -101,12 +112,18 @@ def test_api_discovery_is_allowed_without_a_rule(apis: tuple[API, API, str]) -> 
     assert [v["version"] for v in group.json()["versions"]] == ["v1beta1"]
 
 
-async def test_the_router_discovers_its_slices_as_the_limited_identity(apis: tuple[API, API, str],
-                                                                       run_dir: Path) -> None:
+async def test_the_router_discovers_its_slices_as_the_limited_identity(
+    apis: tuple[API, API, str], run_dir: Path
+) -> None:
     _, _, namespace = apis
-    settings = load_kube_settings(kubeconfig=run_dir / "kubeconfig", context="limited", namespace=namespace,
-                                  label_selector="kubernetes.io/service-name=vllm", model="llama",
-                                  start_timeout_s=20)
+    settings = load_kube_settings(
+        kubeconfig=run_dir / "kubeconfig",
+        context="limited",
+        namespace=namespace,
+        label_selector="kubernetes.io/service-name=vllm",
+        model="llama",
+        start_timeout_s=20,
+    )
     source = KubeSource(new_api_client(settings), settings)
     snapshots: list[list[DiscoveredReplica]] = []
     await source.start(snapshots.append)
@@ -119,7 +136,7 @@ async def test_the_router_discovers_its_slices_as_the_limited_identity(apis: tup
 
 def test_the_role_grants_nothing_else(apis: tuple[API, API, str]) -> None:
     _, limited, namespace = apis
-    assert limited.client.get(limited.slices("elsewhere")).status_code == 403       # other namespaces
+    assert limited.client.get(limited.slices("elsewhere")).status_code == 403  # other namespaces
     assert limited.client.post(limited.slices(namespace), json=_slice("vllm-b")).status_code == 403
     assert limited.client.delete(f"{limited.slices(namespace)}/vllm-a").status_code == 403
     assert limited.client.get(f"/api/v1/namespaces/{namespace}/endpoints").status_code == 403

@@ -9,12 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.errors import BadRequest
 from router.api.schemas import _check_containers
+from router.errors import BadRequest
 
 TEXT = st.text(st.sampled_from('{["\\]}ab'), max_size=12)
-JSON = st.recursive(st.none() | st.integers() | TEXT,
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=30)
+JSON = st.recursive(
+    st.none() | st.integers() | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=30,
+)
 
 
 def _containers(value: Any) -> int:
@@ -39,8 +42,8 @@ def test_the_count_is_exact_whatever_the_strings_hold(body: Any) -> None:
 def test_too_many_values_is_a_400_before_parsing() -> None:
     # Regression (attack, Dec 2): 2M integers in 70 lists (5.6 MB, 71 containers) held the event
     # loop, and /health with it, for 9.8 s: every value was walked with a path tuple built for it.
-    from router.process.limits import Limits
     from router.api.schemas import parse_request
+    from router.process.limits import Limits
 
     limits = Limits()
     extra = json.dumps([[1] * 5_000 for _ in range(70)])  # 350,000 values in 71 containers
@@ -51,8 +54,8 @@ def test_too_many_values_is_a_400_before_parsing() -> None:
 
 
 def test_a_long_token_id_prompt_and_commas_in_text_are_within_the_value_bound() -> None:
-    from router.process.limits import Limits
     from router.api.schemas import parse_request
+    from router.process.limits import Limits
 
     limits = Limits()
     ids = json.dumps({"model": "m", "prompt": list(range(200_000))}).encode()  # a 200k-token context
@@ -62,11 +65,14 @@ def test_a_long_token_id_prompt_and_commas_in_text_are_within_the_value_bound() 
 
 
 def test_a_lone_surrogate_deep_in_a_large_body_is_named_by_its_path() -> None:
-    from router.process.limits import Limits
     from router.api.schemas import parse_request
+    from router.process.limits import Limits
 
-    body = {"model": "m", "messages": [{"role": "user", "content": "x"}],
-            "x": [[{"deep": [1, 2, "ok"]}] * 30, {"bad": "\\ud800"}]}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "x": [[{"deep": [1, 2, "ok"]}] * 30, {"bad": "\\ud800"}],
+    }
     raw = json.dumps(body).replace("\\\\ud800", "\\ud800").encode()
     with pytest.raises(BadRequest) as caught:
         parse_request(raw, "chat.completions", Limits())

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from sim.stack.redis_topology import LocalSentinel
 from sim.client.traffic.probe import chat_prompts, phases, probe, wrong_hits
+from sim.stack.redis_topology import LocalSentinel
 from tests.router.conftest import MODEL
 
 pytestmark = pytest.mark.redis_ha
@@ -20,13 +20,21 @@ RECOVERY_BOUND_S = 30.0  # a generous bound for a loaded machine; the bench repo
 
 
 async def test_router_fails_open_and_recovers_through_a_sentinel_failover(
-        start_replica, start_router, client, redis_sentinel: LocalSentinel, exact_only: None,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    start_replica,
+    start_router,
+    client,
+    redis_sentinel: LocalSentinel,
+    exact_only: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("PROMPTEDGE_CACHE_REDIS_TIMEOUT_S", "0.25")
     monkeypatch.setenv("PROMPTEDGE_CACHE_HEALTH_INTERVAL_S", "0.2")
     replica = await start_replica()
-    router = await start_router([replica.url], redis_url=redis_sentinel.url,
-                                rate_limits={"*": {"requests_per_s": 10_000, "tokens_per_min": 10**8}})
+    router = await start_router(
+        [replica.url],
+        redis_url=redis_sentinel.url,
+        rate_limits={"*": {"requests_per_s": 10_000, "tokens_per_min": 10**8}},
+    )
     url = router.url + "/v1/chat/completions"
     prompts = chat_prompts(MODEL, 6)
     generated: dict[int, set[str]] = {}

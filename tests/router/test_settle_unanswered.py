@@ -84,8 +84,9 @@ async def test_requests_no_replica_answered_spend_no_tokens(start_router, client
 async def test_a_replicas_4xx_spends_no_tokens(start_router, client) -> None:
     replica = await RawReplica().start()
     replica.status = b"400 Bad Request"
-    replica.answer = json.dumps({"object": "error", "message": "max_tokens is too large", "type": "BadRequestError",
-                                 "param": None, "code": 400}).encode()
+    replica.answer = json.dumps(
+        {"object": "error", "message": "max_tokens is too large", "type": "BadRequestError", "param": None, "code": 400}
+    ).encode()
     try:
         router = await start_router([replica.url], rate_limits=BUDGET)
         body = {**CHAT, "max_tokens": MAX_TOKENS}
@@ -99,8 +100,9 @@ async def test_a_replicas_4xx_spends_no_tokens(start_router, client) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_client_that_leaves_while_its_replica_generates_stays_charged(start_router, client,
-                                                                           stream: bool) -> None:
+async def test_a_client_that_leaves_while_its_replica_generates_stays_charged(
+    start_router, client, stream: bool
+) -> None:
     # attack round (Dec 4): a client that dropped each non-stream request after 12 s got the
     # whole charge back (499) while the replica generated: 5 requests of 2,000 tokens passed
     # a 2,100-a-minute limit in 63 s
@@ -112,6 +114,7 @@ async def test_a_client_that_leaves_while_its_replica_generates_stays_charged(st
         router = await start_router([url], rate_limits=BUDGET)
         body = {**CHAT, "max_tokens": MAX_TOKENS, "stream": stream}
         async with httpx.AsyncClient(timeout=60) as leaving:
+
             async def ask() -> None:
                 async with leaving.stream("POST", router.url + "/v1/chat/completions", json=body) as response:
                     async for _ in response.aiter_bytes():

@@ -10,37 +10,54 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from cache.verify.bound.label import compared_label, judgeable
-from router.errors import NoReplica
 from router.caching.shadow import decide, shadow_body
 from router.caching.shadowing import ShadowVerifier
+from router.errors import NoReplica
 
 
-@pytest.mark.parametrize("body, expected", [
-    ({"temperature": 0}, True), ({"temperature": 0.0, "n": 1}, True),
-    ({}, False), ({"temperature": None}, False), ({"temperature": 0.7}, False), ({"temperature": 0, "n": 2}, False),
-    ({"temperature": False}, False), ({"temperature": "0"}, False),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ({"temperature": 0}, True),
+        ({"temperature": 0.0, "n": 1}, True),
+        ({}, False),
+        ({"temperature": None}, False),
+        ({"temperature": 0.7}, False),
+        ({"temperature": 0, "n": 2}, False),
+        ({"temperature": False}, False),
+        ({"temperature": "0"}, False),
+    ],
+)
 def test_judgeable_is_compared_labels_own_rule(body: dict, expected: bool) -> None:
     answer = {"choices": [{"index": 0, "message": {"content": "x"}}]}
     assert judgeable(body) is expected
     assert (compared_label(body, answer, answer) is not None) is expected
 
 
-@pytest.mark.parametrize("rate, draw, judged, inflight, expected", [
-    (0.0, 0.0, True, 0, None),  # off: never drawn
-    (0.1, 0.1, True, 0, None),  # not drawn: nothing to count
-    (0.1, 0.0999, False, 0, "ineligible"),
-    (1.0, 0.9999, True, 2, "skipped_budget"),
-    (1.0, 0.5, False, 2, "ineligible"),  # a sampled request is never a budget question
-    (1.0, 0.0, True, 1, "run"),
-])
+@pytest.mark.parametrize(
+    "rate, draw, judged, inflight, expected",
+    [
+        (0.0, 0.0, True, 0, None),  # off: never drawn
+        (0.1, 0.1, True, 0, None),  # not drawn: nothing to count
+        (0.1, 0.0999, False, 0, "ineligible"),
+        (1.0, 0.9999, True, 2, "skipped_budget"),
+        (1.0, 0.5, False, 2, "ineligible"),  # a sampled request is never a budget question
+        (1.0, 0.0, True, 1, "run"),
+    ],
+)
 def test_decide(rate: float, draw: float, judged: bool, inflight: int, expected: str | None) -> None:
     assert decide(rate, draw, judged, inflight, max_inflight=2) == expected
 
 
 def test_shadow_body_asks_for_the_whole_answer_and_keeps_the_rest() -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": 0, "max_tokens": 8,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "q"}],
+        "temperature": 0,
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     sent = json.loads(shadow_body(body))
     assert sent == {"model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": 0, "max_tokens": 8}
     assert "stream" in body  # the client's body is left as it was

@@ -31,8 +31,7 @@ SHADOW_METRIC = "promptedge_router_cache_shadow_verifications_total"
 
 
 def greedy(text: str, **extra: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0,
-            **extra}
+    return {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0, **extra}
 
 
 @pytest.fixture()
@@ -50,8 +49,11 @@ def bound_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPa
 async def replica_answers(client: httpx.AsyncClient, replica_url: str) -> int:
     """Requests the sim replica finished (its vLLM counter ``vllm:request_success_total``)."""
     text = (await client.get(replica_url + "/metrics")).text
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("vllm:request_success_total")))
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+        )
+    )
 
 
 async def shadow_counts(client: httpx.AsyncClient, router_url: str) -> dict[str, int]:
@@ -95,7 +97,8 @@ async def bound_states(redis_url: str) -> tuple[list[dict[str, int]], dict[str, 
 
 
 async def test_a_served_hit_is_verified_once_off_path_and_labels_entry_and_pool_right(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url], api_keys={"key-a": "acme"})
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}
@@ -112,7 +115,8 @@ async def test_a_served_hit_is_verified_once_off_path_and_labels_entry_and_pool_
 
 
 async def test_the_same_paraphrase_again_is_verified_but_labels_nothing(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str
+) -> None:
     # Regression (attack round, 3 December): 40 hits of one paraphrase made 40 labels of one
     # (entry, query) pair; a repeat now counts as ``no_label`` and teaches neither entry nor pool
     replica = await start_replica()
@@ -134,11 +138,15 @@ async def test_the_same_paraphrase_again_is_verified_but_labels_nothing(
 
 
 async def test_a_streamed_hit_is_verified_with_a_non_stream_call(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient
+) -> None:
     replica = await start_replica()
     # a token budget: the hit's answer also settles the tokens admission charged (two tasks after it)
-    router = await start_router([replica.url], api_keys={"key-a": "acme"},
-                                rate_limits={"*": {"requests_per_s": 10_000, "tokens_per_min": 10**8}})
+    router = await start_router(
+        [replica.url],
+        api_keys={"key-a": "acme"},
+        rate_limits={"*": {"requests_per_s": 10_000, "tokens_per_min": 10**8}},
+    )
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}
     await post_until_stored(client, url, greedy(QUESTION), a)
     body = greedy(PARAPHRASE, stream=True, stream_options={"include_usage": True})
@@ -149,7 +157,8 @@ async def test_a_streamed_hit_is_verified_with_a_non_stream_call(
 
 
 async def test_a_replica_that_answers_otherwise_labels_the_hit_wrong(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str
+) -> None:
     # The cached answer comes from one replica, the shadow call's from another that answers in
     # other words (its first tokens are reasoning): the entry and its pool learn "wrong".
     first = await start_router([(await start_replica()).url], api_keys={"key-a": "acme"})
@@ -166,7 +175,8 @@ async def test_a_replica_that_answers_otherwise_labels_the_hit_wrong(
 
 
 async def test_a_sampled_hit_costs_no_replica_call(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url], api_keys={"key-a": "acme"})
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}
@@ -182,7 +192,8 @@ async def test_a_sampled_hit_costs_no_replica_call(
 
 
 async def test_a_full_budget_skips_and_never_delays_the_client(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient
+) -> None:
     bound_on.setenv("PROMPTEDGE_CACHE_SHADOW_MAX_INFLIGHT", "1")
     replica = await start_replica()
     router = await start_router([replica.url], api_keys={"key-a": "acme"})
@@ -213,8 +224,13 @@ async def test_a_full_budget_skips_and_never_delays_the_client(
 
 
 async def test_a_failed_shadow_call_leaves_no_label_no_traceback_and_no_lease(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    bound_on: pytest.MonkeyPatch,
+    start_replica,
+    start_router,
+    client: httpx.AsyncClient,
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url], api_keys={"key-a": "acme"})
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}
@@ -231,7 +247,8 @@ async def test_a_failed_shadow_call_leaves_no_label_no_traceback_and_no_lease(
 
 
 async def test_no_replica_for_the_shadow_call_is_an_error_outcome(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url], api_keys={"key-a": "acme"})
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}
@@ -245,7 +262,8 @@ async def test_no_replica_for_the_shadow_call_is_an_error_outcome(
 
 
 async def test_shadow_calls_are_not_demand_in_the_forecasters_counters(
-        bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str) -> None:
+    bound_on: pytest.MonkeyPatch, start_replica, start_router, client: httpx.AsyncClient, redis_url: str
+) -> None:
     replica = await start_replica()
     router = await start_router([replica.url], api_keys={"key-a": "acme"})
     url, a = router.url + "/v1/chat/completions", {"authorization": "Bearer key-a"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from router.observe.counters import SimClock
-from router.fleet.health import REFUSED_DEFAULT_S, REFUSED_MAX_S, HealthConfig, HealthState, judged_ttft
 from router.dispatch.signals import parse_metrics
+from router.fleet.health import REFUSED_DEFAULT_S, REFUSED_MAX_S, HealthConfig, HealthState, judged_ttft
 from router.forward.upstream import retry_after_s
+from router.observe.counters import SimClock
 
 VLLM_NEW = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -54,7 +54,7 @@ def test_parses_every_supported_server() -> None:
 
 def test_malformed_metric_line_raises() -> None:
     with pytest.raises(ValueError):
-        parse_metrics(b"vllm:num_requests_running{model_name=\"m\" 3\n")
+        parse_metrics(b'vllm:num_requests_running{model_name="m" 3\n')
 
 
 def test_probes_rise_and_fall_and_start_down() -> None:
@@ -121,7 +121,7 @@ def test_errors_age_out_of_the_window_and_deadlines_are_no_evidence() -> None:
     state.probe(True)
     for i in range(9):
         state.on_evidence("server_error", float(i))
-    for i in range(100):
+    for _ in range(100):
         state.on_evidence(None, 10.0)  # timeouts of requests whose deadline the client chose
     assert state.circuit(10.0) == "closed"
     for i in range(10):
@@ -166,11 +166,22 @@ def test_a_replica_that_refused_gets_nothing_new_for_its_retry_after_but_as_last
     assert not h.admits(200.0 + REFUSED_MAX_S - 1) and h.admits(200.0 + REFUSED_MAX_S)
 
 
-@pytest.mark.parametrize(("value", "seconds"), [("7", 7.0), (" 0 ", 0.0), (None, None), ("-1", None),
-                                                ("1.5", None), ("Wed, 21 Oct 2026 07:28:00 GMT", None),
-                                                # str.isdigit() is true for these, float() refuses them:
-                                                # a replica sending one made every request it got a 500
-                                                ("\u00b2", None), ("\u0663", None), ("\u2460", None),
-                                                ("9" * 400, float("9" * 400))])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("7", 7.0),
+        (" 0 ", 0.0),
+        (None, None),
+        ("-1", None),
+        ("1.5", None),
+        ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+        # str.isdigit() is true for these, float() refuses them:
+        # a replica sending one made every request it got a 500
+        ("\u00b2", None),
+        ("\u0663", None),
+        ("\u2460", None),
+        ("9" * 400, float("9" * 400)),
+    ],
+)
 def test_retry_after_is_read_in_its_delay_seconds_form_only(value: str | None, seconds: float | None) -> None:
     assert retry_after_s(value) == seconds

@@ -36,7 +36,7 @@ def test_the_estimate_averages_first_then_follows_with_the_ewma() -> None:
     speed = observe(None, 0.03, 0.0)
     assert (speed.s_per_token, speed.samples) == (0.03, 1)
     speed = observe(speed, 0.01, 0.0)
-    assert speed.s_per_token == pytest.approx(0.02)   # a mean while there are few samples
+    assert speed.s_per_token == pytest.approx(0.02)  # a mean while there are few samples
     steady = learned(0.01, samples=50)
     moved = observe(steady, 0.05, steady.at)
     assert moved.s_per_token == pytest.approx(0.01 + 0.2 * 0.04, rel=0.01)  # one EWMA step (alpha 0.2)
@@ -103,13 +103,21 @@ def test_an_unmeasured_new_replica_takes_its_share_of_an_idle_pool() -> None:
 # --- live: the router learns from its own answers -----------------------------------------------
 
 SLOW = Profile(
-    name="slow", max_num_seqs=2, max_num_batched_tokens=256, kv_capacity_tokens=4000, max_model_len=1000,
-    prefill_s_per_token=0.0, decode_base_s=0.05, decode_per_seq_s=0.0, kv_read_s_per_token=0.0,
+    name="slow",
+    max_num_seqs=2,
+    max_num_batched_tokens=256,
+    kv_capacity_tokens=4000,
+    max_model_len=1000,
+    prefill_s_per_token=0.0,
+    decode_base_s=0.05,
+    decode_per_seq_s=0.0,
+    kv_read_s_per_token=0.0,
 )  # 10x the FAST profile's decode step
 
 
-async def test_the_router_learns_which_replica_is_slow_and_prefers_the_fast_one(start_replica, start_router,
-                                                                                 client) -> None:
+async def test_the_router_learns_which_replica_is_slow_and_prefers_the_fast_one(
+    start_replica, start_router, client
+) -> None:
     fast, slow = await start_replica(FAST), await start_replica(SLOW)
     router = await start_router([fast.url, slow.url])
     url = router.url + "/v1/chat/completions"

@@ -7,13 +7,25 @@ import json
 from router.stream.sse import StreamAssembler, replay
 
 CHAT = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * 40 + "end"},
-                 "logprobs": None, "finish_reason": "stop"}],
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "word " * 40 + "end"},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
     "usage": {"prompt_tokens": 9, "completion_tokens": 41, "total_tokens": 50},
 }
 TEXT = {
-    "id": "cmpl-1", "object": "text_completion", "created": 1700000000, "model": "m",
+    "id": "cmpl-1",
+    "object": "text_completion",
+    "created": 1700000000,
+    "model": "m",
     "choices": [{"index": 0, "text": "hello there", "logprobs": None, "finish_reason": "length"}],
     "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4},
 }
@@ -45,24 +57,52 @@ def test_replay_then_assembly_gives_back_the_response() -> None:
 
 def test_assembly_across_arbitrary_byte_splits_and_tool_calls() -> None:
     chunks = [
-        {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-         "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
-                                            "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                                            "function": {"name": "get_", "arguments": ""}}]},
-                      "finish_reason": None}]},
-        {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-         "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "weather",
-                                                                                      "arguments": "{\"c\":1}"}}]},
-                      "finish_reason": "tool_calls"}]},
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "get_", "arguments": ""},
+                            }
+                        ],
+                    },
+                    "finish_reason": None,
+                }
+            ],
+        },
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"name": "weather", "arguments": '{"c":1}'}}]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        },
     ]
     raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
     assembler = StreamAssembler()
     for i in range(0, len(raw), 7):
-        assembler.feed(raw[i:i + 7])
+        assembler.feed(raw[i : i + 7])
     result = assembler.result()
     assert result is not None
     call = result["choices"][0]["message"]["tool_calls"][0]
-    assert call == {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"c\":1}"}}
+    assert call == {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"c":1}'}}
     assert result["choices"][0]["finish_reason"] == "tool_calls"
 
 
@@ -85,7 +125,7 @@ def test_incomplete_or_failed_streams_are_not_assembled() -> None:
 def _fed(raw: bytes, step: int, max_bytes: int | None = None) -> StreamAssembler:
     assembler = StreamAssembler(max_bytes=max_bytes)
     for i in range(0, len(raw), step):
-        assembler.feed(raw[i:i + step])
+        assembler.feed(raw[i : i + step])
     return assembler
 
 
@@ -121,8 +161,17 @@ def test_assembly_stops_past_its_byte_bound_but_still_sees_the_end_and_usage() -
 def test_the_byte_count_follows_the_assembled_answer_not_the_chunk_framing() -> None:
     # one token per chunk: the chunks' repeated id/model/delta framing is many times the text;
     # the bound is on the entry, which holds the text once
-    answer = {**CHAT, "choices": [{"index": 0, "message": {"role": "assistant", "content": "ab" * 2000},
-                                   "logprobs": None, "finish_reason": "stop"}]}
+    answer = {
+        **CHAT,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ab" * 2000},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+    }
     raw = b"".join(replay(answer))
     entry = len(json.dumps(answer))
     assert len(raw) > 2 * entry

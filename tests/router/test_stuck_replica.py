@@ -44,20 +44,27 @@ async def _one(client: httpx.AsyncClient, url: str, i: int) -> Outcome:
     # unique: never a cache hit. Over 512 tokens (size class medium): the requests caught by the
     # stop get a TTFT of seconds, which for short prompts rightly ejects the replica as a latency
     # outlier for eject_s (router/fleet/health.py), another mechanism than the one tested here
-    body = {"model": MODEL, "stream": True, "max_tokens": 12,
-            "messages": [{"role": "user", "content": f"question number {i}: " + "tell me more " * 175}]}
+    body = {
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": 12,
+        "messages": [{"role": "user", "content": f"question number {i}: " + "tell me more " * 175}],
+    }
     sent = time.monotonic()
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
         text = (await response.aread()).decode()
-    return Outcome(sent, time.monotonic(), response.status_code, response.headers.get("x-promptedge-replica", ""),
-                   text)
+    return Outcome(sent, time.monotonic(), response.status_code, response.headers.get("x-promptedge-replica", ""), text)
 
 
 def _start_front(engine_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "sim.front", "--port", str(port), "--upstream", engine_url],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sim.front", "--port", str(port), "--upstream", engine_url],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -72,8 +79,8 @@ def _gauge(metrics: str, name: str, replica: str) -> float | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["round_robin", "gpu_load"])
 async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_back(
-        start_router, client, exact_only, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-        policy: str) -> None:
+    start_router, client, exact_only, tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str
+) -> None:
     engine_port, other_port = free_port(), free_port()
     engine, other = start_sim(engine_port), start_sim(other_port)
     front, front_url = _start_front(f"http://127.0.0.1:{engine_port}", tmp_path / "front.log")
@@ -83,10 +90,12 @@ async def test_a_replica_stopped_behind_a_live_health_is_taken_out_and_comes_bac
         for url in (f"http://127.0.0.1:{engine_port}", front_url, other_url):
             await wait_healthy(client, url)
         caplog.set_level(logging.INFO, logger="router.scraper")
-        router = await start_router([front_url, other_url], policy=policy, stuck_after_s=STUCK_AFTER_S,
-                                    health_interval_s=0.5)
+        router = await start_router(
+            [front_url, other_url], policy=policy, stuck_after_s=STUCK_AFTER_S, health_interval_s=0.5
+        )
         tasks: list[asyncio.Task[Outcome]] = []
         async with httpx.AsyncClient(timeout=60) as load:
+
             async def traffic(seconds: float) -> None:
                 end = time.monotonic() + seconds
                 while time.monotonic() < end:

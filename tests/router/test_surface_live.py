@@ -33,12 +33,22 @@ async def test_models_by_id_with_slashes_and_an_openai_404(start_replica, start_
     router = await start_router([replica.url], model=SLASHED)
     entry = await client.get(f"{router.url}/v1/models/{SLASHED}")
     assert entry.status_code == 200
-    assert entry.json() == {"id": SLASHED, "object": "model", "created": 0, "owned_by": "promptedge",
-                            "replicas": 1, "ready": entry.json()["ready"]}
+    assert entry.json() == {
+        "id": SLASHED,
+        "object": "model",
+        "created": 0,
+        "owned_by": "promptedge",
+        "replicas": 1,
+        "ready": entry.json()["ready"],
+    }
     missing = await client.get(f"{router.url}/v1/models/no-such-model")
     assert missing.status_code == 404
-    assert missing.json()["error"] | {"message": ""} == {"message": "", "type": "invalid_request_error",
-                                                         "param": "model", "code": "model_not_found"}
+    assert missing.json()["error"] | {"message": ""} == {
+        "message": "",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
 
 
 async def test_embeddings_are_exact_cached(start_replica, start_router, client, redis_url) -> None:
@@ -57,8 +67,11 @@ async def test_embeddings_are_exact_cached(start_replica, start_router, client, 
     for other in (paraphrase, other_format):
         assert (await client.post(url, json=other)).headers["x-cache"] == "miss"
     assert isinstance((await client.post(url, json=other_format)).json()["data"][0]["embedding"], str)
-    for bad, param in (({"model": MODEL, "input": []}, "input"), ({"model": MODEL}, "input"),
-                       ({"model": MODEL, "input": "x", "dimensions": 0}, "dimensions")):
+    for bad, param in (
+        ({"model": MODEL, "input": []}, "input"),
+        ({"model": MODEL}, "input"),
+        ({"model": MODEL, "input": "x", "dimensions": 0}, "dimensions"),
+    ):
         refused = await client.post(url, json=bad)
         assert refused.status_code == 400 and refused.json()["error"]["param"] == param
     unknown = await client.post(url, json={"model": "nope", "input": "x"})
@@ -67,8 +80,9 @@ async def test_embeddings_are_exact_cached(start_replica, start_router, client, 
     assert await demand(redis_url, MODEL) == 5  # miss, hit, paraphrase, base64 twice (the 400s and 404 are not)
 
 
-async def test_tokenize_and_detokenize_are_forwarded_never_cached_not_demand(start_replica, start_router, client,
-                                                                            redis_url) -> None:
+async def test_tokenize_and_detokenize_are_forwarded_never_cached_not_demand(
+    start_replica, start_router, client, redis_url
+) -> None:
     replicas = [await start_replica(), await start_replica()]
     router = await start_router([r.url for r in replicas])
     text = "héllo wörld, 你好"
@@ -86,8 +100,14 @@ async def test_tokenize_and_detokenize_are_forwarded_never_cached_not_demand(sta
     await asyncio.sleep(0.2)
     assert await demand(redis_url, MODEL) == 0
     metrics = (await client.get(router.url + "/metrics")).text
-    assert sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith("promptedge_router_requests_total{") and 'status="200"' in line) == 5
+    assert (
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("promptedge_router_requests_total{") and 'status="200"' in line
+        )
+        == 5
+    )
 
 
 async def test_other_paths_are_refused_or_forwarded_by_the_setting(start_replica, start_router, client) -> None:

@@ -18,20 +18,23 @@ URL = "/v1/chat/completions"
 KEYS = {"sk-alice": "team-a", "sk-bob": "team-b"}
 
 
-async def test_anonymous_p0_claim_is_lowered_and_logged(start_replica, start_router, client,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+async def test_anonymous_p0_claim_is_lowered_and_logged(
+    start_replica, start_router, client, caplog: pytest.LogCaptureFixture
+) -> None:
     # Regression A8: any anonymous client could send X-Priority: P0 and be served while keyed
     # tenants' P1 requests were shed with 429 pool_saturated.
     replica = await start_replica()
-    router = await start_router([replica.url], queue_limit=2, scrape_interval_s=0.05, api_keys=KEYS,
-                                max_priority={"team-b": "P2"})
+    router = await start_router(
+        [replica.url], queue_limit=2, scrape_interval_s=0.05, api_keys=KEYS, max_priority={"team-b": "P2"}
+    )
     tasks = await load_behind_the_routers_back(client, replica, 7)  # overloaded: P1 and P2 shed
     await asyncio.sleep(0.15)
     url = router.url + URL
     caplog.set_level(logging.INFO, logger="router.access")
     anonymous = await client.post(url, json=CHAT, headers={"x-priority": "P0", "x-request-id": "anon-p0"})
-    unmapped = await client.post(url, json=CHAT, headers={"x-priority": "P0",
-                                                          "authorization": "Bearer sk-" + os.urandom(8).hex()})
+    unmapped = await client.post(
+        url, json=CHAT, headers={"x-priority": "P0", "authorization": "Bearer sk-" + os.urandom(8).hex()}
+    )
     bob = await client.post(url, json=CHAT, headers={"x-priority": "P0", "authorization": "Bearer sk-bob"})
     alice = await client.post(url, json=CHAT, headers={"x-priority": "P0", "authorization": "Bearer sk-alice"})
     assert (anonymous.status_code, unmapped.status_code, bob.status_code) == (429, 429, 429)
@@ -52,7 +55,9 @@ async def test_random_api_keys_share_the_star_bucket(start_replica, start_router
     statuses = []
     for i in range(6):
         key = "sk-" + os.urandom(8).hex()
-        response = await client.post(url, json={**CHAT, "temperature": 0.01 * i}, headers={"authorization": f"Bearer {key}"})
+        response = await client.post(
+            url, json={**CHAT, "temperature": 0.01 * i}, headers={"authorization": f"Bearer {key}"}
+        )
         statuses.append(response.status_code)
     assert statuses[:2] == [200, 200] and set(statuses[2:]) == {429}
     # without a key is the same group; mapped keys keep a "*"-sized bucket of their own each
@@ -89,8 +94,11 @@ async def store_semantic(client, url: str, key: str, texts: list[str], redis_url
     """Send each text once as a miss (no lookup) and wait until its semantic entry is written."""
     for text in texts:
         before = len(await semantic_tenants(redis_url))
-        response = await client.post(url, json={**CHAT, "messages": [{"role": "user", "content": text}]},
-                                     headers={"authorization": f"Bearer {key}", "cache-control": "no-cache", **headers})
+        response = await client.post(
+            url,
+            json={**CHAT, "messages": [{"role": "user", "content": text}]},
+            headers={"authorization": f"Bearer {key}", "cache-control": "no-cache", **headers},
+        )
         assert response.status_code == 200
         for _ in range(200):  # stored after the answer; an eviction keeps the count
             tenants = await semantic_tenants(redis_url)
@@ -101,8 +109,9 @@ async def store_semantic(client, url: str, key: str, texts: list[str], redis_url
 
 
 @pytest.mark.slow
-async def test_one_tenant_cannot_evict_the_others(start_replica, start_router, client, redis_url,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_one_tenant_cannot_evict_the_others(
+    start_replica, start_router, client, redis_url, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Regression A10: with MAX_ENTRIES 20, bob's 25 misses with X-Cache-TTL 604800 evicted all of
     # alice's semantic entries (eviction took the soonest-expiring entry: always another
     # tenant's default-TTL one), and alice's new entries were evicted at once.
@@ -114,9 +123,26 @@ async def test_one_tenant_cannot_evict_the_others(start_replica, start_router, c
         await asyncio.sleep(0.1)
     url = router.url + URL
     alice = [f"How do I bake {food} at home?" for food in ("sourdough bread", "lasagna", "cheesecake", "bagels")]
-    bob = [f"Explain the history of {topic} in two sentences." for topic in (
-        "the Roman empire", "jazz", "the printing press", "chess", "the bicycle", "vaccines", "the telescope",
-        "paper money", "railways", "the compass", "photography", "the steam engine", "radio", "cinema", "aviation")]
+    bob = [
+        f"Explain the history of {topic} in two sentences."
+        for topic in (
+            "the Roman empire",
+            "jazz",
+            "the printing press",
+            "chess",
+            "the bicycle",
+            "vaccines",
+            "the telescope",
+            "paper money",
+            "railways",
+            "the compass",
+            "photography",
+            "the steam engine",
+            "radio",
+            "cinema",
+            "aviation",
+        )
+    ]
     await store_semantic(client, url, "sk-alice", alice, redis_url, {})
     await store_semantic(client, url, "sk-bob", bob, redis_url, {"x-cache-ttl": "604800"})
     tenants = await semantic_tenants(redis_url)

@@ -44,8 +44,9 @@ async def test_the_size_class_comes_from_real_tokens(start_replica, start_router
     counted = await start_router([replica.url], size_thresholds=(200, 4096), tokenizers={MODEL: TOKENIZER})
     with caplog.at_level(logging.INFO, logger="router.access"):
         for router in (estimated, counted):
-            response = await client.post(router.url + "/v1/chat/completions", json=chat(CJK),
-                                         headers={"cache-control": "no-cache, no-store"})
+            response = await client.post(
+                router.url + "/v1/chat/completions", json=chat(CJK), headers={"cache-control": "no-cache, no-store"}
+            )
             assert response.status_code == 200
         for _ in range(100):
             lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "router.access"]
@@ -60,8 +61,9 @@ async def test_the_replicas_usage_settles_the_token_bucket(start_replica, start_
     # 400 tokens a minute (6.7 a second back): admission charges 246 counted + 8 max_tokens = 254;
     # the sim reports 66 + 8 = 74 used, so 180 go back and a second request of 254 fits at once
     # (without settling it would wait about 16 s for the 146 left to refill).
-    router = await start_router([(await start_replica()).url], tokenizers={MODEL: TOKENIZER},
-                                rate_limits={"*": {"tokens_per_min": 400}})
+    router = await start_router(
+        [(await start_replica()).url], tokenizers={MODEL: TOKENIZER}, rate_limits={"*": {"tokens_per_min": 400}}
+    )
     url = router.url + "/v1/chat/completions"
     no_cache = {"cache-control": "no-cache, no-store"}
     first = await client.post(url, json=chat(CJK), headers=no_cache)

@@ -24,8 +24,15 @@ from tests.router.conftest import MODEL
 
 PREFIX = "promptedge:cache"
 KEYS = {"key-acme": "acme", "key-beta": "beta"}
-WARMING = {"enabled": True, "tick_s": 0.1, "history_days": 3, "min_days_seen": 2, "budget_per_min": 600.0,
-           "burst": 10.0, "replica_slots": 2}
+WARMING = {
+    "enabled": True,
+    "tick_s": 0.1,
+    "history_days": 3,
+    "min_days_seen": 2,
+    "budget_per_min": 600.0,
+    "burst": 10.0,
+    "replica_slots": 2,
+}
 
 
 def chat(text: str) -> dict:
@@ -44,10 +51,12 @@ def no_semantic(exact_only: None) -> None:
 @pytest.fixture()
 def warming(monkeypatch: pytest.MonkeyPatch):
     """``warming(**overrides)`` turns warming on for MODEL in routers started afterwards."""
+
     def turn_on(**overrides: object) -> dict:
         settings = {**WARMING, **overrides}
         monkeypatch.setenv("PROMPTEDGE_CACHE_WARMING", json.dumps({MODEL: settings}))
         return settings
+
     return turn_on
 
 
@@ -58,8 +67,9 @@ async def store(redis_url: str):
     await client.aclose()
 
 
-async def seed(store: aioredis.Redis, texts: list[str], settings: dict | None = None, tenant: str = "acme",
-               forecast: bool = True) -> None:
+async def seed(
+    store: aioredis.Redis, texts: list[str], settings: dict | None = None, tenant: str = "acme", forecast: bool = True
+) -> None:
     """History: each text asked by ``tenant`` on the two days before, in the slot of the peak;
     the forecast (``publish``) unless ``forecast`` is False."""
     slot_start, _ = slot_bounds(time.time() + 120, 600)
@@ -93,7 +103,7 @@ async def wait_for(predicate, timeout_s: float = 10.0) -> bool:
 async def warm_count(client, router, outcome: str) -> float:
     text = (await client.get(router.url + "/metrics")).text
     line = f'promptedge_router_warm_generations_total{{outcome="{outcome}",pool="{MODEL}"}} '
-    found = [float(row[len(line):]) for row in text.splitlines() if row.startswith(line)]
+    found = [float(row[len(line) :]) for row in text.splitlines() if row.startswith(line)]
     return found[0] if found else 0.0
 
 
@@ -107,7 +117,8 @@ def test_forecast_contract_keys_agree() -> None:
 
 
 async def test_expired_hot_entry_is_warmed_before_the_peak_for_its_own_tenant_only(
-        start_replica, start_router, client, store, warming) -> None:
+    start_replica, start_router, client, store, warming
+) -> None:
     warming()
     await seed(store, ["What is a KV cache?"])
     body = chat("What is a KV cache?")
@@ -132,8 +143,9 @@ async def test_warming_off_by_default_warms_and_records_nothing(start_replica, s
     await seed(store, ["What is a KV cache?"])
     router = await start_router([(await start_replica()).url], api_keys=KEYS)
     body = chat("Something else entirely")
-    response = await client.post(router.url + "/v1/chat/completions", json=body,
-                                 headers={"authorization": "Bearer key-acme"})
+    response = await client.post(
+        router.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer key-acme"}
+    )
     assert response.headers["x-cache"] == "miss"
     assert await wait_for(lambda: store.exists(key_of(body)))  # the miss was stored ...
     await asyncio.sleep(1.0)
@@ -175,15 +187,18 @@ async def test_nothing_is_warmed_while_the_pool_is_busy(start_replica, start_rou
     await asyncio.sleep(0.2)  # the pool is busy when the peak is forecast
     await publish(store)
     while not busy.done():
-        assert await warm_count(client, router, "attempted") == 0.0, \
+        assert await warm_count(client, router, "attempted") == 0.0, (
             f"warming began {time.monotonic() - started:.2f} s into a busy pool"
+        )
         await asyncio.sleep(0.02)
     assert busy.result().status_code == 200
     assert time.monotonic() - started > 1.0  # the pool was busy long enough to matter
     assert await wait_for(lambda: store.exists(key_of(chat("What is a KV cache?"))))  # idle again: warmed
 
 
-async def test_a_replica_failing_during_warming_caches_nothing(start_replica, start_router, client, store, warming) -> None:
+async def test_a_replica_failing_during_warming_caches_nothing(
+    start_replica, start_router, client, store, warming
+) -> None:
     warming()
     replica = await start_replica()
     await (await client.post(replica.url + "/sim/faults", json={"fail_rate": 1.0})).aread()
@@ -212,8 +227,9 @@ async def test_of_several_workers_one_warms_a_pool(start_replica, start_router, 
     assert attempted == [0.0, 4.0]
 
 
-async def test_a_request_the_pool_policy_keeps_out_is_not_warmed(start_replica, start_router, client, store,
-                                                                   warming) -> None:
+async def test_a_request_the_pool_policy_keeps_out_is_not_warmed(
+    start_replica, start_router, client, store, warming
+) -> None:
     warming()
     sampled = {**chat("Write a poem."), "temperature": 0.7}
     popularity = Popularity(store, PREFIX)
@@ -222,8 +238,9 @@ async def test_a_request_the_pool_policy_keeps_out_is_not_warmed(start_replica, 
         req = CacheRequest("chat.completions", sampled, "acme", pool=MODEL)
         assert await popularity.record(req, key_of(sampled), WarmingSettings(**WARMING), slot_start - back * 86400 + 1)
     await publish(store)
-    router = await start_router([(await start_replica()).url], api_keys=KEYS,
-                                cache_policy={"*": {"cache_sampled": False}})
+    router = await start_router(
+        [(await start_replica()).url], api_keys=KEYS, cache_policy={"*": {"cache_sampled": False}}
+    )
     await asyncio.sleep(1.0)
     assert not await store.exists(key_of(sampled))
     assert await warm_count(client, router, "attempted") == 0.0

@@ -24,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from uvicorn.config import STARTUP_FAILURE
 
 from router.process.launch import WorkerConfig
-
 from tests.router.router_process import MODEL, RouterProcess, start_replica, start_router
 
 WORKERS = 2
@@ -61,9 +60,12 @@ def answered_by(router: RouterProcess, request_id: str, within_s: float = 30.0) 
 def chat(router: RouterProcess, content: str, headers: dict[str, str] | None = None) -> tuple[str, str, int]:
     """One chat completion on a new connection: (x-cache, request id, status)."""
     request_id = uuid.uuid4().hex
-    response = httpx.post(router.url + "/v1/chat/completions", timeout=60,
-                          headers={"x-request-id": request_id, **(headers or {})},
-                          json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4})
+    response = httpx.post(
+        router.url + "/v1/chat/completions",
+        timeout=60,
+        headers={"x-request-id": request_id, **(headers or {})},
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4},
+    )
     return response.headers.get("x-cache", ""), request_id, response.status_code
 
 
@@ -76,7 +78,8 @@ def burst(router: RouterProcess, contents: list[str], headers: dict[str, str] | 
 
 
 def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # exit 3 makes uvicorn's supervisor stop the router instead of restarting the worker forever
     monkeypatch.setenv("PROMPTEDGE_REDIS_URL", "redis://127.0.0.1:6379/0?socket_timeout=abc")
     config = WorkerConfig(host="127.0.0.1", port=0, workers=2, log_format="json", log_level="info", keepalive_s=5.0)
@@ -101,10 +104,15 @@ def test_a_worker_that_fails_its_start_up_checks_exits_with_startup_failure(
 def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Path, redis_url: str) -> None:
     replica, replica_url = start_replica(tmp_path)
     try:
-        router = start_router(tmp_path, env={"PROMPTEDGE_REDIS_URL": redis_url, "PROMPTEDGE_ROUTER_REPLICAS":
-                                             json.dumps([{"url": replica_url, "model": MODEL}]),
-                                             "PROMPTEDGE_ROUTER_ANONYMOUS_CACHE": "semantic"},
-                              args=("--workers", str(WORKERS)))
+        router = start_router(
+            tmp_path,
+            env={
+                "PROMPTEDGE_REDIS_URL": redis_url,
+                "PROMPTEDGE_ROUTER_REPLICAS": json.dumps([{"url": replica_url, "model": MODEL}]),
+                "PROMPTEDGE_ROUTER_ANONYMOUS_CACHE": "semantic",
+            },
+            args=("--workers", str(WORKERS)),
+        )
     except BaseException:
         replica.terminate()
         replica.wait(timeout=30)
@@ -157,8 +165,7 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
         for pid in workers:
             os.kill(pid, signal.SIGHUP)
         time.sleep(2.0)
-        assert all(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in workers)
+        assert all(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in workers)
         assert chat(router, "still there after a hang-up?")[2] == 200
 
         # SIGTERM to the supervisor stops every worker (and the resource tracker) with it
@@ -182,8 +189,11 @@ def test_two_workers_share_the_port_and_the_cache_and_stop_together(tmp_path: Pa
 def scrape(router: RouterProcess) -> dict[str, float]:
     """One /metrics scrape on a new connection: sample name (with its labels) -> value."""
     text = httpx.get(router.url + "/metrics", timeout=30).text
-    return {f"{sample.name}{sorted(sample.labels.items())}": sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        f"{sample.name}{sorted(sample.labels.items())}": sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def total(samples: dict[str, float], name: str) -> float:
@@ -194,17 +204,28 @@ def total(samples: dict[str, float], name: str) -> float:
 def test_metrics_of_two_workers_count_every_workers_requests_on_every_scrape(tmp_path: Path) -> None:
     # Regression: each worker answered /metrics with its own counters only, so one scrape saw one
     # worker's count and the next another's: rate() over them (deploy/ alerts) was garbage.
-    router = start_router(tmp_path, env={"PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"},
-                          args=("--workers", str(WORKERS)))
+    router = start_router(
+        tmp_path, env={"PROMPTEDGE_CACHE_SEMANTIC_ENABLED": "false"}, args=("--workers", str(WORKERS))
+    )
     try:
         workers = wait_until_serving(router, WORKERS)
         sent, seen = 0, set()  # requests answered (503: the pool's only replica is the discard port)
-        for round_ in range(ROUNDS):
+        for _round in range(ROUNDS):
             ids = [uuid.uuid4().hex for _ in range(8)]
             with ThreadPoolExecutor(len(ids)) as pool:
-                statuses = list(pool.map(lambda i: httpx.post(
-                    router.url + "/v1/chat/completions", headers={"x-request-id": i}, timeout=60,
-                    json={"model": MODEL, "messages": [{"role": "user", "content": f"count {i}"}]}).status_code, ids))
+                statuses = list(
+                    pool.map(
+                        lambda i: (
+                            httpx.post(
+                                router.url + "/v1/chat/completions",
+                                headers={"x-request-id": i},
+                                timeout=60,
+                                json={"model": MODEL, "messages": [{"role": "user", "content": f"count {i}"}]},
+                            ).status_code
+                        ),
+                        ids,
+                    )
+                )
             assert all(status in (200, 503) for status in statuses), statuses
             sent += len(ids)
             seen |= {answered_by(router, i) for i in ids}

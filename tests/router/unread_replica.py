@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-_OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"status\": \"ok\"}"
+_OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{"status": "ok"}'
 
 
 def _say(line: str) -> None:

@@ -55,6 +55,6 @@ async def serve_replica() -> AsyncIterator[ServeFn]:
         return url
 
     yield start
-    for server, task in running:
+    for server, _task in running:
         server.should_exit = True
     await asyncio.gather(*(task for _, task in running), return_exceptions=True)

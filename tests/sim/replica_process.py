@@ -12,8 +12,11 @@ import httpx
 def start_replica(port: int, *args: str) -> subprocess.Popen[bytes]:
     """Start a replica on 127.0.0.1:``port`` with extra ``sim serve`` arguments and wait (60 s at
     most) until ``/health`` answers 200. Raises AssertionError with its stderr when it does not."""
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -20,8 +20,9 @@ async def test_v1_routes_need_the_key_and_probes_do_not(serve_replica) -> None:
             assert (await client.get("/v1/models", headers=headers)).status_code == 401
         good = {"authorization": "Bearer sk-sim-key"}
         assert (await client.post("/v1/chat/completions", json=CHAT, headers=good)).status_code == 200
-        assert (await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2},
-                                  headers=good)).status_code == 200
+        assert (
+            await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}, headers=good)
+        ).status_code == 200
         assert (await client.get("/v1/models", headers=good)).status_code == 200
         assert (await client.get("/health")).status_code == 200
         assert (await client.get("/metrics")).status_code == 200

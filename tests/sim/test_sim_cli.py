@@ -28,11 +28,14 @@ def max_model_len(application: FastAPI) -> int:
         return client.get("/v1/models").json()["data"][0]["max_model_len"]
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--profile", "t4"], 8192),  # default: the profile's, as before the flag existed
-    (["--profile", "a100"], 32768),
-    (["--profile", "t4", "--max-model-len", "4096"], 4096),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--profile", "t4"], 8192),  # default: the profile's, as before the flag existed
+        (["--profile", "a100"], 32768),
+        (["--profile", "t4", "--max-model-len", "4096"], 4096),
+    ],
+)
 def test_serve_max_model_len_flag(served: list[FastAPI], args: list[str], expected: int) -> None:
     result = CliRunner().invoke(app, ["serve", *args])
     assert result.exit_code == 0, result.output
@@ -55,8 +58,9 @@ def test_serve_refuses_a_time_scale_that_is_not_positive(served: list[FastAPI], 
     assert "Traceback" not in result.output
 
 
-def test_serve_reads_the_time_scale_from_the_environment(served: list[FastAPI],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_reads_the_time_scale_from_the_environment(
+    served: list[FastAPI], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PROMPTEDGE_SIM_TIME_SCALE", "30")
     assert CliRunner().invoke(app, ["serve"]).exit_code == 0
     with TestClient(served[0]) as client:
@@ -64,13 +68,17 @@ def test_serve_reads_the_time_scale_from_the_environment(served: list[FastAPI],
         assert client.app.state.replica.engine.time_scale == 30
 
 
-@pytest.mark.parametrize(("args", "env", "message"), [
-    (["--ip-base", "10.0.1"], {}, "must be three octets inside 127.0.0.0/8"),
-    ([], {"PROMPTEDGE_SIM_NODE_TIME_SCALE": "0"}, "time_scale: Input should be greater than 0"),
-    (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "no usable kubeconfig"),
-])
-def test_node_refuses_bad_settings_with_exit_2(args: list[str], env: dict[str, str], message: str,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--ip-base", "10.0.1"], {}, "must be three octets inside 127.0.0.0/8"),
+        ([], {"PROMPTEDGE_SIM_NODE_TIME_SCALE": "0"}, "time_scale: Input should be greater than 0"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "no usable kubeconfig"),
+    ],
+)
+def test_node_refuses_bad_settings_with_exit_2(
+    args: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     result = CliRunner().invoke(app, ["node", *args])
@@ -81,7 +89,8 @@ def test_node_refuses_bad_settings_with_exit_2(args: list[str], env: dict[str, s
 
 @pytest.mark.parametrize("command", ["demo", "replay"])
 def test_the_json_report_is_written_before_the_text_is_printed(
-        command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # Regression: the text was rendered first, and a render that raised lost the JSON report
     report = {"requests": 3, "forecast_plan": None}
     monkeypatch.setattr("sim.demo.run.run_demo", lambda cfg: report)

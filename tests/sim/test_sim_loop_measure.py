@@ -12,7 +12,9 @@ from sim.loop.measure import RequestRecord, ScaleSample, gpu_hours, is_good, per
 from sim.loop.run import prepare, replicas_for, to_records
 
 
-def _req(at: float, ttft: float | None = 0.5, itl: float | None = 0.05, ok: bool = True, hit: bool = False) -> RequestRecord:
+def _req(
+    at: float, ttft: float | None = 0.5, itl: float | None = 0.05, ok: bool = True, hit: bool = False
+) -> RequestRecord:
     return RequestRecord(at, ok, ttft, itl, hit, None if ok else "HTTP 503")
 
 
@@ -32,7 +34,9 @@ def test_gpu_hours_integrate_pods_holding_a_gpu_between_samples() -> None:
 
 
 def test_minutes_count_demand_latency_and_under_provisioning() -> None:
-    reqs = [_req(t) for t in range(0, 60, 2)] + [_req(60 + t, ttft=3.0) for t in range(0, 60, 1)] + [_req(125, hit=True)]
+    reqs = (
+        [_req(t) for t in range(0, 60, 2)] + [_req(60 + t, ttft=3.0) for t in range(0, 60, 1)] + [_req(125, hit=True)]
+    )
     samples = [ScaleSample(10, 1, 1, 0, 1), ScaleSample(70, 2, 1, 1, 2), ScaleSample(130, 2, 2, 0, 2)]
     rows = per_minute(reqs, samples, 180, capacity_rps=0.6, ttft_slo_s=2.0, itl_slo_s=0.2)
     assert [r["demand_rps"] for r in rows] == [0.5, 1.0, pytest.approx(1 / 60, abs=1e-4)]
@@ -47,7 +51,10 @@ def test_minutes_count_demand_latency_and_under_provisioning() -> None:
 
 def test_replayer_outcomes_become_simulated_seconds() -> None:
     plan = [PlannedRequest(10.0, "new", 11, {}), PlannedRequest(20.0, "repeat", 1, {})]
-    outs = [Outcome("new", True, None, 2.0, 0.5, "miss", "r", 0.0), Outcome("repeat", True, None, 0.1, 0.05, "exact", None, 0.0)]
+    outs = [
+        Outcome("new", True, None, 2.0, 0.5, "miss", "r", 0.0),
+        Outcome("repeat", True, None, 0.1, 0.05, "exact", None, 0.0),
+    ]
     a, b = to_records(plan, outs, speedup=6.0)
     assert a.at_s == 60.0 and a.ttft_s == 3.0 and a.itl_s == pytest.approx((12.0 - 3.0) / 10) and not a.hit
     assert b.hit and b.itl_s is None
@@ -55,14 +62,25 @@ def test_replayer_outcomes_become_simulated_seconds() -> None:
 
 def test_ratios_table_json_and_plot(tmp_path: Path) -> None:
     minutes = [{"minute": 0, "demand_rps": 1.0, "ready": 2, "ttft_s": {"p95": 0.4}}]
-    report = {"clock": {"speedup": 6.0}, "slo": {"ttft_s": 2.0, "itl_s": 0.2},
-              "segment": {"trace": "t", "start_hour": 1.0, "hours": 1.0, "requests": 10, "seed": 0},
-              "policies": {"predictive": {"goodput_per_gpu_hour": 300.0, "slo_attainment": 0.99, "gpu_hours": 2.0,
-                                          "failed_requests": 0, "scale_events": 3, "under_provisioned_minutes": 0,
-                                          "queue_time_s": {"mean": 0.123, "p95": 1.9, "requests": 10},
-                                          "minutes": minutes},
-                           "reactive": {"goodput_per_gpu_hour": 200.0, "minutes": minutes},
-                           "fixed_peak": {"goodput_per_gpu_hour": 150.0, "minutes": minutes}}}
+    report = {
+        "clock": {"speedup": 6.0},
+        "slo": {"ttft_s": 2.0, "itl_s": 0.2},
+        "segment": {"trace": "t", "start_hour": 1.0, "hours": 1.0, "requests": 10, "seed": 0},
+        "policies": {
+            "predictive": {
+                "goodput_per_gpu_hour": 300.0,
+                "slo_attainment": 0.99,
+                "gpu_hours": 2.0,
+                "failed_requests": 0,
+                "scale_events": 3,
+                "under_provisioned_minutes": 0,
+                "queue_time_s": {"mean": 0.123, "p95": 1.9, "requests": 10},
+                "minutes": minutes,
+            },
+            "reactive": {"goodput_per_gpu_hour": 200.0, "minutes": minutes},
+            "fixed_peak": {"goodput_per_gpu_hour": 150.0, "minutes": minutes},
+        },
+    }
     assert ratios(report["policies"])["predictive"] == {"vs_fixed_peak": 2.0, "vs_reactive": 1.5}
     text = render(report)
     assert "6.0x" in text and "simulated" in text and "2.00x" in text and "1.50x" in text
@@ -81,9 +99,14 @@ def test_replicas_for_is_the_planners_rule() -> None:
 
 
 def test_prepare_rescales_the_ramp_to_the_peak_replicas(data_dir: Path) -> None:
-    cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, peak_replicas=5,
-                     tokens_trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
-                     progress=False)
+    cfg = LoopConfig(
+        trace=data_dir / "traces" / "servegen-m-large",
+        hours=0.5,
+        capacity_rps=0.4,
+        peak_replicas=5,
+        tokens_trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+        progress=False,
+    )
     prep = prepare(cfg)
     assert prep.replicas["fixed_peak"] == 5
     assert max(prep.segment.window_rps) == pytest.approx(5 * 0.4 / 1.2)
@@ -98,9 +121,14 @@ def test_the_history_is_sampled_counts_by_default_as_the_routers_counters_hold_i
     # The live minutes the forecaster reads are counts; a history of expected rates (flat inside
     # each 10-minute window) calibrated its band far too narrow, then its volatility scale sat at
     # its maximum on every live minute (closed loop, 3 December).
-    kwargs = dict(trace=data_dir / "traces" / "servegen-m-large", hours=0.5, capacity_rps=0.4, history_days=1.0,
-                  tokens_trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
-                  progress=False)
+    kwargs = dict(
+        trace=data_dir / "traces" / "servegen-m-large",
+        hours=0.5,
+        capacity_rps=0.4,
+        history_days=1.0,
+        tokens_trace=data_dir / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+        progress=False,
+    )
     sampled = [r for _, r in prepare(LoopConfig(**kwargs)).history]
     expected = [r for _, r in prepare(LoopConfig(**kwargs, history="expected")).history]
     assert len(sampled) == len(expected) == 1440
@@ -113,8 +141,9 @@ def test_the_history_is_sampled_counts_by_default_as_the_routers_counters_hold_i
         LoopConfig(trace=Path("x"), history="smooth")
 
 
-def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sim.loop.world import ControlPlane
 
     monkeypatch.chdir(tmp_path)
@@ -123,6 +152,7 @@ def test_a_relative_log_dir_gives_the_control_plane_an_absolute_run_folder(tmp_p
 
 def test_run_problems_names_dead_processes_and_a_blind_observer() -> None:
     from sim.loop.run import run_problems
+
     assert run_problems({"node": None, "router": None, "forecaster": None}, 0, 100) == []
     assert run_problems({"node": None, "hpa": -9}, 0, 100) == ["hpa exited with code -9 during the run"]
     assert run_problems({}, 2, 100) == []  # a transient error or two is not a blind run
@@ -166,8 +196,9 @@ def test_a_missing_trace_is_reported_as_missing(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("set_to", [None, "/srv/my-data"])
-def test_a_missing_trace_says_which_data_folder_was_looked_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             set_to: str | None) -> None:
+def test_a_missing_trace_says_which_data_folder_was_looked_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, set_to: str | None
+) -> None:
     # the trial round (Dec 4): with PROMPTEDGE_DATA_DIR set, the message still told the user
     # to set it, not what it was set to
     from sim.client.traffic.rates import TrafficFormatError, read_rates
@@ -182,8 +213,9 @@ def test_a_missing_trace_says_which_data_folder_was_looked_in(tmp_path: Path, mo
         read_rates(tmp_path / "nowhere" / "servegen")
 
 
-def test_a_missing_default_token_trace_names_the_data_folder_setting(data_dir: Path, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_default_token_trace_names_the_data_folder_setting(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # With --trace given and no data folder, the loop failed on a file the user never passed
     # (the Azure token counts) with "[Errno 2]" and no word of PROMPTEDGE_DATA_DIR.
     from sim.loop import run
@@ -195,10 +227,18 @@ def test_a_missing_default_token_trace_names_the_data_folder_setting(data_dir: P
         run.prepare(cfg)
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("speedup", float("inf"), "speedup"), ("hours", float("nan"), "hours"), ("warmup_s", float("inf"), "warmup_s"),
-    ("capacity_rps", -1.0, "capacity_rps"), ("capacity_rps", 0.0, "capacity_rps"),
-    ("history_days", -1.0, "history_days"), ("miss_ratio", 1.5, "miss_ratio")])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("speedup", float("inf"), "speedup"),
+        ("hours", float("nan"), "hours"),
+        ("warmup_s", float("inf"), "warmup_s"),
+        ("capacity_rps", -1.0, "capacity_rps"),
+        ("capacity_rps", 0.0, "capacity_rps"),
+        ("history_days", -1.0, "history_days"),
+        ("miss_ratio", 1.5, "miss_ratio"),
+    ],
+)
 def test_the_loop_refuses_values_it_cannot_run_with_the_field_named(field: str, value: float, match: str) -> None:
     # inf speedup reached the router as a NaN, -1 capacity as numpy's "lam < 0", -1 history days
     # as "zero-size array to reduction operation" (new-user trial, 4 December)
@@ -225,8 +265,9 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_loop_starts
 
 def test_a_segment_past_the_trace_end_says_so_with_the_trace_length(data_dir: Path) -> None:
     # new-user trial: --start-hour 400 on a 336 h trace said "the segment has no traffic"
-    cfg = LoopConfig(trace=data_dir / "traces" / "servegen-m-large", start_hour=400.0, hours=0.25, capacity_rps=0.4,
-                     progress=False)
+    cfg = LoopConfig(
+        trace=data_dir / "traces" / "servegen-m-large", start_hour=400.0, hours=0.25, capacity_rps=0.4, progress=False
+    )
     with pytest.raises(ValueError, match="outside the trace.*0 to 336 h"):
         prepare(cfg)
 
@@ -245,12 +286,18 @@ def test_the_models_the_forecaster_chose_are_counted_from_its_log_and_shown() ->
     ]
     assert models_chosen(lines) == {"last_value": 2, "seasonal_naive": 1}
     assert models_chosen(["nothing here"]) == {}
-    report = {"clock": {"speedup": 7.0}, "slo": {"ttft_s": 2.0, "itl_s": 0.2}, "segment": {},
-              "policies": {"predictive": {"goodput_per_gpu_hour": 1.0, "models": models_chosen(lines), "minutes": []}}}
+    report = {
+        "clock": {"speedup": 7.0},
+        "slo": {"ttft_s": 2.0, "itl_s": 0.2},
+        "segment": {},
+        "policies": {"predictive": {"goodput_per_gpu_hour": 1.0, "models": models_chosen(lines), "minutes": []}},
+    }
     assert "predictive's forecasts by model (decisions): last_value 2, seasonal_naive 1" in render(report)
 
 
-def test_missing_kube_tools_are_named_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_kube_tools_are_named_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # new-user trial: "starting the control plane" was printed, then the tools were found missing
     from sim.loop.world import WorldError
 
@@ -268,15 +315,17 @@ def test_a_segment_longer_than_the_trace_says_so(data_dir: Path) -> None:
 
 
 def test_the_cli_names_missing_kube_tools_without_pointing_at_logs_it_never_wrote(
-        data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # trial round (Dec 4): the message ended "(logs in out/loop)", a folder nothing was written to
     from typer.testing import CliRunner
 
     from sim.cli import app
 
     monkeypatch.setenv("PROMPTEDGE_KUBE_TOOLS", str(tmp_path / "no-tools"))
-    result = CliRunner().invoke(app, ["loop", "--trace", str(data_dir / "traces" / "servegen-m-large"),
-                                      "--log-dir", str(tmp_path / "logs")])
+    result = CliRunner().invoke(
+        app, ["loop", "--trace", str(data_dir / "traces" / "servegen-m-large"), "--log-dir", str(tmp_path / "logs")]
+    )
     assert result.exit_code == 2, result.output
     assert "no Kubernetes tools at" in result.output and "no-tools" in result.output
     assert "logs in" not in result.output

@@ -8,8 +8,15 @@ import httpx
 import pytest
 
 from sim.loop.observe import metrics_targets, scrape_queue_time
-from sim.loop.queue_time import (HistogramTotals, Scrape, bucket_quantile, deltas, parse_histogram,
-                                 queue_time_minutes, queue_time_total)
+from sim.loop.queue_time import (
+    HistogramTotals,
+    Scrape,
+    bucket_quantile,
+    deltas,
+    parse_histogram,
+    queue_time_minutes,
+    queue_time_total,
+)
 from sim.replica.metrics import QUEUE_BUCKETS, ReplicaMetrics
 
 INF = float("inf")
@@ -18,8 +25,9 @@ INF = float("inf")
 def hist(*observed: float) -> HistogramTotals:
     """The cumulative histogram of these observations on vLLM's queue-time buckets."""
     bounds = (*QUEUE_BUCKETS, INF)
-    return HistogramTotals(sum(observed), float(len(observed)),
-                           tuple((le, float(sum(v <= le for v in observed))) for le in bounds))
+    return HistogramTotals(
+        sum(observed), float(len(observed)), tuple((le, float(sum(v <= le for v in observed))) for le in bounds)
+    )
 
 
 def test_parse_reads_the_replicas_own_exposition() -> None:
@@ -34,13 +42,23 @@ def test_parse_reads_the_replicas_own_exposition() -> None:
 
 
 def test_parse_sums_the_engines_of_one_replica() -> None:
-    text = "\n".join([
-        "# TYPE vllm:request_queue_time_seconds histogram",
-        *(f'vllm:request_queue_time_seconds_bucket{{engine="{e}",le="{le}"}} {n}'
-          for e in ("0", "1") for le, n in (("0.3", 1), ("+Inf", 2))),
-        'vllm:request_queue_time_seconds_sum{engine="0"} 1.5', 'vllm:request_queue_time_seconds_count{engine="0"} 2',
-        'vllm:request_queue_time_seconds_sum{engine="1"} 0.5', 'vllm:request_queue_time_seconds_count{engine="1"} 2',
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "# TYPE vllm:request_queue_time_seconds histogram",
+                *(
+                    f'vllm:request_queue_time_seconds_bucket{{engine="{e}",le="{le}"}} {n}'
+                    for e in ("0", "1")
+                    for le, n in (("0.3", 1), ("+Inf", 2))
+                ),
+                'vllm:request_queue_time_seconds_sum{engine="0"} 1.5',
+                'vllm:request_queue_time_seconds_count{engine="0"} 2',
+                'vllm:request_queue_time_seconds_sum{engine="1"} 0.5',
+                'vllm:request_queue_time_seconds_count{engine="1"} 2',
+            ]
+        )
+        + "\n"
+    )
     assert parse_histogram(text) == HistogramTotals(2.0, 4.0, ((0.3, 2.0), (INF, 4.0)))
 
 
@@ -54,13 +72,14 @@ def test_quantile_interpolates_within_the_bucket_as_prometheus_does() -> None:
 
 
 def test_pods_appearing_and_disappearing_add_their_own_deltas() -> None:
-    a1, a2 = hist(1.0), hist(1.0, 3.0, 3.0)       # pod a: one request before minute 1, two in it
-    b1 = hist(0.2, 0.2)                            # pod b: first seen in minute 1, two requests
+    a1, a2 = hist(1.0), hist(1.0, 3.0, 3.0)  # pod a: one request before minute 1, two in it
+    b1 = hist(0.2, 0.2)  # pod b: first seen in minute 1, two requests
     scrapes = [
         Scrape(-5, "a", hist()),  # the baseline, before the segment: in no minute
         Scrape(30, "a", a1),
-        Scrape(70, "a", a2), Scrape(75, "b", b1),
-        Scrape(130, "b", hist(0.2, 0.2, 0.6)),      # a is gone (scaled down); b served one more
+        Scrape(70, "a", a2),
+        Scrape(75, "b", b1),
+        Scrape(130, "b", hist(0.2, 0.2, 0.6)),  # a is gone (scaled down); b served one more
     ]
     rows = queue_time_minutes(scrapes, 3)
     # p95 on vLLM's buckets: 1.0 s lies in (0.8, 1.0], so 0.8 + 0.2 x 0.95
@@ -90,13 +109,19 @@ def test_minutes_without_observations_say_none() -> None:
 def _pod(uid: str, ip: str | None, ready: bool, port: int | None = 8000) -> SimpleNamespace:
     ports = [SimpleNamespace(container_port=port)] if port else None
     return SimpleNamespace(
-        metadata=SimpleNamespace(uid=uid), spec=SimpleNamespace(containers=[SimpleNamespace(ports=ports)]),
-        status=SimpleNamespace(pod_ip=ip, conditions=[SimpleNamespace(type="Ready", status=str(ready))]))
+        metadata=SimpleNamespace(uid=uid),
+        spec=SimpleNamespace(containers=[SimpleNamespace(ports=ports)]),
+        status=SimpleNamespace(pod_ip=ip, conditions=[SimpleNamespace(type="Ready", status=str(ready))]),
+    )
 
 
 def test_only_ready_pods_with_an_ip_are_scraped_on_their_container_port() -> None:
-    pods = [_pod("a", "127.0.1.2", True, 9000), _pod("b", "127.0.1.3", False), _pod("c", None, True),
-            _pod("d", "127.0.1.5", True, None)]
+    pods = [
+        _pod("a", "127.0.1.2", True, 9000),
+        _pod("b", "127.0.1.3", False),
+        _pod("c", None, True),
+        _pod("d", "127.0.1.5", True, None),
+    ]
     assert metrics_targets(pods) == [("a", "http://127.0.1.2:9000/metrics"), ("d", "http://127.0.1.5:8000/metrics")]
 
 

@@ -50,10 +50,28 @@ class Cluster:
     def start_node(self) -> None:
         with self.node_log.open("ab") as out:
             self.node = subprocess.Popen(
-                [sys.executable, "-m", "sim", "node", "--kubeconfig", str(self.kubeconfig), "--name", "sim-gpu-0",
-                 "--gpus", "8", "--ip-base", self.ip_base, "--time-scale", str(SCALE),
-                 "--log-dir", str(self.run_dir / "replicas")],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "sim",
+                    "node",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--name",
+                    "sim-gpu-0",
+                    "--gpus",
+                    "8",
+                    "--ip-base",
+                    self.ip_base,
+                    "--time-scale",
+                    str(SCALE),
+                    "--log-dir",
+                    str(self.run_dir / "replicas"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def log(self) -> str:
         return self.node_log.read_text(errors="replace")
@@ -61,24 +79,40 @@ class Cluster:
     def pods(self, app: str) -> list[Any]:
         return self.core.list_namespaced_pod(NS, label_selector=f"app={app}").items
 
-    def deploy(self, app: str, args: list[str], annotations: dict[str, str], replicas: int = 0,
-               grace_s: int = 30) -> None:
+    def deploy(
+        self, app: str, args: list[str], annotations: dict[str, str], replicas: int = 0, grace_s: int = 30
+    ) -> None:
         container = k8s.V1Container(
-            name="vllm", image="vllm/vllm-openai:v0.11.0", command=["vllm", "serve"], args=args,
+            name="vllm",
+            image="vllm/vllm-openai:v0.11.0",
+            command=["vllm", "serve"],
+            args=args,
             ports=[k8s.V1ContainerPort(container_port=8000, name="http")],
-            readiness_probe=k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path="/health", port="http"),
-                                        period_seconds=5, failure_threshold=1),
-            resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}))
+            readiness_probe=k8s.V1Probe(
+                http_get=k8s.V1HTTPGetAction(path="/health", port="http"), period_seconds=5, failure_threshold=1
+            ),
+            resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
+        )
         template = k8s.V1PodTemplateSpec(
             metadata=k8s.V1ObjectMeta(labels={"app": app}, annotations=annotations),
-            spec=k8s.V1PodSpec(containers=[container], termination_grace_period_seconds=grace_s))
-        self.apps.create_namespaced_deployment(NS, k8s.V1Deployment(
-            metadata=k8s.V1ObjectMeta(name=app),
-            spec=k8s.V1DeploymentSpec(replicas=replicas, selector=k8s.V1LabelSelector(match_labels={"app": app}),
-                                      template=template)))
-        self.core.create_namespaced_service(NS, k8s.V1Service(
-            metadata=k8s.V1ObjectMeta(name=app),
-            spec=k8s.V1ServiceSpec(selector={"app": app}, ports=[k8s.V1ServicePort(port=8000, target_port=8000)])))
+            spec=k8s.V1PodSpec(containers=[container], termination_grace_period_seconds=grace_s),
+        )
+        self.apps.create_namespaced_deployment(
+            NS,
+            k8s.V1Deployment(
+                metadata=k8s.V1ObjectMeta(name=app),
+                spec=k8s.V1DeploymentSpec(
+                    replicas=replicas, selector=k8s.V1LabelSelector(match_labels={"app": app}), template=template
+                ),
+            ),
+        )
+        self.core.create_namespaced_service(
+            NS,
+            k8s.V1Service(
+                metadata=k8s.V1ObjectMeta(name=app),
+                spec=k8s.V1ServiceSpec(selector={"app": app}, ports=[k8s.V1ServicePort(port=8000, target_port=8000)]),
+            ),
+        )
 
     def scale(self, app: str, replicas: int) -> None:
         self.apps.patch_namespaced_deployment_scale(app, NS, {"spec": {"replicas": replicas}})
@@ -87,11 +121,13 @@ class Cluster:
         """A raw GET of discovery.k8s.io/v1beta1 (the only version 1.20 serves)."""
         cluster = self.kubeconfig_doc["clusters"][0]["cluster"]
         token = next(u["user"]["token"] for u in self.kubeconfig_doc["users"] if u["name"] == "admin")
-        resp = httpx.get(f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
-                         params={"labelSelector": f"kubernetes.io/service-name={service}"},
-                         headers={"Authorization": f"Bearer {token}"},
-                         verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
-                         timeout=10)
+        resp = httpx.get(
+            f"{cluster['server']}/apis/discovery.k8s.io/v1beta1/namespaces/{NS}/endpointslices",
+            params={"labelSelector": f"kubernetes.io/service-name={service}"},
+            headers={"Authorization": f"Bearer {token}"},
+            verify=ssl.create_default_context(cafile=cluster["certificate-authority"]),
+            timeout=10,
+        )
         resp.raise_for_status()
         return list(resp.json()["items"])
 
@@ -130,8 +166,13 @@ def is_ready(pod: Any) -> bool:
 def replica_pids(ip: str) -> list[int]:
     """Processes listening on the Pod's IP (a replica may be a pre-started spare, whose command
     line does not name it)."""
-    return sorted({c.pid for c in psutil.net_connections("tcp")
-                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.ip == ip and c.pid})
+    return sorted(
+        {
+            c.pid
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.ip == ip and c.pid
+        }
+    )
 
 
 def alive(pids: list[int]) -> list[int]:
@@ -153,14 +194,16 @@ def health_status(url: str) -> int | None:
 
 
 def complete(url: str, max_tokens: int = 3) -> httpx.Response:
-    return httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": max_tokens},
-                      timeout=30)
+    return httpx.post(
+        f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": max_tokens}, timeout=30
+    )
 
 
 def test_node_registers_ready_with_gpus_and_without_the_not_ready_taint(cluster: Cluster) -> None:
     def registered() -> Any:
         nodes = cluster.core.list_node().items
         return nodes and not nodes[0].spec.taints and nodes[0]
+
     node = wait_for("the node", registered, cluster, 60)
     assert node.metadata.name == "sim-gpu-0"
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
@@ -169,8 +212,12 @@ def test_node_registers_ready_with_gpus_and_without_the_not_ready_taint(cluster:
 
 def test_scale_up_warms_up_then_ready_and_scale_down_drains_in_flight(cluster: Cluster) -> None:
     # warm-up 100 s simulated = 5 wall s; probe every 5 s simulated; grace 600 s simulated = 30 wall s
-    cluster.deploy("llama", ["sim-llama-8b", "--port", "8000", "--max-model-len", "4k"],
-                   {"promptedge.io/sim-warmup-s": "100", "promptedge.io/sim-profile": "t4"}, grace_s=600)
+    cluster.deploy(
+        "llama",
+        ["sim-llama-8b", "--port", "8000", "--max-model-len", "4k"],
+        {"promptedge.io/sim-warmup-s": "100", "promptedge.io/sim-profile": "t4"},
+        grace_s=600,
+    )
     cluster.scale("llama", 3)
     seen_warming: set[str] = set()
 
@@ -185,13 +232,21 @@ def test_scale_up_warms_up_then_ready_and_scale_down_drains_in_flight(cluster: C
     assert seen_warming == {p.metadata.name for p in pods}  # each ran, not Ready, during its warm-up
     ips = {p.status.pod_ip for p in pods}
     assert len(ips) == 3 and all(ip.startswith(cluster.ip_base + ".") for ip in ips)
-    wait_for("readyReplicas 3", lambda: cluster.apps.read_namespaced_deployment("llama", NS).status.ready_replicas == 3,
-             cluster)
+    wait_for(
+        "readyReplicas 3",
+        lambda: cluster.apps.read_namespaced_deployment("llama", NS).status.ready_replicas == 3,
+        cluster,
+    )
 
     def slice_ready() -> dict[str, bool] | None:
-        eps = {a: bool(e.get("conditions", {}).get("ready")) for s in cluster.endpoint_slices("llama")
-               for e in s.get("endpoints") or [] for a in e["addresses"]}
+        eps = {
+            a: bool(e.get("conditions", {}).get("ready"))
+            for s in cluster.endpoint_slices("llama")
+            for e in s.get("endpoints") or []
+            for a in e["addresses"]
+        }
         return eps if eps == {ip: True for ip in ips} else None
+
     wait_for("an EndpointSlice listing the 3 pods ready", slice_ready, cluster, 30)
     for ip in ips:
         assert complete(f"http://{ip}:8000").status_code == 200
@@ -219,8 +274,14 @@ def test_scale_up_warms_up_then_ready_and_scale_down_drains_in_flight(cluster: C
         t.start()
     assert all(e.wait(30) for e in started.values())  # every request is running
     cluster.scale("llama", 1)
-    deleting = wait_for("2 pods deleting", lambda: (lambda ps: ps if len(ps) == 2 else None)(
-        [p for p in cluster.pods("llama") if p.metadata.deletion_timestamp]), cluster, 30)
+    deleting = wait_for(
+        "2 pods deleting",
+        lambda: (lambda ps: ps if len(ps) == 2 else None)(
+            [p for p in cluster.pods("llama") if p.metadata.deletion_timestamp]
+        ),
+        cluster,
+        30,
+    )
     deletion_seen = time.monotonic()
     gone = {p.status.pod_ip for p in deleting}
     left = wait_for("2 pods gone", lambda: (lambda ps: ps if len(ps) == 1 else None)(cluster.pods("llama")), cluster)
@@ -238,21 +299,24 @@ def test_scale_up_warms_up_then_ready_and_scale_down_drains_in_flight(cluster: C
 
 def test_a_replica_that_never_becomes_healthy_stays_not_ready(cluster: Cluster) -> None:
     # --max-model-len beyond t4's KV cache: `sim serve` exits 2, as vLLM refuses to start
-    cluster.deploy("broken", ["sim-llama-8b", "--max-model-len", "999999"],
-                   {"promptedge.io/sim-profile": "t4"}, replicas=1)
+    cluster.deploy(
+        "broken", ["sim-llama-8b", "--max-model-len", "999999"], {"promptedge.io/sim-profile": "t4"}, replicas=1
+    )
     cluster.deploy("frozen", ["sim-llama-8b"], {"promptedge.io/sim-warmup-s": "1000000"}, replicas=1)
 
     def crashed() -> Any:
         pods = cluster.pods("broken")
         cs = pods and pods[0].status.container_statuses
         return cs and cs[0].restart_count >= 1 and pods[0]
+
     pod = wait_for("a restart of the crashing replica", crashed, cluster)
     status = pod.status.container_statuses[0]
     assert pod.status.phase == "Running" and not is_ready(pod) and not status.ready
     assert status.last_state.terminated.exit_code == 2
     assert status.state.waiting is None or status.state.waiting.reason == "CrashLoopBackOff"
-    frozen = wait_for("the frozen pod running", lambda: [p for p in cluster.pods("frozen") if p.status.pod_ip],
-                      cluster)[0]
+    frozen = wait_for(
+        "the frozen pod running", lambda: [p for p in cluster.pods("frozen") if p.status.pod_ip], cluster
+    )[0]
     health = f"http://{frozen.status.pod_ip}:8000/health"
     assert wait_for("its replica answering", lambda: health_status(health), cluster) == 503
     time.sleep(1.5)  # 30 simulated seconds: six probe periods, all failed
@@ -271,12 +335,20 @@ def test_a_frozen_replica_goes_not_ready_and_a_killed_one_is_restarted(cluster: 
     # a replica that stops answering (frozen: its probes time out) goes not Ready, and back
     psutil.Process(pid).suspend()
     try:
-        wait_for("not Ready while frozen",
-                 lambda: not is_ready(cluster.core.read_namespaced_pod(pod.metadata.name, NS)), cluster, 30)
+        wait_for(
+            "not Ready while frozen",
+            lambda: not is_ready(cluster.core.read_namespaced_pod(pod.metadata.name, NS)),
+            cluster,
+            30,
+        )
     finally:
         psutil.Process(pid).resume()
-    back = wait_for("Ready again when answering", lambda: (lambda p: is_ready(p) and p)(
-        cluster.core.read_namespaced_pod(pod.metadata.name, NS)), cluster, 30)
+    back = wait_for(
+        "Ready again when answering",
+        lambda: (lambda p: is_ready(p) and p)(cluster.core.read_namespaced_pod(pod.metadata.name, NS)),
+        cluster,
+        30,
+    )
     assert back.status.container_statuses[0].restart_count == 0  # same process, no restart
     # a replica that dies goes not Ready, then is restarted
     psutil.Process(pid).kill()
@@ -285,6 +357,7 @@ def test_a_frozen_replica_goes_not_ready_and_a_killed_one_is_restarted(cluster: 
     def restarted() -> Any:
         p = cluster.core.read_namespaced_pod(pod.metadata.name, NS)
         return is_ready(p) and p.status.container_statuses[0].restart_count == 1 and p
+
     again = wait_for("Ready again after a restart", restarted, cluster, 60)
     assert again.status.pod_ip == ip and replica_pids(ip) not in ([], [pid])
     assert complete(f"http://{ip}:8000").status_code == 200
@@ -342,6 +415,7 @@ def test_a_pod_it_cannot_run_is_removed_when_deleted_and_frees_its_gpus(cluster:
         pods = cluster.pods("typo")
         cs = pods and pods[0].status.container_statuses
         return cs and cs[0].state.waiting and cs[0].state.waiting.reason == "CreateContainerConfigError" and pods[0]
+
     wait_for("the Pod waiting with its reason", waiting, cluster)
     cluster.scale("typo", 0)
     wait_for("the Pod gone", lambda: cluster.pods("typo") == [], cluster, 20)
@@ -353,6 +427,7 @@ def test_no_replica_outlives_the_node(cluster: Cluster) -> None:
     def running() -> set[str] | None:
         ips = {p.status.pod_ip for p in cluster.pods("orphans") if p.status.pod_ip}
         return ips if len(ips) == 2 and all(replica_pids(ip) for ip in ips) else None
+
     ips = wait_for("2 replica processes", running, cluster)
     children = [p.pid for p in psutil.Process(cluster.node.pid).children(recursive=True)]
     assert len(children) >= 2  # the replicas, and the spares kept pre-started
@@ -366,9 +441,19 @@ def test_no_replica_outlives_the_node(cluster: Cluster) -> None:
     # their replicas are new processes that warmed up again: restarts, as the forecaster's
     # warm-up measure must see them (it skips restarted Pods; a count kept at 0 made a 20 s
     # warm-up read as 295 s, attack round, 4 December)
-    wait_for("each adopted Pod counting one restart", lambda: {
-        p.metadata.name: p.status.container_statuses[0].restart_count for p in cluster.pods("orphans")
-        if p.status.container_statuses} == {name: n + 1 for name, n in restarts.items()}, cluster, 15)
+    wait_for(
+        "each adopted Pod counting one restart",
+        lambda: (
+            {
+                p.metadata.name: p.status.container_statuses[0].restart_count
+                for p in cluster.pods("orphans")
+                if p.status.container_statuses
+            }
+            == {name: n + 1 for name, n in restarts.items()}
+        ),
+        cluster,
+        15,
+    )
     time.sleep(1)  # its spares started too
     children = [p.pid for p in psutil.Process(cluster.node.pid).children(recursive=True)]
     cluster.node.kill()  # SIGKILL: the node cannot clean up; the kernel does (PR_SET_PDEATHSIG)

@@ -49,14 +49,29 @@ class RecordingApi:
         self.pods = [p for p in self.pods if p["metadata"]["uid"] != uid]
 
 
-POD = {"metadata": {"name": "vllm-0", "namespace": "default", "uid": "uid-0",
-                    "annotations": {"promptedge.io/sim-warmup-s": "20"}},
-       "spec": {"nodeName": "sim-gpu-0", "terminationGracePeriodSeconds": 600,
-                "containers": [{"name": "vllm", "image": "vllm/vllm-openai", "command": ["vllm", "serve"],
-                                "args": ["sim-llama-8b"], "ports": [{"containerPort": 8000}],
-                                "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
-                                                   "periodSeconds": 2}}]},
-       "status": {"phase": "Pending"}}
+POD = {
+    "metadata": {
+        "name": "vllm-0",
+        "namespace": "default",
+        "uid": "uid-0",
+        "annotations": {"promptedge.io/sim-warmup-s": "20"},
+    },
+    "spec": {
+        "nodeName": "sim-gpu-0",
+        "terminationGracePeriodSeconds": 600,
+        "containers": [
+            {
+                "name": "vllm",
+                "image": "vllm/vllm-openai",
+                "command": ["vllm", "serve"],
+                "args": ["sim-llama-8b"],
+                "ports": [{"containerPort": 8000}],
+                "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 2},
+            }
+        ],
+    },
+    "status": {"phase": "Pending"},
+}
 
 
 def run_until(node: SimNode, api: RecordingApi, done: Any, timeout_s: float = 60.0) -> None:
@@ -115,6 +130,7 @@ def test_a_replica_that_does_not_drain_in_its_grace_period_is_killed() -> None:
         run_until(node, api, lambda: any(ready(s) for s in pod_statuses(api)))
         url = f"http://{node.pods['uid-0'].ip}:8000"
         assert httpx.post(f"{url}/sim/faults", json={"hang": True}).status_code == 200
+
         def hang() -> None:  # never answered: the replica cannot drain; killed under it
             try:
                 httpx.post(f"{url}/v1/completions", json={"model": "sim-llama-8b", "prompt": "x"}, timeout=30)
@@ -140,8 +156,14 @@ def test_a_spare_process_becomes_the_replica_and_refuses_bad_settings_as_serve_d
     bad["metadata"].update(name="vllm-bad", uid="uid-bad")
     bad["spec"]["containers"][0]["args"] = ["sim-llama-8b", "--max-model-len", "999999"]
     api = RecordingApi([good])
-    node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0,  # type: ignore[arg-type]
-                                     spares=1))
+    node = SimNode(
+        api,
+        NodeSettings(
+            ip_base=f"127.0.{random.randint(150, 250)}",
+            time_scale=20.0,  # type: ignore[arg-type]
+            spares=1,
+        ),
+    )
     try:
         node.spares.fill()
         spare = node.spares.spares[0]
@@ -187,8 +209,11 @@ def test_pre_stop_sleep_keeps_the_replica_serving_and_ready_then_sigterm_drains_
         proc: ReplicaProcess = rt.process  # type: ignore[assignment]
         seen = _delete_and_see_it(node, api)
         # during the preStop sleep the replica still admits requests (no SIGTERM yet) ...
-        answer = httpx.post(f"http://{rt.ip}:8000/v1/completions", timeout=30,
-                            json={"model": "sim-llama-8b", "prompt": "still serving?", "max_tokens": 4})
+        answer = httpx.post(
+            f"http://{rt.ip}:8000/v1/completions",
+            timeout=30,
+            json={"model": "sim-llama-8b", "prompt": "still serving?", "max_tokens": 4},
+        )
         assert answer.status_code == 200, answer.text
         assert not rt.sigterm_sent and proc.exit_code() is None
         assert ready(pod_statuses(api)[-1])  # ... and its readiness follows the probe: still Ready
@@ -220,8 +245,9 @@ def test_pre_stop_http_get_is_called_on_the_pod_before_sigterm() -> None:
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    pod = _pod_with_pre_stop({"httpGet": {"host": "127.0.0.1", "port": server.server_address[1],
-                                          "path": "/drain"}}, 600)
+    pod = _pod_with_pre_stop(
+        {"httpGet": {"host": "127.0.0.1", "port": server.server_address[1], "path": "/drain"}}, 600
+    )
     api = RecordingApi([pod])
     node = SimNode(api, NodeSettings(ip_base=f"127.0.{random.randint(150, 250)}", time_scale=20.0))  # type: ignore[arg-type]
     try:

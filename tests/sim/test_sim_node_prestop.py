@@ -18,20 +18,30 @@ def hook(pre_stop: dict, ports: list | None = None) -> PreStopHook | None:
     return pre_stop_hook({"name": "vllm", "ports": ports or [], "lifecycle": {"preStop": pre_stop}})
 
 
-@pytest.mark.parametrize(("command", "seconds"), [
-    (["sleep", "5"], 5.0),
-    (["/bin/sleep", "2.5"], 2.5),
-    (["/bin/sh", "-c", "sleep 5"], 5.0),
-    (["sh", "-c", "sleep 1m"], 60.0),
-])
+@pytest.mark.parametrize(
+    ("command", "seconds"),
+    [
+        (["sleep", "5"], 5.0),
+        (["/bin/sleep", "2.5"], 2.5),
+        (["/bin/sh", "-c", "sleep 5"], 5.0),
+        (["sh", "-c", "sleep 1m"], 60.0),
+    ],
+)
 def test_exec_sleep_is_a_sleep_of_n_seconds(command: list[str], seconds: float) -> None:
     assert hook({"exec": {"command": command}}) == PreStopHook("sleep", sleep_s=seconds)
 
 
-@pytest.mark.parametrize("command", [
-    ["/bin/sh", "-c", "sleep 5 && kill -TERM 1"],   # more than a sleep: a script the image runs
-    ["/usr/local/bin/drain"], ["sleep"], ["sleep", "five"], ["sh", "-c", "sleep 'unclosed"], [],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["/bin/sh", "-c", "sleep 5 && kill -TERM 1"],  # more than a sleep: a script the image runs
+        ["/usr/local/bin/drain"],
+        ["sleep"],
+        ["sleep", "five"],
+        ["sh", "-c", "sleep 'unclosed"],
+        [],
+    ],
+)
 def test_any_other_exec_command_is_skipped_with_the_reason(command: list[str]) -> None:
     skipped = hook({"exec": {"command": command}})
     assert skipped is not None and skipped.kind == "skip" and repr(command) in skipped.what

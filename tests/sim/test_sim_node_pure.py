@@ -7,23 +7,42 @@ import pytest
 from sim.node import DISTRIBUTIONS, PodSpecError, WarmupError, replica_spec, warmup_seconds
 from sim.node.pod.probe import Readiness
 from sim.node.pod.spec import ProbeSpec
-from sim.node.status import (IpPool, PodView, crash_backoff_s, node_capacity, pod_status,
-                             taints_without_not_ready)
+from sim.node.status import IpPool, PodView, crash_backoff_s, node_capacity, pod_status, taints_without_not_ready
 
 
 def pod(container: dict, annotations: dict | None = None, **spec: object) -> dict:
-    return {"metadata": {"name": "vllm-7d9f-abcde", "namespace": "default", "uid": "u1",
-                         "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", **container}], **spec}}
+    return {
+        "metadata": {"name": "vllm-7d9f-abcde", "namespace": "default", "uid": "u1", "annotations": annotations or {}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", **container}], **spec},
+    }
 
 
 def test_vllm_serve_positional_model_with_port_and_len_as_in_a_real_deployment() -> None:
-    r = replica_spec(pod({"command": ["vllm", "serve"],
-                          "args": ["meta-llama/Llama-3.1-8B-Instruct", "--port", "8000", "--max-model-len", "16k",
-                                   "--served-model-name", "llama-8b"],
-                          "ports": [{"containerPort": 8000, "name": "http"}]}), "a100", "0")
+    r = replica_spec(
+        pod(
+            {
+                "command": ["vllm", "serve"],
+                "args": [
+                    "meta-llama/Llama-3.1-8B-Instruct",
+                    "--port",
+                    "8000",
+                    "--max-model-len",
+                    "16k",
+                    "--served-model-name",
+                    "llama-8b",
+                ],
+                "ports": [{"containerPort": 8000, "name": "http"}],
+            }
+        ),
+        "a100",
+        "0",
+    )
     assert (r.model, r.served_model_name, r.max_model_len, r.port) == (
-        "meta-llama/Llama-3.1-8B-Instruct", "llama-8b", "16000", 8000)
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "llama-8b",
+        "16000",
+        8000,
+    )
     assert r.probe == ProbeSpec(path="/health", port=8000)  # no readinessProbe: /health, kubelet defaults
     assert (r.profile, r.warmup, r.grace_s) == ("a100", "0", 30.0)
 
@@ -34,20 +53,41 @@ def test_api_server_entrypoint_with_model_flag_env_refs_and_probe() -> None:
         "args": ["--model=$(MODEL)", "--max-model-len", "4K"],
         "env": [{"name": "MODEL", "value": "Qwen/Qwen2.5-7B"}],
         "ports": [{"containerPort": 8080, "name": "api"}],
-        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "api"}, "periodSeconds": 5,
-                           "failureThreshold": 2, "successThreshold": 2, "initialDelaySeconds": 3},
+        "readinessProbe": {
+            "httpGet": {"path": "/v1/models", "port": "api"},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+            "successThreshold": 2,
+            "initialDelaySeconds": 3,
+        },
     }
-    r = replica_spec(pod(container, {"promptedge.io/sim-profile": "t4", "promptedge.io/sim-warmup-s": "vllm-8b-cold"},
-                         terminationGracePeriodSeconds=120), "a100", "0")
-    assert (r.model, r.served_model_name, r.max_model_len, r.port) == ("Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B", "4096", 8080)
-    assert r.probe == ProbeSpec(path="/v1/models", port=8080, period_s=5, initial_delay_s=3, success_threshold=2,
-                                failure_threshold=2)
+    r = replica_spec(
+        pod(
+            container,
+            {"promptedge.io/sim-profile": "t4", "promptedge.io/sim-warmup-s": "vllm-8b-cold"},
+            terminationGracePeriodSeconds=120,
+        ),
+        "a100",
+        "0",
+    )
+    assert (r.model, r.served_model_name, r.max_model_len, r.port) == (
+        "Qwen/Qwen2.5-7B",
+        "Qwen/Qwen2.5-7B",
+        "4096",
+        8080,
+    )
+    assert r.probe == ProbeSpec(
+        path="/v1/models", port=8080, period_s=5, initial_delay_s=3, success_threshold=2, failure_threshold=2
+    )
     assert (r.profile, r.warmup, r.grace_s) == ("t4", "vllm-8b-cold", 120.0)
 
 
 def test_shell_script_is_split_and_bad_len_passes_through_for_serve_to_refuse() -> None:
-    r = replica_spec(pod({"command": ["/bin/sh", "-c"],
-                          "args": ["vllm serve 'my model' --max-model-len lots --port 9000"]}), "a100", "0")
+    r = replica_spec(
+        pod({"command": ["/bin/sh", "-c"], "args": ["vllm serve 'my model' --max-model-len lots --port 9000"]}),
+        "a100",
+        "0",
+    )
     assert (r.model, r.max_model_len, r.port) == ("my model", "lots", 9000)
 
 
@@ -92,15 +132,28 @@ def test_readiness_needs_consecutive_results() -> None:
 
 
 def test_pod_status_reports_running_not_ready_then_ready() -> None:
-    view = PodView(ip="127.0.1.2", start_time="t0", container="vllm", image="img", running_since="t1",
-                   waiting_reason=None, ready=False, ready_changed_at="t0", restart_count=0, last_terminated=None)
+    view = PodView(
+        ip="127.0.1.2",
+        start_time="t0",
+        container="vllm",
+        image="img",
+        running_since="t1",
+        waiting_reason=None,
+        ready=False,
+        ready_changed_at="t0",
+        restart_count=0,
+        last_terminated=None,
+    )
     status = pod_status(view)["status"]
     assert (status["phase"], status["podIP"]) == ("Running", "127.0.1.2")
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
     assert status["containerStatuses"][0]["started"] is True
     ready = pod_status(PodView(**{**view.__dict__, "ready": True}))["status"]
     assert {c["type"]: c["status"] for c in ready["conditions"]} == {
-        "Initialized": "True", "ContainersReady": "True", "Ready": "True"}
+        "Initialized": "True",
+        "ContainersReady": "True",
+        "Ready": "True",
+    }
 
 
 def test_node_pieces() -> None:

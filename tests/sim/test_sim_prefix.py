@@ -18,8 +18,15 @@ from sim.replica.latency.prefix import KVBlockPool, block_hashes
 from sim.replica.tokens import chat_token_ids, estimate_chat_tokens
 
 PREFILL = Profile(
-    name="prefill", max_num_seqs=4, max_num_batched_tokens=4096, kv_capacity_tokens=4096, max_model_len=2048,
-    prefill_s_per_token=0.001, decode_base_s=0.01, decode_per_seq_s=0.0, kv_read_s_per_token=0.0,
+    name="prefill",
+    max_num_seqs=4,
+    max_num_batched_tokens=4096,
+    kv_capacity_tokens=4096,
+    max_model_len=2048,
+    prefill_s_per_token=0.001,
+    decode_base_s=0.01,
+    decode_per_seq_s=0.0,
+    kv_read_s_per_token=0.0,
 )
 
 
@@ -114,8 +121,9 @@ async def test_replica_exports_prefix_cache_counters_in_tokens(serve_replica) ->
     prompt = estimate_chat_tokens(m["content"] for m in messages)
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         for _ in range(2):
-            r = await client.post("/v1/chat/completions",
-                                  json={"model": "sim-llama-8b", "messages": messages, "max_tokens": 2})
+            r = await client.post(
+                "/v1/chat/completions", json={"model": "sim-llama-8b", "messages": messages, "max_tokens": 2}
+            )
             assert r.status_code == 200
         metrics = (await client.get("/metrics")).text
     values = {s.name: s for f in text_string_to_metric_families(metrics) for s in f.samples}
@@ -129,14 +137,19 @@ async def test_replica_exports_prefix_cache_counters_in_tokens(serve_replica) ->
 def test_equal_hash_ids_give_equal_prompt_prefixes() -> None:
     a = prompt_from_blocks([0, 1, 2, 3], 4 * 512)
     b = prompt_from_blocks([0, 1, 7], 3 * 512)
-    assert a[:2 * BLOCK_CHARS] == b[:2 * BLOCK_CHARS]  # blocks 0 and 1 shared
-    assert a[2 * BLOCK_CHARS:2 * BLOCK_CHARS + 64] != b[2 * BLOCK_CHARS:2 * BLOCK_CHARS + 64]  # different ids differ
+    assert a[: 2 * BLOCK_CHARS] == b[: 2 * BLOCK_CHARS]  # blocks 0 and 1 shared
+    assert (
+        a[2 * BLOCK_CHARS : 2 * BLOCK_CHARS + 64] != b[2 * BLOCK_CHARS : 2 * BLOCK_CHARS + 64]
+    )  # different ids differ
     assert len(prompt_from_blocks([0, 1], 700)) == 700 * 4  # trimmed to the input length
-    rows = [TraceRequest(0.0, 1500, 5, (10, 11, 12)), TraceRequest(1.0, 1200, 7, (10, 11, 13)),
-            TraceRequest(2.0, 900, 3, (20, 21))]
+    rows = [
+        TraceRequest(0.0, 1500, 5, (10, 11, 12)),
+        TraceRequest(1.0, 1200, 7, (10, 11, 13)),
+        TraceRequest(2.0, 900, 3, (20, 21)),
+    ]
     plan = plan_requests(rows, None, ReplayConfig(target="http://x", shared_prefixes=True))  # type: ignore[arg-type]
     texts = [p.body["messages"][0]["content"] for p in plan]
-    assert texts[0][:2 * BLOCK_CHARS] == texts[1][:2 * BLOCK_CHARS] and texts[0][:64] != texts[2][:64]
+    assert texts[0][: 2 * BLOCK_CHARS] == texts[1][: 2 * BLOCK_CHARS] and texts[0][:64] != texts[2][:64]
     assert [len(t) for t in texts] == [1500 * 4, 1200 * 4, 900 * 4] and [p.max_tokens for p in plan] == [5, 7, 3]
     # the replica's token blocks follow: the first two 512-token blocks' worth of blocks are shared
     ta = block_hashes(chat_token_ids([("user", texts[0])]), 16)

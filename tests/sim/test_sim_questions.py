@@ -40,8 +40,7 @@ def test_mix_repeats_and_paraphrases_earlier_questions(qqp) -> None:
             assert prompt.text not in seen
         else:
             assert any(
-                pair.text_a in seen and pair.duplicate == (prompt.kind == "paraphrase")
-                for pair in sources[prompt.text]
+                pair.text_a in seen and pair.duplicate == (prompt.kind == "paraphrase") for pair in sources[prompt.text]
             )
         seen.add(prompt.text)
 

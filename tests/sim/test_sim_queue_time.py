@@ -68,5 +68,7 @@ def test_a_burst_beyond_the_kv_cache_shows_up_as_queue_time(replica: str) -> Non
     assert measured["requests"] == BURST
     assert measured["mean"] == pytest.approx(after.sum / BURST, abs=1e-4)
     assert measured["p95"] is not None and measured["p95"] > MIN_WAIT_S
-    print(f"\nqueue time of {BURST} requests: sum {after.sum:.2f} s, mean {measured['mean']} s, "
-          f"p95 {measured['p95']} s, {waited:.0f} waited > {MIN_WAIT_S} s; TTFT sum {ttft.sum:.2f} s")
+    print(
+        f"\nqueue time of {BURST} requests: sum {after.sum:.2f} s, mean {measured['mean']} s, "
+        f"p95 {measured['p95']} s, {waited:.0f} waited > {MIN_WAIT_S} s; TTFT sum {ttft.sum:.2f} s"
+    )

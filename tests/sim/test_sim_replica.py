@@ -32,7 +32,9 @@ async def test_chat_and_completion_return_exactly_max_tokens(serve_replica) -> N
     url = await serve_replica()
     async with httpx.AsyncClient(base_url=url) as client:
         chat = (await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 7})).json()
-        text = (await client.post("/v1/completions", json={"model": MODEL, "prompt": "abcdefgh", "max_tokens": 3})).json()
+        text = (
+            await client.post("/v1/completions", json={"model": MODEL, "prompt": "abcdefgh", "max_tokens": 3})
+        ).json()
     assert chat["object"] == "chat.completion"
     assert chat["choices"][0]["message"]["role"] == "assistant"
     assert len(chat["choices"][0]["message"]["content"].split()) == 7
@@ -48,7 +50,7 @@ async def sse_events(response: httpx.Response) -> list[str]:
     async for line in response.aiter_lines():
         if line:
             assert line.startswith("data: ")
-            events.append(line[len("data: "):])
+            events.append(line[len("data: ") :])
     return events
 
 
@@ -74,10 +76,13 @@ async def test_chat_stream_is_openai_chunks_with_usage_and_done(serve_replica) -
 SLOW_PREFILL = dataclasses.replace(FAST, name="slow-prefill", prefill_s_per_token=0.05)
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/v1/chat/completions", {**CHAT, "max_tokens": 3, "stream": True}),
-    ("/v1/completions", {"model": MODEL, "prompt": "What is a KV cache?", "max_tokens": 3, "stream": True}),
-])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {**CHAT, "max_tokens": 3, "stream": True}),
+        ("/v1/completions", {"model": MODEL, "prompt": "What is a KV cache?", "max_tokens": 3, "stream": True}),
+    ],
+)
 async def test_stream_sends_its_first_chunk_after_prefill(serve_replica, path: str, body: dict) -> None:
     # Regression: the chat role chunk went out on arrival, before the simulated prefill
     # (11 prompt tokens x 50 ms here), so a client measured TTFT ~0. vLLM sends it with the
@@ -86,7 +91,7 @@ async def test_stream_sends_its_first_chunk_after_prefill(serve_replica, path: s
     url = await serve_replica(profile=SLOW_PREFILL)
     async with httpx.AsyncClient(base_url=url) as client:
         async with client.stream("POST", path, json=body) as response:
-            lines = (line[len("data: "):] async for line in response.aiter_lines() if line)
+            lines = (line[len("data: ") :] async for line in response.aiter_lines() if line)
             first = await anext(lines)
             at_first = metric_values((await client.get("/metrics")).text)
             rest = [line async for line in lines]
@@ -158,8 +163,7 @@ async def test_metrics_move_as_load_comes_and_goes(serve_replica) -> None:
         idle = metric_values((await client.get("/metrics")).text)
         assert idle["vllm:num_requests_running"] == 0 and idle["vllm:kv_cache_usage_perc"] == 0
         load = [
-            asyncio.create_task(client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 60}))
-            for _ in range(4)
+            asyncio.create_task(client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 60})) for _ in range(4)
         ]
         busy = idle
         for _ in range(200):
@@ -198,8 +202,9 @@ async def test_finished_requests_count_in_request_success_as_vllm(serve_replica)
     url = await serve_replica()
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         before = request_success((await client.get("/metrics")).text)
-        replies = await asyncio.gather(*(client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3})
-                                         for _ in range(3)))
+        replies = await asyncio.gather(
+            *(client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3}) for _ in range(3))
+        )
         after = request_success((await client.get("/metrics")).text)
     assert [r.json()["choices"][0]["finish_reason"] for r in replies] == ["length"] * 3
     assert before == {"stop": 0, "length": 0, "abort": 0}
@@ -228,13 +233,20 @@ async def test_max_model_len_setting_caps_prompt_plus_max_tokens_with_vllms_400(
     async with httpx.AsyncClient(base_url=url) as client:
         assert (await client.get("/v1/models")).json()["data"][0]["max_model_len"] == 100
         fits = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 89})  # 11 + 89 = 100
-        too_long = [await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 90, "stream": stream})
-                    for stream in (False, True)]
+        too_long = [
+            await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 90, "stream": stream})
+            for stream in (False, True)
+        ]
     assert fits.status_code == 200
     for response in too_long:
         assert response.status_code == 400 and response.headers["content-type"] == "application/json"
-        assert response.json() == {"error": {
-            "message": "This model's maximum context length is 100 tokens. However, you requested 101 tokens "
-                       "(11 in the messages, 90 in the completion). Please reduce the length of the messages "
-                       "or completion.",
-            "type": "BadRequestError", "param": "max_tokens", "code": 400}}
+        assert response.json() == {
+            "error": {
+                "message": "This model's maximum context length is 100 tokens. However, you requested 101 tokens "
+                "(11 in the messages, 90 in the completion). Please reduce the length of the messages "
+                "or completion.",
+                "type": "BadRequestError",
+                "param": "max_tokens",
+                "code": 400,
+            }
+        }

@@ -17,8 +17,7 @@ SLOW = dataclasses.replace(FAST, name="slow", decode_base_s=0.5)
 
 
 def histogram_sums(text: str) -> dict[str, float]:
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name.endswith("_sum")}
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name.endswith("_sum")}
 
 
 async def test_steps_run_faster_while_metrics_stay_in_simulated_seconds(serve_replica) -> None:

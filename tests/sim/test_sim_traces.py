@@ -69,7 +69,11 @@ def test_azure_wrong_header_is_refused(tmp_path: Path) -> None:
     [
         ('{"timestamp": 0, "input_length": 5, "output_length": 2}\n{"timestamp": 1, "input_length": 5\n', 2, "35"),
         ('{"timestamp": 0, "input_length": 5}\n', 1, "output_length"),
-        ('{"timestamp": 0, "input_length": 5, "output_length": 2}\n\n{"timestamp": "x", "input_length": 5, "output_length": 2}\n', 3, "timestamp"),
+        (
+            '{"timestamp": 0, "input_length": 5, "output_length": 2}\n\n{"timestamp": "x", "input_length": 5, "output_length": 2}\n',
+            3,
+            "timestamp",
+        ),
         ('{"timestamp": 0, "input_length": 5.5, "output_length": 2}\n', 1, "input_length"),
     ],
 )

@@ -8,12 +8,23 @@ import numpy as np
 import pytest
 import redis
 
-from sim.client.traffic import (ClientWindow, RateSeries, TokenSampler, TrafficFormatError, build_segment,
-                                generate_arrivals, history_minutes, read_nab, read_rates, read_servegen,
-                                scale_for_peak, shape_for_cv, steepest_ramp)
+from sim.client.traffic import (
+    ClientWindow,
+    RateSeries,
+    TokenSampler,
+    TrafficFormatError,
+    build_segment,
+    generate_arrivals,
+    history_minutes,
+    read_nab,
+    read_rates,
+    read_servegen,
+    scale_for_peak,
+    shape_for_cv,
+    steepest_ramp,
+)
 from sim.client.traffic.arrivals import _weibull_cv
 from sim.client.traffic.history import counter_fields, write_history
-
 
 
 def _gaps_cv(times: np.ndarray) -> float:
@@ -21,8 +32,9 @@ def _gaps_cv(times: np.ndarray) -> float:
     return float(gaps.std() / gaps.mean())
 
 
-@pytest.mark.parametrize("pattern,cv", [("Gamma", 0.5), ("Gamma", 3.0), ("Weibull", 0.7), ("Weibull", 2.5),
-                                        ("Exponential", 1.0)])
+@pytest.mark.parametrize(
+    "pattern,cv", [("Gamma", 0.5), ("Gamma", 3.0), ("Weibull", 0.7), ("Weibull", 2.5), ("Exponential", 1.0)]
+)
 def test_one_client_keeps_its_rate_and_burstiness(pattern: str, cv: float) -> None:
     series = RateSeries(600.0, [[ClientWindow(5.0, cv, pattern)]] * 20)
     times = generate_arrivals(series, 0.0, series.span_s, seed=3)
@@ -53,8 +65,11 @@ def test_weibull_shape_solves_the_cv() -> None:
 
 
 def test_clients_add_up_window_by_window_and_scale_multiplies() -> None:
-    windows = [[ClientWindow(1.0, 1.0, "Exponential"), ClientWindow(2.0, 1.0, "Gamma")], [],
-               [ClientWindow(10.0, 0.0, "Gamma")]]
+    windows = [
+        [ClientWindow(1.0, 1.0, "Exponential"), ClientWindow(2.0, 1.0, "Gamma")],
+        [],
+        [ClientWindow(10.0, 0.0, "Gamma")],
+    ]
     series = RateSeries(600.0, windows)
     times = generate_arrivals(series, 0.0, 1800.0, scale=0.5, seed=1)
     per_window = np.histogram(times, bins=[0, 600, 1200, 1800])[0]
@@ -133,8 +148,12 @@ def test_history_lands_in_the_router_counter_layout(redis_url: str) -> None:
     assert stored[f"{minute + 1}:requests".encode()] == b"0"  # a quiet minute is an explicit 0
     assert redis_client.sismember("promptedge:traffic:models", "m")
     assert 0 < redis_client.ttl(f"promptedge:traffic:m:{minute // 1440}") <= 15 * 86400
-    assert counter_fields(3.4, 1.0, (1.0, 1.0)) == {"requests": 3, "misses": 3, "prompt_tokens": 3,
-                                                     "completion_tokens": 3}
+    assert counter_fields(3.4, 1.0, (1.0, 1.0)) == {
+        "requests": 3,
+        "misses": 3,
+        "prompt_tokens": 3,
+        "completion_tokens": 3,
+    }
 
 
 def test_servegen_m_large_reads_as_14_days_with_a_daily_ramp(data_dir: Path) -> None:
@@ -163,8 +182,10 @@ def test_bad_rows_name_file_line_and_column(tmp_path: Path) -> None:
 
 def test_sampled_history_keeps_the_mean_and_the_burstiness_of_each_window() -> None:
     # two windows of 2 days each: Poisson clients, then a bursty client (cv 3) at the same rate
-    series = RateSeries(86400.0 * 2, [[ClientWindow(0.5, 1.0, "Gamma"), ClientWindow(0.5, 1.0, "Gamma")],
-                                      [ClientWindow(1.0, 3.0, "Weibull")]])
+    series = RateSeries(
+        86400.0 * 2,
+        [[ClientWindow(0.5, 1.0, "Gamma"), ClientWindow(0.5, 1.0, "Gamma")], [ClientWindow(1.0, 3.0, "Weibull")]],
+    )
     minutes = history_minutes(series, start_s=4 * 86400, days=4, scale=1.0, seed=3)
     poisson = np.array([n for m, n in minutes[: 2 * 1440]])
     bursty = np.array([n for m, n in minutes[2 * 1440 :]])

@@ -41,17 +41,33 @@ def test_every_phase_has_a_before_and_after() -> None:
 def test_every_fault_is_scheduled_whatever_the_length(minutes: float) -> None:
     schedule = soak.Schedule.of(minutes * 60)
     actions = {action for _, action, _ in schedule.events if action}
-    assert actions == {"kill_redis", "start_redis", "kill_replica", "start_replica", "hang_replica",
-                       "release_replica", "stop_engine", "resume_engine", "kill_forecaster", "start_forecaster",
-                       "kill_router_worker"}
+    assert actions == {
+        "kill_redis",
+        "start_redis",
+        "kill_replica",
+        "start_replica",
+        "hang_replica",
+        "release_replica",
+        "stop_engine",
+        "resume_engine",
+        "kill_forecaster",
+        "start_forecaster",
+        "kill_router_worker",
+    }
     kinds = [kind for _, kind in schedule.oversized()]
     assert kinds.count("body_200mb_streamed") == 1 and "header_16mb" in kinds and "body_20mb" in kinds
     assert all(schedule.events[0][0] <= at < schedule.duration_s for at, _ in schedule.oversized())
 
 
 def test_a_refusal_must_name_its_limit() -> None:
-    error = {"error": {"message": f"request body over {soak.MAX_BODY_BYTES} bytes", "type": "invalid_request_error",
-                       "param": None, "code": "body_too_large"}}
+    error = {
+        "error": {
+            "message": f"request body over {soak.MAX_BODY_BYTES} bytes",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "body_too_large",
+        }
+    }
     assert soak.check_refusal("body_20mb", 413, json.dumps(error).encode())
     assert not soak.check_refusal("body_20mb", 400, json.dumps(error).encode())
     assert not soak.check_refusal("header_16mb", 413, json.dumps(error).encode())  # a 431 was due
@@ -74,10 +90,20 @@ def test_a_restarted_forecaster_below_its_predecessor_within_the_window_is_a_vio
 
 def test_decisions_are_read_from_the_forecasters_json_log(tmp_path) -> None:
     log = tmp_path / "forecaster-0.log"
-    lines = [{"timestamp": "2026-01-01T00:00:00.000+00:00", "level": "INFO", "logger": "forecaster",
-              "message": "decision 8 (keep, exit 0) at 1767225660.5 (2026-01-01T00:01:00Z) on last_value: keep 8"},
-             {"timestamp": "2026-01-01T00:00:01.000+00:00", "level": "WARNING", "logger": "forecaster",
-              "message": "hold: source unavailable"}]
+    lines = [
+        {
+            "timestamp": "2026-01-01T00:00:00.000+00:00",
+            "level": "INFO",
+            "logger": "forecaster",
+            "message": "decision 8 (keep, exit 0) at 1767225660.5 (2026-01-01T00:01:00Z) on last_value: keep 8",
+        },
+        {
+            "timestamp": "2026-01-01T00:00:01.000+00:00",
+            "level": "WARNING",
+            "logger": "forecaster",
+            "message": "hold: source unavailable",
+        },
+    ]
     log.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
     [decision] = soak.read_decisions(log, 3)
     assert (decision.process, decision.replicas, decision.action, decision.at) == (3, 8, "keep", 1767225660.5)

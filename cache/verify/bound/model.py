@@ -103,7 +103,7 @@ class EntryState:
         return {"m": round(self.mean, 6), "v": round(self.var, 6), "n": self.seen, "w": self.wrong}
 
     @classmethod
-    def from_json(cls, data: Any) -> "EntryState":
+    def from_json(cls, data: Any) -> EntryState:
         """The inverse of ``to_json``; raises BoundError for anything else (a corrupt field)."""
         try:
             mean, var, seen, wrong = float(data["m"]), float(data["v"]), int(data["n"]), int(data["w"])
@@ -128,7 +128,7 @@ class PoolState:
         return {"r": list(self.right), "w": list(self.wrong)}
 
     @classmethod
-    def from_json(cls, data: Any, steps: int) -> "PoolState":
+    def from_json(cls, data: Any, steps: int) -> PoolState:
         """The inverse of ``to_json`` for a prior of ``steps`` steps; BoundError otherwise."""
         try:
             right, wrong = tuple(int(x) for x in data["r"]), tuple(int(x) for x in data["w"])
@@ -208,34 +208,45 @@ class BoundPrior:
 
     def to_json(self) -> dict[str, Any]:
         """The prior file's content (``load_prior`` reads it back)."""
-        return {"format": FORMAT, "kind": self.kind, "floor": self.floor, "knots": list(self.knots),
-                "probability": list(self.probability), "strength": list(self.strength),
-                "offset_var": self.offset_var}
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "floor": self.floor,
+            "knots": list(self.knots),
+            "probability": list(self.probability),
+            "strength": list(self.strength),
+            "offset_var": self.offset_var,
+        }
 
     @classmethod
-    def from_json(cls, data: Any, source: str = "prior") -> "BoundPrior":
+    def from_json(cls, data: Any, source: str = "prior") -> BoundPrior:
         """Parse a prior file's content; raises BoundError naming ``source``."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise BoundError(f"{source}: not a {FORMAT} file")
         try:
-            return cls(str(data["kind"]), float(data["floor"]), tuple(float(k) for k in data["knots"]),
-                       tuple(float(p) for p in data["probability"]), tuple(float(w) for w in data["strength"]),
-                       float(data["offset_var"]), source)
+            return cls(
+                str(data["kind"]),
+                float(data["floor"]),
+                tuple(float(k) for k in data["knots"]),
+                tuple(float(p) for p in data["probability"]),
+                tuple(float(w) for w in data["strength"]),
+                float(data["offset_var"]),
+                source,
+            )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, BoundError):
                 raise
             raise BoundError(f"{source}: malformed: {exc.__class__.__name__}: {exc}") from None
 
 
-def predictive(prior: BoundPrior, score: float, entry: EntryState, pool: PoolState,
-               z: float = CONFIDENCE_Z) -> float:
+def predictive(prior: BoundPrior, score: float, entry: EntryState, pool: PoolState, z: float = CONFIDENCE_Z) -> float:
     """P(the entry's answer is right for a query at ``score``): the step's calibration at its
     lower bound (``z``; 0 for the best estimate), averaged over the entry's belief."""
     return sigmoid((prior.eta(score, pool, z) + entry.mean) / _spread(entry.var))
 
 
 def decide(prior: BoundPrior, score: float, entry: EntryState, pool: PoolState, delta: float) -> Decision:
-    """"serve" when the predictive probability of a right answer is >= 1 - delta (and the
+    """ "serve" when the predictive probability of a right answer is >= 1 - delta (and the
     score reaches the prior's floor), else "explore": treat as a miss; the replica's answer
     may then be compared with the cached one to label the entry."""
     if score < prior.floor:
@@ -268,8 +279,8 @@ def update_pool(prior: BoundPrior, score: float, right: bool, pool: PoolState) -
     """The pool after one labelled observation at ``score``: counted at its step."""
     i = prior.step(score)
     if right:
-        return PoolState(pool.right[:i] + (pool.right[i] + 1,) + pool.right[i + 1:], pool.wrong)
-    return PoolState(pool.right, pool.wrong[:i] + (pool.wrong[i] + 1,) + pool.wrong[i + 1:])
+        return PoolState(pool.right[:i] + (pool.right[i] + 1,) + pool.right[i + 1 :], pool.wrong)
+    return PoolState(pool.right, pool.wrong[:i] + (pool.wrong[i] + 1,) + pool.wrong[i + 1 :])
 
 
 def load_prior(path: Path | None = None) -> BoundPrior:

@@ -111,8 +111,7 @@ class BoundStore:
         raw = await self._redis.hgetall(self.pool_key(pool))
         return pool_state(raw, len(self.prior.knots))
 
-    async def count_once(self, pool: str, score: float, right: bool, entry_id: str, query: str,
-                         ttl_s: int) -> bool:
+    async def count_once(self, pool: str, score: float, right: bool, entry_id: str, query: str, ttl_s: int) -> bool:
         """Count one operator-obtained label (shadow verification, a compared miss) of entry
         ``entry_id`` for ``query`` (``query_text``) in the pool, unless that pair has been
         counted in the last ``ttl_s`` seconds (one script, one round trip). True when counted:

@@ -18,7 +18,18 @@ from sim.client.traffic.segment import Segment, build_segment, history_minutes, 
 from sim.client.traffic.tokens import TokenSampler
 
 __all__ = [
-    "ClientWindow", "RateSeries", "Segment", "TokenSampler", "TrafficFormatError", "build_segment",
-    "generate_arrivals", "history_minutes", "read_nab", "read_rates", "read_servegen", "scale_for_peak",
-    "shape_for_cv", "steepest_ramp",
+    "ClientWindow",
+    "RateSeries",
+    "Segment",
+    "TokenSampler",
+    "TrafficFormatError",
+    "build_segment",
+    "generate_arrivals",
+    "history_minutes",
+    "read_nab",
+    "read_rates",
+    "read_servegen",
+    "scale_for_peak",
+    "shape_for_cv",
+    "steepest_ramp",
 ]

@@ -77,8 +77,9 @@ def _length_biased_gap(client: ClientWindow, mean: float, rng: np.random.Generat
     return float(scale * rng.gamma(1 + 1 / k) ** (1 / k))
 
 
-def client_arrivals(client: ClientWindow, start_s: float, span_s: float, scale: float,
-                    rng: np.random.Generator) -> np.ndarray:
+def client_arrivals(
+    client: ClientWindow, start_s: float, span_s: float, scale: float, rng: np.random.Generator
+) -> np.ndarray:
     """Arrival times (seconds, sorted) of one client in [start_s, start_s + span_s)."""
     rate = client.rate * scale
     if rate <= 0 or span_s <= 0:
@@ -97,8 +98,9 @@ def client_arrivals(client: ClientWindow, start_s: float, span_s: float, scale: 
     return out[out < start_s + span_s]
 
 
-def generate_arrivals(series: RateSeries, start_s: float, span_s: float, scale: float = 1.0,
-                      seed: int = 0) -> np.ndarray:
+def generate_arrivals(
+    series: RateSeries, start_s: float, span_s: float, scale: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """Arrival offsets (seconds from ``start_s``, sorted) of the segment
     [start_s, start_s + span_s) of ``series`` (seconds from the trace start), every rate
     multiplied by ``scale``. Same inputs and seed, same arrivals. Raises ValueError when

@@ -17,12 +17,22 @@ def counter_fields(requests: float, miss_ratio: float, mean_tokens: tuple[float,
     """One minute's counter fields from expected ``requests``: misses = requests x
     ``miss_ratio``, tokens = requests x mean (context, generated) tokens; all rounded."""
     n = int(round(requests))
-    return {"requests": n, "misses": int(round(n * miss_ratio)),
-            "prompt_tokens": int(round(n * mean_tokens[0])), "completion_tokens": int(round(n * mean_tokens[1]))}
+    return {
+        "requests": n,
+        "misses": int(round(n * miss_ratio)),
+        "prompt_tokens": int(round(n * mean_tokens[0])),
+        "completion_tokens": int(round(n * mean_tokens[1])),
+    }
 
 
-def write_history(client: redis.Redis, model: str, segment_start_unix: float, minutes: list[tuple[int, float]],
-                  miss_ratio: float, mean_tokens: tuple[float, float]) -> int:
+def write_history(
+    client: redis.Redis,
+    model: str,
+    segment_start_unix: float,
+    minutes: list[tuple[int, float]],
+    miss_ratio: float,
+    mean_tokens: tuple[float, float],
+) -> int:
     """Write ``minutes`` (offset from the segment start, expected requests) as counters of
     ``model`` ending at the simulated Unix time ``segment_start_unix``; returns minutes written.
     Raises redis.RedisError."""
@@ -33,8 +43,10 @@ def write_history(client: redis.Redis, model: str, segment_start_unix: float, mi
         minute = base + offset
         key = traffic_key(model, minute)
         keys.add(key)
-        pipe.hset(key, mapping={traffic_field(minute, k): v
-                                for k, v in counter_fields(requests, miss_ratio, mean_tokens).items()})
+        pipe.hset(
+            key,
+            mapping={traffic_field(minute, k): v for k, v in counter_fields(requests, miss_ratio, mean_tokens).items()},
+        )
     for key in sorted(keys):
         pipe.expire(key, COUNTER_TTL_S)
     pipe.sadd(MODELS_KEY, model)

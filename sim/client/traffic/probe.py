@@ -42,12 +42,20 @@ class Sample:
 
 def chat_prompts(model: str, n: int) -> list[dict[str, Any]]:
     """``n`` distinct short chat requests for ``model`` (greedy, 8 tokens: cacheable)."""
-    return [{"model": model, "messages": [{"role": "user", "content": f"Failover probe question {i}?"}],
-             "max_tokens": 8, "temperature": 0} for i in range(n)]
+    return [
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": f"Failover probe question {i}?"}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        for i in range(n)
+    ]
 
 
-async def probe(url: str, prompts: Sequence[dict[str, Any]], stop: asyncio.Event, concurrency: int = 4,
-                timeout_s: float = 10.0) -> list[Sample]:
+async def probe(
+    url: str, prompts: Sequence[dict[str, Any]], stop: asyncio.Event, concurrency: int = 4, timeout_s: float = 10.0
+) -> list[Sample]:
     """Send ``prompts`` round robin from ``concurrency`` loops to ``url`` (a chat completions URL)
     until ``stop`` is set; returns every request's Sample in answer order. Never raises for a
     failed request (it is a Sample with its error)."""
@@ -63,15 +71,24 @@ async def probe(url: str, prompts: Sequence[dict[str, Any]], stop: asyncio.Event
             try:
                 response = await client.post(url, json=prompts[index])
             except httpx.HTTPError as exc:
-                samples.append(Sample(time.monotonic(), index, 0, "", "", time.monotonic() - started,
-                                      type(exc).__name__))
+                samples.append(
+                    Sample(time.monotonic(), index, 0, "", "", time.monotonic() - started, type(exc).__name__)
+                )
                 continue
             try:
                 answer_id = str(response.json().get("id", ""))
             except ValueError:
                 answer_id = ""
-            samples.append(Sample(time.monotonic(), index, response.status_code, response.headers.get("x-cache", ""),
-                                  answer_id, time.monotonic() - started))
+            samples.append(
+                Sample(
+                    time.monotonic(),
+                    index,
+                    response.status_code,
+                    response.headers.get("x-cache", ""),
+                    answer_id,
+                    time.monotonic() - started,
+                )
+            )
 
     async with httpx.AsyncClient(timeout=timeout_s) as client:
         await asyncio.gather(*(loop(client) for _ in range(concurrency)))
@@ -97,10 +114,16 @@ def _quantile_ms(values: list[float], q: float) -> float:
 
 def _summary(name: str, rows: list[Sample], start: float, end: float) -> dict[str, Any]:
     latencies = [s.latency_s for s in rows]
-    return {"phase": name, "seconds": round(end - start, 2), "requests": len(rows),
-            "hits": sum(s.hit for s in rows), "misses": sum(s.status == 200 and s.cache == "miss" for s in rows),
-            "errors": sum(s.status != 200 for s in rows),
-            "p50_ms": _quantile_ms(latencies, 0.5), "p99_ms": _quantile_ms(latencies, 0.99)}
+    return {
+        "phase": name,
+        "seconds": round(end - start, 2),
+        "requests": len(rows),
+        "hits": sum(s.hit for s in rows),
+        "misses": sum(s.status == 200 and s.cache == "miss" for s in rows),
+        "errors": sum(s.status != 200 for s in rows),
+        "p50_ms": _quantile_ms(latencies, 0.5),
+        "p99_ms": _quantile_ms(latencies, 0.99),
+    }
 
 
 def phases(samples: Sequence[Sample], started: float, fault_t: float, ended: float) -> list[dict[str, Any]]:

@@ -80,8 +80,9 @@ def _text(path: Path) -> Iterator[TextIO]:
         try:
             yield f
         except UnicodeDecodeError as exc:
-            raise TrafficFormatError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); "
-                                     "expected a CSV of rates") from None
+            raise TrafficFormatError(
+                f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected a CSV of rates"
+            ) from None
 
 
 def _chunk_number(path: Path) -> int:
@@ -103,14 +104,16 @@ def read_servegen(folder: Path | str) -> RateSeries:
                 if not row:
                     continue
                 if len(row) != 6:
-                    raise TrafficFormatError(f"{path}:{line}: expected 6 columns "
-                                             f"(timestamp,rate,cv,pattern,arg1,arg2), got {len(row)}")
+                    raise TrafficFormatError(
+                        f"{path}:{line}: expected 6 columns (timestamp,rate,cv,pattern,arg1,arg2), got {len(row)}"
+                    )
                 start = _number(path, line, "1 (timestamp)", row[0])
                 rate = _number(path, line, "2 (rate)", row[1])
                 cv = _number(path, line, "3 (cv)", row[2])
                 if rate > 0:
                     by_window.setdefault(int(start // SERVEGEN_WINDOW_S), []).append(
-                        ClientWindow(rate, cv, row[3].strip() or "Exponential"))
+                        ClientWindow(rate, cv, row[3].strip() or "Exponential")
+                    )
                 else:
                     by_window.setdefault(int(start // SERVEGEN_WINDOW_S), [])
     count = max(by_window) + 1
@@ -163,6 +166,7 @@ def read_rates(path: Path | str) -> RateSeries:
     if path.suffix == ".csv" and path.exists():
         return read_nab(path)
     if not path.exists():
-        raise TrafficFormatError(f"{path}: does not exist (a ServeGen folder or a timestamp,value CSV; "
-                                 f"{data_folder_note()})")
+        raise TrafficFormatError(
+            f"{path}: does not exist (a ServeGen folder or a timestamp,value CSV; {data_folder_note()})"
+        )
     raise TrafficFormatError(f"{path}: expected a ServeGen folder or a timestamp,value CSV")

@@ -13,8 +13,8 @@ from sim.client.traffic.arrivals import generate_arrivals
 from sim.client.traffic.rates import RateSeries
 from sim.client.traffic.tokens import TokenSampler
 
-def steepest_ramp(series: RateSeries, hours: float, min_start_s: float = 0.0,
-                  max_jump: float | None = None) -> float:
+
+def steepest_ramp(series: RateSeries, hours: float, min_start_s: float = 0.0, max_jump: float | None = None) -> float:
     """Start (seconds from the trace start, on a window boundary, >= ``min_start_s``) of the
     ``hours``-long segment whose demand climbs most: the largest ratio of its highest later
     window's total rate to its first window's (replicas scale with the ratio; a centred moving
@@ -29,15 +29,16 @@ def steepest_ramp(series: RateSeries, hours: float, min_start_s: float = 0.0,
     first = int(math.ceil(min_start_s / series.step_s))
     best, best_start = -math.inf, None
     for s in range(first, len(totals) - length + 1):
-        if max_jump is not None and _largest_jump(totals[s:s + length]) > max_jump:
+        if max_jump is not None and _largest_jump(totals[s : s + length]) > max_jump:
             continue
-        rise = float(totals[s + 1:s + length].max() / max(totals[s], floor))
+        rise = float(totals[s + 1 : s + length].max() / max(totals[s], floor))
         if rise > best:
             best, best_start = rise, s
     if best_start is None:
         within = "" if max_jump is None else f" rising at most {max_jump:g}x per window"
-        raise ValueError(f"no {hours} h segment{within} after {min_start_s:.0f} s in a "
-                         f"{series.span_s / 3600:.1f} h trace")
+        raise ValueError(
+            f"no {hours} h segment{within} after {min_start_s:.0f} s in a {series.span_s / 3600:.1f} h trace"
+        )
     return best_start * series.step_s
 
 
@@ -75,8 +76,9 @@ class Segment:
     step_s: float
 
 
-def build_segment(series: RateSeries, start_s: float, span_s: float, scale: float,
-                  tokens: TokenSampler, seed: int = 0) -> Segment:
+def build_segment(
+    series: RateSeries, start_s: float, span_s: float, scale: float, tokens: TokenSampler, seed: int = 0
+) -> Segment:
     """Arrivals of [start_s, start_s + span_s) at ``scale`` with token pairs from ``tokens``,
     seeded (the same seed gives the same requests). Raises ValueError outside the trace."""
     offsets = generate_arrivals(series, start_s, span_s, scale, seed)
@@ -87,8 +89,9 @@ def build_segment(series: RateSeries, start_s: float, span_s: float, scale: floa
     return Segment(start_s, span_s, scale, requests, [t * scale for t in totals[first:last]], series.step_s)
 
 
-def history_minutes(series: RateSeries, start_s: float, days: float, scale: float,
-                    seed: int | None = None) -> list[tuple[int, float]]:
+def history_minutes(
+    series: RateSeries, start_s: float, days: float, scale: float, seed: int | None = None
+) -> list[tuple[int, float]]:
     """Requests per minute in the ``days`` before ``start_s`` (clipped at the trace start):
     ``(minute offset from the segment start (negative), requests)``, oldest first.
 

@@ -101,8 +101,13 @@ def _http_hook(container: dict[str, Any], http: dict[str, Any]) -> PreStopHook:
     except (TypeError, ValueError):
         return PreStopHook("skip", what=f"httpGet port {port!r} is not a port")
     path = str(http.get("path") or "/")
-    return PreStopHook("http", scheme=str(http.get("scheme") or "HTTP").lower(), host=http.get("host") or None,
-                       port=number, path=path if path.startswith("/") else "/" + path)
+    return PreStopHook(
+        "http",
+        scheme=str(http.get("scheme") or "HTTP").lower(),
+        host=http.get("host") or None,
+        port=number,
+        path=path if path.startswith("/") else "/" + path,
+    )
 
 
 # Least wall time a positive preStop sleep lasts (``prestop_sleep_wall_s``).

@@ -120,7 +120,7 @@ def _flag(tokens: list[str], name: str) -> str | None:
         if tok == name and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
             value = tokens[i + 1]
         elif tok.startswith(name + "="):
-            value = tok[len(name) + 1:]
+            value = tok[len(name) + 1 :]
     return value
 
 

@@ -64,7 +64,9 @@ def warmup_seconds(value: str, pod_name: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
-        raise WarmupError(f"warm-up {value!r} is neither seconds nor one of {', '.join(sorted(DISTRIBUTIONS))}") from None
+        raise WarmupError(
+            f"warm-up {value!r} is neither seconds nor one of {', '.join(sorted(DISTRIBUTIONS))}"
+        ) from None
     if not math.isfinite(seconds) or seconds < 0:
         raise WarmupError(f"warm-up {value!r} must be a finite number of seconds >= 0")
     return seconds

@@ -15,12 +15,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.replica.api import output
+from sim.replica.api import output, surface
 from sim.replica.api import responses as r
-from sim.replica.api import surface
-from sim.replica.api.schemas import (DEFAULT_MAX_TOKENS, ChatRequest, CompletionRequest, DetokenizeRequest,
-                                     EmbeddingRequest, ResponsesRequest, TokenizeRequest, error_body,
-                                     validation_error_body)
+from sim.replica.api.schemas import (
+    DEFAULT_MAX_TOKENS,
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    ResponsesRequest,
+    TokenizeRequest,
+    error_body,
+    validation_error_body,
+)
 from sim.replica.engine import Engine, Handle
 from sim.replica.latency.batch import ModelLimitError, Profile
 from sim.replica.latency.profiles import get_profile
@@ -61,8 +68,14 @@ def create_app(settings: SimSettings, profile: Profile | None = None) -> FastAPI
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(prof, settings.model, settings.warmup_s, settings.time_scale,
-                        settings.enable_prefix_caching, settings.block_size)
+        engine = Engine(
+            prof,
+            settings.model,
+            settings.warmup_s,
+            settings.time_scale,
+            settings.enable_prefix_caching,
+            settings.block_size,
+        )
         faults = Faults(fail_rate=settings.fail_rate, hang=settings.hang)
         app.state.replica = Replica(settings, prof, engine, faults, random.Random(settings.seed))
         engine.start(settings.warmup_from)
@@ -175,8 +188,9 @@ async def _surface(request: Request, schema: type[BaseModel], answer: Any) -> Re
 
 def _embed(rep: Replica, req: EmbeddingRequest) -> dict[str, Any]:
     texts = req.texts()
-    return surface.embeddings_body(rep.settings.model, texts, req.encoding_format, req.dimensions,
-                                   sum(estimate_text_tokens(t) for t in texts))
+    return surface.embeddings_body(
+        rep.settings.model, texts, req.encoding_format, req.dimensions, sum(estimate_text_tokens(t) for t in texts)
+    )
 
 
 def _tokenize(rep: Replica, req: TokenizeRequest) -> dict[str, Any]:
@@ -204,8 +218,9 @@ async def _respond(request: Request) -> Response:
         return parsed
     rep, req = parsed
     if req.previous_response_id is not None and req.previous_response_id not in rep.responses:
-        return _error(f"Response with id '{req.previous_response_id}' not found.", "NotFoundError",
-                      "previous_response_id", 404)
+        return _error(
+            f"Response with id '{req.previous_response_id}' not found.", "NotFoundError", "previous_response_id", 404
+        )
     if rep.draining or not rep.engine.ready:
         return _error("replica is warming up or shutting down", "ServiceUnavailableError", None, 503)
     prompt_tokens, max_tokens = estimate_text_tokens(req.text()), req.max_output_tokens or DEFAULT_MAX_TOKENS
@@ -216,8 +231,9 @@ async def _respond(request: Request) -> Response:
     response_id = "resp_" + r.new_id("text")[5:]
 
     def final() -> dict[str, Any]:
-        body = surface.response_body(response_id, req.model, filler(0, max_tokens), req.previous_response_id,
-                                     prompt_tokens, max_tokens)
+        body = surface.response_body(
+            response_id, req.model, filler(0, max_tokens), req.previous_response_id, prompt_tokens, max_tokens
+        )
         if req.store:
             rep.responses[response_id] = body
             while len(rep.responses) > _KEPT_RESPONSES:
@@ -233,8 +249,9 @@ async def _respond(request: Request) -> Response:
     return JSONResponse(final())
 
 
-async def _response_events(rep: Replica, handle: Handle, req: ResponsesRequest, response_id: str,
-                           final: Any) -> AsyncIterator[bytes]:
+async def _response_events(
+    rep: Replica, handle: Handle, req: ResponsesRequest, response_id: str, final: Any
+) -> AsyncIterator[bytes]:
     try:
         created = surface.response_body(response_id, req.model, "", req.previous_response_id, 0, 0, "in_progress")
         yield surface.response_event("response.created", 0, response=created)
@@ -243,8 +260,14 @@ async def _response_events(rep: Replica, handle: Handle, req: ResponsesRequest, 
         while sent < handle.max_tokens:
             upto = handle.generated
             if upto > sent:
-                yield surface.response_event("response.output_text.delta", sequence, output_index=0, content_index=0,
-                                             item_id="msg_" + response_id[5:], delta=filler(sent, upto - sent))
+                yield surface.response_event(
+                    "response.output_text.delta",
+                    sequence,
+                    output_index=0,
+                    content_index=0,
+                    item_id="msg_" + response_id[5:],
+                    delta=filler(sent, upto - sent),
+                )
                 sent, sequence = upto, sequence + 1
             if sent < handle.max_tokens:
                 try:
@@ -304,8 +327,9 @@ async def _complete(request: Request, kind: r.Kind) -> Response:
     finally:
         rep.engine.abort(handle)
     echoed = req.prompt_text() if isinstance(req, CompletionRequest) and req.echo else ""
-    body = r.completion_body(kind, req_id, req.model, output.whole(shape, max_tokens, echoed), prompt_tokens,
-                             max_tokens, extra)
+    body = r.completion_body(
+        kind, req_id, req.model, output.whole(shape, max_tokens, echoed), prompt_tokens, max_tokens, extra
+    )
     return JSONResponse(body)
 
 
@@ -314,9 +338,13 @@ def _shape(rep: Replica, req: ChatRequest | CompletionRequest) -> output.Shape:
     if isinstance(req, CompletionRequest):
         return output.Shape(chat=False, logprobs=req.logprobs)
     tool = output.chosen_tool(req.tools, req.tool_choice)
-    return output.Shape(chat=True, reasoning=rep.settings.reasoning_tokens, tool=tool,
-                        call_id="call_" + r.new_id("text")[5:21] if tool else "",
-                        logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+    return output.Shape(
+        chat=True,
+        reasoning=rep.settings.reasoning_tokens,
+        tool=tool,
+        call_id="call_" + r.new_id("text")[5:21] if tool else "",
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+    )
 
 
 async def _stream(rep: Replica, handle: Handle, shape: output.Shape, head: r.Head) -> AsyncIterator[bytes]:

@@ -60,9 +60,15 @@ def _logprob(i: int) -> float:
 def _entry(i: int, top: int) -> dict[str, Any]:
     text = filler(i, 1)
     alternatives = [filler(i + k, 1) for k in range(1, top)]
-    return {"token": text, "logprob": _logprob(i), "bytes": list(text.encode()),
-            "top_logprobs": [{"token": t, "logprob": _logprob(i) - k, "bytes": list(t.encode())}
-                             for k, t in enumerate([text, *alternatives][:top])]}
+    return {
+        "token": text,
+        "logprob": _logprob(i),
+        "bytes": list(text.encode()),
+        "top_logprobs": [
+            {"token": t, "logprob": _logprob(i) - k, "bytes": list(t.encode())}
+            for k, t in enumerate([text, *alternatives][:top])
+        ],
+    }
 
 
 def _logprobs(shape: Shape, start: int, end: int, offset: int) -> dict[str, Any] | None:
@@ -73,10 +79,16 @@ def _logprobs(shape: Shape, start: int, end: int, offset: int) -> dict[str, Any]
         return {"content": [_entry(i, shape.logprobs) for i in range(start, end)]}
     tokens = [filler(i, 1) for i in range(start, end)]
     offsets = [offset + sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
-    return {"tokens": tokens, "token_logprobs": [_logprob(i) for i in range(start, end)],
-            "top_logprobs": [{filler(i + k, 1): _logprob(i) - k for k in range(shape.logprobs)} or None
-                             for i in range(start, end)] if shape.logprobs else [None] * len(tokens),
-            "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": [_logprob(i) for i in range(start, end)],
+        "top_logprobs": [
+            {filler(i + k, 1): _logprob(i) - k for k in range(shape.logprobs)} or None for i in range(start, end)
+        ]
+        if shape.logprobs
+        else [None] * len(tokens),
+        "text_offset": offsets,
+    }
 
 
 def delta(shape: Shape, start: int, end: int, first: bool = False) -> tuple[dict[str, Any], Any]:
@@ -129,6 +141,11 @@ def whole(shape: Shape, total: int, echoed: str = "") -> dict[str, Any]:
     if shape.tool is not None:
         content = filler(min(total, shape.reasoning), total - min(total, shape.reasoning))
         message["content"] = None
-        message["tool_calls"] = [{"id": shape.call_id, "type": "function", "function": {
-            "name": shape.tool, "arguments": json.dumps({"text": content})}}]
+        message["tool_calls"] = [
+            {
+                "id": shape.call_id,
+                "type": "function",
+                "function": {"name": shape.tool, "arguments": json.dumps({"text": content})},
+            }
+        ]
     return {"message": message, "logprobs": logprobs, "finish_reason": finish_reason(shape)}

@@ -44,8 +44,15 @@ class Head:
         return "chat.completion.chunk" if self.kind == "chat" else "text_completion"
 
 
-def completion_body(kind: Kind, req_id: str, model: str, choice: dict[str, Any], prompt_tokens: int,
-                    completion_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def completion_body(
+    kind: Kind,
+    req_id: str,
+    model: str,
+    choice: dict[str, Any],
+    prompt_tokens: int,
+    completion_tokens: int,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Non-stream response body with ``usage`` always filled in; ``choice``: the choice's
     fields but its index (sim/replica/api/output.py ``whole``); ``extra``: more top-level fields."""
     return {
@@ -62,12 +69,22 @@ def completion_body(kind: Kind, req_id: str, model: str, choice: dict[str, Any],
 def chunk(head: Head, fields: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
     """One streamed chunk of choice 0: ``fields`` is the chat ``delta`` or the completion's
     ``{"text": ...}``; ``finish`` the finish_reason of the last one (vLLM adds ``stop_reason``)."""
-    choice: dict[str, Any] = {"index": 0, **({"delta": fields} if head.kind == "chat" else fields),
-                              "logprobs": logprobs, "finish_reason": finish}
+    choice: dict[str, Any] = {
+        "index": 0,
+        **({"delta": fields} if head.kind == "chat" else fields),
+        "logprobs": logprobs,
+        "finish_reason": finish,
+    }
     if finish is not None:
         choice["stop_reason"] = None
-    body: dict[str, Any] = {"id": head.req_id, "object": head.object, "created": int(time.time()),
-                            "model": head.model, **head.extra, "choices": [choice]}
+    body: dict[str, Any] = {
+        "id": head.req_id,
+        "object": head.object,
+        "created": int(time.time()),
+        "model": head.model,
+        **head.extra,
+        "choices": [choice],
+    }
     if head.include_usage:
         body["usage"] = None
     return body
@@ -75,8 +92,15 @@ def chunk(head: Head, fields: dict[str, Any], logprobs: Any = None, finish: str 
 
 def usage_chunk(head: Head, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     """The final chunk sent when stream_options.include_usage: no choices, usage filled in."""
-    return {"id": head.req_id, "object": head.object, "created": int(time.time()), "model": head.model,
-            **head.extra, "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": head.req_id,
+        "object": head.object,
+        "created": int(time.time()),
+        "model": head.model,
+        **head.extra,
+        "choices": [],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
 def sse(data: dict[str, Any] | str) -> bytes:

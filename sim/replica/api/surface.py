@@ -46,8 +46,9 @@ def embedding(text: str, dimensions: int | None = None) -> list[float]:
     return [round(v / norm, 6) for v in values]
 
 
-def embeddings_body(model: str, texts: list[str], encoding_format: str, dimensions: int | None,
-                    prompt_tokens: int) -> dict[str, Any]:
+def embeddings_body(
+    model: str, texts: list[str], encoding_format: str, dimensions: int | None, prompt_tokens: int
+) -> dict[str, Any]:
     """OpenAI's embeddings answer: one ``embedding`` object per input, floats or base64 of
     little-endian float32 (``encoding_format``), ``usage`` with the prompt tokens."""
     data = []
@@ -56,20 +57,47 @@ def embeddings_body(model: str, texts: list[str], encoding_format: str, dimensio
         if encoding_format == "base64":
             vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
         data.append({"object": "embedding", "index": index, "embedding": vector})
-    return {"id": "embd-" + uuid.uuid4().hex, "object": "list", "created": int(time.time()), "model": model,
-            "data": data, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+    return {
+        "id": "embd-" + uuid.uuid4().hex,
+        "object": "list",
+        "created": int(time.time()),
+        "model": model,
+        "data": data,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
 
 
-def response_body(response_id: str, model: str, text: str, previous: str | None, input_tokens: int,
-                  output_tokens: int, status: str = "completed") -> dict[str, Any]:
+def response_body(
+    response_id: str,
+    model: str,
+    text: str,
+    previous: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    status: str = "completed",
+) -> dict[str, Any]:
     """A Responses API ``response`` object with one assistant message of ``text``."""
     return {
-        "id": response_id, "object": "response", "created_at": int(time.time()), "model": model, "status": status,
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": status,
         "previous_response_id": previous,
-        "output": [{"type": "message", "id": "msg_" + response_id[5:], "role": "assistant", "status": status,
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                  "total_tokens": input_tokens + output_tokens},
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_" + response_id[5:],
+                "role": "assistant",
+                "status": status,
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        },
     }
 
 

@@ -67,8 +67,10 @@ class Profile:
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_model_len <= self.kv_capacity_tokens:
-            raise ValueError(f"max_model_len {self.max_model_len} must be at least 1 and fit in the KV cache "
-                             f"of profile {self.name!r} ({self.kv_capacity_tokens} tokens)")
+            raise ValueError(
+                f"max_model_len {self.max_model_len} must be at least 1 and fit in the KV cache "
+                f"of profile {self.name!r} ({self.kv_capacity_tokens} tokens)"
+            )
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("need max_num_seqs >= 1 and a token budget of at least one per sequence")
 

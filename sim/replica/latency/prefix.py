@@ -45,7 +45,7 @@ def block_hashes(token_ids: Sequence[int], block_size: int = DEFAULT_BLOCK_SIZE)
     out: list[int] = []
     parent = _ROOT
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        block = ",".join(map(str, token_ids[start:start + block_size])).encode()
+        block = ",".join(map(str, token_ids[start : start + block_size])).encode()
         parent = hashlib.blake2b(parent + b"|" + block, digest_size=8).digest()
         out.append(int.from_bytes(parent, "big"))
     return out
@@ -117,7 +117,7 @@ class KVBlockPool:
         """True if a request of ``footprint_tokens`` KV tokens whose prompt starts with
         ``hashes`` fits now: its new blocks plus the free cached blocks it would hold fit in
         the blocks not held by others."""
-        hit = hashes[:self.lookup(hashes, prompt_tokens)]
+        hit = hashes[: self.lookup(hashes, prompt_tokens)]
         revived = sum(1 for h in hit if self._refs[h] == 0)
         return self._held + revived + self.blocks_for(footprint_tokens) - len(hit) <= self.num_blocks
 
