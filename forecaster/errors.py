@@ -13,7 +13,7 @@
 Everything the forecaster raises on bad input or an unavailable dependency derives from
 ``ForecasterError``; the CLI turns these into a one-line message and an exit code, never a
 stack trace. Third-party errors are translated at one adapter each: redis-py's in
-forecaster/redis_errors.py (the counters source, forecaster/sources/redis_counters.py, still
+forecaster/sources/redis_errors.py (the counters source, forecaster/sources/redis_counters.py, still
 tells unreachable from refused itself), Kubernetes' in forecaster/actuate/kube.py, httpx's
 and trace parsing where each source reads.
 """

@@ -18,7 +18,7 @@ import redis
 
 from forecaster.errors import SourceUnavailable
 from forecaster.plan import PlannerState, PlanStep, Recommendation
-from forecaster.redis_errors import redis_failures
+from forecaster.sources.redis_errors import redis_failures
 from opskit import FORECAST_KEY
 from opskit import forecast_document as shared_forecast_document
 from opskit.redis_client import sync_redis

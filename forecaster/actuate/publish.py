@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from forecaster.actuate.errors import PublishUnavailable
 from forecaster.actuate.settings import ActuatorSettings
-from forecaster.redis_errors import redis_failures
+from forecaster.sources.redis_errors import redis_failures
 from opskit.redis_client import sync_redis
 
 KEY_PREFIX = "promptedge:forecaster:desired"

@@ -1,6 +1,6 @@
 """Every Redis failure of the forecaster's own stores (planner state, forecast, the published
 decision) becomes its error tree's SourceUnavailable / PublishUnavailable at one adapter
-(forecaster/redis_errors.py), whatever redis-py raises: a cluster client's
+(forecaster/sources/redis_errors.py), whatever redis-py raises: a cluster client's
 RedisClusterException is no RedisError, and a raw socket error is an OSError."""
 
 from __future__ import annotations
