@@ -572,7 +572,7 @@ def eval_bound(
     "export-onnx",
     help="Export the configured embedding model for ONNX Runtime into the ONNX cache "
     "dir (PROMPTEDGE_CACHE_ONNX_CACHE_DIR), with the manifest that lets a router without torch "
-    "(pip install 'promptedge[router]') serve it. Needs torch: pip install 'promptedge[train]'. "
+    "(pip install 'promptedge\\[router]') serve it. Needs torch: pip install 'promptedge\\[train]'. "
     "The router image runs it in its builder stage.",
 )
 def export_onnx(

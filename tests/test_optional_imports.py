@@ -68,3 +68,19 @@ def test_the_console_script_answers_help_without_them(script: str) -> None:
     done = run_python(code)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Usage:" in done.stdout
+
+
+@pytest.mark.parametrize(("script", "blocked", "extra"), [("opskit._entry:forecaster", "scipy", "forecaster")])
+def test_a_script_without_its_extra_says_what_to_install(script: str, blocked: str, extra: str) -> None:
+    """A ``promptedge[router]`` install also puts promptedge-forecaster on PATH: run there, it
+    names the extra to install instead of ending in a traceback (a new user's report:
+    ``ModuleNotFoundError: No module named 'scipy'``)."""
+    module, func = script.split(":")
+    code = _BLOCKER.format(blocked={blocked}) + textwrap.dedent(f"""
+        sys.argv = ["promptedge", "--help"]
+        from {module} import {func}
+        {func}()
+        """)
+    done = run_python(code)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"pip install 'promptedge[{extra}]'" in done.stderr and blocked in done.stderr, done.stderr
