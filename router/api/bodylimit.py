@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from router.errors import APIError, PayloadTooLarge, RequestTimeout
+from router.errors import APIError, BadRequest, PayloadTooLarge, RequestTimeout
 
 # Set in the ASGI scope by the server's protocol (router/process/server.py) when a body's deadline
 # passes; the next receive() of that request then raises RequestTimeout.
 BODY_DEADLINE_PASSED = "promptedge.body_deadline_passed"
+# Set (to the 400 to answer) by the server's protocol when the request's body is not valid HTTP
+# (an invalid chunk size, a transfer coding it cannot read) after its head was handed to the app.
+BODY_INVALID = "promptedge.body_invalid"
 _CLOSE = {"connection": "close"}
 
 
@@ -74,6 +77,8 @@ class BodyLimit:
                 return message  # after the body: disconnect notices pass through unchanged
             if scope.get(BODY_DEADLINE_PASSED):
                 raise RequestTimeout("request body did not arrive in time", code="body_timeout", headers=_CLOSE)
+            if (invalid := scope.get(BODY_INVALID)) is not None:
+                raise BadRequest(invalid.message, code="invalid_http", headers=_CLOSE)
             if message["type"] == "http.disconnect":
                 raise ClientClosedRequest("client closed the connection during the request body", code="client_closed")
             received += len(message.get("body", b""))

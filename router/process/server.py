@@ -38,7 +38,7 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from router.api.bodylimit import BODY_DEADLINE_PASSED
+from router.api.bodylimit import BODY_DEADLINE_PASSED, BODY_INVALID
 from router.errors import APIError, BadRequest, HeadersTooLarge, NoReplica, RequestTimeout, URITooLong
 from router.process.heap import frozen_after_startup
 from router.process.limits import ConnectionBudget, Limits
@@ -149,6 +149,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._body_at: float | None = None  # loop time of the last body byte (or of the head's end)
         self._mid_message = False  # a request has begun and its last byte has not been parsed
         self._linger: Lingering | None = None  # set once the answer is written and the rest is discarded
+        self._unread_after = False  # bytes after (or inside) the request in flight broke the parser
 
     @property
     def busy(self) -> bool:
@@ -310,8 +311,19 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         (the rest of the request discarded within the limits' bounds) when ``linger``."""
         self._refused = True
         self._disarm()
-        if self.transport.is_closing() or self.busy:
-            self.transport.close()
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if self.busy and cycle is not None:
+            # a request was already handed to the app: it is answered first, then the connection
+            # closes (lingering over what was not read). If its own body is what broke, the
+            # app's next receive() raises ``error`` (400 JSON, router/api/bodylimit.py);
+            # bytes after a whole request wait unread. Nothing more is parsed (``_refused``).
+            self._unread_after = True
+            cycle.keep_alive = False
+            if cycle.more_body and not cycle.response_started:
+                self.scope[BODY_INVALID] = error  # type: ignore[literal-required]
+                cycle.message_event.set()
             return
         self.transport.write(_error_bytes(error))
         if linger:
@@ -322,7 +334,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def _close_after_answer(self) -> None:
         """The app has answered with ``Connection: close``: linger over the rest of a request
         not yet read whole, else close."""
-        if self._mid_message and self._linger is None and not self.transport.is_closing():
+        if (self._mid_message or self._unread_after) and self._linger is None and not self.transport.is_closing():
             self._disarm()  # the body's deadline no longer applies: the lingering bounds do
             self._start_lingering()
         elif self._linger is None:

@@ -395,3 +395,40 @@ def test_ctrl_c_twice_with_a_request_in_flight_leaves_no_traceback(tmp_path: Pat
     log = router.log_text()
     assert "Shutting down" in log
     assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
+
+
+def _chat_head(length: int | None, chunked: bool = False) -> bytes:
+    framing = b"transfer-encoding: chunked\r\n" if chunked else b"content-length: %d\r\n" % length
+    return b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n" + framing + b"\r\n"
+
+
+def test_garbage_after_a_whole_request_still_gets_that_requests_answer(router: RouterProcess) -> None:
+    """A valid request followed by bytes that are no request (a pipelined garbage head, or a
+    Content-Length smaller than what was sent): the request already read is answered, then the
+    connection closes. The attack round saw the connection closed with no answer at all, the
+    request logged 499 while a replica had served it."""
+    body = json.dumps(CHAT).encode()
+    for tail in (b"X\r\n\r\n", b"\x00\x01 not http at all\r\n\r\n"):
+        sock = router.connect()
+        try:
+            sock.sendall(_chat_head(len(body)) + body + tail)
+            status, _, answer = read_response(sock, timeout=30)
+            # this router's pool has no replica: the request was parsed and dispatched, its answer read
+            assert status == 503 and _error(answer)["code"] == "no_replica", (tail, status, answer[:300])
+            assert closed_within(sock, 10)
+        finally:
+            sock.close()
+
+
+@pytest.mark.parametrize("chunk", [b"zz\r\n", b"ffffffffffffffffffff\r\n"])
+def test_a_broken_chunked_body_gets_a_400_the_client_reads(router: RouterProcess, chunk: bytes) -> None:
+    """An invalid chunk size after the head was accepted: 400 ``invalid_http`` JSON, not a close
+    without an answer."""
+    sock = router.connect()
+    try:
+        sock.sendall(_chat_head(None, chunked=True) + b'5\r\n{"mod\r\n' + chunk)
+        status, _, answer = read_response(sock, timeout=30)
+        assert status == 400 and _error(answer)["code"] == "invalid_http", (status, answer[:300])
+        assert closed_within(sock, 10)
+    finally:
+        sock.close()
