@@ -49,7 +49,7 @@ def exported_names() -> set[str]:
     """Every series name the router (with its cache and discovery series), the forecaster
     daemon and the simulated vLLM replica expose, plus :data:`VLLM_NOT_SIMULATED`."""
     import forecaster.run  # noqa: F401 - registers the forecaster's series on the default registry
-    from cache.metrics import REGISTRY as CACHE
+    from cache.stats.metrics import REGISTRY as CACHE
     from router.discovery import DiscoveryCollector, StaticSource
     from router.dispatch import Weights
     from router.fleet.health import HealthConfig

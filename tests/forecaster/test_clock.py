@@ -150,6 +150,7 @@ def test_daemon_adds_the_last_runs_duration_in_simulated_seconds_to_the_lead(mon
         clock=None,
         run_delay_s=0.0,  # noqa: ANN001, ANN202
         cache=None,
+        store=None,
     ):
         delays.append(run_delay_s)
         wall[0] += 2.0  # the run takes 2 wall seconds
