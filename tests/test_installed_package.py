@@ -171,11 +171,11 @@ def answer(argv, call):
         code = exc.code or 0
     answers.append([argv[1:-1], code, out.getvalue()])
 answer([{script!r}, "--help"], lambda: runpy.run_path({str(wrapper)!r}, run_name="__main__"))
-import {package}
-from {module} import {func}
+import {package} as installed_package
+from {module} import {func} as entry
 for command in {[c[:1] for c in commands]!r}:
-    answer([{script!r}, *command, "--help"], {func})
-print(json.dumps({{"file": {package}.__file__, "answers": answers}}))
+    answer([{script!r}, *command, "--help"], entry)
+print(json.dumps({{"file": installed_package.__file__, "answers": answers}}))
 """
     done = run_in(work, str(work / "venv/bin/python"), "-c", code)
     assert done.returncode == 0, done.stderr[-2000:]
