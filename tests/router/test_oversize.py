@@ -329,3 +329,22 @@ def test_a_refused_head_is_answered_even_when_the_rest_never_comes(tight: Router
         assert _router_lets_go(tight, sock, 20)
     finally:
         sock.close()
+
+
+def test_garbage_after_a_whole_request_gets_the_replicas_answer_first(router: RouterProcess) -> None:
+    """A valid chat request followed on the same connection by bytes that are no request: the
+    replica's 200 answer to the request reaches the client, then the connection closes (before,
+    the router closed it unanswered and logged 499 while the replica had served it)."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+    head = b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % (
+        CHAT_PATH.encode(),
+        len(body),
+    )
+    sock = router.connect()
+    try:
+        sock.sendall(head + body + b"X\r\n\r\n")
+        status, _, answer = read_response(sock, timeout=30)
+        assert status == 200 and json.loads(answer)["choices"], (status, answer[:300])
+        assert closed_within(sock, 10)
+    finally:
+        sock.close()
