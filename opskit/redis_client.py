@@ -8,6 +8,8 @@ credentials: opskit/_redis_url.py). Kept out of ``opskit``'s own surface so that
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -22,13 +24,26 @@ from redis.sentinel import Sentinel
 
 from opskit._redis_url import SENTINEL_TIMEOUT_S, RedisTarget, RedisURLError, parse_redis_url
 
-__all__ = ["REDIS_ERRORS", "RedisURLError", "async_redis", "check_redis_url", "sync_redis"]
+__all__ = ["REDIS_ERRORS", "RedisURLError", "async_redis", "check_redis_url", "sync_redis", "translated"]
 
 # What a Redis call can raise when Redis is down, slow or refuses a command: redis-py's cluster
 # client raises its own RedisClusterException, which is no RedisError (a script whose keys span
 # two slots; a cluster none of whose nodes answers), so a handler that catches RedisError alone
 # lets a cluster outage through as a 500. Every fail-open handler catches this tuple.
 REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException, OSError)
+
+
+@contextmanager
+def translated(error: Callable[[BaseException], Exception]) -> Iterator[None]:
+    """Run the block's Redis calls; what redis-py (or the socket under it) raises, one of
+    ``REDIS_ERRORS`` (``redis.RedisError``, the cluster client's ``RedisClusterException``, which
+    is no RedisError, and ``OSError``, ``TimeoutError`` included), leaves the block as
+    ``error(original)`` with the original as ``__cause__``. Anything else passes unchanged, a
+    cancellation included. Each package's adapter (``<package>/redis_errors.py``) names its error."""
+    try:
+        yield
+    except REDIS_ERRORS as exc:
+        raise error(exc) from exc
 
 
 def _target(url: str | RedisTarget) -> RedisTarget:

@@ -7,21 +7,13 @@ redis-py's classes. The cache's calls are the cache's (cache/redis_errors.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
-from opskit.redis_client import REDIS_ERRORS
+from opskit.redis_client import translated
 from router.errors import RedisUnavailable
 
 
-@contextmanager
-def redis_failures() -> Iterator[None]:
-    """Run the block's Redis calls; what redis-py (or the socket under it) raises leaves the
-    block as ``RedisUnavailable``. The errors translated are ``opskit.redis_client.REDIS_ERRORS``:
-    ``redis.RedisError``, the cluster client's ``RedisClusterException`` (no RedisError) and
-    ``OSError``, which includes ``TimeoutError``. Anything else passes unchanged, a
-    cancellation included."""
-    try:
-        yield
-    except REDIS_ERRORS as exc:
-        raise RedisUnavailable(exc) from exc
+def redis_failures() -> AbstractContextManager[None]:
+    """Run the block's Redis calls; what redis-py raises leaves it as ``RedisUnavailable``
+    (:func:`opskit.redis_client.translated` says which errors, and that nothing else is caught)."""
+    return translated(RedisUnavailable)
