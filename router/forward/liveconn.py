@@ -10,16 +10,27 @@ if the replica is gone, the connect is refused, which is provably never-sent and
 
 httpcore (the ``httpx`` transport) already does this check on reuse; aiohttp does not, so
 :class:`CheckedConnector` adds it to aiohttp's connector.
+
+The check cannot close the gap entirely: the replica's kernel can close the connection between
+the check and the write. Then the request crosses the replica's FIN and is reset at the far end,
+unread, while the router reads the FIN first. :class:`CheckedHandler` reports such an end of
+stream as the reset it was (router/forward/unread.py ``reset_after_end``), so the proof that the
+request was never processed applies to it as it does to any reset.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import inspect
 import logging
 import select
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+
+from router.forward.unread import reset_after_end
 
 log = logging.getLogger("router.upstream")
 
@@ -66,6 +77,47 @@ def _hook_fits() -> bool:
     )
 
 
+class CheckedHandler(ResponseHandler):
+    """aiohttp's protocol for one upstream connection, whose end of stream is reported as a reset
+    (``ConnectionResetError``, errno ECONNRESET) when the peer reset the connection after its FIN
+    (:func:`router.forward.unread.reset_after_end`): the bytes the router wrote after the
+    replica's close (a request that crossed it) reached a closed socket, unread. Any other loss
+    of the connection is reported as aiohttp reports it."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if exc is None:
+            # asyncio closes the socket only after this returns: its state can still be read
+            sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+            if sock is not None and reset_after_end(sock):
+                exc = ConnectionResetError(errno.ECONNRESET, "connection reset by peer after its end of stream")
+        super().connection_lost(exc)
+
+
+def request_unwritten(exc: BaseException) -> bool:
+    """Whether ``exc`` or an error it was raised from (``__cause__``, else ``__context__``) is
+    aiohttp's failure to hand the request's body to the connection ("Can not write request body",
+    ``ClientOSError``): the connection was closing when aiohttp came to write it (aiohttp sends
+    the headers with the body, and refuses to write into a closing transport), so at least the
+    request's last bytes never left the router and the replica cannot have had the whole request.
+    aiohttp raises it only from its body writer (``ClientRequest.write_bytes``);
+    tests/router/test_crossed_close.py fails if that changes. Pure."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, aiohttp.ClientOSError) and "Can not write request body" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _factory_fits(connector: aiohttp.TCPConnector) -> bool:
+    """Whether aiohttp's connector still makes its protocols with ``self._factory`` (a partial of
+    ``ResponseHandler`` taking ``loop``), the private hook :class:`CheckedConnector` replaces."""
+    factory = getattr(connector, "_factory", None)
+    return isinstance(factory, functools.partial) and factory.func is ResponseHandler
+
+
 class CheckedConnector(aiohttp.TCPConnector):
     """aiohttp's TCP connector whose pooled connections are checked with :func:`peer_open`
     before reuse: a dead one is closed and dropped, and the next one (or a new connection) is
@@ -76,6 +128,17 @@ class CheckedConnector(aiohttp.TCPConnector):
     """
 
     hooked = _hook_fits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if _factory_fits(self):
+            self._factory = functools.partial(CheckedHandler, loop=self._loop)
+        else:  # pragma: no cover - an aiohttp whose connector changed; tests/router/test_crossed_close.py fails
+            log.warning(
+                "aiohttp %s: its connector makes no ResponseHandler through _factory; a request that "
+                "crosses a dead replica's close is not told apart (a replica's crash may cost a client a 502)",
+                aiohttp.__version__,
+            )
 
     if hooked:
 

@@ -32,16 +32,21 @@ nor does a proxy between router and replica (one that passed the whole request o
 the router's connection and closed its own port within 200 ms). A proxy that dies itself is
 covered: it can only have passed on what it read.
 
-Not covered (stays a 502): a request written into a pooled connection at the moment the dead
-replica's kernel closes it with an empty buffer. Its FIN crosses the request, which is reset
-unread at the far end, but the router sees the FIN first: a clean end of stream, the same as
-from a replica that read the request and died (about one run in ten of
-tests/router/test_dead_replica_idle.py).
+A reset that follows the replica's FIN counts too (:func:`reset_after_end`): a request written
+into a pooled connection at the moment the dead replica's kernel closes it with an empty buffer.
+The FIN crosses the request, which then reaches a socket that is already closed and is reset
+there, unread. The router reads the FIN first, a clean end of stream, but its own socket knows
+better: a reset came after it, and the only bytes the router sent after the replica's close are
+this request's. A replica that read the whole request and then died closes with a FIN and no
+reset follows (nothing more arrives). On loopback the reset is there before the router reads the
+FIN; to a replica one network round trip away it may come after, and then the request stays a
+502 (the converse error, a retry of a processed request, cannot happen that way).
 
 Only ``errno`` ``ECONNRESET`` from the kernel counts. aiohttp raises a ``ConnectionResetError``
 without an errno ("Cannot write to closing transport") when it saw the connection close before
 writing: why it closed (a reset or a clean end) is not known there, so it does not count; nor
-does ``EPIPE`` (a reset that came after the peer's FIN: it had closed cleanly first).
+does ``EPIPE`` as an error of a call (the router cannot tell which bytes it concerned); the
+socket's state after the FIN is what :func:`reset_after_end` reads.
 """
 
 from __future__ import annotations
@@ -105,3 +110,20 @@ async def port_closed(host: str, port: int, timeout_s: float = PROBE_S) -> bool:
         return False
     except OSError:  # the name did not resolve
         return False
+
+
+# Linux's TCP states (include/net/tcp_states.h): the first byte of ``struct tcp_info``
+_TCP_CLOSE = 7
+
+
+def reset_after_end(sock: socket.socket) -> bool:
+    """Whether the connected TCP socket ``sock``, whose peer's end of stream (FIN) the router has
+    just read, was reset by the peer since: its state is ``TCP_CLOSE`` (a reset tears a
+    connection down; after the FIN alone it stays ``CLOSE_WAIT`` until the router closes it).
+    Linux only (``TCP_INFO``); False wherever the socket cannot be asked (closed, another OS):
+    no verdict. Reads one ``getsockopt``; nothing is sent or read."""
+    try:
+        state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)
+    except (OSError, AttributeError):  # a closed socket; TCP_INFO missing on this platform
+        return False
+    return bool(state) and state[0] == _TCP_CLOSE

@@ -19,7 +19,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from router.errors import UpstreamError, UpstreamTimeout
-from router.forward.liveconn import CheckedConnector
+from router.forward.liveconn import CheckedConnector, request_unwritten
 from router.forward.unread import port_closed, reset_by_peer
 
 RETRYABLE_STATUS = frozenset({429, 503})
@@ -50,7 +50,8 @@ class ConnectFailed(NotProcessed):
 
 class ResetUnread(NotProcessed):
     """The replica's kernel reset the connection before the response's headers, so part of the
-    request was still unread when its socket closed, and right after that (within 200 ms) fresh
+    request was still unread when its socket closed (or arrived after it closed, or was never
+    written: a request that crossed the replica's close), and right after that (within 200 ms) fresh
     connects to its port were refused: the process is gone and never had the whole request (a replica SIGKILLed
     while the request was on its way; the reasoning and its limits: router/forward/unread.py).
     Safe to retry elsewhere. A reset while the port still accepts, or a clean end of stream
@@ -210,15 +211,16 @@ class Upstream:
             response = await self.transport.handle_async_request(request)
         except httpx.HTTPError as exc:
             failure = _failed(exc, progress, url, ttfb_timeout_s)
-            # A reset before any response header: was the request left unread by a replica
-            # that is gone? (router/forward/unread.py; a few connects, at most PROBE_S)
+            # A reset before any response header, or a request whose body could not be written: the
+            # replica never had the whole request; is it gone? (router/forward/unread.py,
+            # liveconn.py; a few connects, at most PROBE_S)
             if (
                 type(failure) is UpstreamError
-                and reset_by_peer(exc)
+                and (reset_by_peer(exc) or request_unwritten(exc))
                 and await port_closed(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
             ):
                 failure = ResetUnread(
-                    f"replica {url} reset the connection with the request unread and no "
+                    f"replica {url} never had the whole request (reset unread or never written) and no "
                     f"longer listens: never processed ({exc!r})",
                     code="replica_unreachable",
                 )

@@ -68,10 +68,12 @@ async def test_a_replica_failing_after_the_connection_is_not_retried(
     for replica in replicas:
         replica.mode = mode
     answer = await client.post(router.url + URL, json=CHAT)
-    # The request may have reached the replica: it is not sent again anywhere else.
-    assert [r.connections for r in replicas].count(1) == 1 and sum(r.connections for r in replicas) == 1, [
-        r.connections for r in replicas
-    ]
+    # The request may have reached the replica: it is not sent again anywhere else. (A replica
+    # that closes on accept resets the request it never read, so the router probes its port
+    # (router/forward/unread.py): those connects carry nothing, but count as connections here.)
+    assert [r.connections > 0 for r in replicas].count(True) == 1, [r.connections for r in replicas]
+    if mode != "close_on_accept":
+        assert sum(r.connections for r in replicas) == 1, [r.connections for r in replicas]
     assert answer.status_code == 502, answer.text
     error = answer.json()["error"]
     assert (error["type"], error["code"]) == ("upstream_error", "replica_error")
