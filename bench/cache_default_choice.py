@@ -110,7 +110,9 @@ def stages(verifier: LearnedVerifier) -> dict[str, Decide]:
         if target in (0.90, 0.92):
             out[f"learned + rules, target {target}"] = learned_stage(verifier.min_cosine, p, with_rules=True)
         if target in (0.93, 0.95):
-            out[f"rules 0.96 or learned {target}"] = either(rules_stage(0.96), learned_stage(verifier.min_cosine, p, True))
+            out[f"rules 0.96 or learned {target}"] = either(
+                rules_stage(0.96), learned_stage(verifier.min_cosine, p, True)
+            )
     return out
 
 

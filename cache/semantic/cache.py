@@ -286,7 +286,12 @@ class SemanticCache:
             return "embed_error"
 
     async def lookup(
-        self, query: SemanticQuery, threshold: float, bounded: Bounded, pool: str = "", rules_threshold: float | None = None
+        self,
+        query: SemanticQuery,
+        threshold: float,
+        bounded: Bounded,
+        pool: str = "",
+        rules_threshold: float | None = None,
     ) -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold that the
         verification stage accepts: the rules (cache/verify/rules.py ``select``) or, with
