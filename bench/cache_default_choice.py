@@ -248,6 +248,43 @@ def choose(table: dict[str, dict[str, dict[str, Any]]]) -> tuple[str | None, dic
     return winner, failed
 
 
+def load_sets(
+    directory: Path | None, fetch: bool = False, max_qqp: int | None = None
+) -> tuple[dict[str, Pairs], dict[str, str]]:
+    """The labelled sets by name, and the sets that could not be read with the reason (each
+    left out of the choice, never an error): QQP's test split, GPTCache's pairs, and the public
+    sets under ``directory`` (downloaded first with ``fetch``)."""
+    sets: dict[str, Pairs] = {}
+    skipped: dict[str, str] = {}
+    try:
+        qqp = filter_split(load_pairs(QQP), "test")
+        if max_qqp:
+            assert qqp.labels is not None
+            qqp = Pairs(qqp.text_a[:max_qqp], qqp.text_b[:max_qqp], qqp.labels[:max_qqp])
+        sets["qqp_test"] = qqp
+    except PairsFormatError as exc:
+        skipped["qqp_test"] = str(exc)
+        skipped["multi_turn"] = "needs QQP's test split"
+    try:
+        sets["gptcache_999"] = load_pairs(GPTCACHE)
+    except PairsFormatError as exc:
+        skipped["gptcache_999"] = str(exc)
+    if directory is None:
+        skipped["sts2016"] = skipped["sick2014"] = "no --public-dir and no $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR"
+    else:
+        if fetch:
+            try:
+                fetch_public_sets(directory)
+            except OSError as exc:
+                print(f"note: cannot download the public sets: {exc}", file=sys.stderr)
+        for name, loader in (("sts2016", load_sts2016), ("sick2014", load_sick)):
+            try:
+                sets[name] = loader(directory)
+            except PairsFormatError as exc:
+                skipped[name] = str(exc)
+    return sets, skipped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, default=None)
@@ -268,35 +305,7 @@ def main() -> None:
     started = time.perf_counter()
     verifier = load_verifier(args.verifier)
     decide = stages(verifier)
-    sets: dict[str, Pairs] = {}
-    skipped: dict[str, str] = {}
-    try:
-        qqp = filter_split(load_pairs(QQP), "test")
-        if args.max_qqp:
-            assert qqp.labels is not None
-            qqp = Pairs(qqp.text_a[: args.max_qqp], qqp.text_b[: args.max_qqp], qqp.labels[: args.max_qqp])
-        sets["qqp_test"] = qqp
-    except PairsFormatError as exc:
-        skipped["qqp_test"] = str(exc)
-        skipped["multi_turn"] = "needs QQP's test split"
-    try:
-        sets["gptcache_999"] = load_pairs(GPTCACHE)
-    except PairsFormatError as exc:
-        skipped["gptcache_999"] = str(exc)
-    directory = public_dir(args.public_dir)
-    if directory is None:
-        skipped["sts2016"] = skipped["sick2014"] = "no --public-dir and no $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR"
-    else:
-        if args.fetch:
-            try:
-                fetch_public_sets(directory)
-            except OSError as exc:
-                print(f"note: cannot download the public sets: {exc}", file=sys.stderr)
-        for name, loader in (("sts2016", load_sts2016), ("sick2014", load_sick)):
-            try:
-                sets[name] = loader(directory)
-            except PairsFormatError as exc:
-                skipped[name] = str(exc)
+    sets, skipped = load_sets(public_dir(args.public_dir), args.fetch, args.max_qqp)
     cases = []
     if "qqp_test" in sets:
         q = sets["qqp_test"]

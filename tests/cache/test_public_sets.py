@@ -56,3 +56,37 @@ def test_a_missing_set_says_how_to_get_it(tmp_path: Path) -> None:
 def test_downloads_are_pinned_to_one_commit() -> None:
     urls = [url for _, url in layout().values()]
     assert len(urls) == 6 and all("/brmson/dataset-sts/e1d3375f5b3bc24f21aa4e46f96eb379e9fc1081/" in u for u in urls)
+
+
+def test_the_choice_bench_says_which_sets_it_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.bench_script import load_bench
+
+    bench = load_bench("cache_default_choice")
+    monkeypatch.setattr(bench, "QQP", tmp_path / "no-qqp.tar.gz")
+    monkeypatch.setattr(bench, "GPTCACHE", tmp_path / "no-gptcache.json")
+    sets, skipped = bench.load_sets(tmp_path)
+    assert sets == {}
+    assert "no-qqp.tar.gz" in skipped["qqp_test"] and skipped["multi_turn"] == "needs QQP's test split"
+    assert "not found" in skipped["sts2016"] and "not found" in skipped["sick2014"]
+    _, skipped = bench.load_sets(None)
+    assert "PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR" in skipped["sts2016"]
+
+
+def test_the_choice_rule_keeps_precision_on_every_set_then_takes_recall() -> None:
+    from tests.bench_script import load_bench
+
+    bench = load_bench("cache_default_choice")
+
+    def row(precision: float, recall: float, wrong_across: int = 0) -> dict[str, object]:
+        return {"precision": precision, "recall": recall, "wrong_across_contexts": wrong_across}
+
+    today = bench.TODAY
+    table = {
+        "qqp_test": {today: row(0.90, 0.16), "more": row(0.895, 0.30), "loose": row(0.85, 0.50)},
+        "gptcache_999": {today: row(0.97, 0.28), "more": row(0.96, 0.40), "loose": row(0.97, 0.70)},
+        "multi_turn": {today: row(0.89, 0.05), "more": row(0.90, 0.08), "loose": row(0.90, 0.10, 1)},
+    }
+    winner, failed = bench.choose(table)
+    assert winner == "more" and not failed[today]
+    assert any("qqp_test precision" in r for r in failed["loose"])
+    assert any("wrong across contexts" in r for r in failed["loose"])
