@@ -440,12 +440,22 @@ def fit_bound(
     min_step_pairs: int = typer.Option(100, min=1, help="Each step holds at least this many training pairs."),
     embed_cache: Path | None = typer.Option(None, help="The .npz vector file (outside the repository)."),
     model: str | None = typer.Option(None, help="Embedding model (default: the configured one)."),
+    score: str = typer.Option(
+        "cosine",
+        help="What the bound judges: 'cosine' (with the rules; train split) or 'learned' (the learned "
+        "verifier's probability, PROMPTEDGE_CACHE_VERIFIER_PATH or the shipped one; fitted on the "
+        "calibration split, since the verifier was trained on train; --floor is then a probability).",
+    ),
 ) -> None:
     from cache.training.bound_fit import fit_prior
     from cache.training.verifier import embed_cached
 
     settings = _settings()
-    loaded = _split_pairs(pairs, "train", max_pairs)
+    if score not in ("cosine", "learned"):
+        typer.echo(f"error: --score must be cosine or learned, got {score!r}", err=True)
+        raise typer.Exit(2)
+    split = "train" if score == "cosine" else "calibration"
+    loaded = _split_pairs(pairs, split, max_pairs)
     if loaded.labels is None:
         typer.echo(f"error: {pairs}: the prior needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
@@ -454,11 +464,22 @@ def fit_bound(
         loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
     )
     scores = [float(vectors[a] @ vectors[b]) for a, b in zip(loaded.text_a, loaded.text_b, strict=True)]
-    prior = fit_prior(scores, loaded.labels, floor, offset_var, max_strength, min_step_pairs, source=pairs.name)
+    if score == "learned":
+        from cache.verify.learned import load_verifier
+
+        verifier = load_verifier(settings.verifier_path)
+        # below the verifier's cosine prefilter a candidate is never judged: probability 0
+        scores = [
+            verifier.probability(b, a, c) if c >= verifier.min_cosine else 0.0
+            for a, b, c in zip(loaded.text_a, loaded.text_b, scores, strict=True)
+        ]
+    prior = fit_prior(
+        scores, loaded.labels, floor, offset_var, max_strength, min_step_pairs, kind=score, source=pairs.name
+    )
     content = prior.to_json() | {
         "fitted_on": {
             "file": pairs.name,
-            "split": "train",
+            "split": split,
             "pairs": len(scores),
             "above_floor": sum(s >= floor for s in scores),
             "model": tag,
@@ -467,8 +488,8 @@ def fit_bound(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(content, indent=1) + "\n")
     for k, p, w in zip(prior.knots, prior.probability, prior.strength, strict=True):
-        typer.echo(f"  cosine >= {k:.4f}: P(right) >= {p:.4f} (weight {w:g})")
-    typer.echo(f"wrote {out} ({len(prior.knots)} steps from {len(scores)} train pairs)")
+        typer.echo(f"  {score} >= {k:.4f}: P(right) >= {p:.4f} (weight {w:g})")
+    typer.echo(f"wrote {out} ({len(prior.knots)} steps from {len(scores)} {split} pairs)")
 
 
 @app.command(

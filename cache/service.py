@@ -323,19 +323,26 @@ class ResponseCache:
             return None, query.reason
         if not self.semantic.ready:
             return None, f"model_{self.semantic.state}"
-        if self.settings.error_bound is not None:
+        rules_threshold = None
+        if self.settings.error_bound is not None and self.settings.verifier != "learned":
             # the bound decides; the cosine is only its prior's floor, which a request may raise
             prior = self.settings.bound_prior()
             assert prior is not None
             threshold = max(prior.floor, req.control.threshold or 0.0)
-        elif self.settings.verifier == "learned":
-            # the cosine is only the learned verifier's prefilter; a request may raise it
+        elif self.settings.verifier != "rules":
+            # the cosine is only the learned verifier's prefilter; a request may raise it (and
+            # with "rules+learned", the rules' own threshold)
             learned = self.settings.learned_verifier()
             assert learned is not None
             threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
+            if self.settings.verifier == "rules+learned":
+                rules_threshold = self.settings.threshold_for(req.model, req.control.threshold)
+                threshold = min(threshold, rules_threshold)  # a threshold the rules may go below
         else:
             threshold = self.settings.threshold_for(req.model, req.control.threshold)
-        report = await self.semantic.lookup(query, threshold, self._bounded, pool_name(req.tenant, req.model))
+        report = await self.semantic.lookup(
+            query, threshold, self._bounded, pool_name(req.tenant, req.model), rules_threshold
+        )
         rejected.update(report.rejected)
         if report.explored is not None:
             self._explored[req.digest] = (*report.explored, time.monotonic())
@@ -356,6 +363,7 @@ class ResponseCache:
             key=match.key,
             feedback_id=feedback_id,
             entry_id=match.entry_id,
+            bound_score=match.score,
         ), None
 
     async def _remember_hit(self, req: CacheRequest, match: Any) -> str | None:
@@ -366,7 +374,11 @@ class ResponseCache:
         try:
             await self._bounded(
                 self.semantic.bound.remember_hit(
-                    hit_id, match.entry_id, req.tenant, match.similarity, self.settings.feedback_ttl_s
+                    hit_id,
+                    match.entry_id,
+                    req.tenant,
+                    match.similarity if match.score is None else match.score,
+                    self.settings.feedback_ttl_s,
                 )
             )
         except CacheUnavailable:
@@ -486,7 +498,8 @@ class ResponseCache:
         this entry, Redis failing). Never raises."""
         if hit.kind != "semantic" or hit.entry_id is None or hit.similarity is None:
             return None
-        return await self._learn(req, hit.entry_id, hit.similarity, hit.response, response)
+        score = hit.similarity if hit.bound_score is None else hit.bound_score
+        return await self._learn(req, hit.entry_id, score, hit.response, response)
 
     async def _learn(
         self, req: CacheRequest, entry_id: str, score: float, cached: dict[str, Any], response: dict[str, Any]

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from cache.errors import BoundError, VerifierError
-from cache.verify.bound.model import BoundPrior, cached_prior
+from cache.verify.bound.model import DEFAULT_LEARNED_PRIOR_PATH, BoundPrior, cached_prior
 from cache.verify.learned import LearnedVerifier, cached_verifier
 from cache.warming.settings import WarmingSettings
 from opskit import FileSettings
@@ -71,6 +71,12 @@ class CacheSettings(FileSettings):
       probability >= the threshold of ``semantic_precision_target``; ``threshold``,
       ``model_thresholds`` and ``min_request_threshold`` are not used then, and
       ``X-Cache-Threshold`` can only raise the cosine prefilter).
+      "rules+learned" (the default since issue 34, chosen by bench/cache_default_choice.py on
+      held-out sets): the rules at the cosine threshold first; when they serve nothing, the
+      learned verifier at ``rescue_precision_target`` (0.95) on the candidates above its
+      prefilter that no rule vetoes, so only its most confident hits are added. With
+      ``error_bound`` it works as "rules" (the bound's cosine prior judges the rules' choice).
+    rescue_precision_target: the learned verifier's precision target in "rules+learned", 0.5..0.999.
     verifier_path: the learned verifier's JSON file (None: the shipped cache/models/verifier.json).
     semantic_precision_target: precision the learned verifier is held to, 0.5..0.999 (default 0.90),
       mapped to a probability threshold by the file's calibration table (the lower 95 % bound
@@ -82,9 +88,12 @@ class CacheSettings(FileSettings):
       and the chosen candidate is served only when its entry's learned predictive probability
       of a right answer is >= 1 - delta (else a miss, counted ``rejected.bound``). The
       similarity threshold settings are not used then; ``X-Cache-Threshold`` can only raise
-      the floor. Refused with ``verifier`` "learned" (the prior is fitted on cosines).
-      bound_prior_path: the prior file (None: the shipped cache/models/entry_bound.json,
-      fitted on QQP's train split).
+      the floor. With ``verifier`` "learned" the bound judges the verifier's calibrated
+      probability instead of the cosine (candidates searched down to the prior's floor, a
+      probability), issue 34. bound_prior_path: the prior file (None: the shipped
+      cache/models/entry_bound.json, cosine, fitted on QQP's train split, with the rules;
+      cache/models/entry_bound_learned.json, the learned verifier's probability, fitted on QQP's
+      calibration split, with the learned verifier); its kind must match the verifier.
     shadow_rate: shadow verification (needs error_bound): the share 0..1 of served semantic
       hits that the router also sends to a replica after the client has its answer, to label
       the entry and its pool by comparing answers (greedy single-choice requests only; one
@@ -135,9 +144,10 @@ class CacheSettings(FileSettings):
     max_entries: int = Field(100_000, ge=1)
     stream_maxlen: int = Field(100_000, ge=100)
     max_semantic_chars: int = Field(1000, ge=1)
-    verifier: Literal["rules", "learned"] = "rules"
+    verifier: Literal["rules", "learned", "rules+learned"] = "rules+learned"
     verifier_path: Path | None = None
     semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
+    rescue_precision_target: float = Field(0.95, ge=0.5, le=0.999)
     error_bound: float | None = Field(None, ge=0.001, le=0.5)
     bound_prior_path: Path | None = None
     shadow_rate: float = Field(0.0, ge=0, le=1)
@@ -166,12 +176,12 @@ class CacheSettings(FileSettings):
         for model, value in self.model_thresholds.items():
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"model_thresholds[{model!r}] must be in [0, 1], got {value}")
-        if self.verifier == "learned":
+        if self.verifier != "rules":
             # read the file now: a missing file or an unreachable target is a start-up error
             try:
-                cached_verifier(self.verifier_path).threshold_for(self.semantic_precision_target)
+                cached_verifier(self.verifier_path).threshold_for(self._learned_target())
             except VerifierError as exc:
-                raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER=learned: {exc}") from None
+                raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: {exc}") from None
         if self.feedback and self.error_bound is None:
             raise ValueError("PROMPTEDGE_CACHE_FEEDBACK needs PROMPTEDGE_CACHE_ERROR_BOUND (what a report updates)")
         if self.shadow_rate > 0 and self.error_bound is None:
@@ -179,15 +189,19 @@ class CacheSettings(FileSettings):
                 "PROMPTEDGE_CACHE_SHADOW_RATE needs PROMPTEDGE_CACHE_ERROR_BOUND (what a shadow label teaches)"
             )
         if self.error_bound is not None:
-            if self.verifier == "learned":
-                raise ValueError(
-                    "PROMPTEDGE_CACHE_ERROR_BOUND works with the rules verifier only (its prior "
-                    "is fitted on cosine scores)"
-                )
             try:
-                self.bound_prior()
+                prior = self.bound_prior()
             except BoundError as exc:
                 raise ValueError(f"PROMPTEDGE_CACHE_ERROR_BOUND: {exc}") from None
+            # the prior's score must be the verifier's: a cosine prior read as probabilities
+            # (or the reverse) would serve at the wrong place
+            wanted = "learned" if self.verifier == "learned" else "cosine"
+            if prior is not None and prior.kind != wanted:
+                raise ValueError(
+                    f"PROMPTEDGE_CACHE_ERROR_BOUND: the prior {prior.source} scores {prior.kind!r}, but "
+                    f"PROMPTEDGE_CACHE_VERIFIER={self.verifier} needs a {wanted!r} prior "
+                    f"(python -m cache fit-bound --score {wanted})"
+                )
         return self
 
     def bound_prior(self) -> BoundPrior | None:
@@ -195,15 +209,21 @@ class CacheSettings(FileSettings):
         ``error_bound`` is None. Raises BoundError (checked at construction)."""
         if self.error_bound is None:
             return None
+        if self.bound_prior_path is None and self.verifier == "learned":
+            return cached_prior(DEFAULT_LEARNED_PRIOR_PATH)
         return cached_prior(self.bound_prior_path)
 
     def learned_verifier(self) -> tuple[LearnedVerifier, float] | None:
         """The learned verifier and the probability threshold of ``semantic_precision_target``,
-        or None when ``verifier`` is "rules". Raises VerifierError (checked at construction)."""
-        if self.verifier != "learned":
+        or None when ``verifier`` is "rules" (the threshold of ``rescue_precision_target`` for
+        "rules+learned"). Raises VerifierError (checked at construction)."""
+        if self.verifier == "rules":
             return None
         verifier = cached_verifier(self.verifier_path)
-        return verifier, verifier.threshold_for(self.semantic_precision_target)
+        return verifier, verifier.threshold_for(self._learned_target())
+
+    def _learned_target(self) -> float:
+        return self.rescue_precision_target if self.verifier == "rules+learned" else self.semantic_precision_target
 
     def threshold_for(self, model: str, override: float | None = None) -> float:
         """The similarity threshold for one request (0..1): the per-request override raised to

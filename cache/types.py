@@ -93,6 +93,8 @@ class CacheHit:
     this semantic hit may report it wrong (``ResponseCache.report_wrong``); else None.
     entry_id: the semantic entry that answered (its per-entry bound state is what
     ``ResponseCache.verify_hit`` labels); None for an exact hit.
+    bound_score: what the per-entry bound judged the hit by (the learned verifier's
+    probability with ``verifier`` "learned"); None: ``similarity``.
     """
 
     kind: HitKind
@@ -102,3 +104,4 @@ class CacheHit:
     raw: bytes | None = None
     feedback_id: str | None = None
     entry_id: str | None = None
+    bound_score: float | None = None

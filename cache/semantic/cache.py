@@ -37,7 +37,8 @@ from cache.settings import CacheSettings
 from cache.verify.bound.model import decide
 from cache.verify.bound.store import BoundStore, entry_state
 from cache.verify.bound.store import pool_state as pool_state_of
-from cache.verify.rules import select
+from cache.verify.learned import LearnedVerifier
+from cache.verify.rules import select, verify
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
 T = TypeVar("T")
@@ -55,12 +56,15 @@ _REBUILD_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class SemanticMatch:
-    """A served semantic hit: the entry's response, its similarity, its Redis key and id."""
+    """A served semantic hit: the entry's response, its similarity, its Redis key and id, and
+    ``score``: what the per-entry bound judged it by (the cosine with the rules, the learned
+    verifier's calibrated probability with it; None: the same as ``similarity``)."""
 
     response: dict[str, Any]
     similarity: float
     key: str
     entry_id: str = ""
+    score: float | None = None
 
 
 @dataclass
@@ -70,7 +74,8 @@ class LookupReport:
     why the search did not run (``skipped``: ``model_loading``, ``embed_busy``,
     ``embed_timeout``, ``embed_error``). explored: the candidate the per-entry bound did not
     serve, as (entry id, similarity, its cached response), to be compared with the replica's
-    answer once the miss is answered."""
+    answer once the miss is answered (the middle value is the bound's score: the cosine with the
+    rules, the learned verifier's probability with it)."""
 
     match: SemanticMatch | None = None
     rejected: Counter[str] = field(default_factory=Counter)
@@ -280,7 +285,14 @@ class SemanticCache:
             log.warning("embedding failed: %s", exc)
             return "embed_error"
 
-    async def lookup(self, query: SemanticQuery, threshold: float, bounded: Bounded, pool: str = "") -> LookupReport:
+    async def lookup(
+        self,
+        query: SemanticQuery,
+        threshold: float,
+        bounded: Bounded,
+        pool: str = "",
+        rules_threshold: float | None = None,
+    ) -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold that the
         verification stage accepts: the rules (cache/verify/rules.py ``select``) or, with
         ``settings.verifier`` "learned", the most probable candidate whose calibrated
@@ -288,6 +300,11 @@ class SemanticCache:
         With ``settings.error_bound``, the rules' choice is served only when its entry's
         bound says so (cache/verify/bound/model.py ``decide``, with the state of ``pool``, read in
         the candidates' round trip; rejections counted ``bound``).
+
+        With ``settings.verifier`` "rules+learned" (issue 34), the rules at ``rules_threshold``
+        (the model's cosine threshold) first, then, when they serve nothing, the learned
+        verifier at ``rescue_precision_target`` on the candidates from ``threshold`` (its
+        cosine prefilter) that no rule vetoes.
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
         """
@@ -327,11 +344,28 @@ class SemanticCache:
             valid.append((neighbour.entry_id, float(entry.embedding @ vector), entry))
         valid.sort(key=lambda item: -item[1])
         valid = [item for item in valid if item[1] >= threshold]
-        if self._learned is not None:
+        score: float | None = None  # the bound's score of the chosen candidate
+        if self._learned is not None and self.settings.verifier == "rules+learned" and self.bound is None:
+            texts = [(e.text, sim) for _, sim, e in valid]
+            cut = self.settings.threshold if rules_threshold is None else rules_threshold
+            chosen, rejected = select(query.text, texts, cut, self.settings.candidate_margin)
+            report.rejected.update(rejected)
+            if chosen is None and texts:
+                verifier, probability = self._learned
+                chosen = rescue(verifier, query.text, texts, probability, self.settings.candidate_margin)
+                if chosen is None:
+                    report.rejected["learned"] += 1
+        elif self._learned is not None and self.settings.verifier == "learned":
             verifier, probability = self._learned
-            chosen, _ = verifier.select(query.text, [(e.text, sim) for _, sim, e in valid], probability)
+            if self.bound is not None:
+                # the bound decides on the verifier's probability: search down to its floor
+                probability = self.bound.prior.floor
+            texts = [(e.text, sim) for _, sim, e in valid]
+            chosen, _ = verifier.select(query.text, texts, probability)
             if chosen is None and valid:
                 report.rejected["learned"] += len(valid)
+            elif chosen is not None:
+                score = verifier.probability(query.text, *texts[chosen])
         else:
             chosen, rejected = select(
                 query.text, [(e.text, sim) for _, sim, e in valid], threshold, self.settings.candidate_margin
@@ -339,16 +373,17 @@ class SemanticCache:
             report.rejected.update(rejected)
         if chosen is not None and self.bound is not None and self.settings.error_bound is not None:
             _, similarity, entry = valid[chosen]
+            score = similarity if score is None else score
             pool_state = pool_state_of(pool_raw, len(self.bound.prior.knots))
             state = entry_state(entry.bound, self.bound.prior)
-            if decide(self.bound.prior, similarity, state, pool_state, self.settings.error_bound) != "serve":
+            if decide(self.bound.prior, score, state, pool_state, self.settings.error_bound) != "serve":
                 report.rejected["bound"] += 1
-                report.explored = (valid[chosen][0], similarity, entry.response)
+                report.explored = (valid[chosen][0], score, entry.response)
                 chosen = None
         if chosen is not None:
             entry_id, similarity, entry = valid[chosen]
             report.match = SemanticMatch(
-                entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id), entry_id
+                entry.response, round(similarity, 4), entry_key(self.store.prefix, entry_id), entry_id, score
             )
         return report
 
@@ -427,3 +462,20 @@ class SemanticCache:
             self.embedder.close()
         if self._follow_client is not None and self._given_follow_client is None:
             await self._follow_client.aclose()  # its own; a given client is its owner's to close
+
+
+def rescue(
+    verifier: LearnedVerifier, query: str, candidates: list[tuple[str, float]], probability: float, margin: float
+) -> int | None:
+    """The "rules+learned" stage's second step: the first candidate (text, cosine; most similar
+    first) within ``margin`` of the most similar one whose learned probability is >= ``probability``
+    and that no rule vetoes (cache/verify/rules.py ``verify``); its index or None. Pure."""
+    if not candidates:
+        return None
+    best = candidates[0][1]
+    for i, (text, cosine) in enumerate(candidates):
+        if cosine < verifier.min_cosine or cosine < best - margin:
+            continue
+        if verify(query, text).ok and verifier.probability(query, text, cosine) >= probability:
+            return i
+    return None

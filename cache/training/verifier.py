@@ -52,6 +52,7 @@ MONOTONE = {
     "number_diff": -1,
     "entity_diff": -1,
     "negation_diff": -1,
+    "order_discordance": -1,
 }
 
 

@@ -4,8 +4,11 @@ Pure functions on strings plus the pair's cosine similarity. The features are me
 to other wordings than the training set's (QQP): the embedder's similarity, the rule flags of
 cache/verify/rules.py as inputs instead of vetoes, lexical overlap (word and character 3-gram
 Jaccard), differences in numbers, names and negation, the question word and the length
-ratio. No feature looks at which words a text contains, so the model cannot learn QQP's
-vocabulary.
+ratio, and word order (issue 34: word-bigram Jaccard and the share of shared content words
+whose order differs, for near-misses that reuse every word in another role, "a dog is licking a
+baby" / "a baby is licking a dog", the kind PAWS (Zhang et al., 2019) showed bag-of-words
+similarity cannot tell apart). No feature looks at which words a text contains, so the model
+cannot learn QQP's vocabulary.
 
 ``FEATURES`` names the columns; ``pair_features`` returns them as one float64 row. The order
 is part of the verifier file's format (the file stores the names and the loader checks them).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -36,6 +40,8 @@ FEATURES: tuple[str, ...] = (
     "question_word_differs",
     "length_ratio",
     "log_min_words",
+    "word_bigram_jaccard",
+    "order_discordance",
 )
 
 # function words: overlap on them says little about meaning (a shorter list than verify's:
@@ -70,7 +76,7 @@ _QUESTION_WORDS = (
 _SPACES = re.compile(r"\s+")
 
 
-def _jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
+def _jaccard(a: AbstractSet[object], b: AbstractSet[object]) -> float:
     union = len(a | b)
     return len(a & b) / union if union else 1.0
 
@@ -104,6 +110,8 @@ class _Profile:
     entities: frozenset[str]
     negations: int
     question_word: str
+    bigrams: frozenset[tuple[str, str]]
+    content_order: tuple[str, ...]  # stemmed content words in text order
 
 
 @lru_cache(maxsize=16384)
@@ -119,7 +127,24 @@ def _profile(text: str) -> _Profile:
         entities=entities_of(text),
         negations=sum(w in NEGATIONS for w in words),
         question_word=_question_word(words),
+        bigrams=frozenset(zip(words, words[1:], strict=False)),
+        content_order=tuple(_stem(w) for w in words if w not in _FUNCTION and w not in NEGATIONS),
     )
+
+
+def _order_discordance(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    """Share of pairs of content words found once in each text whose order differs (0: same
+    order or fewer than two such words, 1: reversed): a Kendall distance on the shared words."""
+    once_a = {w for w in a if a.count(w) == 1}
+    once_b = {w for w in b if b.count(w) == 1}
+    shared = [w for w in a if w in once_a and w in once_b]
+    if len(shared) < 2:
+        return 0.0
+    rank = {w: i for i, w in enumerate(w for w in b if w in once_a and w in once_b)}
+    order = [rank[w] for w in shared]
+    n = len(order)
+    discordant = sum(order[i] > order[j] for i in range(n) for j in range(i + 1, n))
+    return discordant / (n * (n - 1) / 2)
 
 
 def pair_features(query: str, candidate: str, cosine: float) -> np.ndarray:
@@ -142,6 +167,8 @@ def pair_features(query: str, candidate: str, cosine: float) -> np.ndarray:
         float(a.question_word != b.question_word),
         min(na, nb) / max(na, nb) if max(na, nb) else 1.0,
         math.log1p(min(na, nb)),
+        _jaccard(a.bigrams, b.bigrams) if a.bigrams or b.bigrams else 1.0,
+        _order_discordance(a.content_order, b.content_order),
     ]
     return np.asarray(row, dtype=np.float64)
 

@@ -20,9 +20,46 @@ def render(report: dict[str, Any]) -> str:
     """The demo's report as text: the replay table, then the forecaster section when the report
     holds ``forecast_plan`` (None there when the forecaster failed: the section says why)."""
     text = render_replay(report)
+    story = cache_lines(report)
+    if story:
+        text = "\n".join([text, "", *story])
     if "forecast_plan" not in report:
         return text
     return "\n".join([text, "", *forecast_lines(report)])
+
+
+def cache_lines(report: dict[str, Any]) -> list[str]:
+    """The cache's story (issue 34): paraphrases answered from an earlier question's entry,
+    near-misses refused, new questions answered by another question's entry (each a wrong
+    answer), and the replica (GPU) seconds the hits saved, from the router's /cache/stats.
+    Empty when the report has no per-kind counts."""
+    kinds = report.get("by_kind") or {}
+    if not kinds:
+        return []
+
+    def share(n: int, of: int) -> str:
+        return f"{n} of {of} ({n / of:.0%})" if of else f"{n} of 0"
+
+    para, near, new = (kinds.get(k, {}) for k in ("paraphrase", "near_miss", "new"))
+    answered = int(para.get("semantic_hits", 0))
+    near_answered = int(near.get("semantic_hits", 0))
+    new_answered = int(new.get("semantic_hits", 0))
+    lines = [
+        "cache, by meaning (prompt kinds of sim/client/questions.py):",
+        f"  paraphrases answered from an earlier question's entry: {share(answered, int(para.get('requests', 0)))}",
+        f"  near-misses refused (same words, another question): "
+        f"{share(int(near.get('requests', 0)) - near_answered, int(near.get('requests', 0)))}"
+        + (f"; {near_answered} answered: WRONG answers" if near_answered else ""),
+        f"  new questions answered with another question's entry (wrong answers): {new_answered}",
+    ]
+    stats = report.get("router_cache_stats") or {}
+    saved = stats.get("replica_seconds_saved")
+    if isinstance(saved, int | float):
+        lines.append(
+            f"  GPU-seconds saved: {saved:.1f} replica seconds the hits did not use (router /cache/stats, "
+            "estimated from the prompt and answer tokens)"
+        )
+    return lines
 
 
 def when(minute: object) -> str:

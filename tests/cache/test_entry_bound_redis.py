@@ -324,3 +324,57 @@ def test_settings_bound_the_shadow_share_and_budget() -> None:
     settings = CacheSettings(error_bound=0.02, shadow_rate=0.05)
     assert (settings.shadow_rate, settings.shadow_max_inflight) == (0.05, 2)
     assert CacheSettings().shadow_rate == 0
+
+
+# issue 34: the bound on the learned verifier's calibrated probability; the traffic is known to
+# be clean above probability 0.6 (P(right) 0.97, a million pairs a step)
+CLEAN_LEARNED = BoundPrior("learned", 0.5, (0.5, 0.6), (0.30, 0.97), (1e6, 1e6), offset_var=1.0, source="clean")
+
+
+async def test_the_bound_serves_on_the_learned_verifiers_probability(
+    redis_url: str, encoder: Encoder, tmp_path: Path
+) -> None:
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps(CLEAN_LEARNED.to_json()))
+    client = aioredis.Redis.from_url(redis_url)
+    settings = CacheSettings(
+        redis_timeout_s=1.0,
+        embed_timeout_s=10.0,
+        verifier="learned",
+        error_bound=0.05,
+        feedback=True,
+        bound_prior_path=path,
+    )
+    cache = ResponseCache(client, settings, encoder=encoder)
+    await cache.start()
+    try:
+        assert await cache.store(ask(KITCHEN), answer())
+        hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
+        assert hit is not None and hit.kind == "semantic" and hit.bound_score is not None
+        # the score the bound judged is the verifier's probability, not the cosine
+        learned = settings.learned_verifier()
+        assert learned is not None and hit.similarity is not None
+        assert hit.bound_score == pytest.approx(learned[0].probability(KITCHEN_PARAPHRASE, KITCHEN, hit.similarity))
+        assert hit.bound_score != pytest.approx(hit.similarity)
+        # a report makes the entry stricter on that same scale
+        assert hit.feedback_id is not None and await cache.report_wrong(hit.feedback_id, "t1")
+        stored = await cache._client.hget(hit.key, "bound")  # noqa: SLF001 - the entry's state in Redis
+        assert EntryState.from_json(json.loads(stored)).wrong == 1
+    finally:
+        await cache.aclose()
+        await client.aclose()
+
+
+def test_the_prior_must_score_what_the_verifier_gives(tmp_path: Path) -> None:
+    cosine, learned = tmp_path / "cosine.json", tmp_path / "learned.json"
+    cosine.write_text(json.dumps(CLEAN.to_json()))
+    learned.write_text(json.dumps(CLEAN_LEARNED.to_json()))
+    with pytest.raises(ValidationError, match="needs a 'learned' prior"):
+        CacheSettings(verifier="learned", error_bound=0.02, bound_prior_path=cosine)
+    with pytest.raises(ValidationError, match="needs a 'cosine' prior"):
+        CacheSettings(verifier="rules", error_bound=0.02, bound_prior_path=learned)
+    # no path: each verifier gets its own shipped prior
+    shipped = CacheSettings(verifier="learned", error_bound=0.02).bound_prior()
+    assert shipped is not None and shipped.kind == "learned"
+    rules = CacheSettings(verifier="rules", error_bound=0.02).bound_prior()
+    assert rules is not None and rules.kind == "cosine"

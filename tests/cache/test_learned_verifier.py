@@ -106,7 +106,13 @@ def test_settings_check_the_target_and_the_file_at_start(tmp_path: Path) -> None
     settings = CacheSettings(verifier="learned", semantic_precision_target=0.90)
     learned = settings.learned_verifier()
     assert learned is not None and learned[1] == learned[0].threshold_for(0.90)
-    assert CacheSettings().learned_verifier() is None  # the rules stay the default
+    assert CacheSettings(verifier="rules").learned_verifier() is None
+    # issue 34: the default is the rules plus the learned verifier's most confident hits
+    # (bench/cache_default_choice.py chose it), held to rescue_precision_target (0.95)
+    default = CacheSettings()
+    assert default.verifier == "rules+learned" and default.threshold == 0.96
+    rescue = default.learned_verifier()
+    assert rescue is not None and rescue[1] == rescue[0].threshold_for(0.95)
     with pytest.raises(ValidationError, match="above the highest"):
         CacheSettings(verifier="learned", semantic_precision_target=0.999)
     with pytest.raises(ValidationError, match="missing.json"):
@@ -204,3 +210,39 @@ def test_training_on_a_tiny_fixture_round_trips_through_the_file(tmp_path: Path,
         kinds=(kind,),
     )
     assert again["thresholds"] == content["thresholds"]
+
+
+def test_word_order_is_a_feature_so_a_swapped_role_is_not_a_paraphrase() -> None:
+    # issue 34: held-out near-misses reuse every word in another role ("a dog is licking a
+    # baby"); bag-of-words features and the cosine cannot see it, word order can
+    from cache.verify.features import FEATURES, pair_features
+
+    order = FEATURES.index("order_discordance")
+    swapped = pair_features("A baby is licking a dog", "A dog is licking a baby", 0.97)
+    same = pair_features("A man is slicing potatoes", "The man is slicing a potato", 0.97)
+    assert swapped[order] == 1.0 and same[order] == 0.0
+    assert pair_features("A dog is licking a baby", "A baby is licking a dog", 0.97)[order] == 1.0  # symmetric
+
+
+def test_rules_plus_learned_adds_only_confident_hits_the_rules_do_not_veto() -> None:
+    # issue 34's default: below the rules' 0.96 a candidate is served only when the learned
+    # verifier is sure (rescue_precision_target 0.95) and no rule vetoes it
+    from cache.semantic.cache import rescue
+
+    settings = CacheSettings()
+    learned = settings.learned_verifier()
+    assert learned is not None
+    verifier, rescue_threshold = learned
+    assert rescue_threshold == verifier.threshold_for(0.95)
+    threshold = 0.8  # the logic at a threshold these short texts reach at cosine 0.95
+    query = "What is the best way to learn Python quickly?"
+    same = ("What's the best way to learn Python quickly?", 0.95)
+    negated = ("What is the best way not to learn Python quickly?", 0.95)
+    other = ("What is the best way to learn Java quickly?", 0.95)
+    assert verifier.probability(query, *same) >= threshold
+    assert rescue(verifier, query, [same], threshold, 0.02) == 0
+    assert rescue(verifier, query, [negated, same], threshold, 0.02) == 1  # the veto skips it
+    assert rescue(verifier, query, [negated], threshold, 0.02) is None
+    assert rescue(verifier, query, [other], threshold, 0.02) is None
+    assert rescue(verifier, query, [(same[0], 0.65)], threshold, 0.02) is None  # below the prefilter
+    assert rescue(verifier, query, [], threshold, 0.02) is None

@@ -80,10 +80,10 @@ def test_accepts_a_reworded_statement(a: str, b: str) -> None:
 def test_a_detached_negation_is_a_negation_not_an_error() -> None:
     # attack round (Dec 4): "do n't" (a tokenised contraction) parsed into an empty word, and
     # every rule that reads a word's first letter raised IndexError (a 500 on the lookup)
-    from cache.verify.features import pair_features
+    from cache.verify.features import FEATURES, pair_features
     from cache.verify.rules import rule_flags
 
     assert verify("Why do cats like water?", "Why do n't cats like water?") == Verdict(False, "negation")
     assert verify("Why do n't cats like water?", "Why don't cats like water?").ok
     assert rule_flags("n't", "Why do n't cats like water?")["negation"] is False
-    assert pair_features("Why do n't cats like 2 baths?", "Why do cats like two baths?", 0.9).shape == (17,)
+    assert pair_features("Why do n't cats like 2 baths?", "Why do cats like two baths?", 0.9).shape == (len(FEATURES),)

@@ -317,3 +317,41 @@ def test_a_picture_that_cannot_be_written_is_a_warning_naming_it_and_the_report_
         assert plot_demand(_demo(), picture) is False
     assert str(picture) in caplog.text
     assert plot_demand(_demo(), tmp_path / "demand.png") is True
+
+
+def test_the_cache_story_counts_paraphrases_near_misses_wrong_answers_and_gpu_seconds() -> None:
+    kinds = {
+        "new": {"requests": 50, "exact_hits": 0, "semantic_hits": 1},
+        "paraphrase": {"requests": 20, "exact_hits": 0, "semantic_hits": 5},
+        "near_miss": {"requests": 8, "exact_hits": 0, "semantic_hits": 0},
+    }
+    text = render(_report(by_kind=kinds, router_cache_stats={"replica_seconds_saved": 12.34}))
+    assert "paraphrases answered from an earlier question's entry: 5 of 20 (25%)" in text
+    assert "near-misses refused (same words, another question): 8 of 8 (100%)" in text
+    assert "new questions answered with another question's entry (wrong answers): 1" in text
+    assert "GPU-seconds saved: 12.3" in text
+    near = {**kinds, "near_miss": {"requests": 8, "exact_hits": 0, "semantic_hits": 2}}
+    assert "2 answered: WRONG answers" in render(_report(by_kind=near))
+
+
+def test_the_demos_question_pool_lasts_the_whole_default_replay() -> None:
+    # issue 34: the shipped pool ran dry after 50 s of the 60 s replay, so the last 10 s were
+    # only repeats (hits) and the forecaster read a flat tail
+    from sim.client.questions import load_pairs
+    from sim.client.replay import ReplayConfig, plan_requests
+    from sim.client.sample import QUESTIONS_FILE, TRACE_FILE
+    from sim.client.traces import read_trace
+    from sim.client.workload import thinning_fraction
+    from sim.demo.run import DemoConfig
+
+    cfg = DemoConfig()
+    rows = read_trace(TRACE_FILE)
+    fraction = thinning_fraction(rows, cfg.speedup, cfg.duration_s, cfg.max_token_rate)
+    replay = ReplayConfig(
+        target="", model=cfg.model, speedup=cfg.speedup, duration_s=cfg.duration_s, sample_fraction=fraction
+    )
+    mix = QuestionMix(load_pairs(QUESTIONS_FILE), MixConfig())
+    plan = plan_requests(rows, mix, replay)
+    assert mix.fresh_left > 0
+    pool = question_pool(plan, len(load_pairs(QUESTIONS_FILE)), mix.fresh_left == 0)
+    assert not pool["exhausted"] and pool["last_new_at_s"] > 0.95 * cfg.duration_s

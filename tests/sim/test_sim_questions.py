@@ -53,7 +53,7 @@ def test_mix_is_deterministic_per_seed(qqp) -> None:
 
 def test_shipped_sample_questions_load() -> None:
     pairs = load_pairs(QUESTIONS_FILE)
-    assert len(pairs) == 960 and any(p.duplicate for p in pairs) and not all(p.duplicate for p in pairs)
+    assert len(pairs) == 1920 and any(p.duplicate for p in pairs) and not all(p.duplicate for p in pairs)
 
 
 def test_bad_question_file_names_the_entry(tmp_path: Path) -> None:

@@ -59,6 +59,8 @@ from cache.errors import BoundError
 from cache.verify.model_file import PerVersion, read_json
 
 DEFAULT_PRIOR_PATH = Path(__file__).resolve().parents[2] / "models" / "entry_bound.json"  # cache/models/
+# the prior on the learned verifier's calibrated probability (kind "learned", issue 34)
+DEFAULT_LEARNED_PRIOR_PATH = DEFAULT_PRIOR_PATH.with_name("entry_bound_learned.json")
 FORMAT = "promptedge-entry-bound/1"
 Decision = Literal["serve", "explore"]
 _EPS = 1e-6  # probabilities are clipped to [eps, 1 - eps] before taking log-odds
@@ -148,7 +150,8 @@ class PoolState:
 class BoundPrior:
     """The global prior: a non-decreasing step function score -> calibrated P(right).
 
-    kind: what the score is ("cosine": the two texts' cosine similarity). floor: candidates
+    kind: what the score is ("cosine": the two texts' cosine similarity; "learned": the learned
+    verifier's calibrated probability, cache/verify/learned.py). floor: candidates
     below it are never served nor labelled. knots: ascending scores where a step starts;
     probability[i]: the (lower-bounded) P(right) from knots[i] up to the next knot (below
     knots[0]: probability[0]); strength[i]: how many observations that value counts as in the

@@ -1,0 +1,135 @@
+"""Held-out public paraphrase / near-miss sets for choosing the default match stage (issue 34).
+
+Neither set is trained or calibrated on, and neither is copied into the repository: they are
+read from a directory (``PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR``, else ``--public-dir``) that
+``fetch_public_sets`` fills from a pinned commit of the public GitHub repository
+brmson/dataset-sts (which redistributes both), or that a person filled by hand.
+
+- **STS 2016** (SemEval-2016 Task 1 test sets with gold scores: answer-answer, headlines,
+  plagiarism, postediting, question-question; CC BY-SA 3.0 for the StackExchange parts, see the
+  upstream LICENSE.txt). One pair per line, ``score<TAB>text_a<TAB>text_b``; lines with no score
+  were not in the official scoring and are skipped. Label: 1 when score >= 4, the STS
+  annotation guidelines' "mostly equivalent, only unimportant details differ" and above; 3
+  ("roughly equivalent, but some important information differs") and below are near-misses
+  a cache must not serve.
+- **SICK 2014** test set (``SICK_test_annotated.txt``; CC BY-NC-SA 3.0): short image-caption
+  sentences rewritten by rule (negation, swapped roles, antonyms): many near-misses with high
+  word overlap. Label 1 when the pair is judged ENTAILMENT with relatedness >= 4.5 (on a 1..5
+  scale), else 0 (contradictions, neutral pairs, one-way entailments that lose detail).
+
+Pure readers on text plus one downloader (stdlib urllib). Each reader raises PairsFormatError
+naming the file and line.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from pathlib import Path
+
+from cache.errors import PairsFormatError
+from cache.training.eval import Pairs
+
+ENV_DIR = "PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR"
+REPOSITORY = "brmson/dataset-sts"
+COMMIT = "e1d3375f5b3bc24f21aa4e46f96eb379e9fc1081"
+STS2016_FILES = ("answer-answer", "headlines", "plagiarism", "postediting", "question-question")
+STS_SAME_MEANING = 4.0
+SICK_FILE = "SICK_test_annotated.txt"
+SICK_SAME_RELATEDNESS = 4.5
+
+
+def _remote(path: str) -> str:
+    return f"https://raw.githubusercontent.com/{REPOSITORY}/{COMMIT}/{path}"
+
+
+def layout() -> dict[str, tuple[str, str]]:
+    """Local relative path -> (upstream path, URL) of every file the sets need."""
+    files = {f"sts2016/{name}.test.tsv": f"data/sts/semeval-sts/2016/{name}.test.tsv" for name in STS2016_FILES} | {
+        f"sick2014/{SICK_FILE}": f"data/sts/sick2014/{SICK_FILE}"
+    }
+    return {local: (upstream, _remote(upstream)) for local, upstream in files.items()}
+
+
+def public_dir(explicit: Path | None = None) -> Path | None:
+    """The directory of the sets: ``explicit``, else ``$PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR``, else None."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get(ENV_DIR)
+    return Path(value) if value else None
+
+
+def fetch_public_sets(dest: Path, timeout_s: float = 30.0) -> list[Path]:
+    """Download the files missing under ``dest`` from the pinned commit; returns the paths
+    written. Raises OSError (urllib's errors included) when the network is not reachable."""
+    written = []
+    for local, (_, url) in layout().items():
+        target = dest / local
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (fixed https URL)
+            data = response.read()
+        tmp = target.with_suffix(target.suffix + ".part")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+        written.append(target)
+    return written
+
+
+def load_sts2016(directory: Path) -> Pairs:
+    """The scored pairs of the five STS 2016 test files under ``directory/sts2016``, labelled
+    1 when the gold score is >= 4. Raises PairsFormatError (missing file, bad line)."""
+    a: list[str] = []
+    b: list[str] = []
+    labels: list[int] = []
+    for name in STS2016_FILES:
+        path = directory / "sts2016" / f"{name}.test.tsv"
+        for number, line in enumerate(_lines(path), start=1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) < 3:
+                raise PairsFormatError(f"{path}: line {number}: expected score, text_a, text_b separated by tabs")
+            if not fields[0].strip():
+                continue  # not in the official scoring: no gold score
+            try:
+                score = float(fields[0])
+            except ValueError:
+                raise PairsFormatError(f"{path}: line {number}: score {fields[0]!r} is not a number") from None
+            a.append(fields[1])
+            b.append(fields[2])
+            labels.append(int(score >= STS_SAME_MEANING))
+    return Pairs(a, b, labels)
+
+
+def load_sick(directory: Path) -> Pairs:
+    """The SICK 2014 test pairs under ``directory/sick2014``, labelled 1 for ENTAILMENT with
+    relatedness >= 4.5. Raises PairsFormatError (missing file, bad line)."""
+    path = directory / "sick2014" / SICK_FILE
+    a: list[str] = []
+    b: list[str] = []
+    labels: list[int] = []
+    for number, line in enumerate(_lines(path), start=1):
+        fields = line.rstrip("\n").split("\t")
+        if number == 1 and fields[0] == "pair_ID":
+            continue
+        if len(fields) < 5:
+            raise PairsFormatError(f"{path}: line {number}: expected 5 tab-separated fields, got {len(fields)}")
+        try:
+            relatedness = float(fields[3])
+        except ValueError:
+            raise PairsFormatError(f"{path}: line {number}: relatedness {fields[3]!r} is not a number") from None
+        a.append(fields[1])
+        b.append(fields[2])
+        labels.append(int(fields[4].strip() == "ENTAILMENT" and relatedness >= SICK_SAME_RELATEDNESS))
+    return Pairs(a, b, labels)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise PairsFormatError(
+            f"{path}: not found (set {ENV_DIR} to a directory filled by `python bench/cache_default_choice.py --fetch`)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PairsFormatError(f"{path}: cannot read: {exc}") from exc
