@@ -81,11 +81,32 @@ class CheckedHandler(ResponseHandler):
     """aiohttp's protocol for one upstream connection, whose end of stream is reported as a reset
     (``ConnectionResetError``, errno ECONNRESET) when the peer reset the connection after its FIN
     (:func:`router.forward.unread.reset_after_end`): the bytes the router wrote after the
-    replica's close (a request that crossed it) reached a closed socket, unread. Any other loss
-    of the connection is reported as aiohttp reports it."""
+    replica's close (a request that crossed it) reached a closed socket, unread. Once any byte
+    of the answer to the current request arrived, a reset is reported as ``ConnectionAbortedError``
+    (ECONNABORTED) instead, which proves nothing and is never retried. Any other loss of the
+    connection is reported as aiohttp reports it."""
+
+    _answer_bytes = 0  # bytes received since the current request was sent
+
+    def set_response_params(self, **kwargs: Any) -> None:
+        # aiohttp calls this once per request, before writing it (ClientSession._request)
+        self._answer_bytes = 0
+        super().set_response_params(**kwargs)
+
+    def data_received(self, data: bytes) -> None:
+        self._answer_bytes += len(data)
+        super().data_received(data)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if exc is None:
+        if self._answer_bytes:
+            # Bytes of an answer prove the replica had the request: a reset after them is not
+            # evidence of anything unread (found by the attack round: a replica that sent part
+            # of a head, then reset and exited, had its request retried elsewhere).
+            if isinstance(exc, OSError) and exc.errno == errno.ECONNRESET:
+                exc = ConnectionAbortedError(
+                    errno.ECONNABORTED, f"connection reset after {self._answer_bytes} bytes of the answer"
+                )
+        elif exc is None:
             # asyncio closes the socket only after this returns: its state can still be read
             sock = self.transport.get_extra_info("socket") if self.transport is not None else None
             if sock is not None and reset_after_end(sock):

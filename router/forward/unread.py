@@ -27,10 +27,15 @@ The proof that such a request was never processed, from two facts:
    the failure what it was: a 502, never sent twice.
 
 Assumed, and true of uvicorn (vLLM's OpenAI server, the sim): the replica's server does not
-abort a connection with a reset after reading a request and then exit within the probe's time;
+abort a connection with a reset after reading a request and then exit within the probe's time
+(nor after a FIN: ``shutdown(SHUT_WR)`` then ``SO_LINGER`` 0; Linux itself sends a FIN followed at
+once by a reset when it closes a socket under memory pressure or past ``tcp_max_orphans``
+(``tcp_check_oom`` in ``__tcp_close``), which a replica dying then would also look like);
 nor does a proxy between router and replica (one that passed the whole request on, then reset
 the router's connection and closed its own port within 200 ms). A proxy that dies itself is
 covered: it can only have passed on what it read.
+
+Once any byte of an answer arrived, no reset counts: the replica had the request.
 
 A reset that follows the replica's FIN counts too (:func:`reset_after_end`): a request written
 into a pooled connection at the moment the dead replica's kernel closes it with an empty buffer.
@@ -78,34 +83,44 @@ def reset_by_peer(exc: BaseException) -> bool:
 
 
 async def port_closed(host: str, port: int, timeout_s: float = PROBE_S) -> bool:
-    """Whether new TCP connections to ``host``:``port`` are refused (or its host or network is
-    unreachable) within ``timeout_s`` seconds. A connect that succeeds is closed at once
-    (nothing sent) and tried again after a pause (2 ms, doubling up to 50 ms): a dying process's
-    kernel closes its descriptors one by one, in descriptor order, so its listening socket can
-    outlive the reset connection by a few ms (a connection on a lower descriptor; a single
-    connect after the reset was not refused in 1 of 5 runs of tests/router/
-    test_dead_replica_idle.py). A connect reset by a listening socket closing at that moment
-    (it was queued there) is tried again too.
-    False when every connect until ``timeout_s`` succeeded (something listens: a sidecar, a
-    sibling process, a replica restarted at once), one timed out, or one failed otherwise (a
-    name that does not resolve, ...)."""
+    """Whether new TCP connections to ``port`` at every address ``host`` resolves to are refused
+    (or that address's host or network is unreachable) within ``timeout_s`` seconds. Every
+    address, not the first: a name with several (``localhost`` as ::1 and 127.0.0.1, DNS round
+    robin) may have sent the router's connection to another address than the first, where the
+    replica still lives. A connect that succeeds is closed at once (nothing sent) and that
+    address is tried again after a pause (2 ms, doubling up to 50 ms): a dying process's kernel
+    closes its descriptors one by one, in descriptor order, so its listening socket can outlive
+    the reset connection by a few ms (a connection on a lower descriptor; a single connect after
+    the reset was not refused in 1 of 5 runs of tests/router/test_dead_replica_idle.py). A
+    connect reset by a listening socket closing at that moment (it was queued there) is tried
+    again too.
+    False when some address still accepted at ``timeout_s`` (something listens: a sidecar, a
+    sibling process, a replica restarted at once), a connect timed out, or one failed otherwise
+    (a name that does not resolve, ...)."""
     loop = asyncio.get_running_loop()
     pause = 0.002
     try:
         async with asyncio.timeout(timeout_s):
-            family, kind, proto, _, address = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
-            while True:
-                sock = socket.socket(family, kind, proto)
-                sock.setblocking(False)
-                try:
-                    await loop.sock_connect(sock, address)
-                except OSError as exc:
-                    if exc.errno != errno.ECONNRESET:
-                        return exc.errno in _GONE
-                finally:
-                    sock.close()
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, 0.05)
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            open_ = {(family, kind, proto, address) for family, kind, proto, _, address in infos}
+            while open_:
+                for target in list(open_):
+                    family, kind, proto, address = target
+                    sock = socket.socket(family, kind, proto)
+                    sock.setblocking(False)
+                    try:
+                        await loop.sock_connect(sock, address)
+                    except OSError as exc:
+                        if exc.errno in _GONE:
+                            open_.discard(target)
+                        elif exc.errno != errno.ECONNRESET:
+                            return False
+                    finally:
+                        sock.close()
+                if open_:
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, 0.05)
+            return True
     except TimeoutError:
         return False
     except OSError:  # the name did not resolve

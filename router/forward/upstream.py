@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import httpcore
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -86,15 +87,17 @@ class Progress:
 
     traced: the transport reported on this request at all (without that, nothing is
     assumed and no failure is retryable); connected: a connection (new or pooled) carried it;
-    sent: its request headers were written.
+    sent: its request headers were written; answered: a byte of the answer arrived (httpcore's
+    streams only; aiohttp's protocol reports it through the error, router/forward/liveconn.py).
     """
 
-    __slots__ = ("traced", "connected", "sent")
+    __slots__ = ("traced", "connected", "sent", "answered")
 
     def __init__(self) -> None:
         self.traced = False
         self.connected = False
         self.sent = False
+        self.answered = False
 
     async def httpcore_event(self, name: str, info: dict[str, Any]) -> None:
         """httpcore's ``trace`` extension (``connection.connect_tcp.complete``,
@@ -104,6 +107,49 @@ class Progress:
             self.connected = True
         if ".send_request_headers." in name:
             self.sent = True
+
+
+class _AnsweredStream(httpcore.AsyncNetworkStream):
+    """An httpcore network stream that marks the current request's Progress ``answered`` when a
+    read returns bytes (httpcore reads in the task that sends the request, where the Progress
+    context variable is set)."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data = await self._stream.read(max_bytes, timeout)
+        if data and (progress := _PROGRESS.get()) is not None:
+            progress.answered = True
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        return _AnsweredStream(await self._stream.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _AnsweredBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend whose TCP streams are :class:`_AnsweredStream`."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
+        self._backend = backend
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        return _AnsweredStream(await self._backend.connect_tcp(*args, **kwargs))
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        return _AnsweredStream(await self._backend.connect_unix_socket(*args, **kwargs))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
 
 
 # aiohttp's trace hooks have no per-request handle that survives httpx-aiohttp, so the
@@ -163,6 +209,11 @@ class Upstream:
         self._httpcore = transport != "aiohttp"
         if self._httpcore:
             self.transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=limits)
+            # whether any byte of an answer arrived decides whether a reset proves anything; the
+            # pool takes its backend when it makes a connection (tests/router/test_reset_unread.py
+            # fails if httpx's transport stops keeping its pool in ``_pool``)
+            pool = self.transport._pool
+            pool._network_backend = _AnsweredBackend(pool._network_backend)
         else:
 
             def session() -> aiohttp.ClientSession:  # made on first use, inside the event loop
@@ -216,6 +267,7 @@ class Upstream:
             # liveconn.py; a few connects, at most PROBE_S)
             if (
                 type(failure) is UpstreamError
+                and not progress.answered
                 and (reset_by_peer(exc) or request_unwritten(exc))
                 and await port_closed(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
             ):

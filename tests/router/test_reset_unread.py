@@ -32,7 +32,7 @@ import httpcore
 import httpx
 import pytest
 
-from router.forward.unread import reset_by_peer
+from router.forward.unread import port_closed, reset_by_peer
 from tests.router.conftest import CHAT, MODEL
 from tests.router.raw_replica import RawReplica
 from tests.router.sim_process import ROOT
@@ -170,6 +170,49 @@ async def test_a_reset_while_the_port_stays_open_is_not_retried(
         assert await retries(client, router) == 0
     finally:
         await alive.stop()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_reset_after_part_of_the_answer_is_not_retried(transport, unread_replica, start_router, client) -> None:
+    """Bytes of an answer prove the replica had the request: a reset after them, even from a
+    process that is gone at once, is a 502 (found by the attack round on d12362b: retried)."""
+    victim = unread_replica("partial_head_reset_exit")
+    alive = await RawReplica().start()
+    try:
+        router = await router_for(start_router, victim.url, alive.url, transport)
+        answer = await client.post(router.url + URL, json=CHAT)
+        assert (await victim.said()).startswith("answered ")
+        victim.proc.wait(timeout=10)
+        assert refused(victim.port)
+        assert answer.status_code == 502, answer.text
+        assert alive.requests == 0
+        assert await retries(client, router) == 0
+    finally:
+        await alive.stop()
+
+
+async def test_the_port_probe_asks_every_address_of_the_replicas_name(monkeypatch) -> None:
+    """A name with several addresses (``localhost`` as ::1 and 127.0.0.1, DNS round robin): the
+    replica is gone only when every address refuses. Before (found by the attack round), the
+    first address alone was asked, so a live replica on the second was taken for dead and a
+    reset it sent after reading the request was retried elsewhere."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+
+    async def two_addresses(host, port, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host != "dual.test":
+            return await real(host, port, *args, **kwargs)
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port)),  # nothing listens here
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+        ]
+
+    monkeypatch.setattr(loop, "getaddrinfo", two_addresses)
+    with listener:
+        assert not await port_closed("dual.test", port)  # the replica still listens on 127.0.0.1
+    assert await port_closed("dual.test", port)  # now no address of the name accepts
 
 
 def _chained(*chain: BaseException) -> BaseException:

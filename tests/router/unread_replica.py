@@ -17,6 +17,9 @@ It listens on a free loopback port and prints ``listening PORT``. Every ``GET`` 
 - ``reset_keep_listening``: once the whole request is in the buffer, prints ``reset N`` and
   closes that connection with ``SO_LINGER`` 0 (a reset), while the process and its listening
   socket live on: what a middlebox or another process of a multi-process server can do.
+- ``partial_head_reset_exit``: reads the whole request, sends the start of a response head,
+  prints ``answered N``, resets the connection (``SO_LINGER`` 0) and ends at once: a replica
+  that had the request and began answering, then aborted.
 
 Each line is flushed at once, so a test can act on it.
 """
@@ -89,6 +92,14 @@ def _serve(conn: socket.socket, mode: str) -> None:
                 _read_exactly(conn, size)
                 _say(f"read {size}")
                 os._exit(0)
+            elif mode == "partial_head_reset_exit":
+                _read_exactly(conn, size)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Ty")
+                time.sleep(0.05)  # the bytes reach the router before the reset
+                _say(f"answered {size}")
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                os._exit(0)
             else:  # reset_keep_listening
                 _say(f"reset {size}")
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -100,7 +111,7 @@ def _serve(conn: socket.socket, mode: str) -> None:
 
 def main() -> None:
     mode = sys.argv[1]
-    assert mode in ("never_read", "read_then_exit", "reset_keep_listening"), mode
+    assert mode in ("never_read", "read_then_exit", "reset_keep_listening", "partial_head_reset_exit"), mode
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
