@@ -17,7 +17,7 @@ from opskit import FileSettings, LogFormat, RedisURL
 from router.forward.credentials import SecretRef
 from router.process.limits import Limits
 
-Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware"]
+Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware", "predicted_ttft"]
 Transport = Literal["aiohttp", "httpx"]
 # ``router serve --workers``' bound: one process per core of a large node; past it, more
 # processes only add Redis connections, scrapes and memory (each loads its own embedding model).
