@@ -50,6 +50,19 @@ that from piling requests onto one replica is the bound: a replica above it gets
 all, so locality is never followed into a hotspot (consistent hashing with bounded loads,
 Mirrokni, Thorup and Zadimoghaddam, SODA 2018: no bin takes more than ceil(c x the mean) of
 the load).
+
+Predicted time to first token (``predicted_ttft``): each candidate's predicted seconds to this
+request's first token (router/dispatch/ttft.py: prefill queued ahead + the prompt's part the
+prefix index says is not cached there, at that replica's learned prefill speed, + engine steps
+at its learned step time, fewer prefill tokens per step the more sequences it decodes); the
+minimum wins. Cache is credited only within a load bound (``ttft_load_bound``: the bound
+above, but never below the mean + ``TtftConfig.bound_slack`` open requests). Router workers
+share no prefix state: a chat body's conversation (its prompt up to the first user message)
+has a rendezvous-hash owner among the candidates that every worker computes alike; the owner
+is credited the earlier turns' prompt as cached and is chosen whenever it is within
+``TtftConfig.home_slack`` of the fastest, so each conversation's turns meet its prefix cache
+whichever worker routes them. With any candidate's scrape stale the decision is
+``prefix_aware``'s (the running batch and other workers' queues are unknown).
 """
 
 from __future__ import annotations
