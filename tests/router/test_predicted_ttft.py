@@ -145,3 +145,33 @@ def test_every_worker_sends_a_conversation_to_its_rendezvous_owner() -> None:
     # ...unless the owner is far slower right now (a long prefill queued there)
     views = [idle(k, prefill=50_000 if k == owner else 0) for k in keys]
     assert pick(views, "predicted_ttft", ctx, W).key != owner
+
+
+def test_a_replica_learns_from_its_streams_first_token_and_inter_token_latency() -> None:
+    from router.dispatch.affinity import PrefixMap
+    from router.dispatch.prefix_index import PrefixIndexes
+    from router.fleet.health import HealthConfig
+    from router.fleet.replicas import Replica
+    from router.forward.chooser import Chooser
+    from router.settings import ReplicaSpec
+
+    slow, fast = (Replica(ReplicaSpec(url=u, model="m"), HealthConfig()) for u in ("http://t4", "http://a100"))
+    for replica in (slow, fast):
+        replica.observe(Signals(waiting=0.0, running=0.0, kv_usage=0.0), 0.0)
+    for _ in range(6):  # cold 4,000-token prompts on the idle T4: 0.6 ms a token, 25 ms a step
+        lease = slow.lease(4000, streamed=True)
+        lease.first_token(4000 * 0.0006 + 2 * 0.025)
+        lease.release()
+        slow.observe_itl(10.0, 10.0 + 19 * 0.025, 20)
+    lease = slow.lease(4000, streamed=False)  # no stream: its first byte says nothing of prefill
+    lease.first_token(99.0)
+    lease.release()
+    # the first two TTFTs are 6x the prior before the ITL showed a slow GPU: dropped as outliers
+    # (a wait for KV space looks the same), the later ones learned
+    assert slow.ttft is not None and slow.ttft.prefill_samples == 4
+    assert speeds(slow.ttft)[0] == pytest.approx(0.0006, rel=0.05)
+    assert speeds(slow.ttft)[1] == pytest.approx(0.025, rel=0.05)
+    chooser = Chooser("predicted_ttft", W, PrefixMap(120.0), PrefixIndexes(256, 400_000))
+    fast.prefill_tokens = 8000  # the A100 has 8,000 tokens queued, still faster than the idle T4
+    chosen, to_prefill = chooser.choose([slow, fast], 0.5, prompt_tokens=4000)
+    assert chosen is fast and to_prefill == 4000
