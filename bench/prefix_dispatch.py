@@ -1,7 +1,15 @@
 """Prefix-cache-aware dispatch: TTFT, prefix cache hit rate and balance per policy, 4 replicas.
 
     nice -n 10 python bench/prefix_dispatch.py [--json PATH] [--requests N] [--offset N]
-        [--mooncake-speedup X] [--conversations N] [--chat-rate X]
+        [--mooncake-speedup X] [--conversations N] [--chat-rate X] [--workloads ...]
+        [--policies ...] [--workers 1,4] [--bounds]
+
+Workloads: ``mooncake`` (the trace's shared prefixes), ``chat`` (multi-turn), ``agentic`` (long
+shared system prompts, tool outputs, many short turns), ``azure_conv`` (the Azure conversation
+trace's sizes, nothing shared), ``mixed_chat`` (chat on 2 a100 + 2 t4). Each policy runs with 1
+and with 4 router workers (``--workers``): each request reaches one worker at random, and each
+worker sees only its own requests and keeps its own prefix index, as ``router serve --workers``
+does. Last, issue 33's targets for ``predicted_ttft`` per workload and worker count.
 
 A discrete-event simulation in virtual time (the loop of bench/vtime.py, shared with
 bench/dispatch_quality.py), so a whole comparison takes about a minute of CPU and is exactly
@@ -28,7 +36,9 @@ repeatable:
   first 2,048 characters in the last 120 s) or ``router.dispatch.prefix_index`` (``prefix_aware``: what
   prefixes went where, chunked by 256 characters, LRU per replica sized from its KV cache).
 
-Policies: ``round_robin``, ``least_request``, ``gpu_load`` (load only; the router's default),
+Policies: ``round_robin``, ``least_request``, ``gpu_load`` (load only; the router's default
+before issue 33), ``predicted_ttft`` (the predicted time to first token, router/dispatch/ttft.py;
+the default since),
 ``prefix_affinity`` (gpu_load + today's prefix affinity), ``prefix_aware`` (the new score with
 bounded load), ``prefix_exact`` (the same score fed each replica's exact prefix cache content,
 read from its block pool at dispatch: the ceiling of vLLM's KV-cache-events feed, which the
@@ -113,6 +123,7 @@ class Req:
     key: int | None
     conversation: str | None = None
     carried: int = 0
+    head: int = 0
 
 
 def prepare(bodies: list[tuple[float, dict[str, Any]]]) -> list[Req]:
@@ -123,7 +134,7 @@ def prepare(bodies: list[tuple[float, dict[str, Any]]]) -> list[Req]:
         messages = [(m["role"], m["content"]) for m in body["messages"]]
         ids = chat_token_ids(messages)
         assert len(ids) == estimate_chat_tokens(c for _, c in messages)
-        conv, carried = conversation(body)
+        conv, carried, head = conversation(body)
         out.append(
             Req(
                 at,
@@ -134,6 +145,7 @@ def prepare(bodies: list[tuple[float, dict[str, Any]]]) -> list[Req]:
                 prefix_key(body, 2048),
                 conv,
                 int(carried * len(ids)),
+                int(head * len(ids)),
             )
         )
     return out
@@ -371,6 +383,7 @@ def run(
     replicas = [SimReplica(f"r{i}", p, BatchModel(p, prefix_caching=True)) for i, p in enumerate(fleet)]
     metrics = [ReplicaMetrics(rep.key, lambda: 0.0, lambda: 0.0, lambda: 0.0) for rep in replicas]
     n = len(replicas)
+    weights = replace(weights, ttft=replace(weights.ttft, workers=workers))  # as router serve --workers sets it
     crew = [
         Worker(PrefixIndexes(DEFAULT_CHUNK_CHARS, 400_000), PrefixMap(120.0), [0] * n, [0] * n, [0] * n, [None] * n)
         for _ in range(workers)
@@ -408,7 +421,7 @@ def run(
         elif policy in ("prefix_aware", "llm_d_like", "predicted_ttft"):
             ctx.prefix_match = w.index.matches([v.key for v in views], req.chunks)
             ctx.prompt_tokens = req.prompt
-            ctx.conversation, ctx.carried_tokens = req.conversation, req.carried
+            ctx.conversation, ctx.carried_tokens, ctx.head_tokens = req.conversation, req.carried, req.head
             chosen = (
                 pick(views, policy, ctx, weights)
                 if policy != "llm_d_like"

@@ -153,7 +153,7 @@ class RouterSettings(FileSettings):
     clock_origin: float | None = None
     clock_scale: float = Field(1.0, gt=0)
 
-    policy: Policy = "gpu_load"
+    policy: Policy = "predicted_ttft"  # router/dispatch/ttft.py; bench/prefix_dispatch.py (issue 33)
     scrape_interval_s: float = Field(0.25, gt=0)
     health_interval_s: float = Field(1.0, gt=0)
     scrape_timeout_s: float = Field(1.0, gt=0)  # a replica busy generating may answer /metrics late

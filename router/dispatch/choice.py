@@ -77,7 +77,7 @@ from functools import lru_cache
 
 from router.dispatch.signals import Signals
 from router.dispatch.speed import Speed, SpeedConfig, current, slowness
-from router.dispatch.ttft import TtftConfig, TtftSpeed, predict, rendezvous
+from router.dispatch.ttft import TtftConfig, TtftSpeed, predict, rendezvous, speeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,8 @@ class Context:
     message, router/dispatch/prefix_index.py ``conversation``), None if unknown:
     ``predicted_ttft`` prefers the conversation's rendezvous owner among near-equal candidates;
     carried_tokens: this prompt's tokens the conversation's earlier turns already sent, which
-    ``predicted_ttft`` credits as cached to that owner.
+    ``predicted_ttft`` credits as cached to that owner; head_tokens: its tokens before the first
+    user message (a system prompt other conversations share).
     """
 
     ticket: int = 0
@@ -151,6 +152,7 @@ class Context:
     prompt_tokens: int = 0
     conversation: str | None = None
     carried_tokens: int = 0
+    head_tokens: int = 0
 
 
 def fresh(view: ReplicaView, weights: Weights) -> bool:
@@ -265,7 +267,9 @@ def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights
     replicas within the load bound (``load_bound``), so locality never leads into a hotspot. Queued
     prefill ahead: the router's own pending prefill there plus, for the open requests there that
     other router workers sent (the scrape's count beyond this router's), this router's own
-    pending prefill per open request over the pool (workers get the same mix of traffic), or
+    pending prefill per open request over the pool (workers get the same mix of traffic; the
+    ``weights.ttft.workers`` - 1 others are taken to have sent as many since the scrape as this
+    one, which the scrape cannot show yet), or
     while it has none open, ``weights.ttft.unknown_prompt_tokens`` per request waiting there."""
     if not all(fresh(v, weights) for v in views):
         return None
@@ -273,7 +277,14 @@ def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights
     loads = [estimated_requests(v, weights) for v in views]
     bound = ttft_load_bound(loads, weights)
     prompt = float(ctx.prompt_tokens if ctx.prompt_tokens > 0 else config.unknown_prompt_tokens)
-    home = rendezvous(ctx.conversation, [v.key for v in views]) if ctx.conversation is not None else None
+    home = _home(views, ctx, weights)
+    # a first turn's shared head (a system prompt) is credited to its owner as any replica holds
+    # it: owners of other conversations of the same app soon all do, and a first turn sent
+    # elsewhere for it was pulled back to the owner on the second turn, a miss of the whole
+    # first turn (tests/router/test_predicted_ttft.py)
+    first_turn = 0.0
+    if ctx.carried_tokens <= 0:
+        first_turn = min(prompt * max(ctx.prefix_match.values(), default=0.0), float(ctx.head_tokens))
     own_open = sum(v.inflight for v in views)
     density = sum(v.prefill_tokens for v in views) / own_open if own_open else None
     out: list[float] = []
@@ -282,7 +293,9 @@ def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights
         assert sig is not None  # fresh
         waiting, running = sig.waiting or 0.0, sig.running or 0.0
         if density is not None:  # others' open requests there, as prefill-heavy as this router's
-            ahead = view.prefill_tokens + max(0.0, load - view.inflight) * density
+            # and those the other workers sent since the scrape, as many as this one sent
+            unseen = (config.workers - 1) * max(0, view.inflight - view.inflight_at_scrape)
+            ahead = view.prefill_tokens + (max(0.0, load - view.inflight) + unseen) * density
         else:
             others_waiting = max(0.0, min(waiting, waiting + running - view.inflight_at_scrape))
             ahead = view.prefill_tokens + others_waiting * config.unknown_prompt_tokens
@@ -290,9 +303,48 @@ def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights
         if load + 1.0 <= bound:
             cached = prompt * ctx.prefix_match.get(view.key, 0.0)
             if view.key == home:
-                cached = max(cached, min(prompt, float(ctx.carried_tokens)))
+                cached = max(cached, min(prompt, float(ctx.carried_tokens)), first_turn)
         out.append(predict(ahead, prompt - cached, running, view.ttft, config))
     return out
+
+
+def _measured(view: ReplicaView, weights: Weights) -> bool:
+    # a replica whose speeds rest on enough of its own samples, not on the priors
+    speed, need = view.ttft, weights.ttft.min_samples
+    return speed is not None and (speed.prefill_samples >= need or speed.step_samples >= need)
+
+
+def _home(views: Sequence[ReplicaView], ctx: Context, weights: Weights) -> str | None:
+    # The conversation's rendezvous owner, unless this router's prefix index knows the earlier
+    # turns went to a replica that prefills much faster (it holds as much of the prompt as they
+    # carried): in a mixed pool a conversation begun on an A100 because its owner was a slow
+    # T4 was pulled back to the T4, whose full prefills made the TTFT p99 (bench/prefix_dispatch.py,
+    # mixed_chat: 1.2 s, 0.33 s without). Between equal GPUs the pull back stays: it costs one
+    # miss and keeps conversations spread by the hash (without it chat's load max/mean: 1.66).
+    if ctx.conversation is None:
+        return None
+    keys = [v.key for v in views]
+    prefill = [speeds(v.ttft)[0] for v in views]
+    owners = keys
+    if all(_measured(v, weights) for v in views):
+        # owners among the fastest GPUs only (prefill within 1.5x of the best): every worker
+        # learns the same few-fold gaps between GPU kinds, and a slow replica owning
+        # conversations pulled them back to it whenever a worker did not know they had moved
+        # (mixed_chat, 4 workers). Only once every candidate is measured: a replica without
+        # data has the prior speed, and a measured one (its TTFT with the network's overhead)
+        # looked slower than that and lost its conversations (tests/router/test_predicted_ttft.py).
+        owners = [k for k, p in zip(keys, prefill, strict=True) if p <= 1.5 * min(prefill)]
+    home = rendezvous(ctx.conversation, owners)
+    if ctx.carried_tokens > 0 and ctx.prompt_tokens > 0:
+        carried = ctx.carried_tokens / ctx.prompt_tokens
+        home_view = views[keys.index(home)] if home in keys else None
+        home_prefill = speeds(home_view.ttft if home_view else None)[0]
+        for view in views:
+            if view.key != home and ctx.prefix_match.get(view.key, 0.0) >= 0.9 * carried:
+                measured = home_view is not None and _measured(home_view, weights) and _measured(view, weights)
+                if measured and home_prefill > 1.5 * speeds(view.ttft)[0]:
+                    return None
+    return home
 
 
 def _home_or_fastest(
@@ -304,9 +356,9 @@ def _home_or_fastest(
     # lands on one replica, which then holds its prefix; a replica clearly faster (a real
     # prefix hit elsewhere, an emptier queue) still wins.
     best = _argmin(views, predicted, ctx.ticket)
-    if ctx.conversation is None:
+    home = _home(views, ctx, weights)
+    if home is None:
         return best
-    home = rendezvous(ctx.conversation, [v.key for v in views])
     loads = [estimated_requests(v, weights) for v in views]
     bound = ttft_load_bound(loads, weights)
     slack = weights.ttft.home_slack

@@ -69,7 +69,9 @@ class TtftConfig:
     outlier_ratio: a TTFT sample more than this many times slower per token than the current
     estimate is dropped: on Mooncake's long prompts, requests waiting for KV cache space made
     idle-looking A100s look 15x slower and the predictions absurd (bench/prefix_dispatch.py);
-    step_alpha_up: weight of an ITL sample above the estimate (:func:`observe_itl`).
+    step_alpha_up: weight of an ITL sample above the estimate (:func:`observe_itl`);
+    workers: router worker processes dispatching to the same replicas, each seeing only its own
+    requests (``router serve --workers``).
     """
 
     prefill_s_per_token: float = 0.0001
@@ -83,6 +85,7 @@ class TtftConfig:
     home_slack: HomeSlack = field(default_factory=lambda: HomeSlack())
     bound_slack: float = 8.0
     outlier_ratio: float = 4.0
+    workers: int = 1
     step_alpha_up: float = 0.02
 
 

@@ -41,14 +41,14 @@ class Chooser:
         prefix: int | None = None,
         chunks: list[int] | None = None,
         prompt_tokens: int = 0,
-        conversation: tuple[str | None, float] = (None, 0.0),
+        conversation: tuple[str | None, float, float] = (None, 0.0, 0.0),
     ) -> tuple[Replica, int]:
         """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
         ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds;
         ``chunks``: the prompt's chunk hashes (router/dispatch/prefix_index.py) for ``prefix_aware``,
         which scores each replica's probable prefix cache instead of the sticky prefix key;
         ``prompt_tokens``: the request's prompt tokens (the router's estimate, 0: unknown);
-        ``conversation``: (key, carried share) of a chat body (router/dispatch/prefix_index.py
+        ``conversation``: (key, carried share, head share) of a chat body (router/dispatch/prefix_index.py
         ``conversation``) for ``predicted_ttft``.
 
         Returns the replica and the prompt tokens it will probably have to prefill: all of
@@ -70,6 +70,7 @@ class Chooser:
             prompt_tokens=prompt_tokens,
             conversation=conversation[0],
             carried_tokens=round(prompt_tokens * conversation[1]),
+            head_tokens=round(prompt_tokens * conversation[2]),
         )
         chosen = pick(views, self.policy, ctx, self.weights)
         replica = next(r for r in replicas if r.url == chosen.key)

@@ -248,7 +248,7 @@ class Forwarder:
         # prefix_aware scores each replica's probable prefix cache (router/dispatch/prefix_index.py) instead
         chunks = chooser.prefix_index.hashes(body) if settings.policy in PREFIX_POLICIES else None
         # predicted_ttft: the conversation's key and the share of the prompt its earlier turns sent
-        turns = conversation(body) if settings.policy == "predicted_ttft" else (None, 0.0)
+        turns = conversation(body) if settings.policy == "predicted_ttft" else (None, 0.0, 0.0)
         forward = {"content-type": content_type}
         for name in _FORWARD_HEADERS:
             if name in headers:

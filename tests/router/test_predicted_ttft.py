@@ -5,6 +5,7 @@ router worker computes alike."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from router.dispatch import Context, ReplicaView, Weights, pick
@@ -129,11 +130,12 @@ def test_every_worker_sends_a_conversation_to_its_rendezvous_owner() -> None:
             {"role": "user", "content": "second question"},
         ]
     }
-    key, carried = conversation(body)
-    first_turn_key, first_carried = conversation({"messages": body["messages"][:2]})
+    key, carried, head = conversation(body)
+    first_turn_key, first_carried, _ = conversation({"messages": body["messages"][:2]})
     assert key == first_turn_key and first_carried == 0.0
     assert 0.9 < carried < 1.0  # all but the last answer and question
-    assert conversation({"prompt": "plain"}) == (None, 0.0)
+    assert head == pytest.approx(len("system\x1f" + "s" * 4000 + "\x1e") / 4000, rel=0.05)
+    assert conversation({"prompt": "plain"}) == (None, 0.0, 0.0)
     keys = [f"http://r{i}:8000" for i in range(4)]
     owner = rendezvous(key or "", keys)
     assert owner == rendezvous(key or "", list(reversed(keys)))  # order-free: every worker agrees
@@ -175,3 +177,37 @@ def test_a_replica_learns_from_its_streams_first_token_and_inter_token_latency()
     fast.prefill_tokens = 8000  # the A100 has 8,000 tokens queued, still faster than the idle T4
     chosen, to_prefill = chooser.choose([slow, fast], 0.5, prompt_tokens=4000)
     assert chosen is fast and to_prefill == 4000
+
+
+@pytest.mark.usefixtures("exact_only")  # dispatch only: no embedding model to load
+async def test_live_router_keeps_a_conversation_on_its_owner(start_replica, start_router, client) -> None:  # type: ignore[no-untyped-def]
+    # the default policy, live: each conversation's turns reach one replica (its rendezvous
+    # owner, the same in every worker), and different conversations spread over the pool
+    from router.settings import RouterSettings
+    from tests.router.conftest import CHAT, MODEL
+
+    assert RouterSettings().policy == "predicted_ttft"
+    replicas = [await start_replica() for _ in range(3)]
+    router = await start_router([r.url for r in replicas], policy="predicted_ttft")
+    url = router.url + "/v1/chat/completions"
+    pool = router.app.state.router.pools.by_model[MODEL]
+    for _ in range(200):  # until every replica has been scraped (before, prefix_aware decides)
+        if all(r.signals is not None for r in pool):
+            break
+        await anyio.sleep(0.05)
+    owners = set()
+    for c in range(6):
+        messages = [{"role": "system", "content": "You help. " * 100}, {"role": "user", "content": f"conversation {c}"}]
+        served = []
+        for turn in range(3):
+            answer = await client.post(url, json={**CHAT, "messages": messages, "max_tokens": 4})
+            assert answer.status_code == 200
+            served.append(answer.headers["x-promptedge-replica"])
+            messages = [
+                *messages,
+                {"role": "assistant", "content": answer.json()["choices"][0]["message"]["content"]},
+                {"role": "user", "content": f"turn {turn + 1}"},
+            ]
+        assert len(set(served)) == 1, served
+        owners.add(served[0])
+    assert len(owners) >= 2
