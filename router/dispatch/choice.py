@@ -356,12 +356,18 @@ def _home_or_fastest(
     # lands on one replica, which then holds its prefix; a replica clearly faster (a real
     # prefix hit elsewhere, an emptier queue) still wins.
     best = _argmin(views, predicted, ctx.ticket)
+    if weights.ttft.workers > 1:
+        # several workers see the same scrape and would all pick the same replica until the
+        # next one shows their sends (a herd): each picks at random among the near-best
+        lowest, herd = min(predicted), weights.ttft.herd_slack
+        near = [v for v, p in zip(views, predicted, strict=True) if p <= lowest * herd.ratio + herd.seconds]
+        best = near[ctx.rng.randrange(len(near))]
     home = _home(views, ctx, weights)
     if home is None:
         return best
     loads = [estimated_requests(v, weights) for v in views]
     bound = ttft_load_bound(loads, weights)
-    slack = weights.ttft.home_slack
+    slack = weights.ttft.home_slack if ctx.carried_tokens > 0 else weights.ttft.first_turn_slack
     lowest = min(predicted)
     for view, value, load in zip(views, predicted, loads, strict=True):
         if view.key == home and load + 1.0 <= bound and value <= lowest * slack.ratio + slack.seconds:

@@ -64,6 +64,11 @@ class TtftConfig:
     max_ratio: a learned value is kept within [prior / max_ratio, prior x max_ratio], so one
     absurd sample (a stall, a clock jump) cannot make a replica look free or dead;
     home_slack: how far a conversation's rendezvous owner may trail the fastest and still win;
+    first_turn_slack: the same for a first turn (nothing carried), which may have no second
+    (Mooncake's and Azure's single prompts: with the loose slack a random owner took them
+    3-6 % above gpu_load's TTFT p99); herd_slack: with several ``workers``, each picks at
+    random among the candidates this close to the fastest (they all read the same scrape and
+    would all pick the same replica: with 4 workers Mooncake's TTFT p99 9.2 s, 8.4 s so);
     bound_slack: open requests above the mean a replica may have and still be credited its
     prefix cache (the load bound's floor, router/dispatch/choice.py ``ttft_load_bound``);
     outlier_ratio: a TTFT sample more than this many times slower per token than the current
@@ -83,6 +88,8 @@ class TtftConfig:
     min_work_tokens: int = 256
     max_ratio: float = 50.0
     home_slack: HomeSlack = field(default_factory=lambda: HomeSlack())
+    first_turn_slack: HomeSlack = field(default_factory=lambda: HomeSlack(1.05, 0.005))
+    herd_slack: HomeSlack = field(default_factory=lambda: HomeSlack(1.3, 0.02))
     bound_slack: float = 8.0
     outlier_ratio: float = 4.0
     workers: int = 1
