@@ -1,7 +1,7 @@
 """The closed loop side by side: predictive vs reactive (HPA) vs fixed at peak vs fixed at mean.
 
     python bench/closed_loop.py [--hours 1] [--speedup 7] [--start-hour H] [--seed 0] [--json out/closed_loop.json]
-                                [--plot out/closed_loop.png] [--policies ...]
+                                [--plot out/closed_loop.png] [--policies ...] [--router-policy gpu_load]
 
 Runs ``python -m sim loop``'s ``run_loop`` on the ServeGen m-large segment with the steepest
 ramp after 7 days of history that rises at most ``--max-jump`` (1.35x) a window (or
@@ -18,9 +18,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import get_args
 
 import typer
 
+from router.settings import Policy
 from sim.cli import check_output_path
 from sim.loop import LoopConfig, plot, ratios, render, run_loop, write_json
 
@@ -82,11 +84,22 @@ def main(
     json_path: Path = typer.Option(Path("out/closed_loop.json"), "--json", help="Report with the targets, JSON."),
     plot_path: Path = typer.Option(Path("out/closed_loop.png"), "--plot", help="Demand, replicas and TTFT p95, PNG."),
     seed: int = typer.Option(0, help="Seed of arrivals, tokens and prompts (the same for every policy)."),
+    router_policy: str | None = typer.Option(
+        None,
+        help="The router's dispatch policy (PROMPTEDGE_ROUTER_POLICY; default: the router's default).",
+    ),
 ) -> None:
     """Issue 10's side-by-side loop on ServeGen m-large (warm-up 300 simulated s); the
     loop's other settings are ``python -m sim loop``'s."""
     check_output_path("--json", json_path)  # before the run, not in a traceback after it
     check_output_path("--plot", plot_path)
+    if router_policy is not None:
+        valid = get_args(Policy)
+        if router_policy not in valid:
+            raise typer.BadParameter(
+                f"{router_policy!r} is not one of {', '.join(valid)}", param_hint="--router-policy"
+            )
+        os.environ["PROMPTEDGE_ROUTER_POLICY"] = router_policy  # the router process inherits it
     cfg = LoopConfig(
         trace=DATA / "traces" / "servegen-m-large",
         start_hour=start_hour,
@@ -102,6 +115,7 @@ def main(
     t0 = time.time()
     report = run_loop(cfg)
     report["bench_wall_s"] = round(time.time() - t0, 1)
+    report["router_policy"] = os.environ.get("PROMPTEDGE_ROUTER_POLICY") or "default"
     typer.echo(render(report))
     typer.echo("")
     for target, measured, met in targets(report):

@@ -17,7 +17,9 @@ policy comparison takes seconds of CPU and is exactly repeatable (no wall clock,
   ``Replica.lease`` counts them in the router;
 - when a request finishes, its seconds from arrival to last token are folded into the replica's
   learned speed with ``router.dispatch.speed.sample`` / ``observe``, the calls the router makes when an
-  answer ends (dispatch at arrival: the router adds no delay in virtual time).
+  answer ends (dispatch at arrival: the router adds no delay in virtual time); its time to first
+  token and inter-token latency teach the replica's ``router.dispatch.ttft`` speeds
+  (``observe_ttft`` with the prefill the router counted ahead of it plus its own, ``observe_itl``).
 
 What differs between benches is a parameter: how Signals are built (``signals``), which replicas
 may take a request (``eligible``), the routing decision and any router-side state it updates
@@ -37,6 +39,7 @@ from typing import Protocol
 from router.dispatch import Context, ReplicaView
 from router.dispatch.signals import Signals
 from router.dispatch.speed import Speed, observe, sample
+from router.dispatch.ttft import TtftSpeed, itl_sample, observe_itl, observe_ttft
 from sim import BatchModel, Profile, StepOutcome
 
 SCRAPE_S = 0.25  # the router's metrics scrape interval in these benches (virtual seconds)
@@ -75,7 +78,7 @@ class SimReplica:
     seconds per token of work; load_area: integral of ``inflight`` over virtual time (request x
     seconds) up to ``load_since``; pending: the outcome of the step in progress;
     prefill_tokens: prompt tokens of its open requests with no first token yet, as the router
-    counts them (``Replica.lease``).
+    counts them (``Replica.lease``); ttft: learned prefill and step speeds (router/dispatch/ttft.py).
     """
 
     key: str
@@ -92,6 +95,7 @@ class SimReplica:
     load_area: float = 0.0
     load_since: float = 0.0
     prefill_tokens: int = 0
+    ttft: TtftSpeed | None = None
 
     def account(self, now: float) -> None:
         """Extend ``load_area`` to ``now`` (call before ``inflight`` changes)."""
@@ -102,7 +106,14 @@ class SimReplica:
         """The dispatch snapshot of this replica at virtual time ``now``."""
         age = None if self.scraped_at is None else now - self.scraped_at
         return ReplicaView(
-            self.key, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed, self.prefill_tokens
+            self.key,
+            self.inflight,
+            self.signals,
+            self.inflight_at_scrape,
+            age,
+            self.speed,
+            self.prefill_tokens,
+            self.ttft,
         )
 
 
@@ -183,6 +194,7 @@ def replay(
     first: dict[int, float] = {}
     done: dict[int, float] = {}
     pending_prefill: dict[int, int] = {}
+    work: dict[int, tuple[float, float, float, float]] = {}  # request -> (prefill ahead, own, cached, running)
     ticket = 0
     remaining = len(requests)
     while events and remaining:
@@ -201,6 +213,9 @@ def replay(
             r = by_key[key]
             rep = replicas[r]
             pending_prefill[data] = req.prompt if leased is None else leased(data, key)
+            running = (rep.signals.running or 0.0) if rep.signals is not None else 0.0
+            own = float(pending_prefill[data])
+            work[data] = (float(rep.prefill_tokens), own, req.prompt - own, running)
             rep.prefill_tokens += pending_prefill[data]
             rep.model.submit(data, req.prompt, req.output, req.blocks)
             rep.account(now)
@@ -217,6 +232,10 @@ def replay(
             for i in outcome.first_token:
                 first[i] = now
                 rep.prefill_tokens -= pending_prefill.pop(i, 0)
+                ahead, own, cached, running = work.pop(i, (0.0, 0.0, 0.0, 0.0))
+                rep.ttft = observe_ttft(
+                    rep.ttft, now - requests[i].at, own, running, ahead_tokens=ahead, cached_tokens=cached
+                )
             for i in outcome.finished:
                 done[i] = now
                 rep.prefill_tokens -= pending_prefill.pop(i, 0)  # ended with no first token
@@ -227,5 +246,8 @@ def replay(
                 per_token = sample(now - req.at, req.output, req.prompt)  # sent at arrival
                 if per_token is not None:
                     rep.speed = observe(rep.speed, per_token, now)
+                itl = itl_sample(first[i], now, req.output) if i in first else None
+                if itl is not None:
+                    rep.ttft = observe_itl(rep.ttft, itl)
             start_step(data, now)
     return Timeline(first, done)

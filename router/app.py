@@ -30,6 +30,7 @@ from router.discovery import DiscoveredReplica, DiscoveryCollector, ReplicaSourc
 from router.dispatch import Weights
 from router.dispatch.affinity import PrefixMap
 from router.dispatch.prefix_index import PrefixIndexes
+from router.dispatch.ttft import TtftConfig
 from router.errors import APIError, BadRequest
 from router.fleet.health import HealthConfig
 from router.fleet.replicas import Pools
@@ -94,7 +95,11 @@ def create_app(settings: RouterSettings | None = None, discovery: ReplicaSource 
             HealthConfig(rise=settings.health_rise, fall=settings.health_fall, stuck_after_s=settings.stuck_after_s),
             credentials,
         )
-        weights = Weights(stale_after_s=settings.stale_after_s, prefix=settings.prefix_weight)
+        weights = Weights(
+            stale_after_s=settings.stale_after_s,
+            prefix=settings.prefix_weight,
+            ttft=TtftConfig(workers=settings.workers),  # each worker sees its own requests only
+        )
         scraper = Scraper(pools, probe_client, settings.scrape_interval_s, settings.health_interval_s)
         clock = SimClock(settings.clock_origin, settings.clock_scale)
         counters = TrafficCounters(redis, clock, settings.counters_flush_s, [])

@@ -17,7 +17,7 @@ from opskit import FileSettings, LogFormat, RedisURL
 from router.forward.credentials import SecretRef
 from router.process.limits import Limits
 
-Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware"]
+Policy = Literal["round_robin", "least_request", "gpu_load", "power_of_two", "prefix_aware", "predicted_ttft"]
 Transport = Literal["aiohttp", "httpx"]
 # ``router serve --workers``' bound: one process per core of a large node; past it, more
 # processes only add Redis connections, scrapes and memory (each loads its own embedding model).
@@ -153,7 +153,7 @@ class RouterSettings(FileSettings):
     clock_origin: float | None = None
     clock_scale: float = Field(1.0, gt=0)
 
-    policy: Policy = "gpu_load"
+    policy: Policy = "predicted_ttft"  # router/dispatch/ttft.py; bench/prefix_dispatch.py (issue 33)
     scrape_interval_s: float = Field(0.25, gt=0)
     health_interval_s: float = Field(1.0, gt=0)
     scrape_timeout_s: float = Field(1.0, gt=0)  # a replica busy generating may answer /metrics late

@@ -5,11 +5,12 @@ every module of this package).
 Public surface (the scoring and the policies, ``choice``)::
 
     view = ReplicaView(key=url, inflight=..., signals=..., ...)  # one replica, at decision time
-    chosen = pick(views, policy, Context(...), weights)  # round_robin ... gpu_load, prefix_aware
+    chosen = pick(views, policy, Context(...), weights)  # round_robin ... prefix_aware, predicted_ttft
     load = score(view, weights)                          # gpu_load: lower is better
 
 Modules: ``choice`` (the score and the policies), ``signals`` (load signals parsed from a
-replica's ``/metrics``), ``speed`` (each replica's learned speed), ``prefix_index`` and
+replica's ``/metrics``), ``speed`` (each replica's learned speed), ``ttft`` (predicted time to
+first token, each replica's learned prefill and step speeds), ``prefix_index`` and
 ``affinity`` (where prompt prefixes went, for prefix-aware dispatch), ``lanes`` (replicas
 reserved for long prompts), ``admission`` (which priorities a full pool still takes). The
 replicas' runtime state and its I/O (router/fleet/replicas.py, router/fleet/scraper.py, router/fleet/health.py)

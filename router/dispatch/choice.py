@@ -50,6 +50,19 @@ that from piling requests onto one replica is the bound: a replica above it gets
 all, so locality is never followed into a hotspot (consistent hashing with bounded loads,
 Mirrokni, Thorup and Zadimoghaddam, SODA 2018: no bin takes more than ceil(c x the mean) of
 the load).
+
+Predicted time to first token (``predicted_ttft``): each candidate's predicted seconds to this
+request's first token (router/dispatch/ttft.py: prefill queued ahead + the prompt's part the
+prefix index says is not cached there, at that replica's learned prefill speed, + engine steps
+at its learned step time, fewer prefill tokens per step the more sequences it decodes); the
+minimum wins. Cache is credited only within a load bound (``ttft_load_bound``: the bound
+above, but never below the mean + ``TtftConfig.bound_slack`` open requests). Router workers
+share no prefix state: a chat body's conversation (its prompt up to the first user message)
+has a rendezvous-hash owner among the candidates that every worker computes alike; the owner
+is credited the earlier turns' prompt as cached and is chosen whenever it is within
+``TtftConfig.home_slack`` of the fastest, so each conversation's turns meet its prefix cache
+whichever worker routes them. With any candidate's scrape stale the decision is
+``prefix_aware``'s (the running batch and other workers' queues are unknown).
 """
 
 from __future__ import annotations
@@ -64,6 +77,7 @@ from functools import lru_cache
 
 from router.dispatch.signals import Signals
 from router.dispatch.speed import Speed, SpeedConfig, current, slowness
+from router.dispatch.ttft import TtftConfig, TtftSpeed, predict, rendezvous, speeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +90,8 @@ class ReplicaView:
     (router/dispatch/speed.py; None before the first sample), its ``at`` in ``Context.now``'s clock;
     prefill_tokens: prompt tokens of the router's open requests to it still in prefill as far as
     the router can tell (``Replica.prefill_tokens``: no first byte yet, or for a non-stream
-    request no scrape since showing the replica's queue empty).
+    request no scrape since showing the replica's queue empty); ttft: its learned prefill and
+    step speeds (router/dispatch/ttft.py; None: the priors).
     """
 
     key: str
@@ -86,6 +101,7 @@ class ReplicaView:
     age_s: float | None = None
     speed: Speed | None = None
     prefill_tokens: int = 0
+    ttft: TtftSpeed | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +121,7 @@ class Weights:
     prefix: float = 12.0  # W_prefix: bonus of a fully matched prompt prefix (prefix_aware), requests
     prefill_per_1k: float = 3.0  # W_prefill: open requests' worth of 1,000 pending prompt tokens
     speed: SpeedConfig | None = SpeedConfig()  # None: ignore replica speed
+    ttft: TtftConfig = TtftConfig()  # predicted_ttft's priors and learning (router/dispatch/ttft.py)
 
 
 @dataclass(slots=True)
@@ -117,7 +134,13 @@ class Context:
     now: the clock of ``ReplicaView.speed.at`` (seconds), for the age of speed estimates;
     prefix_match: replica key -> fraction 0..1 of the prompt's prefix its KV cache probably
     holds (``prefix_aware``; a missing key counts as 0); prompt_tokens: this request's prompt
-    tokens, the router's estimate (0: unknown), for the prefill a prefix match saves.
+    tokens, the router's estimate (0: unknown), for the prefill a prefix match saves;
+    conversation: a key every turn of one conversation shares (its prompt up to the first user
+    message, router/dispatch/prefix_index.py ``conversation``), None if unknown:
+    ``predicted_ttft`` prefers the conversation's rendezvous owner among near-equal candidates;
+    carried_tokens: this prompt's tokens the conversation's earlier turns already sent, which
+    ``predicted_ttft`` credits as cached to that owner; head_tokens: its tokens before the first
+    user message (a system prompt other conversations share).
     """
 
     ticket: int = 0
@@ -127,6 +150,9 @@ class Context:
     now: float = 0.0
     prefix_match: Mapping[str, float] = field(default_factory=dict)
     prompt_tokens: int = 0
+    conversation: str | None = None
+    carried_tokens: int = 0
+    head_tokens: int = 0
 
 
 def fresh(view: ReplicaView, weights: Weights) -> bool:
@@ -188,7 +214,8 @@ def _argmin(views: Sequence[ReplicaView], values: Sequence[float], ticket: int) 
 def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weights = Weights()) -> ReplicaView:
     """Choose one replica from ``views`` (the eligible ones, non-empty) under ``policy``.
 
-    policy: round_robin | least_request | gpu_load | power_of_two | prefix_aware. With ``ctx.session`` the
+    policy: round_robin | least_request | gpu_load | power_of_two | prefix_aware | predicted_ttft
+    (the last falls back to prefix_aware when any candidate's scrape is stale). With ``ctx.session`` the
     choice is sticky by consistent hashing, with ``ctx.preferred`` by prompt prefix; both are
     bounded by load (a replica above ``affinity_load_factor`` x the mean open requests is skipped).
     Raises ValueError for an empty ``views`` or an unknown policy.
@@ -199,9 +226,18 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
         return views[ctx.ticket % len(views)]
     if policy == "least_request":
         return _argmin(views, [float(v.inflight) for v in views], ctx.ticket)
-    if policy not in ("gpu_load", "power_of_two", "prefix_aware"):
+    if policy not in ("gpu_load", "power_of_two", "prefix_aware", "predicted_ttft"):
         raise ValueError(f"unknown dispatch policy {policy!r}")
     cool = [v for v in views if not hot(v, weights)] or list(views)
+    if policy == "predicted_ttft":
+        if ctx.session is not None or ctx.preferred is not None:
+            sticky = _affine(cool, [estimated_requests(v, weights) for v in cool], ctx, weights)
+            if sticky is not None:
+                return sticky
+        predicted = predicted_ttfts(cool, ctx, weights)
+        if predicted is not None:
+            return _home_or_fastest(cool, predicted, ctx, weights)
+        policy = "prefix_aware"  # a stale scrape: the running batch is unknown, score as before
     scores = [score(v, weights) for v in cool]
     if weights.speed is not None and len(cool) > 1:
         factors = slowness([current(v.speed, v.inflight, ctx.now, weights.speed) for v in cool], ctx.now, weights.speed)
@@ -218,6 +254,135 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
         a, b = ctx.rng.sample(range(len(cool)), 2)
         return cool[a] if scores[a] <= scores[b] else cool[b]
     return _argmin(cool, scores, ctx.ticket)
+
+
+def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights) -> list[float] | None:
+    """Predicted seconds to the first token of this request (``ctx.prompt_tokens``, its prefix
+    match ``ctx.prefix_match``) on each of ``views`` (router/dispatch/ttft.py), lower is better;
+    None when a view has no fresh scrape (its running batch and others' queue are unknown).
+
+    A replica's cached part of the prompt is its prefix-index match, and for the rendezvous
+    owner of ``ctx.conversation`` at least ``ctx.carried_tokens`` (the earlier turns went there,
+    whichever router worker sent them: every worker prefers that owner); credited only to
+    replicas within the load bound (``load_bound``), so locality never leads into a hotspot. Queued
+    prefill ahead: the router's own pending prefill there plus, for the open requests there that
+    other router workers sent (the scrape's count beyond this router's), this router's own
+    pending prefill per open request over the pool (workers get the same mix of traffic; the
+    ``weights.ttft.workers`` - 1 others are taken to have sent as many since the scrape as this
+    one, which the scrape cannot show yet), or
+    while it has none open, ``weights.ttft.unknown_prompt_tokens`` per request waiting there."""
+    if not all(fresh(v, weights) for v in views):
+        return None
+    config = weights.ttft
+    loads = [estimated_requests(v, weights) for v in views]
+    bound = ttft_load_bound(loads, weights)
+    prompt = float(ctx.prompt_tokens if ctx.prompt_tokens > 0 else config.unknown_prompt_tokens)
+    home = _home(views, ctx, weights)
+    # a first turn's shared head (a system prompt) is credited to its owner as any replica holds
+    # it: owners of other conversations of the same app soon all do, and a first turn sent
+    # elsewhere for it was pulled back to the owner on the second turn, a miss of the whole
+    # first turn (tests/router/test_predicted_ttft.py)
+    first_turn = 0.0
+    if ctx.carried_tokens <= 0:
+        first_turn = min(prompt * max(ctx.prefix_match.values(), default=0.0), float(ctx.head_tokens))
+    own_open = sum(v.inflight for v in views)
+    density = sum(v.prefill_tokens for v in views) / own_open if own_open else None
+    out: list[float] = []
+    for view, load in zip(views, loads, strict=True):
+        sig = view.signals
+        assert sig is not None  # fresh
+        waiting, running = sig.waiting or 0.0, sig.running or 0.0
+        if density is not None:  # others' open requests there, as prefill-heavy as this router's
+            # and those the other workers sent since the scrape, as many as this one sent
+            unseen = (config.workers - 1) * max(0, view.inflight - view.inflight_at_scrape)
+            ahead = view.prefill_tokens + (max(0.0, load - view.inflight) + unseen) * density
+        else:
+            others_waiting = max(0.0, min(waiting, waiting + running - view.inflight_at_scrape))
+            ahead = view.prefill_tokens + others_waiting * config.unknown_prompt_tokens
+        cached = 0.0
+        if load + 1.0 <= bound:
+            cached = prompt * ctx.prefix_match.get(view.key, 0.0)
+            if view.key == home:
+                cached = max(cached, min(prompt, float(ctx.carried_tokens)), first_turn)
+        out.append(predict(ahead, prompt - cached, running, view.ttft, config))
+    return out
+
+
+def _measured(view: ReplicaView, weights: Weights) -> bool:
+    # a replica whose speeds rest on enough of its own samples, not on the priors
+    speed, need = view.ttft, weights.ttft.min_samples
+    return speed is not None and (speed.prefill_samples >= need or speed.step_samples >= need)
+
+
+def _home(views: Sequence[ReplicaView], ctx: Context, weights: Weights) -> str | None:
+    # The conversation's rendezvous owner, unless this router's prefix index knows the earlier
+    # turns went to a replica that prefills much faster (it holds as much of the prompt as they
+    # carried): in a mixed pool a conversation begun on an A100 because its owner was a slow
+    # T4 was pulled back to the T4, whose full prefills made the TTFT p99 (bench/prefix_dispatch.py,
+    # mixed_chat: 1.2 s, 0.33 s without). Between equal GPUs the pull back stays: it costs one
+    # miss and keeps conversations spread by the hash (without it chat's load max/mean: 1.66).
+    if ctx.conversation is None:
+        return None
+    keys = [v.key for v in views]
+    prefill = [speeds(v.ttft)[0] for v in views]
+    owners = keys
+    if all(_measured(v, weights) for v in views):
+        # owners among the fastest GPUs only (prefill within 1.5x of the best): every worker
+        # learns the same few-fold gaps between GPU kinds, and a slow replica owning
+        # conversations pulled them back to it whenever a worker did not know they had moved
+        # (mixed_chat, 4 workers). Only once every candidate is measured: a replica without
+        # data has the prior speed, and a measured one (its TTFT with the network's overhead)
+        # looked slower than that and lost its conversations (tests/router/test_predicted_ttft.py).
+        owners = [k for k, p in zip(keys, prefill, strict=True) if p <= 1.5 * min(prefill)]
+    home = rendezvous(ctx.conversation, owners)
+    if ctx.carried_tokens > 0 and ctx.prompt_tokens > 0:
+        carried = ctx.carried_tokens / ctx.prompt_tokens
+        home_view = views[keys.index(home)] if home in keys else None
+        home_prefill = speeds(home_view.ttft if home_view else None)[0]
+        for view in views:
+            if view.key != home and ctx.prefix_match.get(view.key, 0.0) >= 0.9 * carried:
+                measured = home_view is not None and _measured(home_view, weights) and _measured(view, weights)
+                if measured and home_prefill > 1.5 * speeds(view.ttft)[0]:
+                    return None
+    return home
+
+
+def _home_or_fastest(
+    views: Sequence[ReplicaView], predicted: Sequence[float], ctx: Context, weights: Weights
+) -> ReplicaView:
+    # The conversation's rendezvous owner when it is within the load bound and its predicted
+    # TTFT within the slack of the fastest: every router worker computes the same owner, so a
+    # conversation whose turns reach different workers (each with its own prefix index) still
+    # lands on one replica, which then holds its prefix; a replica clearly faster (a real
+    # prefix hit elsewhere, an emptier queue) still wins.
+    best = _argmin(views, predicted, ctx.ticket)
+    if weights.ttft.workers > 1:
+        # several workers see the same scrape and would all pick the same replica until the
+        # next one shows their sends (a herd): each picks at random among the near-best
+        lowest, herd = min(predicted), weights.ttft.herd_slack
+        near = [v for v, p in zip(views, predicted, strict=True) if p <= lowest * herd.ratio + herd.seconds]
+        best = near[ctx.rng.randrange(len(near))]
+    home = _home(views, ctx, weights)
+    if home is None:
+        return best
+    loads = [estimated_requests(v, weights) for v in views]
+    bound = ttft_load_bound(loads, weights)
+    slack = weights.ttft.home_slack if ctx.carried_tokens > 0 else weights.ttft.first_turn_slack
+    lowest = min(predicted)
+    for view, value, load in zip(views, predicted, loads, strict=True):
+        if view.key == home and load + 1.0 <= bound and value <= lowest * slack.ratio + slack.seconds:
+            return view
+    return best
+
+
+def ttft_load_bound(loads: Sequence[float], weights: Weights) -> float:
+    """``predicted_ttft``'s load bound: :func:`load_bound`, but never below the mean after
+    adding this request plus ``weights.ttft.bound_slack`` open requests. At a few open requests
+    per replica ceil(1.25 x mean) is the mean plus one: a replica decoding two answers lost its
+    conversations' prefixes to one decoding none, and their misses (a 5,000-token prefill
+    where 400 would do) were chat's TTFT p99 (bench/prefix_dispatch.py)."""
+    mean = (sum(loads) + 1.0) / len(loads)
+    return max(load_bound(loads, weights.affinity_load_factor), mean + weights.ttft.bound_slack)
 
 
 def load_bound(loads: Sequence[float], factor: float) -> float:

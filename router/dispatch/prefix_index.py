@@ -57,6 +57,45 @@ def prompt_text(body: Mapping[str, Any]) -> str:
     return raw if isinstance(raw, str) else ""
 
 
+def conversation(body: Mapping[str, Any]) -> tuple[str | None, float, float]:
+    """(conversation key, carried share, head share) of a chat body, for ``predicted_ttft``'s stateless
+    prefix state shared by router workers (router/dispatch/choice.py).
+
+    key: a hash of the prompt up to and including its first user message, which every turn of
+    one conversation repeats (None: no user message, e.g. a completion body); carried: the
+    fraction 0..1 of the prompt's characters before its last assistant message, i.e. the
+    previous turn's prompt, which the replica that served that turn holds in its prefix cache
+    (0.0 on a first turn); head: the fraction before the first user message (a system prompt
+    that other conversations share)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None, 0.0, 0.0
+    lengths: list[int] = []
+    first_user = last_assistant = -1
+    head = ""
+    head_chars = 0
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        text = f"{message.get('role')}\x1f{content if isinstance(content, str) else repr(content)}\x1e"
+        lengths.append(len(text))
+        if first_user < 0:
+            head += text
+            if message.get("role") == "user":
+                first_user = len(lengths) - 1
+            else:
+                head_chars += len(text)
+        if message.get("role") == "assistant":
+            last_assistant = len(lengths) - 1
+    if first_user < 0:
+        return None, 0.0, 0.0
+    key = hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    total = sum(lengths)
+    carried = sum(lengths[:last_assistant]) / total if last_assistant > 0 and total else 0.0
+    return key, carried, head_chars / total if total else 0.0
+
+
 def chunk_hashes(text: str, chunk_chars: int = DEFAULT_CHUNK_CHARS, max_chunks: int | None = None) -> list[int]:
     """Chained hashes of the full ``chunk_chars``-character chunks of ``text`` (a partial last
     chunk gets none), at most ``max_chunks`` of them. Equal text prefixes -> equal leading

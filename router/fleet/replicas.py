@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from router.dispatch import ReplicaView
 from router.dispatch.signals import Signals
 from router.dispatch.speed import Speed, current, observe, sample
+from router.dispatch.ttft import TtftSpeed, itl_sample, observe_itl, observe_ttft
 from router.fleet.health import HealthConfig, HealthState
 from router.forward.credentials import Credentials
 from router.settings import ReplicaSpec
@@ -39,6 +40,7 @@ class Replica:
         self.inflight_at_scrape = 0
         self.health = HealthState(health)
         self.speed: Speed | None = None  # learned seconds per output token (router/dispatch/speed.py)
+        self.ttft: TtftSpeed | None = None  # learned prefill and step speeds (router/dispatch/ttft.py)
         self._retest = False  # a request was sent to re-test a stale estimate (router/dispatch/speed.py)
 
     def observe(self, signals: Signals, now: float, sent_before: float | None = None) -> None:
@@ -70,10 +72,31 @@ class Replica:
         """An immutable snapshot for dispatch."""
         age = None if self.scraped_at is None else now - self.scraped_at
         return ReplicaView(
-            self.url, self.inflight, self.signals, self.inflight_at_scrape, age, self.speed, self.prefill_tokens
+            self.url,
+            self.inflight,
+            self.signals,
+            self.inflight_at_scrape,
+            age,
+            self.speed,
+            self.prefill_tokens,
+            self.ttft,
         )
 
-    def lease(self, prefill_tokens: int = 0, streamed: bool = True) -> Lease:
+    def observe_stream(self, ttft_s: float, basis: tuple[float, float, float, float]) -> None:
+        """Learn from a stream's first token, ``ttft_s`` seconds after it was sent; ``basis``:
+        (prefill ahead of it, its own, its prompt taken as cached, running sequences) when it
+        was sent (router/dispatch/ttft.py ``observe_ttft``)."""
+        ahead, own, cached, running = basis
+        self.ttft = observe_ttft(self.ttft, ttft_s, own, running, ahead_tokens=ahead, cached_tokens=cached)
+
+    def observe_itl(self, first_token_s: float, last_token_s: float, completion_tokens: int) -> None:
+        """Learn from a stream's inter-token latency: its first and last token times (one
+        clock, seconds) and its output tokens."""
+        itl = itl_sample(first_token_s, last_token_s, completion_tokens)
+        if itl is not None:
+            self.ttft = observe_itl(self.ttft, itl)
+
+    def lease(self, prefill_tokens: int = 0, streamed: bool = True, cached_tokens: int = 0) -> Lease:
         """Count one request as open on this replica until the lease is released, and its
         ``prefill_tokens`` (its prompt's token count, the router's estimate) as pending until
         its first byte (:meth:`Lease.first_byte`) or its end; a request not ``streamed`` has
@@ -81,14 +104,19 @@ class Replica:
         scrape showing it admitted (:meth:`observe`). A request sent while the
         replica's learned speed is unknown (stale, or a probe under way) and nothing is in
         flight is a re-test: its sample starts or continues the probe whose median replaces
-        the estimate (router/dispatch/speed.py)."""
+        the estimate (router/dispatch/speed.py). ``cached_tokens``: the prompt's tokens taken as
+        cached there; with the prefill queued ahead and the running batch they are the basis of
+        the stream's TTFT sample (:meth:`Lease.first_token`)."""
         now = time.monotonic()
+        running = (self.signals.running or 0.0) if self.signals is not None else 0.0
+        basis = (float(self.prefill_tokens), float(max(0, int(prefill_tokens))), float(cached_tokens), running)
         if self.speed is not None and current(self.speed, self.inflight, now) is None:
             self._retest = True
         self.inflight += 1
         prefill = max(0, int(prefill_tokens))
         self.prefill_tokens += prefill
         lease = Lease(self, self.health.on_dispatch(now), prefill)
+        lease.basis = basis if streamed else None
         self.health.progress.opened(lease, now, streamed)
         if prefill and not streamed:
             self.unadmitted[lease] = now
@@ -99,13 +127,22 @@ class Lease:
     """An open request on a replica; :meth:`release` is idempotent so every exit path may call it.
     ``trial``: the request is its half-open circuit's trial (router/fleet/health.py)."""
 
-    __slots__ = ("replica", "trial", "_open", "_prefill")
+    __slots__ = ("basis", "replica", "trial", "_open", "_prefill")
 
     def __init__(self, replica: Replica, trial: bool = False, prefill_tokens: int = 0) -> None:
         self.replica = replica
         self.trial = trial
         self._open = True
         self._prefill = prefill_tokens
+        self.basis: tuple[float, float, float, float] | None = None  # TTFT sample basis (Replica.lease)
+
+    def first_token(self, ttft_s: float) -> None:
+        """A stream's first byte came ``ttft_s`` seconds after it was sent: learn from it once
+        (router/dispatch/ttft.py), then :meth:`first_byte`."""
+        if self.basis is not None:
+            self.replica.observe_stream(ttft_s, self.basis)
+            self.basis = None
+        self.first_byte()
 
     def first_byte(self) -> None:
         """The answer has begun (or, not streamed, the replica admitted it): its prompt no

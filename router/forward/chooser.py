@@ -9,6 +9,7 @@ import random
 from router.dispatch import Context, ReplicaView, Weights, pick
 from router.dispatch.affinity import PrefixMap
 from router.dispatch.prefix_index import PrefixIndexes
+from router.dispatch.ttft import rendezvous
 from router.fleet.replicas import Replica
 
 
@@ -40,12 +41,15 @@ class Chooser:
         prefix: int | None = None,
         chunks: list[int] | None = None,
         prompt_tokens: int = 0,
+        conversation: tuple[str | None, float, float] = (None, 0.0, 0.0),
     ) -> tuple[Replica, int]:
         """Pick one of ``replicas`` (non-empty) with the configured policy; ``session`` and
         ``prefix`` (a prompt-prefix key) make the choice sticky within load bounds;
         ``chunks``: the prompt's chunk hashes (router/dispatch/prefix_index.py) for ``prefix_aware``,
         which scores each replica's probable prefix cache instead of the sticky prefix key;
-        ``prompt_tokens``: the request's prompt tokens (the router's estimate, 0: unknown).
+        ``prompt_tokens``: the request's prompt tokens (the router's estimate, 0: unknown);
+        ``conversation``: (key, carried share, head share) of a chat body (router/dispatch/prefix_index.py
+        ``conversation``) for ``predicted_ttft``.
 
         Returns the replica and the prompt tokens it will probably have to prefill: all of
         ``prompt_tokens`` less the share its prefix index says it holds (``prefix_aware``),
@@ -64,12 +68,18 @@ class Chooser:
             now=now,
             prefix_match=match,
             prompt_tokens=prompt_tokens,
+            conversation=conversation[0],
+            carried_tokens=round(prompt_tokens * conversation[1]),
+            head_tokens=round(prompt_tokens * conversation[2]),
         )
         chosen = pick(views, self.policy, ctx, self.weights)
         replica = next(r for r in replicas if r.url == chosen.key)
         if not chunks:
             self.prefixes.put(prefix, chosen.key, now)
-        return replica, round(prompt_tokens * (1.0 - match.get(chosen.key, 0.0)))
+        share = match.get(chosen.key, 0.0)
+        if conversation[0] is not None and chosen.key == rendezvous(conversation[0], [v.key for v in views]):
+            share = max(share, conversation[1])  # predicted_ttft credits the owner the earlier turns
+        return replica, round(prompt_tokens * (1.0 - share))
 
     def accepted(self, replica: Replica, chunks: list[int] | None) -> None:
         """``replica`` answered 2xx to a prompt of these chunk hashes (``prefix_aware``), so its

@@ -32,6 +32,7 @@ from starlette.responses import Response
 from router.dispatch import Weights, lanes
 from router.dispatch.admission import replica_pressure, sheds
 from router.dispatch.affinity import prefix_key
+from router.dispatch.prefix_index import conversation
 from router.errors import APIError, ModelNotFound, NoReplica, RateLimited, UpstreamError, replica_error_body
 from router.fleet.replicas import Lease, Pools, Replica
 from router.forward import classify
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 # with forward_client_key to a replica without a backend key of the router's (router/forward/credentials.py).
 _FORWARD_HEADERS = ("x-request-id",)
 _JSON = "application/json"
+PREFIX_POLICIES = ("prefix_aware", "predicted_ttft")  # policies that read the prefix index
 MAX_ATTEMPTS = 3  # replicas tried that could not be connected to or reset the request unread (NotProcessed)
 MAX_REFUSALS = 8  # replicas tried that answered 429/503
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -244,7 +246,9 @@ class Forwarder:
         timeouts = settings.timeouts[rec.priority]
         prefix = prefix_key(body, settings.prefix_chars) if settings.prefix_affinity else None
         # prefix_aware scores each replica's probable prefix cache (router/dispatch/prefix_index.py) instead
-        chunks = chooser.prefix_index.hashes(body) if settings.policy == "prefix_aware" else None
+        chunks = chooser.prefix_index.hashes(body) if settings.policy in PREFIX_POLICIES else None
+        # predicted_ttft: the conversation's key and the share of the prompt its earlier turns sent
+        turns = conversation(body) if settings.policy == "predicted_ttft" else (None, 0.0, 0.0)
         forward = {"content-type": content_type}
         for name in _FORWARD_HEADERS:
             if name in headers:
@@ -275,10 +279,11 @@ class Forwarder:
                 prefix=prefix,
                 chunks=chunks,
                 prompt_tokens=rec.prompt_tokens,
+                conversation=turns,
             )
             rec.replica, rec.profile = replica.url, replica.spec.profile or ""
             rec.forwarded_at = time.perf_counter()
-            lease = replica.lease(to_prefill, streamed)
+            lease = replica.lease(to_prefill, streamed, cached_tokens=max(0, rec.prompt_tokens - to_prefill))
             opened = False
             # from here the replica may be generating, also when the client leaves during the await
             rec.may_have_generated = True

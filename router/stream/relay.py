@@ -113,6 +113,8 @@ def relay_stream(
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.perf_counter()
                     timeout = timeouts.idle_s
+                    if rec.forwarded_at is not None:
+                        lease.first_token(rec.first_byte_at - rec.forwarded_at)
                     lease.first_byte()
                 lease.advanced()  # the replica generates: not stuck (router/fleet/progress.py)
                 assembler.feed(chunk)
@@ -163,6 +165,8 @@ def relay_stream(
             lease.replica.observe_answer(
                 time.perf_counter() - rec.forwarded_at, rec.completion_tokens, rec.prompt_tokens, now
             )
+            if rec.first_byte_at is not None:  # the learned step speed (router/dispatch/ttft.py)
+                lease.replica.observe_itl(rec.first_byte_at, time.perf_counter(), rec.completion_tokens)
         relaying.counters.count(
             rec.pool, miss=True, prompt_tokens=rec.prompt_tokens, completion_tokens=rec.completion_tokens
         )

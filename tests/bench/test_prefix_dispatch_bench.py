@@ -72,3 +72,15 @@ def test_the_bound_counts_the_prefix_hits_the_oracle_would_get() -> None:
     same = [_req(0.0, 30_000) for _ in range(5)]  # one prompt five times: four find it cached
     assert pd.late_lower_bound(pd.oracle_cached(same, 0), 4.0) == 1
     assert pd.late_lower_bound(pd.oracle_cached(same), 4.0) == 0
+
+
+def test_predicted_ttft_keeps_its_hit_rate_when_four_workers_share_nothing() -> None:
+    # each turn of a conversation reaches a random one of 4 router workers, each with its own
+    # prefix index: the conversation's rendezvous owner is the same for all of them, so its
+    # turns still meet its prefix cache; prefix_aware's per-worker index loses hits
+    reqs = pd.chat_sessions(40, 1.0)
+    weights = Weights(stale_after_s=1.0)
+    mine = {n: pd.run(reqs, "predicted_ttft", weights, workers=n)["hit_rate"] for n in (1, 4)}
+    theirs = {n: pd.run(reqs, "prefix_aware", weights, workers=n)["hit_rate"] for n in (1, 4)}
+    assert mine[4] >= 0.98 * mine[1]
+    assert theirs[4] < 0.98 * theirs[1]

@@ -136,6 +136,9 @@ def start_router(servers: list[Served], redis_url: str) -> Callable[..., Awaitab
     ) -> Served:
         settings.setdefault("redis_url", redis_url)
         settings.setdefault("counters_flush_s", 0.05)
+        # the tests written before issue 33 made predicted_ttft the default assert gpu_load's
+        # choices (an idle pool filled in turn, prefix affinity): they name the policy they test
+        settings.setdefault("policy", "gpu_load")
         replicas = specs if specs is not None else [ReplicaSpec(url=url, model=model) for url in urls]
         served = await Served(create_app(RouterSettings(replicas=replicas, **settings))).start()
         servers.append(served)
