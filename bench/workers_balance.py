@@ -6,7 +6,7 @@ its own in-flight requests?
 
 Starts ``--replicas`` simulated vLLM replicas (``python -m sim serve``, profile a100, no warm-up,
 ``--time-scale``), then for each N a router with ``--workers N`` in front of them (cache off:
-every request is proxied; policy gpu_load, the default), waits until every worker has started,
+every request is proxied; policy gpu_load, the default before issue 33), waits until every worker has started,
 and sends ``--rounds`` bursts of ``--requests`` concurrent chat completions (distinct prompts,
 each on its own connection, so the kernel spreads them over the workers). Per burst it reads
 each replica's ``vllm:request_success_total`` before and after (requests per replica) and
