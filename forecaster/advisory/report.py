@@ -94,7 +94,7 @@ def _prometheus_demand(settings: ForecasterSettings, start: float, n: int) -> tu
         traffic = source.fetch(start + (n + 1) * STEP_S)
     except SourceUnavailable as exc:
         return None, f"Prometheus could not answer ({exc})"
-    values = np.asarray(traffic.values, dtype=float)[1:]
+    values = np.asarray(traffic.requests, dtype=float)[1:]
     if values.size != n or np.isnan(values).all():
         return None, f"Prometheus returned no data for {settings.prometheus_query!r} in the window"
     return values, ""
