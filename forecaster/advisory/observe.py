@@ -27,6 +27,10 @@ OBSERVED = Gauge(
     "promptedge_forecaster_observed_replicas",
     "spec.replicas of the target Deployment when the last cycle read it (NaN: unknown)",
 )
+READY_CAPACITY = Gauge(
+    "promptedge_forecaster_ready_capacity",
+    "Ready replicas x capacity per replica (demand unit per s; NaN: unknown): below the demand is under-provisioned",
+)
 ADVISORY = Gauge("promptedge_forecaster_advisory", "1 when the forecaster only advises (advisory mode), else 0")
 
 
@@ -56,6 +60,7 @@ def record_cycle(
     seen = observation(result, actuation, unit)
     READY.set(float("nan") if seen.ready is None else seen.ready)
     OBSERVED.set(float("nan") if seen.spec is None else seen.spec)
+    READY_CAPACITY.set(float("nan") if seen.ready is None else seen.ready * seen.capacity_per_replica)
     ADVISORY.set(1 if advisory is not None else 0)
     if advisory is not None:
         try:
