@@ -100,9 +100,13 @@ def cycle(
         log.error("observed scale unreadable: %s", exc)
         current = None
     store = state_store(settings, actuator_settings) if store is None else store
-    result = run_once(settings, source, now, store, current, lead, cache)
+    # Advisory mode plans as if in control: from its own last decision (the planner's default
+    # when ``current`` is None), not from the replicas another autoscaler chose, so its record
+    # is the decisions it would have made; the observed count is still recorded.
+    advising = actuator_settings.mode == "advisory"
+    result = run_once(settings, source, now, store, None if advising else current, lead, cache)
     publish(settings, store, result, clock)
-    advisory = advisory_log(settings, actuator_settings) if actuator_settings.mode == "advisory" else None
+    advisory = advisory_log(settings, actuator_settings) if advising else None
     try:
         actuation = actuator.apply(result.decision, current)
     except ActuationError as exc:
