@@ -320,6 +320,63 @@ def desired() -> None:
 
 
 @app.command(
+    help=(
+        "What-if report from advisory mode's record: what would have happened had the forecaster been in "
+        "control (under-provisioned minutes, replica-minutes, GPU-hours, scale events) against what the "
+        "cluster did, for PROMPTEDGE_ACTUATOR_NAMESPACE/DEPLOYMENT; demand from Prometheus when the source is "
+        "Prometheus. Exit codes: 0 complete; 1 written, but something could not be known (it says what); "
+        "2 bad input."
+    )
+)
+def report(
+    since: Annotated[str, typer.Option(help="Window ending now: 24h, 90m, 2d, 1w or seconds.")] = "24h",
+    until: Annotated[
+        float | None,
+        typer.Option(help="Unix s the window ends at (default: the clock, PROMPTEDGE_FORECASTER_CLOCK_*)."),
+    ] = None,
+    gpus_per_replica: Annotated[float, typer.Option(help="GPUs one replica holds, for GPU-hours.")] = 1.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG here.")] = None,
+) -> None:
+    """The what-if report (forecaster/advisory/report.py) as a table, JSON and PNG."""
+    from forecaster.advisory.report import build_report, parse_span, render_text
+    from forecaster.live import advisory_log, target_key
+
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise _fail("--plot needs matplotlib: pip install 'promptedge[plot]'")
+    if gpus_per_replica <= 0:
+        raise _fail(f"--gpus-per-replica must be > 0, got {gpus_per_replica:g}")
+    try:
+        span = parse_span(since)
+        settings = ForecasterSettings()
+        actuator_settings = load_actuator_settings()
+        end = settings.clock().now() if until is None else until
+        result = build_report(
+            settings,
+            advisory_log(settings, actuator_settings),
+            target_key(settings, actuator_settings),
+            span,
+            end,
+            gpus_per_replica,
+        )
+    except ForecasterError as exc:
+        raise _fail(str(exc)) from None
+    except RedisURLError as exc:
+        raise _fail(f"settings: a Redis URL (PROMPTEDGE_REDIS_URL): {exc}") from None
+    except (ValidationError, SettingsError) as exc:
+        raise _fail(f"settings: {exc}") from None
+    typer.echo(render_text(result))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result.document, indent=2))
+    if plot is not None:
+        from forecaster.advisory.plot import plot_report
+
+        plot_report(result, plot)
+    raise typer.Exit(int(ExitCode.OK if result.complete else ExitCode.HOLD))
+
+
+@app.command(
     "settings",
     help="List every setting: environment variable, default, and its key in the "
     "YAML file named by PROMPTEDGE_SETTINGS_FILE.",

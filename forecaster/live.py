@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from forecaster.actuate import ActuationError, ActuationResult, Actuator, ActuatorSettings, measure_warmup
+from forecaster.advisory.observe import record_cycle
+from forecaster.advisory.record import AdvisoryLog, advisory_key
 from forecaster.clock import SimClock
 from forecaster.errors import SourceUnavailable
 from forecaster.run import RunResult, SelectionCache, run_once
@@ -45,8 +47,24 @@ class Cycle:
 
 def state_store(settings: ForecasterSettings, actuator_settings: ActuatorSettings) -> RedisStateStore:
     """The planner state of the scaled target (and model, when one is named)."""
-    target = actuator_settings.target + (f":{settings.model_name}" if settings.model_name else "")
+    target = target_key(settings, actuator_settings)
     return RedisStateStore(settings.redis_url, f"promptedge:forecaster:state:{target}", settings.source_timeout_s)
+
+
+def target_key(settings: ForecasterSettings, actuator_settings: ActuatorSettings) -> str:
+    """``namespace/deployment`` plus ``:model`` when one is named: the key of the target's
+    planner state and advisory record."""
+    return actuator_settings.target + (f":{settings.model_name}" if settings.model_name else "")
+
+
+def advisory_log(settings: ForecasterSettings, actuator_settings: ActuatorSettings) -> AdvisoryLog:
+    """The advisory record of the target (forecaster/advisory/record.py) in the forecaster's Redis."""
+    return AdvisoryLog(
+        settings.redis_url,
+        advisory_key(target_key(settings, actuator_settings)),
+        settings.source_timeout_s,
+        actuator_settings.advisory_retention_s,
+    )
 
 
 def cycle(
@@ -82,13 +100,20 @@ def cycle(
         log.error("observed scale unreadable: %s", exc)
         current = None
     store = state_store(settings, actuator_settings) if store is None else store
-    result = run_once(settings, source, now, store, current, lead, cache)
+    # Advisory mode plans as if in control: from its own last decision (the planner's default
+    # when ``current`` is None), not from the replicas another autoscaler chose, so its record
+    # is the decisions it would have made; the observed count is still recorded.
+    advising = actuator_settings.mode == "advisory"
+    result = run_once(settings, source, now, store, None if advising else current, lead, cache)
     publish(settings, store, result, clock)
+    advisory = advisory_log(settings, actuator_settings) if advising else None
     try:
         actuation = actuator.apply(result.decision, current)
     except ActuationError as exc:
         log.error("actuation failed: %s", exc)
+        record_cycle(result, None, settings.demand_unit, advisory)
         return Cycle(result, None, ExitCode.ACTUATION_FAILED)
+    record_cycle(result, actuation, settings.demand_unit, advisory)
     code = ExitCode.HOLD if result.decision.action == "hold" else ExitCode.OK
     return Cycle(result, actuation, code)
 

@@ -61,6 +61,9 @@ class RunResult:
     scores: dict[str, float] = field(default_factory=dict)
     series: dict[str, object] = field(default_factory=dict)
     planner: PlannerConfig | None = None
+    # The last complete bucket's demand (demand unit per s) as counted, before any smoothing;
+    # None when the source gave none (a hold on an unreachable or empty source, a missing bucket).
+    demand: float | None = None
 
     def to_json(self) -> dict[str, object]:
         """JSON document: model, series, planner (the settings each step's replicas follow from),
@@ -185,9 +188,10 @@ def run_once(
         # the Traffic's name: only the part of the source that returned nothing (PopsCounterSource)
         decision = _hold(state, at, f"{traffic.name or source.name} returned no data", config, "empty", current)
         return _finish(RunResult(decision, at, series=series), store, state, config)
-    if zeros.outage:
+    if zeros.outage:  # its zeros are missing data, not a demand of 0
         decision = _hold(state, at, zeros.describe(traffic.step), config, "outage", current)
         return _finish(RunResult(decision, at, series=series), store, state, config)
+    last = float(raw[-1]) if raw.size and np.isfinite(raw[-1]) else None
     planned = horizon_steps(settings.horizon_s, traffic.step, config)
     horizon = planned + lag
     lead = min(horizon, lead_steps(config.lead_time_s, traffic.step) + lag)
@@ -227,7 +231,7 @@ def run_once(
         decision = replace(decision, reason=f"{decision.reason}; {chosen.note}")
     if decision.action != "hold" and zeros.buckets:
         decision = replace(decision, reason=f"{decision.reason}; {zeros.describe(traffic.step)}")
-    result = RunResult(decision, at, chosen.model.name, chosen.note, steps, chosen.scores, series)
+    result = RunResult(decision, at, chosen.model.name, chosen.note, steps, chosen.scores, series, demand=last)
     return _finish(result, store, state, config)
 
 

@@ -25,6 +25,7 @@ from opskit import FileSettings, LogFormat, RedisURL
 
 # A POP name (``pops``' keys): it appears in log lines, hold reasons and error messages.
 POP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+DEFAULT_PROMETHEUS_URL = "http://127.0.0.1:9090"
 NO_HOST = "the Redis URL has no host (redis://host:port/db); redis-py would read localhost"
 
 
@@ -72,11 +73,15 @@ class ForecasterSettings(FileSettings):
     # counters are read from redis_url. NoDecode: _pops_json decodes the environment's JSON
     # itself, to refuse a repeated name (json.loads keeps the last).
     pops: Annotated[dict[str, RedisURL], NoDecode] = Field(default_factory=dict)
-    # Source of demand: the router's Redis counters or a Prometheus query_range.
-    source: Literal["redis", "prometheus"] = "redis"
+    # Source of demand: the router's Redis counters or a Prometheus query_range. "auto": Prometheus
+    # when prometheus_url is set, else the router's counters; so a vLLM Deployment without the
+    # PromptEdge router needs only the Prometheus URL (and the Deployment's name, an actuator
+    # setting) with the default query below (docs/advisory.md, "Demand from any stack").
+    source: Literal["auto", "redis", "prometheus"] = "auto"
     model_name: str | None = None  # the router's model/pool; None = sum over all models
-    prometheus_url: str = "http://127.0.0.1:9090"
-    # Requests/s that reach the GPUs; vLLM >= 0.10 counts finished requests in this counter.
+    prometheus_url: str | None = None  # None: http://127.0.0.1:9090 when source is prometheus
+    # Requests/s that reach the GPUs; vLLM >= 0.10 counts finished requests in this counter. The
+    # queries for llm-d's gateway and vLLM's production-stack router: forecaster/sources/stacks.py.
     prometheus_query: str = "sum(rate(vllm:request_success_total[1m]))"
     source_timeout_s: PositiveFloat = 5.0  # bound on every source call
     trace_tz: str = "UTC"  # time zone of naive timestamps in trace files
@@ -166,6 +171,10 @@ class ForecasterSettings(FileSettings):
 
     @model_validator(mode="after")
     def _pops_are_redis(self) -> ForecasterSettings:
+        if self.source == "auto":  # resolved once: the rest of the code sees redis or prometheus
+            self.source = "prometheus" if self.prometheus_url and not self.pops else "redis"
+        if self.source == "prometheus" and not self.prometheus_url:
+            self.prometheus_url = DEFAULT_PROMETHEUS_URL
         if self.pops and self.source != "redis":
             raise ValueError("pops are read as Redis counters; they need source 'redis'")
         return self

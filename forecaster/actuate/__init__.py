@@ -13,6 +13,7 @@ See forecaster/README-actuation.md for modes, RBAC, KEDA and exit codes.
 from forecaster.actuate.actuators import (
     ActuationResult,
     Actuator,
+    AdvisoryActuator,
     DryRunActuator,
     KedaActuator,
     KubernetesActuator,
@@ -40,6 +41,7 @@ __all__ = [
     "ActuationError",
     "ActuationResult",
     "Actuator",
+    "AdvisoryActuator",
     "ActuatorSettings",
     "DecisionLike",
     "DesiredStore",

@@ -16,7 +16,7 @@ from typing import Literal
 from kubernetes import client as k8s
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from forecaster.actuate.errors import KubeConflict
+from forecaster.actuate.errors import ActuationError, KubeConflict
 from forecaster.actuate.kube import KubeScaleAPI, new_api_client
 from forecaster.actuate.publish import DesiredStore
 from forecaster.actuate.reconcile import (
@@ -34,7 +34,7 @@ from forecaster.actuate.settings import ActuatorSettings, Mode, load_actuator_se
 
 log = logging.getLogger(__name__)
 
-Action = Literal["none", "scaled", "would-scale", "published"]
+Action = Literal["none", "scaled", "would-scale", "published", "advised"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class ActuationResult:
     the scale subresource; the caller's ``current`` when the cluster was not read; None if
     unknown); action: ``none`` (already there, nothing written), ``scaled``, ``would-scale``
     (dry-run) or ``published`` (keda); attempts: reconcile attempts (>1 after 409 conflicts);
-    annotated: decision annotations written on the Deployment.
+    annotated: decision annotations written on the Deployment; ready: the Deployment's Ready
+    replicas (advisory mode; None when not read or unreadable); note: why ``ready`` is unknown.
     """
 
     mode: Mode
@@ -56,6 +57,8 @@ class ActuationResult:
     reason: str
     attempts: int = 1
     annotated: bool = False
+    ready: int | None = None
+    note: str = ""
 
     def summary(self) -> str:
         """One log/CLI line, e.g. ``kubernetes llm/vllm: scaled 2 -> 5 (attempts 2, annotated); reason: ...``."""
@@ -65,6 +68,8 @@ class ActuationResult:
             "scaled": f"scaled {before} -> {self.desired}",
             "would-scale": f"would scale {before} -> {self.desired}",
             "published": f"published desired {self.desired} (observed {before})",
+            "advised": f"advised {self.desired}, not scaling (spec {before}, Ready "
+            f"{'?' if self.ready is None else self.ready}{f': {self.note}' if self.note else ''})",
         }[self.action]
         extra = (
             f" (attempts {self.attempts}{', annotated' if self.annotated else ''})" if self.action == "scaled" else ""
@@ -137,6 +142,38 @@ class DryRunActuator(Actuator):
         desired = hold_floor(desired_replicas(decision), observed, is_hold(decision))
         action: Action = "none" if observed == desired else "would-scale"
         return self._result(desired, observed, action, decision.reason)
+
+
+class AdvisoryActuator(Actuator):
+    """Never writes: reads the Deployment's ``spec.replicas`` and Ready replicas (RBAC: ``get``
+    on ``deployments``) so that the cycle can record them next to the decision. An unreadable
+    Deployment (missing, forbidden, API server down) is no error here: the result says it is
+    unknown and why (``note``), and advising goes on."""
+
+    mode: Mode = "advisory"
+
+    def read_current(self) -> int | None:
+        """Observed ``spec.replicas`` (None without a deployment); raises ActuationError when unreadable."""
+        if not self._settings.deployment:
+            return None
+        return self._kube().read_replicas()[0]
+
+    def apply(self, decision: DecisionLike, current: int | None) -> ActuationResult:
+        desired = hold_floor(desired_replicas(decision), current, is_hold(decision))
+        if not self._settings.deployment:
+            return self._advised(desired, current, None, decision.reason, "no deployment configured")
+        try:
+            spec, ready = self._kube().read_replicas()
+        except ActuationError as exc:
+            return self._advised(desired, current, None, decision.reason, str(exc))
+        return self._advised(desired, spec, ready, decision.reason, "")
+
+    def _advised(self, desired: int, spec: int | None, ready: int | None, reason: str, note: str) -> ActuationResult:
+        result = ActuationResult(
+            self.mode, self._settings.target, desired, spec, "advised", reason, ready=ready, note=note
+        )
+        log.info("%s", result.summary())
+        return result
 
 
 class KubernetesActuator(Actuator):
@@ -247,4 +284,6 @@ def build_actuator(
         return KubernetesActuator(settings, api_client)
     if settings.mode == "keda":
         return KedaActuator(settings, api_client, store)
+    if settings.mode == "advisory":
+        return AdvisoryActuator(settings, api_client)
     return DryRunActuator(settings, api_client)

@@ -106,6 +106,17 @@ class KubeScaleAPI:
             )
         return _to_scale(scale)
 
+    def read_replicas(self) -> tuple[int, int]:
+        """GET deployments/{name} -> (spec.replicas, status.readyReplicas); an absent readyReplicas
+        (no Pod Ready yet) is 0."""
+        with _boundary(self._resource(), "get"):
+            deployment = self._apps.read_namespaced_deployment(
+                self._deployment, self._namespace, _request_timeout=self._timeout
+            )
+        spec = deployment.spec.replicas if deployment.spec and deployment.spec.replicas is not None else 1
+        ready = deployment.status.ready_replicas if deployment.status else None
+        return int(spec), int(ready or 0)
+
     def patch_scale(self, body: dict[str, Any]) -> Scale:
         """PATCH deployments/{name}/scale with a merge patch; returns the Scale after the write."""
         with _boundary(self._resource(subresource="scale"), "patch"):

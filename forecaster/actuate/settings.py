@@ -11,13 +11,15 @@ from pydantic_settings import SettingsConfigDict
 from forecaster.actuate.errors import ActuationConfigError
 from opskit import FileSettings, RedisURL
 
-Mode = Literal["dry-run", "kubernetes", "keda"]
+Mode = Literal["advisory", "dry-run", "kubernetes", "keda"]
 
 
 class ActuatorSettings(FileSettings):
     """Where and how decisions are carried out.
 
-    mode: ``dry-run`` (log only; reads the scale when a deployment is set), ``kubernetes``
+    mode: ``advisory`` (the default: never writes the scale; each cycle records the decision,
+    the Deployment's Ready and ``spec.replicas`` and the demand for ``python -m forecaster
+    report``), ``dry-run`` (log only; reads the scale when a deployment is set), ``kubernetes``
     (patch the Deployment's scale subresource) or ``keda`` (publish desired replicas for KEDA's
     metrics-api scaler / an HPA external metric; never writes the scale).
     Kubernetes access: ``kubeconfig`` (+ ``context``) when set, else in-cluster when
@@ -27,7 +29,11 @@ class ActuatorSettings(FileSettings):
 
     model_config = SettingsConfigDict(env_prefix="PROMPTEDGE_ACTUATOR_", extra="ignore", populate_by_name=True)
 
-    mode: Mode = "dry-run"
+    # A new install watches before it acts: advisory writes nothing to the cluster (as dry-run)
+    # and keeps the evidence (decisions against Ready replicas and demand) that the what-if
+    # report turns into "what it would have done"; switching to kubernetes or keda is then a
+    # decision made on that evidence, not on faith.
+    mode: Mode = "advisory"
     namespace: str = "default"
     deployment: str | None = None
     kubeconfig: Path | None = None
@@ -46,6 +52,8 @@ class ActuatorSettings(FileSettings):
     publish_host: str = "127.0.0.1"
     publish_port: int = Field(8090, ge=1, le=65535)
     stale_after_s: float = Field(900.0, gt=0)
+    # How long advisory observations are kept (Redis sorted set per target; trimmed on write).
+    advisory_retention_s: float = Field(14 * 86400.0, gt=0)
 
     @model_validator(mode="after")
     def _deployment_needed(self) -> ActuatorSettings:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from forecaster.series import Traffic
-from forecaster.settings import ForecasterSettings
+from forecaster.settings import DEFAULT_PROMETHEUS_URL, ForecasterSettings
 from forecaster.sources.pops import PopsCounterSource
 from forecaster.sources.prometheus import PrometheusSource
 from forecaster.sources.redis_counters import RedisCounterSource
@@ -51,7 +51,7 @@ def open_source(settings: ForecasterSettings) -> Source:
     ConfigError for a POP whose URL no client can be built from."""
     if settings.source == "prometheus":
         return PrometheusSource(
-            settings.prometheus_url,
+            settings.prometheus_url or DEFAULT_PROMETHEUS_URL,
             settings.prometheus_query,
             settings.step_s,
             settings.history_s,

@@ -82,6 +82,10 @@ class LoopConfig:
     # forecaster's model selection takes ~40 % of a core) are magnified into seconds of TTFT.
     # They run at this lower CPU priority (nice), so the data path is served first.
     control_nice: int = 10
+    # The reactive policy runs with the forecaster beside it in advisory mode (deciding and
+    # recording, never scaling): its record is returned in the reactive run's "advisory" for
+    # the what-if report (bench/loop_advisory.py, issue 35).
+    advise: bool = False
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]

@@ -317,6 +317,7 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
             outcomes, _ = asyncio.run(run_plan(prep.plan, replay_cfg))
         finally:
             samples = observer.stop()
+        advisory = _advisory_record(redis_url, sim_start) if policy == "reactive" and cfg.advise else None
         invalid = run_problems({c.name: c.process.poll() for c in stack.children}, len(observer.errors), len(samples))
     records = to_records(prep.plan, outcomes, cfg.speedup)
     span = prep.segment.span_s
@@ -337,7 +338,22 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         row["queue_time_s"] = queue
     out["minutes"] = rows
     out["logs"] = str(log_dir)
+    if advisory is not None:
+        out["advisory"] = advisory
     return out
+
+
+# The advisory record's keys (forecaster/advisory/record.py): sim imports no product package,
+# so the prefix is matched here, and the members are handed over as stored.
+ADVISORY_KEYS = "promptedge:forecaster:advisory:*"
+
+
+def _advisory_record(redis_url: str, sim_start: float) -> dict[str, Any]:
+    """The advising forecaster's record as stored: {key: [member JSON, ...]} and the segment's
+    simulated start (Unix s), read before the stack's Redis stops."""
+    with redis.Redis.from_url(redis_url) as r:
+        keys = sorted(k.decode() for k in r.keys(ADVISORY_KEYS))
+        return {"segment_start": sim_start, "records": {k: [m.decode() for m in r.zrange(k, 0, -1)] for k in keys}}
 
 
 def run_problems(exit_codes: dict[str, int | None], observer_errors: int, samples: int) -> list[str]:
@@ -363,36 +379,15 @@ def _start_actor(
     redis_url: str,
     clock: dict[str, str],
 ) -> None:
-    if policy == "predictive":
+    if policy == "predictive" or (policy == "reactive" and cfg.advise):
+        mode = "kubernetes" if policy == "predictive" else "advisory"
         stack.spawn(
             "forecaster",
             ["forecaster", "daemon"],
-            {
-                **clock,
-                "PROMPTEDGE_REDIS_URL": redis_url,
-                "PROMPTEDGE_FORECASTER_SOURCE": "redis",
-                "PROMPTEDGE_FORECASTER_MODEL_NAME": cfg.model,
-                "PROMPTEDGE_FORECASTER_DEMAND_UNIT": "requests",
-                "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": repr(prep.capacity_rps),
-                "PROMPTEDGE_FORECASTER_HEADROOM": repr(cfg.headroom),
-                "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1",
-                "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(cfg.max_replicas),
-                "PROMPTEDGE_FORECASTER_WARMUP_S": repr(cfg.warmup_s),
-                "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60",
-                "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
-                "PROMPTEDGE_ACTUATOR_MODE": "kubernetes",
-                "PROMPTEDGE_ACTUATOR_NAMESPACE": cfg.namespace,
-                "PROMPTEDGE_ACTUATOR_DEPLOYMENT": cfg.deployment,
-                "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
-                "PROMPTEDGE_ACTUATOR_CONTEXT": "local",
-                "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s),
-                # As the reactive policy: HPA's default behaviour has no scale-up stabilisation, so
-                # a forecast that keeps rising is not held back for 300 s after each step up.
-                "PROMPTEDGE_FORECASTER_UP_COOLDOWN_S": "0",
-            },
+            _forecaster_env(cfg, prep, kubeconfig, redis_url, clock, mode),
             nice=cfg.control_nice,
         )
-    elif policy == "reactive":
+    if policy == "reactive":
         stack.spawn(
             "hpa",
             [
@@ -417,6 +412,36 @@ def _start_actor(
             clock,
             nice=cfg.control_nice,
         )
+
+
+def _forecaster_env(
+    cfg: LoopConfig, prep: Prepared, kubeconfig: Path, redis_url: str, clock: dict[str, str], mode: str
+) -> dict[str, str]:
+    """The forecaster daemon's environment: in control (``mode`` kubernetes, the predictive
+    policy) or advising beside the reactive one (``advisory``), with the same settings."""
+    return {
+        **clock,
+        "PROMPTEDGE_REDIS_URL": redis_url,
+        "PROMPTEDGE_FORECASTER_SOURCE": "redis",
+        "PROMPTEDGE_FORECASTER_MODEL_NAME": cfg.model,
+        "PROMPTEDGE_FORECASTER_DEMAND_UNIT": "requests",
+        "PROMPTEDGE_FORECASTER_CAPACITY_PER_REPLICA": repr(prep.capacity_rps),
+        "PROMPTEDGE_FORECASTER_HEADROOM": repr(cfg.headroom),
+        "PROMPTEDGE_FORECASTER_MIN_REPLICAS": "1",
+        "PROMPTEDGE_FORECASTER_MAX_REPLICAS": str(cfg.max_replicas),
+        "PROMPTEDGE_FORECASTER_WARMUP_S": repr(cfg.warmup_s),
+        "PROMPTEDGE_FORECASTER_DAEMON_INTERVAL_S": "60",
+        "PROMPTEDGE_FORECASTER_METRICS_PORT": "0",
+        "PROMPTEDGE_ACTUATOR_MODE": mode,
+        "PROMPTEDGE_ACTUATOR_NAMESPACE": cfg.namespace,
+        "PROMPTEDGE_ACTUATOR_DEPLOYMENT": cfg.deployment,
+        "PROMPTEDGE_ACTUATOR_KUBECONFIG": str(kubeconfig),
+        "PROMPTEDGE_ACTUATOR_CONTEXT": "local",
+        "PROMPTEDGE_ACTUATOR_WARMUP_S": repr(cfg.warmup_s),
+        # As the reactive policy: HPA's default behaviour has no scale-up stabilisation, so
+        # a forecast that keeps rising is not held back for 300 s after each step up.
+        "PROMPTEDGE_FORECASTER_UP_COOLDOWN_S": "0",
+    }
 
 
 def to_records(plan: list[PlannedRequest], outcomes: list[Outcome], speedup: float) -> list[RequestRecord]:

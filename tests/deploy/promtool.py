@@ -48,6 +48,7 @@ def _sample_names(registry: CollectorRegistry) -> set[str]:
 def exported_names() -> set[str]:
     """Every series name the router (with its cache and discovery series), the forecaster
     daemon and the simulated vLLM replica expose, plus :data:`VLLM_NOT_SIMULATED`."""
+    import forecaster.live  # noqa: F401 - and the daemon's advisory series (forecaster/advisory/observe.py)
     import forecaster.run  # noqa: F401 - registers the forecaster's series on the default registry
     from cache.stats.metrics import REGISTRY as CACHE
     from router.discovery import DiscoveryCollector, StaticSource

@@ -53,6 +53,16 @@ EXPECTED = {
         "NetworkPolicy": 2,
         "ScaledObject": 1,
     },
+    "vllm-advisory": {
+        "Deployment": 1,
+        "StatefulSet": 1,
+        "Service": 2,
+        "ConfigMap": 2,
+        "ServiceAccount": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "NetworkPolicy": 2,
+    },
 }
 
 

@@ -136,6 +136,7 @@ PODS = [
     ("central", "promptedge-forecaster", "central/settings.yaml", FORECASTER_SETTINGS),
     ("central-keda", "promptedge-forecaster", "central/settings.yaml", FORECASTER_SETTINGS),
     ("central-keda", "promptedge-desired", "central/settings.yaml", FORECASTER_SETTINGS),
+    ("vllm-advisory", "promptedge-forecaster", "vllm-advisory/settings.yaml", FORECASTER_SETTINGS),
 ]
 
 

@@ -45,7 +45,8 @@ def test_role_grants_only_scale_annotations_and_pod_list() -> None:
     scale = rules[("apps",), ("deployments/scale",)]
     assert sorted(scale["verbs"]) == ["get", "patch"] and scale["resourceNames"] == ["vllm"]
     deployments = rules[("apps",), ("deployments",)]
-    assert deployments["verbs"] == ["patch"] and deployments["resourceNames"] == ["vllm"]
+    # get: advisory mode reads status.readyReplicas; patch: the decision's annotations
+    assert deployments["verbs"] == ["get", "patch"] and deployments["resourceNames"] == ["vllm"]
     assert rules[("",), ("pods",)]["verbs"] == ["list"]
     assert "*" not in yaml.safe_dump(role["rules"])
 

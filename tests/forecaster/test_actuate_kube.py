@@ -233,7 +233,7 @@ def test_role_does_not_reach_other_deployments_or_verbs(kubeconfig: Path) -> Non
 
     apps = k8s.AppsV1Api(_admin(kubeconfig, "limited"))
     attempts = {
-        "get deployment": lambda: apps.read_namespaced_deployment(NAME, NS),
+        "get other deployment": lambda: apps.read_namespaced_deployment("other", NS),
         "list deployments": lambda: apps.list_namespaced_deployment(NS),
         "delete deployment": lambda: apps.delete_namespaced_deployment(NAME, NS),
         "update scale": lambda: apps.replace_namespaced_deployment_scale(
@@ -248,6 +248,19 @@ def test_role_does_not_reach_other_deployments_or_verbs(kubeconfig: Path) -> Non
         with pytest.raises(ApiException) as denied:
             call()
         assert denied.value.status == 403, what
+
+
+def test_limited_role_advises_with_the_ready_replicas_and_writes_nothing(kubeconfig: Path) -> None:
+    """Advisory mode (the default) under the shipped Role: it may read the Deployment's status."""
+    before = _read(kubeconfig)
+    result = build_actuator(limited(kubeconfig, mode="advisory")).apply(Decision(9, "advice"), None)
+    print(result.summary())
+    assert (result.action, result.observed, result.desired) == ("advised", before.spec.replicas, 9)
+    assert result.ready == (before.status.ready_replicas or 0) and result.note == ""
+    after = _read(kubeconfig)
+    assert after.metadata.resource_version == before.metadata.resource_version  # nothing written
+    other = build_actuator(limited(kubeconfig, mode="advisory", deployment="other")).apply(Decision(2, "x"), None)
+    assert other.ready is None and 'User "limited" cannot get' in other.note
 
 
 def test_missing_deployment_is_not_found(kubeconfig: Path) -> None:
