@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -28,7 +29,7 @@ from forecaster.scheduler import ExitCode, run_daemon
 from forecaster.series import demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import TraceSource, open_source
-from opskit import RedisURLError, settings_table
+from opskit import RedisURLError, env_name, output_path_error, settings_table
 from opskit import configure as configure_logging
 from opskit.redis_client import check_redis_url
 
@@ -44,9 +45,47 @@ app = typer.Typer(
 )
 
 
+log = logging.getLogger("forecaster.cli")
+
+
+def _internal(message: str) -> int:
+    """Print ``error: message`` and return the exit code of a report that could not be built (1:
+    nothing could be known; not 2, which says the input was bad)."""
+    typer.echo(f"error: {message}", err=True)
+    return int(ExitCode.HOLD)
+
+
+def _settings_error(exc: ValidationError | SettingsError) -> str:
+    """A settings error on one line: ``ENV_NAME: message`` per error (pydantic's own text spans
+    several lines, adds a link and names the field, not the variable a user sets); the values
+    are not repeated (they may hold passwords)."""
+    if not isinstance(exc, ValidationError):
+        return f"settings: {exc}"
+    from forecaster.actuate.settings import ActuatorSettings
+
+    cls = {c.__name__: c for c in (ForecasterSettings, ActuatorSettings)}.get(exc.title)
+    parts = []
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"]]
+        if cls is not None and loc and loc[0] in cls.model_fields:
+            loc[0] = env_name(cls, loc[0], cls.model_fields[loc[0]])
+        message = error["msg"].removeprefix("Value error, ")  # a validator's own text follows it
+        parts.append(f"{'.'.join(loc) or exc.title}: {message}")
+    return "settings: " + "; ".join(parts)
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(int(ExitCode.BAD_INPUT))
+
+
+def _check_outputs(*outputs: tuple[str, Path | None]) -> None:
+    """Refuse, before any work, an output file that could not be written at the end (a folder,
+    an unwritable place): a one-line error naming the option (exit 2), not a traceback."""
+    for option, path in outputs:
+        error = output_path_error(option, path)
+        if error is not None:
+            raise _fail(error)
 
 
 def _clock(ts: float) -> str:
@@ -84,7 +123,8 @@ def _group() -> None:
 @app.command(
     help=(
         "Forecast the next 30 minutes, decide the replicas and carry the decision out "
-        "(PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda). With --trace: a what-if on a trace."
+        "(PROMPTEDGE_ACTUATOR_MODE: advisory by default -- records the decision for 'report', scales nothing; "
+        "dry-run, kubernetes or keda). With --trace: a what-if on a trace."
         " Every setting with its env name and default: python -m forecaster settings."
         "\n\n"
         "Exit codes: 0 decided and carried out; 1 held the last decision (source unreachable, empty, or its "
@@ -105,9 +145,10 @@ def run(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the plan as JSON here.")] = None,
 ) -> None:
     """Forecast the next 30 minutes, decide replicas and carry the decision out
-    (PROMPTEDGE_ACTUATOR_MODE: dry-run by default, kubernetes or keda)."""
+    (PROMPTEDGE_ACTUATOR_MODE: advisory by default, dry-run, kubernetes or keda)."""
     if not once:
         raise _fail("'run' needs --once; use 'daemon' for a schedule")
+    _check_outputs(("--json", json_path))
     try:
         settings = ForecasterSettings(**({"model_name": model_name} if model_name else {}))
         if trace is not None:
@@ -125,7 +166,7 @@ def run(
     except RedisURLError as exc:  # an option redis-py refuses when the client is built (?socket_timeout=abc)
         raise _fail(f"settings: a Redis URL (PROMPTEDGE_REDIS_URL or a source's): {exc}") from None
     except (ValidationError, SettingsError) as exc:
-        raise _fail(f"settings: {exc}") from None
+        raise _fail(_settings_error(exc)) from None
     print_plan(result)
     typer.echo(f"actuation: {actuation}")
     if json_path is not None:
@@ -166,7 +207,7 @@ def daemon(
     except RedisURLError as exc:  # an option redis-py refuses when the client is built (?socket_timeout=abc)
         raise _fail(f"settings: a Redis URL (PROMPTEDGE_REDIS_URL or a source's): {exc}") from None
     except (ValidationError, SettingsError) as exc:
-        raise _fail(f"settings: {exc}") from None
+        raise _fail(_settings_error(exc)) from None
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
     run_daemon(job, clock.to_wall(settings.daemon_interval_s))
@@ -249,6 +290,7 @@ def backtest(
         raise _fail(f"--demand-unit must be requests or tokens, got {demand_unit!r}")
     if plot is not None and importlib.util.find_spec("matplotlib") is None:  # say so before the replay
         raise _fail("--plot needs matplotlib: pip install 'promptedge[plot]'")
+    _check_outputs(("--json", json_path), ("--plot", plot))
     for flag, value, ok, bound in (
         ("--capacity", capacity, capacity > 0, "> 0"),
         ("--warmup", warmup, warmup >= 0, ">= 0"),
@@ -315,7 +357,7 @@ def desired() -> None:
     try:
         settings = ActuatorSettings()
     except (ValidationError, SettingsError) as exc:
-        raise _fail(f"settings: {exc}") from None
+        raise _fail(_settings_error(exc)) from None
     serve_desired(settings)
 
 
@@ -344,12 +386,26 @@ def report(
 
     if plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _fail("--plot needs matplotlib: pip install 'promptedge[plot]'")
-    if gpus_per_replica <= 0:
-        raise _fail(f"--gpus-per-replica must be > 0, got {gpus_per_replica:g}")
+    if not (math.isfinite(gpus_per_replica) and gpus_per_replica > 0):  # NaN passes a "<= 0" test
+        raise _fail(f"--gpus-per-replica must be a finite number > 0, got {gpus_per_replica:g}")
+    if until is not None and not math.isfinite(until):
+        raise _fail(f"--until must be a finite Unix time (s), got {until:g}")
+    _check_outputs(("--json", json_path), ("--plot", plot))
     try:
         span = parse_span(since)
         settings = ForecasterSettings()
         actuator_settings = load_actuator_settings()
+        if span > actuator_settings.advisory_retention_s:
+            raise _fail(
+                f"--since {since!r}: longer than the advisory record is kept "
+                f"(PROMPTEDGE_ACTUATOR_ADVISORY_RETENTION_S = {actuator_settings.advisory_retention_s / 86400:g} days)"
+            )
+        notes: tuple[str, ...] = ()
+        if not actuator_settings.deployment:
+            notes = (
+                f"PROMPTEDGE_ACTUATOR_DEPLOYMENT is not set: the target is {actuator_settings.target}, the record "
+                "a forecaster without a Deployment writes; set it to the Deployment advisory mode watches",
+            )
         end = settings.clock().now() if until is None else until
         result = build_report(
             settings,
@@ -358,21 +414,34 @@ def report(
             span,
             end,
             gpus_per_replica,
+            notes,
         )
+        text = render_text(result)
     except ForecasterError as exc:
         raise _fail(str(exc)) from None
     except RedisURLError as exc:
         raise _fail(f"settings: a Redis URL (PROMPTEDGE_REDIS_URL): {exc}") from None
     except (ValidationError, SettingsError) as exc:
-        raise _fail(f"settings: {exc}") from None
-    typer.echo(render_text(result))
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result.document, indent=2))
-    if plot is not None:
-        from forecaster.advisory.plot import plot_report
+        raise _fail(_settings_error(exc)) from None
+    except (ArithmeticError, ValueError, TypeError, KeyError, IndexError, MemoryError) as exc:
+        # Backstop, narrow on purpose: the report reads a record any process may have written and
+        # an answer from any Prometheus, and the rule is never a traceback to a user. Bad input is
+        # checked above and unreadable data becomes an unknown; a data error that still slips
+        # through ends in one line (the traceback is logged at debug for a bug report). Errors
+        # of the program's own wiring (ImportError, AttributeError, ...) still show a traceback.
+        log.debug("report failed", exc_info=True)
+        raise typer.Exit(_internal(f"the report could not be built: {type(exc).__name__}: {exc}")) from None
+    typer.echo(text)
+    try:
+        if json_path is not None:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(result.document, indent=2))
+        if plot is not None:
+            from forecaster.advisory.plot import plot_report
 
-        plot_report(result, plot)
+            plot_report(result, plot)
+    except OSError as exc:  # checked first, but the disk can still fill or the folder go away
+        raise _fail(f"writing the report: {exc}") from None
     raise typer.Exit(int(ExitCode.OK if result.complete else ExitCode.HOLD))
 
 

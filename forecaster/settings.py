@@ -142,6 +142,18 @@ class ForecasterSettings(FileSettings):
     # The daemon serves its Prometheus metrics (holds, desired replicas) here; 0 = off.
     metrics_port: int = Field(9464, ge=0, le=65535)
 
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_http_url(cls, url: str | None) -> str | None:
+        # "banana" would otherwise surface only at the first query, as "Prometheus could not
+        # answer" in every cycle; the value is not echoed (it may carry a password).
+        if url is None:
+            return url
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host (e.g. http://prometheus:9090)")
+        return url
+
     @field_validator("pops", mode="before")
     @classmethod
     def _pops_json(cls, value: Any) -> Any:

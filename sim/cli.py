@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -126,17 +125,12 @@ def check_output_path(option: str, path: Path | None) -> None:
     """Refuse, before a long run, an output file that could not be written at its end: its
     folder is made now (as the writer would) and must be writable, and the path must not be a
     folder. Prints the error naming ``option`` and ``path`` and raises typer.Exit(2); None: nothing
-    to check. Also used by bench/closed_loop.py."""
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _fail(f"{option} {path}: cannot make its folder ({exc.strerror or exc})") from None
-    if path.is_dir():
-        raise _fail(f"{option} {path}: is a folder, give a file name")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise _fail(f"{option} {path}: not writable")
+    to check (opskit.output_path_error). Also used by bench/closed_loop.py."""
+    from opskit import output_path_error
+
+    error = output_path_error(option, path)
+    if error is not None:
+        raise _fail(error)
 
 
 @app.command()

@@ -53,20 +53,46 @@ class Observation:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Observation:
-        """Parse one stored member; raises ValueError (KeyError, TypeError included) when it is no Observation."""
-        data: dict[str, Any] = json.loads(raw)
-        return cls(
-            at=float(data["at"]),
-            desired=int(data["desired"]),
-            action=str(data.get("action", "")),
-            ready=None if data.get("ready") is None else int(data["ready"]),
-            spec=None if data.get("spec") is None else int(data["spec"]),
-            demand=None if data.get("demand") is None else float(data["demand"]),
-            lead_s=float(data["lead_s"]),
-            capacity_per_replica=float(data["capacity_per_replica"]),
-            unit=str(data.get("unit", "requests")),
-            note=str(data.get("note", "")),
-        )
+        """Parse one stored member. Raises ValueError naming the field when it is no Observation:
+        a missing or mistyped field, ``at`` not finite, a count (desired, ready, spec) not a whole
+        number >= 0, lead_s not finite >= 0, capacity_per_replica not finite > 0, demand not
+        finite >= 0 (null is unknown). Python's json reads NaN, Infinity and 1e400 (inf), so a
+        stored member can hold them: they must not reach the report's arithmetic."""
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            return cls(
+                at=_number(data, "at", 0.0, allow_negative=True),
+                desired=_count(data, "desired"),
+                action=str(data.get("action", "")),
+                ready=None if data.get("ready") is None else _count(data, "ready"),
+                spec=None if data.get("spec") is None else _count(data, "spec"),
+                demand=None if data.get("demand") is None else _number(data, "demand", 0.0),
+                lead_s=_number(data, "lead_s", 0.0),
+                capacity_per_replica=_number(data, "capacity_per_replica", 0.0, strict=True),
+                unit=str(data.get("unit", "requests")),
+                note=str(data.get("note", "")),
+            )
+        except (KeyError, TypeError, OverflowError) as exc:  # a missing field, a list for a number, inf to int
+            raise ValueError(f"not an advisory observation: {exc!r}") from None
+
+
+def _number(data: dict[str, Any], field: str, low: float, strict: bool = False, allow_negative: bool = False) -> float:
+    """``data[field]`` as a finite float >= low (> low when strict; any sign when allow_negative)."""
+    value = float(data[field])
+    if not math.isfinite(value) or (not allow_negative and (value < low or (strict and value == low))):
+        bound = "finite" if allow_negative else f"finite and {'>' if strict else '>='} {low:g}"
+        raise ValueError(f"{field} must be {bound}, got {value!r}")
+    return value
+
+
+def _count(data: dict[str, Any], field: str) -> int:
+    """``data[field]`` as a whole number >= 0 (2.0 is 2; 2.5, -1, NaN and inf are refused)."""
+    value = _number(data, field, 0.0)
+    if not value.is_integer():
+        raise ValueError(f"{field} must be a whole number, got {value!r}")
+    return int(value)
 
 
 def advisory_key(target: str) -> str:
@@ -107,7 +133,7 @@ class AdvisoryLog:
         for raw in members:
             try:
                 out.append(Observation.from_json(raw))
-            except (ValueError, KeyError, TypeError):
+            except ValueError:  # from_json turns every malformed member into one
                 bad += 1
         out.sort(key=lambda o: o.at)
         return out, bad

@@ -27,17 +27,24 @@ from forecaster.settings import DEFAULT_PROMETHEUS_URL, ForecasterSettings
 from forecaster.sources.prometheus import PrometheusSource
 
 STEP_S = 60.0
+# The longest window: a year of minutes (525,600 per array) keeps the report's arrays and its
+# Prometheus reads (48 chunked requests) bounded; the record itself keeps less (the actuator's
+# advisory_retention_s, 14 days by default), which the CLI also enforces.
+MAX_SPAN_S = 366 * 86400.0
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
 def parse_span(text: str) -> float:
-    """``24h``, ``90m``, ``2d``, ``1w``, ``3600s`` or plain seconds -> seconds (> 0). Raises
-    ConfigError naming the value."""
+    """``24h``, ``90m``, ``2d``, ``1w``, ``3600s`` or plain seconds -> seconds, in (0, MAX_SPAN_S].
+    Raises ConfigError naming ``--since`` and the value."""
     match = _SPAN.match(text)
     if not match or float(match.group(1)) <= 0:
         raise ConfigError(f"--since {text!r}: expected a positive span such as 24h, 90m, 2d or 3600 (seconds)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    span = float(match.group(1)) * _UNITS[match.group(2)]
+    if span > MAX_SPAN_S:  # 1e20 s would ask numpy for an array of 1.7e18 minutes
+        raise ConfigError(f"--since {text!r}: at most {MAX_SPAN_S / 86400:g} days ({MAX_SPAN_S:g} s)")
+    return span
 
 
 @dataclass(frozen=True)
@@ -124,24 +131,30 @@ def build_report(
     since_s: float,
     until: float,
     gpus_per_replica: float = 1.0,
+    notes: tuple[str, ...] = (),
 ) -> Report:
-    """The what-if over [until - since_s, until) (Unix s, whole minutes) for ``target``.
-    Raises ConfigError for a non-positive span or GPU count; never for missing data, which the
-    report names in ``unknown``."""
-    if since_s <= 0 or gpus_per_replica <= 0:
-        raise ConfigError("the span and --gpus-per-replica must be > 0")
+    """The what-if over [until - since_s, until) (Unix s, whole minutes) for ``target``; ``notes``
+    are put first in the report's notes (e.g. about its settings). Raises ConfigError for a span
+    not in (0, MAX_SPAN_S], an ``until`` not finite or a GPU count not finite > 0; never for
+    missing data, which the report names in ``unknown``."""
+    if not 0 < since_s <= MAX_SPAN_S:
+        raise ConfigError(f"--since: the span must be in (0, {MAX_SPAN_S:g}] s, got {since_s!r}")
+    if not math.isfinite(until):
+        raise ConfigError(f"--until must be a finite Unix time, got {until!r}")
+    if not (math.isfinite(gpus_per_replica) and gpus_per_replica > 0):
+        raise ConfigError(f"--gpus-per-replica must be a finite number > 0, got {gpus_per_replica!r}")
     end = math.floor(until / STEP_S) * STEP_S
     start = end - math.ceil(since_s / STEP_S) * STEP_S
     n = int(round((end - start) / STEP_S))
     unknown: list[str] = []
-    notes: list[str] = []
+    notes_out: list[str] = list(notes)
     try:
         observations, bad = record.read(start, end)
     except SourceUnavailable as exc:
         observations, bad = [], 0
         unknown.append(f"the advisory record could not be read ({exc}): everything the forecaster decided")
     if bad:
-        notes.append(f"{bad} stored observation(s) could not be parsed and were skipped")
+        notes_out.append(f"{bad} stored observation(s) could not be parsed and were skipped")
     if not observations and not unknown:
         unknown.append(
             f"no advisory observation recorded for {target} in the window (is a forecaster running with "
@@ -151,7 +164,7 @@ def build_report(
     desired, ready, spec, recorded = _grid(observations, start, n, 2 * interval_min)
     why_ready = Counter(o.note for o in observations if o.ready is None and o.note)
     for why, count in why_ready.most_common(3):
-        notes.append(f"Ready replicas unknown in {count} cycle(s): {why}")
+        notes_out.append(f"Ready replicas unknown in {count} cycle(s): {why}")
     demand: FloatArray = recorded
     demand_source = "advisory records (the demand each cycle saw)"
     if settings.source == "prometheus":
@@ -159,7 +172,7 @@ def build_report(
         if from_prometheus is not None:
             demand, demand_source = from_prometheus, f"Prometheus: {settings.prometheus_query}"
         else:
-            notes.append(f"{why}; demand taken from the advisory records instead")
+            notes_out.append(f"{why}; demand taken from the advisory records instead")
     if observations:
         capacity = statistics.median(o.capacity_per_replica for o in observations)
         lead_s = statistics.median(o.lead_s for o in observations)
@@ -168,7 +181,7 @@ def build_report(
         capacity = settings.capacity_per_replica
         lead_s = settings.planner().lead_time_s
         unit = settings.demand_unit
-        notes.append("no observation: the model below is the settings', not what a forecaster planned with")
+        notes_out.append("no observation: the model above is the settings', not what a forecaster planned with")
     model = Model(capacity, lead_s, gpus_per_replica)
     result = compare(desired, ready, spec, demand, model)
     unknown.extend(result.unknown)
@@ -189,7 +202,7 @@ def build_report(
         "forecaster_in_control": result.forecaster.to_json(),
         "cluster": result.cluster.to_json(),
         "unknown": unknown,
-        "notes": notes,
+        "notes": notes_out,
         "series": {
             "start": start,
             "step_s": STEP_S,

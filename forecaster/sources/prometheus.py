@@ -4,7 +4,8 @@ The PromQL (a setting) must return a rate (per second) of the demand, e.g.
 ``sum(rate(vllm:request_success_total[1m]))``; several returned series are summed. Prometheus
 caps a range query at 11,000 points per series, so long histories are read in chunks. A step
 with no sample in any series is missing (NaN), never zero. Every request is bounded by
-``timeout_s``; network errors, HTTP errors and non-"success" answers raise SourceUnavailable.
+``timeout_s``; network errors, HTTP errors, non-"success" answers and answers not shaped as Prometheus
+documents raise SourceUnavailable.
 """
 
 from __future__ import annotations
@@ -64,10 +65,30 @@ class PrometheusSource:
             raise SourceUnavailable(f"Prometheus query_range answered HTTP {exc.response.status_code}") from None
         except (httpx.HTTPError, ValueError) as exc:
             raise SourceUnavailable(f"Prometheus query_range failed: {exc}") from None
-        if body.get("status") != "success" or body.get("data", {}).get("resultType") != "matrix":
+        try:
+            self._add(body, origin, values)
+        except (AttributeError, TypeError, ValueError, IndexError, OverflowError) as exc:
+            # An answer not shaped as Prometheus documents (a point ["x","y"], a result that is
+            # no list): the source cannot answer, the same as a network error, so callers keep
+            # their path for an unavailable source instead of a traceback.
+            raise SourceUnavailable(f"Prometheus query_range answer malformed: {exc}") from None
+
+    def _add(self, body: object, origin: float, values: np.ndarray) -> None:
+        """Sum the matrix answer's finite points into ``values``; raises SourceUnavailable for a
+        non-success answer and TypeError/ValueError/... for a malformed one."""
+        if not isinstance(body, dict):
+            raise TypeError(f"the answer is a JSON {type(body).__name__}, not an object")
+        data = body.get("data")
+        if body.get("status") != "success" or not isinstance(data, dict) or data.get("resultType") != "matrix":
             raise SourceUnavailable(f"Prometheus answered {body.get('status')}: {body.get('error')}")
-        for series in body["data"]["result"]:
-            for ts, raw in series.get("values", []):
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise TypeError(f"data.result is a JSON {type(result).__name__}, not a list")
+        for series in result:
+            points = series.get("values", [])
+            if not isinstance(points, list):
+                raise TypeError(f"a series' values is a JSON {type(points).__name__}, not a list")
+            for ts, raw in points:
                 value = float(raw)
                 if not math.isfinite(value):
                     continue

@@ -205,10 +205,13 @@ def test_a_stalled_pop_times_out_by_name(pops: tuple[RedisServer, RedisServer]) 
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', "pops\n  Value error, not JSON: "),  # not JSON
-        ('["redis://:hunter2@10.0.0.1:6379/0"]', "pops\n  Input should be a valid dictionary"),  # a list
-        ('{"paris": "redis://:hunter2@10.0.0.1:port/0"}', "pops.paris\n"),
-        ('{"paris": "http://:hunter2@10.0.0.1/0"}', "pops.paris\n"),
+        ('{"paris": "redis://:hunter2@10.0.0.1:6379/0",', "PROMPTEDGE_FORECASTER_POPS: not JSON: "),  # not JSON
+        (
+            '["redis://:hunter2@10.0.0.1:6379/0"]',
+            "PROMPTEDGE_FORECASTER_POPS: Input should be a valid dictionary",
+        ),  # a list
+        ('{"paris": "redis://:hunter2@10.0.0.1:port/0"}', "PROMPTEDGE_FORECASTER_POPS.paris: not a valid Redis URL"),
+        ('{"paris": "http://:hunter2@10.0.0.1/0"}', "PROMPTEDGE_FORECASTER_POPS.paris: a Redis URL starts with"),
         ('{"pop paris": "redis://:hunter2@10.0.0.1:6379/0"}', "bad POP name 'pop paris'"),
         ('{"paris": "redis://:hunter2@10.0.0.1:6379/0?socket_timeout=abc"}', "PROMPTEDGE_FORECASTER_POPS: POP paris: "),
         # the same Redis twice counted its demand twice (attack round)
