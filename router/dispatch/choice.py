@@ -304,7 +304,7 @@ def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights
             cached = prompt * ctx.prefix_match.get(view.key, 0.0)
             if view.key == home:
                 cached = max(cached, min(prompt, float(ctx.carried_tokens)), first_turn)
-        out.append(predict(ahead, prompt - cached, running, view.ttft, config))
+        out.append(predict(ahead, prompt - cached, running, view.ttft, config, ctx.now))
     return out
 
 
