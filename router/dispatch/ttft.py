@@ -36,14 +36,20 @@ A replica learns only from its own answers, so one that looks slow gets no traff
 would ever correct it: two or three streams with a long ITL during a warm-up hiccup shut a
 replica out for good (0 of 192 requests once healthy again). So the learned values carry the
 time of their last sample (``TtftSpeed.at``) and their trust halves every ``half_life_s``
-(30 s, router/dispatch/speed.py's ``HALF_LIFE_S`` for the same reason) without a new one::
+without a new one (60 s, twice router/dispatch/speed.py's ``HALF_LIFE_S``, which decays the
+``gpu_load`` speeds for the same reason: with 30 s, bench/prefix_dispatch.py's mixed_chat TTFT
+p99 went from 193 / 254 ms to 210 / 323 ms, 1 / 4 workers, as the T4s' estimates faded between
+their requests; with 60 s it stayed at 193 / 255)::
 
     trust = min(1, samples / min_samples) x 0.5 ** (age_s / half_life_s)
 
 A replica left idle drifts back to the priors (from the 50x clamp to within 2x in about six
 half-lives, sooner when the others are busy), is tried again and measured afresh: a sample on an
 old estimate counts for as much as the estimate's lost trust (``alpha`` grows with age, as in
-speed.py). A replica that is really slow keeps getting answers, and so keeps its estimate.
+speed.py; not for an ITL above the estimate, which stays a low quantile). A replica that is
+really slow keeps getting answers, and so keeps its estimate. Dispatch ages the estimates only
+of replicas with none of its requests open (router/dispatch/choice.py), as speed.py re-tests
+only those: one with requests open is being measured.
 """
 
 from __future__ import annotations
@@ -114,7 +120,7 @@ class TtftConfig:
     bound_slack: float = 8.0
     outlier_ratio: float = 4.0
     outlier_run: int = 3
-    half_life_s: float = HALF_LIFE_S
+    half_life_s: float = 2 * HALF_LIFE_S  # 60 s: at 30 s mixed_chat TTFT p99 +9 % / +27 % (module doc)
     workers: int = 1
     step_alpha_up: float = 0.02
 
@@ -264,8 +270,7 @@ def observe_itl(
     value = _clamp(itl_s, config.step_s, config)
     recency = _recency(prev, now, config)
     if prev.step_samples >= config.min_samples and value > prev.step_s:
-        alpha_up = 1.0 - (1.0 - config.step_alpha_up) * recency
-        learned = prev.step_s + alpha_up * (value - prev.step_s)
+        learned = prev.step_s + config.step_alpha_up * (value - prev.step_s)
     else:
         learned = _ewma(prev.step_s, prev.step_samples, value, config, recency)
     at = prev.at if now is None else now
