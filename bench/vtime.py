@@ -234,7 +234,7 @@ def replay(
                 rep.prefill_tokens -= pending_prefill.pop(i, 0)
                 ahead, own, cached, running = work.pop(i, (0.0, 0.0, 0.0, 0.0))
                 rep.ttft = observe_ttft(
-                    rep.ttft, now - requests[i].at, own, running, ahead_tokens=ahead, cached_tokens=cached
+                    rep.ttft, now - requests[i].at, own, running, ahead_tokens=ahead, cached_tokens=cached, now=now
                 )
             for i in outcome.finished:
                 done[i] = now
@@ -248,6 +248,6 @@ def replay(
                     rep.speed = observe(rep.speed, per_token, now)
                 itl = itl_sample(first[i], now, req.output) if i in first else None
                 if itl is not None:
-                    rep.ttft = observe_itl(rep.ttft, itl)
+                    rep.ttft = observe_itl(rep.ttft, itl, now=now)
             start_step(data, now)
     return Timeline(first, done)

@@ -304,7 +304,11 @@ def predicted_ttfts(views: Sequence[ReplicaView], ctx: Context, weights: Weights
             cached = prompt * ctx.prefix_match.get(view.key, 0.0)
             if view.key == home:
                 cached = max(cached, min(prompt, float(ctx.carried_tokens)), first_turn)
-        out.append(predict(ahead, prompt - cached, running, view.ttft, config))
+        # learned speeds age only on a replica with none of this router's requests open: one
+        # with requests open is being measured (its answers come), and aging it there made
+        # mixed_chat's TTFT p99 38 % worse (4 workers, bench/prefix_dispatch.py)
+        now = ctx.now if view.inflight == 0 else None
+        out.append(predict(ahead, prompt - cached, running, view.ttft, config, now))
     return out
 
 

@@ -65,6 +65,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+HALF_LIFE_S = 30.0  # seconds without a sample that halve a learned speed's trust (also ttft.py)
+
 
 @dataclass(frozen=True, slots=True)
 class SpeedConfig:
@@ -75,7 +77,7 @@ class SpeedConfig:
 
     alpha: float = 0.2
     min_samples: int = 5
-    half_life_s: float = 30.0
+    half_life_s: float = HALF_LIFE_S
     dead_band: float = 0.25
     max_factor: float = 8.0
     retest_s: float = 5.0

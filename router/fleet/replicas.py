@@ -87,14 +87,15 @@ class Replica:
         (prefill ahead of it, its own, its prompt taken as cached, running sequences) when it
         was sent (router/dispatch/ttft.py ``observe_ttft``)."""
         ahead, own, cached, running = basis
-        self.ttft = observe_ttft(self.ttft, ttft_s, own, running, ahead_tokens=ahead, cached_tokens=cached)
+        now = time.monotonic()  # dispatch's clock (Context.now): learned speeds age in it
+        self.ttft = observe_ttft(self.ttft, ttft_s, own, running, ahead_tokens=ahead, cached_tokens=cached, now=now)
 
     def observe_itl(self, first_token_s: float, last_token_s: float, completion_tokens: int) -> None:
         """Learn from a stream's inter-token latency: its first and last token times (one
         clock, seconds) and its output tokens."""
         itl = itl_sample(first_token_s, last_token_s, completion_tokens)
         if itl is not None:
-            self.ttft = observe_itl(self.ttft, itl)
+            self.ttft = observe_itl(self.ttft, itl, now=time.monotonic())
 
     def lease(self, prefill_tokens: int = 0, streamed: bool = True, cached_tokens: int = 0) -> Lease:
         """Count one request as open on this replica until the lease is released, and its

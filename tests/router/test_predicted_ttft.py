@@ -211,3 +211,53 @@ async def test_live_router_keeps_a_conversation_on_its_owner(start_replica, star
         assert len(set(served)) == 1, served
         owners.add(served[0])
     assert len(owners) >= 2
+
+
+def loaded(key: str, ttft: TtftSpeed | None, running: float = 64.0, waiting: float = 4.0) -> ReplicaView:
+    """A replica freshly scraped with ``running`` decoding and ``waiting`` queued requests that
+    other router workers sent (none of this router's own)."""
+    sig = Signals(waiting=waiting, running=running, kv_usage=0.5)
+    return ReplicaView(key, 0, sig, 0, 0.1, None, 0, ttft)
+
+
+def test_a_stalled_replica_left_idle_drifts_back_to_the_priors_and_wins_picks_again() -> None:
+    # attack A1: three streams with a 2 s ITL (a warm-up hiccup) made a replica look 50x slower
+    # for good: it got no traffic, so nothing corrected it (0 of 1000 picks)
+    healthy = taught(A100)
+    stalled = None
+    for t in (100.0, 101.0, 102.0):
+        stalled = observe_itl(stalled, 2.0, now=t)
+    assert stalled is not None
+    views = [loaded("a", healthy), loaded("b", healthy), loaded("c", healthy), idle("s", stalled)]
+    soon = [pick(views, "predicted_ttft", Context(ticket=i, prompt_tokens=2000, now=103.0), W).key for i in range(50)]
+    assert "s" not in soon  # right after the stall the estimate is trusted: avoided
+    # idle for a few half-lives, its estimate has lost its trust: it is scored near the priors,
+    # so with the others busy it wins again (and a request there measures it afresh)
+    later = 102.0 + 6 * C.half_life_s
+    p_s, s_s = speeds(stalled, C, now=later)
+    assert s_s < 2 * C.step_s and p_s < 2 * C.prefill_s_per_token
+    picks = [pick(views, "predicted_ttft", Context(ticket=i, prompt_tokens=2000, now=later), W).key for i in range(50)]
+    assert picks.count("s") == 50
+    # its next healthy answer all but replaces the stale estimate rather than nudging it (a
+    # fresh estimate is trusted fully again: 0.5 s nudged by alpha would stay > 0.3 s)
+    fresh = observe_itl(stalled, C.step_s, now=later)
+    assert speeds(fresh, C, now=later)[1] < 2 * C.step_s
+
+
+def test_a_replica_whose_ttft_turns_10x_worse_loses_the_pick_after_a_few_samples() -> None:
+    # attack A2: every sample > outlier_ratio x the estimate was dropped, so a real 10x slowdown
+    # was never learned and the replica kept winning
+    ttft, _ = measured(4000, A100)
+    a = b = taught(A100)
+    views = [idle("a", a), idle("b", b, prefill=2000)]
+    assert pick(views, "predicted_ttft", Context(prompt_tokens=4000), W).key == "a"
+    dropped = observe_ttft(a, 10 * ttft, 4000, 0.0)  # one outlier alone is still dropped...
+    assert speeds(dropped) == speeds(a)
+    assert speeds(observe_ttft(observe_ttft(dropped, ttft, 4000, 0.0), 10 * ttft, 4000, 0.0)) == speeds(
+        observe_ttft(dropped, ttft, 4000, 0.0)
+    )  # ...and a normal sample in between resets the run
+    for _ in range(C.outlier_run + 2):
+        a = observe_ttft(a, 10 * ttft, 4000, 0.0)
+    assert speeds(a)[0] > 3 * speeds(b)[0]
+    views = [idle("a", a), idle("b", b, prefill=2000)]
+    assert pick(views, "predicted_ttft", Context(prompt_tokens=4000), W).key == "b"
