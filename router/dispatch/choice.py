@@ -61,8 +61,9 @@ share no prefix state: a chat body's conversation (its prompt up to the first us
 has a rendezvous-hash owner among the candidates that every worker computes alike; the owner
 is credited the earlier turns' prompt as cached and is chosen whenever it is within
 ``TtftConfig.home_slack`` of the fastest, so each conversation's turns meet its prefix cache
-whichever worker routes them. With any candidate's scrape stale the decision is
-``prefix_aware``'s (the running batch and other workers' queues are unknown).
+whichever worker routes them. With any candidate's scrape stale no TTFT is predicted (the
+running batch and other workers' queues are unknown): a conversation still goes to its owner
+within the load bound, anything else is ``prefix_aware``'s decision.
 """
 
 from __future__ import annotations
@@ -215,7 +216,8 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
     """Choose one replica from ``views`` (the eligible ones, non-empty) under ``policy``.
 
     policy: round_robin | least_request | gpu_load | power_of_two | prefix_aware | predicted_ttft
-    (the last falls back to prefix_aware when any candidate's scrape is stale). With ``ctx.session`` the
+    (the last falls back to its conversation owner, then prefix_aware, when any candidate's
+    scrape is stale). With ``ctx.session`` the
     choice is sticky by consistent hashing, with ``ctx.preferred`` by prompt prefix; both are
     bounded by load (a replica above ``affinity_load_factor`` x the mean open requests is skipped).
     Raises ValueError for an empty ``views`` or an unknown policy.
@@ -237,7 +239,18 @@ def pick(views: Sequence[ReplicaView], policy: str, ctx: Context, weights: Weigh
         predicted = predicted_ttfts(cool, ctx, weights)
         if predicted is not None:
             return _home_or_fastest(cool, predicted, ctx, weights)
-        policy = "prefix_aware"  # a stale scrape: the running batch is unknown, score as before
+        # A stale scrape: the running batch is unknown, so no prediction. The conversation's
+        # owner needs none: every worker still sends it there within the load bound (on the
+        # open requests this worker knows), else turns taken by different workers split across
+        # replicas by their own prefix indexes (tests/router/test_workers_dispatch.py).
+        home = _home(cool, ctx, weights)
+        if home is not None:
+            loads = [estimated_requests(v, weights) for v in cool]
+            bound = ttft_load_bound(loads, weights)
+            for view, load in zip(cool, loads, strict=True):
+                if view.key == home and load + 1.0 <= bound:
+                    return view
+        policy = "prefix_aware"  # score as before
     scores = [score(v, weights) for v in cool]
     if weights.speed is not None and len(cool) > 1:
         factors = slowness([current(v.speed, v.inflight, ctx.now, weights.speed) for v in cool], ctx.now, weights.speed)

@@ -149,6 +149,31 @@ def test_every_worker_sends_a_conversation_to_its_rendezvous_owner() -> None:
     assert pick(views, "predicted_ttft", ctx, W).key != owner
 
 
+def test_a_conversation_keeps_its_owner_while_the_scrapes_are_stale() -> None:
+    """Stale scrapes (a loaded router, a slow /metrics) used to hand the choice to prefix_aware
+    and its per-worker index, so turns of one conversation taken by different workers split
+    across replicas (tests/router/test_workers_dispatch.py failed so in a CI run). The owner
+    needs no scrape: every worker still sends the conversation there, within the load bound."""
+    keys = [f"http://r{i}:8000" for i in range(4)]
+    key = "conversation-key"
+    owner = rendezvous(key, keys)
+    other = next(k for k in keys if k != owner)
+
+    def stale(k: str, inflight: int = 0) -> ReplicaView:
+        return ReplicaView(k, inflight, Signals(waiting=0.0, running=0.0), inflight, 5.0, None, 0)
+
+    views = [stale(k) for k in keys]
+    # this worker's index knows the prompt only on another replica (a turn another worker
+    # routed there, or none): the owner still wins, as on every other worker
+    for match in ({}, {other: 0.9}):
+        ctx = Context(prompt_tokens=3000, conversation=key, carried_tokens=2000, prefix_match=match)
+        assert pick(views, "predicted_ttft", ctx, W).key == owner
+    # past the load bound the owner is skipped, as with fresh scrapes
+    crowded = [stale(k, inflight=40 if k == owner else 0) for k in keys]
+    ctx = Context(prompt_tokens=3000, conversation=key, carried_tokens=2000)
+    assert pick(crowded, "predicted_ttft", ctx, W).key != owner
+
+
 def test_a_replica_learns_from_its_streams_first_token_and_inter_token_latency() -> None:
     from router.dispatch.affinity import PrefixMap
     from router.dispatch.prefix_index import PrefixIndexes
