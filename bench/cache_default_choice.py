@@ -299,7 +299,7 @@ def main() -> None:
     parser.add_argument("--verifier", type=Path, default=None)
     args = parser.parse_args()
 
-    from cache.embed.load import load_encoder
+    from cache.cli import encoder_and_tag
     from cache.settings import CacheSettings
 
     started = time.perf_counter()
@@ -313,17 +313,8 @@ def main() -> None:
         cases = build_cases(q.text_a, q.text_b, q.labels, args.multi_turn, seed=0)
     texts = [t for p in sets.values() for t in (*p.text_a, *p.text_b)]
     texts += [last_content(conv) for c in cases for conv in (c.stored, c.query)]
-    settings = CacheSettings()
-    encoder = load_encoder(
-        settings.embedding_model,
-        settings.embedding_threads,
-        settings.embed_backend,
-        settings.onnx_cache_dir,
-        settings.embedding_package,
-    )
     # the tag of `python -m cache eval --embed-cache`: one vector file serves both
-    name = settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2"
-    tag = f"{name}|{getattr(encoder, 'backend', 'custom')}"
+    encoder, tag = encoder_and_tag(None, CacheSettings())
     vec = embed_cached(texts, encoder.encode, args.embed_cache, tag, log=lambda line: print(line, file=sys.stderr))
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for name, pairs in sets.items():

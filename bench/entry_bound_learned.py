@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.90, help="the static learned row's precision target")
     args = parser.parse_args()
 
-    from cache.embed.load import load_encoder
+    from cache.cli import encoder_and_tag
     from cache.settings import CacheSettings
 
     started = time.perf_counter()
@@ -106,19 +106,12 @@ def main() -> None:
     cases = build_cases(qqp.text_a, qqp.text_b, qqp.labels, args.multi_turn, seed=0)
     texts = [*gpt.text_a, *gpt.text_b] + [last_content(conv) for c in cases for conv in (c.stored, c.query)]
     settings = CacheSettings()
-    encoder = load_encoder(
-        settings.embedding_model,
-        settings.embedding_threads,
-        settings.embed_backend,
-        settings.onnx_cache_dir,
-        settings.embedding_package,
-    )
-    name = settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2"
+    encoder, tag = encoder_and_tag(None, settings)
     vec = embed_cached(
         texts,
         encoder.encode,
         args.embed_cache,
-        f"{name}|{getattr(encoder, 'backend', 'custom')}",
+        tag,
         log=lambda line: print(line, file=sys.stderr),
     )
     p_static = verifier.threshold_for(args.target)

@@ -55,10 +55,11 @@ def _client() -> aioredis.Redis:
         raise typer.Exit(2) from None
 
 
-def _encoder(model: str | None, settings: CacheSettings) -> tuple[Encoder, str]:
+def encoder_and_tag(model: str | None, settings: CacheSettings) -> tuple[Encoder, str]:
     """The embedding model ``model`` (None: the configured one) loaded as ``eval`` and
     ``train-verifier`` use it, and its tag in an embed cache (``model|backend``: vectors of
-    another model or backend are never reused). A model that cannot load: its error, exit 1."""
+    another model or backend are never reused). A model that cannot load: its error, exit 1.
+    Also used by bench/cache_default_choice.py and bench/entry_bound_learned.py."""
     from cache.embed.load import load_encoder
     from cache.errors import EmbeddingError
 
@@ -243,7 +244,7 @@ def evaluate(
         f"kept in {settings.onnx_cache_dir or default_cache_dir()})",
         err=True,
     )
-    encoder, tag = _encoder(model, settings)
+    encoder, tag = encoder_and_tag(model, settings)
     encode = encoder.encode
     if embed_cache is not None:
         from cache.training.verifier import embed_cached
@@ -351,7 +352,7 @@ def train_verifier(
     if loaded.labels is None:
         typer.echo(f"error: {pairs}: training needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
-    encoder, tag = _encoder(model, settings)
+    encoder, tag = encoder_and_tag(model, settings)
     content = train(
         loaded,
         encoder.encode,
@@ -459,7 +460,7 @@ def fit_bound(
     if loaded.labels is None:
         typer.echo(f"error: {pairs}: the prior needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
-    encoder, tag = _encoder(model, settings)
+    encoder, tag = encoder_and_tag(model, settings)
     vectors = embed_cached(
         loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
     )
@@ -539,7 +540,7 @@ def eval_bound(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     loaded = _split_pairs(pairs, split, max_pairs)
-    encoder, tag = _encoder(model, settings)
+    encoder, tag = encoder_and_tag(model, settings)
     vectors = embed_cached(
         loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
     )
