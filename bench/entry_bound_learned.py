@@ -241,20 +241,22 @@ def _order(stream: list[Lookup], seed: int) -> list[Lookup]:
     return shuffled
 
 
-def hindsight_rows(stream: list[Lookup], prior: BoundPrior, deltas: list[float], positives: int) -> list[dict[str, Any]]:
+def hindsight_rows(
+    stream: list[Lookup], prior: BoundPrior, deltas: list[float], positives: int
+) -> list[dict[str, Any]]:
     """Per delta: the largest region [knot, 1] (the prior's bins) whose error over the whole
     stream is <= delta, knowing every label; its 95 % Clopper-Pearson upper bound says whether
     even all of the stream's labels could certify it."""
     rows = []
     for delta in deltas:
-        best = (0, 0, None)
+        best: tuple[int, int, float | None] = (0, 0, None)
         for knot in prior.knots:
             inside = [s for s in stream if s.score >= max(knot, prior.floor)]
             wrong = sum(not s.right for s in inside)
             if inside and wrong <= delta * len(inside) and len(inside) > best[0]:
                 best = (len(inside), wrong, knot)
-        served, wrong, knot = best
-        row = static_row(f"hindsight region p >= {knot}", "hindsight", served, wrong, len(stream), positives)
+        served, wrong, best_knot = best
+        row = static_row(f"hindsight region p >= {best_knot}", "hindsight", served, wrong, len(stream), positives)
         row |= {"delta": delta, "cp_upper95": round(clopper_pearson_upper(wrong, served), 4) if served else None}
         rows.append(row)
     return rows

@@ -503,14 +503,15 @@ def fit_region_bound(
     out: Path = typer.Option(Path("cache/models/entry_bound_region.json"), "--out", help="Where the prior goes."),
     online_only: bool = typer.Option(False, "--online-only", help="No pairs: every bin starts empty."),
     public_dir: Path | None = typer.Option(
-        None, help="Directory with prior/ (bench/cache_default_choice.py --fetch-prior); default $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR."
+        None, help="Directory holding prior/ (see --fetch); default $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR."
     ),
+    fetch: bool = typer.Option(False, "--fetch", help="Download the missing prior files into it first."),
     weight: float = typer.Option(1.0, min=0.0, help="Pseudo-labels per prior pair."),
     embed_cache: Path | None = typer.Option(None, help="The .npz vector file (outside the repository)."),
 ) -> None:
     from cache.errors import PairsFormatError
     from cache.training.bound_fit import region_prior
-    from cache.training.public_sets import load_prior_sets
+    from cache.training.public_sets import fetch_public_sets, load_prior_sets, prior_layout
     from cache.training.public_sets import public_dir as resolve_public_dir
 
     settings = _settings()
@@ -526,8 +527,10 @@ def fit_region_bound(
             typer.echo("error: --public-dir or $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR is needed", err=True)
             raise typer.Exit(2)
         try:
+            if fetch:
+                fetch_public_sets(directory, files=prior_layout())
             loaded = load_prior_sets(directory)
-        except PairsFormatError as exc:
+        except (PairsFormatError, OSError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         assert loaded.labels is not None
@@ -541,7 +544,12 @@ def fit_region_bound(
             cos = float(vectors[a] @ vectors[b])
             scores.append(verifier.probability(b, a, cos) if cos >= verifier.min_cosine else 0.0)
         prior = region_prior(scores, loaded.labels, weight=weight, source="public prior sets")
-        fitted_on = {"sets": "STS 2012-2015 (no MSRpar), SICK train", "pairs": len(scores), "weight": weight, "model": tag}
+        fitted_on = {
+            "sets": "STS 2012-2015 (no MSRpar), SICK train",
+            "pairs": len(scores),
+            "weight": weight,
+            "model": tag,
+        }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(prior.to_json() | {"fitted_on": fitted_on}, indent=1) + "\n")
     for k, q, w in zip(prior.knots, prior.probability, prior.strength, strict=True):

@@ -121,5 +121,12 @@ def region_prior(
         probability.append(round(float(y[inside].mean()), 6) if n else 0.0)
         strength.append(round(weight * n, 6))
     return BoundPrior(
-        kind, float(knots[0]), tuple(float(k) for k in knots), tuple(probability), tuple(strength), 1.0, source, "region"
+        kind,
+        float(knots[0]),
+        tuple(float(k) for k in knots),
+        tuple(probability),
+        tuple(strength),
+        1.0,
+        source,
+        "region",
     )

@@ -94,7 +94,9 @@ def public_dir(explicit: Path | None = None) -> Path | None:
     return Path(value) if value else None
 
 
-def fetch_public_sets(dest: Path, timeout_s: float = 30.0, files: dict[str, tuple[str, str]] | None = None) -> list[Path]:
+def fetch_public_sets(
+    dest: Path, timeout_s: float = 30.0, files: dict[str, tuple[str, str]] | None = None
+) -> list[Path]:
     """Download the files missing under ``dest`` from the pinned commit (``files``: ``layout()``
     unless given, e.g. ``prior_layout()``); returns the paths written. Raises OSError
     (urllib's errors included) when the network is not reachable."""
