@@ -171,3 +171,23 @@ def test_a_prior_from_labelled_pairs_starts_each_bin_with_them() -> None:
     assert prior.strength == (2.0, 4.0, 2.0) and prior.probability == (0.0, 0.5, 1.0)
     # 2 right pseudo-labels in the top bin, nothing else: far from vouching for 5 %
     assert region_start(prior, prior.new_pool(), 0.05) == 3
+
+
+def test_fit_region_bound_writes_the_shipped_online_prior_and_needs_a_directory_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from cache.cli import app
+
+    out = tmp_path / "region.json"
+    result = CliRunner().invoke(app, ["fit-region-bound", "--online-only", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    shipped = json.loads(DEFAULT_LEARNED_PRIOR_PATH.read_text())
+    assert {k: v for k, v in written.items() if k != "fitted_on"} == {
+        k: v for k, v in shipped.items() if k != "fitted_on"
+    }
+    monkeypatch.delenv("PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR", raising=False)
+    result = CliRunner().invoke(app, ["fit-region-bound", "--out", str(out)])
+    assert result.exit_code == 2 and "--public-dir" in result.output
