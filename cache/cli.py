@@ -494,6 +494,70 @@ def fit_bound(
 
 
 @app.command(
+    "fit-region-bound",
+    help="Write the per-entry bound's 'region' prior over the learned verifier's probability: "
+    "empty bins (--online-only: the pool learns everything) or pseudo-labels from the held-out "
+    "public prior sets (STS 2012-2015 but MSRpar, SICK train).",
+)
+def fit_region_bound(
+    out: Path = typer.Option(Path("cache/models/entry_bound_region.json"), "--out", help="Where the prior goes."),
+    online_only: bool = typer.Option(False, "--online-only", help="No pairs: every bin starts empty."),
+    public_dir: Path | None = typer.Option(
+        None, help="Directory holding prior/ (see --fetch); default $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR."
+    ),
+    fetch: bool = typer.Option(False, "--fetch", help="Download the missing prior files into it first."),
+    weight: float = typer.Option(1.0, min=0.0, help="Pseudo-labels per prior pair."),
+    embed_cache: Path | None = typer.Option(None, help="The .npz vector file (outside the repository)."),
+) -> None:
+    from cache.errors import PairsFormatError
+    from cache.training.bound_fit import region_prior
+    from cache.training.public_sets import fetch_public_sets, load_prior_sets, prior_layout
+    from cache.training.public_sets import public_dir as resolve_public_dir
+
+    settings = _settings()
+    fitted_on: dict[str, object] = {"note": "no pairs: every bin starts empty; the pool learns online"}
+    if online_only:
+        prior = region_prior(source="online")
+    else:
+        from cache.training.verifier import embed_cached
+        from cache.verify.learned import load_verifier
+
+        directory = resolve_public_dir(public_dir)
+        if directory is None:
+            typer.echo("error: --public-dir or $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR is needed", err=True)
+            raise typer.Exit(2)
+        try:
+            if fetch:
+                fetch_public_sets(directory, files=prior_layout())
+            loaded = load_prior_sets(directory)
+        except (PairsFormatError, OSError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        assert loaded.labels is not None
+        encoder, tag = encoder_and_tag(None, settings)
+        vectors = embed_cached(
+            loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
+        )
+        verifier = load_verifier(settings.verifier_path)
+        scores = []
+        for a, b in zip(loaded.text_a, loaded.text_b, strict=True):
+            cos = float(vectors[a] @ vectors[b])
+            scores.append(verifier.probability(b, a, cos) if cos >= verifier.min_cosine else 0.0)
+        prior = region_prior(scores, loaded.labels, weight=weight, source="public prior sets")
+        fitted_on = {
+            "sets": "STS 2012-2015 (no MSRpar), SICK train",
+            "pairs": len(scores),
+            "weight": weight,
+            "model": tag,
+        }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(prior.to_json() | {"fitted_on": fitted_on}, indent=1) + "\n")
+    for k, q, w in zip(prior.knots, prior.probability, prior.strength, strict=True):
+        typer.echo(f"  p >= {k:.2f}: {w:g} pseudo-labels, {q:.4f} right")
+    typer.echo(f"wrote {out}")
+
+
+@app.command(
     "eval-bound",
     help="Replay held-out pairs through the per-entry error bound for each delta, "
     "beside the static threshold, the rules and the learned verifier.",

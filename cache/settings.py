@@ -90,10 +90,18 @@ class CacheSettings(FileSettings):
       similarity threshold settings are not used then; ``X-Cache-Threshold`` can only raise
       the floor. With ``verifier`` "learned" the bound judges the verifier's calibrated
       probability instead of the cosine (candidates searched down to the prior's floor, a
-      probability), issue 34. bound_prior_path: the prior file (None: the shipped
-      cache/models/entry_bound.json, cosine, fitted on QQP's train split, with the rules;
-      cache/models/entry_bound_learned.json, the learned verifier's probability, fitted on QQP's
-      calibration split, with the learned verifier); its kind must match the verifier.
+      probability), issue 34; its shipped prior is then the "region" mode: a candidate is served
+      only inside the pool's certified region, the probabilities from which the labels the pool
+      got (compared misses, shadow verification) show an error below delta with 95 %
+      confidence, valid however often it is re-checked (cache/verify/bound/model.py
+      ``region_start``): it serves nothing until a region has that evidence (at least 88
+      labels without a wrong one at 5 %, 224 at 2 %, 449 at 1 %). bound_prior_path: the prior
+      file (None: the shipped cache/models/entry_bound.json, cosine, fitted on QQP's train split,
+      with the rules; cache/models/entry_bound_region.json, region mode on the learned
+      verifier's probability, learning online only, with the learned verifier; the older
+      entry_bound_learned.json, steps fitted on QQP's calibration split, and
+      entry_bound_region_public.json, region mode starting from held-out public sets, are
+      selectable); its kind must match the verifier.
     shadow_rate: shadow verification (needs error_bound): the share 0..1 of served semantic
       hits that the router also sends to a replica after the client has its answer, to label
       the entry and its pool by comparing answers (greedy single-choice requests only; one

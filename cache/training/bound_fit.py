@@ -90,3 +90,43 @@ def fit_prior(
         offset_var,
         source,
     )
+
+
+# the "region" mode's bins over the learned verifier's probability (its floor 0.5 up): finer
+# where hits are served, so a region can start close to where its error crosses delta
+REGION_KNOTS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99)
+
+
+def region_prior(
+    scores: Sequence[float] = (),
+    labels: Sequence[int] = (),
+    knots: Sequence[float] = REGION_KNOTS,
+    weight: float = 1.0,
+    kind: str = "learned",
+    source: str = "region",
+) -> BoundPrior:
+    """A "region" mode prior (cache/verify/bound/model.py ``region_start``) over ``knots``
+    (the first is the floor). Without labelled pairs (default) every bin starts empty: the
+    bound serves on the pool's own labels only. With them, each bin starts with ``weight``
+    times its pairs as pseudo-labels (probability = the bin's share right, strength = weight *
+    its pairs): the offline set then counts in the region's confidence bound as if observed in
+    the pool, so it must be as clean as the pool's labels and from the same kind of traffic."""
+    x = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    edges = np.asarray([*knots[1:], np.inf])
+    probability, strength = [], []
+    for lo, hi in zip(knots, edges, strict=True):
+        inside = (x >= lo) & (x < hi)
+        n = int(inside.sum())
+        probability.append(round(float(y[inside].mean()), 6) if n else 0.0)
+        strength.append(round(weight * n, 6))
+    return BoundPrior(
+        kind,
+        float(knots[0]),
+        tuple(float(k) for k in knots),
+        tuple(probability),
+        tuple(strength),
+        1.0,
+        source,
+        "region",
+    )

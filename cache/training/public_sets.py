@@ -17,6 +17,11 @@ brmson/dataset-sts (which redistributes both), or that a person filled by hand.
   word overlap. Label 1 when the pair is judged ENTAILMENT with relatedness >= 4.5 (on a 1..5
   scale), else 0 (contradictions, neutral pairs, one-way entailments that lose detail).
 
+A third group is the per-entry bound's prior source (issue 34 item 2, ``load_prior_sets``), never
+an evaluation set: the **STS 2012-2015** test and train files of the same repository but
+MSRpar (MRPC's sentences, kept apart by the issue), labelled as STS 2016, and **SICK 2014's
+train split** (``SICK_train.txt``), labelled as its test split.
+
 Pure readers on text plus one downloader (stdlib urllib). Each reader raises PairsFormatError
 naming the file and line.
 """
@@ -37,6 +42,28 @@ STS2016_FILES = ("answer-answer", "headlines", "plagiarism", "postediting", "que
 STS_SAME_MEANING = 4.0
 SICK_FILE = "SICK_test_annotated.txt"
 SICK_SAME_RELATEDNESS = 4.5
+# the region bound's prior sources (module doc): no 2016 file, no MSRpar, no SICK test
+PRIOR_STS_FILES = (
+    "2012/OnWN.test",
+    "2012/SMTeuroparl.test",
+    "2012/SMTeuroparl.train",
+    "2012/SMTnews.test",
+    "2013/FNWN.test",
+    "2013/OnWN.test",
+    "2013/headlines.test",
+    "2014/OnWN.test",
+    "2014/deft-forum.test",
+    "2014/deft-news.test",
+    "2014/headlines.test",
+    "2014/images.test",
+    "2014/tweet-news.test",
+    "2015/answers-forums.test",
+    "2015/answers-students.test",
+    "2015/belief.test",
+    "2015/headlines.test",
+    "2015/images.test",
+)
+SICK_PRIOR_FILE = "SICK_train.txt"
 
 
 def _remote(path: str) -> str:
@@ -51,6 +78,14 @@ def layout() -> dict[str, tuple[str, str]]:
     return {local: (upstream, _remote(upstream)) for local, upstream in files.items()}
 
 
+def prior_layout() -> dict[str, tuple[str, str]]:
+    """``layout`` for the bound's prior sources (module doc): local path -> (upstream, URL)."""
+    files = {f"prior/sts/{name}.tsv": f"data/sts/semeval-sts/{name}.tsv" for name in PRIOR_STS_FILES} | {
+        f"prior/sick2014/{SICK_PRIOR_FILE}": f"data/sts/sick2014/{SICK_PRIOR_FILE}"
+    }
+    return {local: (upstream, _remote(upstream)) for local, upstream in files.items()}
+
+
 def public_dir(explicit: Path | None = None) -> Path | None:
     """The directory of the sets: ``explicit``, else ``$PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR``, else None."""
     if explicit is not None:
@@ -59,11 +94,14 @@ def public_dir(explicit: Path | None = None) -> Path | None:
     return Path(value) if value else None
 
 
-def fetch_public_sets(dest: Path, timeout_s: float = 30.0) -> list[Path]:
-    """Download the files missing under ``dest`` from the pinned commit; returns the paths
-    written. Raises OSError (urllib's errors included) when the network is not reachable."""
+def fetch_public_sets(
+    dest: Path, timeout_s: float = 30.0, files: dict[str, tuple[str, str]] | None = None
+) -> list[Path]:
+    """Download the files missing under ``dest`` from the pinned commit (``files``: ``layout()``
+    unless given, e.g. ``prior_layout()``); returns the paths written. Raises OSError
+    (urllib's errors included) when the network is not reachable."""
     written = []
-    for local, (_, url) in layout().items():
+    for local, (_, url) in (layout() if files is None else files).items():
         target = dest / local
         if target.exists():
             continue
@@ -80,11 +118,24 @@ def fetch_public_sets(dest: Path, timeout_s: float = 30.0) -> list[Path]:
 def load_sts2016(directory: Path) -> Pairs:
     """The scored pairs of the five STS 2016 test files under ``directory/sts2016``, labelled
     1 when the gold score is >= 4. Raises PairsFormatError (missing file, bad line)."""
+    return _load_sts([directory / "sts2016" / f"{name}.test.tsv" for name in STS2016_FILES])
+
+
+def load_prior_sets(directory: Path) -> Pairs:
+    """The bound's prior sources under ``directory/prior`` (``prior_layout``): STS 2012-2015's
+    scored pairs (labelled as ``load_sts2016``) and SICK's train pairs (as ``load_sick``).
+    Raises PairsFormatError (missing file, bad line)."""
+    sts = _load_sts([directory / "prior" / "sts" / f"{name}.tsv" for name in PRIOR_STS_FILES])
+    sick = _load_sick_file(directory / "prior" / "sick2014" / SICK_PRIOR_FILE)
+    assert sts.labels is not None and sick.labels is not None
+    return Pairs(sts.text_a + sick.text_a, sts.text_b + sick.text_b, sts.labels + sick.labels)
+
+
+def _load_sts(paths: list[Path]) -> Pairs:
     a: list[str] = []
     b: list[str] = []
     labels: list[int] = []
-    for name in STS2016_FILES:
-        path = directory / "sts2016" / f"{name}.test.tsv"
+    for path in paths:
         for number, line in enumerate(_lines(path), start=1):
             fields = line.rstrip("\n").split("\t")
             if len(fields) < 3:
@@ -104,7 +155,10 @@ def load_sts2016(directory: Path) -> Pairs:
 def load_sick(directory: Path) -> Pairs:
     """The SICK 2014 test pairs under ``directory/sick2014``, labelled 1 for ENTAILMENT with
     relatedness >= 4.5. Raises PairsFormatError (missing file, bad line)."""
-    path = directory / "sick2014" / SICK_FILE
+    return _load_sick_file(directory / "sick2014" / SICK_FILE)
+
+
+def _load_sick_file(path: Path) -> Pairs:
     a: list[str] = []
     b: list[str] = []
     labels: list[int] = []

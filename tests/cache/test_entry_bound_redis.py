@@ -378,3 +378,57 @@ def test_the_prior_must_score_what_the_verifier_gives(tmp_path: Path) -> None:
     assert shipped is not None and shipped.kind == "learned"
     rules = CacheSettings(verifier="rules", error_bound=0.02).bound_prior()
     assert rules is not None and rules.kind == "cosine"
+
+
+# issue 34 item 2: the "region" mode on the learned verifier's probability, in the cache
+REGION_LEARNED = BoundPrior(
+    "learned", 0.5, (0.5, 0.8, 0.9), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), source="region", mode="region"
+)
+
+
+def with_system(text: str, system: str, tenant: str = "t1") -> CacheRequest:
+    body = {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}]}
+    return CacheRequest("chat.completions", body, tenant, CacheControl())
+
+
+async def test_the_region_bound_serves_once_its_pools_labels_vouch_and_never_across_scopes(
+    redis_url: str, encoder: Encoder, tmp_path: Path
+) -> None:
+    path = tmp_path / "region.json"
+    path.write_text(json.dumps(REGION_LEARNED.to_json()))
+    client = aioredis.Redis.from_url(redis_url)
+    settings = CacheSettings(
+        redis_timeout_s=1.0, embed_timeout_s=10.0, verifier="learned", error_bound=0.05, bound_prior_path=path
+    )
+    cache = ResponseCache(client, settings, encoder=encoder)
+    await cache.start()
+    try:
+        assert cache.semantic is not None and cache.semantic.bound is not None
+        bound = cache.semantic.bound
+        assert bound.prior.mode == "region"
+        assert await cache.store(ask(KITCHEN), answer())
+        assert await cache.store(with_system(KITCHEN, "You answer about boats."), answer("Boats have no kitchen."))
+        # no labels yet: the paraphrase is explored, not served
+        assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+        # the pool's labels vouch for every bin (100 right, none wrong, 88 are needed at 5 %)
+        for tenant in ("t1", "t2"):
+            await client.hset(bound.pool_key(pool_name(tenant, "m")), mapping={"r0": 100, "r1": 100, "r2": 100})
+        hit = await cache.lookup(ask(KITCHEN_PARAPHRASE))
+        assert hit is not None and hit.kind == "semantic" and hit.bound_score is not None
+        assert hit.response["choices"][0]["message"]["content"] == "Flip the switch by the door."
+        # never across scopes: another tenant, or the same tenant in another context, gets no
+        # other scope's entry, though its pool vouches as much
+        assert await cache.lookup(ask(KITCHEN_PARAPHRASE, tenant="t2")) is None
+        other = await cache.lookup(with_system(KITCHEN_PARAPHRASE, "You answer about boats."))
+        assert other is None or other.response["choices"][0]["message"]["content"] == "Boats have no kitchen."
+        assert await cache.lookup(with_system(KITCHEN_PARAPHRASE, "You are a chef.")) is None
+        # the pool's labels turn: many wrong ones where it served, and it refuses again
+        await client.hset(bound.pool_key(pool_name("t1", "m")), mapping={"w0": 50, "w1": 50, "w2": 50})
+        assert await cache.lookup(ask(KITCHEN_PARAPHRASE)) is None
+        # a steps prior's pool (same tenant and model) is another key: counts of one bin
+        # layout are never read as another's
+        steps = BoundStore(client, bound.prefix, CLEAN_LEARNED)
+        assert steps.pool_key(pool_name("t1", "m")) != bound.pool_key(pool_name("t1", "m"))
+    finally:
+        await cache.aclose()
+        await client.aclose()

@@ -90,3 +90,26 @@ def test_the_choice_rule_keeps_precision_on_every_set_then_takes_recall() -> Non
     assert winner == "more" and not failed[today]
     assert any("qqp_test precision" in r for r in failed["loose"])
     assert any("wrong across contexts" in r for r in failed["loose"])
+
+
+def test_the_bounds_prior_sets_are_labelled_alike_and_never_an_evaluation_set(tmp_path: Path) -> None:
+    from cache.training.public_sets import PRIOR_STS_FILES, SICK_PRIOR_FILE, load_prior_sets, prior_layout
+
+    upstream = [path for path, _ in prior_layout().values()]
+    evaluation = {path for path, _ in layout().values()}
+    # MSRpar is MRPC's (kept apart by issue 34); 2016 and SICK's test split are evaluation sets
+    assert not any("MSRpar" in p or "/2016/" in p or p in evaluation for p in upstream)
+    assert f"data/sts/sick2014/{SICK_PRIOR_FILE}" in upstream
+    sts = tmp_path / "prior" / "sts"
+    for name in PRIOR_STS_FILES:
+        (sts / name).parent.mkdir(parents=True, exist_ok=True)
+        (sts / f"{name}.tsv").write_text("")
+    (sts / "2014/images.test.tsv").write_text("4.6\tA cat.\tA cat sits.\n\tunscored\tx\n2\tA dog.\tA car.\n")
+    (tmp_path / "prior" / "sick2014").mkdir(parents=True)
+    (tmp_path / "prior" / "sick2014" / SICK_PRIOR_FILE).write_text(
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+        "1\tA man sings.\tA man is singing.\t4.9\tENTAILMENT\n2\tA man sings.\tA man is not singing.\t4.1\tCONTRADICTION\n"
+    )
+    pairs = load_prior_sets(tmp_path)
+    assert pairs.labels == [1, 0, 1, 0]
+    assert pairs.text_b == ["A cat sits.", "A car.", "A man is singing.", "A man is not singing."]

@@ -3,8 +3,10 @@
 carries its own decision boundary, a Bayesian offset on a pool calibration whose prior is fitted
 offline, so the share of wrong answers among served hits stays at most the bound. ``model``
 holds the pure model, its states and the serve/explore decision (and reads the shipped prior,
-cache/models/entry_bound.json); ``label`` turns a compared miss into a right/wrong label (pure);
-``store`` keeps pool states, entry states and served-hit records in Redis. Offline, in
-cache/training/: ``bound_fit`` fits the prior (``python -m cache fit-bound``), ``bound_eval``
-replays labelled lookups through the bound (``python -m cache eval-bound``). Nothing is
+cache/models/entry_bound.json); ``region`` holds the binomial evidence behind the prior's
+"region" mode (issue 34: serve only where the pool's labels vouch for the region, the learned
+verifier's default); ``label`` turns a compared miss into a right/wrong label (pure); ``store``
+keeps pool states, entry states and served-hit records in Redis. Offline, in cache/training/:
+``bound_fit`` fits the prior (``python -m cache fit-bound``; ``fit-region-bound`` for the
+region mode), ``bound_eval`` replays labelled lookups through the bound (``python -m cache eval-bound``). Nothing is
 imported here: import the submodule you need (``model`` is light; ``store`` needs Redis)."""

@@ -94,13 +94,14 @@ class BoundStore:
         self._count_once = redis.register_script(_COUNT_ONCE)
 
     def pool_key(self, pool: str) -> str:
-        """The key of one pool's state (its name hashed: a name may hold braces)."""
-        return f"{self.prefix}:bound:pool:{{{_pool_tag(pool)}}}"
+        """The key of one pool's state (its name hashed: a name may hold braces; with a
+        "region" prior, its bins too, so counts of another bin layout are never read as its)."""
+        return f"{self.prefix}:bound:pool:{{{_pool_tag(pool, self.prior)}}}"
 
     def pair_key(self, pool: str, entry_id: str, query: str) -> str:
         """The marker of one (entry, query) pair's label in ``pool``, in the pool's slot;
         ``query`` as ``query_text`` makes it."""
-        return f"{self.prefix}:bound:seen:{{{_pool_tag(pool)}}}:{digest([pool, entry_id, query])[:32]}"
+        return f"{self.prefix}:bound:seen:{{{_pool_tag(pool, self.prior)}}}:{digest([pool, entry_id, query])[:32]}"
 
     def hit_key(self, hit_id: str) -> str:
         """The key of one served hit's record."""
@@ -152,8 +153,10 @@ class BoundStore:
         return None
 
 
-def _pool_tag(pool: str) -> str:
-    return digest([pool])[:16]
+def _pool_tag(pool: str, prior: BoundPrior) -> str:
+    if prior.mode == "steps":
+        return digest([pool])[:16]  # as before the region mode: existing pools keep their counts
+    return digest([pool, prior.mode, list(prior.knots)])[:16]
 
 
 def entry_state(raw: str | bytes | None, prior: BoundPrior) -> EntryState:
