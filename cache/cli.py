@@ -338,10 +338,18 @@ def train_verifier(
         None, help="An .npz file keeping the texts' vectors between runs (outside the repository: the texts are QQP's)."
     ),
     model: str | None = typer.Option(None, help="Embedding model (default: the configured one)."),
+    with_public: Path | None = typer.Option(
+        None,
+        "--with-public",
+        help="Also train (and calibrate) on the public STS 2012-2015 and SICK train sets kept in this "
+        "directory (cache/training/public_sets.py; files missing there are downloaded first from a pinned "
+        "commit). --max-per-split then caps --pairs only.",
+    ),
 ) -> None:
     from cache.errors import PairsFormatError
     from cache.training.eval import load_pairs
-    from cache.training.verifier import train
+    from cache.training.public_sets import fetch_public_sets, load_training_sets
+    from cache.training.verifier import train, with_extra
 
     settings = _settings()
     try:
@@ -352,6 +360,18 @@ def train_verifier(
     if loaded.labels is None:
         typer.echo(f"error: {pairs}: training needs labelled pairs (text_a, text_b, label)", err=True)
         raise typer.Exit(2)
+    source = pairs.name
+    if with_public is not None:
+        try:
+            fetch_public_sets(with_public, training=True)
+        except OSError as exc:
+            typer.echo(f"note: cannot download the public training sets: {exc}", err=True)
+        try:
+            loaded = with_extra(loaded, max_per_split, load_training_sets(with_public))
+        except PairsFormatError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        max_per_split, source = None, f"{pairs.name} + STS 2012-2015 (no MSRpar) + SICK train/trial"
     encoder, tag = encoder_and_tag(model, settings)
     content = train(
         loaded,
@@ -360,7 +380,7 @@ def train_verifier(
         min_cosine=min_cosine,
         embed_cache=embed_cache,
         embed_tag=tag,
-        source=pairs.name,
+        source=source,
         log=typer.echo,
     )
     out.parent.mkdir(parents=True, exist_ok=True)

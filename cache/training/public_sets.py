@@ -17,8 +17,9 @@ brmson/dataset-sts (which redistributes both), or that a person filled by hand.
   word overlap. Label 1 when the pair is judged ENTAILMENT with relatedness >= 4.5 (on a 1..5
   scale), else 0 (contradictions, neutral pairs, one-way entailments that lose detail).
 
-A third group is the per-entry bound's prior source (issue 34 item 2, ``load_prior_sets``), never
-an evaluation set: the **STS 2012-2015** test and train files of the same repository but
+A third group is the per-entry bound's prior source (issue 34 item 2, ``load_prior_sets``) and,
+with ``python -m cache train-verifier --with-public DIR``, extra training pairs for the learned
+verifier; never an evaluation set: the **STS 2012-2015** test and train files of the same repository but
 MSRpar (MRPC's sentences, kept apart by the issue), labelled as STS 2016, and **SICK 2014's
 train split** (``SICK_train.txt``), labelled as its test split.
 

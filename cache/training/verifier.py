@@ -78,6 +78,20 @@ def split_pairs(pairs: Pairs, max_per_split: int | None, seed: int = SEED) -> di
     return out
 
 
+def with_extra(primary: Pairs, max_per_split: int | None, extra: Pairs) -> Pairs:
+    """``extra``'s pairs, all of them, then ``primary``'s capped at ``max_per_split`` per split as
+    ``split_pairs`` caps them: the cap stays a cap on the main set (QQP), whatever is added.
+    Both must be labelled (ValueError otherwise)."""
+    if primary.labels is None or extra.labels is None:
+        raise ValueError("training needs labelled pairs ({text_a, text_b, label})")
+    kept = sorted(i for chosen in split_pairs(primary, max_per_split).values() for i in chosen)
+    return Pairs(
+        extra.text_a + [primary.text_a[i] for i in kept],
+        extra.text_b + [primary.text_b[i] for i in kept],
+        extra.labels + [primary.labels[i] for i in kept],
+    )
+
+
 def _text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 

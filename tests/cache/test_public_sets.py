@@ -113,3 +113,17 @@ def test_the_bounds_prior_sets_are_labelled_alike_and_never_an_evaluation_set(tm
     pairs = load_prior_sets(tmp_path)
     assert pairs.labels == [1, 0, 1, 0]
     assert pairs.text_b == ["A cat sits.", "A car.", "A man is singing.", "A man is not singing."]
+
+
+def test_extra_training_pairs_do_not_eat_the_main_sets_cap() -> None:
+    from cache.training.eval import Pairs
+    from cache.training.splits import split_of
+    from cache.training.verifier import with_extra
+
+    qqp = Pairs([f"q{i}" for i in range(400)], [f"r{i}" for i in range(400)], [i % 2 for i in range(400)])
+    extra = Pairs([f"s{i}" for i in range(300)], [f"t{i}" for i in range(300)], [1] * 300)
+    mixed = with_extra(qqp, 50, extra)
+    assert mixed.text_a[:300] == extra.text_a  # every extra pair
+    main = [(a, b) for a, b in zip(mixed.text_a, mixed.text_b, strict=True) if a.startswith("q")]
+    per_split = {s: sum(split_of(a, b) == s for a, b in main) for s in ("train", "calibration", "test")}
+    assert per_split == {"train": 50, "calibration": 50, "test": 50}
