@@ -341,14 +341,14 @@ def train_verifier(
     with_public: Path | None = typer.Option(
         None,
         "--with-public",
-        help="Also train (and calibrate) on the public STS 2012-2015 and SICK train sets kept in this "
+        help="Also train (and calibrate) on the public STS 2012-2015 (no MSRpar) and SICK train sets kept in this "
         "directory (cache/training/public_sets.py; files missing there are downloaded first from a pinned "
         "commit). --max-per-split then caps --pairs only.",
     ),
 ) -> None:
     from cache.errors import PairsFormatError
     from cache.training.eval import load_pairs
-    from cache.training.public_sets import fetch_public_sets, load_training_sets
+    from cache.training.public_sets import fetch_public_sets, load_prior_sets, prior_layout
     from cache.training.verifier import train, with_extra
 
     settings = _settings()
@@ -363,15 +363,16 @@ def train_verifier(
     source = pairs.name
     if with_public is not None:
         try:
-            fetch_public_sets(with_public, training=True)
+            fetch_public_sets(with_public, files=prior_layout())
         except OSError as exc:
             typer.echo(f"note: cannot download the public training sets: {exc}", err=True)
         try:
-            loaded = with_extra(loaded, max_per_split, load_training_sets(with_public))
+            loaded = with_extra(loaded, max_per_split, load_prior_sets(with_public))
         except PairsFormatError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        max_per_split, source = None, f"{pairs.name} + STS 2012-2015 (no MSRpar) + SICK train/trial"
+        cap = f", at most {max_per_split} per split" if max_per_split else ""
+        max_per_split, source = None, f"{pairs.name}{cap} + STS 2012-2015 (no MSRpar) + SICK train"
     encoder, tag = encoder_and_tag(model, settings)
     content = train(
         loaded,
@@ -516,8 +517,8 @@ def fit_bound(
 @app.command(
     "fit-region-bound",
     help="Write the per-entry bound's 'region' prior over the learned verifier's probability: "
-    "empty bins (--online-only: the pool learns everything) or pseudo-labels from the held-out "
-    "public prior sets (STS 2012-2015 but MSRpar, SICK train).",
+    "empty bins (--online-only: the pool learns everything) or pseudo-labels from the "
+    "public prior sets (STS 2012-2015 but MSRpar, SICK train), for a verifier not trained on them.",
 )
 def fit_region_bound(
     out: Path = typer.Option(Path("cache/models/entry_bound_region.json"), "--out", help="Where the prior goes."),
@@ -542,6 +543,17 @@ def fit_region_bound(
         from cache.training.verifier import embed_cached
         from cache.verify.learned import load_verifier
 
+        verifier = load_verifier(settings.verifier_path)
+        trained_on = str((verifier.meta.get("trained_on") or {}).get("source", ""))
+        if "STS 2012-2015" in trained_on:
+            # the prior's pseudo-labels would be the verifier's own training pairs: in-sample, so
+            # the bins would look far more right than they are on new text
+            typer.echo(
+                f"error: {verifier.source} was trained on these public sets ({trained_on}); "
+                "a prior from them would be in-sample (use --online-only)",
+                err=True,
+            )
+            raise typer.Exit(2)
         directory = resolve_public_dir(public_dir)
         if directory is None:
             typer.echo("error: --public-dir or $PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR is needed", err=True)
@@ -558,7 +570,6 @@ def fit_region_bound(
         vectors = embed_cached(
             loaded.text_a + loaded.text_b, encoder.encode, embed_cache, tag, log=lambda line: typer.echo(line, err=True)
         )
-        verifier = load_verifier(settings.verifier_path)
         scores = []
         for a, b in zip(loaded.text_a, loaded.text_b, strict=True):
             cos = float(vectors[a] @ vectors[b])
