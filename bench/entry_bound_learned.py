@@ -8,8 +8,9 @@ observed error against delta on held-out streams, beside the static stages.
 Bounds compared on the same streams: the "steps" prior (cache/models/entry_bound_learned.json,
 QQP's calibration split; the state before issue 34's fix), and each "region" prior
 (cache/verify/bound/model.py ``region_start``: a 95 % Clopper-Pearson bound on the error of
-the served region; cache/models/entry_bound_region.json learns online only,
-entry_bound_region_public.json starts from the held-out public prior sets; "region-cp" is the
+the served region; cache/models/entry_bound_region.json learns online only (a prior from the
+public prior sets, ``fit-region-bound --public-dir``, is refused for the shipped verifier, which
+is trained on them); "region-cp" is the
 first with a one-look Clopper-Pearson bound, re-checked after every label, which is not valid
 under that monitoring: shown for the difference). ``--seeds N``: run
 0 replays the stream in file order, run s > 0 a permutation drawn with seed s (the label draws
@@ -68,7 +69,7 @@ GPTCACHE = DATA / "cache-eval" / "gptcache-paraphrases" / "mock_data.json"
 CANDIDATES = 4
 MODELS = DEFAULT_PRIOR_PATH.parent
 STEPS_PRIOR = MODELS / "entry_bound_learned.json"
-REGION_PRIORS = f"{MODELS / 'entry_bound_region.json'},{MODELS / 'entry_bound_region_public.json'}"
+REGION_PRIORS = f"{MODELS / 'entry_bound_region.json'}"
 
 
 def judged(

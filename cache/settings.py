@@ -99,9 +99,8 @@ class CacheSettings(FileSettings):
       file (None: the shipped cache/models/entry_bound.json, cosine, fitted on QQP's train split,
       with the rules; cache/models/entry_bound_region.json, region mode on the learned
       verifier's probability, learning online only, with the learned verifier; the older
-      entry_bound_learned.json, steps fitted on QQP's calibration split, and
-      entry_bound_region_public.json, region mode starting from held-out public sets, are
-      selectable); its kind must match the verifier.
+      entry_bound_learned.json, steps fitted on QQP's calibration split, is selectable); its
+      kind must match the verifier.
     shadow_rate: shadow verification (needs error_bound): the share 0..1 of served semantic
       hits that the router also sends to a replica after the client has its answer, to label
       the entry and its pool by comparing answers (greedy single-choice requests only; one

@@ -190,4 +190,18 @@ def test_fit_region_bound_writes_the_shipped_online_prior_and_needs_a_directory_
     }
     monkeypatch.delenv("PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR", raising=False)
     result = CliRunner().invoke(app, ["fit-region-bound", "--out", str(out)])
-    assert result.exit_code == 2 and "--public-dir" in result.output
+    # no directory: an error either way (the shipped verifier is refused before the directory)
+    assert result.exit_code == 2 and ("--public-dir" in result.output or "in-sample" in result.output)
+
+
+def test_a_public_prior_is_refused_for_a_verifier_trained_on_the_public_sets(tmp_path: Path) -> None:
+    # the shipped verifier is trained on STS 2012-2015 and SICK train: a prior from the same
+    # pairs would be in-sample and vouch for bins far more than new text does
+    from typer.testing import CliRunner
+
+    from cache.cli import app
+
+    out = tmp_path / "region.json"
+    result = CliRunner().invoke(app, ["fit-region-bound", "--public-dir", str(tmp_path), "--out", str(out)])
+    assert result.exit_code == 2 and "in-sample" in result.output
+    assert not out.exists()
