@@ -20,10 +20,12 @@ from torch's on probe texts is replaced by a fresh export.
 Precision (issue 34, item 5): "fp32" runs the export as it is; "int8" quantizes the weights of
 the transformer's 36 linear layers to int8 per output channel (``quantize_int8``: onnxruntime's
 dynamic quantization; activations are quantized per pass, the attention products, embeddings
-and LayerNorms stay fp32). On the 2-core dev machine one ~30-token text costs 4.2 CPU ms instead
-of 9.9; its vectors are close to fp32's, not equal (cosine to fp32 >= 0.989 on 400 GPTCache
-texts, 0.965 on one-word texts), so the probe check holds it to ``INT8_PROBE_MIN_COSINE`` and the
-int8 file has a name of its own (its digest covers the quantization and onnxruntime's version).
+and LayerNorms stay fp32). On the 2-core dev machine one ~30-token text costs 4.7 CPU ms instead
+of 10.4 (bench/embed_precision.py); its vectors are close to fp32's, not equal (cosine to fp32
+>= 0.98 on GPTCache's texts, 0.965 on one-word texts), so the probe check holds it to
+``INT8_PROBE_MIN_COSINE`` and the int8 file has a name of its own (its digest covers the
+quantization and onnxruntime's version). Not the default: it serves about a fifth fewer of the
+default stage's hits (docs/benchmarks.md, issue 34, "Lookup and verification cost").
 """
 
 from __future__ import annotations
