@@ -45,9 +45,10 @@ class CacheSettings(FileSettings):
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
     embed_precision: "fp32" (default) or "int8" (ONNX Runtime only: the linear layers' weights
-      quantized to int8, about 2.2x less CPU per text; vectors close to fp32's, cosine >= 0.99
-      on typical prompts, >= 0.96 on one-word ones; issue 34, docs/benchmarks.md "Lookup and
-      verification cost"). The thresholds were tuned on fp32 vectors.
+      quantized to int8, about 2.2x less CPU per text; vectors close to fp32's, cosine >= 0.97
+      on prompts, 0.994 on average). The thresholds were tuned on fp32 vectors: at them int8
+      serves about a fifth fewer hits at the same precision (issue 34, docs/benchmarks.md
+      "Lookup and verification cost"), hence not the default.
     embedding_threads: CPU threads of one forward pass; embed_lanes: forward passes run at once
       (None: one per CPU); embed_nice: how much lower the encoder threads' scheduling priority
       is than the event loop's (Linux; 0 = the same), for a small machine where embedding should

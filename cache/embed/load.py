@@ -50,8 +50,8 @@ def load_encoder(
     onnx when the model's layout is supported and the export checks out, else torch, with the
     reason logged once. cache_dir: where exported ONNX files are kept (None: the user's cache
     dir). precision: "fp32" or "int8" (ONNX Runtime only, cache/embed/onnx.py: its linear layers'
-    weights quantized, about 2.2x less CPU, vectors within cosine 0.95 of fp32's, 0.99 on
-    typical prompts; with backend "auto" a model that cannot run on ONNX falls back to torch's
+    weights quantized, about 2.2x less CPU, vectors within cosine 0.95 of fp32's, 0.994 on
+    average; with backend "auto" a model that cannot run on ONNX falls back to torch's
     fp32). The returned encoder's
     ``backend`` attribute says which one runs ("onnx", "onnx-int8", "torch", ...).
     Raises EmbeddingError with the reason when the model cannot be loaded, when backend is
