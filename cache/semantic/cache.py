@@ -160,6 +160,7 @@ class SemanticCache:
                 s.embed_backend,
                 s.onnx_cache_dir,
                 s.embedding_package,
+                s.embed_precision,
             )
         except EmbeddingError as exc:
             self.state, self.error = "failed", str(exc)
