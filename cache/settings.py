@@ -78,7 +78,7 @@ class CacheSettings(FileSettings):
       ``X-Cache-Threshold`` can only raise the cosine prefilter).
       "rules+learned" (the default since issue 34, chosen by bench/cache_default_choice.py on
       held-out sets): the rules at the cosine threshold first; when they serve nothing, the
-      learned verifier at ``rescue_precision_target`` (0.95) on the candidates above its
+      learned verifier at ``rescue_precision_target`` (0.93) on the candidates above its
       prefilter that no rule vetoes, so only its most confident hits are added. With
       ``error_bound`` it works as "rules" (the bound's cosine prior judges the rules' choice).
     rescue_precision_target: the learned verifier's precision target in "rules+learned", 0.5..0.999.
@@ -160,7 +160,7 @@ class CacheSettings(FileSettings):
     verifier: Literal["rules", "learned", "rules+learned"] = "rules+learned"
     verifier_path: Path | None = None
     semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
-    rescue_precision_target: float = Field(0.95, ge=0.5, le=0.999)
+    rescue_precision_target: float = Field(0.93, ge=0.5, le=0.999)
     error_bound: float | None = Field(None, ge=0.001, le=0.5)
     bound_prior_path: Path | None = None
     shadow_rate: float = Field(0.0, ge=0, le=1)
