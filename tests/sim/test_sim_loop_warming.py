@@ -1,0 +1,75 @@
+"""The closed loop's warming options (sim/cli.py ``warming_fields``, sim/loop/run.py
+``warming_env`` and ``parse_warm_counts``) and the warming bench's peak windows
+(bench/loop_warming.py); the router side is tests/router/test_warming_loop.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.loop_warming import compare, minutes_sum, peak_and_pre
+from sim.cli import warming_fields
+from sim.loop.config import LoopConfig
+from sim.loop.run import parse_warm_counts, warming_env
+
+
+def test_warming_off_is_the_default_and_sets_nothing() -> None:
+    assert warming_fields("off", []) is None
+    assert warming_env(LoopConfig(trace=Path("t"))) == {}
+
+
+def test_warming_on_enables_every_pool_with_a_simulated_tick_and_the_runs_settings() -> None:
+    fields = warming_fields("on", ["min_rise=0.1", "budget_per_min=12"])
+    env = warming_env(LoopConfig(trace=Path("t"), speedup=7.0, warming=fields))
+    assert json.loads(env["PROMPTEDGE_CACHE_WARMING"]) == {
+        "*": {"enabled": True, "tick_s": round(15 / 7, 3), "min_rise": 0.1, "budget_per_min": 12}
+    }
+
+
+@pytest.mark.parametrize(
+    ("mode", "sets"), [("maybe", []), ("off", ["min_rise=0"]), ("on", ["min_rise"]), ("on", ["=1"])]
+)
+def test_bad_warming_options_are_refused(mode: str, sets: list[str]) -> None:
+    with pytest.raises(ValueError):
+        warming_fields(mode, sets)
+
+
+def test_warm_counters_are_read_from_the_routers_metrics() -> None:
+    text = (
+        "# TYPE promptedge_router_warm_generations counter\n"
+        'promptedge_router_warm_generations_total{outcome="attempted",pool="m"} 5.0\n'
+        'promptedge_router_warm_generations_total{outcome="stored",pool="m"} 4.0\n'
+        "# TYPE promptedge_cache_warm_hits counter\n"
+        'promptedge_cache_warm_hits_total{model="m"} 3.0\n'
+    )
+    assert parse_warm_counts(text) == {"generations": {"attempted": 5, "stored": 4}, "warm_hits": 3}
+
+
+def test_peak_minutes_and_the_lead_before_them() -> None:
+    # windows of 10 min from the segment start: the last two are within 90 % of the busiest
+    found = peak_and_pre([0.7, 0.9, 1.1, 1.5, 1.6], 600.0, 0.0, 45, 15)
+    assert found == {"peak": list(range(30, 45)), "pre": list(range(15, 30))}
+
+
+def test_gpu_seconds_count_replica_generations_and_compare_with_the_off_run() -> None:
+    row = {"demand_rps": 1.0, "forwarded_rps": 0.5, "queue_time_s": {"requests": 40}}
+    off = {"peak": minutes_sum([row] * 2, [0, 1], 2.0), "pre": minutes_sum([row], [0], 2.0)}
+    on_row = {"demand_rps": 1.0, "forwarded_rps": 0.25, "queue_time_s": {"requests": 20}}
+    on = {
+        "peak": minutes_sum([on_row] * 2, [0, 1], 2.0),
+        "pre": minutes_sum([row | {"queue_time_s": {"requests": 50}}], [0], 2.0),
+    }
+    assert off["peak"] == {
+        "requests": 120,
+        "hits": 60,
+        "hit_ratio": 0.5,
+        "client_misses": 60,
+        "generations": 80,
+        "gpu_s": 160.0,
+    }
+    off["all"], on["all"] = off["peak"], on["peak"]
+    moved = compare({"p:off": off, "p:on": on})["p:on"]
+    assert (moved["peak_gpu_s_saved"], moved["pre_gpu_s_added"]) == (80.0, 20.0)
+    assert moved["peak_hit_ratio"] == [0.5, 0.75]
