@@ -2,15 +2,16 @@
 
     PYTHONPATH=. python bench/loop_warming.py [--hours 0.75] [--start-hour 311] [--seed 0]
         [--runs predictive:off,predictive:on,fixed_peak:off,fixed_peak:oracle]
-        [--json out/loop_warming.json] [--from-json out/loop_warming.json]
+        [--warming-set KEY=VALUE ...] [--json out/loop_warming.json] [--from-json out/loop_warming.json]
 
 Runs ``python -m sim loop``'s ``run_loop`` once per run on the same segment and seed (ServeGen
 m-large, warm-up 300 simulated s, l4, as bench/closed_loop.py): the real router, Redis, control
 plane and stand-in node. A run is ``POLICY:WARMING``:
 
 - ``off``: no warming (the product's default);
-- ``on``: the router warms (``LoopConfig.warming``, the product's ``WarmingSettings`` defaults,
-  ``tick_s`` 15 simulated s) on the forecast the forecaster daemon publishes (predictive policy);
+- ``on``: the router warms (``LoopConfig.warming``, the product's ``WarmingSettings`` defaults
+  unless ``--warming-set`` names others, ``tick_s`` 15 simulated s) on the forecast the
+  forecaster daemon publishes (predictive policy);
 - ``oracle``: the same warmer, but the forecast it reads is the segment's true window rates,
   published by this bench every 5 simulated s (``OracleForecast``) for a pool no forecaster
   runs for (the fixed policies): what warming would do with a forecast that sees the peak.
@@ -62,6 +63,7 @@ from cache.warming.plan import slot_of
 from cache.warming.popularity import _RECORD_LUA, group_tag, mark_key, recipe_for, slot_keys, slots_key
 from cache.warming.settings import WarmingSettings
 from opskit import FORECAST_KEY, forecast_document
+from sim.cli import warming_fields
 from sim.client.replay import PlannedRequest
 from sim.loop import LoopConfig, run_loop, write_json
 from sim.loop.run import prepare
@@ -315,11 +317,13 @@ def main(
     json_path: Path = typer.Option(Path("out/loop_warming.json"), "--json"),
     from_json: Path | None = typer.Option(None, help="Recompute the table from a saved run (no loop)."),
     log_dir: Path = Path("out/loop-warming"),
+    warming_set: list[str] = typer.Option([], help="A WarmingSettings field KEY=VALUE (JSON) for the on/oracle runs."),
 ) -> None:
     if from_json is not None:
         typer.echo(render(json.loads(from_json.read_text())))
         return
-    settings = WarmingSettings(enabled=True)
+    fields = warming_fields("on", warming_set) or {}
+    settings = WarmingSettings(**(fields | {"enabled": True}))
     base = LoopConfig(
         trace=DATA / "traces" / "servegen-m-large",
         start_hour=start_hour,
@@ -361,7 +365,7 @@ def main(
         cfg = replace(
             base,
             policies=(policy,),
-            warming=None if mode == "off" else {},
+            warming=None if mode == "off" else fields,
             hooks=hooks,
             log_dir=log_dir / name.replace(":", "-"),
         )

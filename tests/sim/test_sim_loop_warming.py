@@ -73,3 +73,12 @@ def test_gpu_seconds_count_replica_generations_and_compare_with_the_off_run() ->
     moved = compare({"p:off": off, "p:on": on})["p:on"]
     assert (moved["peak_gpu_s_saved"], moved["pre_gpu_s_added"]) == (80.0, 20.0)
     assert moved["peak_hit_ratio"] == [0.5, 0.75]
+
+
+def test_the_loop_report_says_what_the_warmer_did() -> None:
+    from sim.loop import render
+
+    policy = {"slo_attainment": 1.0, "warming": {"generations": {"attempted": 3, "stored": 2}, "warm_hits": 1}}
+    text = render({"policies": {"predictive": policy}})
+    assert "predictive's warming: 3 warm generations, 2 stored, 1 hits on warmed entries" in text
+    assert "warming" not in render({"policies": {"predictive": {"slo_attainment": 1.0}}})
