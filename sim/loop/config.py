@@ -21,15 +21,15 @@ DEFAULT_ITL_S = 0.2
 
 
 class LoopHooks(Protocol):
-    """What a benchmark adds to each policy's run (``LoopConfig.hooks``): ``before_replay`` once
-    the stack's Redis holds the counter history and the actor has been started, before the
-    replay begins (``sim_start``: the
-    segment's simulated start, Unix s, reached at wall Unix s ``replay_at``: the simulated clock
-    is sim_start + (wall - replay_at) x speedup; ``plan``: the requests about to be replayed,
-    wall offsets from ``replay_at``);
-    ``after_replay`` once the replay ended, with the stack still up, returning what it measured
-    (kept as the policy's ``hooks`` in the report). The loop itself imports no product package;
-    a hook may (it lives in bench/)."""
+    """What a benchmark adds to each policy's run (``LoopConfig.hooks``).
+
+    ``before_replay``: once the stack's Redis holds the counter history and the actor has been
+    started, before the replay begins. ``sim_start``: the segment's simulated start (Unix s),
+    reached at wall Unix s ``replay_at`` (the simulated clock is sim_start + (wall - replay_at)
+    x speedup); ``plan``: the requests about to be replayed (wall offsets from ``replay_at``).
+    ``after_replay``: once the replay ended, with the stack still up; what it returns is kept
+    as the policy's ``hooks`` in the report. The loop itself imports no product package; a
+    hook may (it lives in bench/)."""
 
     def before_replay(
         self, redis_url: str, sim_start: float, replay_at: float, plan: list[PlannedRequest], policy: str
