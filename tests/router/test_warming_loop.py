@@ -8,17 +8,20 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
-from bench.loop_warming import RecurringDay, scope_request
 from cache.warming.settings import WarmingSettings
 from sim.client.replay import PlannedRequest
 from sim.loop.config import LoopConfig
 from sim.loop.run import warming_env
+from tests.bench_script import load_bench
 from tests.router.conftest import MODEL
 from tests.router.test_warming import publish, wait_for, warm_count
+
+bench = load_bench("loop_warming")
 
 SPEEDUP = 100.0  # the loop's tick_s is 15 simulated s: 0.15 wall s here
 FAST = {"budget_per_min": 600.0, "burst": 10.0, "replica_slots": 2}
@@ -29,14 +32,14 @@ def no_semantic(exact_only: None) -> None:
     """Exact stage only: no embedding model to load (the store path is the same)."""
 
 
-def history(redis_url: str, text: str) -> tuple[RecurringDay, str]:
+def history(redis_url: str, text: str) -> tuple[Any, str]:
     """The bench's history for one prompt asked two minutes from now (the forecast's peak) on
     each of the 7 days before; returns the hook and the prompt's exact key."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0}
-    hook = RecurringDay(MODEL, WarmingSettings(enabled=True, **FAST), SPEEDUP, None)
+    hook = bench.RecurringDay(MODEL, WarmingSettings(enabled=True, **FAST), SPEEDUP, None)
     now = time.time()
     hook.before_replay(redis_url, now, now, [PlannedRequest(120.0 / SPEEDUP, "new", 8, body)], "predictive")
-    return hook, scope_request(body, MODEL)[1]
+    return hook, bench.scope_request(body, MODEL)[1]
 
 
 @pytest.mark.parametrize("warming", [None, FAST])

@@ -1,6 +1,6 @@
 """The closed loop's warming options (sim/cli.py ``warming_fields``, sim/loop/run.py
-``warming_env`` and ``parse_warm_counts``) and the warming bench's peak windows
-(bench/loop_warming.py); the router side is tests/router/test_warming_loop.py."""
+``warming_env`` and ``parse_warm_counts``, the report's line); the router side is
+tests/router/test_warming_loop.py, the bench's measures tests/bench/test_loop_warming.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.loop_warming import compare, minutes_sum, peak_and_pre
 from sim.cli import warming_fields
 from sim.loop.config import LoopConfig
 from sim.loop.run import parse_warm_counts, warming_env
@@ -45,34 +44,6 @@ def test_warm_counters_are_read_from_the_routers_metrics() -> None:
         'promptedge_cache_warm_hits_total{model="m"} 3.0\n'
     )
     assert parse_warm_counts(text) == {"generations": {"attempted": 5, "stored": 4}, "warm_hits": 3}
-
-
-def test_peak_minutes_and_the_lead_before_them() -> None:
-    # windows of 10 min from the segment start: the last two are within 90 % of the busiest
-    found = peak_and_pre([0.7, 0.9, 1.1, 1.5, 1.6], 600.0, 0.0, 45, 15)
-    assert found == {"peak": list(range(30, 45)), "pre": list(range(15, 30))}
-
-
-def test_gpu_seconds_count_replica_generations_and_compare_with_the_off_run() -> None:
-    row = {"demand_rps": 1.0, "forwarded_rps": 0.5, "queue_time_s": {"requests": 40}}
-    off = {"peak": minutes_sum([row] * 2, [0, 1], 2.0), "pre": minutes_sum([row], [0], 2.0)}
-    on_row = {"demand_rps": 1.0, "forwarded_rps": 0.25, "queue_time_s": {"requests": 20}}
-    on = {
-        "peak": minutes_sum([on_row] * 2, [0, 1], 2.0),
-        "pre": minutes_sum([row | {"queue_time_s": {"requests": 50}}], [0], 2.0),
-    }
-    assert off["peak"] == {
-        "requests": 120,
-        "hits": 60,
-        "hit_ratio": 0.5,
-        "client_misses": 60,
-        "generations": 80,
-        "gpu_s": 160.0,
-    }
-    off["all"], on["all"] = off["peak"], on["peak"]
-    moved = compare({"p:off": off, "p:on": on})["p:on"]
-    assert (moved["peak_gpu_s_saved"], moved["pre_gpu_s_added"]) == (80.0, 20.0)
-    assert moved["peak_hit_ratio"] == [0.5, 0.75]
 
 
 def test_the_loop_report_says_what_the_warmer_did() -> None:
