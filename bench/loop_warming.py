@@ -38,7 +38,7 @@ the end), of which requested in the segment (hit) and never requested (wasted); 
 TTFT p99, GPU-hours (Pods held). ``vs_off``: per warming run against the off run of its policy,
 GPU-seconds moved out of the peak (off - on) and into the minutes before it (on - off).
 
-Takes ~8 wall minutes a run at 0.75 h; run under ``flock /tmp/closed-loop.lock``.
+Takes ~7 wall minutes a run at 0.75 h (417-423 s on the 2-core machine); run under ``flock /tmp/closed-loop.lock``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ daemon for ``predictive``, ``bench/hpa_controller.py`` for ``reactive``, nothing
 ones), then the segment replayed through the router while an observer samples the Deployment
 and its Pods. Everything runs on one simulated clock: ``origin + (time.time() - origin) x
 speedup``. Everything is stopped after each policy, on error and on Ctrl-C.
+
+With ``LoopConfig.warming`` the router warms its cache before forecast peaks (``warming_env``)
+and the report gives its warm generations (``warm_counts``); ``LoopConfig.hooks`` let a bench add
+Redis state before the replay and measure after it (bench/loop_warming.py).
 """
 
 from __future__ import annotations
