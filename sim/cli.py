@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -325,6 +326,28 @@ def demo(
         typer.echo(f"report written to {json_path}")
 
 
+def warming_fields(mode: str, sets: list[str]) -> dict[str, Any] | None:
+    """``LoopConfig.warming`` of ``--warming`` and ``--warming-set KEY=VALUE`` (each VALUE JSON,
+    else taken as a string). Raises ValueError on a mode other than on/off, a KEY=VALUE without
+    ``=``, or settings given with warming off."""
+    if mode not in ("on", "off"):
+        raise ValueError(f"--warming must be 'on' or 'off', got {mode!r}")
+    fields: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--warming-set wants KEY=VALUE, got {item!r}")
+        try:
+            fields[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            fields[key.strip()] = raw
+    if mode == "off":
+        if fields:
+            raise ValueError("--warming-set needs --warming on")
+        return None
+    return fields
+
+
 @app.command()
 def loop(
     trace: Annotated[Path, typer.Option(help="ServeGen folder or timestamp,value CSV (NAB) of per-window rates.")],
@@ -371,6 +394,18 @@ def loop(
         ),
     ] = None,
     log_dir: Annotated[Path, typer.Option(help="Folder for logs of every process.")] = Path("out/loop"),
+    warming: Annotated[
+        str,
+        typer.Option(
+            help="Predictive cache warming in the router: 'off' (default) or 'on' (needs the forecaster: predictive policy)."
+        ),
+    ] = "off",
+    warming_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A warming setting KEY=VALUE (JSON value), e.g. min_rise=0.1; repeatable; with --warming on."
+        ),
+    ] = None,
 ) -> None:
     """Closed loop on a real control plane: each policy in turn on the same traffic; table, JSON, PNG."""
     from sim.client.questions import QuestionsFormatError
@@ -402,6 +437,7 @@ def loop(
             history=history,
             questions=questions,
             log_dir=log_dir,
+            warming=warming_fields(warming, warming_set or []),
         )
         report = run_loop(cfg)
     except (TraceFormatError, QuestionsFormatError, TrafficFormatError, ValueError, KeyError) as exc:

@@ -6,6 +6,10 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sim.client.replay import PlannedRequest
 
 POLICIES = ("predictive", "reactive", "fixed_peak", "fixed_mean")
 
@@ -14,6 +18,24 @@ POLICIES = ("predictive", "reactive", "fixed_peak", "fixed_mean")
 # percentile; we apply the same bounds per request.
 DEFAULT_TTFT_S = 2.0
 DEFAULT_ITL_S = 0.2
+
+
+class LoopHooks(Protocol):
+    """What a benchmark adds to each policy's run (``LoopConfig.hooks``).
+
+    ``before_replay``: once the stack's Redis holds the counter history and the actor has been
+    started, before the replay begins. ``sim_start``: the segment's simulated start (Unix s),
+    reached at wall Unix s ``replay_at`` (the simulated clock is sim_start + (wall - replay_at)
+    x speedup); ``plan``: the requests about to be replayed (wall offsets from ``replay_at``).
+    ``after_replay``: once the replay ended, with the stack still up; what it returns is kept
+    as the policy's ``hooks`` in the report. The loop itself imports no product package; a
+    hook may (it lives in bench/)."""
+
+    def before_replay(
+        self, redis_url: str, sim_start: float, replay_at: float, plan: list[PlannedRequest], policy: str
+    ) -> None: ...
+
+    def after_replay(self, redis_url: str, router_url: str, policy: str) -> dict[str, Any]: ...
 
 
 def _default_kube_tools() -> Path:
@@ -86,6 +108,13 @@ class LoopConfig:
     # recording, never scaling): its record is returned in the reactive run's "advisory" for
     # the what-if report (bench/loop_advisory.py, issue 35).
     advise: bool = False
+    # Predictive cache warming (router/caching/warming.py, cache/warming/) for every pool: None
+    # (off, the product's default) or WarmingSettings fields ({}: its defaults; "enabled" is set,
+    # and tick_s is 15 simulated s unless given). It needs the forecaster's published forecast
+    # (the predictive policy, or reactive with advise) and prompts counted on earlier days: the
+    # loop writes none (its prompt mix has no days before the segment), a hook may.
+    warming: dict[str, Any] | None = None
+    hooks: LoopHooks | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]

@@ -91,6 +91,16 @@ def render(report: dict[str, Any]) -> str:
                 + ", ".join(f"{m} {n}" for m, n in sorted(p["models"].items(), key=lambda kv: -kv[1]))
             )
     for name, p in policies.items():
+        warm = p.get("warming")
+        if warm is not None:  # run with --warming on: what the router's warmer did
+            gens = warm.get("generations", {})
+            lines.append(
+                f"{name}'s warming: {warm['error']}"
+                if "error" in warm
+                else f"{name}'s warming: {gens.get('attempted', 0)} warm generations, {gens.get('stored', 0)} stored, "
+                f"{warm.get('warm_hits', 0)} hits on warmed entries"
+            )
+    for name, p in policies.items():
         for problem in p.get("invalid") or ():
             lines.append(f"INVALID: {name}: {problem}; its row does not measure the policy (logs in {p.get('logs')})")
     if seg.get("questions_exhausted"):

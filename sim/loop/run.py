@@ -7,11 +7,16 @@ daemon for ``predictive``, ``bench/hpa_controller.py`` for ``reactive``, nothing
 ones), then the segment replayed through the router while an observer samples the Deployment
 and its Pods. Everything runs on one simulated clock: ``origin + (time.time() - origin) x
 speedup``. Everything is stopped after each policy, on error and on Ctrl-C.
+
+With ``LoopConfig.warming`` the router warms its cache before forecast peaks (``warming_env``)
+and the report gives its warm generations (``warm_counts``); ``LoopConfig.hooks`` let a bench add
+Redis state before the replay and measure after it (bench/loop_warming.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import signal
@@ -22,7 +27,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import httpx
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from sim.client.questions import MixConfig, QuestionMix, load_pairs
 from sim.client.replay import Outcome, PlannedRequest, ReplayConfig, plan_requests, run_plan
@@ -286,6 +293,7 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
             "PROMPTEDGE_ROUTER_K8S_KUBECONFIG": str(kubeconfig),
             "PROMPTEDGE_ROUTER_K8S_CONTEXT": "local",
         }
+        router_env |= warming_env(cfg)
         stack.spawn("router", ["router", "serve", "--port", str(router_port)], router_env)
         router = f"http://127.0.0.1:{router_port}"
         wait_ready(pool, initial, READY_TIMEOUT_WALL_S)
@@ -298,6 +306,8 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         with redis.Redis.from_url(redis_url) as r:
             write_history(r, cfg.model, sim_start, prep.history, cfg.miss_ratio, prep.mean_tokens)
         _start_actor(stack, cfg, prep, policy, router, kubeconfig, redis_url, clock)
+        if cfg.hooks is not None:  # after the actor: its start-up must not wait for the hook
+            cfg.hooks.before_replay(redis_url, sim_start, replay_at, prep.plan, policy)
         observer = Observer(
             pool, POD_SELECTOR, lambda: (time.time() - replay_at) * cfg.speedup, SAMPLE_EVERY_SIM_S / cfg.speedup
         ).start()
@@ -318,6 +328,8 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
         finally:
             samples = observer.stop()
         advisory = _advisory_record(redis_url, sim_start) if policy == "reactive" and cfg.advise else None
+        warming = warm_counts(router) if cfg.warming is not None else None
+        hooked = cfg.hooks.after_replay(redis_url, router, policy) if cfg.hooks is not None else None
         invalid = run_problems({c.name: c.process.poll() for c in stack.children}, len(observer.errors), len(samples))
     records = to_records(prep.plan, outcomes, cfg.speedup)
     span = prep.segment.span_s
@@ -340,7 +352,49 @@ def run_policy(cfg: LoopConfig, prep: Prepared, policy: str) -> dict[str, Any]:
     out["logs"] = str(log_dir)
     if advisory is not None:
         out["advisory"] = advisory
+    out["warming"] = warming
+    if hooked is not None:
+        out["hooks"] = hooked
     return out
+
+
+def warming_env(cfg: LoopConfig) -> dict[str, str]:
+    """The router's ``PROMPTEDGE_CACHE_WARMING`` for ``cfg.warming`` ({} when off): every pool
+    (``"*"``) enabled, ``tick_s`` 15 simulated s (the product's default is 15 s of the router's
+    clock's wall time: at 7x the warmer would look at the forecast every 105 simulated s)
+    unless the run names it, then the run's fields."""
+    if cfg.warming is None:
+        return {}
+    fields = {"tick_s": round(15.0 / cfg.speedup, 3)} | dict(cfg.warming) | {"enabled": True}
+    return {"PROMPTEDGE_CACHE_WARMING": json.dumps({"*": fields})}
+
+
+WARM_METRICS = ("promptedge_router_warm_generations_total", "promptedge_cache_warm_hits_total")
+
+
+def warm_counts(router: str) -> dict[str, Any]:
+    """The router's warming counters after the replay: warm generations by outcome (attempted,
+    stored, failed) and exact hits served from warmed entries, summed over pools; ``error``
+    instead when /metrics cannot be read (the run's other numbers still stand)."""
+    try:
+        text = httpx.get(f"{router}/metrics", timeout=10.0).text
+        return parse_warm_counts(text)
+    except (httpx.HTTPError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def parse_warm_counts(text: str) -> dict[str, Any]:
+    """``{"generations": {outcome: n}, "warm_hits": n}`` from Prometheus text (pure)."""
+    generations: dict[str, float] = {}
+    hits = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == WARM_METRICS[0]:
+                outcome = sample.labels.get("outcome", "")
+                generations[outcome] = generations.get(outcome, 0.0) + sample.value
+            elif sample.name == WARM_METRICS[1]:
+                hits += sample.value
+    return {"generations": {k: int(v) for k, v in sorted(generations.items())}, "warm_hits": int(hits)}
 
 
 # The advisory record's keys (forecaster/advisory/record.py): sim imports no product package,
