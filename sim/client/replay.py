@@ -70,17 +70,23 @@ class ReplayConfig:
 
 @dataclass(frozen=True)
 class PlannedRequest:
+    """One request of the plan; ``source``: the question whose meaning it asks
+    (sim/client/questions.py ``Prompt.source``; "" for a synthetic shared-prefix prompt)."""
+
     at_s: float
     kind: Kind
     max_tokens: int
     body: dict[str, Any]
+    source: str = ""
 
 
 @dataclass
 class Outcome:
     """What happened to one request. Times in seconds; ``cache``: X-Cache header value;
     ``sent_s``: perf_counter() when it was sent; ``prompt``: identity of its body (identical
-    bodies, identical prompt), for checking that a repeat after an answer hits."""
+    bodies, identical prompt), for checking that a repeat after an answer hits; ``source``: the
+    question it asks (PlannedRequest.source); ``answer_id``: the answer's ``id`` (a cached
+    answer keeps the id the replica gave it, so a hit names the request that made its entry)."""
 
     kind: Kind
     ok: bool
@@ -92,6 +98,8 @@ class Outcome:
     lag_s: float
     sent_s: float = 0.0
     prompt: str = ""
+    source: str = ""
+    answer_id: str | None = None
 
 
 def _padding(tokens: int, source: str) -> str:
@@ -125,7 +133,7 @@ def plan_requests(trace: list[TraceRequest], mix: QuestionMix, cfg: ReplayConfig
         body: dict[str, Any] = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
         if cfg.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
-        plan.append(PlannedRequest(at, prompt.kind, max_tokens, body))
+        plan.append(PlannedRequest(at, prompt.kind, max_tokens, body, prompt.source))
     return plan
 
 
@@ -155,6 +163,7 @@ async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> O
     t0 = time.perf_counter()
     ttft: float | None = None
     headers: httpx.Headers = httpx.Headers()
+    answer_id: str | None = None
 
     def done(ok: bool, error: str | None) -> Outcome:
         return Outcome(
@@ -168,6 +177,8 @@ async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> O
             lag,
             t0,
             json.dumps(req.body, sort_keys=True),
+            req.source,
+            answer_id,
         )
 
     try:
@@ -185,7 +196,10 @@ async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> O
                     if data == "[DONE]":
                         finished = True
                         break
-                    if ttft is None and _has_content(json.loads(data)):
+                    chunk = json.loads(data)
+                    if answer_id is None and isinstance(chunk.get("id"), str):
+                        answer_id = chunk["id"]
+                    if ttft is None and _has_content(chunk):
                         ttft = time.perf_counter() - t0
                 if not finished or ttft is None:
                     return done(False, "malformed stream")
@@ -194,7 +208,9 @@ async def _send(client: httpx.AsyncClient, req: PlannedRequest, lag: float) -> O
         headers = resp.headers
         if resp.status_code != 200:
             return done(False, f"HTTP {resp.status_code}")
-        content = resp.json()["choices"][0]["message"]["content"]
+        answer = resp.json()
+        answer_id = answer.get("id") if isinstance(answer.get("id"), str) else None
+        content = answer["choices"][0]["message"]["content"]
         return done(isinstance(content, str), None if isinstance(content, str) else "malformed body")
     except httpx.HTTPError as exc:
         return done(False, type(exc).__name__)

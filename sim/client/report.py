@@ -27,11 +27,37 @@ def percentiles_ms(values_s: list[float]) -> dict[str, float | None]:
     return {"p50": round(float(p[0]), 1), "p95": round(float(p[1]), 1), "p99": round(float(p[2]), 1)}
 
 
+def judge_semantic_hits(outcomes: list[Outcome]) -> dict[int, str]:
+    """Each ok semantic hit (by ``id()`` of its Outcome) judged "right", "wrong" or "unchecked".
+
+    A cached answer keeps the ``id`` the replica gave it, so the hit's ``answer_id`` names the
+    request whose answer made the entry. Right when that request asked the same question (the
+    same ``source``: the question itself, or a paraphrase of it); wrong when it asked another
+    one, and always for a near-miss (it asks another question by construction); unchecked when
+    no replica answer with that id was seen (a missing id, an entry from before the replay)."""
+    made_by: dict[str, str] = {}  # answer id -> the source of the request a replica answered
+    for o in outcomes:
+        if o.ok and o.answer_id and o.cache not in EXACT_VALUES and o.cache not in SEMANTIC_VALUES:
+            made_by.setdefault(o.answer_id, o.source)
+    verdicts: dict[int, str] = {}
+    for o in outcomes:
+        if not (o.ok and o.cache in SEMANTIC_VALUES):
+            continue
+        if o.kind == "near_miss":
+            verdicts[id(o)] = "wrong"
+        elif o.answer_id is None or o.answer_id not in made_by:
+            verdicts[id(o)] = "unchecked"
+        else:
+            verdicts[id(o)] = "right" if made_by[o.answer_id] == o.source else "wrong"
+    return verdicts
+
+
 def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
     """Report dict: requests, ok, failed, errors, exact_hits, semantic_hits, hit_ratio
     (hits / requests), latency_ms and ttft_ms (p50/p95/p99 over ok requests), replica_share
     (replica -> fraction of forwarded requests, i.e. ok responses naming a replica), by_kind
-    (prompt kind -> requests and hits), repeats_after_answer (repeats sent at least
+    (prompt kind -> requests, hits, and semantic hits judged right / wrong / unchecked by
+    ``judge_semantic_hits``), repeats_after_answer (repeats sent at least
     STORE_SLACK_S after an identical request was answered by a replica: requests and exact hits;
     a working cache hits every one), wall_s, lag_ms (how late requests started)."""
     ok = [o for o in outcomes if o.ok]
@@ -39,13 +65,18 @@ def summarize(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
     semantic = sum(1 for o in ok if o.cache in SEMANTIC_VALUES)
     replicas = Counter(o.replica for o in ok if o.replica)
     forwarded = sum(replicas.values())
+    judged = judge_semantic_hits(outcomes)
     by_kind = {}
     for kind in KINDS:
         of_kind = [o for o in outcomes if o.kind == kind]
+        verdicts = Counter(judged[id(o)] for o in of_kind if id(o) in judged)
         by_kind[kind] = {
             "requests": len(of_kind),
             "exact_hits": sum(1 for o in of_kind if o.ok and o.cache in EXACT_VALUES),
             "semantic_hits": sum(1 for o in of_kind if o.ok and o.cache in SEMANTIC_VALUES),
+            "semantic_right": verdicts["right"],
+            "semantic_wrong": verdicts["wrong"],
+            "semantic_unchecked": verdicts["unchecked"],
         }
     # prompt -> earliest end of an answer a replica gave: only those are stored under their own
     # body (a semantic hit is not stored again, so its repeats may hit semantically again)

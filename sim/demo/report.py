@@ -29,10 +29,10 @@ def render(report: dict[str, Any]) -> str:
 
 
 def cache_lines(report: dict[str, Any]) -> list[str]:
-    """The cache's story (issue 34): paraphrases answered from an earlier question's entry,
-    near-misses refused, new questions answered by another question's entry (each a wrong
-    answer), and the replica (GPU) seconds the hits saved, from the router's /cache/stats.
-    Empty when the report has no per-kind counts."""
+    """The cache's story (issue 34): paraphrases answered with their own question's answer,
+    near-misses refused, every semantic hit that served another question's answer (judged by the
+    answer's id, whatever the prompt's kind), and the replica (GPU) seconds the hits saved, from
+    the router's /cache/stats. Empty when the report has no per-kind counts."""
     kinds = report.get("by_kind") or {}
     if not kinds:
         return []
@@ -41,16 +41,19 @@ def cache_lines(report: dict[str, Any]) -> list[str]:
         return f"{n} of {of} ({n / of:.0%})" if of else f"{n} of 0"
 
     para, near, new = (kinds.get(k, {}) for k in ("paraphrase", "near_miss", "new"))
-    answered = int(para.get("semantic_hits", 0))
+    answered = int(para.get("semantic_right", para.get("semantic_hits", 0)))
     near_answered = int(near.get("semantic_hits", 0))
-    new_answered = int(new.get("semantic_hits", 0))
+    # every semantic hit, judged by the answer's id (sim/client/report.py judge_semantic_hits)
+    wrong = sum(int(k.get("semantic_wrong", 0)) for k in kinds.values())
+    unchecked = sum(int(k.get("semantic_unchecked", 0)) for k in kinds.values())
+    hits = sum(int(k.get("semantic_hits", 0)) for k in kinds.values())
     lines = [
         "cache, by meaning (prompt kinds of sim/client/questions.py):",
-        f"  paraphrases answered from an earlier question's entry: {share(answered, int(para.get('requests', 0)))}",
+        f"  paraphrases answered with their own question's answer: {share(answered, int(para.get('requests', 0)))}",
         f"  near-misses refused (same words, another question): "
-        f"{share(int(near.get('requests', 0)) - near_answered, int(near.get('requests', 0)))}"
-        + (f"; {near_answered} answered: WRONG answers" if near_answered else ""),
-        f"  new questions answered with another question's entry (wrong answers): {new_answered}",
+        f"{share(int(near.get('requests', 0)) - near_answered, int(near.get('requests', 0)))}",
+        f"  semantic hits that served another question's answer (wrong answers): {wrong} of {hits}"
+        + (f" ({unchecked} could not be checked: no answer id)" if unchecked else ""),
     ]
     stats = report.get("router_cache_stats") or {}
     saved = stats.get("replica_seconds_saved")

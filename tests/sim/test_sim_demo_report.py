@@ -321,17 +321,43 @@ def test_a_picture_that_cannot_be_written_is_a_warning_naming_it_and_the_report_
 
 def test_the_cache_story_counts_paraphrases_near_misses_wrong_answers_and_gpu_seconds() -> None:
     kinds = {
-        "new": {"requests": 50, "exact_hits": 0, "semantic_hits": 1},
-        "paraphrase": {"requests": 20, "exact_hits": 0, "semantic_hits": 5},
+        "new": {"requests": 50, "exact_hits": 0, "semantic_hits": 1, "semantic_wrong": 1},
+        "paraphrase": {"requests": 20, "exact_hits": 0, "semantic_hits": 6, "semantic_right": 5, "semantic_wrong": 1},
         "near_miss": {"requests": 8, "exact_hits": 0, "semantic_hits": 0},
     }
     text = render(_report(by_kind=kinds, router_cache_stats={"replica_seconds_saved": 12.34}))
-    assert "paraphrases answered from an earlier question's entry: 5 of 20 (25%)" in text
+    assert "paraphrases answered with their own question's answer: 5 of 20 (25%)" in text
     assert "near-misses refused (same words, another question): 8 of 8 (100%)" in text
-    assert "new questions answered with another question's entry (wrong answers): 1" in text
+    assert "semantic hits that served another question's answer (wrong answers): 2 of 7" in text
     assert "GPU-seconds saved: 12.3" in text
-    near = {**kinds, "near_miss": {"requests": 8, "exact_hits": 0, "semantic_hits": 2}}
-    assert "2 answered: WRONG answers" in render(_report(by_kind=near))
+    near = {**kinds, "near_miss": {"requests": 8, "exact_hits": 0, "semantic_hits": 2, "semantic_wrong": 2}}
+    text = render(_report(by_kind=near))
+    assert "near-misses refused (same words, another question): 6 of 8 (75%)" in text
+    assert "(wrong answers): 4 of 9" in text
+
+
+def test_every_semantic_hit_is_judged_by_the_answer_id_it_carries() -> None:
+    # new-user check: the report's "wrong answers" counted only new questions; a paraphrase or a
+    # repeat served another question's answer was counted as answered
+    from sim.client.replay import Outcome
+    from sim.client.report import summarize
+
+    def out(kind: str, source: str, cache: str, answer_id: str | None) -> Outcome:
+        return Outcome(kind, True, None, 0.1, 0.05, cache, None, 0.0, 0.0, source, source, answer_id)  # type: ignore[arg-type]
+
+    outcomes = [
+        out("new", "How do I learn Go?", "miss", "a1"),
+        out("new", "How do I learn Rust?", "miss", "a2"),
+        out("paraphrase", "How do I learn Go?", "semantic", "a1"),  # its own question's answer
+        out("paraphrase", "How do I learn Rust?", "semantic", "a1"),  # Go's answer: wrong
+        out("repeat", "How do I learn Rust?", "semantic", "a2"),
+        out("near_miss", "How do I learn Go?", "semantic", "a1"),  # another question by construction
+        out("paraphrase", "How do I learn Go?", "semantic", None),  # nothing to check it by
+    ]
+    kinds = summarize(outcomes, 1.0)["by_kind"]
+    para = kinds["paraphrase"]
+    assert (para["semantic_right"], para["semantic_wrong"], para["semantic_unchecked"]) == (1, 1, 1)
+    assert kinds["repeat"]["semantic_right"] == 1 and kinds["near_miss"]["semantic_wrong"] == 1
 
 
 def test_the_demos_question_pool_lasts_the_whole_default_replay() -> None:
