@@ -70,8 +70,8 @@ class CacheSettings(FileSettings):
       soonest-expiring entry of the tenant group holding the most entries is evicted
       (cache/semantic/store.py). stream_maxlen: events kept in the index change stream.
     max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
-    verifier: which stage decides a semantic hit (issue 14; cache/README.md): "rules" (default:
-      cosine >= the threshold above, then cache/verify/rules.py's rules) or "learned" (cosine >= the
+    verifier: which stage decides a semantic hit (issue 14; cache/README.md): "rules" (cosine
+      >= the threshold above, then cache/verify/rules.py's rules), "learned" (cosine >= the
       verifier file's prefilter, 0.70 for the shipped one, then the learned verifier's calibrated
       probability >= the threshold of ``semantic_precision_target``; ``threshold``,
       ``model_thresholds`` and ``min_request_threshold`` are not used then, and
@@ -81,7 +81,9 @@ class CacheSettings(FileSettings):
       learned verifier at ``rescue_precision_target`` (0.93) on the candidates above its
       prefilter that no rule vetoes, so only its most confident hits are added. With
       ``error_bound`` it works as "rules" (the bound's cosine prior judges the rules' choice).
-    rescue_precision_target: the learned verifier's precision target in "rules+learned", 0.5..0.999.
+    rescue_precision_target: the learned verifier's precision target in "rules+learned", 0.5..0.999,
+      and at most the highest target the verifier file was calibrated for (0.97 for the shipped
+      one; a higher one is an error at start).
     verifier_path: the learned verifier's JSON file (None: the shipped cache/models/verifier.json).
     semantic_precision_target: precision the learned verifier is held to, 0.5..0.999 (default 0.90),
       mapped to a probability threshold by the file's calibration table (the lower 95 % bound
