@@ -17,7 +17,7 @@ from pydantic_settings import SettingsError
 from cache.errors import CacheUnavailable
 from cache.service import ResponseCache
 from cache.settings import CacheSettings, redact_url
-from opskit import RedisURLError
+from opskit import RedisURLError, output_path_error
 from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
@@ -42,6 +42,39 @@ def _settings(**overrides: float) -> CacheSettings:
         return CacheSettings(**overrides)
     except (ValidationError, SettingsError) as exc:
         typer.echo(f"error: cache settings (PROMPTEDGE_CACHE_*): {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _check_out(option: str, path: Path | None) -> None:
+    """Exit 2 with one line when ``path`` (given as ``option``) cannot be written: checked
+    before any work, so a bad --out never costs a training run (opskit.output_path_error)."""
+    error = output_path_error(option, path)
+    if error is not None:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2)
+
+
+def _check_out_folder(option: str, path: Path) -> None:
+    """Exit 2 with one line when the folder ``path`` (given as ``option``) cannot be made or
+    written, before any work (made now, as the writer would)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        typer.echo(f"error: {option} {path}: cannot make the folder ({exc.strerror or exc})", err=True)
+        raise typer.Exit(2) from None
+    if not os.access(path, os.W_OK):
+        typer.echo(f"error: {option} {path}: not writable", err=True)
+        raise typer.Exit(2)
+
+
+def _write_out(option: str, path: Path, text: str) -> None:
+    """Write ``text`` to ``path``; an OSError the early check could not foresee (a full disk,
+    /dev/full) is one line naming ``option`` and the path, exit 2."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        typer.echo(f"error: {option} {path}: cannot write ({exc.strerror or exc})", err=True)
         raise typer.Exit(2) from None
 
 
@@ -190,6 +223,7 @@ def evaluate(
     from cache.verify.learned import load_verifier
 
     settings = _settings()
+    _check_out("--json", json_path)
     if split is not None and split not in SPLITS:
         typer.echo(f"error: --split must be one of {', '.join(SPLITS)}, got {split!r}", err=True)
         raise typer.Exit(2)
@@ -280,8 +314,9 @@ def evaluate(
         rows = score_cases(cases, encode, cosine, learned, learned.threshold_for(target), target)
         typer.echo(format_rows(rows, pairs.name))
         if json_path is not None:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(
+            _write_out(
+                "--json",
+                json_path,
                 json.dumps(
                     {
                         "source": str(pairs),
@@ -299,7 +334,7 @@ def evaluate(
                         },
                     },
                     indent=2,
-                )
+                ),
             )
         return
     report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned, precision_target=target)
@@ -313,8 +348,7 @@ def evaluate(
     report["backend"] = getattr(encoder, "backend", "custom")
     typer.echo(format_report(report, pairs.name))
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report, indent=2))
+        _write_out("--json", json_path, json.dumps(report, indent=2))
 
 
 @app.command(
@@ -353,6 +387,7 @@ def train_verifier(
     from cache.training.verifier import train, with_extra
 
     settings = _settings()
+    _check_out("--out", out)
     try:
         loaded = load_pairs(pairs)
     except PairsFormatError as exc:
@@ -368,7 +403,7 @@ def train_verifier(
         except OSError as exc:
             typer.echo(f"note: cannot download the public training sets: {exc}", err=True)
         try:
-            loaded = with_extra(loaded, max_per_split, load_prior_sets(with_public))
+            loaded = with_extra(loaded, max_per_split, load_prior_sets(with_public, "--with-public"))
         except PairsFormatError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -385,8 +420,7 @@ def train_verifier(
         source=source,
         log=typer.echo,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(content, separators=(",", ":")) + "\n")
+    _write_out("--out", out, json.dumps(content, separators=(",", ":")) + "\n")
     typer.echo(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
 
 
@@ -408,6 +442,7 @@ def train_embedder(
     from cache.training.embedder import train_embedder as train
     from cache.training.eval import load_pairs
 
+    _check_out_folder("--out", out)
     try:
         loaded = load_pairs(pairs)
         report = train(loaded, out, epochs=epochs, lr=lr, batch=batch, seed=seed, log=typer.echo)
@@ -477,6 +512,7 @@ def fit_bound(
     if score not in ("cosine", "learned"):
         typer.echo(f"error: --score must be cosine or learned, got {score!r}", err=True)
         raise typer.Exit(2)
+    _check_out("--out", out)
     split = "train" if score == "cosine" else "calibration"
     loaded = _split_pairs(pairs, split, max_pairs)
     if loaded.labels is None:
@@ -488,9 +524,14 @@ def fit_bound(
     )
     scores = [float(vectors[a] @ vectors[b]) for a, b in zip(loaded.text_a, loaded.text_b, strict=True)]
     if score == "learned":
+        from cache.errors import VerifierError
         from cache.verify.learned import load_verifier
 
-        verifier = load_verifier(settings.verifier_path)
+        try:
+            verifier = load_verifier(settings.verifier_path)
+        except VerifierError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         # below the verifier's cosine prefilter a candidate is never judged: probability 0
         scores = [
             verifier.probability(b, a, c) if c >= verifier.min_cosine else 0.0
@@ -508,8 +549,7 @@ def fit_bound(
             "model": tag,
         }
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(content, indent=1) + "\n")
+    _write_out("--out", out, json.dumps(content, indent=1) + "\n")
     for k, p, w in zip(prior.knots, prior.probability, prior.strength, strict=True):
         typer.echo(f"  {score} >= {k:.4f}: P(right) >= {p:.4f} (weight {w:g})")
     typer.echo(f"wrote {out} ({len(prior.knots)} steps from {len(scores)} {split} pairs)")
@@ -531,12 +571,13 @@ def fit_region_bound(
     weight: float = typer.Option(1.0, min=0.0, help="Pseudo-labels per prior pair."),
     embed_cache: Path | None = typer.Option(None, help="The .npz vector file (outside the repository)."),
 ) -> None:
-    from cache.errors import PairsFormatError
+    from cache.errors import PairsFormatError, VerifierError
     from cache.training.bound_fit import region_prior
-    from cache.training.public_sets import fetch_public_sets, load_prior_sets, prior_layout
+    from cache.training.public_sets import ENV_DIR, fetch_public_sets, load_prior_sets, prior_layout
     from cache.training.public_sets import public_dir as resolve_public_dir
 
     settings = _settings()
+    _check_out("--out", out)
     fitted_on: dict[str, object] = {"note": "no pairs: every bin starts empty; the pool learns online"}
     if online_only:
         prior = region_prior(source="online")
@@ -544,8 +585,18 @@ def fit_region_bound(
         from cache.training.verifier import embed_cached
         from cache.verify.learned import load_verifier
 
-        verifier = load_verifier(settings.verifier_path)
-        trained_on = str((verifier.meta.get("trained_on") or {}).get("source", ""))
+        try:
+            verifier = load_verifier(settings.verifier_path)
+        except VerifierError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        meta = verifier.meta.get("trained_on") or {}
+        if not isinstance(meta, dict):
+            # train-verifier writes an object; anything else is a hand-made or damaged file, whose
+            # training sets cannot be known, so the in-sample check below could not be made
+            typer.echo(f"error: {verifier.source}: malformed verifier file: trained_on must be an object", err=True)
+            raise typer.Exit(2)
+        trained_on = str(meta.get("source", ""))
         if "STS 2012-2015" in trained_on:
             # the prior's pseudo-labels would be the verifier's own training pairs: in-sample, so
             # the bins would look far more right than they are on new text
@@ -562,7 +613,7 @@ def fit_region_bound(
         try:
             if fetch:
                 fetch_public_sets(directory, files=prior_layout())
-            loaded = load_prior_sets(directory)
+            loaded = load_prior_sets(directory, "--public-dir" if public_dir is not None else ENV_DIR)
         except (PairsFormatError, OSError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -582,8 +633,7 @@ def fit_region_bound(
             "weight": weight,
             "model": tag,
         }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(prior.to_json() | {"fitted_on": fitted_on}, indent=1) + "\n")
+    _write_out("--out", out, json.dumps(prior.to_json() | {"fitted_on": fitted_on}, indent=1) + "\n")
     for k, q, w in zip(prior.knots, prior.probability, prior.strength, strict=True):
         typer.echo(f"  p >= {k:.2f}: {w:g} pseudo-labels, {q:.4f} right")
     typer.echo(f"wrote {out}")
@@ -627,6 +677,7 @@ def eval_bound(
     from cache.verify.learned import load_verifier
 
     settings = _settings()
+    _check_out("--json", json_path)
     if split == "train":
         typer.echo("error: --split train is what the prior was fitted on; replay calibration or test", err=True)
         raise typer.Exit(2)
@@ -670,8 +721,9 @@ def eval_bound(
     )
     typer.echo(format_table(rows, title))
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(
+        _write_out(
+            "--json",
+            json_path,
             json.dumps(
                 {
                     "source": str(pairs),
@@ -682,7 +734,7 @@ def eval_bound(
                     "rows": rows,
                 },
                 indent=2,
-            )
+            ),
         )
 
 

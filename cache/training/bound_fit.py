@@ -75,8 +75,9 @@ def fit_prior(
     sizes: list[int] = []
     for lo, hi in blocks:
         bound = wilson_lower(int(ys[lo:hi].sum()), hi - lo)
-        if probability and bound <= probability[-1]:
-            sizes[-1] += hi - lo  # no better than the step below: one step with it
+        # no better than the step below, or starting where it starts once rounded: one step with it
+        if probability and (bound <= probability[-1] or round(float(xs[lo]), 6) <= round(knots[-1], 6)):
+            sizes[-1] += hi - lo
         else:
             knots.append(floor if not knots else float(xs[lo]))
             probability.append(bound)

@@ -29,6 +29,7 @@ naming the file and line.
 
 from __future__ import annotations
 
+import math
 import os
 import urllib.request
 from pathlib import Path
@@ -41,8 +42,10 @@ REPOSITORY = "brmson/dataset-sts"
 COMMIT = "e1d3375f5b3bc24f21aa4e46f96eb379e9fc1081"
 STS2016_FILES = ("answer-answer", "headlines", "plagiarism", "postediting", "question-question")
 STS_SAME_MEANING = 4.0
+STS_SCORE_RANGE = (0.0, 5.0)  # the STS annotation scale
 SICK_FILE = "SICK_test_annotated.txt"
 SICK_SAME_RELATEDNESS = 4.5
+SICK_RELATEDNESS_RANGE = (1.0, 5.0)  # SICK's relatedness scale
 # the region bound's prior sources (module doc): no 2016 file, no MSRpar, no SICK test
 PRIOR_STS_FILES = (
     "2012/OnWN.test",
@@ -116,75 +119,101 @@ def fetch_public_sets(
     return written
 
 
-def load_sts2016(directory: Path) -> Pairs:
+# how a missing file of the sets is explained (``given_as`` names where the directory came from)
+_EVAL_HINT = "python bench/cache_default_choice.py --fetch"
+_PRIOR_HINT = "python -m cache fit-region-bound --public-dir DIR --fetch"
+
+
+def load_sts2016(directory: Path, given_as: str = ENV_DIR) -> Pairs:
     """The scored pairs of the five STS 2016 test files under ``directory/sts2016``, labelled
-    1 when the gold score is >= 4. Raises PairsFormatError (missing file, bad line)."""
-    return _load_sts([directory / "sts2016" / f"{name}.test.tsv" for name in STS2016_FILES])
+    1 when the gold score is >= 4. Raises PairsFormatError (missing file, bad line or score,
+    no scored pair at all); ``given_as`` (an option or ``ENV_DIR``) is named when a file is missing."""
+    paths = [directory / "sts2016" / f"{name}.test.tsv" for name in STS2016_FILES]
+    return _not_empty(_load_sts(paths, _missing(directory, given_as, _EVAL_HINT)), directory)
 
 
-def load_prior_sets(directory: Path) -> Pairs:
+def load_prior_sets(directory: Path, given_as: str = ENV_DIR) -> Pairs:
     """The bound's prior sources under ``directory/prior`` (``prior_layout``): STS 2012-2015's
     scored pairs (labelled as ``load_sts2016``) and SICK's train pairs (as ``load_sick``).
-    Raises PairsFormatError (missing file, bad line)."""
-    sts = _load_sts([directory / "prior" / "sts" / f"{name}.tsv" for name in PRIOR_STS_FILES])
-    sick = _load_sick_file(directory / "prior" / "sick2014" / SICK_PRIOR_FILE)
+    Raises PairsFormatError (missing file, bad line or score, no scored pair at all);
+    ``given_as`` (e.g. ``--with-public``) is named when a file is missing."""
+    missing = _missing(directory, given_as, _PRIOR_HINT)
+    sts = _load_sts([directory / "prior" / "sts" / f"{name}.tsv" for name in PRIOR_STS_FILES], missing)
+    sick = _load_sick_file(directory / "prior" / "sick2014" / SICK_PRIOR_FILE, missing)
     assert sts.labels is not None and sick.labels is not None
-    return Pairs(sts.text_a + sick.text_a, sts.text_b + sick.text_b, sts.labels + sick.labels)
+    return _not_empty(Pairs(sts.text_a + sick.text_a, sts.text_b + sick.text_b, sts.labels + sick.labels), directory)
 
 
-def _load_sts(paths: list[Path]) -> Pairs:
+def _missing(directory: Path, given_as: str, hint: str) -> str:
+    """What a file-not-found error adds after the path: where the directory came from."""
+    return f"not found in {given_as} {directory} (fill it with `{hint}`)"
+
+
+def _not_empty(pairs: Pairs, directory: Path) -> Pairs:
+    """``pairs``, or PairsFormatError naming ``directory`` when it holds no scored pair (empty
+    files would give a prior or a training set without labels, silently)."""
+    if not pairs.text_a:
+        raise PairsFormatError(f"{directory}: the set's files hold no scored pair")
+    return pairs
+
+
+def _score(path: Path, number: int, name: str, text: str, bounds: tuple[float, float]) -> float:
+    """``text`` as a finite number within ``bounds``; PairsFormatError naming the file and line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise PairsFormatError(f"{path}: line {number}: {name} {text!r} is not a number") from None
+    if not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
+        raise PairsFormatError(f"{path}: line {number}: {name} {text!r} is not within {bounds[0]:g}..{bounds[1]:g}")
+    return value
+
+
+def _load_sts(paths: list[Path], missing: str) -> Pairs:
     a: list[str] = []
     b: list[str] = []
     labels: list[int] = []
     for path in paths:
-        for number, line in enumerate(_lines(path), start=1):
+        for number, line in enumerate(_lines(path, missing), start=1):
             fields = line.rstrip("\n").split("\t")
             if len(fields) < 3:
                 raise PairsFormatError(f"{path}: line {number}: expected score, text_a, text_b separated by tabs")
             if not fields[0].strip():
                 continue  # not in the official scoring: no gold score
-            try:
-                score = float(fields[0])
-            except ValueError:
-                raise PairsFormatError(f"{path}: line {number}: score {fields[0]!r} is not a number") from None
+            score = _score(path, number, "score", fields[0], STS_SCORE_RANGE)
             a.append(fields[1])
             b.append(fields[2])
             labels.append(int(score >= STS_SAME_MEANING))
     return Pairs(a, b, labels)
 
 
-def load_sick(directory: Path) -> Pairs:
+def load_sick(directory: Path, given_as: str = ENV_DIR) -> Pairs:
     """The SICK 2014 test pairs under ``directory/sick2014``, labelled 1 for ENTAILMENT with
-    relatedness >= 4.5. Raises PairsFormatError (missing file, bad line)."""
-    return _load_sick_file(directory / "sick2014" / SICK_FILE)
+    relatedness >= 4.5. Raises PairsFormatError (missing file, bad line or relatedness, no pair)."""
+    path = directory / "sick2014" / SICK_FILE
+    return _not_empty(_load_sick_file(path, _missing(directory, given_as, _EVAL_HINT)), directory)
 
 
-def _load_sick_file(path: Path) -> Pairs:
+def _load_sick_file(path: Path, missing: str) -> Pairs:
     a: list[str] = []
     b: list[str] = []
     labels: list[int] = []
-    for number, line in enumerate(_lines(path), start=1):
+    for number, line in enumerate(_lines(path, missing), start=1):
         fields = line.rstrip("\n").split("\t")
         if number == 1 and fields[0] == "pair_ID":
             continue
         if len(fields) < 5:
             raise PairsFormatError(f"{path}: line {number}: expected 5 tab-separated fields, got {len(fields)}")
-        try:
-            relatedness = float(fields[3])
-        except ValueError:
-            raise PairsFormatError(f"{path}: line {number}: relatedness {fields[3]!r} is not a number") from None
+        relatedness = _score(path, number, "relatedness", fields[3], SICK_RELATEDNESS_RANGE)
         a.append(fields[1])
         b.append(fields[2])
         labels.append(int(fields[4].strip() == "ENTAILMENT" and relatedness >= SICK_SAME_RELATEDNESS))
     return Pairs(a, b, labels)
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path, missing: str) -> list[str]:
     try:
         return path.read_text(encoding="utf-8-sig").splitlines()
     except FileNotFoundError:
-        raise PairsFormatError(
-            f"{path}: not found (set {ENV_DIR} to a directory filled by `python bench/cache_default_choice.py --fetch`)"
-        ) from None
+        raise PairsFormatError(f"{path}: {missing}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PairsFormatError(f"{path}: cannot read: {exc}") from exc

@@ -49,7 +49,7 @@ def test_sick_is_same_meaning_only_for_strong_entailment(tmp_path: Path) -> None
 
 
 def test_a_missing_set_says_how_to_get_it(tmp_path: Path) -> None:
-    with pytest.raises(PairsFormatError, match=r"not found \(set PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR"):
+    with pytest.raises(PairsFormatError, match=r"not found in PROMPTEDGE_CACHE_EVAL_PUBLIC_DIR .*--fetch"):
         load_sick(tmp_path)
 
 

@@ -80,6 +80,7 @@ Decision = Literal["serve", "explore"]
 # Clopper-Pearson bound re-checked after every label (not valid under that monitoring: kept
 # so the bench shows the difference)
 MODES = ("steps", "region", "region-cp")
+KINDS = ("cosine", "learned")  # what a prior's scores are (``BoundPrior.kind``)
 _EPS = 1e-6  # probabilities are clipped to [eps, 1 - eps] before taking log-odds
 _MIN_VAR = 1e-4  # a belief never becomes certain: the world may still change
 CONFIDENCE_Z = 1.645  # a step's calibration is used at its one-sided 95 % lower bound
@@ -183,7 +184,7 @@ class BoundPrior:
 
     kind: what the score is ("cosine": the two texts' cosine similarity; "learned": the learned
     verifier's calibrated probability, cache/verify/learned.py). floor: candidates
-    below it are never served nor labelled. knots: ascending scores where a step starts;
+    below it are never served nor labelled. knots: strictly ascending scores where a step starts;
     probability[i]: the (lower-bounded) P(right) from knots[i] up to the next knot (below
     knots[0]: probability[0]); strength[i]: how many observations that value counts as in the
     step's Beta belief (the training block's size, capped: a pool's own labels outweigh it
@@ -194,6 +195,9 @@ class BoundPrior:
     and probability * strength the right pseudo-labels a bin starts with, the rest of its
     strength wrong ones). alpha: the region mode's error probability of its bound (0.05: a
     one-sided 95 % Clopper-Pearson upper bound).
+
+    Every field is checked at construction (finite numbers, the ranges above, equal lengths):
+    BoundError naming ``source`` and the field otherwise.
     """
 
     kind: str
@@ -207,20 +211,33 @@ class BoundPrior:
     alpha: float = 0.05
 
     def __post_init__(self) -> None:
+        # every field is checked here, for every mode and kind: a value that passes is one
+        # ``decide`` can compute with (an infinite strength made every region lookup raise
+        # ValueError, NaN knots put every score in bin 0), so a bad file fails at start-up
         n = len(self.knots)
         if not n or len(self.probability) != n or len(self.strength) != n:
             raise BoundError(f"{self.source}: knots, probability and strength need the same, non-zero length")
-        if list(self.knots) != sorted(self.knots):
-            raise BoundError(f"{self.source}: knots must be ascending")
-        if any(not 0.0 <= p <= 1.0 for p in self.probability):
+        if self.kind not in KINDS:
+            raise BoundError(f"{self.source}: kind must be one of {KINDS}, got {self.kind!r}")
+        if not math.isfinite(self.floor):
+            raise BoundError(f"{self.source}: floor must be a finite number, got {self.floor}")
+        if not all(math.isfinite(k) for k in self.knots):
+            raise BoundError(f"{self.source}: knots must be finite numbers")
+        if any(lo >= hi for lo, hi in zip(self.knots, self.knots[1:])):
+            raise BoundError(f"{self.source}: knots must be strictly increasing")
+        if any(not 0.0 <= p <= 1.0 for p in self.probability):  # NaN fails the comparison too
             raise BoundError(f"{self.source}: probability must lie within 0..1")
         if self.mode == "steps" and list(self.probability) != sorted(self.probability):
             # a region prior's bins hold pseudo-label shares, which need not be monotone
             raise BoundError(f"{self.source}: probability must be non-decreasing within 0..1")
-        if any(not w >= 0 for w in self.strength) or not self.offset_var > 0:
-            raise BoundError(f"{self.source}: strength must be >= 0 and offset_var > 0")
-        if self.mode not in MODES or not 0.0 < self.alpha < 0.5:
-            raise BoundError(f"{self.source}: mode must be one of {MODES} and alpha within (0, 0.5)")
+        if any(not (math.isfinite(w) and w >= 0) for w in self.strength):
+            raise BoundError(f"{self.source}: strength must be finite and >= 0")
+        if not (math.isfinite(self.offset_var) and self.offset_var > 0):
+            raise BoundError(f"{self.source}: offset_var must be finite and > 0")
+        if self.mode not in MODES:
+            raise BoundError(f"{self.source}: mode must be one of {MODES}, got {self.mode!r}")
+        if not 0.0 < self.alpha < 0.5:
+            raise BoundError(f"{self.source}: alpha must lie within (0, 0.5)")
 
     def new_entry(self) -> EntryState:
         """The belief of an entry nothing is known about yet."""
