@@ -10,7 +10,16 @@ rejects the pair when one of these differs:
 - opposite words: one text uses a word and the other its antonym (on/off, allow/deny, ...);
 - direction: the same content words in a swapped order around "to", "from", "vs", "than", ...
   or with two shared content words in opposite order;
-- named entities: a capitalised word (not sentence-initial) replaced by a different one.
+- named entities: a capitalised word (not sentence-initial) replaced by a different one;
+- contrast words (issue 34, attack round), when the texts differ only there (at most 3 edits
+  between their common prefix and suffix): a preposition for its counterpart (to/from,
+  into/out of, before/after/during, above/below; "direction"; with/without is a negation),
+  two operands trading places ("a if b" / "b if a", "direction"), another time reference
+  (last/this/next year, today/tomorrow) or an offset's sign ("i+1" / "i-1", both "number"), a
+  comparative against "less" + its base ("healthier" / "less healthy", "opposite"). They
+  extend the five rules rather than add one: ``RULES`` is also the learned verifier's feature
+  list. A pronoun swap ("do I pay" / "do you pay") is no contrast: a question to an assistant
+  uses the generic you.
 
 Pure functions on strings; the rules were chosen by reading QQP false positives (see
 cache/README.md for the measured effect).
@@ -22,6 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import lru_cache
 
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+(?:[.,]\d+)*")
@@ -151,6 +161,27 @@ _ANTONYMS = [
     ("right", "wrong"),
     ("correct", "incorrect"),
     ("success", "failure"),
+    # attack round (issue 34): opposite adjectives an embedding treats as one topic
+    ("safe", "dangerous"),
+    ("safe", "unsafe"),
+    ("safer", "dangerous"),
+    ("healthy", "unhealthy"),
+    ("healthier", "unhealthier"),
+    ("cheaper", "expensive"),
+    ("cheapest", "expensive"),
+    ("easy", "difficult"),
+    ("easy", "hard"),
+    ("easier", "harder"),
+    ("strong", "weak"),
+    ("stronger", "weaker"),
+    ("better", "worse"),
+    ("early", "late"),
+    ("earlier", "later"),
+    ("above", "below"),
+    ("over", "under"),
+    ("inbound", "outbound"),
+    ("incoming", "outgoing"),
+    ("upstairs", "downstairs"),
 ]
 _OPPOSITE: dict[str, frozenset[str]] = {}
 for _a, _b in _ANTONYMS:
@@ -189,9 +220,13 @@ class _Text:
     numbers: frozenset[str]  # _numbers(words)
     neighbours: frozenset[tuple[str, str, str]]  # _neighbours(words)
     content: frozenset[str]  # _content(words)
+    signed: frozenset[tuple[str, str]]  # ("+" or "-", number) of offsets such as "i+1"
 
 
 _IDIOMS = re.compile(r"\b(?:why or why not|or not|whether or not|or no)\b", re.IGNORECASE)
+# an offset's sign: "+"/"-" after an identifier or a closing bracket, before a number ("a[i-1]",
+# "x + 2"); _WORD drops the sign, and "2-3 days" (a range) is no offset
+_SIGNED = re.compile(r"(?<=[A-Za-z_\])])\s*([+-])\s*(\d+(?:\.\d+)?)")
 _MISSPELT_NEGATIONS = frozenset(
     "cant dont doesnt isnt arent wasnt werent wont didnt wouldnt shouldnt couldnt hasnt havent".split()
 )
@@ -234,6 +269,7 @@ def _parse(text: str) -> _Text:
         _numbers(parsed),
         _neighbours(parsed),
         frozenset(_content(parsed)),
+        frozenset((m.group(1), m.group(2)) for m in _SIGNED.finditer(text)),
     )
 
 
@@ -317,18 +353,152 @@ def _swapped(ta: _Text, tb: _Text) -> bool:
     return False
 
 
+# Contrast words (attack round, issue 34): two texts that differ only where one has a word of a
+# closed list and the other its counterpart ("flights to london" / "flights from london"). A
+# set comparison misses most of them: "to" is in both texts of "get to the airport" / "get
+# from the airport". So the two word sequences are aligned (difflib) and each replaced span is
+# looked up; only when the texts' words differ by one of these words at all (a set test, cheap).
+# Each pair: (span of one text, span of the other), the rule it counts for.
+_CONTRAST_SPANS: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
+for _rule, _pairs in (
+    (
+        "direction",
+        [
+            ("to", "from"),
+            ("into", "from"),
+            ("into", "out of"),
+            ("in to", "out of"),
+            ("in", "out"),
+            ("onto", "off"),
+            ("toward", "away from"),
+            ("towards", "away from"),
+            ("before", "after"),
+            ("before", "during"),
+            ("after", "during"),
+            ("before", "when"),
+            ("above", "below"),
+            ("over", "under"),
+        ],
+    ),
+    (
+        "number",  # a time reference names another date, as another year's number does
+        [
+            ("this", "last"),
+            ("this", "next"),
+            ("last", "next"),
+            ("this", "previous"),
+            ("next", "previous"),
+            ("today", "yesterday"),
+            ("today", "tomorrow"),
+            ("yesterday", "tomorrow"),
+            ("tonight", "tomorrow"),
+            ("tonight", "yesterday"),
+        ],
+    ),
+):
+    for _x, _y in _pairs:
+        _CONTRAST_SPANS[(tuple(_x.split()), tuple(_y.split()))] = _rule
+        _CONTRAST_SPANS[(tuple(_y.split()), tuple(_x.split()))] = _rule
+_CONTRAST_WORDS = frozenset(w for pair in _CONTRAST_SPANS for span in pair for w in span) | {"less", "least"}
+# "this"/"last"/"next" are a time reference only before a unit of time ("this year")
+_TIME_DEICTIC = frozenset("this last next previous".split())
+_TIME_UNITS = frozenset(
+    """year years week weeks month months day days weekend season night morning evening decade
+    century quarter semester summer winter spring fall autumn time""".split()
+)
+
+
+# the texts may differ in this many places (the contrast word's included): "how do i get to"
+# / "how can i get from" is still one question against the other
+_MAX_EDITS = 3
+# words between the texts' common prefix and suffix that are aligned at most (difflib is
+# quadratic: 350-word texts that differ throughout took 13 ms)
+_MAX_MIDDLE = 40
+
+
+def _lessened(word: str, span: tuple[str, ...]) -> bool:
+    """A comparative or superlative against "less"/"least" with its base: "healthier" / "less
+    healthy", "safest" / "least safe" (the opposite degree; "more healthy" is a paraphrase)."""
+    if len(span) != 2 or span[0] not in ("less", "least"):
+        return False
+    base = span[1]
+    for suffix, cut in (("ier", "y"), ("iest", "y"), ("er", ""), ("est", ""), ("r", ""), ("st", "")):
+        if word.endswith(suffix):
+            stem = word[: -len(suffix)] + cut
+            if stem == base or (len(stem) > 2 and stem[-1] == stem[-2] and stem[:-1] == base):  # bigger
+                return True
+    return False
+
+
+def _transposed(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Two words trade places and nothing else changes ("x = a if b else c" / "x = b if a
+    else c"), with no symmetric word between them ("tea or coffee" / "coffee or tea")."""
+    if len(a) != len(b):
+        return False
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(diff) != 2:
+        return False
+    i, j = diff
+    # neighbours trading places is word order ("why chemistry is" / "why is chemistry")
+    return j > i + 1 and a[i] == b[j] and a[j] == b[i] and not _between(a, i, j) & _SYMMETRIC
+
+
+def _contrasts(ta: _Text, tb: _Text) -> frozenset[str]:
+    """The rules (of ``RULES``) that a contrast word between the two texts counts for:
+    "direction" for a swapped preposition or transposed operands, "number" for another time
+    reference or an offset's sign ("i+1" / "i-1"), "opposite" for "healthier" / "less healthy"."""
+    found: set[str] = set()
+    if any((("-" if s == "+" else "+"), n) in tb.signed for s, n in ta.signed - tb.signed):
+        found.add("number")
+    if ta.word_set == tb.word_set:
+        if ta.words != tb.words and _transposed(ta.words, tb.words):
+            found.add("direction")
+        return frozenset(found)
+    if not (ta.word_set ^ tb.word_set) & _CONTRAST_WORDS:
+        return frozenset(found)
+    a, b = ta.words, tb.words
+    # align only what lies between the common prefix and suffix: linear, and the alignment
+    # (quadratic) stays small; two long texts that differ far apart are left to the other rules
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    middle_a, middle_b = a[start : len(a) - end], b[start : len(b) - end]
+    if max(len(middle_a), len(middle_b)) > _MAX_MIDDLE:
+        return frozenset(found)
+    edits = [op for op in SequenceMatcher(None, middle_a, middle_b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(edits) > _MAX_EDITS:
+        return frozenset(found)  # reworded throughout: one changed preposition is no evidence there
+    for tag, i1, i2, j1, j2 in edits:
+        if tag != "replace":
+            continue
+        sa, sb = middle_a[i1:i2], middle_b[j1:j2]
+        rule = _CONTRAST_SPANS.get((sa, sb))
+        following = start + i2  # the word after the span in a
+        if rule == "number" and sa[0] in _TIME_DEICTIC and (following >= len(a) or a[following] not in _TIME_UNITS):
+            rule = None  # "this one" / "the last one": no time reference
+        if rule is None and ((len(sa) == 1 and _lessened(sa[0], sb)) or (len(sb) == 1 and _lessened(sb[0], sa))):
+            rule = "opposite"
+        if rule is not None:
+            found.add(rule)
+    return frozenset(found)
+
+
 def verify(query: str, candidate: str) -> Verdict:
     """Whether ``candidate`` (a cached question) may answer ``query``; pure, case-insensitive
     except for the named-entity rule."""
     pa, pb = _parse(query), _parse(candidate)
     if bool(pa.word_set & NEGATIONS) != bool(pb.word_set & NEGATIONS):
         return Verdict(False, "negation")
-    if pa.numbers != pb.numbers:
+    contrasts = _contrasts(pa, pb)
+    if pa.numbers != pb.numbers or "number" in contrasts:
         return Verdict(False, "number")
     opposite = _opposites(pa.word_set, pb.word_set)
-    if opposite is not None:
+    if opposite is not None or "opposite" in contrasts:
         return Verdict(False, "opposite")
-    if _swapped(pa, pb):
+    if "direction" in contrasts or _swapped(pa, pb):
         return Verdict(False, "direction")
     if (pa.capitals - pb.stems) and (pb.capitals - pa.stems):
         return Verdict(False, "entity")
@@ -343,11 +513,12 @@ def rule_flags(query: str, candidate: str) -> dict[str, bool]:
     keyed by the names of ``RULES``: the learned verifier's rule features (cache/verify/learned.py),
     where ``verify`` stops at the first rule that fires."""
     pa, pb = _parse(query), _parse(candidate)
+    contrasts = _contrasts(pa, pb)
     return {
         "negation": bool(pa.word_set & NEGATIONS) != bool(pb.word_set & NEGATIONS),
-        "number": pa.numbers != pb.numbers,
-        "opposite": _opposites(pa.word_set, pb.word_set) is not None,
-        "direction": _swapped(pa, pb),
+        "number": pa.numbers != pb.numbers or "number" in contrasts,
+        "opposite": _opposites(pa.word_set, pb.word_set) is not None or "opposite" in contrasts,
+        "direction": "direction" in contrasts or _swapped(pa, pb),
         "entity": bool(pa.capitals - pb.stems) and bool(pb.capitals - pa.stems),
     }
 
