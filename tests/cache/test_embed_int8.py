@@ -166,6 +166,16 @@ def test_the_setting_selects_the_precision(monkeypatch: pytest.MonkeyPatch) -> N
         CacheSettings(embed_precision="int4")  # type: ignore[arg-type]
     with pytest.raises(EmbeddingError, match="ONNX Runtime only"):
         load_encoder(backend="torch", precision="int8")
+
+
+def test_int8_on_torch_is_refused_by_the_settings_naming_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: accepted, and the semantic stage was off only once the encoder loaded
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBED_PRECISION", "int8")
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBED_BACKEND", "torch")
+    with pytest.raises(ValueError, match="PROMPTEDGE_CACHE_EMBED_PRECISION=int8.*PROMPTEDGE_CACHE_EMBED_BACKEND=torch"):
+        CacheSettings()
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBED_BACKEND", "onnx")
+    assert CacheSettings().embed_precision == "int8"
     with pytest.raises(EmbeddingError, match="unknown embedding precision"):
         load_encoder(precision="fp16")
 
