@@ -52,11 +52,11 @@ from cache.embed.onnx import (
     PROBE_TEXTS,
     OnnxEncoder,
     check_precision,
-    content_digest,
     default_cache_dir,
     onnx_file_name,
     probe_min_cosine,
     read_onnx,
+    recorded_digest,
     write_atomically,
 )
 from cache.embed.onnx import _session as onnx_session
@@ -246,8 +246,8 @@ def save_bundle(
             "normalize": len(list(st_model)) == 3,
             "pad_id": int(transformer.tokenizer.pad_token_id or 0),
             "precision": precision,
-            # the bytes load_onnx_encoder checked (read_onnx verifies them against write_onnx's record)
-            "onnx_sha256": content_digest(read_onnx(onnx_file)),
+            # write_onnx's record of the file load_onnx_encoder checked; _build below verifies the bytes
+            "onnx_sha256": recorded_digest(onnx_file),
             # torch's fp32 vectors: an int8 file is held to its tolerance of them, not to itself
             "probe": np.asarray(reference, dtype=np.float32).tolist(),
         }

@@ -243,17 +243,22 @@ def write_onnx(path: Path, data: bytes) -> str:
     return digest
 
 
+def recorded_digest(path: Path) -> str:
+    """The content digest ``write_onnx`` recorded beside ``path``. Raises EmbeddingError naming
+    the file when there is none (a file from before digests, or written by something else)."""
+    try:
+        return path.with_name(path.name + DIGEST_SUFFIX).read_text().strip()
+    except FileNotFoundError:
+        raise EmbeddingError(f"{path} has no recorded content digest") from None
+
+
 def read_onnx(path: Path, expected: str | None = None) -> bytes:
     """An exported file's bytes, checked against ``expected`` (a content digest; None: the one
     ``write_onnx`` wrote beside it). Raises FileNotFoundError when the file is missing, and
     EmbeddingError naming the file when its digest is missing or differs (a damaged file: it
     must not be used)."""
     data = path.read_bytes()
-    if expected is None:
-        try:
-            expected = path.with_name(path.name + DIGEST_SUFFIX).read_text().strip()
-        except FileNotFoundError:
-            raise EmbeddingError(f"{path} has no recorded content digest") from None
+    expected = recorded_digest(path) if expected is None else expected
     actual = content_digest(data)
     if actual != expected:
         raise EmbeddingError(f"{path} is damaged: its sha256 is {actual[:16]}..., recorded {expected[:16]}...")
