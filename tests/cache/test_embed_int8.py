@@ -105,8 +105,10 @@ def test_a_damaged_or_stale_int8_file_is_exported_again(
 
     monkeypatch.setattr(embed_onnx, "export_transformer", counting_export)
     path = tmp_path / _int8_file(int8_dir).name
-    path.write_bytes(
-        {"garbage": b"not an onnx model", "truncated": good[: len(good) // 2], "stale": _other_vectors(good)}[damage]
+    # written with its own digest (write_onnx), so loading and the probe texts are what catch it
+    embed_onnx.write_onnx(
+        path,
+        {"garbage": b"not an onnx model", "truncated": good[: len(good) // 2], "stale": _other_vectors(good)}[damage],
     )
     reference = torch_encoder.encode(PROBE_TEXTS)
     if damage == "stale":  # the damage is real: this file's vectors are far from fp32's
@@ -122,7 +124,8 @@ def test_a_damaged_or_stale_int8_file_is_exported_again(
     assert did_export and calls == [1]
     assert encoder.backend == "onnx-int8"
     assert (encoder.encode(PROBE_TEXTS) * reference).sum(axis=1).min() >= INT8_PROBE_MIN_COSINE
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # replaced in place, no temporary left
+    # replaced in place with its digest, no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".sha256"]
     _, again = load_onnx_encoder(torch_encoder._model, reference, tmp_path, precision="int8")
     assert not again  # the repaired file is reused
 
@@ -163,6 +166,16 @@ def test_the_setting_selects_the_precision(monkeypatch: pytest.MonkeyPatch) -> N
         CacheSettings(embed_precision="int4")  # type: ignore[arg-type]
     with pytest.raises(EmbeddingError, match="ONNX Runtime only"):
         load_encoder(backend="torch", precision="int8")
+
+
+def test_int8_on_torch_is_refused_by_the_settings_naming_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: accepted, and the semantic stage was off only once the encoder loaded
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBED_PRECISION", "int8")
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBED_BACKEND", "torch")
+    with pytest.raises(ValueError, match="PROMPTEDGE_CACHE_EMBED_PRECISION=int8.*PROMPTEDGE_CACHE_EMBED_BACKEND=torch"):
+        CacheSettings()
+    monkeypatch.setenv("PROMPTEDGE_CACHE_EMBED_BACKEND", "onnx")
+    assert CacheSettings().embed_precision == "int8"
     with pytest.raises(EmbeddingError, match="unknown embedding precision"):
         load_encoder(precision="fp16")
 

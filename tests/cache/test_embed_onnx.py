@@ -79,12 +79,15 @@ def test_a_corrupt_cache_file_is_exported_again(
     good = exported.read_bytes()
     calls = _counting_exporter(monkeypatch, good)
     path = tmp_path / exported.name
-    path.write_bytes({"garbage": b"not an onnx model", "truncated": good[: len(good) // 2], "empty": b""}[damage])
+    # written with its own digest (write_onnx), so loading and the probe texts are what catch it
+    embed_onnx.write_onnx(
+        path, {"garbage": b"not an onnx model", "truncated": good[: len(good) // 2], "empty": b""}[damage]
+    )
     reference = torch_encoder.encode(PROBE_TEXTS)
     encoder, did_export = load_onnx_encoder(torch_encoder._model, reference, tmp_path)
     assert did_export and calls == [1]
     assert path.read_bytes() == good  # replaced, and no temporary file left behind
-    assert [p.name for p in tmp_path.iterdir()] == [exported.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [exported.name, exported.name + ".sha256"]
     assert np.abs((encoder.encode(PROBE_TEXTS) * reference).sum(axis=1) - 1).max() < 1e-5
 
 

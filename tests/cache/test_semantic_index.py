@@ -100,6 +100,22 @@ async def test_encoder_failure_reaches_every_waiter() -> None:
     embedder.close()
 
 
+class NanEncoder(CountingEncoder):
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = super().encode(texts)
+        vectors[-1, 0] = np.nan  # a damaged model file: one text's vector is NaN
+        return vectors
+
+
+async def test_a_nan_vector_is_an_error_for_every_waiter_and_never_remembered() -> None:
+    embedder = BatchingEmbedder(NanEncoder(), window_s=0.002)
+    results = await asyncio.gather(embedder.embed("a"), embedder.embed("bb"), return_exceptions=True)
+    assert all(isinstance(r, EmbeddingError) and "non-finite" in str(r) for r in results)
+    embedder.encoder = CountingEncoder()  # a sound encoder: nothing NaN was kept for these texts
+    assert (await embedder.embed("a"))[0] == 1
+    embedder.close()
+
+
 class SlowEncoder(CountingEncoder):
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         import time

@@ -92,10 +92,15 @@ def test_the_onnx_export_is_where_the_deployment_reads_it_as_the_image_user() ->
     text = DOCKERFILE.read_text()
     (user,) = re.findall(r"^USER (\d+):(\d+)$", text, re.M)
     assert int(user[0]) != 0 and int(user[1]) != 0
-    (export_dir,) = re.findall(r"export-onnx --dir (\S+)\n", text)
+    exports = dict(re.findall(r"export-onnx --precision (\S+) --dir (\S+)\n", text))
+    # both precisions: PROMPTEDGE_CACHE_EMBED_PRECISION=int8 runs in the image as documented
+    assert sorted(exports) == ["fp32", "int8"] and len(set(exports.values())) == 1
+    (export_dir,) = set(exports.values())
     assert f"COPY --from=export {export_dir} {export_dir}\n" in text
     (checked_dir,) = re.findall(r"load_encoder\(backend='onnx', cache_dir='([^']+)'\)", text)
     assert checked_dir == export_dir
+    (checked_int8,) = re.findall(r"load_encoder\(backend='onnx', cache_dir='([^']+)', precision='int8'\)", text)
+    assert checked_int8 == export_dir
     deployment = yaml.safe_load((ROOT / "deploy/base/router/deployment.yaml").read_text())
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
