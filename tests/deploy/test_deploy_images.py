@@ -17,9 +17,10 @@ from tests.deploy.distributions import IMAGES, ROOT, closure, image_extras, requ
 
 DOCKERFILE = IMAGES["router"]
 # Imported only inside functions, by what the image does not run, each with an install hint:
-# the torch path of the encoder and the training tools (extra train), static models (embed-static).
+# the torch path of the encoder and the training tools (extra train), static models (embed-static),
+# and int8 quantization (onnx, with the ONNX export: extra train).
 OPTIONAL = {
-    "router": {"torch", "sentence_transformers", "sklearn", "threadpoolctl", "safetensors"},
+    "router": {"torch", "sentence_transformers", "sklearn", "threadpoolctl", "safetensors", "onnx"},
     "forecaster": {"prophet", "matplotlib"},
 }
 PACKAGES = {"router": ("router", "cache", "opskit"), "forecaster": ("forecaster", "opskit")}
