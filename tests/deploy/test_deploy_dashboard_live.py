@@ -48,9 +48,17 @@ def expected_to_have_data(expr: str) -> bool:
 def forecaster_metrics() -> Iterator[int]:
     """The forecaster's series (default registry) after one hold and one planned run, served
     on a free port as the daemon serves them."""
+    from forecaster.actuate import ActuationResult
+    from forecaster.advisory.observe import record_cycle
+
     settings = ForecasterSettings(redis_url="redis://127.0.0.1:1/0", models=["last_value"])
     run_once(settings, Fixed(None), now=6000.0)
-    run_once(settings, Fixed(Traffic(0.0, 60.0, np.full(30, 3.0))), now=1800.0)
+    result = run_once(settings, Fixed(Traffic(0.0, 60.0, np.full(30, 3.0))), now=1800.0)
+    # the daemon's cycle also sets the desired-against-actual gauges (advisory mode, the
+    # default, reading a Deployment with 2 replicas, 1 Ready); run alone, without the daemon's
+    # module imported, their panels had no series
+    seen = ActuationResult("advisory", "vllm", result.decision.replicas, 2, "none", "advisory", ready=1)
+    record_cycle(result, seen, "req/s", None)
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1")
     yield port
