@@ -234,7 +234,7 @@ def test_rules_plus_learned_adds_only_confident_hits_the_rules_do_not_veto() -> 
     assert learned is not None
     verifier, rescue_threshold = learned
     assert rescue_threshold == verifier.threshold_for(0.93)
-    threshold = 0.7  # the logic at a threshold these short texts reach at cosine 0.95 (0.77 for `same`)
+    threshold = 0.7  # the logic at a threshold these short texts reach at cosine 0.95
     query = "What is the best way to learn Python quickly?"
     same = ("What's the best way to learn Python quickly?", 0.95)
     negated = ("What is the best way not to learn Python quickly?", 0.95)
