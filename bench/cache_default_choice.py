@@ -22,9 +22,10 @@ precision target, the learned verifier with the rules' vetoes ("learned + rules"
 rules with the learned verifier's most confident hits added ("rules 0.96 or learned T").
 
 The rule: a stage qualifies when on every set it read its precision is at least today's
-default's (0.96 + rules) on that set less 0.01, it is >= 0.95 on GPTCache's pairs, and it serves
-nothing across contexts on the multi-turn set; among those, the highest mean recall over the
-sets wins. The printed table and the JSON hold every stage on every set.
+default's (0.96 + rules) on that set less 0.01, except on GPTCache's pairs, where the floor is
+issue 34's own target, 0.95 (its hit rate is asked for at precision >= 0.95, below today's 0.969),
+and it serves nothing across contexts on the multi-turn set; among those, the highest mean
+recall over the sets wins. The printed table and the JSON hold every stage on every set.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ GPTCACHE = DATA / "cache-eval" / "gptcache-paraphrases" / "mock_data.json"
 TODAY = "rules, cosine 0.96"
 MARGIN = 0.02
 CANDIDATES = 4
+GPTCACHE_FLOOR = 0.95  # issue 34: GPTCache's hit rate at precision >= 0.95
 
 # (text, cosine, learned probability, rules ok), most similar first
 Candidate = tuple[str, float, float, bool]
@@ -101,13 +103,13 @@ def learned_stage(min_cosine: float, probability: float, with_rules: bool) -> De
 def stages(verifier: LearnedVerifier) -> dict[str, Decide]:
     """Every stage compared, by name."""
     out: dict[str, Decide] = {f"rules, cosine {t}": rules_stage(t) for t in (0.96, 0.93, 0.90)}
-    for target in (0.85, 0.88, 0.90, 0.92, 0.93, 0.95):
+    for target in (0.85, 0.88, 0.89, 0.90, 0.91, 0.92, 0.93, 0.95):
         try:
             p = verifier.threshold_for(target)
         except VerifierError:
             continue  # above what the file was calibrated for
         out[f"learned, target {target}"] = learned_stage(verifier.min_cosine, p, with_rules=False)
-        if target in (0.90, 0.92):
+        if target <= 0.92:
             out[f"learned + rules, target {target}"] = learned_stage(verifier.min_cosine, p, with_rules=True)
         if target in (0.93, 0.95):
             out[f"rules 0.96 or learned {target}"] = either(
@@ -234,10 +236,11 @@ def choose(table: dict[str, dict[str, dict[str, Any]]]) -> tuple[str | None, dic
         for set_name, rows in table.items():
             row, today = rows[name], rows[TODAY]
             prec, base = row["precision"], today["precision"]
-            if prec is not None and base is not None and prec < base - 0.01:
+            if set_name == "gptcache_999":
+                if prec is None or prec < GPTCACHE_FLOOR:
+                    reasons.append(f"gptcache_999 precision {prec} < {GPTCACHE_FLOOR}")
+            elif prec is not None and base is not None and prec < base - 0.01:
                 reasons.append(f"{set_name} precision {prec:.3f} < today's {base:.3f} - 0.01")
-            if set_name == "gptcache_999" and (prec is None or prec < 0.95):
-                reasons.append(f"gptcache_999 precision {prec} < 0.95")
             if set_name == "multi_turn" and row["wrong_across_contexts"]:
                 reasons.append(f"multi_turn: {row['wrong_across_contexts']} wrong across contexts")
         failed[name] = reasons
@@ -351,8 +354,8 @@ def main() -> None:
         args.json.write_text(
             json.dumps(
                 {
-                    "rule": "precision >= today's default's - 0.01 on every set, >= 0.95 on gptcache_999, "
-                    "0 wrong across contexts; then highest mean recall",
+                    "rule": "precision >= today's default's - 0.01 on every set but gptcache_999, >= 0.95 "
+                    "there, 0 wrong across contexts; then highest mean recall",
                     "sets": {n: len(p.text_a) for n, p in sets.items()} | {"multi_turn": len(cases)},
                     "skipped": skipped,
                     "table": table,

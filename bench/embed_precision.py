@@ -11,10 +11,10 @@ Both encoders are the bundled all-MiniLM-L6-v2 on ONNX Runtime (cache/embed/onnx
 - ``qqp_test``: the first N pairs of QQP's test split (cache/training/splits.py), pair by pair:
   a hit is the stage serving text_a's entry to text_b.
 
-The stage is the cache's default (``CacheSettings()``: "rules+learned", the rules at cosine
-0.96, then the learned verifier at precision target 0.95), run by the cache's own functions
-(cache/verify/rules.py ``select``, cache/semantic/cache.py ``rescue``) on each precision's
-cosines. Reported per set: cosine drift (|cos_int8 - cos_fp32| of the compared pairs, max and
+The stage is the cache's default (``CacheSettings()``: "learned", the learned verifier at its
+precision target with the rules' vetoes; "rules" and "rules+learned" when set so), run by the
+cache's own functions (cache/verify/learned.py and cache/verify/rules.py ``select``) on each
+precision's cosines. Reported per set: cosine drift (|cos_int8 - cos_fp32| of the compared pairs, max and
 mean, and the signed mean; each text's vector against its fp32 vector), hits / right / wrong /
 precision per precision, and the decisions that differ (served by one and not the other, or
 another entry), split by whether the changed answer was right. Also each encoder's CPU ms per
@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 
 from cache.embed.encoder import Encoder  # noqa: E402
 from cache.embed.load import load_encoder  # noqa: E402
-from cache.semantic.cache import rescue  # noqa: E402
 from cache.settings import CacheSettings  # noqa: E402
 from cache.training.eval import filter_split, load_pairs  # noqa: E402
 from cache.verify.rules import select  # noqa: E402
@@ -55,17 +54,22 @@ Decide = Callable[[str, list[tuple[str, float]]], int | None]
 
 
 def default_stage(settings: CacheSettings) -> Decide:
-    """The lookup's "rules+learned" decision (cache/semantic/cache.py ``lookup``) on candidates
-    already above the learned prefilter."""
+    """The lookup's decision (cache/semantic/cache.py ``lookup``) for ``settings.verifier``,
+    without a bound, on candidates above the default cosine threshold."""
     learned = settings.learned_verifier()
-    assert learned is not None and settings.verifier == "rules+learned"
-    verifier, probability = learned
+    floor = settings.base_threshold("")
+    if settings.verifier == "rules+learned":
+        assert learned is not None
+        floor = learned[0].min_cosine
 
     def decide(query: str, cands: list[tuple[str, float]]) -> int | None:
-        cands = [c for c in cands if c[1] >= verifier.min_cosine]
-        chosen, _ = select(query, cands, settings.threshold, settings.candidate_margin)
-        if chosen is None and cands:
-            chosen = rescue(verifier, query, cands, probability, settings.candidate_margin)
+        cands = [c for c in cands if c[1] >= floor]
+        chosen = None
+        if settings.verifier != "learned":
+            chosen, _ = select(query, cands, settings.rules_threshold, settings.candidate_margin)
+        if chosen is None and cands and learned is not None:
+            verifier, probability = learned
+            chosen, _ = verifier.select(query, cands, probability, settings.candidate_margin, vetoes=True)
         return chosen
 
     return decide
@@ -199,8 +203,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     rows.append(row)
     cost = cpu_ms_per_text(encoders, queries[: args.cost_texts])
     return {
-        "stage": f"{settings.verifier} (rules at cosine {settings.threshold}, learned at precision "
-        f"target {settings.rescue_precision_target})",
+        "stage": f"{settings.verifier} (rules at cosine {settings.rules_threshold}, learned at precision "
+        f"target {settings.learned_target()})",
         "rows": rows,
         "cpu_ms_per_text_one_by_one": cost,
         "cost_texts": min(args.cost_texts, len(queries)),

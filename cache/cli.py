@@ -310,7 +310,7 @@ def evaluate(
         per_kind = dict(Counter(c.kind for c in cases))
         if min(per_kind.values()) < multi_turn or len(per_kind) < 4:
             typer.echo(f"note: fewer cases than --multi-turn {multi_turn} asked for: {per_kind}", err=True)
-        cosine = settings.threshold if threshold is None else threshold
+        cosine = settings.rules_threshold if threshold is None else threshold
         rows = score_cases(cases, encode, cosine, learned, learned.threshold_for(target), target)
         typer.echo(format_rows(rows, pairs.name))
         if json_path is not None:
@@ -337,7 +337,7 @@ def evaluate(
                 ),
             )
         return
-    report = run_eval(loaded, encode, settings.threshold, threshold, verifier=learned, precision_target=target)
+    report = run_eval(loaded, encode, settings.rules_threshold, threshold, verifier=learned, precision_target=target)
     report["source"] = str(pairs)
     report["sample"] = {"size": sample, "seed": seed} if sample else None
     report["split"] = split
@@ -702,7 +702,7 @@ def eval_bound(
         candidates,
         stream,
         positives,
-        settings.threshold,
+        settings.rules_threshold,
         load_verifier(settings.verifier_path),
         precision_target,
     )

@@ -329,16 +329,16 @@ class ResponseCache:
             prior = self.settings.bound_prior()
             assert prior is not None
             threshold = max(prior.floor, req.control.threshold or 0.0)
-        elif self.settings.verifier != "rules":
-            # the cosine is only the learned verifier's prefilter; a request may raise it (and
-            # with "rules+learned", the rules' own threshold)
+        elif self.settings.verifier == "rules+learned":
+            # the learned verifier's prefilter, which a request may raise, and the rules' own
+            # threshold (the model's), which the prefilter may go below
             learned = self.settings.learned_verifier()
             assert learned is not None
             threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
-            if self.settings.verifier == "rules+learned":
-                rules_threshold = self.settings.threshold_for(req.model, req.control.threshold)
-                threshold = min(threshold, rules_threshold)  # a threshold the rules may go below
+            rules_threshold = self.settings.threshold_for(req.model, req.control.threshold)
+            threshold = min(threshold, rules_threshold)
         else:
+            # "rules": their cosine threshold; "learned": the cosine prefilter of its candidates
             threshold = self.settings.threshold_for(req.model, req.control.threshold)
         report = await self.semantic.lookup(
             query, threshold, self._bounded, pool_name(req.tenant, req.model), rules_threshold

@@ -16,6 +16,8 @@ from cache.warming.settings import WarmingSettings
 from opskit import FileSettings
 from opskit import redact_url as _redact
 
+RULES_THRESHOLD = 0.96  # the rules' cosine threshold, chosen on QQP for precision >= 0.90 (issue 1)
+
 
 class CacheSettings(FileSettings):
     """Settings of the response cache.
@@ -59,8 +61,11 @@ class CacheSettings(FileSettings):
       another pass runs (s; a lone request never waits); embed_max_batch: largest batch;
       embed_timeout_s: longest a lookup waits for its embedding (past it the lookup is an
       exact-only miss).
-    threshold: default cosine similarity a candidate needs (then verification); chosen on QQP for
-      precision >= 0.90. model_thresholds: per-model override, JSON object
+    threshold: the cosine similarity a candidate needs before its verification stage decides.
+      None (default): the stage's own, 0.96 for the rules (chosen on QQP for precision >= 0.90),
+      the verifier file's prefilter (0.70 for the shipped one) for "learned", which decides on
+      its calibrated probability instead; a number raises (or lowers) that floor.
+      model_thresholds: per-model override, JSON object
       (``PROMPTEDGE_CACHE_MODEL_THRESHOLDS='{"m": 0.97}'``). A per-request header overrides both,
       but never below min_request_threshold.
     min_request_threshold: the lowest threshold a request may ask for (``X-Cache-Threshold``);
@@ -73,17 +78,17 @@ class CacheSettings(FileSettings):
       soonest-expiring entry of the tenant group holding the most entries is evicted
       (cache/semantic/store.py). stream_maxlen: events kept in the index change stream.
     max_semantic_chars: longest last user turn compared by meaning (longer: exact only).
-    verifier: which stage decides a semantic hit (issue 14; cache/README.md): "rules" (cosine
-      >= the threshold above, then cache/verify/rules.py's rules), "learned" (cosine >= the
-      verifier file's prefilter, 0.70 for the shipped one, then the learned verifier's calibrated
-      probability >= the threshold of ``semantic_precision_target``; ``threshold``,
-      ``model_thresholds`` and ``min_request_threshold`` are not used then, and
-      ``X-Cache-Threshold`` can only raise the cosine prefilter).
-      "rules+learned" (the default since issue 34, chosen by bench/cache_default_choice.py on
-      held-out sets): the rules at the cosine threshold first; when they serve nothing, the
-      learned verifier at ``rescue_precision_target`` (0.93) on the candidates above its
-      prefilter that no rule vetoes, so only its most confident hits are added. With
-      ``error_bound`` it works as "rules" (the bound's cosine prior judges the rules' choice).
+    verifier: which stage decides a semantic hit (cache/README.md): "learned" (the default since
+      issue 34, chosen by bench/cache_default_choice.py on held-out sets): candidates above the
+      cosine threshold (default: the verifier file's prefilter), the first whose calibrated
+      probability reaches the threshold of ``semantic_precision_target`` and that no rule of
+      cache/verify/rules.py vetoes (another number, a negation, another entity...).
+      "rules": cosine >= the threshold (default 0.96), then the first candidate the rules do not
+      veto. "rules+learned" (issue 34's first round): the rules at their threshold (default 0.96)
+      first; when they serve nothing, the learned verifier at ``rescue_precision_target`` on the
+      candidates above its prefilter that no rule vetoes. With ``error_bound``, "rules" and
+      "rules+learned" hand the rules' choice to the bound's cosine prior, "learned" its choice
+      to a prior on the probability.
     rescue_precision_target: the learned verifier's precision target in "rules+learned", 0.5..0.999,
       and at most the highest target the verifier file was calibrated for (0.97 for the shipped
       one; a higher one is an error at start).
@@ -154,7 +159,7 @@ class CacheSettings(FileSettings):
     embed_window_s: float = Field(0.0, ge=0)
     embed_max_batch: int = Field(32, ge=1)
     embed_timeout_s: float = Field(0.5, gt=0)
-    threshold: float = Field(0.96, ge=0, le=1)
+    threshold: float | None = Field(None, ge=0, le=1)
     model_thresholds: dict[str, float] = Field(default_factory=dict)
     min_request_threshold: float | None = Field(None, ge=0, le=1)
     semantic_candidates: int = Field(4, ge=1)
@@ -162,7 +167,7 @@ class CacheSettings(FileSettings):
     max_entries: int = Field(100_000, ge=1)
     stream_maxlen: int = Field(100_000, ge=100)
     max_semantic_chars: int = Field(1000, ge=1)
-    verifier: Literal["rules", "learned", "rules+learned"] = "rules+learned"
+    verifier: Literal["rules", "learned", "rules+learned"] = "learned"
     verifier_path: Path | None = None
     semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
     rescue_precision_target: float = Field(0.93, ge=0.5, le=0.999)
@@ -202,7 +207,7 @@ class CacheSettings(FileSettings):
         if self.verifier != "rules":
             # read the file now: a missing file or an unreachable target is a start-up error
             try:
-                cached_verifier(self.verifier_path).threshold_for(self._learned_target())
+                cached_verifier(self.verifier_path).threshold_for(self.learned_target())
             except VerifierError as exc:
                 raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: {exc}") from None
         if self.feedback and self.error_bound is None:
@@ -243,17 +248,36 @@ class CacheSettings(FileSettings):
         if self.verifier == "rules":
             return None
         verifier = cached_verifier(self.verifier_path)
-        return verifier, verifier.threshold_for(self._learned_target())
+        return verifier, verifier.threshold_for(self.learned_target())
 
-    def _learned_target(self) -> float:
+    def learned_target(self) -> float:
+        """The learned verifier's precision target: ``rescue_precision_target`` in "rules+learned",
+        else ``semantic_precision_target``."""
         return self.rescue_precision_target if self.verifier == "rules+learned" else self.semantic_precision_target
+
+    @property
+    def rules_threshold(self) -> float:
+        """The cosine threshold of the rules ("rules" and the first step of "rules+learned"):
+        ``threshold``, else 0.96 (chosen on QQP, issue 1)."""
+        return RULES_THRESHOLD if self.threshold is None else self.threshold
+
+    def base_threshold(self, model: str) -> float:
+        """The cosine a candidate of ``model`` needs before its verification stage (0..1): the
+        model's entry of ``model_thresholds``, else ``threshold``, else the stage's own: the
+        rules' 0.96, or the learned verifier file's prefilter (0.70 for the shipped one) with
+        ``verifier`` "learned"."""
+        value = self.model_thresholds.get(model)
+        if value is not None:
+            return value
+        if self.threshold is None and self.verifier == "learned":
+            return cached_verifier(self.verifier_path).min_cosine
+        return self.rules_threshold
 
     def threshold_for(self, model: str, override: float | None = None) -> float:
         """The similarity threshold for one request (0..1): the per-request override raised to
-        the floor (``min_request_threshold``, None = the model's threshold), else the model's,
-        else the default. An override of 0 means 0 where the floor is 0 (``is None`` checks)."""
-        value = self.model_thresholds.get(model)
-        base = self.threshold if value is None else value
+        the floor (``min_request_threshold``, None = the model's threshold), else the model's
+        (``base_threshold``). An override of 0 means 0 where the floor is 0 (``is None`` checks)."""
+        base = self.base_threshold(model)
         if override is None:
             return base
         floor = base if self.min_request_threshold is None else min(self.min_request_threshold, base)

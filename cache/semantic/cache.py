@@ -37,7 +37,6 @@ from cache.settings import CacheSettings
 from cache.verify.bound.model import decide
 from cache.verify.bound.store import BoundStore, entry_state
 from cache.verify.bound.store import pool_state as pool_state_of
-from cache.verify.learned import LearnedVerifier
 from cache.verify.rules import select, verify
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
@@ -295,17 +294,18 @@ class SemanticCache:
         rules_threshold: float | None = None,
     ) -> LookupReport:
         """Find a served-safe entry of query.scope with similarity >= threshold that the
-        verification stage accepts: the rules (cache/verify/rules.py ``select``) or, with
-        ``settings.verifier`` "learned", the most probable candidate whose calibrated
-        probability reaches the precision target's threshold (rejections counted ``learned``).
+        verification stage accepts: with ``settings.verifier`` "learned" (the default), the
+        first candidate whose calibrated probability reaches the precision target's threshold
+        and that no rule vetoes (cache/verify/learned.py ``select``; rejections counted
+        ``learned``); with "rules", the rules (cache/verify/rules.py ``select``).
         With ``settings.error_bound``, the rules' choice is served only when its entry's
         bound says so (cache/verify/bound/model.py ``decide``, with the state of ``pool``, read in
         the candidates' round trip; rejections counted ``bound``).
 
         With ``settings.verifier`` "rules+learned" (issue 34), the rules at ``rules_threshold``
         (the model's cosine threshold) first, then, when they serve nothing, the learned
-        verifier at ``rescue_precision_target`` on the candidates from ``threshold`` (its
-        cosine prefilter) that no rule vetoes.
+        verifier's choice at ``rescue_precision_target`` among the candidates from ``threshold``
+        (its cosine prefilter).
 
         bounded: wraps each Redis round trip with the cache's timeout (raises CacheUnavailable).
         """
@@ -348,12 +348,12 @@ class SemanticCache:
         score: float | None = None  # the bound's score of the chosen candidate
         if self._learned is not None and self.settings.verifier == "rules+learned" and self.bound is None:
             texts = [(e.text, sim) for _, sim, e in valid]
-            cut = self.settings.threshold if rules_threshold is None else rules_threshold
+            cut = self.settings.rules_threshold if rules_threshold is None else rules_threshold
             chosen, rejected = select(query.text, texts, cut, self.settings.candidate_margin)
             report.rejected.update(rejected)
             if chosen is None and texts:
                 verifier, probability = self._learned
-                chosen = rescue(verifier, query.text, texts, probability, self.settings.candidate_margin)
+                chosen, _ = verifier.select(query.text, texts, probability, self.settings.candidate_margin, vetoes=True)
                 if chosen is None:
                     report.rejected["learned"] += 1
         elif self._learned is not None and self.settings.verifier == "learned":
@@ -362,10 +362,12 @@ class SemanticCache:
                 # the bound decides on the verifier's probability: search down to its floor
                 probability = self.bound.prior.floor
             texts = [(e.text, sim) for _, sim, e in valid]
-            chosen, _ = verifier.select(query.text, texts, probability)
-            if chosen is None and valid:
-                report.rejected["learned"] += len(valid)
-            elif chosen is not None:
+            chosen, _ = verifier.select(query.text, texts, probability, self.settings.candidate_margin, vetoes=True)
+            if chosen is None:
+                # a rule's veto counted under its reason, as the rules count theirs
+                for text, _ in texts:
+                    report.rejected[verify(query.text, text).reason or "learned"] += 1
+            else:
                 score = verifier.probability(query.text, *texts[chosen])
         else:
             chosen, rejected = select(
@@ -463,20 +465,3 @@ class SemanticCache:
             self.embedder.close()
         if self._follow_client is not None and self._given_follow_client is None:
             await self._follow_client.aclose()  # its own; a given client is its owner's to close
-
-
-def rescue(
-    verifier: LearnedVerifier, query: str, candidates: list[tuple[str, float]], probability: float, margin: float
-) -> int | None:
-    """The "rules+learned" stage's second step: the first candidate (text, cosine; most similar
-    first) within ``margin`` of the most similar one whose learned probability is >= ``probability``
-    and that no rule vetoes (cache/verify/rules.py ``verify``); its index or None. Pure."""
-    if not candidates:
-        return None
-    best = candidates[0][1]
-    for i, (text, cosine) in enumerate(candidates):
-        if cosine < verifier.min_cosine or cosine < best - margin:
-            continue
-        if verify(query, text).ok and verifier.probability(query, text, cosine) >= probability:
-            return i
-    return None

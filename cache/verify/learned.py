@@ -30,6 +30,7 @@ import numpy as np
 from cache.errors import VerifierError
 from cache.verify.features import FEATURES, pair_features
 from cache.verify.model_file import PerVersion, read_json
+from cache.verify.rules import verify
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "models" / "verifier.json"  # cache/models/
 FORMAT = "promptedge-verifier/1"
@@ -176,19 +177,28 @@ class LearnedVerifier:
         )
 
     def select(
-        self, query: str, candidates: list[tuple[str, float]], probability: float, margin: float = 0.02
+        self,
+        query: str,
+        candidates: list[tuple[str, float]],
+        probability: float,
+        margin: float = 0.02,
+        vetoes: bool = False,
     ) -> tuple[int | None, float | None]:
         """Which candidate (text, cosine; most similar first) may answer ``query``: as the rules'
         ``select``, the first one in cosine order, within ``margin`` of the most similar one
         and with cosine >= ``min_cosine``, whose probability is >= ``probability`` (choosing
         the most probable one instead served other entries with more words in common but
-        another meaning). Returns its index (or None) and the best probability seen (None
-        without an eligible candidate)."""
+        another meaning). With ``vetoes``, a candidate that a rule of cache/verify/rules.py
+        vetoes (another number, a negation, another entity...) is skipped whatever its
+        probability: the cache's "learned" stage (issue 34). Returns its index (or None) and
+        the best probability seen (None without an eligible candidate). Pure."""
         if not candidates:
             return None, None
         best_cosine = candidates[0][1]
         eligible = [
-            i for i, (_, cos) in enumerate(candidates) if cos >= self.min_cosine and cos >= best_cosine - margin
+            i
+            for i, (text, cos) in enumerate(candidates)
+            if cos >= self.min_cosine and cos >= best_cosine - margin and (not vetoes or verify(query, text).ok)
         ]
         if not eligible:
             return None, None

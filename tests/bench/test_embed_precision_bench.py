@@ -27,9 +27,17 @@ def test_differences_are_split_by_whether_the_changed_answer_was_right() -> None
     assert row["pair_cosine_shift"]["max"] == 0.02 and row["pair_cosine_shift"]["mean_signed"] < 0
 
 
-def test_the_default_stage_is_the_caches_rules_then_the_learned_rescue() -> None:
+def test_the_default_stage_is_the_caches_learned_verifier_with_the_rules_vetoes() -> None:
     decide = ep.default_stage(CacheSettings())
     same = "How do I reset my password?"
-    assert decide(same, [(same, 0.999)]) == 0  # the rules serve a near-identical text
+    assert decide(same, [(same, 0.999)]) == 0  # a near-identical text is served
+    assert decide(same, [("How do I not reset my password?", 0.999)]) is None  # a rule vetoes it
     assert decide(same, [("What is the capital of France?", 0.5)]) is None  # below the learned prefilter
     assert decide(same, []) is None
+
+
+def test_the_rules_stage_is_the_caches_rules() -> None:
+    decide = ep.default_stage(CacheSettings(verifier="rules"))
+    same = "How do I reset my password?"
+    assert decide(same, [(same, 0.999)]) == 0
+    assert decide(same, [(same, 0.95)]) is None  # below the rules' 0.96

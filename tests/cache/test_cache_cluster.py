@@ -145,7 +145,7 @@ async def test_a_label_counts_once_per_entry_and_query_on_the_cluster(
             BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offset_var=1.0, source="clean").to_json()
         )
     )
-    cache = await make_cache(encoder, error_bound=0.05, bound_prior_path=path)
+    cache = await make_cache(encoder, verifier="rules", error_bound=0.05, bound_prior_path=path)
     greedy = {"temperature": 0}
     assert await cache.store(ask("How do I turn on the lights in the kitchen?", **greedy), answer("switch"))
     request = ask("How can I turn on the kitchen lights?", **greedy)

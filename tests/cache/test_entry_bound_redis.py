@@ -52,7 +52,12 @@ async def bounded_cache(redis_url: str, encoder: Encoder, tmp_path: Path) -> Asy
     path.write_text(json.dumps(CLEAN.to_json()))
     client = aioredis.Redis.from_url(redis_url)
     settings = CacheSettings(
-        redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05, feedback=True, bound_prior_path=path
+        redis_timeout_s=1.0,
+        embed_timeout_s=10.0,
+        verifier="rules",  # the cosine prior judges the rules' choice
+        error_bound=0.05,
+        feedback=True,
+        bound_prior_path=path,
     )
     cache = ResponseCache(client, settings, encoder=encoder)
     await cache.start()
@@ -104,7 +109,9 @@ async def test_the_shipped_prior_does_not_serve_a_paraphrase_at_5_percent(redis_
     assert load_prior().probability[-1] < 0.95
     client = aioredis.Redis.from_url(redis_url)
     cache = ResponseCache(
-        client, CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.05), encoder=encoder
+        client,
+        CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, verifier="rules", error_bound=0.05),
+        encoder=encoder,
     )
     await cache.start()
     try:
@@ -146,7 +153,9 @@ async def exploring(redis_url: str, encoder: Encoder, tmp_path: Path) -> AsyncIt
     client = aioredis.Redis.from_url(redis_url)
     cache = ResponseCache(
         client,
-        CacheSettings(redis_timeout_s=1.0, embed_timeout_s=10.0, error_bound=0.01, bound_prior_path=path),
+        CacheSettings(
+            redis_timeout_s=1.0, embed_timeout_s=10.0, verifier="rules", error_bound=0.01, bound_prior_path=path
+        ),
         encoder=encoder,
     )
     await cache.start()

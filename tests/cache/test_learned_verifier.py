@@ -107,11 +107,19 @@ def test_settings_check_the_target_and_the_file_at_start(tmp_path: Path) -> None
     learned = settings.learned_verifier()
     assert learned is not None and learned[1] == learned[0].threshold_for(0.90)
     assert CacheSettings(verifier="rules").learned_verifier() is None
-    # issue 34: the default is the rules plus the learned verifier's most confident hits
-    # (bench/cache_default_choice.py chose it), held to rescue_precision_target (0.93)
+    # issue 34: the default is the learned verifier with the rules' vetoes
+    # (bench/cache_default_choice.py chose it), on candidates above the file's prefilter
     default = CacheSettings()
-    assert default.verifier == "rules+learned" and default.threshold == 0.96
-    rescue = default.learned_verifier()
+    assert default.verifier == "learned" and default.threshold is None
+    chosen = default.learned_verifier()
+    assert chosen is not None and chosen[1] == chosen[0].threshold_for(default.semantic_precision_target)
+    assert default.base_threshold("m") == chosen[0].min_cosine == 0.7
+    assert default.threshold_for("m", 0.9) == 0.9 and default.threshold_for("m", 0.5) == 0.7  # raise only
+    # the rules keep their own 0.96 unless a threshold is set
+    assert CacheSettings(verifier="rules").base_threshold("m") == 0.96
+    assert CacheSettings(verifier="rules+learned").base_threshold("m") == 0.96
+    assert CacheSettings(threshold=0.8).base_threshold("m") == 0.8
+    rescue = CacheSettings(verifier="rules+learned").learned_verifier()
     assert rescue is not None and rescue[1] == rescue[0].threshold_for(0.93)
     with pytest.raises(ValidationError, match="above the highest"):
         CacheSettings(verifier="learned", semantic_precision_target=0.999)
@@ -224,25 +232,29 @@ def test_word_order_is_a_feature_so_a_swapped_role_is_not_a_paraphrase() -> None
     assert pair_features("A dog is licking a baby", "A baby is licking a dog", 0.97)[order] == 1.0  # symmetric
 
 
-def test_rules_plus_learned_adds_only_confident_hits_the_rules_do_not_veto() -> None:
-    # issue 34's default: below the rules' 0.96 a candidate is served only when the learned
-    # verifier is sure (rescue_precision_target 0.93) and no rule vetoes it
-    from cache.semantic.cache import rescue
-
+def test_the_learned_stage_serves_only_confident_candidates_that_no_rule_vetoes() -> None:
+    # issue 34's default ("learned"): a candidate is served only when the learned verifier is
+    # sure enough and no rule vetoes it; "rules+learned" uses the same choice below its rules
     settings = CacheSettings()
+    assert settings.verifier == "learned"
     learned = settings.learned_verifier()
     assert learned is not None
-    verifier, rescue_threshold = learned
-    assert rescue_threshold == verifier.threshold_for(0.93)
+    verifier, default_threshold = learned
+    assert default_threshold == verifier.threshold_for(settings.semantic_precision_target)
     threshold = 0.7  # the logic at a threshold these short texts reach at cosine 0.95
     query = "What is the best way to learn Python quickly?"
     same = ("What's the best way to learn Python quickly?", 0.95)
     negated = ("What is the best way not to learn Python quickly?", 0.95)
     other = ("What is the best way to learn Java quickly?", 0.95)
+
+    def chosen(cands: list[tuple[str, float]]) -> int | None:
+        return verifier.select(query, cands, threshold, 0.02, vetoes=True)[0]
+
     assert verifier.probability(query, *same) >= threshold
-    assert rescue(verifier, query, [same], threshold, 0.02) == 0
-    assert rescue(verifier, query, [negated, same], threshold, 0.02) == 1  # the veto skips it
-    assert rescue(verifier, query, [negated], threshold, 0.02) is None
-    assert rescue(verifier, query, [other], threshold, 0.02) is None
-    assert rescue(verifier, query, [(same[0], 0.65)], threshold, 0.02) is None  # below the prefilter
-    assert rescue(verifier, query, [], threshold, 0.02) is None
+    assert chosen([same]) == 0
+    assert chosen([negated, same]) == 1  # the veto skips it
+    assert chosen([negated]) is None
+    assert verifier.select(query, [negated], 0.0, 0.02)[0] == 0  # without vetoes it would be served
+    assert chosen([other]) is None
+    assert chosen([(same[0], 0.65)]) is None  # below the prefilter
+    assert chosen([]) is None

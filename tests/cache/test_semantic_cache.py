@@ -106,7 +106,7 @@ async def test_paraphrase_hits_semantically_and_identical_repeat_hits_exactly(ma
 
 
 async def test_follow_up_questions_in_different_conversations_do_not_share(make_cache: Factory) -> None:
-    cache = await make_cache()
+    cache = await make_cache(verifier="rules")  # the rules at 0.5 serve the paraphrase in its own conversation
     obama = ("Who is Barack Obama?", "The 44th president of the United States.")
     biden = ("Who is Joe Biden?", "The 46th president of the United States.")
     await cache.store(ask("How old is he?", history=obama), answer("He was born in 1961."))
@@ -173,7 +173,7 @@ async def test_missing_temperature_equals_explicit_one(make_cache: Factory) -> N
 
 
 async def test_threshold_zero_means_zero_and_per_model_setting_applies(make_cache: Factory) -> None:
-    cache = await make_cache(model_thresholds={"m": 0.999})
+    cache = await make_cache(verifier="rules", model_thresholds={"m": 0.999})
     await cache.store(ask("What is a good recipe for pancakes?"), answer("Flour, eggs, milk."))
     assert await cache.lookup(ask("What is a good pancake recipe?")) is None  # the model's 0.999
     hit = await cache.lookup(ask("How do I make a quick breakfast?", threshold=0.0))
@@ -182,15 +182,17 @@ async def test_threshold_zero_means_zero_and_per_model_setting_applies(make_cach
 
 async def test_a_request_cannot_loosen_the_threshold_below_the_floor(make_cache: Factory) -> None:
     # Issue 13, finding 4: X-Cache-Threshold 0 served an unrelated answer (similarity 0.15).
-    strict = await make_cache(min_request_threshold=None)  # the default: only stricter
+    strict = await make_cache(verifier="rules", min_request_threshold=None)  # the default: only stricter
     await strict.store(ask(KITCHEN), answer())
     assert await strict.lookup(ask("How do I bake bread at home?", threshold=0.0)) is None
     assert await strict.lookup(ask(KITCHEN_PARAPHRASE, threshold=1.0)) is None
     assert await strict.lookup(ask(KITCHEN_PARAPHRASE, threshold=0.0)) is not None  # raised to 0.96
-    floor = await make_cache(min_request_threshold=0.9)
+    floor = await make_cache(verifier="rules", min_request_threshold=0.9)
     assert floor.settings.threshold_for("m", 0.0) == 0.9 and floor.settings.threshold_for("m", 0.97) == 0.97
     assert floor.settings.threshold_for("m") == 0.96
-    assert CacheSettings(min_request_threshold=0.99).threshold_for("m", 0.0) == 0.96  # never stricter than no header
+    assert CacheSettings(verifier="rules", min_request_threshold=0.99).threshold_for("m", 0.0) == 0.96  # never stricter
+    # the default stage ("learned") works the same on its own threshold, the file's prefilter
+    assert CacheSettings(min_request_threshold=0.99).threshold_for("m", 0.0) == 0.7
 
 
 async def test_deleted_or_expired_entry_is_never_served_even_if_indexed(make_cache: Factory, redis_url: str) -> None:
@@ -413,9 +415,13 @@ async def test_learned_verifier_serves_a_rewording_and_rejects_a_near_miss(make_
     cache = await make_cache(verifier="learned", semantic_precision_target=0.90)
     await cache.store(ask("Who won round 1 of the debate?"), answer("Candidate A."))
     near_miss = await cache.lookup(ask("Who won round 2 of the debate?"))
-    assert near_miss is None  # similar by cosine, another question
+    assert near_miss is None  # similar by cosine, another question: the numbers rule vetoes it
     stats = await cache.stats()
-    assert stats["rejected"].get("learned") == 1
+    assert stats["rejected"].get("number") == 1 and not stats["rejected"].get("learned")
+    # a near-miss no rule catches is the verifier's to refuse, counted "learned"
+    await cache.store(ask("How do I become a good writer?"), answer("Write every day."))
+    assert await cache.lookup(ask("How do I become a good editor?")) is None  # cosine 0.76
+    assert (await cache.stats())["rejected"].get("learned") == 1
     await cache.store(ask("How do I become a better software engineer in my current job?"), answer("Practice daily."))
     hit = await cache.lookup(ask("How can I become a better software engineer at my current job?"))
     assert hit is not None and hit.kind == "semantic"
