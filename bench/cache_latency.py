@@ -25,7 +25,7 @@ reports the process's CPU milliseconds per lookup, which batching is meant to cu
 ``--precisions`` (issue 34, item 5) instead compares the encoder's precisions
 (``PROMPTEDGE_CACHE_EMBED_PRECISION``, cache/embed/onnx.py) in one run: one cache per precision
 under its own prefix, each storing the same origins with its own vectors, with the default
-settings (batching embedder, "rules+learned"); the semantic cell asks the paraphrases that every
+settings (batching embedder, the default verification stage); the semantic cell asks the paraphrases that every
 precision serves, so all look up the same texts. Cells run at concurrency 1 and 8, the
 precisions back to back within each of R rounds (so the neighbours' load hits them alike).
 Each lookup's time is split into the encode (wall ms of its forward pass, on the embedder

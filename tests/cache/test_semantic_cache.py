@@ -426,3 +426,17 @@ async def test_learned_verifier_serves_a_rewording_and_rejects_a_near_miss(make_
     hit = await cache.lookup(ask("How can I become a better software engineer at my current job?"))
     assert hit is not None and hit.kind == "semantic"
     assert hit.response["choices"][0]["message"]["content"] == "Practice daily."
+
+
+async def test_the_default_stage_serves_a_paraphrase_the_rules_threshold_would_refuse(make_cache: Factory) -> None:
+    # issue 34: the default ("learned" with the rules' vetoes) serves this pair at cosine 0.954,
+    # below the rules' 0.96; the rules alone refuse it, and a veto still refuses a near-miss
+    learned = await make_cache(min_request_threshold=None)
+    assert learned.settings.verifier == "learned"
+    await learned.store(ask("Why is the sky blue?"), answer("Rayleigh scattering."))
+    hit = await learned.lookup(ask("Why does the sky look blue?"))
+    assert hit is not None and hit.kind == "semantic" and hit.similarity is not None and hit.similarity < 0.96
+    assert await learned.lookup(ask("Why is the sky not blue?")) is None
+    rules = await make_cache(verifier="rules", min_request_threshold=None, key_prefix="promptedge:rules")
+    await rules.store(ask("Why is the sky blue?"), answer("Rayleigh scattering."))
+    assert await rules.lookup(ask("Why does the sky look blue?")) is None

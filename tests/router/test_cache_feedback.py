@@ -23,6 +23,7 @@ CLEAN = BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offse
 def feedback_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = tmp_path / "prior.json"
     path.write_text(json.dumps(CLEAN.to_json()))
+    monkeypatch.setenv("PROMPTEDGE_CACHE_VERIFIER", "rules")  # the cosine prior judges the rules' choice
     monkeypatch.setenv("PROMPTEDGE_CACHE_ERROR_BOUND", "0.05")
     monkeypatch.setenv("PROMPTEDGE_CACHE_FEEDBACK", "true")
     monkeypatch.setenv("PROMPTEDGE_CACHE_BOUND_PRIOR_PATH", str(path))

@@ -40,6 +40,7 @@ def bound_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPa
     (the test may lower SHADOW_MAX_INFLIGHT before starting its router)."""
     path = tmp_path / "prior.json"
     path.write_text(json.dumps(CLEAN.to_json()))
+    monkeypatch.setenv("PROMPTEDGE_CACHE_VERIFIER", "rules")  # the cosine prior judges the rules' choice
     monkeypatch.setenv("PROMPTEDGE_CACHE_ERROR_BOUND", "0.05")
     monkeypatch.setenv("PROMPTEDGE_CACHE_BOUND_PRIOR_PATH", str(path))
     monkeypatch.setenv("PROMPTEDGE_CACHE_SHADOW_RATE", "1")
