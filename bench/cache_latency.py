@@ -374,7 +374,8 @@ def precision_table(report: dict[str, Any]) -> str:
 
 def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
     """Milliseconds the verification stage takes per lookup, rules (``select``) against the
-    learned verifier (features of every candidate + the model), on the candidate lists a real
+    default stage (the learned verifier with the rules' vetoes: features of every candidate not
+    vetoed + the model), on the candidate lists a real
     lookup sees: all 999 origins in one index, each paraphrase's 4 nearest neighbours (cosine
     prefilter of each path applied). Interleaved per lookup so both see the same load; the text
     caches of both paths are cleared before each round, so the learned path parses its query
@@ -416,7 +417,7 @@ def verification_cost(encoder: Encoder, rounds: int = 3) -> dict[str, Any]:
             # (the ratio favours the rules)
             learned = [c for c in candidates if c[1] >= verifier.min_cosine]
             started = time.perf_counter()
-            verifier.select(query, learned, threshold)
+            verifier.select(query, learned, threshold, vetoes=True)  # the default stage, with the vetoes
             times["learned" + suffix].append(time.perf_counter() - started)
             rules = [c for c in candidates if c[1] >= 0.96]
             started = time.perf_counter()
