@@ -75,7 +75,9 @@ REGION_PRIORS = f"{MODELS / 'entry_bound_region.json'}"
 def judged(
     verifier: LearnedVerifier, query: str, cands: list[tuple[str, float]], floor: float
 ) -> tuple[int | None, float]:
-    """The learned verifier's choice down to ``floor`` and its probability (0 without one)."""
+    """The learned verifier's choice down to ``floor`` and its probability (0 without one): as
+    the cache's "learned" stage with a bound (cache/semantic/cache.py), without the rules'
+    vetoes, which made the bound's choice fall to another entry's candidate more often."""
     chosen, _ = verifier.select(query, cands, floor)
     if chosen is None:
         return None, 0.0
@@ -159,7 +161,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for label, hit_of in (
         ("rules, cosine 0.96", lambda q, c: select(q, c, 0.96)[0]),
-        (f"learned, target {args.target}", lambda q, c: verifier.select(q, c, p_static)[0]),
+        (f"learned + rules, target {args.target}", lambda q, c: verifier.select(q, c, p_static, vetoes=True)[0]),
     ):
         served = wrong = 0
         for q, c, w in zip(gpt.text_b, cands, wanted, strict=True):
@@ -173,7 +175,7 @@ def main() -> None:
     print(format_table(rows, "GPTCache's 999 pairs as a cache (negatives: the other pairs)"))
     # multi-turn
     mt: list[Lookup] = []
-    static_hits = {"rules, cosine 0.96": [0, 0], f"learned, target {args.target}": [0, 0]}
+    static_hits = {"rules, cosine 0.96": [0, 0], f"learned + rules, target {args.target}": [0, 0]}
     positives = 0
     for c in cases:
         positives += c.label == 1
@@ -185,7 +187,7 @@ def main() -> None:
         cand = [(a, float(vec[a] @ vec[b]))]
         for key, chosen in (
             ("rules, cosine 0.96", select(b, cand, 0.96)[0]),
-            (f"learned, target {args.target}", verifier.select(b, cand, p_static)[0]),
+            (f"learned + rules, target {args.target}", verifier.select(b, cand, p_static, vetoes=True)[0]),
         ):
             if chosen is not None:
                 static_hits[key][0] += 1

@@ -105,7 +105,7 @@ class CacheSettings(FileSettings):
       similarity threshold settings are not used then; ``X-Cache-Threshold`` can only raise
       the floor. With ``verifier`` "learned" the bound judges the verifier's calibrated
       probability instead of the cosine (candidates searched down to the prior's floor, a
-      probability), issue 34; its shipped prior is then the "region" mode: a candidate is served
+      probability, without the rules' vetoes), issue 34; its shipped prior is then the "region" mode: a candidate is served
       only inside the pool's certified region, the probabilities from which the labels the pool
       got (compared misses, shadow verification) show an error below delta with 95 %
       confidence, valid however often it is re-checked (cache/verify/bound/model.py
