@@ -1,0 +1,136 @@
+"""Attack round on the default verification stage ("learned" with the rules' vetoes, issue 34),
+on a real Redis and the real all-MiniLM-L6-v2: wrong answers the default serves, and the
+rejection counters it writes (branch attack2; these tests fail on the tree they were written on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache.embed.encoder import Encoder
+
+pytestmark = pytest.mark.slow
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+    }
+
+
+def ask(text: str, **control: Any) -> CacheRequest:
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    return CacheRequest("chat.completions", body, "t1", CacheControl(**control))
+
+
+Factory = Callable[..., Awaitable[ResponseCache]]
+
+
+@pytest.fixture()
+async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]:
+    """Started caches with the shipped defaults (no threshold or verifier pinned)."""
+    made: list[tuple[ResponseCache, aioredis.Redis]] = []
+
+    async def factory(**overrides: Any) -> ResponseCache:
+        client = aioredis.Redis.from_url(redis_url)
+        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, **overrides})
+        cache = ResponseCache(client, settings, encoder=encoder)
+        await cache.start()
+        made.append((cache, client))
+        return cache
+
+    yield factory
+    for cache, client in made:
+        await cache.aclose()
+        await client.aclose()
+
+
+# Same words but for a unit or a period: another instruction, another answer. No rule vetoes
+# them (no number differs, no listed opposite) and the learned verifier's probability is above
+# its 0.90-target threshold (0.872): the default serves the cached answer (cosines 0.98-0.99).
+WRONG_UNIT_OR_PERIOD = [
+    (
+        "Set the timeout to 30 seconds for every outgoing request in the http client configuration.",
+        "Set the timeout to 30 minutes for every outgoing request in the http client configuration.",
+    ),
+    (
+        "Schedule the backup job to run daily and keep the last week of archives on the server.",
+        "Schedule the backup job to run weekly and keep the last week of archives on the server.",
+    ),
+    (
+        "Schedule the backup job to run every day at midnight and keep the last week of archives.",
+        "Schedule the backup job to run every hour at midnight and keep the last week of archives.",
+    ),
+    (
+        "Write a python function that reads a csv file and returns the sum of the values in the second column.",
+        "Write a python function that writes a csv file and returns the sum of the values in the second column.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("stored", "asked"), WRONG_UNIT_OR_PERIOD)
+async def test_the_default_does_not_serve_another_unit_period_or_verb(
+    make_cache: Factory, stored: str, asked: str
+) -> None:
+    cache = await make_cache()
+    assert cache.settings.verifier == "learned"
+    await cache.store(ask(stored), answer("cached answer"))
+    hit = await cache.lookup(ask(asked))
+    assert hit is None, f"served {stored!r} for {asked!r} (similarity {hit.similarity if hit else None})"
+
+
+ROUND_2 = "Who won round 2 of the debate?"
+ROUND_1 = "Who won round 1 of the debate?"  # cosine 0.976 to ROUND_2, the numbers rule vetoes it
+ROUND_2_REWORDED = "Who was the winner in round 2 of the debate?"  # cosine 0.970, served
+
+
+async def test_a_vetoed_candidate_skipped_before_a_hit_is_counted_as_the_rules_count_it(make_cache: Factory) -> None:
+    # the rules count the vetoed nearer candidate under "number" and then serve the rewording;
+    # the default stage serves the same rewording, and its docstring says vetoes are "counted
+    # under the rule's reason", but it counts nothing when a later candidate is served
+    rules = await make_cache(verifier="rules", key_prefix="promptedge:rules")
+    await rules.store(ask(ROUND_1), answer("A."))
+    await rules.store(ask(ROUND_2_REWORDED), answer("B."))
+    hit = await rules.lookup(ask(ROUND_2))
+    assert hit is not None and hit.response["choices"][0]["message"]["content"] == "B."
+    assert (await rules.stats())["rejected"] == {"number": 1}
+
+    learned = await make_cache()
+    await learned.store(ask(ROUND_1), answer("A."))
+    await learned.store(ask(ROUND_2_REWORDED), answer("B."))
+    hit = await learned.lookup(ask(ROUND_2))
+    assert hit is not None and hit.response["choices"][0]["message"]["content"] == "B."
+    assert (await learned.stats())["rejected"] == {"number": 1}
+
+
+async def test_a_candidate_the_verifier_never_judged_is_not_counted_as_rejected(make_cache: Factory) -> None:
+    # the nearest candidate (cosine 0.928) is refused by the verifier's probability: one
+    # "learned" rejection. The other (cosine 0.752) is more than candidate_margin (0.02) below
+    # it, so select() never judges it, as the rules' select() stops there; the default stage
+    # still counts it as a second "learned" rejection.
+    cache = await make_cache()
+    await cache.store(ask("How do I switch on the lights in the kitchen?"), answer("Flip the switch."))
+    await cache.store(ask("How do I turn on the lights in the bathroom?"), answer("Pull the cord."))
+    assert await cache.lookup(ask("How do I turn on the lights in the kitchen?")) is None
+    assert (await cache.stats())["rejected"] == {"learned": 1}
+
+
+async def test_unrelated_entries_below_the_verifier_prefilter_are_not_rejections(make_cache: Factory) -> None:
+    # a request that may loosen the cosine to 0 (min_request_threshold 0): the learned stage still
+    # judges nothing below its 0.70 prefilter, so an unrelated question is a plain miss, not
+    # one rejection per stored entry
+    cache = await make_cache(min_request_threshold=0.0)
+    for text in ("What is the capital of France?", "How do I bake sourdough bread?", "Explain TCP handshakes."):
+        await cache.store(ask(text), answer("x"))
+    assert await cache.lookup(ask("Which running shoes are best for flat feet?", threshold=0.0)) is None
+    assert (await cache.stats())["rejected"] == {}
