@@ -134,3 +134,16 @@ async def test_unrelated_entries_below_the_verifier_prefilter_are_not_rejections
         await cache.store(ask(text), answer("x"))
     assert await cache.lookup(ask("Which running shoes are best for flat feet?", threshold=0.0)) is None
     assert (await cache.stats())["rejected"] == {}
+
+
+async def test_the_default_does_not_serve_another_question_below_the_rules_threshold(make_cache: Factory) -> None:
+    # a wrong answer the default change introduced: cosine 0.947, below the rules' 0.96 (the old
+    # default refuses it), no rule vetoes it, and the learned verifier gives 0.880 >= 0.872 (its
+    # threshold for the 0.90 target): the director's name is served as the cast
+    rules = await make_cache(verifier="rules", key_prefix="promptedge:rules")
+    await rules.store(ask("Who directed the movie Inception?"), answer("Christopher Nolan."))
+    assert await rules.lookup(ask("Who starred in the movie Inception?")) is None
+    cache = await make_cache()
+    await cache.store(ask("Who directed the movie Inception?"), answer("Christopher Nolan."))
+    hit = await cache.lookup(ask("Who starred in the movie Inception?"))
+    assert hit is None, f"served the director for the cast (similarity {hit.similarity if hit else None})"
