@@ -136,14 +136,23 @@ async def test_unrelated_entries_below_the_verifier_prefilter_are_not_rejections
     assert (await cache.stats())["rejected"] == {}
 
 
-async def test_the_default_does_not_serve_another_question_below_the_rules_threshold(make_cache: Factory) -> None:
-    # a wrong answer the default change introduced: cosine 0.947, below the rules' 0.96 (the old
-    # default refuses it), no rule vetoes it, and the learned verifier gives 0.880 >= 0.872 (its
-    # threshold for the 0.90 target): the director's name is served as the cast
+ROLE_SWAPS = [  # (cached, asked, its cached answer): cosines 0.947 and 0.957, both below 0.96
+    ("Who directed the movie Inception?", "Who starred in the movie Inception?", "Christopher Nolan."),
+    ("who wrote the song bohemian rhapsody", "who produced the song bohemian rhapsody", "Freddie Mercury."),
+]
+
+
+@pytest.mark.parametrize(("stored", "asked", "said"), ROLE_SWAPS)
+async def test_the_default_does_not_serve_another_question_below_the_rules_threshold(
+    make_cache: Factory, stored: str, asked: str, said: str
+) -> None:
+    # a wrong answer the default change introduced: below the rules' 0.96 (the old default
+    # refuses it), no rule vetoes it, and the learned verifier gives 0.880 / 0.876 >= 0.872 (its
+    # threshold for the 0.90 target): who did one thing is served as who did another
     rules = await make_cache(verifier="rules", key_prefix="promptedge:rules")
-    await rules.store(ask("Who directed the movie Inception?"), answer("Christopher Nolan."))
-    assert await rules.lookup(ask("Who starred in the movie Inception?")) is None
+    await rules.store(ask(stored), answer(said))
+    assert await rules.lookup(ask(asked)) is None
     cache = await make_cache()
-    await cache.store(ask("Who directed the movie Inception?"), answer("Christopher Nolan."))
-    hit = await cache.lookup(ask("Who starred in the movie Inception?"))
-    assert hit is None, f"served the director for the cast (similarity {hit.similarity if hit else None})"
+    await cache.store(ask(stored), answer(said))
+    hit = await cache.lookup(ask(asked))
+    assert hit is None, f"served {stored!r} for {asked!r} (similarity {hit.similarity if hit else None})"
