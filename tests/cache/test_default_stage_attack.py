@@ -55,10 +55,20 @@ async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]
         await client.aclose()
 
 
-# Same words but for a unit or a period: another instruction, another answer. No rule vetoes
-# them (no number differs, no listed opposite) and the learned verifier's probability is above
-# its 0.90-target threshold (0.872): the default serves the cached answer (cosines 0.98-0.99).
-WRONG_UNIT_OR_PERIOD = [
+# Same words but for a negation the rules do not read, a unit, a period or a verb: another
+# request, another answer. No rule vetoes them (no number differs, no listed opposite) and the
+# learned verifier's probability is above its 0.90-target threshold (0.872): the default serves
+# the cached answer (cosines 0.976-0.993; the rules at 0.96 served them too).
+WRONG_NO_RULE_CATCHES = [
+    # a negation the rules do not read: "w/o" (cosine 0.988, p 0.963), "-free" (0.976, p 0.880)
+    (
+        "Give me a recipe for chocolate chip cookies with eggs.",
+        "Give me a recipe for chocolate chip cookies w/o eggs.",
+    ),
+    (
+        "Give me a recipe for chocolate chip cookies with gluten.",
+        "Give me a recipe for gluten-free chocolate chip cookies.",
+    ),
     (
         "Set the timeout to 30 seconds for every outgoing request in the http client configuration.",
         "Set the timeout to 30 minutes for every outgoing request in the http client configuration.",
@@ -78,8 +88,8 @@ WRONG_UNIT_OR_PERIOD = [
 ]
 
 
-@pytest.mark.parametrize(("stored", "asked"), WRONG_UNIT_OR_PERIOD)
-async def test_the_default_does_not_serve_another_unit_period_or_verb(
+@pytest.mark.parametrize(("stored", "asked"), WRONG_NO_RULE_CATCHES)
+async def test_the_default_does_not_serve_a_change_no_rule_catches(
     make_cache: Factory, stored: str, asked: str
 ) -> None:
     cache = await make_cache()
@@ -136,9 +146,11 @@ async def test_unrelated_entries_below_the_verifier_prefilter_are_not_rejections
     assert (await cache.stats())["rejected"] == {}
 
 
-ROLE_SWAPS = [  # (cached, asked, its cached answer): cosines 0.947 and 0.957, both below 0.96
+ROLE_SWAPS = [  # (cached, asked, its cached answer): cosines 0.947, 0.957, 0.954, all below 0.96
     ("Who directed the movie Inception?", "Who starred in the movie Inception?", "Christopher Nolan."),
     ("who wrote the song bohemian rhapsody", "who produced the song bohemian rhapsody", "Freddie Mercury."),
+    # "while" / "after" is no contrast pair of the rules (before/after/during are); p 0.875
+    ("Is it safe to take aspirin while pregnant?", "Is it safe to take aspirin after pregnancy?", "Avoid it."),
 ]
 
 
