@@ -5,7 +5,9 @@ rejection counters it writes (branch attack2; these tests fail on the tree they 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ import redis.asyncio as aioredis
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
+from cache.verify.learned import DEFAULT_PATH
 
 pytestmark = pytest.mark.slow
 
@@ -168,3 +171,21 @@ async def test_the_default_does_not_serve_another_question_below_the_rules_thres
     await cache.store(ask(stored), answer(said))
     hit = await cache.lookup(ask(asked))
     assert hit is None, f"served {stored!r} for {asked!r} (similarity {hit.similarity if hit else None})"
+
+
+async def test_a_lookup_does_not_fail_when_the_verifier_file_goes_away_after_start(
+    make_cache: Factory, tmp_path: Path
+) -> None:
+    # The stage loaded its verifier at start (SemanticCache._learned), yet with THRESHOLD unset
+    # every lookup re-reads the file's prefilter (settings.base_threshold -> cached_verifier: a
+    # stat per request). A file being replaced (a config volume updated, a package upgraded in
+    # place) or removed makes every lookup raise VerifierError out of ResponseCache.lookup
+    # instead of serving from the loaded verifier (or missing): the router answers 500.
+    path = tmp_path / "verifier.json"
+    shutil.copyfile(DEFAULT_PATH, path)
+    cache = await make_cache(verifier_path=path)
+    await cache.store(ask("Why is the sky blue?"), answer("Rayleigh scattering."))
+    assert await cache.lookup(ask("Why does the sky look blue?")) is not None
+    path.unlink()
+    hit = await cache.lookup(ask("Why does the sky look blue?"))  # raises VerifierError
+    assert hit is None or hit.kind == "semantic"
