@@ -189,3 +189,26 @@ async def test_a_lookup_does_not_fail_when_the_verifier_file_goes_away_after_sta
     path.unlink()
     hit = await cache.lookup(ask("Why does the sky look blue?"))  # raises VerifierError
     assert hit is None or hit.kind == "semantic"
+
+
+@pytest.mark.parametrize("verifier", ["rules", "learned"])
+async def test_with_the_bound_the_similarity_threshold_settings_are_not_used(
+    make_cache: Factory, verifier: str
+) -> None:
+    # CacheSettings' docstring, error_bound: "The similarity threshold settings are not used
+    # then; X-Cache-Threshold can only raise the floor." With the rules the lookup searches from
+    # the prior's floor whatever MODEL_THRESHOLDS says; with the default "learned" the service
+    # now passes threshold_for(model) (0.99 here), so a per-model threshold left from the rules
+    # silently narrows what the bound explores and learns from.
+    cache = await make_cache(verifier=verifier, error_bound=0.05, model_thresholds={"m": 0.99})
+    assert cache.semantic is not None
+    seen: list[float] = []
+    lookup = cache.semantic.lookup
+
+    async def spy(query: Any, threshold: float, *args: Any, **kwargs: Any) -> Any:
+        seen.append(threshold)
+        return await lookup(query, threshold, *args, **kwargs)
+
+    cache.semantic.lookup = spy  # type: ignore[method-assign]
+    await cache.lookup(ask("Why does the sky look blue?"))
+    assert seen and seen[0] < 0.99
