@@ -182,7 +182,29 @@ _ANTONYMS = [
     ("inbound", "outbound"),
     ("incoming", "outgoing"),
     ("upstairs", "downstairs"),
+    # second attack round (issue 34): what the learned default served with another answer
+    ("reads", "writes"),
+    ("reading", "writing"),
+    ("directed", "starred"),
+    ("directed", "produced"),
+    ("wrote", "produced"),
+    ("wrote", "directed"),
+    ("while", "after"),
+    ("while", "before"),
 ]
+# periods: a word of one group against a word of another is another request ("every day" /
+# "every hour", "30 seconds" / "30 minutes"); within a group they are one ("daily" / "every day")
+_PERIODS = [
+    ("millisecond", "milliseconds", "ms"),
+    ("seconds", "secs"),
+    ("minute", "minutes", "mins"),
+    ("hour", "hours", "hourly"),
+    ("day", "days", "daily"),
+    ("week", "weeks", "weekly"),
+    ("month", "months", "monthly"),
+    ("year", "years", "yearly", "annually", "annual"),
+]
+_ANTONYMS += [(a, b) for i, group in enumerate(_PERIODS) for other in _PERIODS[i + 1 :] for a in group for b in other]
 _OPPOSITE: dict[str, frozenset[str]] = {}
 for _a, _b in _ANTONYMS:
     _OPPOSITE[_a] = _OPPOSITE.get(_a, frozenset()) | {_b}
@@ -224,6 +246,8 @@ class _Text:
 
 
 _IDIOMS = re.compile(r"\b(?:why or why not|or not|whether or not|or no)\b", re.IGNORECASE)
+# written negations the tokenizer would split: "w/o eggs", "gluten-free" (read as "without")
+_WITHOUT = re.compile(r"\bw/o\b|(?<=[A-Za-z])-free\b", re.IGNORECASE)
 # an offset's sign: "+"/"-" after an identifier or a closing bracket, before a number ("a[i-1]",
 # "x + 2"); _WORD drops the sign, and "2-3 days" (a range) is no offset
 _SIGNED = re.compile(r"(?<=[A-Za-z_\])])\s*([+-])\s*(\d+(?:\.\d+)?)")
@@ -240,6 +264,7 @@ def _stem(word: str) -> str:
 def _parse(text: str) -> _Text:
     # "or not" / "why or why not" ask the same question; they are not a negation
     text = _IDIOMS.sub(" ", text.replace("\u2019", "'").replace("\u2018", "'"))
+    text = _WITHOUT.sub(" without ", text)
     words: list[str] = []
     capitals: set[str] = set()
     sentence_start = True
@@ -376,6 +401,7 @@ for _rule, _pairs in (
             ("before", "during"),
             ("after", "during"),
             ("before", "when"),
+
             ("above", "below"),
             ("over", "under"),
         ],

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
-from cache.verify.rules import RULES, rule_flags, verify
+from cache.verify.rules import RULES, Verdict, rule_flags, verify
 
 # (stored question, asked question): each was served by the default stage, a wrong answer
 WRONG = [
@@ -170,3 +170,33 @@ async def test_rescue_serves_paraphrase(cache: ResponseCache) -> None:
 async def test_scope_rescue_never_crosses(cache: ResponseCache, other: dict[str, Any]) -> None:
     assert await cache.store(ask(RESCUED[0]), answer("breathe"))
     assert await cache.lookup(ask(RESCUED[1], **other)) is None
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate", "reason"),
+    [
+        # second attack round (issue 34): what the learned default served with another answer
+        ("Cookies with eggs, please.", "Cookies w/o eggs, please.", "negation"),
+        ("A recipe for cookies with gluten.", "A recipe for gluten-free cookies.", "negation"),
+        ("Set the timeout to 30 seconds.", "Set the timeout to 30 minutes.", "opposite"),
+        ("Run the backup job daily.", "Run the backup job weekly.", "opposite"),
+        ("Run the backup every day at noon.", "Run the backup every hour at noon.", "opposite"),
+        ("A function that reads a csv file.", "A function that writes a csv file.", "opposite"),
+        ("Who directed the movie Inception?", "Who starred in the movie Inception?", "opposite"),
+        ("Is aspirin safe while pregnant?", "Is aspirin safe after pregnancy?", "opposite"),
+    ],
+)
+def test_periods_roles_and_written_negations_are_contrasts(query: str, candidate: str, reason: str) -> None:
+    assert verify(query, candidate) == Verdict(False, reason)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("Run the backup every day.", "Run the backup daily."),  # one period, two words
+        ("How many hours are in a day?", "How many hours does a day have?"),
+        ("Is the cake free of gluten?", "Is the cake free of gluten at all?"),
+    ],
+)
+def test_the_same_period_or_a_plain_free_is_no_contrast(query: str, candidate: str) -> None:
+    assert verify(query, candidate).ok
