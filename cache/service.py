@@ -324,22 +324,28 @@ class ResponseCache:
         if not self.semantic.ready:
             return None, f"model_{self.semantic.state}"
         rules_threshold = None
-        if self.settings.error_bound is not None and self.settings.verifier != "learned":
-            # the bound decides; the cosine is only its prior's floor, which a request may raise
-            prior = self.settings.bound_prior()
-            assert prior is not None
-            threshold = max(prior.floor, req.control.threshold or 0.0)
+        learned = self.semantic.learned  # loaded at start: no file read per lookup
+        prefilter = None if learned is None else learned[0].min_cosine
+        if self.settings.error_bound is not None:
+            # the bound decides; the similarity settings are not used: the search starts at the
+            # prior's floor (a cosine) or the verifier's prefilter, which a request may raise
+            if learned is not None and self.settings.verifier == "learned":
+                floor = learned[0].min_cosine
+            else:
+                prior = self.settings.bound_prior()
+                assert prior is not None
+                floor = prior.floor
+            threshold = max(floor, req.control.threshold or 0.0)
         elif self.settings.verifier == "rules+learned":
             # the learned verifier's prefilter, which a request may raise, and the rules' own
             # threshold (the model's), which the prefilter may go below
-            learned = self.settings.learned_verifier()
-            assert learned is not None
-            threshold = max(learned[0].min_cosine, req.control.threshold or 0.0)
+            assert prefilter is not None
+            threshold = max(prefilter, req.control.threshold or 0.0)
             rules_threshold = self.settings.threshold_for(req.model, req.control.threshold)
             threshold = min(threshold, rules_threshold)
         else:
             # "rules": their cosine threshold; "learned": the cosine prefilter of its candidates
-            threshold = self.settings.threshold_for(req.model, req.control.threshold)
+            threshold = self.settings.threshold_for(req.model, req.control.threshold, prefilter)
         report = await self.semantic.lookup(
             query, threshold, self._bounded, pool_name(req.tenant, req.model), rules_threshold
         )

@@ -207,9 +207,14 @@ class CacheSettings(FileSettings):
         if self.verifier != "rules":
             # read the file now: a missing file or an unreachable target is a start-up error
             try:
-                cached_verifier(self.verifier_path).threshold_for(self.learned_target())
+                verifier = cached_verifier(self.verifier_path)
             except VerifierError as exc:
                 raise ValueError(f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: {exc}") from None
+            try:
+                verifier.threshold_for(self.learned_target())
+            except VerifierError as exc:
+                target = "RESCUE" if self.verifier == "rules+learned" else "SEMANTIC"
+                raise ValueError(f"PROMPTEDGE_CACHE_{target}_PRECISION_TARGET={self.learned_target()}: {exc}") from None
         if self.feedback and self.error_bound is None:
             raise ValueError("PROMPTEDGE_CACHE_FEEDBACK needs PROMPTEDGE_CACHE_ERROR_BOUND (what a report updates)")
         if self.shadow_rate > 0 and self.error_bound is None:
@@ -261,23 +266,24 @@ class CacheSettings(FileSettings):
         ``threshold``, else 0.96 (chosen on QQP, issue 1)."""
         return RULES_THRESHOLD if self.threshold is None else self.threshold
 
-    def base_threshold(self, model: str) -> float:
+    def base_threshold(self, model: str, prefilter: float | None = None) -> float:
         """The cosine a candidate of ``model`` needs before its verification stage (0..1): the
         model's entry of ``model_thresholds``, else ``threshold``, else the stage's own: the
-        rules' 0.96, or the learned verifier file's prefilter (0.70 for the shipped one) with
-        ``verifier`` "learned"."""
+        rules' 0.96, or with ``verifier`` "learned" the verifier's prefilter (``prefilter``,
+        that of the verifier loaded at start; None reads the file: 0.70 for the shipped one)."""
         value = self.model_thresholds.get(model)
         if value is not None:
             return value
         if self.threshold is None and self.verifier == "learned":
-            return cached_verifier(self.verifier_path).min_cosine
+            return cached_verifier(self.verifier_path).min_cosine if prefilter is None else prefilter
         return self.rules_threshold
 
-    def threshold_for(self, model: str, override: float | None = None) -> float:
+    def threshold_for(self, model: str, override: float | None = None, prefilter: float | None = None) -> float:
         """The similarity threshold for one request (0..1): the per-request override raised to
         the floor (``min_request_threshold``, None = the model's threshold), else the model's
-        (``base_threshold``). An override of 0 means 0 where the floor is 0 (``is None`` checks)."""
-        base = self.base_threshold(model)
+        (``base_threshold``, with ``prefilter``). An override of 0 means 0 where the floor is 0
+        (``is None`` checks)."""
+        base = self.base_threshold(model, prefilter)
         if override is None:
             return base
         floor = base if self.min_request_threshold is None else min(self.min_request_threshold, base)

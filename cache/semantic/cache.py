@@ -37,7 +37,8 @@ from cache.settings import CacheSettings
 from cache.verify.bound.model import decide
 from cache.verify.bound.store import BoundStore, entry_state
 from cache.verify.bound.store import pool_state as pool_state_of
-from cache.verify.rules import select, verify
+from cache.verify.learned import LearnedVerifier
+from cache.verify.rules import select
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
 T = TypeVar("T")
@@ -131,6 +132,12 @@ class SemanticCache:
     @property
     def ready(self) -> bool:
         return self.state == "ready"
+
+    @property
+    def learned(self) -> tuple[LearnedVerifier, float] | None:
+        """The learned verifier and its probability threshold, loaded once at construction
+        (``settings.learned_verifier()``), or None with ``verifier`` "rules"."""
+        return self._learned
 
     def ensure_started(self) -> None:
         """Start loading in the background if nobody did (lookups before that skip semantics)."""
@@ -353,9 +360,12 @@ class SemanticCache:
             report.rejected.update(rejected)
             if chosen is None and texts:
                 verifier, probability = self._learned
-                chosen, _ = verifier.select(query.text, texts, probability, self.settings.candidate_margin, vetoes=True)
-                if chosen is None:
-                    report.rejected["learned"] += 1
+                # the rules counted their vetoes already: only the verifier's refusals here
+                refused: Counter[str] = Counter()
+                chosen, _ = verifier.select(
+                    query.text, texts, probability, self.settings.candidate_margin, True, refused
+                )
+                report.rejected["learned"] += refused["learned"]
         elif self._learned is not None and self.settings.verifier == "learned":
             verifier, probability = self._learned
             if self.bound is not None:
@@ -365,12 +375,10 @@ class SemanticCache:
             # the rules veto, except under the bound: there a veto sent its search down to
             # another entry's candidate, and its error on GPTCache's pairs rose (docs/benchmarks.md)
             vetoes = self.bound is None
-            chosen, _ = verifier.select(query.text, texts, probability, self.settings.candidate_margin, vetoes)
-            if chosen is None:
-                # a rule's veto counted under its reason, as the rules count theirs
-                for text, _ in texts:
-                    report.rejected[(vetoes and verify(query.text, text).reason) or "learned"] += 1
-            else:
+            chosen, _ = verifier.select(
+                query.text, texts, probability, self.settings.candidate_margin, vetoes, report.rejected
+            )
+            if chosen is not None:
                 score = verifier.probability(query.text, *texts[chosen])
         else:
             chosen, rejected = select(

@@ -220,11 +220,11 @@ def stage_table(
             if kept.any():
                 rows_x = feature_matrix([(pairs.text_a[i], pairs.text_b[i]) for i in np.nonzero(kept)[0]], sims[kept])
                 probs[kept] = verifier.probability_of_rows(rows_x)
-            learned = kept & (probs >= prob_threshold)
+            learned = kept & (probs >= prob_threshold) & ok  # the cache's "learned" stage: the rules veto
             rows.append(
                 row(
                     "+ learned verifier",
-                    f"cosine >= {verifier.min_cosine}, p >= {prob_threshold:.4f} (target {precision_target})",
+                    f"cosine >= {verifier.min_cosine}, p >= {prob_threshold:.4f} (target {precision_target}), rules veto",
                     learned,
                 )
             )
@@ -252,9 +252,9 @@ def stage_table(
         rows.append(
             run(
                 "+ learned verifier",
-                f"cosine >= {v.min_cosine}, p >= {pt:.4f} (target {precision_target})",
+                f"cosine >= {v.min_cosine}, p >= {pt:.4f} (target {precision_target}), rules veto",
                 lambda i, found: v.select(
-                    pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity) for x in found], pt
+                    pairs.text_b[i], [(pairs.text_a[int(x.entry_id)], x.similarity) for x in found], pt, vetoes=True
                 )[0],
             )
         )

@@ -21,6 +21,7 @@ error (the calibration data cannot support it).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,7 @@ class LearnedVerifier:
         probability: float,
         margin: float = 0.02,
         vetoes: bool = False,
+        rejected: Counter[str] | None = None,
     ) -> tuple[int | None, float | None]:
         """Which candidate (text, cosine; most similar first) may answer ``query``: as the rules'
         ``select``, the first one in cosine order, within ``margin`` of the most similar one
@@ -190,16 +192,23 @@ class LearnedVerifier:
         the most probable one instead served other entries with more words in common but
         another meaning). With ``vetoes``, a candidate that a rule of cache/verify/rules.py
         vetoes (another number, a negation, another entity...) is skipped whatever its
-        probability: the cache's "learned" stage (issue 34). Returns its index (or None) and
-        the best probability seen (None without an eligible candidate). Pure."""
+        probability: the cache's "learned" stage (issue 34). ``rejected``, when given, counts
+        each candidate judged before the choice and refused: under its rule's reason when
+        vetoed, else ``learned``. Returns its index (or None) and the best probability seen
+        (None without an eligible candidate). Pure but for ``rejected``."""
         if not candidates:
             return None, None
         best_cosine = candidates[0][1]
-        eligible = [
-            i
-            for i, (text, cos) in enumerate(candidates)
-            if cos >= self.min_cosine and cos >= best_cosine - margin and (not vetoes or verify(query, text).ok)
-        ]
+        eligible: list[int] = []
+        for i, (text, cos) in enumerate(candidates):
+            if cos < self.min_cosine or cos < best_cosine - margin:
+                continue
+            verdict = verify(query, text) if vetoes else None
+            if verdict is not None and not verdict.ok:
+                if rejected is not None:
+                    rejected[verdict.reason] += 1
+                continue
+            eligible.append(i)
         if not eligible:
             return None, None
         rows = np.stack([pair_features(query, candidates[i][0], candidates[i][1]) for i in eligible])
@@ -207,6 +216,8 @@ class LearnedVerifier:
         for i, p in zip(eligible, probs, strict=True):
             if p >= probability:
                 return i, float(probs.max())
+            if rejected is not None:
+                rejected["learned"] += 1
         return None, float(probs.max())
 
 
