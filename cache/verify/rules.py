@@ -401,7 +401,6 @@ for _rule, _pairs in (
             ("before", "during"),
             ("after", "during"),
             ("before", "when"),
-
             ("above", "below"),
             ("over", "under"),
         ],
