@@ -329,8 +329,8 @@ class ResponseCache:
         if self.settings.error_bound is not None:
             # the bound decides; the similarity settings are not used: the search starts at the
             # prior's floor (a cosine) or the verifier's prefilter, which a request may raise
-            if learned is not None and self.settings.verifier == "learned":
-                floor = learned[0].min_cosine
+            if prefilter is not None and self.settings.verifier == "learned":
+                floor = prefilter
             else:
                 prior = self.settings.bound_prior()
                 assert prior is not None
