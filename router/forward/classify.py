@@ -29,8 +29,8 @@ def cache_control(headers: Mapping[str, str]) -> CacheControl:
     answer), ``no-store`` (do not keep this one), ``max-age=N`` (no answer older than N s;
     ``max-age=0`` is ``no-cache``). ``private`` is read by :func:`is_private`."""
     found = directives(headers.get("cache-control"))
-    ttl = _number(headers, "x-cache-ttl", int)
-    threshold = _number(headers, "x-cache-threshold", float)
+    ttl = _number(headers, "X-Cache-TTL", int)
+    threshold = _number(headers, "X-Cache-Threshold", float)
     if ttl is not None and ttl < 0:
         raise BadRequest("X-Cache-TTL must be >= 0 seconds", param="X-Cache-TTL", code="invalid_header")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
@@ -77,7 +77,9 @@ _DEFAULT = CacheControl()
 
 
 def _number(headers: Mapping[str, str], name: str, kind: type[int] | type[float]) -> int | float | None:
-    value = headers.get(name)
+    # name as documented: errors name the header as every other error about it does; headers
+    # arrive lower-cased (Starlette's Headers and plain dicts alike)
+    value = headers.get(name.lower())
     if value is None:
         return None
     try:

@@ -251,3 +251,17 @@ def test_a_clients_odd_max_age_is_a_400_or_read_not_a_500() -> None:
             classify.cache_control({"cache-control": value})
     # 5000 digits: int() refuses over 4300 (a 500 internal_error); it is "very long", 2**31 s
     assert classify.cache_control({"cache-control": "max-age=" + "9" * 5000}).max_age_s == 2**31
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("x-cache-threshold", "high"), ("x-cache-threshold", "1.5"), ("x-cache-ttl", "soon"), ("x-cache-ttl", "-1")],
+)
+def test_a_bad_cache_header_is_named_the_same_way_whatever_is_wrong_with_it(header: str, value: str) -> None:
+    # a client that matches on the error's param must not need two spellings of one header
+    from router.errors import BadRequest
+    from router.forward import classify
+
+    with pytest.raises(BadRequest) as caught:
+        classify.cache_control({header: value})
+    assert caught.value.param == {"x-cache-threshold": "X-Cache-Threshold", "x-cache-ttl": "X-Cache-TTL"}[header]
