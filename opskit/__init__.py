@@ -34,7 +34,7 @@ from opskit._contracts import (
 from opskit._logfmt import FORMATS, JsonFormatter, LogFormat, TextFormatter, configure
 from opskit._paths import output_path_error
 from opskit._redis_url import RedisTarget, RedisURL, RedisURLError, parse_redis_url, redact_url
-from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table
+from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table, unset_meaning
 
 __all__ = [
     "ALL_POOLS",
@@ -67,4 +67,5 @@ __all__ = [
     "settings_table",
     "traffic_field",
     "traffic_key",
+    "unset_meaning",
 ]

@@ -157,7 +157,17 @@ def _default(field: FieldInfo) -> str:
         value = field.default
     if field.repr is False and value:
         return "(secret)"
-    return "-" if value is None else repr(value) if isinstance(value, str) else str(value)
+    if value is None:
+        return f"(unset: {unset})" if (unset := unset_meaning(field)) else "(unset)"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def unset_meaning(field: FieldInfo) -> str | None:
+    """What a setting left at None means (``Field(json_schema_extra={"unset": ...})``), e.g.
+    "off" or "one per CPU"; None when the field does not say."""
+    extra = field.json_schema_extra
+    meaning = extra.get("unset") if isinstance(extra, dict) else None
+    return meaning if isinstance(meaning, str) else None
 
 
 def settings_table(classes: tuple[type[BaseSettings], ...]) -> str:

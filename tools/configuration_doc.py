@@ -151,7 +151,9 @@ def _default(field: FieldInfo) -> str:
     if isinstance(value, dict) and any(isinstance(v, BaseModel) for v in value.values()):
         return "{" + ", ".join(f"{k}: see below" for k in value) + "}"
     if value is None:
-        return "none"
+        from opskit import unset_meaning  # the project's root is on sys.path only once main runs
+
+        return f"none: {unset}" if (unset := unset_meaning(field)) else "none"
     if isinstance(value, Path):
         return str(value)
     return repr(value) if isinstance(value, str) else str(value)

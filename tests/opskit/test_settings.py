@@ -124,3 +124,15 @@ def test_a_file_that_is_not_utf8_is_an_error_not_a_traceback(settings_file: Path
     with pytest.raises(SettingsError, match="not UTF-8") as info:
         RouterSettings()
     assert "hunter2" not in str(info.value)
+
+
+def test_the_listing_says_what_an_unset_threshold_means() -> None:
+    # "-" for THRESHOLD read as "no floor" to a fresh user; unset, it is each stage's own floor
+    from cache.settings import RULES_THRESHOLD
+    from cache.verify.learned import load_verifier
+
+    rows = {line.split()[0]: line for line in settings_table((CacheSettings,)).splitlines()[2:]}
+    line = rows["PROMPTEDGE_CACHE_THRESHOLD"]
+    assert f"{RULES_THRESHOLD:.2f}" in line and f"{load_verifier().min_cosine:.2f}" in line
+    assert " - " not in line
+    assert "off" in rows["PROMPTEDGE_CACHE_ERROR_BOUND"]
