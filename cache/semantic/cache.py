@@ -172,6 +172,11 @@ class SemanticCache:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)
             return
+        mismatch = None if self._encoder or self._learned is None else s.embedder_mismatch(self._learned[0])
+        if mismatch is not None:
+            self.state, self.error = "failed", mismatch
+            log.error("semantic cache disabled: %s", mismatch)
+            return
         self.embedder = BatchingEmbedder(
             encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch, lanes=s.lanes(), nice=s.embed_nice
         )

@@ -115,7 +115,12 @@ async def test_a_semantic_hit_through_the_selected_package(
     """The setting reaches the running cache: word order does not change a static model's vector."""
     monkeypatch.syspath_prepend(str(fake_static_distribution(tmp_path / "site")))
     client = aioredis.Redis.from_url(redis_url)
-    cache = ResponseCache(client, CacheSettings(redis_timeout_s=1.0, embedding_package="tokenlearn-static-model"))
+    # the rules at a threshold set for this model: the shipped learned verifier judges MiniLM's
+    # cosines only (tests/cache/test_verifier_embedder_match.py)
+    settings = CacheSettings(
+        redis_timeout_s=1.0, embedding_package="tokenlearn-static-model", verifier="rules", threshold=0.9
+    )
+    cache = ResponseCache(client, settings)
     await cache.start()
     assert cache.semantic is not None and cache.semantic.state == "ready"
 
