@@ -124,7 +124,11 @@ async def test_stale_metrics_do_not_attract_a_pile_of_requests(start_replica, cl
     bodies = [{**CHAT, "max_tokens": 60, "messages": [{"role": "user", "content": f"p{i}"}]} for i in range(10)]
     answers = await asyncio.gather(*(client.post(router.url + "/v1/chat/completions", json=b) for b in bodies))
     share = served_by(answers).count(stale.url)
-    assert 3 <= share <= 7
+    # the bug was a pile: a frozen, idle-looking snapshot drew (nearly) every request. Distrusted,
+    # the stale replica is scored on the router's own open requests and stays in use. The split
+    # is not exactly even: dispatch also weighs each replica's measured speed, which on a loaded
+    # CI machine differs between two identical simulated replicas (2 of 10 was seen once)
+    assert 1 <= share <= 7
 
 
 async def test_replica_gone_between_probes_is_retried_on_another(start_replica, start_router, client) -> None:
