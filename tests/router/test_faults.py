@@ -126,9 +126,9 @@ async def test_stale_metrics_do_not_attract_a_pile_of_requests(start_replica, cl
     share = served_by(answers).count(stale.url)
     # the bug was a pile: a frozen, idle-looking snapshot drew (nearly) every request. Distrusted,
     # the stale replica is scored on the router's own open requests and stays in use. The split
-    # is not exactly even: the default dispatch (predicted TTFT) weighs each replica's learned step
-    # and prefill times, which on a loaded
-    # CI machine differs between two identical simulated replicas (2 of 10 was seen once)
+    # is not exactly even: the default dispatch (predicted TTFT) weighs each replica's learned
+    # step and prefill times, which on a loaded CI machine differ between two identical
+    # simulated replicas (2 of 10 was seen once)
     assert 1 <= share <= 7
 
 
