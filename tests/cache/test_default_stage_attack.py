@@ -13,27 +13,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache import CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
 from cache.verify.learned import DEFAULT_PATH
+from tests.cache.helpers import answer, ask
 
 pytestmark = pytest.mark.slow
-
-
-def answer(text: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
-    }
-
-
-def ask(text: str, **control: Any) -> CacheRequest:
-    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
-    return CacheRequest("chat.completions", body, "t1", CacheControl(**control))
 
 
 Factory = Callable[..., Awaitable[ResponseCache]]

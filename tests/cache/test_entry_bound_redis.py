@@ -20,6 +20,7 @@ from cache.keys import digest, entry_key
 from cache.semantic.scope import SemanticQuery, semantic_query
 from cache.verify.bound.model import BoundPrior, EntryState, load_prior
 from cache.verify.bound.store import BoundStore, pool_name
+from tests.cache.helpers import answer, ask
 
 pytestmark = pytest.mark.slow
 
@@ -27,23 +28,6 @@ KITCHEN = "How do I turn on the lights in the kitchen?"
 KITCHEN_PARAPHRASE = "How can I turn on the kitchen lights?"
 # the traffic is known to be clean above cosine 0.80 (P(right) 0.97, a million pairs a step)
 CLEAN = BoundPrior("cosine", 0.70, (0.70, 0.80), (0.30, 0.97), (1e6, 1e6), offset_var=1.0, source="clean")
-
-
-def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
-    }
-
-
-def ask(text: str, tenant: str = "t1") -> CacheRequest:
-    return CacheRequest(
-        "chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]}, tenant, CacheControl()
-    )
 
 
 @pytest.fixture()

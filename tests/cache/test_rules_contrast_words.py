@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
 from cache.verify.rules import RULES, Verdict, rule_flags, verify
+from tests.cache.helpers import answer
 
 # (stored question, asked question): each was served by the default stage, a wrong answer
 WRONG = [
@@ -94,17 +95,6 @@ def test_rules_keep_a_paraphrase(stored: str, asked: str) -> None:
 def test_contrast_counts_for_an_existing_rule(stored: str, asked: str, reason: str) -> None:
     assert verify(asked, stored).reason == reason
     assert rule_flags(asked, stored)[reason]
-
-
-def answer(text: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
-    }
 
 
 def ask(text: str, tenant: str = "t1", model: str = "m", system: str | None = None, **params: Any) -> CacheRequest:

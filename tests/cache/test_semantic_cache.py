@@ -14,41 +14,14 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache import CacheRequest, CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
+from tests.cache.helpers import answer, ask
 
 pytestmark = pytest.mark.slow
 
 KITCHEN = "How do I turn on the lights in the kitchen?"
 KITCHEN_PARAPHRASE = "How can I turn on the kitchen lights?"
-
-
-def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
-    }
-
-
-def ask(
-    text: str,
-    *,
-    tenant: str = "t1",
-    system: str | None = None,
-    history: tuple[str, ...] = (),
-    params: dict[str, Any] | None = None,
-    **control: Any,
-) -> CacheRequest:
-    messages = [{"role": "system", "content": system}] if system else []
-    for i, turn in enumerate(history):
-        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": turn})
-    messages.append({"role": "user", "content": text})
-    body = {"model": "m", "messages": messages, **(params or {})}
-    return CacheRequest("chat.completions", body, tenant, CacheControl(**control))
 
 
 Factory = Callable[..., Awaitable[ResponseCache]]

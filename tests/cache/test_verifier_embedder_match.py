@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache import CacheSettings, ResponseCache
 from cache.verify.learned import DEFAULT_PATH, load_verifier
+from tests.cache.helpers import answer, ask
 from tests.cache.test_embed_packages import fake_static_distribution, fresh_shared_encoders  # noqa: F401
 
 SHIPPED = load_verifier()
@@ -58,22 +59,6 @@ def test_a_verifier_trained_on_another_model_goes_with_that_model(tmp_path: Path
     assert mismatch(embedding_model="/models/bge-small-en-v1.5", verifier_path=path) is None
 
 
-def ask(text: str) -> CacheRequest:
-    return CacheRequest(
-        "chat.completions", {"model": "m", "messages": [{"role": "user", "content": text}]}, "t1", CacheControl()
-    )
-
-
-ANSWER = {
-    "id": "c1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
-}
-
-
 @pytest.mark.usefixtures("fresh_shared_encoders")
 async def test_a_running_cache_with_another_model_refuses_semantic_hits_and_keeps_exact_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
@@ -88,7 +73,7 @@ async def test_a_running_cache_with_another_model_refuses_semantic_hits_and_keep
     try:
         assert cache.semantic is not None and cache.semantic.state == "failed"
         assert "tokenlearn" in (cache.semantic.error or "") and "all-MiniLM-L6-v2" in (cache.semantic.error or "")
-        assert await cache.store(ask("hello world cache"), ANSWER)
+        assert await cache.store(ask("hello world cache"), answer("hi"))
         assert await cache.lookup(ask("hello cache world")) is None  # no semantic hit
         hit = await cache.lookup(ask("hello world cache"))
         assert hit is not None and hit.kind == "exact"
