@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -44,9 +45,9 @@ class CacheSettings(FileSettings):
       ``embed-static``). None (default): embedding_model. Setting both is an error. A package
       that is not installed fails the semantic stage at start (the error names the pip
       packages); the exact cache keeps working. The thresholds were tuned on MiniLM's cosines,
-      and the learned verifier judges the cosines of the model its file names
-      (``trained_on.embedder``): with another model, "learned" and "rules+learned" fail the
-      semantic stage at start (the error says how to train a verifier for it or use the rules).
+      and the learned verifier and the bound's prior read the cosines of the model their files
+      name (``trained_on.embedder``, ``fitted_on.model``): with another model they fail the
+      semantic stage at start (the error says how to fit one for it or use the rules).
     embed_backend: "auto" (ONNX Runtime when the model's layout allows, else torch, the reason
       logged once), "onnx" (fail when it cannot) or "torch". onnx_cache_dir: where the exported
       ONNX model is kept (None: ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``promptedge/onnx``).
@@ -262,24 +263,29 @@ class CacheSettings(FileSettings):
             return PACKAGED[self.embedding_package].model
         return self.embedding_model or "all-MiniLM-L6-v2"
 
-    def embedder_mismatch(self, verifier: LearnedVerifier) -> str | None:
-        """None when ``verifier`` was trained on the configured embedding model's cosines (its
-        file's ``trained_on.embedder``), else the error that says so and how to fix it. The
-        verifier's probabilities are calibrated on one model's cosines: with another model its
-        precision target means nothing. Names compare by their last path part, case-insensitively
-        (a hub name, a copy of the folder and the package's model are one model); the precision
-        (fp32, int8) is not compared: int8 is the same model, rounded, and its cost in hits is
-        documented. A file that does not record its embedder is trusted."""
-        trained = str((verifier.meta.get("trained_on") or {}).get("embedder") or "").partition("|")[0]
+    def embedder_mismatch(self, verifier: LearnedVerifier | None, prior: BoundPrior | None = None) -> str | None:
+        """None when ``verifier`` was trained, and ``prior`` fitted, on the configured embedding
+        model's cosines (the files' ``trained_on.embedder`` and ``fitted_on.model``), else the
+        error that says which was not and how to fix it. Both map one model's cosines to
+        probabilities: with another model their precision means nothing. ``same_model``
+        compares the names; a file that does not record its model is trusted."""
         configured = self.embedder_name()
-        if not trained or _model_key(trained) == _model_key(configured):
-            return None
-        return (
-            f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the verifier {verifier.source} was trained on "
-            f"{trained}'s cosines, but the embedding model is {configured}: train one on it "
-            "(python -m cache train-verifier --model ...) and set PROMPTEDGE_CACHE_VERIFIER_PATH, or set "
-            "PROMPTEDGE_CACHE_VERIFIER=rules with a PROMPTEDGE_CACHE_THRESHOLD chosen for that model"
-        )
+        trained = verifier.trained_embedder if verifier is not None else None
+        if verifier is not None and trained is not None and not same_model(trained, configured):
+            return (
+                f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the verifier {verifier.source} was trained on "
+                f"{trained}'s cosines, but the embedding model is {configured}: train one with this embedding "
+                "setting (python -m cache train-verifier) and set PROMPTEDGE_CACHE_VERIFIER_PATH, or set "
+                "PROMPTEDGE_CACHE_VERIFIER=rules with a PROMPTEDGE_CACHE_THRESHOLD chosen for that model"
+            )
+        fitted = prior.fitted_model if prior is not None else None
+        if prior is not None and fitted is not None and not same_model(fitted, configured):
+            return (
+                f"PROMPTEDGE_CACHE_ERROR_BOUND: the bound's prior {prior.source} was fitted on {fitted}'s "
+                f"cosines, but the embedding model is {configured}: fit one with this embedding setting "
+                "(python -m cache fit-bound) and set PROMPTEDGE_CACHE_BOUND_PRIOR_PATH, or unset ERROR_BOUND"
+            )
+        return None
 
     def learned_verifier(self) -> tuple[LearnedVerifier, float] | None:
         """The learned verifier and the probability threshold of ``semantic_precision_target``,
@@ -340,5 +346,30 @@ def redact_url(url: str) -> str:
     return _redact(url)
 
 
+def same_model(recorded: str, configured: str) -> bool:
+    """Whether an embedder name a model file recorded (``train-verifier``'s tag
+    ``name|backend``, or a bare name) and the configured one (``embedder_name``) are one model:
+    the package's model for a package name (cache/embed/packages.py), the model's name for a
+    Hugging Face cache snapshot (``.../models--org--name/snapshots/<commit>``), else the last
+    path part of a folder or hub name, compared case-insensitively. So a hub name, a copy of
+    the folder, the package and a snapshot of all-MiniLM-L6-v2 are one model; two different
+    folders with the same last name are too (the price of comparing by name). The precision
+    (fp32, int8) is not compared: int8 is the same model, rounded, and its cost in hits is
+    documented."""
+    return _model_key(recorded.partition("|")[0]) == _model_key(configured)
+
+
 def _model_key(name: str) -> str:
-    return Path(name.rstrip("/")).name.lower()
+    name = name.strip()
+    if name in PACKAGED:
+        name = PACKAGED[name].model
+    if name in _PACKAGED_MODELS:  # a model's own name, which may hold a "/" ("10k/64d")
+        return name.lower()
+    parts = [p for p in re.split(r"[\\/]", name) if p]
+    for i, part in enumerate(parts[:-1]):
+        if part.startswith("models--") and parts[i + 1] == "snapshots":
+            return part.rsplit("--", 1)[-1].lower()
+    return parts[-1].lower() if parts else ""
+
+
+_PACKAGED_MODELS = frozenset(m.model for m in PACKAGED.values())

@@ -125,7 +125,7 @@ class SemanticCache:
         self.rebuilds = 0
         # (verifier, probability threshold) when settings.verifier is "learned", else the rules
         self._learned = settings.learned_verifier()
-        prior = settings.bound_prior()
+        prior = self._prior = settings.bound_prior()
         # the per-entry error bound (settings.error_bound), else None
         self.bound = None if prior is None else BoundStore(redis, settings.key_prefix, prior)
 
@@ -172,7 +172,11 @@ class SemanticCache:
             self.state, self.error = "failed", str(exc)
             log.error("semantic cache disabled: %s", exc)
             return
-        mismatch = None if self._encoder or self._learned is None else s.embedder_mismatch(self._learned[0])
+        # an injected encoder (tests, benchmarks) is the caller's business; the configured one
+        # must be the model whose cosines the verifier and the bound's prior were fitted on
+        mismatch = (
+            None if self._encoder else s.embedder_mismatch(self._learned[0] if self._learned else None, self._prior)
+        )
         if mismatch is not None:
             self.state, self.error = "failed", mismatch
             log.error("semantic cache disabled: %s", mismatch)

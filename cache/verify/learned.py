@@ -149,6 +149,11 @@ class LearnedVerifier:
             raise VerifierError(f"{source}: no calibrated operating points")
         self.source = source
         self.meta = {k: data.get(k) for k in ("trained_on", "split", "metrics")}
+        # the embedder whose cosines the file was trained on ("all-MiniLM-L6-v2|onnx"), None
+        # when it does not say (older files, or a trained_on that is not an object)
+        trained_on = data.get("trained_on")
+        embedder = trained_on.get("embedder") if isinstance(trained_on, dict) else None
+        self.trained_embedder: str | None = embedder if isinstance(embedder, str) and embedder else None
 
     def raw(self, x: np.ndarray) -> np.ndarray:
         """The model's uncalibrated score (log-odds) per feature row; x shape (n, features)."""

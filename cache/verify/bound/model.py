@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -194,7 +194,9 @@ class BoundPrior:
     error of the whole served region; the knots are then only the bins labels are counted in,
     and probability * strength the right pseudo-labels a bin starts with, the rest of its
     strength wrong ones). alpha: the region mode's error probability of its bound (0.05: a
-    one-sided 95 % Clopper-Pearson upper bound).
+    one-sided 95 % Clopper-Pearson upper bound). fitted_model: the embedder whose cosines the
+    file was fitted on (its ``fitted_on.model``, e.g. "all-MiniLM-L6-v2|onnx"), None when it
+    does not say (a prior that learns online only).
 
     Every field is checked at construction (finite numbers, the ranges above, equal lengths):
     BoundError naming ``source`` and the field otherwise.
@@ -209,6 +211,7 @@ class BoundPrior:
     source: str = "prior"
     mode: str = "steps"
     alpha: float = 0.05
+    fitted_model: str | None = field(default=None, compare=False)  # metadata, not the model
 
     def __post_init__(self) -> None:
         # every field is checked here, for every mode and kind: a value that passes is one
@@ -299,11 +302,17 @@ class BoundPrior:
                 source,
                 str(data.get("mode", "steps")),
                 float(data.get("alpha", 0.05)),
+                _fitted_model(data.get("fitted_on")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, BoundError):
                 raise
             raise BoundError(f"{source}: malformed: {exc.__class__.__name__}: {exc}") from None
+
+
+def _fitted_model(fitted_on: Any) -> str | None:
+    model = fitted_on.get("model") if isinstance(fitted_on, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def predictive(prior: BoundPrior, score: float, entry: EntryState, pool: PoolState, z: float = CONFIDENCE_Z) -> float:
