@@ -19,6 +19,7 @@ from opskit import FileSettings
 from opskit import redact_url as _redact
 
 RULES_THRESHOLD = 0.96  # the rules' cosine threshold, chosen on QQP for precision >= 0.90 (issue 1)
+RULES_MODEL = "all-MiniLM-L6-v2"  # the embedder RULES_THRESHOLD was chosen on
 
 
 class CacheSettings(FileSettings):
@@ -261,22 +262,33 @@ class CacheSettings(FileSettings):
         bundled "all-MiniLM-L6-v2"."""
         if self.embedding_package is not None:
             return PACKAGED[self.embedding_package].model
-        return self.embedding_model or "all-MiniLM-L6-v2"
+        return self.embedding_model or RULES_MODEL
 
     def embedder_mismatch(self, verifier: LearnedVerifier | None, prior: BoundPrior | None = None) -> str | None:
         """None when ``verifier`` was trained, and ``prior`` fitted, on the configured embedding
-        model's cosines (the files' ``trained_on.embedder`` and ``fitted_on.model``), else the
-        error that says which was not and how to fix it. Both map one model's cosines to
-        probabilities: with another model their precision means nothing. ``same_model``
-        compares the names; a file that does not record its model is trusted."""
+        model's cosines (the files' ``trained_on.embedder`` and ``fitted_on.model``), and the
+        rules' default threshold (0.96, chosen on MiniLM) is not used with another model; else
+        the error that says which and how to fix it. Each maps one model's cosines to a
+        decision: with another model their precision means nothing. ``same_model`` compares
+        the names; a file that does not record its model is trusted."""
         configured = self.embedder_name()
-        trained = verifier.trained_embedder if verifier is not None else None
+        trained = verifier.trained_embedder if verifier is not None and self.verifier != "rules" else None
         if verifier is not None and trained is not None and not same_model(trained, configured):
             return (
                 f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the verifier {verifier.source} was trained on "
                 f"{trained}'s cosines, but the embedding model is {configured}: train one with this embedding "
                 "setting (python -m cache train-verifier) and set PROMPTEDGE_CACHE_VERIFIER_PATH, or set "
-                "PROMPTEDGE_CACHE_VERIFIER=rules with a PROMPTEDGE_CACHE_THRESHOLD chosen for that model"
+                "PROMPTEDGE_CACHE_VERIFIER=rules with a PROMPTEDGE_CACHE_THRESHOLD chosen for that model "
+                "(python -m cache eval --pairs FILE shows precision and recall at each threshold)"
+            )
+        # with the bound the threshold is unused (its prior's floor decides), checked above
+        rules_threshold_used = self.verifier != "learned" and self.error_bound is None and self.threshold is None
+        if rules_threshold_used and not same_model(RULES_MODEL, configured):
+            return (
+                f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the rules' cosine threshold "
+                f"{RULES_THRESHOLD} was chosen on {RULES_MODEL}'s cosines, but the embedding model is "
+                f"{configured}: set PROMPTEDGE_CACHE_THRESHOLD to one chosen for it (python -m cache eval "
+                "--pairs FILE shows precision and recall at each threshold)"
             )
         fitted = prior.fitted_model if prior is not None else None
         if prior is not None and fitted is not None and not same_model(fitted, configured):

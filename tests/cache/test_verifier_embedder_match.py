@@ -80,3 +80,33 @@ async def test_a_running_cache_with_another_model_refuses_semantic_hits_and_keep
     finally:
         await cache.aclose()
         await client.aclose()
+
+
+@pytest.mark.parametrize("verifier", ["rules", "rules+learned"])
+def test_the_rules_with_another_model_need_a_threshold_chosen_for_it(verifier: str, tmp_path: Path) -> None:
+    # found in a fresh-user trial: VERIFIER=rules with a static model and no THRESHOLD started
+    # silently at MiniLM's 0.96
+    extra: dict = {}
+    if verifier == "rules+learned":  # a verifier trained on that model, so only the rules' threshold is wrong
+        data = json.loads(DEFAULT_PATH.read_text())
+        data["trained_on"]["embedder"] = "/models/bge-small-en-v1.5|onnx"
+        (tmp_path / "v.json").write_text(json.dumps(data))
+        extra["verifier_path"] = tmp_path / "v.json"
+    message = mismatch(embedding_model="/models/bge-small-en-v1.5", verifier=verifier, **extra)
+    assert message is not None and "PROMPTEDGE_CACHE_THRESHOLD" in message and "python -m cache eval" in message
+    assert mismatch(embedding_model="/models/bge-small-en-v1.5", verifier=verifier, threshold=0.9, **extra) is None
+    assert mismatch(verifier=verifier) is None  # MiniLM: 0.96 was chosen for it
+
+
+def test_under_the_bound_the_rules_need_a_prior_fitted_on_the_model_not_a_threshold(tmp_path: Path) -> None:
+    from cache.verify.bound.model import DEFAULT_PRIOR_PATH
+
+    data = json.loads(DEFAULT_PRIOR_PATH.read_text())
+    data["fitted_on"]["model"] = "/models/bge-small-en-v1.5|onnx"
+    (tmp_path / "prior.json").write_text(json.dumps(data))
+    bge = {"embedding_model": "/models/bge-small-en-v1.5", "verifier": "rules", "error_bound": 0.05}
+    settings = CacheSettings(**bge, bound_prior_path=tmp_path / "prior.json")
+    assert settings.embedder_mismatch(None, settings.bound_prior()) is None
+    settings = CacheSettings(**bge)  # the shipped prior, fitted on MiniLM's cosines
+    message = settings.embedder_mismatch(None, settings.bound_prior())
+    assert message is not None and "PROMPTEDGE_CACHE_BOUND_PRIOR_PATH" in message
