@@ -68,7 +68,9 @@ class CacheSettings(FileSettings):
       embed_timeout_s: longest a lookup waits for its embedding (past it the lookup is an
       exact-only miss).
     threshold: the cosine similarity a candidate needs before its verification stage decides.
-      None (default): the stage's own, 0.96 for the rules (chosen on QQP for precision >= 0.90),
+      None (default): the stage's own, 0.96 for the rules (chosen on QQP for precision >= 0.90
+      with MiniLM's cosines: another embedding model needs a number, else the semantic stage
+      does not start),
       the verifier file's prefilter (0.70 for the shipped one) for "learned", which decides on
       its calibrated probability instead; a number raises (or lowers) that floor.
       model_thresholds: per-model override, JSON object
