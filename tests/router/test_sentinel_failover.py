@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sim.client.traffic.probe import chat_prompts, phases, probe, wrong_hits
+from sim.client.traffic.probe import Sample, chat_prompts, phases, probe, wrong_hits
 from sim.stack.redis_topology import LocalSentinel
 from tests.router.conftest import MODEL
 
@@ -50,8 +50,14 @@ async def test_router_fails_open_and_recovers_through_a_sentinel_failover(
 
     stop = asyncio.Event()
     started = time.monotonic()
-    traffic = asyncio.create_task(probe(url, prompts, stop, concurrency=3))
-    await asyncio.sleep(1.0)
+    live: list[Sample] = []
+    traffic = asyncio.create_task(probe(url, prompts, stop, concurrency=3, samples=live))
+    # hits before the fault, however slow the machine: a fixed 1 s once gave none under a full CI
+    # run beside other work ("before" 0 hits), failing the test for the machine's sake
+    for _ in range(200):
+        if sum(s.hit for s in live) >= 3:
+            break
+        await asyncio.sleep(0.05)
     old = redis_sentinel.kill_master()  # SIGKILL during traffic
     fault_t = time.monotonic()
     await asyncio.to_thread(redis_sentinel.wait_failover, old, RECOVERY_BOUND_S)

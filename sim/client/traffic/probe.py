@@ -54,12 +54,19 @@ def chat_prompts(model: str, n: int) -> list[dict[str, Any]]:
 
 
 async def probe(
-    url: str, prompts: Sequence[dict[str, Any]], stop: asyncio.Event, concurrency: int = 4, timeout_s: float = 10.0
+    url: str,
+    prompts: Sequence[dict[str, Any]],
+    stop: asyncio.Event,
+    concurrency: int = 4,
+    timeout_s: float = 10.0,
+    samples: list[Sample] | None = None,
 ) -> list[Sample]:
     """Send ``prompts`` round robin from ``concurrency`` loops to ``url`` (a chat completions URL)
     until ``stop`` is set; returns every request's Sample in answer order. Never raises for a
-    failed request (it is a Sample with its error)."""
-    samples: list[Sample] = []
+    failed request (it is a Sample with its error). ``samples``: the list to append to, so a
+    caller can watch the answers arrive (e.g. wait for hits before a fault) instead of a
+    fixed sleep."""
+    samples = [] if samples is None else samples
     turn = 0
 
     async def loop(client: httpx.AsyncClient) -> None:
