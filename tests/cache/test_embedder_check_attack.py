@@ -3,7 +3,6 @@ files that do not say, packages, Hugging Face snapshots, and the bound's cosine 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,17 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheSettings, ResponseCache
-from cache.verify.learned import DEFAULT_PATH, load_verifier
-from tests.cache.helpers import answer, ask
+from tests.cache.helpers import answer, ask, verifier_trained_on
+from tests.cache.helpers import embedder_mismatch as mismatch
 from tests.cache.test_embed_packages import fake_static_distribution, fresh_shared_encoders  # noqa: F401
-
-
-def verifier_file(tmp_path: Path, trained_on: object) -> Path:
-    data = json.loads(DEFAULT_PATH.read_text())
-    data["trained_on"] = trained_on
-    path = tmp_path / "verifier.json"
-    path.write_text(json.dumps(data))
-    return path
 
 
 # 1. A verifier file whose trained_on is not an object does not say which model: trusted, as
@@ -29,9 +20,8 @@ def verifier_file(tmp_path: Path, trained_on: object) -> Path:
 #    (router/app.py: `await cache.start()`) failed, so not even the exact cache served.
 @pytest.mark.parametrize("trained_on", [["all-MiniLM-L6-v2|onnx"], 5, "all-MiniLM-L6-v2|onnx"])
 def test_a_malformed_trained_on_is_not_an_attribute_error(tmp_path: Path, trained_on: object) -> None:
-    path = verifier_file(tmp_path, trained_on)
-    settings = CacheSettings(verifier_path=path)
-    settings.embedder_mismatch(load_verifier(path))  # None (trusted) or a message, never a raise
+    path = verifier_trained_on(tmp_path, trained_on)
+    assert mismatch(verifier_path=path) is None  # says no model: trusted, never a raise
 
 
 @pytest.mark.usefixtures("fresh_shared_encoders")
@@ -39,7 +29,7 @@ async def test_a_malformed_trained_on_does_not_stop_the_cache_from_starting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:
     monkeypatch.syspath_prepend(str(fake_static_distribution(tmp_path / "site")))
-    path = verifier_file(tmp_path, ["whatever"])
+    path = verifier_trained_on(tmp_path, ["whatever"])
     client = aioredis.Redis.from_url(redis_url)
     cache = ResponseCache(
         client, CacheSettings(redis_timeout_s=1.0, embedding_package="tokenlearn-static-model", verifier_path=path)
@@ -82,9 +72,8 @@ def test_a_verifier_trained_for_a_package_is_accepted_with_that_package(
 
     monkeypatch.setattr(cache.embed.load, "load_encoder", lambda *a, **k: Fake())
     _, tag = encoder_and_tag(None, CacheSettings(**trained_with))  # what train-verifier writes
-    path = verifier_file(tmp_path, {"embedder": tag})
-    served = CacheSettings(verifier_path=path, **served_with)
-    assert served.embedder_mismatch(load_verifier(path)) is None, tag
+    path = verifier_trained_on(tmp_path, {"embedder": tag})
+    assert mismatch(verifier_path=path, **served_with) is None, tag
 
 
 # 3. A Hugging Face snapshot folder of the model the verifier was trained on (the usual offline
@@ -95,7 +84,7 @@ def test_a_hub_snapshot_folder_of_minilm_passes() -> None:
         "/root/.cache/huggingface/hub/models--sentence-transformers--all-MiniLM-L6-v2/"
         "snapshots/c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
     )
-    assert CacheSettings(embedding_model=folder).embedder_mismatch(load_verifier()) is None
+    assert mismatch(embedding_model=folder) is None
 
 
 # 4. The way out the error recommends (VERIFIER=rules + a THRESHOLD for that model) must not

@@ -5,23 +5,15 @@ cache keeps serving (as for a model that fails to load)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheSettings, ResponseCache
-from cache.verify.learned import DEFAULT_PATH, load_verifier
-from tests.cache.helpers import answer, ask
+from tests.cache.helpers import answer, ask, prior_fitted_on, verifier_trained_on
+from tests.cache.helpers import embedder_mismatch as mismatch
 from tests.cache.test_embed_packages import fake_static_distribution, fresh_shared_encoders  # noqa: F401
-
-SHIPPED = load_verifier()
-
-
-def mismatch(**kwargs: object) -> str | None:
-    settings = CacheSettings(**kwargs)
-    return settings.embedder_mismatch(load_verifier(settings.verifier_path))
 
 
 def test_another_packaged_embedder_with_the_shipped_verifier_is_named_with_the_ways_out() -> None:
@@ -47,15 +39,11 @@ def test_the_model_the_verifier_was_trained_on_passes_however_it_is_named(kwargs
 
 
 def test_a_verifier_trained_on_another_model_goes_with_that_model(tmp_path: Path) -> None:
-    data = json.loads(DEFAULT_PATH.read_text())
-    data["trained_on"]["embedder"] = "/models/bge-small-en-v1.5|onnx"
-    path = tmp_path / "verifier.json"
-    path.write_text(json.dumps(data))
+    path = verifier_trained_on(tmp_path, {"embedder": "/models/bge-small-en-v1.5|onnx"})
     assert mismatch(embedding_model="/models/bge-small-en-v1.5", verifier_path=path) is None
     message = mismatch(verifier_path=path)  # the default MiniLM against a bge verifier
     assert message is not None and "bge-small-en-v1.5" in message
-    del data["trained_on"]["embedder"]  # a file that does not say: trusted, as before
-    path.write_text(json.dumps(data))
+    path = verifier_trained_on(tmp_path, {})  # a file that does not say: trusted, as before
     assert mismatch(embedding_model="/models/bge-small-en-v1.5", verifier_path=path) is None
 
 
@@ -88,10 +76,7 @@ def test_the_rules_with_another_model_need_a_threshold_chosen_for_it(verifier: s
     # silently at MiniLM's 0.96
     extra: dict = {}
     if verifier == "rules+learned":  # a verifier trained on that model, so only the rules' threshold is wrong
-        data = json.loads(DEFAULT_PATH.read_text())
-        data["trained_on"]["embedder"] = "/models/bge-small-en-v1.5|onnx"
-        (tmp_path / "v.json").write_text(json.dumps(data))
-        extra["verifier_path"] = tmp_path / "v.json"
+        extra["verifier_path"] = verifier_trained_on(tmp_path, {"embedder": "/models/bge-small-en-v1.5|onnx"})
     message = mismatch(embedding_model="/models/bge-small-en-v1.5", verifier=verifier, **extra)
     assert message is not None and "PROMPTEDGE_CACHE_THRESHOLD" in message and "python -m cache eval" in message
     assert mismatch(embedding_model="/models/bge-small-en-v1.5", verifier=verifier, threshold=0.9, **extra) is None
@@ -99,14 +84,8 @@ def test_the_rules_with_another_model_need_a_threshold_chosen_for_it(verifier: s
 
 
 def test_under_the_bound_the_rules_need_a_prior_fitted_on_the_model_not_a_threshold(tmp_path: Path) -> None:
-    from cache.verify.bound.model import DEFAULT_PRIOR_PATH
-
-    data = json.loads(DEFAULT_PRIOR_PATH.read_text())
-    data["fitted_on"]["model"] = "/models/bge-small-en-v1.5|onnx"
-    (tmp_path / "prior.json").write_text(json.dumps(data))
+    prior = prior_fitted_on(tmp_path, "/models/bge-small-en-v1.5|onnx")
     bge = {"embedding_model": "/models/bge-small-en-v1.5", "verifier": "rules", "error_bound": 0.05}
-    settings = CacheSettings(**bge, bound_prior_path=tmp_path / "prior.json")
-    assert settings.embedder_mismatch(None, settings.bound_prior()) is None
-    settings = CacheSettings(**bge)  # the shipped prior, fitted on MiniLM's cosines
-    message = settings.embedder_mismatch(None, settings.bound_prior())
+    assert mismatch(**bge, bound_prior_path=prior) is None
+    message = mismatch(**bge)  # the shipped prior, fitted on MiniLM's cosines
     assert message is not None and "PROMPTEDGE_CACHE_BOUND_PRIOR_PATH" in message
