@@ -4,10 +4,15 @@ another embedder (one definition for the files that need no other shape)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from cache import CacheControl, CacheRequest, CacheSettings
+import redis.asyncio as aioredis
+
+from cache import CacheControl, CacheRequest, CacheSettings, ResponseCache
+from cache.embed.encoder import Encoder
 from cache.verify.bound.model import DEFAULT_PRIOR_PATH as PRIOR_PATH
 from cache.verify.learned import DEFAULT_PATH as VERIFIER_PATH
 
@@ -74,3 +79,30 @@ def _write_new(folder: Path, stem: str, data: Any) -> Path:
     path = folder / f"{stem}-{len(list(folder.glob(f'{stem}-*.json')))}.json"
     path.write_text(json.dumps(data))
     return path
+
+
+Factory = Callable[..., Awaitable[ResponseCache]]
+
+
+@asynccontextmanager
+async def started_caches(redis_url: str, encoder: Encoder, **defaults: Any) -> AsyncIterator[Factory]:
+    """A factory of started ResponseCaches on ``redis_url`` (each with its own client: one per
+    simulated router worker) sharing the loaded ``encoder``; settings are generous timeouts
+    (CI machines are shared; the bounds have tests of their own), then ``defaults``, then the
+    call's overrides. Every cache and client is closed on exit."""
+    made: list[tuple[ResponseCache, aioredis.Redis]] = []
+
+    async def factory(**overrides: Any) -> ResponseCache:
+        client = aioredis.Redis.from_url(redis_url)
+        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, **defaults, **overrides})
+        cache = ResponseCache(client, settings, encoder=encoder)
+        await cache.start()
+        made.append((cache, client))
+        return cache
+
+    try:
+        yield factory
+    finally:
+        for cache, client in made:
+            await cache.aclose()
+            await client.aclose()

@@ -6,41 +6,24 @@ rejection counters it writes (branch attack2; these tests fail on the tree they 
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
-from cache import CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
 from cache.verify.learned import DEFAULT_PATH
-from tests.cache.helpers import answer, ask
+from tests.cache.helpers import Factory, answer, ask, started_caches
 
 pytestmark = pytest.mark.slow
-
-
-Factory = Callable[..., Awaitable[ResponseCache]]
 
 
 @pytest.fixture()
 async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]:
     """Started caches with the shipped defaults (no threshold or verifier pinned)."""
-    made: list[tuple[ResponseCache, aioredis.Redis]] = []
-
-    async def factory(**overrides: Any) -> ResponseCache:
-        client = aioredis.Redis.from_url(redis_url)
-        settings = CacheSettings(**{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, **overrides})
-        cache = ResponseCache(client, settings, encoder=encoder)
-        await cache.start()
-        made.append((cache, client))
-        return cache
-
-    yield factory
-    for cache, client in made:
-        await cache.aclose()
-        await client.aclose()
+    async with started_caches(redis_url, encoder) as factory:
+        yield factory
 
 
 # Same words but for a negation the rules do not read, a unit, a period or a verb: another

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from cache import CacheRequest, CacheSettings, ResponseCache
 from cache.embed.encoder import Encoder
-from tests.cache.helpers import answer, ask
+from tests.cache.helpers import Factory, answer, ask, started_caches
 
 pytestmark = pytest.mark.slow
 
@@ -24,31 +24,13 @@ KITCHEN = "How do I turn on the lights in the kitchen?"
 KITCHEN_PARAPHRASE = "How can I turn on the kitchen lights?"
 
 
-Factory = Callable[..., Awaitable[ResponseCache]]
-
-
 @pytest.fixture()
 async def make_cache(redis_url: str, encoder: Encoder) -> AsyncIterator[Factory]:
-    """Builds started caches (one per simulated router worker) sharing the loaded model."""
-    made: list[tuple[ResponseCache, aioredis.Redis]] = []
-
-    async def factory(**overrides: Any) -> ResponseCache:
-        client = aioredis.Redis.from_url(redis_url)
-        # generous bounds: CI machines are shared; the bounds themselves are tested separately.
-        # Requests may loosen the threshold to 0 here: the scope and verification tests show
-        # what they block even then (the floor has its own test).
-        settings = CacheSettings(
-            **{"redis_timeout_s": 1.0, "embed_timeout_s": 10.0, "min_request_threshold": 0.0, **overrides}
-        )
-        cache = ResponseCache(client, settings, encoder=encoder)
-        await cache.start()
-        made.append((cache, client))
-        return cache
-
-    yield factory
-    for cache, client in made:
-        await cache.aclose()
-        await client.aclose()
+    """Builds started caches (one per simulated router worker) sharing the loaded model.
+    Requests may loosen the threshold to 0 here: the scope and verification tests show what
+    they block even then (the floor has its own test)."""
+    async with started_caches(redis_url, encoder, min_request_threshold=0.0) as factory:
+        yield factory
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 5.0) -> bool:
