@@ -46,7 +46,10 @@ def _pool_ok(entry: dict[str, Any]) -> bool:
 async def health(state: StateDep) -> dict[str, Any]:
     """200 with ``status`` ok | degraded (Redis down, the cache's embedding model failed to
     load, a pool without a ready replica, or a pool's lane, e.g. its ``long`` replicas, without
-    one: ``pools[model]["lanes"][lane]["ready"] == 0``); ``semantic``: the semantic stage's state."""
+    one: ``pools[model]["lanes"][lane]["ready"] == 0``); ``semantic``: the semantic stage's state
+    (disabled | idle | loading | ready | failed); ``semantic_error``: why it failed (the same text as the
+    log line and ``/cache/stats``), else None. ``cache`` is False when either Redis or the semantic
+    stage fails: while only the semantic stage has failed, exact hits are still served."""
     try:
         with redis_failures():
             redis_ok = bool(await state.redis.ping())
@@ -62,6 +65,7 @@ async def health(state: StateDep) -> dict[str, Any]:
         "redis": redis_ok,
         "cache": cache_ok,
         "semantic": "disabled" if semantic is None else semantic.state,
+        "semantic_error": None if semantic is None else semantic.error,
         "pools": pools,
     }
 

@@ -120,6 +120,9 @@ async def test_embedding_model_failure_degrades_health_but_exact_cache_serves(
     router = await start_router([(await start_replica()).url])
     health = (await client.get(router.url + "/health")).json()
     assert health["status"] == "degraded" and health["cache"] is False and health["semantic"] == "failed"
+    # A fresh user read `"cache": false` alone as "the cache is down": /health says why, and the
+    # reason names the setting's value, as the log line does.
+    assert "/nonexistent/model" in health["semantic_error"], health
     url = router.url + "/v1/chat/completions"
     await post_until_stored(client, url, chat(QUESTION))
     assert (await client.post(url, json=chat(QUESTION))).headers["x-cache"] == "exact"
