@@ -78,7 +78,10 @@ def model_folder(model: str | None) -> Path | None:
         except EmbeddingError:
             return None
     path = Path(model)
-    return path if path.is_dir() else None
+    try:
+        return path if path.is_dir() else None
+    except OSError:  # a name too long for the file system: not a folder, and the load says why
+        return None
 
 
 def source_digest(folder: Path) -> str:

@@ -107,7 +107,7 @@ def load_sentence_transformer(
             f"is not installed: run `{export_command}` where torch is (the router image does, "
             "at build time) with the same PROMPTEDGE_CACHE_ONNX_CACHE_DIR, or pip install 'promptedge[train]'"
         ) from exc
-    except (OSError, ValueError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the loaders raise their own types (safetensors' SafetensorError is no OSError): any is a model that cannot load
         raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
     # renamed in sentence-transformers 5.x; older releases only have the long name
     dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension

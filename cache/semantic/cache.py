@@ -39,6 +39,7 @@ from cache.verify.bound.store import BoundStore, entry_state
 from cache.verify.bound.store import pool_state as pool_state_of
 from cache.verify.learned import LearnedVerifier
 from cache.verify.rules import select
+from opskit import redact_text
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
 T = TypeVar("T")
@@ -155,6 +156,12 @@ class SemanticCache:
         assert self._start is not None
         await asyncio.shield(self._start)
 
+    def _fail(self, reason: str) -> None:
+        """State "failed" for good, with ``reason`` on one line and without what looks like a
+        credential (the model setting it may quote is shown by /health and /cache/stats)."""
+        self.state, self.error = "failed", redact_text(" ".join(reason.splitlines()))
+        log.error("semantic cache disabled: %s", self.error)
+
     async def _start_once(self) -> None:
         self.state = "loading"
         s = self.settings
@@ -169,8 +176,7 @@ class SemanticCache:
                 s.embed_precision,
             )
         except EmbeddingError as exc:
-            self.state, self.error = "failed", str(exc)
-            log.error("semantic cache disabled: %s", exc)
+            self._fail(str(exc))
             return
         # an injected encoder (tests, benchmarks) is the caller's business; the configured one
         # must be the model whose cosines the verifier and the bound's prior were fitted on
@@ -178,8 +184,7 @@ class SemanticCache:
             None if self._encoder else s.embedder_mismatch(self._learned[0] if self._learned else None, self._prior)
         )
         if mismatch is not None:
-            self.state, self.error = "failed", mismatch
-            log.error("semantic cache disabled: %s", mismatch)
+            self._fail(mismatch)
             return
         self.embedder = BatchingEmbedder(
             encoder, window_s=s.embed_window_s, max_batch=s.embed_max_batch, lanes=s.lanes(), nice=s.embed_nice
@@ -188,8 +193,7 @@ class SemanticCache:
             # the first forward pass allocates and is many times slower: pay it here, not in a lookup
             await self.embedder.warm_up()
         except (RuntimeError, ValueError, OSError) as exc:
-            self.state, self.error = "failed", f"embedding model fails to encode: {exc}"
-            log.error("semantic cache disabled: %s", self.error)
+            self._fail(f"embedding model fails to encode: {exc}")
             return
         # Redis decides eviction (fair between tenants) and every worker follows its `del` events;
         # the index's own soonest-expiring eviction is a memory safety net INDEX_SLACK above it,

@@ -47,8 +47,9 @@ async def health(state: StateDep) -> dict[str, Any]:
     """200 with ``status`` ok | degraded (Redis down, the cache's embedding model failed to
     load, a pool without a ready replica, or a pool's lane, e.g. its ``long`` replicas, without
     one: ``pools[model]["lanes"][lane]["ready"] == 0``); ``semantic``: the semantic stage's state
-    (disabled | idle | loading | ready | failed); ``semantic_error``: why it failed (the same text as the
-    log line and ``/cache/stats``), else None. ``cache`` is False when either Redis or the semantic
+    (ready | failed | disabled: the router listens once the model has loaded or failed);
+    ``semantic_error``: why it failed, on one line, credentials masked (the same text as the log
+    line and ``/cache/stats``), else None. ``cache`` is False when either Redis or the semantic
     stage fails: while only the semantic stage has failed, exact hits are still served."""
     try:
         with redis_failures():

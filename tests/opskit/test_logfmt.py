@@ -73,6 +73,23 @@ def clean_root() -> Iterator[None]:
     root.setLevel(level)
 
 
+@pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter()], ids=["json", "text"])
+def test_a_credential_a_library_logs_is_masked_and_token_counts_are_not(formatter: logging.Formatter) -> None:
+    # Attack round: sentence-transformers logs the model setting it was given, so a token in a
+    # model URL or query reached the router's log verbatim.
+    secret = "hf_SECRETTOKEN123"
+    logged = [
+        record("No modules.json found for org/model?api_key=%s, initializing", secret),
+        record("Path https://user:%s@example.com/model not found", secret),
+        record("loading failed", exc=OSError(f"cannot open /models/m?token={secret}")),
+    ]
+    lines = [formatter.format(r) for r in logged]
+    assert not any(secret in line for line in lines), lines
+    assert "api_key=***" in lines[0] and "https://***@example.com/model" in lines[1]
+    plain = formatter.format(record("max_tokens=%d prompt_tokens=%d model=%s", 100, 12, "all-MiniLM-L6-v2"))
+    assert "max_tokens=100 prompt_tokens=12 model=all-MiniLM-L6-v2" in plain
+
+
 def test_configure_folds_uvicorns_loggers_into_one_handler(clean_root: None) -> None:
     logging.getLogger("uvicorn.error").addHandler(logging.StreamHandler(io.StringIO()))
     # as an earlier uvicorn dictConfig in the same process leaves it (seen in the full suite)
