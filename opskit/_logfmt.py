@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
-from opskit._redact import redact_text
+from opskit._redact import masked
 
 LogFormat = Literal["json", "text"]
 FORMATS: tuple[LogFormat, ...] = ("json", "text")
@@ -22,12 +22,12 @@ class JsonFormatter(logging.Formatter):
     from ``extra=``, else null), ``pid`` (the writing process's id), and when the record carries an exception ``reason``
     (``"ExceptionType: text"``) and ``traceback``. A message that is itself a JSON object
     (the router's access line) is merged in: its keys join the line, the standard keys win, and
-    ``message`` is its own ``message`` or ``"request"``. What looks like a credential is masked
-    (:func:`opskit.redact_text`): libraries log the settings they were given (a model path or
-    URL with a token in it)."""
+    ``message`` is its own ``message`` or ``"request"``. The secret parts
+    registered with :func:`opskit.hide_in_logs` are masked: libraries log the settings they
+    were given (a model URL with a token in it)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = redact_text(record.getMessage())
+        message = masked(record.getMessage())
         line: dict[str, Any] = {}
         if message.startswith("{"):
             try:
@@ -49,26 +49,26 @@ class JsonFormatter(logging.Formatter):
         )
         if record.exc_info and record.exc_info[0] is not None:
             exc = record.exc_info[1]
-            line["reason"] = redact_text(f"{type(exc).__name__}: {exc}")
-            line["traceback"] = redact_text(self.formatException(record.exc_info))
+            line["reason"] = masked(f"{type(exc).__name__}: {exc}")
+            line["traceback"] = masked(self.formatException(record.exc_info))
         elif record.exc_text:
-            line["traceback"] = redact_text(record.exc_text)
+            line["traceback"] = masked(record.exc_text)
         return json.dumps(line, default=str)
 
 
 class TextFormatter(logging.Formatter):
     """``2026-01-01T00:00:00.000+00:00 INFO router: message`` (plus ``[request_id]`` when the
-    record has one, and the traceback on following lines): for reading in a terminal; what
-    looks like a credential is masked, as in :class:`JsonFormatter`."""
+    record has one, and the traceback on following lines): for reading in a terminal; registered
+    secret parts are masked, as in :class:`JsonFormatter`."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
         request_id = getattr(record, "request_id", None)
-        text = f"{stamp} {record.levelname} {record.name}: {redact_text(record.getMessage())}"
+        text = f"{stamp} {record.levelname} {record.name}: {masked(record.getMessage())}"
         if request_id:
             text += f" [{request_id}]"
         if record.exc_info and record.exc_info[0] is not None:
-            text += "\n" + redact_text(self.formatException(record.exc_info))
+            text += "\n" + masked(self.formatException(record.exc_info))
         return text
 
 

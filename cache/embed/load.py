@@ -89,6 +89,9 @@ def load_encoder(
     if reason is None:
         try:
             reference = torch_encoder.encode(PROBE_TEXTS)
+        except Exception as exc:  # noqa: BLE001 - loaded but cannot encode (IndexError, a reshape's ValueError): a broken model
+            raise EmbeddingError(f"embedding model {name} fails to encode: {type(exc).__name__}: {exc}") from exc
+        try:
             encoder, exported = load_onnx_encoder(loaded, reference, cache_dir, threads, precision)
         except EmbeddingError as exc:
             reason = str(exc)

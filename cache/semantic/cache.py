@@ -39,7 +39,7 @@ from cache.verify.bound.store import BoundStore, entry_state
 from cache.verify.bound.store import pool_state as pool_state_of
 from cache.verify.learned import LearnedVerifier
 from cache.verify.rules import select
-from opskit import redact_text
+from opskit import hide_in_logs, masked
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
 T = TypeVar("T")
@@ -110,6 +110,9 @@ class SemanticCache:
         follow_redis: aioredis.Redis | None = None,
     ) -> None:
         self.settings = settings
+        if settings.embedding_model is not None:
+            # the loaders and their libraries log the setting as given: a token in it stays out
+            hide_in_logs(settings.embedding_model)
         self._redis = redis
         self._given_follow_client = follow_redis
         self._encoder = encoder
@@ -157,9 +160,9 @@ class SemanticCache:
         await asyncio.shield(self._start)
 
     def _fail(self, reason: str) -> None:
-        """State "failed" for good, with ``reason`` on one line and without what looks like a
-        credential (the model setting it may quote is shown by /health and /cache/stats)."""
-        self.state, self.error = "failed", redact_text(" ".join(reason.splitlines()))
+        """State "failed" for good, with ``reason`` on one line and the model setting's secret
+        parts masked (it may quote the setting, and /health and /cache/stats show it)."""
+        self.state, self.error = "failed", masked(" ".join(reason.splitlines()))
         log.error("semantic cache disabled: %s", self.error)
 
     async def _start_once(self) -> None:
@@ -192,8 +195,8 @@ class SemanticCache:
         try:
             # the first forward pass allocates and is many times slower: pay it here, not in a lookup
             await self.embedder.warm_up()
-        except (RuntimeError, ValueError, OSError) as exc:
-            self._fail(f"embedding model fails to encode: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a model that loads but cannot encode (a tokenizer id past its vocabulary: IndexError) fails the stage, not the start
+            self._fail(f"embedding model fails to encode: {type(exc).__name__}: {exc}")
             return
         # Redis decides eviction (fair between tenants) and every worker follows its `del` events;
         # the index's own soonest-expiring eviction is a memory safety net INDEX_SLACK above it,

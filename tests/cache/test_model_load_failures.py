@@ -2,16 +2,20 @@
 exact cache serving; it never stops the router's start, and its reason, shown by the log,
 ``/cache/stats`` and ``/health``, holds no secret the setting carried.
 
-Attack round on /health's ``semantic_error``: a partly downloaded ``model.safetensors`` raised
+Attack rounds on /health's ``semantic_error``: a partly downloaded ``model.safetensors`` raised
 safetensors' own error type (not an OSError) out of the router's start, and so did a path too
-long for the file system; a token in the setting (a URL's user information, a query value) was
-shown verbatim."""
+long for the file system and a model that loads but cannot encode (a tokenizer id past the
+vocabulary, a wrong pooling dimension, a text where a number belongs); a token in the setting
+(a URL's user information, a query value) was shown verbatim."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,23 +23,44 @@ import redis.asyncio as aioredis
 from cache import CacheSettings, ResponseCache
 from cache.embed.encoder import default_model_path
 from opskit import JsonFormatter
+from opskit._redact import forget_hidden
 from tests.cache.helpers import answer, ask
 
 SECRET = "hf_SECRETTOKEN123"
 
 
-def _minilm_with_weights(folder: Path, weights: bytes) -> Path:
-    """The bundled MiniLM's files linked into ``folder``, its ``model.safetensors`` replaced."""
+def _minilm_with(folder: Path, name: str, content: bytes | str) -> Path:
+    """The bundled MiniLM's files linked into ``folder``, its file ``name`` replaced by ``content``."""
     source = default_model_path()
     for path in source.rglob("*"):
         if path.is_file():
             target = folder / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
-            if path.name == "model.safetensors":
-                target.write_bytes(weights)
+            if path.relative_to(source).as_posix() == name:
+                target.write_bytes(content if isinstance(content, bytes) else content.encode())
             else:
                 target.symlink_to(path)
     return folder
+
+
+def _edited_json(name: str, edit: Callable[[Any], None]) -> str:
+    data = json.loads((default_model_path() / name).read_text())
+    edit(data)
+    return json.dumps(data)
+
+
+def _ids_past_vocab() -> str:  # loads, then its first encode indexes past the embedding table
+    return _edited_json(
+        "tokenizer.json", lambda t: t["post_processor"]["special_tokens"]["[CLS]"].__setitem__("ids", [40000])
+    )
+
+
+def _wrong_pooling_dim() -> str:
+    return _edited_json("1_Pooling/config.json", lambda c: c.__setitem__("word_embedding_dimension", 385))
+
+
+def _max_len_as_text() -> str:
+    return _edited_json("sentence_bert_config.json", lambda c: c.__setitem__("max_seq_length", "256"))
 
 
 def _truncated_weights() -> bytes:
@@ -43,16 +68,43 @@ def _truncated_weights() -> bytes:
         return f.read(1 << 20)  # a download cut off after its first MiB
 
 
+@pytest.fixture(autouse=True)
+def hidden() -> Iterator[None]:
+    forget_hidden()
+    yield
+    forget_hidden()
+
+
 @pytest.mark.parametrize(
     "setting",
     [
-        pytest.param(lambda tmp: str(_minilm_with_weights(tmp / "random", os.urandom(4096))), id="random-weights"),
-        pytest.param(lambda tmp: str(_minilm_with_weights(tmp / "cut", _truncated_weights())), id="truncated-weights"),
-        pytest.param(lambda tmp: str(_minilm_with_weights(tmp / "empty", b"")), id="empty-weights"),
+        pytest.param(
+            lambda tmp: str(_minilm_with(tmp / "random", "model.safetensors", os.urandom(4096))), id="random-weights"
+        ),
+        pytest.param(
+            lambda tmp: str(_minilm_with(tmp / "cut", "model.safetensors", _truncated_weights())),
+            id="truncated-weights",
+        ),
+        pytest.param(lambda tmp: str(_minilm_with(tmp / "empty", "model.safetensors", b"")), id="empty-weights"),
         pytest.param(lambda tmp: "/" + "a" * 20_000, id="path-too-long"),
         pytest.param(lambda tmp: f"https://user:{SECRET}@example.com/model", id="url-with-credentials"),
         pytest.param(lambda tmp: f"/srv/models/mini?token={SECRET}", id="query-token"),
         pytest.param(lambda tmp: f"org/model?api_key={SECRET}", id="query-api-key"),
+        pytest.param(
+            lambda tmp: f"https://user:p@ss{SECRET}@host.example/m?sig={SECRET}&accessToken={SECRET}",
+            id="password-with-at-and-any-query",
+        ),
+        pytest.param(
+            lambda tmp: str(_minilm_with(tmp / "ids", "tokenizer.json", _ids_past_vocab())), id="ids-past-vocab"
+        ),
+        pytest.param(
+            lambda tmp: str(_minilm_with(tmp / "dim", "1_Pooling/config.json", _wrong_pooling_dim())),
+            id="wrong-pooling-dim",
+        ),
+        pytest.param(
+            lambda tmp: str(_minilm_with(tmp / "len", "sentence_bert_config.json", _max_len_as_text())),
+            id="max-length-as-text",
+        ),
     ],
 )
 async def test_a_model_that_cannot_be_loaded_fails_the_stage_not_the_start(

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from opskit import JsonFormatter, TextFormatter, configure
+from opskit import JsonFormatter, TextFormatter, configure, hide_in_logs, masked
+from opskit._redact import forget_hidden
 
 
 def record(msg: str, *args: object, exc: BaseException | None = None, **extra: object) -> logging.LogRecord:
@@ -73,21 +74,41 @@ def clean_root() -> Iterator[None]:
     root.setLevel(level)
 
 
+@pytest.fixture
+def hidden() -> Iterator[None]:
+    forget_hidden()
+    yield
+    forget_hidden()
+
+
 @pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter()], ids=["json", "text"])
-def test_a_credential_a_library_logs_is_masked_and_token_counts_are_not(formatter: logging.Formatter) -> None:
+def test_a_registered_credential_is_masked_wherever_a_library_logs_it(
+    formatter: logging.Formatter, hidden: None
+) -> None:
     # Attack round: sentence-transformers logs the model setting it was given, so a token in a
     # model URL or query reached the router's log verbatim.
-    secret = "hf_SECRETTOKEN123"
+    setting = "https://user:p@ssW0RD@host.example/m?sig=SIGSECRET99&accessToken=ATSECRET99"
+    assert hide_in_logs(setting) == "https://***@host.example/m?***"
     logged = [
-        record("No modules.json found for org/model?api_key=%s, initializing", secret),
-        record("Path https://user:%s@example.com/model not found", secret),
-        record("loading failed", exc=OSError(f"cannot open /models/m?token={secret}")),
+        record("No modules.json found for %s, initializing", setting),
+        record("Path %s not found", setting.replace("https://", "https:/")),  # as Path() writes it
+        record("loading failed", exc=OSError(f"cannot open {setting}")),
     ]
     lines = [formatter.format(r) for r in logged]
-    assert not any(secret in line for line in lines), lines
-    assert "api_key=***" in lines[0] and "https://***@example.com/model" in lines[1]
-    plain = formatter.format(record("max_tokens=%d prompt_tokens=%d model=%s", 100, 12, "all-MiniLM-L6-v2"))
-    assert "max_tokens=100 prompt_tokens=12 model=all-MiniLM-L6-v2" in plain
+    for secret in ("p@ssW0RD", "SIGSECRET99", "ATSECRET99"):
+        assert not any(secret in line for line in lines), (secret, lines)
+    # what is not registered is written as it was: no pattern guesses at secrets
+    plain = formatter.format(
+        record("max_tokens=%d request %s in hf_hub_download token=%s", 100, "sk-abcdef1234567", "t0k3n")
+    )
+    assert "max_tokens=100 request sk-abcdef1234567 in hf_hub_download token=t0k3n" in plain
+
+
+def test_a_location_without_credentials_registers_nothing(hidden: None) -> None:
+    for plain in ("/models/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "https://host/m"):
+        assert hide_in_logs(plain) == plain
+    assert hide_in_logs("/m?k") == "/m?***"  # shown masked, but "k" is too short to mask in every line
+    assert masked("/models/all-MiniLM-L6-v2 https://host/m k") == "/models/all-MiniLM-L6-v2 https://host/m k"
 
 
 def test_configure_folds_uvicorns_loggers_into_one_handler(clean_root: None) -> None:
