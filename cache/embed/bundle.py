@@ -173,6 +173,8 @@ def load_bundle(
     try:
         path = directory / manifest_name(None if folder is None else source_digest(folder), precision)
         manifest = json.loads(path.read_text())
+        if not isinstance(manifest, dict):
+            raise ValueError(f"it is a JSON {type(manifest).__name__}, not an object")
         if manifest.get("precision", "fp32") != precision:
             raise ValueError(f"it is a {manifest.get('precision')} manifest, not {precision}")
     except FileNotFoundError:

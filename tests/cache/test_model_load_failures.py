@@ -21,6 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from cache import CacheSettings, ResponseCache
+from cache.embed.bundle import load_bundle, manifest_name, source_digest
 from cache.embed.encoder import default_model_path
 from opskit import JsonFormatter
 from opskit._redact import forget_hidden
@@ -128,3 +129,13 @@ async def test_a_model_that_cannot_be_loaded_fails_the_stage_not_the_start(
     finally:
         await cache.aclose()
         await client.aclose()
+
+
+@pytest.mark.parametrize("text", ["[]", '"fp32"', "null", "3"])
+def test_an_onnx_manifest_that_is_not_an_object_is_a_miss_not_an_error(text: str, tmp_path: Path) -> None:
+    # Attack round: valid JSON that is no object raised AttributeError out of load_bundle (its
+    # docstring: never raises), past the start's handling of a damaged export.
+    folder = default_model_path()
+    (tmp_path / manifest_name(source_digest(folder), "fp32")).write_text(text)
+    problems: list[str] = []
+    assert load_bundle(None, tmp_path, 1, "fp32", problems) is None
