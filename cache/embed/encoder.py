@@ -98,6 +98,11 @@ def load_sentence_transformer(
         torch.set_num_threads(max(1, threads))
         source = str(default_model_path()) if model is None else model
         loaded = SentenceTransformer(source, device="cpu")
+        # renamed in sentence-transformers 5.x; older releases only have the long name
+        dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
+        dim = dimension()
+        if dim is not None:
+            dim = int(dim)  # a pooling config's text ("abc") loads, and only fails here
     except EmbeddingError:
         raise
     except ImportError as exc:
@@ -109,9 +114,6 @@ def load_sentence_transformer(
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the loaders raise their own types (safetensors' SafetensorError is no OSError): any is a model that cannot load
         raise EmbeddingError(f"cannot load embedding model {model or 'all-MiniLM-L6-v2'}: {exc}") from exc
-    # renamed in sentence-transformers 5.x; older releases only have the long name
-    dimension = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
-    dim = dimension()
     if dim is None:
         raise EmbeddingError(f"model {model} does not report an embedding dimension")
-    return loaded, int(dim)
+    return loaded, dim

@@ -39,7 +39,7 @@ from cache.verify.bound.store import BoundStore, entry_state
 from cache.verify.bound.store import pool_state as pool_state_of
 from cache.verify.learned import LearnedVerifier
 from cache.verify.rules import select
-from opskit import hide_in_logs, masked
+from opskit import masked
 
 log = logging.getLogger("cache.semantic")  # its name before the module moved into cache/semantic/
 T = TypeVar("T")
@@ -110,9 +110,6 @@ class SemanticCache:
         follow_redis: aioredis.Redis | None = None,
     ) -> None:
         self.settings = settings
-        if settings.embedding_model is not None:
-            # the loaders and their libraries log the setting as given: a token in it stays out
-            hide_in_logs(settings.embedding_model)
         self._redis = redis
         self._given_follow_client = follow_redis
         self._encoder = encoder
@@ -162,7 +159,10 @@ class SemanticCache:
     def _fail(self, reason: str) -> None:
         """State "failed" for good, with ``reason`` on one line and the model setting's secret
         parts masked (it may quote the setting, and /health and /cache/stats show it)."""
-        self.state, self.error = "failed", masked(" ".join(reason.splitlines()))
+        self.state, self.error = (
+            "failed",
+            " ".join(masked(reason).splitlines()),
+        )  # masked first: a secret may hold a line break
         log.error("semantic cache disabled: %s", self.error)
 
     async def _start_once(self) -> None:
@@ -178,8 +178,12 @@ class SemanticCache:
                 s.embedding_package,
                 s.embed_precision,
             )
-        except EmbeddingError as exc:
-            self._fail(str(exc))
+        except Exception as exc:  # noqa: BLE001 - the loaders' libraries raise their own types: the stage fails, never the start
+            self._fail(
+                str(exc)
+                if isinstance(exc, EmbeddingError)
+                else f"cannot load embedding model: {type(exc).__name__}: {exc}"
+            )
             return
         # an injected encoder (tests, benchmarks) is the caller's business; the configured one
         # must be the model whose cosines the verifier and the bound's prior were fitted on

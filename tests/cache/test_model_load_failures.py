@@ -5,14 +5,18 @@ exact cache serving; it never stops the router's start, and its reason, shown by
 Attack rounds on /health's ``semantic_error``: a partly downloaded ``model.safetensors`` raised
 safetensors' own error type (not an OSError) out of the router's start, and so did a path too
 long for the file system and a model that loads but cannot encode (a tokenizer id past the
-vocabulary, a wrong pooling dimension, a text where a number belongs); a token in the setting
-(a URL's user information, a query value) was shown verbatim."""
+vocabulary, a wrong pooling dimension, a text where a number belongs) and an ONNX manifest
+that is no JSON object or nested past the parser's depth; a token in the setting (a URL's user
+information, a query, a fragment, with a line break or without a scheme) was shown verbatim,
+by the router and by ``python -m cache``."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,10 @@ def _wrong_pooling_dim() -> str:
     return _edited_json("1_Pooling/config.json", lambda c: c.__setitem__("word_embedding_dimension", 385))
 
 
+def _pooling_dim_as_text() -> str:  # loads (the text is multiplied, not refused), then int() fails
+    return _edited_json("1_Pooling/config.json", lambda c: c.__setitem__("word_embedding_dimension", "abc"))
+
+
 def _max_len_as_text() -> str:
     return _edited_json("sentence_bert_config.json", lambda c: c.__setitem__("max_seq_length", "256"))
 
@@ -94,6 +102,13 @@ def hidden() -> Iterator[None]:
         pytest.param(
             lambda tmp: f"https://user:p@ss{SECRET}@host.example/m?sig={SECRET}&accessToken={SECRET}",
             id="password-with-at-and-any-query",
+        ),
+        pytest.param(lambda tmp: f"https://hub.example.com/m?token={SECRET}\n", id="query-with-trailing-newline"),
+        pytest.param(lambda tmp: f"alice:{SECRET}@example.com/m", id="credentials-without-scheme"),
+        pytest.param(lambda tmp: f"https://example.com/m#{SECRET}", id="fragment"),
+        pytest.param(
+            lambda tmp: str(_minilm_with(tmp / "dimtext", "1_Pooling/config.json", _pooling_dim_as_text())),
+            id="pooling-dim-as-text",
         ),
         pytest.param(
             lambda tmp: str(_minilm_with(tmp / "ids", "tokenizer.json", _ids_past_vocab())), id="ids-past-vocab"
@@ -131,7 +146,7 @@ async def test_a_model_that_cannot_be_loaded_fails_the_stage_not_the_start(
         await client.aclose()
 
 
-@pytest.mark.parametrize("text", ["[]", '"fp32"', "null", "3"])
+@pytest.mark.parametrize("text", ["[]", '"fp32"', "null", "3", "[" * 100_000 + "]" * 100_000])
 def test_an_onnx_manifest_that_is_not_an_object_is_a_miss_not_an_error(text: str, tmp_path: Path) -> None:
     # Attack round: valid JSON that is no object raised AttributeError out of load_bundle (its
     # docstring: never raises), past the start's handling of a damaged export.
@@ -139,3 +154,19 @@ def test_an_onnx_manifest_that_is_not_an_object_is_a_miss_not_an_error(text: str
     (tmp_path / manifest_name(source_digest(folder), "fp32")).write_text(text)
     problems: list[str] = []
     assert load_bundle(None, tmp_path, 1, "fp32", problems) is None
+
+
+def test_the_cache_cli_masks_the_credentials_of_a_model_it_cannot_load(tmp_path: Path) -> None:
+    # Attack round: `python -m cache export-onnx` (run at image build time) printed the model
+    # setting's password and token, which only the router had registered.
+    env = {
+        **os.environ,
+        "PROMPTEDGE_CACHE_EMBEDDING_MODEL": f"https://alice:{SECRET}@example.com/m?token={SECRET}",
+        "PROMPTEDGE_CACHE_ONNX_CACHE_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cache", "export-onnx"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stderr
+    assert "error: cannot load embedding model https://***@example.com/m?***" in done.stderr, done.stderr
+    assert SECRET not in done.stdout + done.stderr
