@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from pydantic_settings import SettingsError
 from cache.errors import CacheUnavailable
 from cache.service import ResponseCache
 from cache.settings import CacheSettings, redact_url
-from opskit import RedisURLError, hide_in_logs, masked, output_path_error
+from opskit import RedisURLError, configure, env_name, hide_in_logs, masked, output_path_error
 from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
@@ -41,8 +42,23 @@ def _settings(**overrides: float) -> CacheSettings:
     try:
         return CacheSettings(**overrides)
     except (ValidationError, SettingsError) as exc:
-        typer.echo(f"error: cache settings (PROMPTEDGE_CACHE_*): {exc}", err=True)
+        typer.echo(f"error: cache settings (PROMPTEDGE_CACHE_*): {_settings_error(exc)}", err=True)
         raise typer.Exit(2) from None
+
+
+def _settings_error(exc: ValidationError | SettingsError) -> str:
+    """``ENV_NAME: message`` per error, without the values: pydantic's own text quotes the
+    input (a cross-field rule quotes every setting, the model URL's credentials included)."""
+    if not isinstance(exc, ValidationError):
+        return masked(str(exc))
+    fields = CacheSettings.model_fields
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = [str(p) for p in error["loc"]]
+        if loc and loc[0] in fields:
+            loc[0] = env_name(CacheSettings, loc[0], fields[loc[0]])
+        parts.append(f"{'.'.join(loc) or 'PROMPTEDGE_CACHE_*'}: {error['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
 
 
 def _check_out(option: str, path: Path | None) -> None:
@@ -118,6 +134,9 @@ def encoder_and_tag(model: str | None, settings: CacheSettings) -> tuple[Encoder
 @app.callback()
 def main() -> None:
     """PromptEdge response cache (Redis: PROMPTEDGE_REDIS_URL)."""
+    # the libraries' warnings (sentence-transformers quotes the model setting it was given) go
+    # through opskit's formatter, which masks the setting's registered credentials
+    configure("text", logging.WARNING)
 
 
 @app.command()

@@ -19,58 +19,71 @@ _hidden: dict[str, str] = {}  # secret part -> what is written instead
 _lock = threading.Lock()
 
 
-def _authority(value: str) -> str | None:
-    """The authority (``[user[:password]@]host``) of ``value``: after ``scheme://`` or a
-    leading ``//``, else the first path segment when it holds an ``@`` (``user:pw@host/m``,
-    which a hub-name parser quotes back); None for a path or hub name."""
+def _split(value: str) -> tuple[str, str | None, str]:
+    """(prefix, user information, rest) of ``value``. The user information runs to the last
+    ``@`` after ``scheme://`` or a leading ``//`` (people paste raw passwords holding ``/``,
+    ``?``, ``#`` or ``@``), or, without either, to the last ``@`` of a value with a ``:``
+    before it (``user:pw@host/m``, which a hub-name parser quotes back); None for a path or
+    hub name."""
     if "://" in value:
-        rest = value.split("://", 1)[1]
+        prefix, _, rest = value.partition("://")
+        prefix += "://"
     elif value.startswith("//"):
-        rest = value[2:]
+        prefix, rest = "//", value[2:]
     else:
-        rest = value
-        if "@" not in rest.split("/", 1)[0]:
-            return None
-    return rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+        prefix, rest = "", value
+        if "@" not in rest or ":" not in rest[: rest.rindex("@")]:
+            return prefix, None, rest
+    if "@" not in rest:
+        return prefix, None, rest
+    userinfo, _, after = rest.rpartition("@")
+    return prefix, userinfo or None, after
 
 
 def _parts(value: str) -> tuple[str | None, str | None, str | None]:
-    """(user information, query, fragment) of ``value``: the authority's text before its last
-    ``@``, what follows the first ``?`` (up to a ``#``), what follows the first ``#``; None
-    where absent or empty."""
-    authority = _authority(value)
-    userinfo = authority.rsplit("@", 1)[0] if authority and "@" in authority else None
-    before_fragment, hash_sep, fragment = value.partition("#")
+    """(user information, query, fragment) of ``value``: see :func:`_split`; the query is what
+    follows the first ``?`` after the user information (up to a ``#``), the fragment what
+    follows the first ``#``; None where absent or empty."""
+    _, userinfo, rest = _split(value)
+    before_fragment, hash_sep, fragment = rest.partition("#")
     _, query_sep, query = before_fragment.partition("?")
-    return userinfo or None, (query if query_sep and query else None), (fragment if hash_sep and fragment else None)
+    return userinfo, (query if query_sep and query else None), (fragment if hash_sep and fragment else None)
 
 
 def shown_location(value: str) -> str:
     """``value`` (a path, hub name or URL) as logs and responses show it: user information
-    (up to the authority's last ``@``) becomes ``***@``, the whole query ``?***`` and a fragment
-    ``#***``; a value with none comes back unchanged.
-    ``"https://u:p@ss@h/m?sig=x"`` -> ``"https://***@h/m?***"``."""
-    userinfo, query, fragment = _parts(value)
-    shown = value
-    if fragment is not None:
-        shown = shown[: shown.index("#")] + "#" + MASK
-    if query is not None:
-        shown = shown[: shown.index("?")] + "?" + MASK + shown[shown.index("?") + 1 + len(query) :]
-    if userinfo is not None:
-        shown = shown.replace(userinfo + "@", MASK + "@", 1)
+    becomes ``***@``, the whole query ``?***`` and a fragment ``#***``; a value with none comes
+    back unchanged. ``"https://u:p/s@h/m?sig=x"`` -> ``"https://***@h/m?***"``."""
+    prefix, userinfo, rest = _split(value)
+    before_fragment, hash_sep, fragment = rest.partition("#")
+    path, query_sep, query = before_fragment.partition("?")
+    shown = prefix + (MASK + "@" if userinfo is not None else "") + path
+    if query_sep:
+        shown += "?" + (MASK if query else "")
+    if hash_sep:
+        shown += "#" + (MASK if fragment else "")
     return shown
 
 
+def _registrable(text: str) -> bool:
+    # a word ("tokens", "request") would garble every log line that holds it, keys included;
+    # credentials carry digits or symbols, or are long
+    return len(text) >= _MIN_SECRET and (not text.isalpha() or len(text) >= 16)
+
+
 def hide_in_logs(value: str) -> str:
-    """Register ``value``'s secret parts (its user information, query and fragment, each of 6
-    characters or more, as given and without surrounding white space) so that :func:`masked`,
-    and with it every opskit log formatter of this process, writes ``***`` for them from now
-    on. Returns :func:`shown_location` of ``value``. Idempotent; thread-safe; a path or hub
-    name registers nothing."""
+    """Register ``value``'s secret parts (its user information, query and fragment: as given,
+    without surrounding white space, and as ``repr`` escapes them; each of 6 characters or
+    more, and not a word under 16 letters) so that :func:`masked`, and with it every opskit
+    log formatter of this process, writes ``***`` for them from now on. Returns
+    :func:`shown_location` of ``value``. Idempotent; thread-safe; a path or hub name registers
+    nothing."""
     with _lock:
         for part in _parts(value):
-            for text in {part, part.strip()} if part is not None else ():
-                if len(text) >= _MIN_SECRET:
+            if part is None:
+                continue
+            for text in {part, part.strip(), repr(part)[1:-1], repr(part.strip())[1:-1]}:
+                if _registrable(text):
                     _hidden[text] = MASK
     return shown_location(value)
 

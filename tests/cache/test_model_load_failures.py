@@ -106,6 +106,8 @@ def hidden() -> Iterator[None]:
         pytest.param(lambda tmp: f"https://hub.example.com/m?token={SECRET}\n", id="query-with-trailing-newline"),
         pytest.param(lambda tmp: f"alice:{SECRET}@example.com/m", id="credentials-without-scheme"),
         pytest.param(lambda tmp: f"https://example.com/m#{SECRET}", id="fragment"),
+        pytest.param(lambda tmp: f"https://alice:{SECRET}/x#y@example.com/m", id="raw-password-with-slash-hash"),
+        pytest.param(lambda tmp: f"org/m?token=QTOK\\{SECRET}", id="backslash-escaped-by-repr"),
         pytest.param(
             lambda tmp: str(_minilm_with(tmp / "dimtext", "1_Pooling/config.json", _pooling_dim_as_text())),
             id="pooling-dim-as-text",
@@ -156,17 +158,40 @@ def test_an_onnx_manifest_that_is_not_an_object_is_a_miss_not_an_error(text: str
     assert load_bundle(None, tmp_path, 1, "fp32", problems) is None
 
 
+def _cache_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PROMPTEDGE_CACHE_ONNX_CACHE_DIR": str(tmp_path), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "cache", *args], env=environ, capture_output=True, text=True, timeout=300
+    )
+
+
 def test_the_cache_cli_masks_the_credentials_of_a_model_it_cannot_load(tmp_path: Path) -> None:
-    # Attack round: `python -m cache export-onnx` (run at image build time) printed the model
-    # setting's password and token, which only the router had registered.
-    env = {
-        **os.environ,
-        "PROMPTEDGE_CACHE_EMBEDDING_MODEL": f"https://alice:{SECRET}@example.com/m?token={SECRET}",
-        "PROMPTEDGE_CACHE_ONNX_CACHE_DIR": str(tmp_path),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "cache", "export-onnx"], env=env, capture_output=True, text=True, timeout=300
+    # Attack rounds: `python -m cache export-onnx` (run at image build time) printed the model
+    # setting's password and token, which only the router had registered; then the libraries'
+    # own warnings, which went to stderr without opskit's formatter.
+    done = _cache_cli(
+        tmp_path, "export-onnx", PROMPTEDGE_CACHE_EMBEDDING_MODEL=f"https://alice:{SECRET}@example.com/m?token={SECRET}"
     )
     assert done.returncode == 1, done.stderr
     assert "error: cannot load embedding model https://***@example.com/m?***" in done.stderr, done.stderr
     assert SECRET not in done.stdout + done.stderr
+    # a hub-style value: huggingface_hub's warning quotes it
+    for model in (f"alice:{SECRET}@example.com/m", f"org/m?token={SECRET}"):
+        done = _cache_cli(tmp_path, "export-onnx", "--model", model)
+        assert done.returncode == 1 and "error: cannot load embedding model" in done.stderr, done.stderr
+        assert SECRET not in done.stdout + done.stderr, done.stderr
+
+
+def test_a_cache_settings_error_names_the_settings_not_their_values(tmp_path: Path) -> None:
+    # Attack round: a rule across fields printed pydantic's text, which quotes every input,
+    # the model URL's credentials among them (cut where a registered string no longer matches).
+    done = _cache_cli(
+        tmp_path,
+        "export-onnx",
+        PROMPTEDGE_CACHE_EMBEDDING_MODEL=f"https://u:{SECRET}@h/m?token={SECRET}",
+        PROMPTEDGE_CACHE_TTL_S="1",
+        PROMPTEDGE_CACHE_MIN_TTL_S="100",
+    )
+    assert done.returncode == 2, done.stderr
+    assert "min_ttl_s <= ttl_s" in done.stderr and "input_value" not in done.stderr, done.stderr
+    assert SECRET[-6:] not in done.stderr, done.stderr

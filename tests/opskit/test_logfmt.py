@@ -108,6 +108,8 @@ def test_a_location_without_credentials_registers_nothing(hidden: None) -> None:
     for plain in ("/models/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "https://host/m"):
         assert hide_in_logs(plain) == plain
     assert hide_in_logs("/m?k") == "/m?***"  # shown masked, but "k" is too short to mask in every line
+    assert hide_in_logs("/m?tokens") == "/m?***"  # and a word would garble every access line's keys
+    assert masked('{"prompt_tokens": 9, "k": 1}') == '{"prompt_tokens": 9, "k": 1}'
     assert masked("/models/all-MiniLM-L6-v2 https://host/m k") == "/models/all-MiniLM-L6-v2 https://host/m k"
 
 
