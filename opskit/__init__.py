@@ -7,7 +7,7 @@ Public surface: :func:`configure` (root logging on stderr, uvicorn's loggers fol
 :data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`env_name`, :func:`section_name`;
 Redis URLs of every topology (one server, Redis Cluster, Sentinel): :func:`parse_redis_url`,
 :class:`RedisTarget`, :class:`RedisURLError`, :data:`RedisURL` (a settings field type),
-:func:`redact_url`; :func:`shown_location`, :func:`hide_in_logs`, :func:`masked` (a location setting's credentials kept out of logs and responses); :func:`output_path_error` (an output file checked before the work); the Redis keys and the document the router and the forecaster share
+:func:`redact_url`; :func:`hide_in_logs`, :func:`masked` (a location setting's credentials kept out of logs and responses); :func:`output_path_error` (an output file checked before the work); the Redis keys and the document the router and the forecaster share
 (``TRAFFIC_*``, ``FORECAST_*``, :func:`traffic_key`, :func:`traffic_field`,
 :func:`forecast_document`, :func:`read_forecast`, :class:`Forecast`); their redis-py clients are in :mod:`opskit.redis_client` (``async_redis``,
 ``sync_redis``), which this surface does not import.
@@ -33,7 +33,7 @@ from opskit._contracts import (
 )
 from opskit._logfmt import FORMATS, JsonFormatter, LogFormat, TextFormatter, configure
 from opskit._paths import output_path_error
-from opskit._redact import hide_in_logs, masked, shown_location
+from opskit._redact import hide_in_logs, masked
 from opskit._redis_url import RedisTarget, RedisURL, RedisURLError, parse_redis_url, redact_url
 from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table, unset_meaning
 
@@ -68,7 +68,6 @@ __all__ = [
     "redact_url",
     "section_name",
     "settings_table",
-    "shown_location",
     "traffic_field",
     "traffic_key",
     "unset_meaning",

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from opskit._redact import forget_hidden
 from sim.stack.redis_topology import LocalCluster, LocalSentinel, binaries_missing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,10 +85,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     configures logging onto the runner's stderr, closed when ``invoke`` returns, and every later
     record printed a "--- Logging error --- ... I/O operation on closed file" traceback into the
     run (tests/test_logging_isolation.py). Around the whole protocol, outside the per-phase
-    handlers pytest's logging plugin adds and removes itself."""
+    handlers pytest's logging plugin adds and removes itself. No credential a test registered
+    (opskit.hide_in_logs, through CacheSettings) masks another test's log lines."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    forget_hidden()
     yield
+    forget_hidden()
     for handler in list(root.handlers):
         if handler not in handlers:
             root.removeHandler(handler)

@@ -159,10 +159,8 @@ class SemanticCache:
     def _fail(self, reason: str) -> None:
         """State "failed" for good, with ``reason`` on one line and the model setting's secret
         parts masked (it may quote the setting, and /health and /cache/stats show it)."""
-        self.state, self.error = (
-            "failed",
-            " ".join(masked(reason).splitlines()),
-        )  # masked first: a secret may hold a line break
+        self.state = "failed"
+        self.error = " ".join(masked(reason).splitlines())  # masked first: a secret may hold a line break
         log.error("semantic cache disabled: %s", self.error)
 
     async def _start_once(self) -> None:
@@ -178,12 +176,11 @@ class SemanticCache:
                 s.embedding_package,
                 s.embed_precision,
             )
+        except EmbeddingError as exc:
+            self._fail(str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - the loaders' libraries raise their own types: the stage fails, never the start
-            self._fail(
-                str(exc)
-                if isinstance(exc, EmbeddingError)
-                else f"cannot load embedding model: {type(exc).__name__}: {exc}"
-            )
+            self._fail(f"cannot load embedding model: {type(exc).__name__}: {exc}")
             return
         # an injected encoder (tests, benchmarks) is the caller's business; the configured one
         # must be the model whose cosines the verifier and the bound's prior were fitted on

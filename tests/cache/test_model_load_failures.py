@@ -17,7 +17,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from cache import CacheSettings, ResponseCache
 from cache.embed.bundle import load_bundle, manifest_name, source_digest
 from cache.embed.encoder import default_model_path
 from opskit import JsonFormatter
-from opskit._redact import forget_hidden
 from tests.cache.helpers import answer, ask
 
 SECRET = "hf_SECRETTOKEN123"
@@ -75,13 +74,6 @@ def _max_len_as_text() -> str:
 def _truncated_weights() -> bytes:
     with (default_model_path() / "model.safetensors").open("rb") as f:
         return f.read(1 << 20)  # a download cut off after its first MiB
-
-
-@pytest.fixture(autouse=True)
-def hidden() -> Iterator[None]:
-    forget_hidden()
-    yield
-    forget_hidden()
 
 
 @pytest.mark.parametrize(
