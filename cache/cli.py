@@ -18,7 +18,7 @@ from pydantic_settings import SettingsError
 from cache.errors import CacheUnavailable
 from cache.service import ResponseCache
 from cache.settings import CacheSettings, redact_url
-from opskit import RedisURLError, configure, env_name, hide_in_logs, masked, output_path_error
+from opskit import RedisURLError, configure, hide_in_logs, masked, output_path_error, settings_error
 from opskit.redis_client import async_redis
 
 if TYPE_CHECKING:
@@ -42,23 +42,8 @@ def _settings(**overrides: float) -> CacheSettings:
     try:
         return CacheSettings(**overrides)
     except (ValidationError, SettingsError) as exc:
-        typer.echo(f"error: cache settings (PROMPTEDGE_CACHE_*): {_settings_error(exc)}", err=True)
+        typer.echo(f"error: cache settings (PROMPTEDGE_CACHE_*): {settings_error(exc, CacheSettings)}", err=True)
         raise typer.Exit(2) from None
-
-
-def _settings_error(exc: ValidationError | SettingsError) -> str:
-    """``ENV_NAME: message`` per error, without the values: pydantic's own text quotes the
-    input (a cross-field rule quotes every setting, the model URL's credentials included)."""
-    if not isinstance(exc, ValidationError):
-        return masked(str(exc))
-    fields = CacheSettings.model_fields
-    parts = []
-    for error in exc.errors(include_url=False):
-        loc = [str(p) for p in error["loc"]]
-        if loc and loc[0] in fields:
-            loc[0] = env_name(CacheSettings, loc[0], fields[loc[0]])
-        parts.append(f"{'.'.join(loc) or 'PROMPTEDGE_CACHE_*'}: {error['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)
 
 
 def _check_out(option: str, path: Path | None) -> None:

@@ -29,7 +29,7 @@ from forecaster.scheduler import ExitCode, run_daemon
 from forecaster.series import demand
 from forecaster.settings import ForecasterSettings
 from forecaster.sources import TraceSource, open_source
-from opskit import RedisURLError, env_name, output_path_error, settings_table
+from opskit import RedisURLError, output_path_error, settings_error, settings_table
 from opskit import configure as configure_logging
 from opskit.redis_client import check_redis_url
 
@@ -56,22 +56,11 @@ def _internal(message: str) -> int:
 
 
 def _settings_error(exc: ValidationError | SettingsError) -> str:
-    """A settings error on one line: ``ENV_NAME: message`` per error (pydantic's own text spans
-    several lines, adds a link and names the field, not the variable a user sets); the values
-    are not repeated (they may hold passwords)."""
-    if not isinstance(exc, ValidationError):
-        return f"settings: {exc}"
+    """``settings: ENV_NAME: message; ...`` (opskit.settings_error: the values are not
+    repeated, they may hold passwords)."""
     from forecaster.actuate.settings import ActuatorSettings
 
-    cls = {c.__name__: c for c in (ForecasterSettings, ActuatorSettings)}.get(exc.title)
-    parts = []
-    for error in exc.errors():
-        loc = [str(p) for p in error["loc"]]
-        if cls is not None and loc and loc[0] in cls.model_fields:
-            loc[0] = env_name(cls, loc[0], cls.model_fields[loc[0]])
-        message = error["msg"].removeprefix("Value error, ")  # a validator's own text follows it
-        parts.append(f"{'.'.join(loc) or exc.title}: {message}")
-    return "settings: " + "; ".join(parts)
+    return f"settings: {settings_error(exc, ForecasterSettings, ActuatorSettings)}"
 
 
 def _fail(message: str) -> typer.Exit:

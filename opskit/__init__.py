@@ -4,7 +4,7 @@ come from a YAML file, and a listing of every setting with its env name and defa
 Public surface: :func:`configure` (root logging on stderr, uvicorn's loggers folded into it),
 :class:`JsonFormatter`, :class:`TextFormatter`, :data:`FORMATS`, :data:`LogFormat`;
 :class:`FileSettings` (a BaseSettings reading ``PROMPTEDGE_SETTINGS_FILE`` too),
-:data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`env_name`, :func:`section_name`;
+:data:`SETTINGS_FILE_ENV`, :func:`settings_table`, :func:`settings_error` (a settings error on one line, without values), :func:`env_name`, :func:`section_name`;
 Redis URLs of every topology (one server, Redis Cluster, Sentinel): :func:`parse_redis_url`,
 :class:`RedisTarget`, :class:`RedisURLError`, :data:`RedisURL` (a settings field type),
 :func:`redact_url`; :func:`hide_in_logs`, :func:`masked` (a location setting's credentials kept out of logs and responses); :func:`output_path_error` (an output file checked before the work); the Redis keys and the document the router and the forecaster share
@@ -35,7 +35,15 @@ from opskit._logfmt import FORMATS, JsonFormatter, LogFormat, TextFormatter, con
 from opskit._paths import output_path_error
 from opskit._redact import hide_in_logs, masked
 from opskit._redis_url import RedisTarget, RedisURL, RedisURLError, parse_redis_url, redact_url
-from opskit._settings import SETTINGS_FILE_ENV, FileSettings, env_name, section_name, settings_table, unset_meaning
+from opskit._settings import (
+    SETTINGS_FILE_ENV,
+    FileSettings,
+    env_name,
+    section_name,
+    settings_error,
+    settings_table,
+    unset_meaning,
+)
 
 __all__ = [
     "ALL_POOLS",
@@ -67,6 +75,7 @@ __all__ = [
     "read_forecast",
     "redact_url",
     "section_name",
+    "settings_error",
     "settings_table",
     "traffic_field",
     "traffic_key",

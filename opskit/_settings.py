@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import AliasChoices
+from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsError, YamlConfigSettingsSource
@@ -146,6 +146,27 @@ def env_name(settings_cls: type[BaseSettings], name: str, field: FieldInfo) -> s
     the class's env prefix + the name, upper-cased."""
     alias = _aliases(settings_cls).get(name) if field.validation_alias is not None else None
     return (alias or f"{settings_cls.model_config.get('env_prefix', '')}{name}").upper()
+
+
+def settings_error(exc: ValidationError | SettingsError, *classes: type[BaseSettings]) -> str:
+    """A settings error on one line, ``ENV_NAME: message`` per error joined by ``"; "``:
+    pydantic's own text spans several lines, adds a link, names the field rather than the
+    variable a user sets, and quotes the input (a rule across fields quotes every setting,
+    passwords included), so values are never repeated. ``classes``: the settings classes the
+    error may come from, matched by its title (the first field name of a location becomes that
+    class's env name); a rule across fields is named by the title. A SettingsError (a list or
+    dict setting that is not JSON, a bad settings file) is its own text, which names no value."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    cls = {c.__name__: c for c in classes}.get(exc.title)
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = [str(p) for p in error["loc"]]
+        if cls is not None and loc and loc[0] in cls.model_fields:
+            loc[0] = env_name(cls, loc[0], cls.model_fields[loc[0]])
+        message = error["msg"].removeprefix("Value error, ")  # a validator's own text follows it
+        parts.append(f"{'.'.join(loc) or exc.title}: {message}")
+    return "; ".join(parts)
 
 
 def _default(field: FieldInfo) -> str:
